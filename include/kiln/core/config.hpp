@@ -1,0 +1,71 @@
+/// The one place that looks at the compiler: host/device markers, OpenMP pragmas, build facts.
+#pragma once
+
+// KILN_CUDA_COMPILER: nvcc (or clang-cuda) is compiling this translation unit.
+#if defined(__CUDACC__)
+#define KILN_CUDA_COMPILER 1
+#else
+#define KILN_CUDA_COMPILER 0
+#endif
+
+// KILN_DEVICE_PASS: this is nvcc's device pass (inside device code only).
+#if defined(__CUDA_ARCH__)
+#define KILN_DEVICE_PASS 1
+#else
+#define KILN_DEVICE_PASS 0
+#endif
+
+// KILN_WITH_CUDA: the CUDA runtime and libraries are linked (set by the kiln::cuda target).
+#ifndef KILN_WITH_CUDA
+#define KILN_WITH_CUDA 0
+#endif
+// KILN_WITH_BLAS: a CBLAS is linked (set by the kiln::blas target).
+#ifndef KILN_WITH_BLAS
+#define KILN_WITH_BLAS 0
+#endif
+
+#if KILN_CUDA_COMPILER
+#define KILN_HOST_DEVICE __host__ __device__
+#define KILN_DEVICE __device__
+#else
+#define KILN_HOST_DEVICE
+#define KILN_DEVICE
+#endif
+
+#if defined(_MSC_VER)
+#define KILN_FORCEINLINE __forceinline
+#else
+#define KILN_FORCEINLINE inline __attribute__((always_inline))
+#endif
+
+// KILN_PRAGMA_OMP(x): `#pragma omp x` when OpenMP is on; nothing otherwise (nor in nvcc's device pass).
+#if defined(_OPENMP) && !KILN_DEVICE_PASS
+#define KILN_HAS_OPENMP 1
+#define KILN_PRAGMA(x) _Pragma(#x)
+#define KILN_PRAGMA_OMP(x) KILN_PRAGMA(omp x)
+#else
+#define KILN_HAS_OPENMP 0
+#define KILN_PRAGMA_OMP(x)
+#endif
+
+// The half-precision types come from CUDA's headers when they are on the include path (they work in
+// plain host code), so a Tensor<__half> means the same type in .cpp and .cu translation units.
+#if defined(__has_include)
+#if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
+#define KILN_HAS_CUDA_HALF 1
+#endif
+#endif
+#ifndef KILN_HAS_CUDA_HALF
+#define KILN_HAS_CUDA_HALF 0
+#endif
+
+// KILN_UNROLL: unroll the next loop with a compile-time trip count.
+#if KILN_CUDA_COMPILER
+#define KILN_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__) && !defined(__clang__)
+#define KILN_UNROLL _Pragma("GCC unroll 16")
+#elif defined(__clang__)
+#define KILN_UNROLL _Pragma("unroll")
+#else
+#define KILN_UNROLL
+#endif

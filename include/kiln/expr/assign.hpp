@@ -1,0 +1,63 @@
+/// Assignment: the one boundary where shapes and devices are checked and an expression runs.
+#pragma once
+#include <string>
+#include <type_traits>
+
+#include "kiln/backend/cpu/executor.hpp"
+#include "kiln/expr/broadcast.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln {
+
+/// dst[i] = src[i] for every element, in one pass on dst's device (one OpenMP loop or one CUDA
+/// kernel). src is a tensor, an expression, or a number (a fill). A lower-rank src broadcasts to dst.
+/// An empty dst (dynamic shape, no storage yet) is first allocated with src's extents.
+template <class T, class S, class D, class Src>
+void assign(Tensor<T, S, D>& dst, const Src& src) {
+  // >>> Stopped here? The right-hand side is not a kiln tensor, expression or number. <<<
+  static_assert(tensor<Src> || expression<Src> || std::is_arithmetic_v<Src>,
+                "kiln::assign: right-hand side must be a kiln tensor or expression (value_type, shape(), "
+                "operator[]) or a number; wrap raw buffers with kiln::Tensor<...>::from_blob()");
+  auto e = [&] {
+    if constexpr (std::is_arithmetic_v<Src>) return Scalar<compute_t<T>>{static_cast<compute_t<T>>(src)};
+    else return as_expr(src);
+  }();
+  using E = decltype(e);
+  using SE = typename E::shape_type;
+  // >>> Stopped here? The expression lives on another device than the destination tensor. <<<
+  static_assert(std::is_void_v<typename E::device> || std::is_same_v<typename E::device, D>,
+                "kiln::assign: wrong device: the expression's tensors live on another device than the "
+                "destination; move them with .to<kiln::Cuda>() / .to<kiln::Cpu>() first");
+  if constexpr (detail::is_scalar_node<E>::value) {
+    detail::executor<D>::run(dst.view(), e);
+  } else if constexpr (SE::rank < S::rank) {
+    static_assert(shapes_must_broadcast<S, SE>::value);
+    const auto out = detail::broadcast_extents<S>(dst.extents(), e.extents(), "kiln::assign");
+    if (!(out == dst.extents()))
+      throw ShapeError("kiln::assign: shape mismatch: cannot broadcast " + to_string(e.extents()) +
+                       " to the destination's " + to_string(dst.extents()));
+    detail::executor<D>::run(dst.view(), Broadcast<E, S>(e, dst.extents()));
+  } else {
+    static_assert(shapes_must_match<S, SE>::value);
+    if (dst.storage() == nullptr && dst.numel() == 0) dst = Tensor<T, S, D>(extents_cast<S>(e.extents()));
+    if (!(extents_cast<S>(e.extents()) == dst.extents()))
+      throw ShapeError("kiln::assign: shape mismatch: destination " + to_string(dst.extents()) + " (" +
+                       shape_name<S>() + ") but expression " + to_string(e.extents()) + " (" + shape_name<SE>() + ")");
+    detail::executor<D>::run(dst.view(), e);
+  }
+}
+
+/// Evaluates an expression into a new tensor of its element type (float for half operands) and shape.
+template <class X>
+auto eval(const X& x) {
+  auto e = as_expr(x);
+  using E = decltype(e);
+  using V = typename E::value_type;
+  using D = std::conditional_t<std::is_void_v<typename E::device>, Cpu, typename E::device>;
+  Tensor<V, typename E::shape_type, D> t(e.extents());
+  assign(t, e);
+  return t;
+}
+
+}  // namespace kiln

@@ -1,0 +1,98 @@
+/// Broadcast: a lower-rank or size-1 operand read at the output's flat index (a bias over the batch).
+#pragma once
+#include <string>
+
+#include "kiln/expr/node.hpp"
+
+namespace kiln {
+
+/// Reads child E as if it had extents Out (numpy rules). Trailing-aligned operands (a bias [F] under
+/// [N, F]) take a modulo; anything else maps the index through per-dimension strides (0 where broadcast).
+template <class E, class Out>
+struct Broadcast {
+  using value_type = typename E::value_type;
+  using shape_type = Out;
+  using device = typename E::device;
+  static constexpr std::size_t rank = Out::rank;
+
+  E child;
+  Extents<Out> out;
+  index_t stride[rank == 0 ? 1 : rank];  // child stride per output dim (0 = broadcast)
+  index_t modulus;                        // > 0: child index = i % modulus (trailing-aligned case)
+
+  Broadcast(const E& e, const Extents<Out>& o) : child(e), out(o), stride{}, modulus(0) {
+    using In = typename E::shape_type;
+    const auto in = e.extents();
+    const std::size_t off = rank - In::rank;
+    index_t s = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+      const index_t ext = d < off ? 1 : in[d - off];
+      stride[d] = (ext == 1 && out[d] != 1) ? 0 : s;
+      s *= ext;
+    }
+    // Trailing-aligned: the child's dims equal the output's last dims (leading ones only broadcast).
+    bool trailing = true;
+    for (std::size_t d = off; d < rank; ++d) trailing = trailing && in[d - off] == out[d];
+    index_t n = 1;
+    for (std::size_t d = off; d < rank; ++d) n *= out[d];
+    modulus = trailing ? (n == 0 ? 1 : n) : 0;
+  }
+
+  Extents<Out> extents() const { return out; }
+
+  KILN_HOST_DEVICE KILN_FORCEINLINE value_type operator[](index_t i) const {
+    if (modulus > 0) return child[i % modulus];
+    index_t j = 0;
+    for (std::size_t d = rank; d-- > 0;) {
+      const index_t q = i / out[d];
+      j += (i - q * out[d]) * stride[d];
+      i = q;
+    }
+    return child[j];
+  }
+  template <int V>
+  KILN_HOST_DEVICE KILN_FORCEINLINE Packet<value_type, V> packet(index_t i) const {
+    Packet<value_type, V> p;
+    KILN_UNROLL
+    for (int k = 0; k < V; ++k) p[k] = (*this)[i + k];
+    return p;
+  }
+  bool aligned_for(int) const { return true; }  // scalar loads: no alignment needed
+};
+
+namespace detail {
+/// Run-time broadcast of two extents (right-aligned); throws ShapeError naming both.
+template <class Out, class A, class B>
+Extents<Out> broadcast_extents(const Extents<A>& a, const Extents<B>& b, const char* what) {
+  Extents<Out> o;
+  for (std::size_t d = 0; d < Out::rank; ++d) {
+    const std::size_t oa = Out::rank - A::rank, ob = Out::rank - B::rank;
+    const index_t x = d < oa ? 1 : a[d - oa];
+    const index_t y = d < ob ? 1 : b[d - ob];
+    if (x != y && x != 1 && y != 1)
+      throw ShapeError(std::string("kiln: ") + what + ": shape mismatch: " + to_string(a) + " and " + to_string(b) +
+                       " do not broadcast (dimension " + std::to_string(d) + ": " + std::to_string(x) + " vs " +
+                       std::to_string(y) + ")");
+    o[d] = x == 1 ? y : x;
+  }
+  return o;
+}
+
+/// e as a node of shape Out: itself when nothing needs broadcasting, else wrapped.
+template <class Out, class E>
+auto broadcast_to(const E& e, const Extents<Out>& out) {
+  if constexpr (is_scalar_node<E>::value) {
+    return e;
+  } else if constexpr (std::is_same_v<typename E::shape_type, Out>) {
+    // Same static shape: the node reads e at the output's index, so run-time extents must be equal.
+    if (!(e.extents() == out))
+      throw ShapeError("kiln: shape mismatch: extents " + to_string(e.extents()) + " and " + to_string(out) +
+                       " must be equal (an operand of the same static shape is not broadcast at run time)");
+    return e;
+  } else {
+    return Broadcast<E, Out>(e, out);
+  }
+}
+}  // namespace detail
+
+}  // namespace kiln

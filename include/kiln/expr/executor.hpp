@@ -1,0 +1,24 @@
+/// The executor seam: how a device runs an elementwise assignment and a reduction.
+#pragma once
+#include "kiln/core/type_list.hpp"
+
+namespace kiln {
+
+/// What a reduction computes over its axis.
+enum class ReduceKind { sum, mean, max, min, argmax };
+
+namespace detail {
+/// executor<D>::run(dst_view, expr): dst[i] = expr[i] for every flat i, in one pass.
+/// executor<D>::reduce<K>(out, expr, outer, len, inner): out[o * inner + j] = K over
+/// expr[(o * len + k) * inner + j] for k in [0, len).
+/// Cpu: kiln/backend/cpu/executor.hpp. Cuda: kiln/backend/cuda/executor.cuh (nvcc only).
+template <class D>
+struct executor {
+  // >>> Stopped here? A CUDA expression is evaluated in a file nvcc does not compile. <<<
+  static_assert(dependent_false<D>,
+                "kiln: evaluating an expression on kiln::Cuda needs nvcc: compile this file as CUDA (a .cu "
+                "file, or set_source_files_properties(f.cpp PROPERTIES LANGUAGE CUDA)) and include "
+                "<kiln/cuda.hpp>");
+};
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,110 @@
+/// Reductions: sum, mean, max, min, argmax, over one axis or everything. Each is one pass that also
+/// evaluates its (fused) argument expression; the result is a tensor.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "kiln/expr/assign.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln {
+
+namespace detail {
+template <class S, std::size_t Axis, std::size_t... I>
+auto remove_axis(std::index_sequence<I...>) -> Shape<S::extents[I < Axis ? I : I + 1]...>;
+/// S without dimension Axis.
+template <class S, std::size_t Axis>
+using remove_axis_t = decltype(remove_axis<S, Axis>(std::make_index_sequence<S::rank - 1>{}));
+
+template <class X>
+using device_of_t = std::conditional_t<std::is_void_v<typename node_t<X>::device>, Cpu, typename node_t<X>::device>;
+
+template <ReduceKind K, class X>
+auto reduce_all(const X& x) {
+  auto e = as_expr(x);
+  using E = decltype(e);
+  using Out = std::conditional_t<K == ReduceKind::argmax, std::int64_t, typename E::value_type>;
+  const index_t n = e.extents().numel();
+  if ((K == ReduceKind::max || K == ReduceKind::min || K == ReduceKind::argmax) && n == 0)
+    throw ValueError("kiln::max/min/argmax: the input is empty; a maximum needs at least one element");
+  Tensor<Out, Shape<>, device_of_t<X>> out(Extents<Shape<>>{});
+  executor<device_of_t<X>>::template reduce<K>(out.data(), e, 1, n, 1);
+  return out;
+}
+
+template <ReduceKind K, int Axis, class X>
+auto reduce_axis(const X& x) {
+  auto e = as_expr(x);
+  using E = decltype(e);
+  using S = typename E::shape_type;
+  constexpr int rank = static_cast<int>(S::rank);
+  // >>> Stopped here? The axis is outside [-rank, rank) for this operand's shape. <<<
+  static_assert(Axis >= -rank && Axis < rank, "kiln: reduction axis out of range for the operand's rank");
+  constexpr std::size_t axis = static_cast<std::size_t>(Axis < 0 ? Axis + rank : Axis);
+  using R = remove_axis_t<S, axis>;
+  using Out = std::conditional_t<K == ReduceKind::argmax, std::int64_t, typename E::value_type>;
+  const auto ext = e.extents();
+  index_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= ext[d];
+  for (std::size_t d = axis + 1; d < S::rank; ++d) inner *= ext[d];
+  const index_t len = ext[axis];
+  if ((K == ReduceKind::max || K == ReduceKind::min || K == ReduceKind::argmax) && len == 0)
+    throw ValueError("kiln::max/min/argmax: the reduced axis is empty in " + to_string(ext));
+  Extents<R> re;
+  for (std::size_t d = 0, k = 0; d < S::rank; ++d)
+    if (d != axis) re[k++] = ext[d];
+  Tensor<Out, R, device_of_t<X>> out(re);
+  if (out.numel() > 0) executor<device_of_t<X>>::template reduce<K>(out.data(), e, outer, len, inner);
+  return out;
+}
+}  // namespace detail
+
+/// Sum of all elements: a rank-0 tensor (`.item()` reads it). Floats accumulate in double on the CPU.
+template <operand X>
+auto sum(const X& x) {
+  return detail::reduce_all<ReduceKind::sum>(x);
+}
+/// Sum over one axis (negative counts from the end), which disappears: [N, F] --sum<0>--> [F].
+template <int Axis, operand X>
+auto sum(const X& x) {
+  return detail::reduce_axis<ReduceKind::sum, Axis>(x);
+}
+template <operand X>
+auto mean(const X& x) {
+  return detail::reduce_all<ReduceKind::mean>(x);
+}
+template <int Axis, operand X>
+auto mean(const X& x) {
+  return detail::reduce_axis<ReduceKind::mean, Axis>(x);
+}
+/// Largest element (NaN propagates); throws ValueError on an empty input.
+template <operand X>
+auto max(const X& x) {
+  return detail::reduce_all<ReduceKind::max>(x);
+}
+template <int Axis, operand X>
+auto max(const X& x) {
+  return detail::reduce_axis<ReduceKind::max, Axis>(x);
+}
+template <operand X>
+auto min(const X& x) {
+  return detail::reduce_all<ReduceKind::min>(x);
+}
+template <int Axis, operand X>
+auto min(const X& x) {
+  return detail::reduce_axis<ReduceKind::min, Axis>(x);
+}
+/// Flat index of the largest element (the first one on ties; the first NaN if any), as int64.
+template <operand X>
+auto argmax(const X& x) {
+  return detail::reduce_all<ReduceKind::argmax>(x);
+}
+/// Index along Axis of the largest element: logits [N, 10] --argmax<1>--> labels [N].
+template <int Axis, operand X>
+auto argmax(const X& x) {
+  return detail::reduce_axis<ReduceKind::argmax, Axis>(x);
+}
+
+}  // namespace kiln

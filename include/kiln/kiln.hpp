@@ -1,0 +1,26 @@
+/// kiln's host umbrella: tensors, fused expressions, reductions, GEMM, devices. CUDA sources include
+/// <kiln/cuda.hpp> instead, which adds the GPU executor.
+#pragma once
+#include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/core/half.hpp"
+#include "kiln/core/index.hpp"
+#include "kiln/core/type_list.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/expr/reduce.hpp"
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/functors.hpp"
+#include "kiln/ops/matmul.hpp"
+#include "kiln/policy/policy.hpp"
+#include "kiln/tensor/allocator.hpp"
+#include "kiln/tensor/shape.hpp"
+#include "kiln/tensor/storage.hpp"
+#include "kiln/tensor/tensor.hpp"
+#include "kiln/tensor/view.hpp"
+
+#if KILN_WITH_CUDA
+#include "kiln/backend/cuda/cublas.hpp"
+#include "kiln/backend/cuda/device.hpp"
+#include "kiln/backend/cuda/memory.hpp"
+#endif

@@ -1,0 +1,185 @@
+/// The elementwise vocabulary: operators, math functions, where, cast. Each builds a node; nothing runs.
+#pragma once
+#include <type_traits>
+
+#include "kiln/expr/binary.hpp"
+#include "kiln/expr/broadcast.hpp"
+#include "kiln/expr/cast.hpp"
+#include "kiln/expr/unary.hpp"
+#include "kiln/ops/functors.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln {
+
+namespace detail {
+/// x as a node; a number takes the value type of the other operand (so `x * 0.5` stays float).
+template <class Other, class X>
+auto node_for(const X& x) {
+  if constexpr (std::is_arithmetic_v<X>) {
+    return Scalar<typename node_t<Other>::value_type>{static_cast<typename node_t<Other>::value_type>(x)};
+  } else {
+    return as_expr(x);
+  }
+}
+
+template <class F, class X, class Y>
+auto make_binary(const X& x, const Y& y, const char* what, F f = {}) {
+  auto a = node_for<Y>(x);
+  auto b = node_for<X>(y);
+  using A = decltype(a);
+  using B = decltype(b);
+  using SA = typename A::shape_type;
+  using SB = typename B::shape_type;
+  static_assert(shapes_must_broadcast<SA, SB>::value);
+  using Out = broadcast_shape_t<SA, SB>;
+  if constexpr (is_scalar_node<A>::value) {
+    return Binary<F, A, B>{f, a, b, b.extents()};
+  } else if constexpr (is_scalar_node<B>::value) {
+    return Binary<F, A, B>{f, a, b, a.extents()};
+  } else {
+    const auto out = broadcast_extents<Out>(a.extents(), b.extents(), what);
+    auto aa = broadcast_to<Out>(a, out);
+    auto bb = broadcast_to<Out>(b, out);
+    return Binary<F, decltype(aa), decltype(bb)>{f, aa, bb, out};
+  }
+}
+
+template <class F, class X>
+auto make_unary(const X& x, F f = {}) {
+  auto a = as_expr(x);
+  return Unary<F, decltype(a)>{f, a};
+}
+}  // namespace detail
+
+// ---- arithmetic operators (at least one side a kiln operand) ----
+#define KILN_BINARY_OPERATOR(op, Functor, what)                                            \
+  template <operand_or_number X, operand_or_number Y>                                      \
+    requires(operand<X> || operand<Y>)                                                     \
+  auto operator op(const X& x, const Y& y) {                                               \
+    return detail::make_binary<ops::Functor>(x, y, what);                                  \
+  }
+KILN_BINARY_OPERATOR(+, Plus, "operator+")
+KILN_BINARY_OPERATOR(-, Minus, "operator-")
+KILN_BINARY_OPERATOR(*, Multiplies, "operator*")
+KILN_BINARY_OPERATOR(/, Divides, "operator/")
+KILN_BINARY_OPERATOR(<, Less, "operator<")
+KILN_BINARY_OPERATOR(<=, LessEqual, "operator<=")
+KILN_BINARY_OPERATOR(>, Greater, "operator>")
+KILN_BINARY_OPERATOR(>=, GreaterEqual, "operator>=")
+#undef KILN_BINARY_OPERATOR
+
+template <operand X>
+auto operator-(const X& x) {
+  return detail::make_unary<ops::Negate>(x);
+}
+
+/// Elementwise x == y and x != y, as bool (operators are left to mean identity for tensors).
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto eq(const X& x, const Y& y) {
+  return detail::make_binary<ops::EqualTo>(x, y, "kiln::eq");
+}
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto ne(const X& x, const Y& y) {
+  return detail::make_binary<ops::NotEqualTo>(x, y, "kiln::ne");
+}
+
+/// Elementwise maximum / minimum of two operands (NaN propagates), like torch.maximum / minimum.
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto max(const X& x, const Y& y) {
+  return detail::make_binary<ops::Maximum>(x, y, "kiln::max");
+}
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto min(const X& x, const Y& y) {
+  return detail::make_binary<ops::Minimum>(x, y, "kiln::min");
+}
+
+/// x^y elementwise; y a number or an operand.
+template <operand X, operand_or_number Y>
+auto pow(const X& x, const Y& y) {
+  if constexpr (std::is_arithmetic_v<Y>) {
+    return detail::make_unary(x, ops::PowScalar<Y>{y});
+  } else {
+    return detail::make_binary<ops::Pow>(x, y, "kiln::pow");
+  }
+}
+
+#define KILN_UNARY_FUNCTION(name, Functor)        \
+  template <operand X>                            \
+  auto name(const X& x) {                         \
+    return detail::make_unary<ops::Functor>(x);   \
+  }
+KILN_UNARY_FUNCTION(exp, Exp)
+KILN_UNARY_FUNCTION(log, Log)
+KILN_UNARY_FUNCTION(tanh, Tanh)
+KILN_UNARY_FUNCTION(sigmoid, Sigmoid)
+KILN_UNARY_FUNCTION(relu, Relu)
+KILN_UNARY_FUNCTION(sqrt, Sqrt)
+KILN_UNARY_FUNCTION(abs, Abs)
+#undef KILN_UNARY_FUNCTION
+
+/// c ? a : b elementwise (c a bool-valued operand, e.g. `x > 0`); all three broadcast together.
+template <operand C, operand_or_number A, operand_or_number B>
+auto where(const C& c, const A& a, const B& b) {
+  auto cc = as_expr(c);
+  using Ref = std::conditional_t<std::is_arithmetic_v<A>, B, A>;
+  auto aa = detail::node_for<Ref>(a);
+  auto bb = detail::node_for<Ref>(b);
+  using SC = typename decltype(cc)::shape_type;
+  using SA = typename decltype(aa)::shape_type;
+  using SB = typename decltype(bb)::shape_type;
+  static_assert(shapes_must_broadcast<SC, SA>::value && shapes_must_broadcast<SC, SB>::value &&
+                shapes_must_broadcast<SA, SB>::value);
+  using Out = broadcast_shape_t<SC, broadcast_shape_t<SA, SB>>;
+  Extents<Out> out;
+  if constexpr (detail::is_scalar_node<decltype(aa)>::value && detail::is_scalar_node<decltype(bb)>::value) {
+    out = detail::broadcast_extents<Out>(cc.extents(), Extents<Shape<>>{}, "kiln::where");
+  } else if constexpr (detail::is_scalar_node<decltype(aa)>::value) {
+    out = detail::broadcast_extents<Out>(cc.extents(), bb.extents(), "kiln::where");
+  } else if constexpr (detail::is_scalar_node<decltype(bb)>::value) {
+    out = detail::broadcast_extents<Out>(cc.extents(), aa.extents(), "kiln::where");
+  } else {
+    out = detail::broadcast_extents<Out>(
+        cc.extents(), detail::broadcast_extents<broadcast_shape_t<SA, SB>>(aa.extents(), bb.extents(), "kiln::where"),
+        "kiln::where");
+  }
+  auto c2 = detail::broadcast_to<Out>(cc, out);
+  auto a2 = detail::broadcast_to<Out>(aa, out);
+  auto b2 = detail::broadcast_to<Out>(bb, out);
+  return Where<decltype(c2), decltype(a2), decltype(b2)>{c2, a2, b2, out};
+}
+
+/// x's values as element type T stores them (`cast<double>(x)`, `cast<kiln::half>(x)`).
+template <class T, operand X>
+auto cast(const X& x) {
+  static_assert(element<T>, "kiln::cast<T>: T must be a kiln element type (float, double, kiln::half, ...)");
+  auto a = as_expr(x);
+  return Cast<T, decltype(a)>{a};
+}
+
+// ---- compound assignment on tensors: one pass each ----
+template <class T, class S, class D, operand_or_number Y>
+Tensor<T, S, D>& operator+=(Tensor<T, S, D>& t, const Y& y) {
+  assign(t, t + y);
+  return t;
+}
+template <class T, class S, class D, operand_or_number Y>
+Tensor<T, S, D>& operator-=(Tensor<T, S, D>& t, const Y& y) {
+  assign(t, t - y);
+  return t;
+}
+template <class T, class S, class D, operand_or_number Y>
+Tensor<T, S, D>& operator*=(Tensor<T, S, D>& t, const Y& y) {
+  assign(t, t * y);
+  return t;
+}
+template <class T, class S, class D, operand_or_number Y>
+Tensor<T, S, D>& operator/=(Tensor<T, S, D>& t, const Y& y) {
+  assign(t, t / y);
+  return t;
+}
+
+}  // namespace kiln

@@ -1,0 +1,116 @@
+/// matmul: 2-D matrix products with optional transposes, through CBLAS on the CPU and cuBLAS on the GPU.
+#pragma once
+#include <string>
+#include <type_traits>
+
+#include "kiln/backend/cpu/blas.hpp"
+#include "kiln/core/counters.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln {
+
+/// A matrix operand read transposed (no copy): `matmul(x, transposed(w))` is x wᵀ.
+template <class X>
+struct Transposed {
+  X x;
+};
+template <tensor X>
+Transposed<X> transposed(const X& x) {
+  static_assert(X::rank == 2, "kiln::transposed: only matrices (rank 2) can be transposed for matmul");
+  return {x};
+}
+
+namespace detail {
+/// GEMM of device D, row-major: C = alpha op(A) op(B) + beta C. Cuda: kiln/backend/cuda/cublas.hpp.
+template <class D>
+struct gemm_backend {
+  static_assert(dependent_false<D>, "kiln::matmul on kiln::Cuda needs cuBLAS: link your target to kiln::cuda");
+};
+template <>
+struct gemm_backend<Cpu> {
+  template <class T>
+  static void run(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const T* a, index_t lda,
+                  const T* b, index_t ldb, float beta, T* c, index_t ldc, int /*device*/) {
+    backend::cpu::gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+};
+
+template <class X>
+struct matmul_operand {
+  using tensor_type = X;
+  static constexpr bool trans = false;
+  static const X& get(const X& x) { return x; }
+};
+template <class X>
+struct matmul_operand<Transposed<X>> {
+  using tensor_type = X;
+  static constexpr bool trans = true;
+  static const X& get(const Transposed<X>& x) { return x.x; }
+};
+
+/// Fails to compile, naming both inner extents, when op(A) is [M, KA] and op(B) is [KB, N] with KA != KB.
+template <index_t KA, index_t KB>
+struct matmul_inner_extents_must_match {
+  // >>> Stopped here? op(A)'s columns (KA) differ from op(B)'s rows (KB). <<<
+  static_assert(KA == KB || KA == dyn || KB == dyn,
+                "kiln::matmul: shape mismatch: op(A) is [M, KA] and op(B) is [KB, N] with KA != KB; see the "
+                "template arguments of kiln::matmul_inner_extents_must_match");
+  static constexpr bool value = true;
+};
+}  // namespace detail
+
+/// C = alpha op(A) op(B) + beta C into an existing C [M, N] (beta = 1 accumulates, for gradients).
+template <class A, class B, class TC, class SC, class DC>
+void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 1.0f, float beta = 0.0f) {
+  using OA = detail::matmul_operand<A>;
+  using OB = detail::matmul_operand<B>;
+  using TA = typename OA::tensor_type;
+  using TB = typename OB::tensor_type;
+  static_assert(tensor<TA> && tensor<TB>, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
+                                          "evaluate expressions first with kiln::eval()");
+  static_assert(TA::rank == 2 && TB::rank == 2 && SC::rank == 2, "kiln::matmul: operands must be matrices (rank 2)");
+  static_assert(std::is_same_v<typename TA::element_type, TC> && std::is_same_v<typename TB::element_type, TC>,
+                "kiln::matmul: A, B and C must have the same element type; cast<T>() one of them");
+  static_assert(std::is_same_v<typename TA::device, DC> && std::is_same_v<typename TB::device, DC>,
+                "kiln::matmul: wrong device: A, B and C must live on the same device");
+  constexpr index_t ka = OA::trans ? TA::shape_type::extents[0] : TA::shape_type::extents[1];
+  constexpr index_t kb = OB::trans ? TB::shape_type::extents[1] : TB::shape_type::extents[0];
+  static_assert(detail::matmul_inner_extents_must_match<ka, kb>::value);
+  const auto& a = OA::get(a_);
+  const auto& b = OB::get(b_);
+  const index_t m = OA::trans ? a.size(1) : a.size(0), k = OA::trans ? a.size(0) : a.size(1);
+  const index_t kb2 = OB::trans ? b.size(1) : b.size(0), n = OB::trans ? b.size(0) : b.size(1);
+  if (k != kb2 || c.size(0) != m || c.size(1) != n)
+    throw ShapeError("kiln::matmul: shape mismatch: op(A) [" + std::to_string(m) + ", " + std::to_string(k) +
+                     "] x op(B) [" + std::to_string(kb2) + ", " + std::to_string(n) + "] into C " +
+                     to_string(c.extents()));
+  detail::count_pass();
+  detail::gemm_backend<DC>::template run<TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1), b.data(),
+                                             b.size(1), beta, c.data(), n, c.device_index());
+}
+
+/// op(A) op(B) as a new tensor [M, N] (M may be dyn).
+template <class A, class B>
+auto matmul(const A& a, const B& b) {
+  using OA = detail::matmul_operand<A>;
+  using OB = detail::matmul_operand<B>;
+  using TA = typename OA::tensor_type;
+  using TB = typename OB::tensor_type;
+  static_assert(tensor<TA> && tensor<TB>, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
+                                          "evaluate expressions first with kiln::eval()");
+  static_assert(TA::rank == 2 && TB::rank == 2, "kiln::matmul: operands must be matrices (rank 2)");
+  constexpr index_t M = OA::trans ? TA::shape_type::extents[1] : TA::shape_type::extents[0];
+  constexpr index_t N = OB::trans ? TB::shape_type::extents[0] : TB::shape_type::extents[1];
+  using SC = Shape<M, N>;
+  const auto& x = OA::get(a);
+  const auto& y = OB::get(b);
+  Extents<SC> e;
+  e[0] = OA::trans ? x.size(1) : x.size(0);
+  e[1] = OB::trans ? y.size(0) : y.size(1);
+  Tensor<typename TA::element_type, SC, typename TA::device> c(e, x.device_index());
+  matmul_into(c, a, b);
+  return c;
+}
+
+}  // namespace kiln

@@ -1,0 +1,198 @@
+/// Shapes: static extents in the type (`Shape<dyn, 3, 32, 32>`), run-time extents beside them.
+#pragma once
+#include <cstddef>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/core/index.hpp"
+
+namespace kiln {
+
+/// A dynamic extent (usually the batch), known only at run time.
+inline constexpr index_t dyn = -1;
+
+/// A shape whose extents are fixed at compile time, except those written `dyn`. Mirrors std::extents.
+/// Example: `Shape<dyn, 3, 32, 32>` is a batch of 3-channel 32x32 images.
+template <index_t... E>
+struct Shape {
+  static_assert(((E == dyn || E >= 0) && ...), "kiln::Shape: an extent must be >= 0 or kiln::dyn");
+  static constexpr std::size_t rank = sizeof...(E);
+  static constexpr index_t extents[rank == 0 ? 1 : rank] = {E...};
+  static constexpr std::size_t rank_dynamic = ((E == dyn ? 1 : 0) + ... + 0);
+  static constexpr bool is_static = rank_dynamic == 0;
+  /// Extent i, or dyn.
+  static constexpr index_t static_extent(std::size_t i) { return extents[i]; }
+  /// Product of all extents (1 for rank 0); dyn if any extent is dynamic.
+  static constexpr index_t static_numel() {
+    index_t n = 1;
+    for (std::size_t i = 0; i < rank; ++i) {
+      if (extents[i] == dyn) return dyn;
+      n *= extents[i];
+    }
+    return n;
+  }
+};
+
+/// Any kiln::Shape<...>.
+template <class S>
+struct is_shape : std::false_type {};
+template <index_t... E>
+struct is_shape<Shape<E...>> : std::true_type {};
+template <class S>
+concept shape = is_shape<S>::value;
+
+/// The run-time extents of a value of shape S; trivially copyable, usable in kernels.
+template <class S>
+struct Extents {
+  static constexpr std::size_t rank = S::rank;
+  index_t e[rank == 0 ? 1 : rank];
+
+  /// Static extents filled in; dynamic ones 0.
+  KILN_HOST_DEVICE constexpr Extents() : e{} {
+    for (std::size_t i = 0; i < rank; ++i) e[i] = S::extents[i] == dyn ? 0 : S::extents[i];
+  }
+  /// Values for the dynamic extents, in order.
+  template <class... I>
+    requires(sizeof...(I) == S::rank_dynamic && sizeof...(I) > 0 && (std::is_integral_v<I> && ...))
+  explicit constexpr Extents(I... dynamic) : Extents() {
+    const index_t d[] = {static_cast<index_t>(dynamic)...};
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < rank; ++i)
+      if (S::extents[i] == dyn) {
+        if (d[k] < 0) throw ShapeError("kiln::Extents: a dynamic extent must be >= 0, got " + std::to_string(d[k]));
+        e[i] = d[k++];
+      }
+  }
+  KILN_HOST_DEVICE constexpr index_t operator[](std::size_t i) const { return e[i]; }
+  KILN_HOST_DEVICE constexpr index_t& operator[](std::size_t i) { return e[i]; }
+  KILN_HOST_DEVICE constexpr index_t numel() const {
+    index_t n = 1;
+    for (std::size_t i = 0; i < rank; ++i) n *= e[i];
+    return n;
+  }
+  friend constexpr bool operator==(const Extents& a, const Extents& b) {
+    for (std::size_t i = 0; i < rank; ++i)
+      if (a.e[i] != b.e[i]) return false;
+    return true;
+  }
+};
+
+/// "[3, 4]"
+template <class S>
+std::string to_string(const Extents<S>& x) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < S::rank; ++i) os << (i ? ", " : "") << x[i];
+  os << ']';
+  return os.str();
+}
+template <class S>
+std::ostream& operator<<(std::ostream& os, const Extents<S>& x) {
+  return os << to_string(x);
+}
+
+/// "Shape<dyn, 3>" (the static shape, for messages).
+template <class S>
+std::string shape_name() {
+  std::ostringstream os;
+  os << "Shape<";
+  for (std::size_t i = 0; i < S::rank; ++i) {
+    os << (i ? ", " : "");
+    if (S::extents[i] == dyn) os << "dyn";
+    else os << S::extents[i];
+  }
+  os << '>';
+  return os.str();
+}
+
+/// Extents of the same rank with a shape type change (reshape, a result shape), checked on the host.
+template <class To, class From>
+Extents<To> extents_cast(const Extents<From>& from) {
+  static_assert(To::rank == From::rank, "kiln::extents_cast: ranks differ");
+  Extents<To> to;
+  for (std::size_t i = 0; i < To::rank; ++i) {
+    if (To::extents[i] != dyn && To::extents[i] != from[i])
+      throw ShapeError("kiln: extents " + to_string(from) + " do not fit " + shape_name<To>());
+    to[i] = from[i];
+  }
+  return to;
+}
+
+namespace detail {
+// ---- compile-time broadcasting (numpy rules, aligned on the right) ----
+constexpr index_t broadcast_extent(index_t a, index_t b) {
+  if (a == b) return a;
+  if (a == 1) return b;
+  if (b == 1) return a;
+  if (a == dyn || b == dyn) return dyn;  // resolved at run time
+  return -2;                             // incompatible
+}
+template <class A, class B, std::size_t... I>
+constexpr auto broadcast_shape_impl(std::index_sequence<I...>) {
+  constexpr std::size_t r = A::rank > B::rank ? A::rank : B::rank;
+  constexpr auto at = [](auto s, std::size_t i, std::size_t r) -> index_t {
+    using X = decltype(s);
+    const std::size_t off = r - X::rank;
+    return i < off ? 1 : X::extents[i - off];
+  };
+  return Shape<broadcast_extent(at(A{}, I, r), at(B{}, I, r))...>{};
+}
+template <class A, class B>
+constexpr bool broadcastable_impl() {
+  constexpr std::size_t r = A::rank > B::rank ? A::rank : B::rank;
+  for (std::size_t i = 0; i < r; ++i) {
+    const index_t a = i < r - A::rank ? 1 : A::extents[i - (r - A::rank)];
+    const index_t b = i < r - B::rank ? 1 : B::extents[i - (r - B::rank)];
+    if (broadcast_extent(a, b) == -2) return false;
+  }
+  return true;
+}
+}  // namespace detail
+
+/// True when A and B broadcast together (numpy rules: align right; equal, 1, or dyn).
+template <class A, class B>
+inline constexpr bool broadcastable = detail::broadcastable_impl<A, B>();
+
+/// The shape A and B broadcast to.
+template <class A, class B>
+using broadcast_shape_t = decltype(detail::broadcast_shape_impl<A, B>(
+    std::make_index_sequence<(A::rank > B::rank ? A::rank : B::rank)>{}));
+
+/// Fails to compile, naming both shapes, when A and B do not broadcast.
+template <class A, class B>
+struct shapes_must_broadcast {
+  // >>> Stopped here? The two operands' static shapes (the template arguments above) do not broadcast. <<<
+  static_assert(broadcastable<A, B>,
+                "kiln: shape mismatch: operand shapes do not broadcast (numpy rules, aligned on the right: "
+                "each pair of extents must be equal or 1); see the two Shape<...> arguments of "
+                "kiln::shapes_must_broadcast in this message");
+  static constexpr bool value = true;
+};
+
+/// Fails to compile, naming both shapes, when Dst cannot receive a value of shape Src.
+template <class Dst, class Src>
+struct shapes_must_match {
+  static constexpr bool same_rank = Dst::rank == Src::rank;
+  static constexpr bool compatible() {
+    if constexpr (!same_rank) {
+      return false;
+    } else {
+      for (std::size_t i = 0; i < Dst::rank; ++i)
+        if (Dst::extents[i] != dyn && Src::extents[i] != dyn && Dst::extents[i] != Src::extents[i])
+          return false;
+      return true;
+    }
+  }
+  // >>> Stopped here? The destination and the expression have different static shapes. <<<
+  static_assert(compatible(),
+                "kiln::assign: shape mismatch: the destination's shape and the expression's shape differ; "
+                "see the two Shape<...> arguments (destination, expression) of kiln::shapes_must_match in "
+                "this message; reshape<...>() one side or fix the layer sizes");
+  static constexpr bool value = true;
+};
+
+}  // namespace kiln

@@ -1,0 +1,97 @@
+/// Reference-counted device memory behind tensors, and the per-device allocator and copy hooks.
+#pragma once
+#include <cstddef>
+#include <cstring>
+#include <memory>
+
+#include "kiln/backend/cpu/memory.hpp"
+#include "kiln/core/type_list.hpp"
+#include "kiln/policy/device.hpp"
+#include "kiln/tensor/allocator.hpp"
+
+namespace kiln {
+
+namespace detail {
+/// Memory services of device D: `allocator(index)` (index < 0: the current device).
+/// Cpu is defined here; Cuda in kiln/backend/cuda/memory.hpp (needs kiln::cuda).
+template <class D>
+struct device_memory {
+  // >>> Stopped here? A tensor on this device needs its backend linked. <<<
+  static_assert(dependent_false<D>,
+                "kiln: tensors on kiln::Cuda need the CUDA runtime: link your target to kiln::cuda "
+                "(find_package(kiln COMPONENTS cuda)), which defines KILN_WITH_CUDA");
+};
+
+template <>
+struct device_memory<Cpu> {
+  static CachingAllocator& allocator(int) { return backend::cpu::allocator(); }
+};
+
+/// Page-locked host memory (cudaHostAlloc): pinned_host_memory<Cpu> is defined in
+/// kiln/backend/cuda/memory.hpp.
+template <class D>
+struct pinned_host_memory {
+  static_assert(dependent_false<D>, "kiln::Tensor::pin_memory: pinned memory needs the CUDA runtime: link your "
+                                   "target to kiln::cuda");
+};
+
+/// Bytes from one device's memory to another's; asynchronous on the current stream when
+/// non_blocking and a GPU is involved. Specialised for CUDA pairs in kiln/backend/cuda/memory.hpp.
+template <class DstD, class SrcD>
+struct device_copy {
+  static_assert(dependent_false<DstD, SrcD>,
+                "kiln: copies to or from kiln::Cuda need the CUDA runtime: link your target to kiln::cuda");
+};
+template <>
+struct device_copy<Cpu, Cpu> {
+  static void run(void* dst, int, const void* src, int, std::size_t bytes, bool) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+};
+}  // namespace detail
+
+/// One allocation: freed back to its allocator's cache when the last tensor using it goes away.
+struct Storage {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  CachingAllocator* owner = nullptr;  ///< null: memory owned by someone else (from_blob)
+  int device = 0;                     ///< device index (cuda:N); 0 on the CPU
+  bool pinned = false;                ///< page-locked host memory (for asynchronous copies)
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (owner) owner->deallocate(ptr);
+  }
+
+  static std::shared_ptr<Storage> allocate(CachingAllocator& a, std::size_t bytes, bool pinned = false) {
+    auto s = std::make_shared<Storage>();
+    s->ptr = a.allocate(bytes);
+    s->bytes = bytes;
+    s->owner = &a;
+    s->device = a.device();
+    s->pinned = pinned;
+    return s;
+  }
+};
+
+/// The caching allocator of device D (index: which GPU; < 0: the current one).
+template <device_policy D>
+CachingAllocator& caching_allocator(int index = -1) {
+  return detail::device_memory<D>::allocator(index);
+}
+
+/// Allocator statistics of device D (torch.cuda.memory_stats).
+template <device_policy D>
+MemoryStats memory_stats(int index = -1) {
+  return caching_allocator<D>(index).stats();
+}
+
+/// Returns device D's cached blocks to the system (torch.cuda.empty_cache()).
+template <device_policy D>
+void empty_cache(int index = -1) {
+  caching_allocator<D>(index).empty_cache();
+}
+
+}  // namespace kiln

@@ -1,0 +1,315 @@
+/// Tensor: typed element, compile-time shape (dynamic batch allowed), device; shared storage.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/errors.hpp"
+#include "kiln/core/half.hpp"
+#include "kiln/expr/node.hpp"
+#include "kiln/policy/device.hpp"
+#include "kiln/tensor/shape.hpp"
+#include "kiln/tensor/storage.hpp"
+#include "kiln/tensor/view.hpp"
+
+namespace kiln {
+
+template <class T, class S, class D>
+class Tensor;
+
+template <class X>
+struct is_tensor : std::false_type {};
+template <class T, class S, class D>
+struct is_tensor<Tensor<T, S, D>> : std::true_type {};
+/// Any kiln::Tensor<...>.
+template <class X>
+concept tensor = is_tensor<std::remove_cvref_t<X>>::value;
+
+template <class T, class S, class D, class Src>
+void assign(Tensor<T, S, D>& dst, const Src& src);
+
+/// A kiln tensor or expression (not a plain number).
+template <class X>
+concept operand = tensor<X> || expression<X>;
+/// A kiln operand or a number.
+template <class X>
+concept operand_or_number = operand<X> || std::is_arithmetic_v<X>;
+
+/// An n-dimensional array of T with shape S on device D. Copies share storage (like torch::Tensor);
+/// `clone()` copies the data. Assigning an expression evaluates it into the existing storage in one pass.
+///
+/// Example:
+///   kiln::Tensor<float, kiln::Shape<kiln::dyn, 4>> x(3), y(3);  // [3, 4]
+///   x.fill(2.0f);
+///   y = kiln::relu(x * 2.0f - 1.0f);                             // one loop / one kernel
+template <class T, class S, class D = Cpu>
+class Tensor {
+  // >>> Stopped here? Check the element type, shape and device you gave kiln::Tensor. <<<
+  static_assert(element<T>, "kiln::Tensor: element type must be float, double, kiln::half, kiln::bfloat16, "
+                            "int32_t, int64_t or bool");
+  static_assert(shape<S>, "kiln::Tensor: the second argument must be a kiln::Shape<...>");
+  static_assert(device_policy<D>, "kiln::Tensor: the third argument must be kiln::Cpu or kiln::Cuda");
+
+ public:
+  using element_type = T;
+  using value_type = compute_t<T>;
+  using shape_type = S;
+  using device = D;
+  static constexpr std::size_t rank = S::rank;
+
+  /// A static shape allocates; a shape with `dyn` extents starts empty (extent 0).
+  Tensor() {
+    if constexpr (S::is_static) allocate(Extents<S>{}, -1);
+  }
+  /// One value per `dyn` extent, in order: `Tensor<float, Shape<dyn, 10>> t(batch);`
+  template <class... I>
+    requires(sizeof...(I) == S::rank_dynamic && sizeof...(I) > 0 && (std::is_integral_v<I> && ...))
+  explicit Tensor(I... dynamic) {
+    allocate(Extents<S>(dynamic...), -1);
+  }
+  /// Uninitialised storage of the given extents on device `index` (cuda:index; < 0: the current device).
+  explicit Tensor(const Extents<S>& ext, int index = -1) { allocate(ext, index); }
+
+  Tensor(const Tensor&) = default;  // shares storage
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;  // rebinds
+  /// Writes other's values into this tensor's storage (allocating when empty).
+  Tensor& operator=(const Tensor& other) {
+    if (this != &other) assign(*this, other);
+    return *this;
+  }
+  /// Evaluates an expression (or fills with a number) into this tensor, in one pass.
+  template <class E>
+    requires(!std::is_same_v<std::remove_cvref_t<E>, Tensor>)
+  Tensor& operator=(const E& e) {
+    assign(*this, e);
+    return *this;
+  }
+
+  // ---- shape ----
+  const Extents<S>& extents() const { return ext_; }
+  index_t size(std::size_t dim) const { return ext_[dim]; }
+  index_t numel() const { return ext_.numel(); }
+  bool empty() const { return numel() == 0; }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * sizeof(T); }
+
+  // ---- memory ----
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  int device_index() const { return storage_ ? storage_->device : 0; }
+  bool is_pinned() const { return storage_ && storage_->pinned; }
+  /// True when both tensors use the same allocation.
+  bool shares_storage_with(const Tensor& o) const { return storage_ && storage_ == o.storage_; }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  TensorView<T, S, D> view() { return {data_, ext_}; }
+  TensorView<const T, S, D> view() const { return {data_, ext_}; }
+
+  // ---- host element access (CPU tensors) ----
+  T& operator[](index_t i)
+    requires std::is_same_v<D, Cpu>
+  {
+    return data_[i];
+  }
+  const T& operator[](index_t i) const
+    requires std::is_same_v<D, Cpu>
+  {
+    return data_[i];
+  }
+  /// Element at a multi-index, row-major: `t(n, c, h, w)`.
+  template <class... I>
+    requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
+  T& operator()(I... idx) {
+    return data_[offset(idx...)];
+  }
+  template <class... I>
+    requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
+  const T& operator()(I... idx) const {
+    return data_[offset(idx...)];
+  }
+  /// The value of a one-element tensor, copied to the host (torch's item()).
+  value_type item() const {
+    if (numel() != 1) throw ShapeError("kiln::Tensor::item: tensor has " + std::to_string(numel()) + " elements, expected 1");
+    T v;
+    detail::device_copy<Cpu, D>::run(&v, 0, data_, device_index(), sizeof(T), false);
+    return to_compute(v);
+  }
+
+  /// All elements, copied to the host in row-major order.
+  std::vector<T> to_vector() const {
+    std::vector<T> v(static_cast<std::size_t>(numel()));
+    detail::device_copy<Cpu, D>::run(v.data(), 0, data_, device_index(), nbytes(), false);
+    return v;
+  }
+  /// A new tensor holding `values` (row-major; size must equal the extents' product).
+  static Tensor from(std::span<const T> values, const Extents<S>& ext, int index = -1) {
+    if (static_cast<index_t>(values.size()) != ext.numel())
+      throw ShapeError("kiln::Tensor::from: " + std::to_string(values.size()) + " values for extents " +
+                       to_string(ext) + " (" + std::to_string(ext.numel()) + " elements)");
+    Tensor t(ext, index);
+    detail::device_copy<D, Cpu>::run(t.data_, t.device_index(), values.data(), 0, t.nbytes(), false);
+    return t;
+  }
+  /// Static shapes only: `Tensor<float, Shape<2, 3>>::from({1, 2, 3, 4, 5, 6})`.
+  static Tensor from(std::initializer_list<T> values)
+    requires S::is_static
+  {
+    return from(std::span<const T>(values.begin(), values.size()), Extents<S>{});
+  }
+
+  /// A copy on device D2 (index: which GPU). With non_blocking and pinned host memory the copy is
+  /// asynchronous on the current stream, like torch's `.to(device, non_blocking=True)`.
+  template <class D2>
+  Tensor<T, S, D2> to(int index = -1, bool non_blocking = false) const {
+    Tensor<T, S, D2> t(ext_, index);
+    detail::device_copy<D2, D>::run(t.data(), t.device_index(), data_, device_index(), nbytes(), non_blocking);
+    return t;
+  }
+  template <class D2>
+  Tensor<T, S, D2> to(D2, int index = -1, bool non_blocking = false) const {
+    return to<D2>(index, non_blocking);
+  }
+
+  /// A copy with its own storage.
+  Tensor clone() const {
+    Tensor t(ext_, device_index());
+    t = *this;
+    return t;
+  }
+
+  /// The same storage seen with another shape of equal element count (no copy).
+  template <class S2>
+  Tensor<T, S2, D> reshape(const Extents<S2>& ext) const {
+    if (ext.numel() != numel())
+      throw ShapeError("kiln::Tensor::reshape: cannot view extents " + to_string(ext_) + " (" +
+                       std::to_string(numel()) + " elements) as " + to_string(ext) + " (" +
+                       std::to_string(ext.numel()) + " elements)");
+    return Tensor<T, S2, D>(storage_, data_, ext);
+  }
+  /// Reshape to a shape whose only dynamic extent (if any) is inferred: `reshape<Shape<dyn, 400>>()`.
+  template <class S2>
+  Tensor<T, S2, D> reshape() const {
+    static_assert(S2::rank_dynamic <= 1, "kiln::Tensor::reshape<S>(): at most one dyn extent can be inferred; "
+                                         "pass Extents<S> for more");
+    Extents<S2> e;
+    if constexpr (S2::rank_dynamic == 1) {
+      index_t known = 1;
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < S2::rank; ++i) {
+        if (S2::extents[i] == dyn) at = i;
+        else known *= S2::extents[i];
+      }
+      if (known == 0 || numel() % known != 0)
+        throw ShapeError("kiln::Tensor::reshape: " + std::to_string(numel()) + " elements of " + to_string(ext_) +
+                         " do not divide into " + shape_name<S2>());
+      e[at] = numel() / known;
+    }
+    return reshape<S2>(e);
+  }
+
+  /// Rows [begin, end) along the first dimension, sharing storage (a micro-batch, a device's share).
+  Tensor slice(index_t begin, index_t end) const {
+    static_assert(S::rank >= 1, "kiln::Tensor::slice: needs rank >= 1");
+    if (begin < 0 || end < begin || end > ext_[0])
+      throw ShapeError("kiln::Tensor::slice: rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                       ") out of range for extents " + to_string(ext_));
+    if constexpr (S::extents[0] != dyn) {
+      if (end - begin != S::extents[0])
+        throw ShapeError("kiln::Tensor::slice: a static first extent cannot change; got " +
+                         std::to_string(end - begin) + " rows of " + to_string(ext_));
+    }
+    Extents<S> e = ext_;
+    e[0] = end - begin;
+    const index_t row = ext_[0] ? numel() / ext_[0] : 0;
+    return Tensor(storage_, data_ + begin * row, e);
+  }
+
+  /// A copy in page-locked host memory (needs kiln::cuda), the source of asynchronous device copies.
+  Tensor pin_memory() const
+    requires std::is_same_v<D, Cpu>
+  {
+    Tensor t;
+    t.ext_ = ext_;
+    t.storage_ = Storage::allocate(detail::pinned_host_memory<D>::allocator(), nbytes(), true);
+    t.data_ = static_cast<T*>(t.storage_->ptr);
+    detail::device_copy<Cpu, Cpu>::run(t.data_, 0, data_, 0, nbytes(), false);
+    return t;
+  }
+
+  /// Sets every element to v (one pass).
+  void fill(value_type v) { assign(*this, v); }
+
+  /// Wraps memory owned by someone else (row-major, device D); the tensor never frees it.
+  static Tensor from_blob(T* p, const Extents<S>& ext, int index = 0) {
+    auto s = std::make_shared<Storage>();
+    s->ptr = p;
+    s->bytes = static_cast<std::size_t>(ext.numel()) * sizeof(T);
+    s->device = index;
+    return Tensor(std::move(s), p, ext);
+  }
+
+  // Internal: a tensor over existing storage (reshape, slice).
+  Tensor(std::shared_ptr<Storage> s, T* data, const Extents<S>& ext)
+      : storage_(std::move(s)), data_(data), ext_(ext) {}
+
+ private:
+  template <class, class, class>
+  friend class Tensor;
+
+  void allocate(const Extents<S>& ext, int index) {
+    ext_ = ext;
+    const std::size_t bytes = static_cast<std::size_t>(ext.numel()) * sizeof(T);
+    storage_ = Storage::allocate(detail::device_memory<D>::allocator(index), bytes);
+    data_ = static_cast<T*>(storage_->ptr);
+  }
+  template <class... I>
+  index_t offset(I... idx) const {
+    const index_t i[] = {static_cast<index_t>(idx)...};
+    index_t off = 0;
+    for (std::size_t d = 0; d < S::rank; ++d) off = off * ext_[d] + i[d];
+    return off;
+  }
+
+  std::shared_ptr<Storage> storage_;
+  T* data_ = nullptr;
+  Extents<S> ext_{};
+};
+
+/// A new tensor of shape S on device D filled with v.
+template <class T, class S, class D = Cpu>
+Tensor<T, S, D> full(const Extents<S>& ext, compute_t<T> v, int index = -1) {
+  Tensor<T, S, D> t(ext, index);
+  t.fill(v);
+  return t;
+}
+template <class T, class S, class D = Cpu>
+Tensor<T, S, D> zeros(const Extents<S>& ext = Extents<S>{}, int index = -1) {
+  return full<T, S, D>(ext, compute_t<T>(0), index);
+}
+
+/// Any tensor, expression or number as an expression node (tensors become views, numbers scalars).
+template <class X>
+auto as_expr(const X& x) {
+  if constexpr (tensor<X>) {
+    return x.view();
+  } else if constexpr (std::is_arithmetic_v<X>) {
+    return Scalar<X>{x};
+  } else {
+    // >>> Stopped here? An operand is neither a kiln tensor, a kiln expression nor a number. <<<
+    static_assert(expression<X>, "kiln: operand is not a kiln tensor or expression (value_type, shape_type, "
+                                 "extents(), operator[]); wrap raw buffers with kiln::Tensor<...>::from_blob()");
+    return x;
+  }
+}
+
+namespace detail {
+/// The node type of a tensor, expression or number.
+template <class X>
+using node_t = decltype(as_expr(std::declval<const X&>()));
+}  // namespace detail
+
+}  // namespace kiln
