@@ -59,9 +59,12 @@
 #define KILN_HAS_CUDA_HALF 0
 #endif
 
-// KILN_UNROLL: unroll the next loop with a compile-time trip count.
-#if KILN_CUDA_COMPILER
+// KILN_UNROLL: unroll the next loop with a compile-time trip count. Under nvcc only in the device pass:
+// its host pass hands `#pragma unroll` to g++ (-Wunknown-pragmas) and rejects `#pragma GCC unroll` (#1675-D).
+#if KILN_DEVICE_PASS
 #define KILN_UNROLL _Pragma("unroll")
+#elif KILN_CUDA_COMPILER
+#define KILN_UNROLL
 #elif defined(__GNUC__) && !defined(__clang__)
 #define KILN_UNROLL _Pragma("GCC unroll 16")
 #elif defined(__clang__)

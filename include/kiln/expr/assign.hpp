@@ -10,15 +10,10 @@
 
 namespace kiln {
 
-/// dst[i] = src[i] for every element, in one pass on dst's device (one OpenMP loop or one CUDA
-/// kernel). src is a tensor, an expression, or a number (a fill). A lower-rank src broadcasts to dst.
-/// An empty dst (dynamic shape, no storage yet) is first allocated with src's extents.
+namespace detail {
+/// The body of assign(), instantiated only for a valid right-hand side (no error cascade).
 template <class T, class S, class D, class Src>
-void assign(Tensor<T, S, D>& dst, const Src& src) {
-  // >>> Stopped here? The right-hand side is not a kiln tensor, expression or number. <<<
-  static_assert(tensor<Src> || expression<Src> || std::is_arithmetic_v<Src>,
-                "kiln::assign: right-hand side must be a kiln tensor or expression (value_type, shape(), "
-                "operator[]) or a number; wrap raw buffers with kiln::Tensor<...>::from_blob()");
+void assign_valid(Tensor<T, S, D>& dst, const Src& src) {
   auto e = [&] {
     if constexpr (std::is_arithmetic_v<Src>) return Scalar<compute_t<T>>{static_cast<compute_t<T>>(src)};
     else return as_expr(src);
@@ -46,6 +41,21 @@ void assign(Tensor<T, S, D>& dst, const Src& src) {
                        shape_name<S>() + ") but expression " + to_string(e.extents()) + " (" + shape_name<SE>() + ")");
     detail::executor<D>::run(dst.view(), e);
   }
+}
+
+}  // namespace detail
+
+/// dst[i] = src[i] for every element, in one pass on dst's device (one OpenMP loop or one CUDA
+/// kernel). src is a tensor, an expression, or a number (a fill). A lower-rank src broadcasts to dst.
+/// An empty dst (dynamic shape, no storage yet) is first allocated with src's extents.
+template <class T, class S, class D, class Src>
+void assign(Tensor<T, S, D>& dst, const Src& src) {
+  constexpr bool valid = tensor<Src> || expression<Src> || std::is_arithmetic_v<Src>;
+  // >>> Stopped here? The right-hand side is not a kiln tensor, expression or number. <<<
+  static_assert(valid,
+                "kiln::assign: right-hand side must be a kiln tensor or expression (value_type, shape(), "
+                "operator[]) or a number; wrap raw buffers with kiln::Tensor<...>::from_blob()");
+  if constexpr (valid) detail::assign_valid(dst, src);
 }
 
 /// Evaluates an expression into a new tensor of its element type (float for half operands) and shape.

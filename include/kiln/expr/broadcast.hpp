@@ -32,9 +32,9 @@ struct Broadcast {
     }
     // Trailing-aligned: the child's dims equal the output's last dims (leading ones only broadcast).
     bool trailing = true;
-    for (std::size_t d = off; d < rank; ++d) trailing = trailing && in[d - off] == out[d];
+    for (std::size_t d = off; d != rank; ++d) trailing = trailing && in[d - off] == out[d];
     index_t n = 1;
-    for (std::size_t d = off; d < rank; ++d) n *= out[d];
+    for (std::size_t d = off; d != rank; ++d) n *= out[d];
     modulus = trailing ? (n == 0 ? 1 : n) : 0;
   }
 
@@ -65,10 +65,10 @@ namespace detail {
 template <class Out, class A, class B>
 Extents<Out> broadcast_extents(const Extents<A>& a, const Extents<B>& b, const char* what) {
   Extents<Out> o;
-  for (std::size_t d = 0; d < Out::rank; ++d) {
-    const std::size_t oa = Out::rank - A::rank, ob = Out::rank - B::rank;
-    const index_t x = d < oa ? 1 : a[d - oa];
-    const index_t y = d < ob ? 1 : b[d - ob];
+  for (std::size_t d = 0; d != Out::rank; ++d) {
+    // Right-aligned: dimension d of Out is dimension d + rank - Out::rank of each operand, if any.
+    const index_t x = d + A::rank < Out::rank ? 1 : a[d + A::rank - Out::rank];
+    const index_t y = d + B::rank < Out::rank ? 1 : b[d + B::rank - Out::rank];
     if (x != y && x != 1 && y != 1)
       throw ShapeError(std::string("kiln: ") + what + ": shape mismatch: " + to_string(a) + " and " + to_string(b) +
                        " do not broadcast (dimension " + std::to_string(d) + ": " + std::to_string(x) + " vs " +

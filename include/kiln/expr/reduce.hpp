@@ -18,6 +18,13 @@ auto remove_axis(std::index_sequence<I...>) -> Shape<S::extents[I < Axis ? I : I
 template <class S, std::size_t Axis>
 using remove_axis_t = decltype(remove_axis<S, Axis>(std::make_index_sequence<S::rank - 1>{}));
 
+/// The element type of a reduction of values V: int64 for argmax (an index) and for a sum of bools (a
+/// count, like torch), float for a mean of bools (a fraction: accuracy), else V.
+template <ReduceKind K, class V>
+using reduce_result_t = std::conditional_t<
+    K == ReduceKind::argmax || (K == ReduceKind::sum && std::is_same_v<V, bool>), std::int64_t,
+    std::conditional_t<K == ReduceKind::mean && std::is_same_v<V, bool>, float, V>>;
+
 template <class X>
 using device_of_t = std::conditional_t<std::is_void_v<typename node_t<X>::device>, Cpu, typename node_t<X>::device>;
 
@@ -25,7 +32,7 @@ template <ReduceKind K, class X>
 auto reduce_all(const X& x) {
   auto e = as_expr(x);
   using E = decltype(e);
-  using Out = std::conditional_t<K == ReduceKind::argmax, std::int64_t, typename E::value_type>;
+  using Out = reduce_result_t<K, typename E::value_type>;
   const index_t n = e.extents().numel();
   if ((K == ReduceKind::max || K == ReduceKind::min || K == ReduceKind::argmax) && n == 0)
     throw ValueError("kiln::max/min/argmax: the input is empty; a maximum needs at least one element");
@@ -44,16 +51,16 @@ auto reduce_axis(const X& x) {
   static_assert(Axis >= -rank && Axis < rank, "kiln: reduction axis out of range for the operand's rank");
   constexpr std::size_t axis = static_cast<std::size_t>(Axis < 0 ? Axis + rank : Axis);
   using R = remove_axis_t<S, axis>;
-  using Out = std::conditional_t<K == ReduceKind::argmax, std::int64_t, typename E::value_type>;
+  using Out = reduce_result_t<K, typename E::value_type>;
   const auto ext = e.extents();
   index_t outer = 1, inner = 1;
-  for (std::size_t d = 0; d < axis; ++d) outer *= ext[d];
+  for (std::size_t d = 0; d != axis; ++d) outer *= ext[d];
   for (std::size_t d = axis + 1; d < S::rank; ++d) inner *= ext[d];
   const index_t len = ext[axis];
   if ((K == ReduceKind::max || K == ReduceKind::min || K == ReduceKind::argmax) && len == 0)
     throw ValueError("kiln::max/min/argmax: the reduced axis is empty in " + to_string(ext));
   Extents<R> re;
-  for (std::size_t d = 0, k = 0; d < S::rank; ++d)
+  for (std::size_t d = 0, k = 0; d != S::rank; ++d)
     if (d != axis) re[k++] = ext[d];
   Tensor<Out, R, device_of_t<X>> out(re);
   if (out.numel() > 0) executor<device_of_t<X>>::template reduce<K>(out.data(), e, outer, len, inner);

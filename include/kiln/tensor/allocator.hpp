@@ -127,6 +127,7 @@ class CachingAllocator {
   static std::size_t round_size(std::size_t bytes) {
     constexpr std::size_t small = 1u << 20;
     if (bytes <= small) return (bytes + 511) / 512 * 512;
+    if (bytes > static_cast<std::size_t>(-1) / 2) return bytes;  // beyond any device: fail, never overflow
     std::size_t p = small;
     while (p * 2 < bytes) p *= 2;  // p < bytes <= 2p: round up to a multiple of p/8
     const std::size_t step = p / 8;

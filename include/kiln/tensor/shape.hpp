@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
@@ -29,7 +30,7 @@ struct Shape {
   /// Product of all extents (1 for rank 0); dyn if any extent is dynamic.
   static constexpr index_t static_numel() {
     index_t n = 1;
-    for (std::size_t i = 0; i < rank; ++i) {
+    for (std::size_t i = 0; i != rank; ++i) {
       if (extents[i] == dyn) return dyn;
       n *= extents[i];
     }
@@ -45,37 +46,44 @@ struct is_shape<Shape<E...>> : std::true_type {};
 template <class S>
 concept shape = is_shape<S>::value;
 
+namespace detail {
+/// Extent I of S, 0 where dynamic, as a scalar constant (usable in device code, unlike S::extents).
+template <class S, std::size_t I>
+inline constexpr index_t static_extent_or_zero = S::extents[I] == dyn ? 0 : S::extents[I];
+}  // namespace detail
+
 /// The run-time extents of a value of shape S; trivially copyable, usable in kernels.
 template <class S>
 struct Extents {
   static constexpr std::size_t rank = S::rank;
   index_t e[rank == 0 ? 1 : rank];
 
-  /// Static extents filled in; dynamic ones 0.
-  KILN_HOST_DEVICE constexpr Extents() : e{} {
-    for (std::size_t i = 0; i < rank; ++i) e[i] = S::extents[i] == dyn ? 0 : S::extents[i];
-  }
+  /// Static extents filled in; dynamic ones 0. (Through a scalar constant per dimension: nvcc's device
+  /// pass, which compiles this constructor too, cannot read the host array S::extents.)
+  KILN_HOST_DEVICE constexpr Extents() : Extents(std::make_index_sequence<rank>{}) {}
   /// Values for the dynamic extents, in order.
   template <class... I>
     requires(sizeof...(I) == S::rank_dynamic && sizeof...(I) > 0 && (std::is_integral_v<I> && ...))
   explicit constexpr Extents(I... dynamic) : Extents() {
     const index_t d[] = {static_cast<index_t>(dynamic)...};
     std::size_t k = 0;
-    for (std::size_t i = 0; i < rank; ++i)
+    for (std::size_t i = 0; i != rank; ++i)
       if (S::extents[i] == dyn) {
         if (d[k] < 0) throw ShapeError("kiln::Extents: a dynamic extent must be >= 0, got " + std::to_string(d[k]));
         e[i] = d[k++];
       }
   }
+  template <std::size_t... I>
+  KILN_HOST_DEVICE constexpr explicit Extents(std::index_sequence<I...>) : e{detail::static_extent_or_zero<S, I>...} {}
   KILN_HOST_DEVICE constexpr index_t operator[](std::size_t i) const { return e[i]; }
   KILN_HOST_DEVICE constexpr index_t& operator[](std::size_t i) { return e[i]; }
   KILN_HOST_DEVICE constexpr index_t numel() const {
     index_t n = 1;
-    for (std::size_t i = 0; i < rank; ++i) n *= e[i];
+    for (std::size_t i = 0; i != rank; ++i) n *= e[i];
     return n;
   }
   friend constexpr bool operator==(const Extents& a, const Extents& b) {
-    for (std::size_t i = 0; i < rank; ++i)
+    for (std::size_t i = 0; i != rank; ++i)
       if (a.e[i] != b.e[i]) return false;
     return true;
   }
@@ -86,7 +94,7 @@ template <class S>
 std::string to_string(const Extents<S>& x) {
   std::ostringstream os;
   os << '[';
-  for (std::size_t i = 0; i < S::rank; ++i) os << (i ? ", " : "") << x[i];
+  for (std::size_t i = 0; i != S::rank; ++i) os << (i ? ", " : "") << x[i];
   os << ']';
   return os.str();
 }
@@ -100,7 +108,7 @@ template <class S>
 std::string shape_name() {
   std::ostringstream os;
   os << "Shape<";
-  for (std::size_t i = 0; i < S::rank; ++i) {
+  for (std::size_t i = 0; i != S::rank; ++i) {
     os << (i ? ", " : "");
     if (S::extents[i] == dyn) os << "dyn";
     else os << S::extents[i];
@@ -114,7 +122,7 @@ template <class To, class From>
 Extents<To> extents_cast(const Extents<From>& from) {
   static_assert(To::rank == From::rank, "kiln::extents_cast: ranks differ");
   Extents<To> to;
-  for (std::size_t i = 0; i < To::rank; ++i) {
+  for (std::size_t i = 0; i != To::rank; ++i) {
     if (To::extents[i] != dyn && To::extents[i] != from[i])
       throw ShapeError("kiln: extents " + to_string(from) + " do not fit " + shape_name<To>());
     to[i] = from[i];
@@ -131,23 +139,23 @@ constexpr index_t broadcast_extent(index_t a, index_t b) {
   if (a == dyn || b == dyn) return dyn;  // resolved at run time
   return -2;                             // incompatible
 }
+/// Extent i of X when X is right-aligned inside rank r (1 where X has no such dimension).
+template <class X>
+constexpr index_t aligned_extent(std::size_t i, std::size_t r) {
+  return i + X::rank < r ? 1 : X::extents[i + X::rank - r];
+}
+/// An incompatible pair (-2) becomes dyn: shapes_must_broadcast reports it; no second, misleading error.
+constexpr index_t broadcast_fit(index_t e) { return e == -2 ? dyn : e; }
 template <class A, class B, std::size_t... I>
 constexpr auto broadcast_shape_impl(std::index_sequence<I...>) {
-  constexpr std::size_t r = A::rank > B::rank ? A::rank : B::rank;
-  constexpr auto at = [](auto s, std::size_t i, std::size_t r) -> index_t {
-    using X = decltype(s);
-    const std::size_t off = r - X::rank;
-    return i < off ? 1 : X::extents[i - off];
-  };
-  return Shape<broadcast_extent(at(A{}, I, r), at(B{}, I, r))...>{};
+  [[maybe_unused]] constexpr std::size_t r = A::rank > B::rank ? A::rank : B::rank;  // unused for rank 0
+  return Shape<broadcast_fit(broadcast_extent(aligned_extent<A>(I, r), aligned_extent<B>(I, r)))...>{};
 }
 template <class A, class B>
 constexpr bool broadcastable_impl() {
   constexpr std::size_t r = A::rank > B::rank ? A::rank : B::rank;
-  for (std::size_t i = 0; i < r; ++i) {
-    const index_t a = i < r - A::rank ? 1 : A::extents[i - (r - A::rank)];
-    const index_t b = i < r - B::rank ? 1 : B::extents[i - (r - B::rank)];
-    if (broadcast_extent(a, b) == -2) return false;
+  for (std::size_t i = 0; i != r; ++i) {
+    if (broadcast_extent(aligned_extent<A>(i, r), aligned_extent<B>(i, r)) == -2) return false;
   }
   return true;
 }
@@ -181,7 +189,7 @@ struct shapes_must_match {
     if constexpr (!same_rank) {
       return false;
     } else {
-      for (std::size_t i = 0; i < Dst::rank; ++i)
+      for (std::size_t i = 0; i != Dst::rank; ++i)
         if (Dst::extents[i] != dyn && Src::extents[i] != dyn && Dst::extents[i] != Src::extents[i])
           return false;
       return true;

@@ -75,8 +75,18 @@ class Tensor {
   explicit Tensor(const Extents<S>& ext, int index = -1) { allocate(ext, index); }
 
   Tensor(const Tensor&) = default;  // shares storage
-  Tensor(Tensor&&) noexcept = default;
-  Tensor& operator=(Tensor&&) noexcept = default;  // rebinds
+  /// Moves leave the source empty (no storage, every extent 0), so a stale handle cannot write into
+  /// memory it no longer owns.
+  Tensor(Tensor&& o) noexcept : storage_(std::move(o.storage_)), data_(o.data_), ext_(o.ext_) { o.reset(); }
+  Tensor& operator=(Tensor&& o) noexcept {  // rebinds
+    if (this != &o) {
+      storage_ = std::move(o.storage_);
+      data_ = o.data_;
+      ext_ = o.ext_;
+      o.reset();
+    }
+    return *this;
+  }
   /// Writes other's values into this tensor's storage (allocating when empty).
   Tensor& operator=(const Tensor& other) {
     if (this != &other) assign(*this, other);
@@ -141,9 +151,16 @@ class Tensor {
 
   /// All elements, copied to the host in row-major order.
   std::vector<T> to_vector() const {
-    std::vector<T> v(static_cast<std::size_t>(numel()));
-    detail::device_copy<Cpu, D>::run(v.data(), 0, data_, device_index(), nbytes(), false);
-    return v;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits and has no data()
+      const auto n = static_cast<std::size_t>(numel());
+      std::unique_ptr<bool[]> tmp(new bool[n == 0 ? 1 : n]);
+      detail::device_copy<Cpu, D>::run(tmp.get(), 0, data_, device_index(), nbytes(), false);
+      return std::vector<bool>(tmp.get(), tmp.get() + n);
+    } else {
+      std::vector<T> v(static_cast<std::size_t>(numel()));
+      detail::device_copy<Cpu, D>::run(v.data(), 0, data_, device_index(), nbytes(), false);
+      return v;
+    }
   }
   /// A new tensor holding `values` (row-major; size must equal the extents' product).
   static Tensor from(std::span<const T> values, const Extents<S>& ext, int index = -1) {
@@ -260,6 +277,11 @@ class Tensor {
   template <class, class, class>
   friend class Tensor;
 
+  void reset() noexcept {
+    storage_.reset();
+    data_ = nullptr;
+    for (std::size_t d = 0; d != S::rank; ++d) ext_[d] = 0;
+  }
   void allocate(const Extents<S>& ext, int index) {
     ext_ = ext;
     const std::size_t bytes = static_cast<std::size_t>(ext.numel()) * sizeof(T);
@@ -270,7 +292,7 @@ class Tensor {
   index_t offset(I... idx) const {
     const index_t i[] = {static_cast<index_t>(idx)...};
     index_t off = 0;
-    for (std::size_t d = 0; d < S::rank; ++d) off = off * ext_[d] + i[d];
+    for (std::size_t d = 0; d != S::rank; ++d) off = off * ext_[d] + i[d];
     return off;
   }
 

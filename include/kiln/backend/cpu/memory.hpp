@@ -8,6 +8,7 @@
 namespace kiln::backend::cpu {
 
 inline void* raw_allocate(std::size_t bytes, int) {
+  if (bytes > static_cast<std::size_t>(-1) - 63) return nullptr;  // rounding up would wrap to a tiny block
   return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
 }
 inline void raw_deallocate(void* p, int) { std::free(p); }

@@ -1,0 +1,35 @@
+# ExpectCompileFail.cmake — the body of the kiln.compile_fail.<name> tests.
+#
+#   cmake -DBUILD_DIR=<build tree> -DTARGET=compile_fail_<name> -DSOURCE=<tests/compile_fail/name.cpp>
+#         [-DCONFIG=<config>] -P ExpectCompileFail.cmake
+#
+# Builds TARGET and succeeds only if the build FAILS and its output matches the regex on the first
+# line of SOURCE (`// expect: <regex>`, CMake regex syntax). The build output is always printed.
+foreach(var IN ITEMS BUILD_DIR TARGET SOURCE)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "ExpectCompileFail.cmake: -D${var}=... is missing")
+  endif()
+endforeach()
+
+file(STRINGS "${SOURCE}" first_line LIMIT_COUNT 1)
+if(NOT first_line MATCHES "^//[ \t]*expect:[ \t]*(.*)$")
+  message(FATAL_ERROR "${SOURCE}: the first line must be `// expect: <regex of the diagnostic>`")
+endif()
+string(STRIP "${CMAKE_MATCH_1}" expected)
+
+set(build_args --build "${BUILD_DIR}" --target "${TARGET}")
+if(CONFIG)
+  list(APPEND build_args --config "${CONFIG}")
+endif()
+execute_process(COMMAND "${CMAKE_COMMAND}" ${build_args}
+                OUTPUT_VARIABLE output ERROR_VARIABLE output RESULT_VARIABLE rc)
+message("${output}")
+
+if(rc EQUAL 0)
+  message(FATAL_ERROR "${TARGET}: ${SOURCE} compiled, but it must not (see its `// expect:` line)")
+endif()
+if(NOT output MATCHES "${expected}")
+  message(FATAL_ERROR "${TARGET}: the build failed (exit ${rc}), but no line matches the `// expect:` "
+                      "regex of ${SOURCE}:\n  ${expected}")
+endif()
+message(STATUS "${TARGET}: failed to compile, with the expected diagnostic")

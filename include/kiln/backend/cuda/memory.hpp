@@ -1,0 +1,226 @@
+/// GPU and pinned host memory (host code): per-device caching allocators, copies, torch.cuda-style stats.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "kiln/backend/cuda/check.hpp"
+#include "kiln/backend/cuda/device.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/policy/device.hpp"
+#include "kiln/tensor/allocator.hpp"
+#include "kiln/tensor/storage.hpp"
+
+namespace kiln::cuda::detail {
+
+/// Switches to `device` without throwing (allocator callbacks run under the allocator's lock).
+class QuietDeviceGuard {
+ public:
+  explicit QuietDeviceGuard(int device) {
+    if (device >= 0 && cudaGetDevice(&prev_) == cudaSuccess && prev_ != device)
+      changed_ = cudaSetDevice(device) == cudaSuccess;
+    (void)cudaGetLastError();
+  }
+  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
+  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
+  ~QuietDeviceGuard() {
+    if (changed_) (void)cudaSetDevice(prev_);
+  }
+
+ private:
+  int prev_ = -1;
+  bool changed_ = false;
+};
+
+[[noreturn]] inline void throw_allocation_error(const char* call, cudaError_t e, std::size_t bytes, int device) {
+  (void)cudaGetLastError();
+  throw BackendError(kiln::detail::backend_message("CUDA", call, __FILE__, __LINE__, static_cast<int>(e),
+                                                   cuda_error_text(e)) +
+                     " while allocating " + format_bytes(bytes) + " on device " + std::to_string(device));
+}
+
+/// cudaMalloc on `device`; nullptr when the device is full (the caching allocator then frees its
+/// cache and retries, then throws OutOfMemoryError). Blocks are 256-byte aligned.
+inline void* raw_device_allocate(std::size_t bytes, int device) {
+  QuietDeviceGuard g(device);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: clear it so no later check reports it
+    return nullptr;
+  }
+  if (e != cudaSuccess) throw_allocation_error("cudaMalloc", e, bytes, device);
+  return p;
+}
+
+/// cudaFree (synchronises the device, so no queued kernel still uses the block).
+inline void raw_device_deallocate(void* p, int device) {
+  QuietDeviceGuard g(device);
+  (void)cudaFree(p);
+  (void)cudaGetLastError();
+}
+
+inline bool raw_device_memory(int device, std::size_t* free, std::size_t* total) {
+  QuietDeviceGuard g(device);
+  const bool ok = cudaMemGetInfo(free, total) == cudaSuccess;
+  (void)cudaGetLastError();
+  return ok;
+}
+
+/// cudaHostAlloc (portable: usable by every device's copies).
+inline void* raw_pinned_allocate(std::size_t bytes, int) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (e != cudaSuccess) throw_allocation_error("cudaHostAlloc", e, bytes, 0);
+  return p;
+}
+
+inline void raw_pinned_deallocate(void* p, int) {
+  (void)cudaFreeHost(p);
+  (void)cudaGetLastError();
+}
+
+}  // namespace kiln::cuda::detail
+
+namespace kiln::detail {
+
+/// GPU memory: one caching allocator per device over cudaMalloc/cudaFree, created at first use and
+/// never destroyed (tensors freed during exit stay valid and no CUDA call runs after the runtime is torn
+/// down). Blocks are reused in the order of the device's current stream.
+template <>
+struct device_memory<Cuda> {
+  /// The allocator of cuda:index (index < 0: the current device). Throws BackendError when CUDA is
+  /// not available, ValueError for an index that is not a device of this machine.
+  static CachingAllocator& allocator(int index) {
+    index = cuda::detail::resolve_device(index, "kiln: memory on kiln::Cuda");
+    static std::array<std::atomic<CachingAllocator*>, cuda::max_devices> slots{};
+    static std::mutex create;
+    CachingAllocator* a = slots[static_cast<std::size_t>(index)].load(std::memory_order_acquire);
+    if (a == nullptr) {
+      std::lock_guard lock(create);
+      a = slots[static_cast<std::size_t>(index)].load(std::memory_order_relaxed);
+      if (a == nullptr) {
+        a = new CachingAllocator(RawAllocator{&cuda::detail::raw_device_allocate, &cuda::detail::raw_device_deallocate,
+                                              &cuda::detail::raw_device_memory, "cuda"},
+                                 index);
+        slots[static_cast<std::size_t>(index)].store(a, std::memory_order_release);
+      }
+    }
+    return *a;
+  }
+};
+
+/// Page-locked host memory for asynchronous copies (Tensor::pin_memory()).
+template <>
+struct pinned_host_memory<Cpu> {
+  static CachingAllocator& allocator() {
+    static CachingAllocator* a = new CachingAllocator(
+        RawAllocator{&cuda::detail::raw_pinned_allocate, &cuda::detail::raw_pinned_deallocate, nullptr, "pinned"}, 0);
+    return *a;
+  }
+};
+
+/// Host -> GPU on the destination device's current stream; waits for it unless non_blocking (which is
+/// only asynchronous from pinned memory; the source must then stay alive until the stream gets there).
+template <>
+struct device_copy<Cuda, Cpu> {
+  static void run(void* dst, int dst_dev, const void* src, int, std::size_t bytes, bool non_blocking) {
+    if (bytes == 0) return;
+    cuda::DeviceGuard g(dst_dev);
+    const cudaStream_t s = cuda::current_stream(dst_dev);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+};
+
+/// GPU -> host on the source device's current stream; waits for it unless non_blocking (asynchronous
+/// only into pinned memory: synchronise the stream before reading the destination).
+template <>
+struct device_copy<Cpu, Cuda> {
+  static void run(void* dst, int, const void* src, int src_dev, std::size_t bytes, bool non_blocking) {
+    if (bytes == 0) return;
+    cuda::DeviceGuard g(src_dev);
+    const cudaStream_t s = cuda::current_stream(src_dev);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+};
+
+/// GPU -> GPU. Same device: on its current stream. Across devices: a peer copy on the destination's
+/// current stream, ordered after the work queued on the source's current stream (and, when
+/// non_blocking, the source's later work waits for the copy).
+template <>
+struct device_copy<Cuda, Cuda> {
+  static void run(void* dst, int dst_dev, const void* src, int src_dev, std::size_t bytes, bool non_blocking) {
+    if (bytes == 0) return;
+    if (dst_dev < 0) dst_dev = cuda::current_device();
+    if (src_dev < 0) src_dev = cuda::current_device();
+    if (dst_dev == src_dev) {
+      cuda::DeviceGuard g(dst_dev);
+      const cudaStream_t s = cuda::current_stream(dst_dev);
+      KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+      if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+      return;
+    }
+    cuda::Event src_ready(false);
+    {
+      cuda::DeviceGuard g(src_dev);
+      src_ready.record(cuda::current_stream(src_dev));
+    }
+    cuda::DeviceGuard g(dst_dev);
+    const cudaStream_t s = cuda::current_stream(dst_dev);
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(s, src_ready.get(), 0));
+    KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, s));
+    if (!non_blocking) {
+      KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+      return;
+    }
+    cuda::Event copied(false);
+    copied.record(s);
+    cuda::DeviceGuard back(src_dev);
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(src_dev), copied.get(), 0));
+  }
+};
+
+}  // namespace kiln::detail
+
+namespace kiln::cuda {
+
+/// Allocator statistics of a device (< 0: the current one), like torch.cuda.memory_stats().
+inline MemoryStats memory_stats(int device = -1) { return kiln::caching_allocator<Cuda>(device).stats(); }
+/// Bytes held by live tensors (torch.cuda.memory_allocated).
+inline std::size_t memory_allocated(int device = -1) { return memory_stats(device).allocated_bytes; }
+/// Bytes held by kiln: live tensors plus its cache (torch.cuda.memory_reserved).
+inline std::size_t memory_reserved(int device = -1) { return memory_stats(device).reserved_bytes; }
+/// Peak of memory_allocated since the start or the last reset_peak_memory_stats().
+inline std::size_t max_memory_allocated(int device = -1) { return memory_stats(device).peak_allocated_bytes; }
+/// Peak of memory_reserved since the start or the last reset_peak_memory_stats().
+inline std::size_t max_memory_reserved(int device = -1) { return memory_stats(device).peak_reserved_bytes; }
+/// Restarts the peaks from the current values.
+inline void reset_peak_memory_stats(int device = -1) { kiln::caching_allocator<Cuda>(device).reset_peak_stats(); }
+/// Returns cached, unused blocks to the driver, so memory_reserved() == memory_allocated()
+/// (torch.cuda.empty_cache()).
+inline void empty_cache(int device = -1) { kiln::caching_allocator<Cuda>(device).empty_cache(); }
+/// Caps what kiln reserves on a device to `fraction` of its memory (torch.cuda.set_per_process_memory_fraction);
+/// allocations beyond it throw OutOfMemoryError. 1.0 (or more) removes the cap.
+inline void set_per_process_memory_fraction(double fraction, int device = -1) {
+  if (!(fraction > 0.0))
+    throw ValueError("kiln::cuda::set_per_process_memory_fraction: fraction must be > 0, got " + std::to_string(fraction));
+  CachingAllocator& a = kiln::caching_allocator<Cuda>(device);
+  if (fraction >= 1.0) {
+    a.set_limit(0);
+    return;
+  }
+  const std::size_t total = mem_get_info(a.device()).second;
+  a.set_limit(static_cast<std::size_t>(fraction * static_cast<double>(total)));
+}
+
+}  // namespace kiln::cuda

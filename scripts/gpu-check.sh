@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# gpu-check.sh: build kiln for sm_90, run every CUDA test and the GPU benches, print a short table.
+#
+#   scripts/gpu-check.sh                 # configure + build (preset ci: sm_90 + PTX) here, then run
+#   scripts/gpu-check.sh --prebuilt DIR  # run executables staged by scripts/gpu-stage (no build)
+#
+# Results (logs, bench JSON, the table) go to $OUT when set, else build/gpu-check/. Budget: under 8
+# minutes on an H200 including the build; each test has a timeout. Exit status: 0 when nothing failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+prebuilt=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prebuilt) prebuilt=$2; shift 2 ;;
+    *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+out=${OUT:-$root/build/gpu-check}
+mkdir -p "$out"
+start=$(date +%s)
+
+if [ -n "$prebuilt" ]; then
+  bin=$(cd "$prebuilt" && pwd)
+  export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # CUDA's large libraries (cuBLAS, cuDNN, NCCL) come from this machine: find the folders that hold them.
+  for lib in $(for e in "$bin"/*; do [ -f "$e" ] && ldd "$e" 2>/dev/null; done | awk '/not found/{print $1}' | sort -u); do
+    d=$(find / -xdev \( -path /proc -o -path /sys \) -prune -o -name "$lib" -print -quit 2>/dev/null)
+    [ -n "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$d")" && echo "gpu-check: $lib from $(dirname "$d")"
+  done
+  export LD_LIBRARY_PATH
+else
+  cmake --preset ci -DKILN_BUILD_BENCH=ON >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  cmake --build build/ci -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -m20 -A5 error "$out/build.log"; exit 1; }
+  bin=$root/build/ci
+fi
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>/dev/null | tee "$out/nvidia-smi.csv"
+
+rows=()
+failed=0
+run() {  # run NAME TIMEOUT CMD...: record passed / failed / skipped (exit 77)
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s.%N) rc
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  local secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+  local status=passed
+  if [ $rc -eq 77 ]; then status=skipped; elif [ $rc -ne 0 ]; then status="FAILED($rc)"; failed=1; fi
+  local summary=$(grep -E -m1 "has passed|failure|error|Leaving test module|skipping|result:" "$out/$name.log" | cut -c1-70)
+  rows+=("$(printf '%-40s %-12s %6ss  %s' "$name" "$status" "$secs" "$summary")")
+}
+
+kinfo=$(find "$bin" -type f -name kiln-info -perm -u+x | head -1)
+[ -n "$kinfo" ] && run kiln-info 30 "$kinfo"
+for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' | sort); do
+  run "$(basename "$exe")" 180 "$exe" --color_output=no --report_level=short --log_level=test_suite
+done
+for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' | sort); do
+  run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json"
+done
+
+echo
+echo "== kiln gpu-check $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - start ))s =="
+printf '%-40s %-12s %7s  %s\n' target status time summary
+printf '%s\n' "${rows[@]}" | tee "$out/table.txt"
+for j in "$out"/*.json; do
+  [ -f "$j" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-1], json.dumps(d.get('ratios', {})))" "$j" 2>/dev/null
+done
+exit $failed

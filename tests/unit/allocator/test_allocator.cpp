@@ -1,0 +1,300 @@
+// The caching allocator: size rounding, reuse of freed blocks (cache hits, no new device allocation),
+// statistics, empty_cache, and the out-of-memory message; through kiln::caching_allocator<D>() so the
+// same checks run on the GPU. A private allocator over a counting raw allocator checks the policy.
+#include <boost/test/unit_test.hpp>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::CachingAllocator;
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
+
+/// Restores the allocator's limit when the test ends (also on failure).
+struct LimitGuard {
+  CachingAllocator& a;
+  std::size_t old = a.limit();
+  ~LimitGuard() { a.set_limit(old); }
+};
+
+// A raw allocator that counts calls and can be told to fail (a full device).
+struct CountingRaw {
+  static inline int allocs = 0, frees = 0;
+  static inline bool full = false;
+  static void* allocate(std::size_t bytes, int) {
+    if (full) return nullptr;
+    ++allocs;
+    return std::malloc(bytes);
+  }
+  static void deallocate(void* p, int) {
+    ++frees;
+    std::free(p);
+  }
+  static kiln::RawAllocator raw() { return {&allocate, &deallocate, nullptr, "test"}; }
+  static void reset() { allocs = frees = 0, full = false; }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(allocator)
+
+BOOST_AUTO_TEST_CASE(round_size_uses_512_byte_steps_then_eighths_of_a_power_of_two) {
+  BOOST_TEST(CachingAllocator::round_size(0) == 0u);
+  BOOST_TEST(CachingAllocator::round_size(1) == 512u);
+  BOOST_TEST(CachingAllocator::round_size(512) == 512u);
+  BOOST_TEST(CachingAllocator::round_size(513) == 1024u);
+  BOOST_TEST(CachingAllocator::round_size(1000 * KiB + 1) == 1000 * KiB + 512);
+  BOOST_TEST(CachingAllocator::round_size(MiB) == MiB);
+  BOOST_TEST(CachingAllocator::round_size(MiB + 1) == MiB + 128 * KiB);  // (1 MiB, 2 MiB]: steps of 128 KiB
+  BOOST_TEST(CachingAllocator::round_size(2 * MiB) == 2 * MiB);
+  BOOST_TEST(CachingAllocator::round_size(3 * MiB) == 3 * MiB);  // (2 MiB, 4 MiB]: 256 KiB
+  BOOST_TEST(CachingAllocator::round_size(3 * MiB + 1) == 3 * MiB + 256 * KiB);
+  BOOST_TEST(CachingAllocator::round_size(5 * MiB + 1) == 5 * MiB + 512 * KiB);  // (4 MiB, 8 MiB]: 512 KiB
+  BOOST_TEST(CachingAllocator::round_size(1000 * MiB) == 1024 * MiB);            // (512 MiB, 1 GiB]: 64 MiB
+  for (std::size_t b : {1u, 700u, 4097u, 1048577u, 3000000u, 123456789u}) {
+    const std::size_t r = CachingAllocator::round_size(b);
+    BOOST_TEST(r >= b);
+    BOOST_TEST(r <= b + b / 8 + 512);                  // never more than 12.5% (+ one small step) of waste
+    BOOST_TEST(CachingAllocator::round_size(r) == r);  // idempotent
+  }
+}
+
+BOOST_AUTO_TEST_CASE(format_bytes_prints_binary_units) {
+  BOOST_TEST(kiln::format_bytes(0) == "0 B");
+  BOOST_TEST(kiln::format_bytes(512) == "512 B");
+  BOOST_TEST(kiln::format_bytes(1536) == "1.50 KiB");
+  BOOST_TEST(kiln::format_bytes(3 * MiB) == "3.00 MiB");
+  BOOST_TEST(kiln::format_bytes(std::size_t(3) << 29) == "1.50 GiB");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(freed_block_is_reused_without_a_device_allocation, D, kiln::test::devices) {
+  auto& a = kiln::caching_allocator<D>();
+  a.empty_cache();
+  const auto s0 = a.stats();
+  void* p = a.allocate(777 * KiB);
+  BOOST_TEST(p != nullptr);
+  const auto s1 = a.stats();
+  BOOST_TEST(s1.num_device_allocs == s0.num_device_allocs + 1);
+  BOOST_TEST(s1.num_requests == s0.num_requests + 1);
+  BOOST_TEST(s1.allocated_bytes == s0.allocated_bytes + 777 * KiB);
+  a.deallocate(p);
+  const auto s2 = a.stats();
+  BOOST_TEST(s2.allocated_bytes == s0.allocated_bytes);
+  BOOST_TEST(s2.reserved_bytes == s1.reserved_bytes, "a freed block stays reserved (cached)");
+
+  void* q = a.allocate(700 * KiB);  // fits in the cached 777 KiB block (within 25%)
+  const auto s3 = a.stats();
+  BOOST_TEST(q == p);
+  BOOST_TEST(s3.num_cache_hits == s2.num_cache_hits + 1);
+  BOOST_TEST(s3.num_device_allocs == s2.num_device_allocs, "no new device allocation");
+  BOOST_TEST(s3.allocated_bytes == s0.allocated_bytes + 777 * KiB, "the whole cached block is in use");
+  a.deallocate(q);
+
+  void* r = a.allocate(400 * KiB);  // the cached block is more than 25% too large: a new one
+  BOOST_TEST(r != p);
+  BOOST_TEST(a.stats().num_device_allocs == s2.num_device_allocs + 1);
+  a.deallocate(r);
+  a.empty_cache();
+  BOOST_TEST(a.stats().reserved_bytes == s0.reserved_bytes);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(stats_track_allocated_reserved_and_peaks, D, kiln::test::devices) {
+  auto& a = kiln::caching_allocator<D>();
+  a.empty_cache();
+  a.reset_peak_stats();
+  const auto s0 = a.stats();
+  BOOST_TEST(s0.peak_allocated_bytes == s0.allocated_bytes);
+  BOOST_TEST(s0.peak_reserved_bytes == s0.reserved_bytes);
+  BOOST_TEST(s0.reserved_bytes >= s0.allocated_bytes);
+
+  void* p = a.allocate(3 * MiB);
+  void* q = a.allocate(MiB + 1);  // rounded to 1 MiB + 128 KiB
+  const std::size_t both = 3 * MiB + MiB + 128 * KiB;
+  BOOST_TEST(a.stats().allocated_bytes == s0.allocated_bytes + both);
+  BOOST_TEST(a.stats().reserved_bytes == s0.reserved_bytes + both);
+  a.deallocate(p);
+  const auto s1 = a.stats();
+  BOOST_TEST(s1.allocated_bytes == s0.allocated_bytes + MiB + 128 * KiB);
+  BOOST_TEST(s1.reserved_bytes == s0.reserved_bytes + both);
+  BOOST_TEST(s1.peak_allocated_bytes == s0.allocated_bytes + both);
+  BOOST_TEST(s1.peak_reserved_bytes == s0.reserved_bytes + both);
+  BOOST_TEST(kiln::memory_stats<D>().allocated_bytes == s1.allocated_bytes,
+             "memory_stats<D>() is the same view");
+
+  a.reset_peak_stats();  // peaks restart from the current values
+  BOOST_TEST(a.stats().peak_allocated_bytes == s1.allocated_bytes);
+  BOOST_TEST(a.stats().peak_reserved_bytes == s1.reserved_bytes);
+
+  a.empty_cache();  // returns the cached 3 MiB, keeps the live block
+  const auto s2 = a.stats();
+  BOOST_TEST(s2.reserved_bytes == s0.reserved_bytes + MiB + 128 * KiB);
+  BOOST_TEST(s2.num_device_frees == s1.num_device_frees + 1);
+  BOOST_TEST(s2.peak_reserved_bytes == s1.reserved_bytes, "empty_cache does not lower the peak");
+  a.deallocate(q);
+  kiln::empty_cache<D>();  // the free-function spelling
+  BOOST_TEST(a.stats().reserved_bytes == s0.reserved_bytes);
+  BOOST_TEST(a.stats().allocated_bytes == s0.allocated_bytes);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(tensors_release_memory_to_the_cache_when_destroyed, D, kiln::test::devices) {
+  auto& a = kiln::caching_allocator<D>();
+  a.empty_cache();
+  const auto s0 = a.stats();
+  const std::size_t block = CachingAllocator::round_size(1001 * 257 * sizeof(float));
+  {
+    Tensor<float, Shape<dyn, 257>, D> t(1001);
+    BOOST_TEST(a.stats().allocated_bytes == s0.allocated_bytes + block);
+    auto shared = t;  // a copy shares the block
+    auto view = t.slice(1, 3);
+    BOOST_TEST(a.stats().allocated_bytes == s0.allocated_bytes + block);
+  }
+  const auto s1 = a.stats();
+  BOOST_TEST(s1.allocated_bytes == s0.allocated_bytes, "freed when the last tensor using it goes away");
+  BOOST_TEST(s1.reserved_bytes == s0.reserved_bytes + block, "kept in the cache");
+  {
+    Tensor<float, Shape<dyn, 257>, D> again(1001);  // same size: served from the cache
+    BOOST_TEST(a.stats().num_cache_hits == s1.num_cache_hits + 1);
+    BOOST_TEST(a.stats().num_device_allocs == s1.num_device_allocs);
+  }
+  a.empty_cache();
+  BOOST_TEST(a.stats().reserved_bytes == s0.reserved_bytes);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(limit_gives_an_out_of_memory_error_that_says_what_to_do, D,
+                              kiln::test::devices) {
+  auto& a = kiln::caching_allocator<D>();
+  a.empty_cache();
+  LimitGuard guard{a};
+  void* cached = a.allocate(2 * MiB);
+  a.deallocate(cached);  // 2 MiB cached: even without them, 3 MiB more would pass the limit
+  a.set_limit(a.stats().reserved_bytes + 512 * KiB);
+  BOOST_TEST(a.limit() == a.stats().reserved_bytes + 512 * KiB);
+
+  std::string message;
+  try {
+    Tensor<float, Shape<dyn>, D> big(static_cast<kiln::index_t>(3 * MiB / sizeof(float)));  // 3 MiB
+    BOOST_ERROR("allocating past the limit must throw");
+  } catch (const kiln::OutOfMemoryError& e) {
+    message = e.what();
+  }
+  BOOST_TEST_MESSAGE("out-of-memory message: " << message);
+  for (const char* part : {"out of memory", "tried to allocate 3.00 MiB", "in use", "cached", "limit",
+                           "batch size", "gradient accumulation", "mixed precision"})
+    BOOST_TEST(message.find(part) != std::string::npos, "the message mentions \"" << part << "\"");
+  BOOST_TEST(a.stats().reserved_bytes == a.stats().allocated_bytes,
+             "the cache was released before giving up");
+
+  a.set_limit(0);  // no cap: the same request succeeds
+  Tensor<float, Shape<dyn>, D> fine(static_cast<kiln::index_t>(3 * MiB / sizeof(float)));
+  BOOST_TEST(fine.numel() == static_cast<kiln::index_t>(3 * MiB / sizeof(float)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(request_beyond_any_device_is_an_out_of_memory_error, D, kiln::test::devices) {
+  const std::size_t huge = static_cast<std::size_t>(-1);
+  BOOST_TEST(CachingAllocator::round_size(huge) == huge, "no overflow, no endless rounding loop");
+  BOOST_TEST(CachingAllocator::round_size(huge / 2 + 1) >= huge / 2 + 1);
+  auto& a = kiln::caching_allocator<D>();
+  const auto before = a.stats();
+  BOOST_CHECK_EXCEPTION(a.allocate(huge), kiln::OutOfMemoryError,
+                        kt::message_contains({"tried to allocate", "TiB"}));
+  BOOST_CHECK_THROW((Tensor<float, Shape<dyn>, D>(kiln::index_t(1) << 60)), kiln::OutOfMemoryError);  // 4 EiB
+  BOOST_TEST(a.stats().allocated_bytes == before.allocated_bytes);
+}
+
+BOOST_AUTO_TEST_CASE(cache_is_released_and_retried_when_the_device_is_full) {
+  CountingRaw::reset();
+  {
+    CachingAllocator a(CountingRaw::raw(), 0);
+    BOOST_TEST(a.allocate(0) == nullptr);
+    BOOST_TEST(a.stats().num_requests == 0u);
+    void* p = a.allocate(4 * MiB);
+    void* q = a.allocate(100);
+    a.deallocate(p);
+    a.deallocate(q);
+    BOOST_TEST(CountingRaw::allocs == 2);
+    BOOST_TEST(a.stats().reserved_bytes == 4 * MiB + 512);
+
+    // A request that no cached block fits; the "device" refuses until the cache is returned to it.
+    CountingRaw::full = true;
+    BOOST_CHECK_EXCEPTION(a.allocate(MiB), kiln::OutOfMemoryError,
+                          kt::message_contains({"out of memory on test:0", "tried to allocate 1.00 MiB",
+                                                "0 B in use", "0 B cached"}));
+    BOOST_TEST(CountingRaw::frees == 2, "both cached blocks were released before giving up");
+    BOOST_TEST(a.stats().reserved_bytes == 0u);
+    BOOST_TEST(a.stats().num_device_frees == 2u);
+
+    CountingRaw::full = false;
+    void* r = a.allocate(MiB);
+    BOOST_TEST(r != nullptr);
+    a.deallocate(r);
+
+    int local = 0;
+    a.deallocate(&local);  // not from this allocator: ignored, never freed
+    BOOST_TEST(CountingRaw::frees == 2);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == 3);
+  }
+  CountingRaw::reset();
+}
+
+BOOST_AUTO_TEST_CASE(smallest_fitting_cached_block_is_taken) {
+  CountingRaw::reset();
+  {
+    CachingAllocator a(CountingRaw::raw(), 0);
+    void* big = a.allocate(1200 * KiB);  // rounded: 1 MiB + 256 KiB
+    void* mid = a.allocate(1100 * KiB);  // rounded: 1 MiB + 128 KiB
+    a.deallocate(big);
+    a.deallocate(mid);
+    void* p = a.allocate(MiB + 1);  // 1 MiB + 128 KiB: both fit within 25%, the smaller one is taken
+    BOOST_TEST(p == mid);
+    void* q = a.allocate(MiB + 1);
+    BOOST_TEST(q == big);
+    BOOST_TEST(a.stats().num_cache_hits == 2u);
+    BOOST_TEST(CountingRaw::allocs == 2);
+    a.deallocate(p);
+    a.deallocate(q);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == 2);
+  }
+  CountingRaw::reset();
+}
+
+BOOST_AUTO_TEST_CASE(concurrent_allocations_keep_consistent_statistics) {
+  CountingRaw::reset();
+  {
+    CachingAllocator a(CountingRaw::raw(), 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&a, t] {
+        std::vector<void*> live;
+        for (int i = 0; i < 2000; ++i) {
+          live.push_back(a.allocate(static_cast<std::size_t>(512 * (1 + (i * 7 + t) % 13))));
+          if (live.size() > 5) {
+            a.deallocate(live.front());
+            live.erase(live.begin());
+          }
+        }
+        for (void* p : live) a.deallocate(p);
+      });
+    for (auto& th : threads) th.join();
+    const auto s = a.stats();
+    BOOST_TEST(s.allocated_bytes == 0u);
+    BOOST_TEST(s.num_requests == 8000u);
+    BOOST_TEST(s.num_cache_hits + s.num_device_allocs == s.num_requests);
+    BOOST_TEST(s.num_device_allocs == static_cast<std::uint64_t>(CountingRaw::allocs));
+    a.empty_cache();
+    BOOST_TEST(a.stats().reserved_bytes == 0u);
+    BOOST_TEST(CountingRaw::frees == CountingRaw::allocs);
+  }
+  CountingRaw::reset();
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,155 @@
+// Elementwise functions (exp log tanh sigmoid relu sqrt abs pow min max) against float64 on odd sizes,
+// and their NaN rules.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+
+constexpr std::size_t sizes[] = {1, 7, 1023, 100003};
+
+struct Domain {
+  double lo, hi;
+};
+
+/// y = build(x, z) on D for x uniform in dx and z in dz, against ref in double, at every size.
+template <class D, class T, class Build, class Ref>
+void check_function(const char* what, Domain dx, Domain dz, Build build, Ref ref) {
+  for (std::size_t n : sizes) {
+    BOOST_TEST_CONTEXT(what << " on " << kiln::dtype_name<T>() << ", n = " << n) {
+      const auto xv = kt::random_values<T>(n, dx.lo, dx.hi, 11);
+      const auto zv = kt::random_values<T>(n, dz.lo, dz.hi, 12);
+      const Extents<Shape<dyn>> ext(static_cast<kiln::index_t>(n));
+      const auto x = kt::make_tensor<D>(xv, ext);
+      const auto z = kt::make_tensor<D>(zv, ext);
+      Tensor<T, Shape<dyn>, D> y(ext);
+      y = build(x, z);
+      BOOST_TEST(kt::all_close(y.to_vector(), kt::reference_map(ref, xv, zv)));
+    }
+  }
+}
+
+template <class D, class T>
+void check_functions() {
+  const Domain any{-1, 1};
+  check_function<D, T>(
+      "exp", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::exp(x); },
+      [](double x, double) { return std::exp(x); });
+  check_function<D, T>(
+      "log", {1e-3, 100}, any, [](const auto& x, const auto&) { return kiln::log(x); },
+      [](double x, double) { return std::log(x); });
+  check_function<D, T>(
+      "tanh", {-5, 5}, any, [](const auto& x, const auto&) { return kiln::tanh(x); },
+      [](double x, double) { return std::tanh(x); });
+  check_function<D, T>(
+      "sigmoid", {-20, 20}, any, [](const auto& x, const auto&) { return kiln::sigmoid(x); },
+      [](double x, double) { return 1 / (1 + std::exp(-x)); });
+  check_function<D, T>(
+      "relu", {-3, 3}, any, [](const auto& x, const auto&) { return kiln::relu(x); },
+      [](double x, double) { return x < 0 ? 0.0 : x; });
+  check_function<D, T>(
+      "sqrt", {0, 100}, any, [](const auto& x, const auto&) { return kiln::sqrt(x); },
+      [](double x, double) { return std::sqrt(x); });
+  check_function<D, T>(
+      "abs", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::abs(x); },
+      [](double x, double) { return std::abs(x); });
+  check_function<D, T>(
+      "pow(x, 3)", {-3, 3}, any, [](const auto& x, const auto&) { return kiln::pow(x, 3); },
+      [](double x, double) { return x * x * x; });
+  check_function<D, T>(
+      "pow(x, 2.5)", {0, 5}, any, [](const auto& x, const auto&) { return kiln::pow(x, 2.5); },
+      [](double x, double) { return std::pow(x, 2.5); });
+  check_function<D, T>(
+      "pow(x, z)", {0.1, 3}, {-2, 2}, [](const auto& x, const auto& z) { return kiln::pow(x, z); },
+      [](double x, double z) { return std::pow(x, z); });
+  check_function<D, T>(
+      "max(x, z)", {-1, 1}, any, [](const auto& x, const auto& z) { return kiln::max(x, z); },
+      [](double x, double z) { return std::max(x, z); });
+  check_function<D, T>(
+      "min(x, z)", {-1, 1}, any, [](const auto& x, const auto& z) { return kiln::min(x, z); },
+      [](double x, double z) { return std::min(x, z); });
+  check_function<D, T>(
+      "max(x, 0.25)", {-1, 1}, any, [](const auto& x, const auto&) { return kiln::max(x, 0.25); },
+      [](double x, double) { return std::max(x, 0.25); });
+  check_function<D, T>(
+      "min(-0.25, x)", {-1, 1}, any, [](const auto& x, const auto&) { return kiln::min(-0.25, x); },
+      [](double x, double) { return std::min(-0.25, x); });
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(expr)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(functions_match_float64_in_float, D, kiln::test::devices) {
+  check_functions<D, float>();
+}
+BOOST_AUTO_TEST_CASE_TEMPLATE(functions_match_float64_in_double, D, kiln::test::devices) {
+  check_functions<D, double>();
+}
+BOOST_AUTO_TEST_CASE_TEMPLATE(functions_on_half_storage_compute_in_float, D, kiln::test::devices) {
+  check_functions<D, kiln::half>();
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sigmoid_saturates_without_nan, D, kiln::test::devices) {
+  const std::vector<float> xv = {-1000.0f,
+                                 -100.0f,
+                                 0.0f,
+                                 100.0f,
+                                 1000.0f,
+                                 -std::numeric_limits<float>::infinity(),
+                                 std::numeric_limits<float>::infinity()};
+  const auto x = kt::make_tensor<D>(xv, Extents<Shape<7>>{});
+  Tensor<float, Shape<7>, D> y;
+  y = kiln::sigmoid(x);
+  const auto got = y.to_vector();
+  BOOST_TEST(got[0] == 0.0f);
+  BOOST_TEST(got[2] == 0.5f);
+  BOOST_TEST(got[4] == 1.0f);
+  BOOST_TEST(got[5] == 0.0f);
+  BOOST_TEST(got[6] == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(relu_max_and_min_propagate_nan, D, kiln::test::devices) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> av = {nan, 1.0f, nan, -1.0f, 2.0f};
+  const std::vector<float> bv = {1.0f, nan, nan, -2.0f, 3.0f};
+  const auto a = kt::make_tensor<D>(av, Extents<Shape<5>>{});
+  const auto b = kt::make_tensor<D>(bv, Extents<Shape<5>>{});
+  Tensor<float, Shape<5>, D> y;
+
+  y = kiln::relu(a);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, 1.0f, nan, 0.0f, 2.0f}));
+  y = kiln::max(a, b);  // torch.maximum: NaN on either side wins
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, nan, nan, -1.0f, 3.0f}));
+  y = kiln::min(a, b);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, nan, nan, -2.0f, 2.0f}));
+  y = kiln::max(a, 0.0f);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, 1.0f, nan, 0.0f, 2.0f}));
+  y = kiln::min(0.0f, b);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{0.0f, nan, nan, -2.0f, 0.0f}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(log_and_sqrt_follow_ieee_outside_their_domain, D, kiln::test::devices) {
+  const std::vector<double> xv = {0.0, -1.0, 1.0};
+  const auto x = kt::make_tensor<D>(xv, Extents<Shape<3>>{});
+  Tensor<double, Shape<3>, D> y;
+  y = kiln::log(x);
+  const auto l = y.to_vector();
+  BOOST_TEST((std::isinf(l[0]) && l[0] < 0));
+  BOOST_TEST(std::isnan(l[1]));
+  BOOST_TEST(l[2] == 0.0);
+  y = kiln::sqrt(x);
+  const auto s = y.to_vector();
+  BOOST_TEST(s[0] == 0.0);
+  BOOST_TEST(std::isnan(s[1]));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,222 @@
+// Reductions (sum mean max min argmax) against float64: full reductions on odd sizes, and over every
+// axis of rank-3 tensors with odd extents; a fused argument costs no extra pass.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+
+/// Tolerance of a sum: one rounding of the result, or (on a device that accumulates in T) the
+/// rounding of partial sums, relative to the sum of magnitudes.
+template <class T>
+std::vector<double> magnitudes(const std::vector<double>& x, kt::ReduceDims d, bool mean) {
+  std::vector<double> a(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) a[i] = std::abs(x[i]);
+  auto s = kt::reference_sum(a, d);
+  if (mean)
+    for (auto& v : s) v /= static_cast<double>(d.len ? d.len : 1);
+  return s;
+}
+
+template <class D, class T>
+void check_full(std::size_t n) {
+  BOOST_TEST_CONTEXT(kiln::dtype_name<T>() << ", n = " << n) {
+    const auto xv = kt::random_values<T>(n, -10, 10, 61);
+    const auto x = kt::make_tensor<D>(xv, Extents<Shape<dyn>>(static_cast<kiln::index_t>(n)));
+    const auto xd = kt::to_doubles(xv);
+    const kt::ReduceDims all{1, n, 1};
+    using V = typename Tensor<T, Shape<dyn>, D>::value_type;
+
+    auto s = kiln::sum(x);
+    static_assert(std::is_same_v<decltype(s), Tensor<V, Shape<>, D>>, "a full reduction is a rank-0 tensor");
+    const double n_scale = std::sqrt(static_cast<double>(n));
+    BOOST_TEST(kt::all_close_scaled(s.to_vector(), kt::reference_sum(xd, all), magnitudes<T>(xd, all, false),
+                                    kt::tolerance<T>::rel * n_scale));
+    BOOST_TEST(kt::all_close_scaled(kiln::mean(x).to_vector(), kt::reference_mean(xd, all),
+                                    magnitudes<T>(xd, all, true), kt::tolerance<T>::rel * n_scale));
+    BOOST_TEST(kt::all_equal(kiln::max(x).to_vector(), kt::reference_extreme(xd, all, +1)));
+    BOOST_TEST(kt::all_equal(kiln::min(x).to_vector(), kt::reference_extreme(xd, all, -1)));
+    auto am = kiln::argmax(x);
+    static_assert(std::is_same_v<typename decltype(am)::element_type, std::int64_t>);
+    BOOST_TEST(kt::all_equal(am.to_vector(), kt::reference_argmax(xd, all)));
+    BOOST_TEST(kiln::max(x).item() == xd[static_cast<std::size_t>(am.item())]);
+  }
+}
+
+/// Every reduction over axis A of x (extents e), against the reference over [outer, len, inner].
+template <int A, class D, class T, class S>
+void check_axis(const Tensor<T, S, D>& x, const std::vector<T>& xv) {
+  constexpr std::size_t axis =
+      A < 0 ? static_cast<std::size_t>(A + static_cast<int>(S::rank)) : static_cast<std::size_t>(A);
+  kt::ReduceDims d{1, static_cast<std::size_t>(x.size(axis)), 1};
+  for (std::size_t i = 0; i < axis; ++i) d.outer *= static_cast<std::size_t>(x.size(i));
+  for (std::size_t i = axis + 1; i < S::rank; ++i) d.inner *= static_cast<std::size_t>(x.size(i));
+  const auto xd = kt::to_doubles(xv);
+  BOOST_TEST_CONTEXT(kiln::dtype_name<T>() << " " << kiln::to_string(x.extents()) << ", axis " << A) {
+    auto s = kiln::sum<A>(x);
+    BOOST_TEST(s.numel() == static_cast<kiln::index_t>(d.outer * d.inner));
+    const double len_scale = std::sqrt(static_cast<double>(d.len));
+    BOOST_TEST(kt::all_close_scaled(s.to_vector(), kt::reference_sum(xd, d), magnitudes<T>(xd, d, false),
+                                    kt::tolerance<T>::rel * len_scale));
+    BOOST_TEST(kt::all_close_scaled(kiln::mean<A>(x).to_vector(), kt::reference_mean(xd, d),
+                                    magnitudes<T>(xd, d, true), kt::tolerance<T>::rel * len_scale));
+    BOOST_TEST(kt::all_equal(kiln::max<A>(x).to_vector(), kt::reference_extreme(xd, d, +1)));
+    BOOST_TEST(kt::all_equal(kiln::min<A>(x).to_vector(), kt::reference_extreme(xd, d, -1)));
+    BOOST_TEST(kt::all_equal(kiln::argmax<A>(x).to_vector(), kt::reference_argmax(xd, d)));
+  }
+}
+
+template <class D, class T>
+void check_every_axis(kiln::index_t a, kiln::index_t b, kiln::index_t c, std::uint32_t stream) {
+  const auto xv = kt::random_values<T>(static_cast<std::size_t>(a * b * c), -10, 10, stream);
+  const auto x = kt::make_tensor<D>(xv, Extents<Shape<dyn, dyn, dyn>>(a, b, c));
+  check_axis<0>(x, xv);
+  check_axis<1>(x, xv);
+  check_axis<2>(x, xv);
+  check_axis<-1>(x, xv);
+  check_axis<-3>(x, xv);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(reduce)
+
+static_assert(std::is_same_v<kiln::detail::remove_axis_t<Shape<dyn, 7, 9>, 1>, Shape<dyn, 9>>);
+static_assert(std::is_same_v<kiln::detail::remove_axis_t<Shape<dyn, 7, 9>, 0>, Shape<7, 9>>);
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(full_reductions_match_float64_on_odd_sizes, D, kiln::test::devices) {
+  for (std::size_t n : {1u, 7u, 1023u, 100003u}) {
+    check_full<D, float>(n);
+    check_full<D, double>(n);
+  }
+  check_full<D, kiln::half>(1023);
+  check_full<D, kiln::bfloat16>(1023);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(reductions_over_every_axis_of_a_rank_3_tensor, D, kiln::test::devices) {
+  check_every_axis<D, float>(5, 7, 9, 62);
+  check_every_axis<D, double>(5, 7, 9, 63);
+  check_every_axis<D, float>(1, 1, 1, 64);
+  check_every_axis<D, float>(3, 1001, 13, 65);  // large enough for the parallel loop
+  check_every_axis<D, double>(3, 11, 131, 66);  // an inner extent wider than one column block
+  check_every_axis<D, kiln::half>(5, 7, 9, 67);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(axis_reductions_drop_the_axis_from_the_shape, D, kiln::test::devices) {
+  Tensor<float, Shape<dyn, 7, 9>, D> x(5);
+  x.fill(1.0f);
+  static_assert(std::is_same_v<decltype(kiln::sum<1>(x)), Tensor<float, Shape<dyn, 9>, D>>);
+  static_assert(std::is_same_v<decltype(kiln::mean<0>(x)), Tensor<float, Shape<7, 9>, D>>);
+  static_assert(std::is_same_v<decltype(kiln::argmax<-1>(x)), Tensor<std::int64_t, Shape<dyn, 7>, D>>);
+  auto s = kiln::sum<1>(x);
+  BOOST_TEST(kiln::to_string(s.extents()) == "[5, 9]");
+  BOOST_TEST(kt::all_equal(s.to_vector(), std::vector<float>(45, 7.0f)));
+
+  Tensor<kiln::half, Shape<dyn, 3>, D> h(2);
+  h.fill(0.5f);
+  static_assert(std::is_same_v<decltype(kiln::sum(h)), Tensor<float, Shape<>, D>>, "half sums in float");
+  BOOST_TEST(kiln::sum(h).item() == 3.0f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(reducing_the_only_axis_gives_a_rank_0_tensor, D, kiln::test::devices) {
+  const auto xv = kt::random_values<double>(1023, -1, 1, 75);
+  const auto x = kt::make_tensor<D>(xv, Extents<Shape<dyn>>(1023));
+  auto s = kiln::sum<0>(x);
+  static_assert(std::is_same_v<decltype(s), Tensor<double, Shape<>, D>>);
+  BOOST_TEST(std::abs(s.item() - kiln::sum(x).item()) <= 1e-12);
+  BOOST_TEST(kiln::argmax<-1>(x).item() == kiln::argmax(x).item());
+
+  const auto one = kt::make_tensor<D>(std::vector<double>{-2.5}, Extents<Shape<>>{});  // rank 0 itself
+  BOOST_TEST(kiln::sum(one).item() == -2.5);
+  BOOST_TEST(kiln::mean(one).item() == -2.5);
+  BOOST_TEST(kiln::argmax(one).item() == 0);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(argmax_over_classes_gives_labels, D, kiln::test::devices) {
+  const kiln::index_t n = 37;
+  const auto logits_v = kt::random_values<float>(static_cast<std::size_t>(n * 10), -5, 5, 68);
+  const auto logits = kt::make_tensor<D>(logits_v, Extents<Shape<dyn, 10>>(n));
+  auto labels = kiln::argmax<1>(logits);  // [N, 10] -> [N]
+  static_assert(std::is_same_v<decltype(labels), Tensor<std::int64_t, Shape<dyn>, D>>);
+  BOOST_TEST(kt::all_equal(labels.to_vector(), kt::reference_argmax(kt::to_doubles(logits_v),
+                                                                    {static_cast<std::size_t>(n), 10, 1})));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(fused_argument_is_one_pass, D, kiln::test::devices) {
+  const std::size_t n = 100003;
+  const Extents<Shape<dyn>> ext(static_cast<kiln::index_t>(n));
+  const auto av = kt::random_values<float>(n, -1, 1, 69);
+  const auto bv = kt::random_values<float>(n, -1, 1, 70);
+  const auto a = kt::make_tensor<D>(av, ext);
+  const auto b = kt::make_tensor<D>(bv, ext);
+
+  auto before = kiln::passes();
+  auto dot = kiln::sum(a * b);  // the product is never stored
+  BOOST_TEST(kiln::passes() - before == 1u);
+  double want = 0, scale = 0;
+  for (std::size_t i = 0; i < n; ++i) want += double(av[i]) * bv[i], scale += std::abs(double(av[i]) * bv[i]);
+  BOOST_TEST(std::abs(dot.item() - want) <= 1e-6 * scale);
+
+  before = kiln::passes();
+  auto m = kiln::max(kiln::relu(a - b) * 2.0f);
+  BOOST_TEST(kiln::passes() - before == 1u);
+  float want_max = 0;
+  for (std::size_t i = 0; i < n; ++i) want_max = std::max(want_max, std::max(av[i] - bv[i], 0.0f) * 2.0f);
+  BOOST_TEST(m.item() == want_max);
+
+  const kiln::index_t rows = 101, cols = 33;
+  const auto xv = kt::random_values<double>(static_cast<std::size_t>(rows * cols), -1, 1, 71);
+  const auto cv = kt::random_values<double>(static_cast<std::size_t>(cols), -1, 1, 72);
+  const auto x = kt::make_tensor<D>(xv, Extents<Shape<dyn, 33>>(rows));
+  const auto c = kt::make_tensor<D>(cv, Extents<Shape<33>>{});
+  before = kiln::passes();
+  auto centered = kiln::mean<0>((x - c) * (x - c));  // a broadcast inside the argument
+  BOOST_TEST(kiln::passes() - before == 1u);
+  std::vector<double> want_var(static_cast<std::size_t>(cols), 0.0);
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    const double d = xv[i] - cv[i % 33];
+    want_var[i % 33] += d * d / static_cast<double>(rows);
+  }
+  BOOST_TEST(kt::all_close(centered.to_vector(), want_var));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sum_of_a_comparison_counts_the_true_elements, D, kiln::test::devices) {
+  const std::size_t n = 1023;
+  const auto xv = kt::random_values<float>(n, -1, 1, 73);
+  const auto x = kt::make_tensor<D>(xv, Extents<Shape<dyn, 31>>(33));
+  const auto count = kiln::sum(x > 0.0f);
+  static_assert(std::is_same_v<typename decltype(count)::element_type, std::int64_t>,
+                "bool sums count, as int64");
+  std::int64_t want = 0;
+  for (float v : xv) want += v > 0.0f;
+  BOOST_TEST(count.item() == want);
+
+  const auto per_column = kiln::sum<0>(x > 0.0f);
+  std::vector<std::int64_t> want_col(31, 0);
+  for (std::size_t i = 0; i < n; ++i) want_col[i % 31] += xv[i] > 0.0f;
+  BOOST_TEST(kt::all_equal(per_column.to_vector(), want_col));
+
+  const auto fraction = kiln::mean(x > 0.0f);  // accuracy = mean(eq(predicted, labels))
+  static_assert(std::is_same_v<typename decltype(fraction)::element_type, float>, "bool means are fractions");
+  BOOST_TEST(fraction.item() == static_cast<float>(static_cast<double>(want) / n));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(integer_reductions_are_exact, D, kiln::test::devices) {
+  const auto xv = kt::random_integers<std::int32_t>(1023, -1000, 1000, 74);
+  const auto x = kt::make_tensor<D>(xv, Extents<Shape<dyn>>(1023));
+  BOOST_TEST(kiln::sum(x).item() == std::accumulate(xv.begin(), xv.end(), 0));
+  BOOST_TEST(kiln::max(x).item() == *std::max_element(xv.begin(), xv.end()));
+  BOOST_TEST(kiln::min(x).item() == *std::min_element(xv.begin(), xv.end()));
+  BOOST_TEST(kiln::argmax(x).item() == std::max_element(xv.begin(), xv.end()) - xv.begin());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

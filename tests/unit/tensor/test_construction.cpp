@@ -1,0 +1,235 @@
+// Tensors: extents and element counts, dynamic construction, host round trips, from_blob, devices.
+#include <boost/test/unit_test.hpp>
+#include <cstdint>
+#include <vector>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(tensor)
+
+// Shape facts are compile-time.
+static_assert(Shape<2, 3, 5>::rank == 3 && Shape<2, 3, 5>::is_static && Shape<2, 3, 5>::static_numel() == 30);
+static_assert(Shape<dyn, 3>::rank_dynamic == 1 && !Shape<dyn, 3>::is_static &&
+              Shape<dyn, 3>::static_numel() == dyn);
+static_assert(Shape<>::rank == 0 && Shape<>::static_numel() == 1);
+static_assert(kiln::shape<Shape<dyn, 4>> && !kiln::shape<int>);
+static_assert(kiln::broadcastable<Shape<dyn, 4>, Shape<4>> && !kiln::broadcastable<Shape<dyn, 3>, Shape<4>>);
+static_assert(std::is_same_v<kiln::broadcast_shape_t<Shape<dyn, 1>, Shape<1, 7>>, Shape<dyn, 7>>);
+static_assert(std::is_same_v<kiln::broadcast_shape_t<Shape<5, 1, 3>, Shape<4, 1>>, Shape<5, 4, 3>>);
+static_assert(std::is_same_v<Tensor<float, Shape<4>>::device, kiln::Cpu>, "the device defaults to the CPU");
+static_assert(std::is_same_v<Tensor<kiln::half, Shape<4>>::value_type, float>, "half computes in float");
+static_assert(kiln::dtype_name<float>() == "float32" && kiln::dtype_name<kiln::half>() == "float16" &&
+              kiln::dtype_name<kiln::bfloat16>() == "bfloat16" &&
+              kiln::dtype_name<std::int64_t>() == "int64");
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(static_shape_has_its_extents_and_numel, D, kiln::test::devices) {
+  Tensor<float, Shape<2, 3, 5>, D> t;
+  BOOST_TEST(t.rank == 3u);
+  BOOST_TEST(t.size(0) == 2);
+  BOOST_TEST(t.size(1) == 3);
+  BOOST_TEST(t.size(2) == 5);
+  BOOST_TEST(t.numel() == 30);
+  BOOST_TEST(t.nbytes() == 30 * sizeof(float));
+  BOOST_TEST(!t.empty());
+  BOOST_TEST(t.data() != nullptr);
+  BOOST_TEST(kiln::to_string(t.extents()) == "[2, 3, 5]");
+
+  Tensor<double, Shape<>, D> scalar;  // rank 0: one element
+  BOOST_TEST(scalar.numel() == 1);
+  BOOST_TEST(kiln::to_string(scalar.extents()) == "[]");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dynamic_extents_come_from_the_constructor, D, kiln::test::devices) {
+  Tensor<float, Shape<dyn, 4>, D> a(7);
+  BOOST_TEST(a.size(0) == 7);
+  BOOST_TEST(a.size(1) == 4);
+  BOOST_TEST(a.numel() == 28);
+
+  Tensor<float, Shape<dyn, 3, dyn>, D> b(2, 5);  // one value per dyn extent, in order
+  BOOST_TEST(kiln::to_string(b.extents()) == "[2, 3, 5]");
+  BOOST_TEST(b.numel() == 30);
+
+  Tensor<float, Shape<dyn, 4>, D> c(Extents<Shape<dyn, 4>>(3));
+  BOOST_TEST(c.numel() == 12);
+
+  Tensor<float, Shape<dyn, 4>, D> empty;  // a dyn shape starts empty, without storage
+  BOOST_TEST(empty.numel() == 0);
+  BOOST_TEST(empty.empty());
+  BOOST_TEST(empty.storage() == nullptr);
+
+  Tensor<float, Shape<dyn, 4>, D> zero_rows(0);
+  BOOST_TEST(zero_rows.empty());
+  BOOST_TEST(zero_rows.to_vector().empty());
+}
+
+BOOST_AUTO_TEST_CASE(negative_dynamic_extent_is_a_shape_error) {
+  BOOST_CHECK_EXCEPTION((Extents<Shape<dyn, 4>>(-3)), kiln::ShapeError, kiln::test::message_contains({"-3"}));
+}
+
+BOOST_AUTO_TEST_CASE(extents_and_shapes_print_like_numpy) {
+  BOOST_TEST(kiln::to_string(Extents<Shape<dyn, 4>>(3)) == "[3, 4]");
+  BOOST_TEST((kiln::shape_name<Shape<dyn, 3, 32, 32>>() == "Shape<dyn, 3, 32, 32>"));
+  BOOST_TEST(kiln::shape_name<Shape<>>() == "Shape<>");
+  BOOST_TEST((Extents<Shape<dyn, 4>>(3) == Extents<Shape<dyn, 4>>(3)));
+  BOOST_TEST(!(Extents<Shape<dyn, 4>>(3) == Extents<Shape<dyn, 4>>(5)));
+}
+
+template <class T, class D>
+void check_round_trip(std::size_t n, std::uint32_t stream) {
+  using S = Shape<dyn>;
+  std::vector<T> values;
+  if constexpr (std::is_integral_v<T>)
+    values = kiln::test::random_integers<T>(n, -1000, 1000, stream);
+  else
+    values = kiln::test::random_values<T>(n, -100.0, 100.0, stream);
+  auto t = kiln::test::make_tensor<D>(values, Extents<S>(static_cast<kiln::index_t>(n)));
+  BOOST_TEST(t.numel() == static_cast<kiln::index_t>(n));
+  BOOST_TEST(kiln::test::all_equal(t.to_vector(), values));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(from_and_to_vector_round_trip_every_element_type, D, kiln::test::devices) {
+  for (std::size_t n : {1u, 7u, 1023u, 100003u}) {
+    check_round_trip<float, D>(n, 1);
+    check_round_trip<double, D>(n, 2);
+    check_round_trip<kiln::half, D>(n, 3);
+    check_round_trip<kiln::bfloat16, D>(n, 4);
+    check_round_trip<std::int32_t, D>(n, 5);
+    check_round_trip<std::int64_t, D>(n, 6);
+  }
+  const bool flags[] = {true, false, false, true, true, false, true};  // std::vector<bool> has no data()
+  auto b = Tensor<bool, Shape<7>, kiln::Cpu>::from(std::span<const bool>(flags, 7), Extents<Shape<7>>{})
+               .template to<D>();
+  const std::vector<bool> got = b.to_vector();
+  BOOST_TEST(got == std::vector<bool>(flags, flags + 7), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(from_keeps_row_major_order, D, kiln::test::devices) {
+  const std::vector<float> v = {0, 1, 2, 3, 4, 5};
+  auto t = kiln::test::make_tensor<D>(v, Extents<Shape<2, 3>>{});
+  BOOST_TEST(t.to_vector() == v, boost::test_tools::per_element());
+  auto s = Tensor<float, Shape<2, 3>>::from({0, 1, 2, 3, 4, 5});  // static shapes: an initializer list
+  BOOST_TEST(s(1, 0) == 3.0f);
+  BOOST_TEST(s(0, 2) == 2.0f);
+  BOOST_TEST(s[5] == 5.0f);
+  s(1, 2) = 7.0f;
+  BOOST_TEST(s.to_vector()[5] == 7.0f);
+}
+
+BOOST_AUTO_TEST_CASE(from_rejects_a_wrong_number_of_values) {
+  const std::vector<float> v(10, 1.0f);
+  BOOST_CHECK_EXCEPTION(
+      (Tensor<float, Shape<dyn, 4>>::from(std::span<const float>(v), Extents<Shape<dyn, 4>>(3))),
+      kiln::ShapeError, kiln::test::message_contains({"10 values", "[3, 4]", "12 elements"}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(fill_sets_every_element_in_one_pass, D, kiln::test::devices) {
+  Tensor<double, Shape<dyn, 9>, D> t(1001);
+  const auto before = kiln::passes();
+  t.fill(2.5);
+  BOOST_TEST(kiln::passes() - before == 1u);
+  BOOST_TEST(kiln::test::all_equal(t.to_vector(), std::vector<double>(1001 * 9, 2.5)));
+
+  Tensor<kiln::half, Shape<13>, D> h;
+  h.fill(0.1);  // stored rounded to half
+  const float want = kiln::test::reference_round_half(0.1f);
+  BOOST_TEST(kiln::test::all_equal(h.to_vector(), std::vector<float>(13, want)));
+
+  Tensor<float, Shape<dyn>, D> f(5);
+  f = 3;  // assigning a number is a fill
+  BOOST_TEST(kiln::test::all_equal(f.to_vector(), std::vector<float>(5, 3.0f)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(full_and_zeros_make_filled_tensors, D, kiln::test::devices) {
+  auto z = kiln::zeros<float, Shape<dyn, 3>, D>(Extents<Shape<dyn, 3>>(5));
+  BOOST_TEST(kiln::test::all_equal(z.to_vector(), std::vector<float>(15, 0.0f)));
+  auto f = kiln::full<std::int32_t, Shape<4>, D>(Extents<Shape<4>>{}, 7);
+  BOOST_TEST(kiln::test::all_equal(f.to_vector(), std::vector<std::int32_t>(4, 7)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(item_reads_a_single_element, D, kiln::test::devices) {
+  auto one = kiln::test::make_tensor<D>(std::vector<double>{-4.25}, Extents<Shape<>>{});
+  BOOST_TEST(one.item() == -4.25);
+  auto h = kiln::test::make_tensor<D>(std::vector<kiln::half>{kiln::from_compute<kiln::half>(1.5f)},
+                                      Extents<Shape<1, 1>>{});
+  BOOST_TEST(h.item() == 1.5f);  // value_type of half is float
+  static_assert(std::is_same_v<decltype(h.item()), float>);
+
+  auto many = kiln::test::make_tensor<D>(std::vector<float>(3, 1.0f), Extents<Shape<3>>{});
+  BOOST_CHECK_EXCEPTION(many.item(), kiln::ShapeError, kiln::test::message_contains({"3 elements"}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(from_blob_wraps_memory_without_owning_it, D, kiln::test::devices) {
+  const auto values = kiln::test::random_values<float>(35, -1, 1, 11);
+  auto owner = kiln::test::make_tensor<D>(values, Extents<Shape<dyn, 5>>(7));
+  const auto stats_before = kiln::memory_stats<D>();
+  {
+    auto blob =
+        Tensor<float, Shape<5, 7>, D>::from_blob(owner.data(), Extents<Shape<5, 7>>{}, owner.device_index());
+    BOOST_TEST(kiln::memory_stats<D>().num_requests == stats_before.num_requests);  // no allocation
+    BOOST_TEST(blob.data() == owner.data());
+    BOOST_TEST(blob.storage()->owner == nullptr);
+    BOOST_TEST(kiln::test::all_equal(blob.to_vector(), values));
+    blob.fill(2.0f);  // writes land in the owner's memory
+  }
+  // The blob is gone; the memory is still the owner's and holds what the blob wrote.
+  BOOST_TEST(kiln::memory_stats<D>().allocated_bytes == stats_before.allocated_bytes);
+  BOOST_TEST(kiln::test::all_equal(owner.to_vector(), std::vector<float>(35, 2.0f)));
+
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    std::vector<double> host(6, 1.0);
+    {
+      auto t = Tensor<double, Shape<dyn, 3>>::from_blob(host.data(), Extents<Shape<dyn, 3>>(2));
+      t = t * 3.0;
+    }
+    BOOST_TEST(host == std::vector<double>(6, 3.0), boost::test_tools::per_element());
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(to_cpu_copies_into_new_host_storage, D, kiln::test::devices) {
+  const auto values = kiln::test::random_values<double>(1023, -5, 5, 12);
+  auto t = kiln::test::make_tensor<D>(values, Extents<Shape<dyn, 3>>(341));
+  Tensor<double, Shape<dyn, 3>, kiln::Cpu> h = t.template to<kiln::Cpu>();
+  BOOST_TEST(kiln::to_string(h.extents()) == "[341, 3]");
+  BOOST_TEST(kiln::test::all_equal(h.to_vector(), values));
+  BOOST_TEST(static_cast<const void*>(h.data()) != static_cast<const void*>(t.data()));
+  h.fill(0.0);  // the copy is independent of the original
+  BOOST_TEST(kiln::test::all_equal(t.to_vector(), values));
+
+  auto back = h.to(D{});  // the tag overload
+  static_assert(std::is_same_v<decltype(back), Tensor<double, Shape<dyn, 3>, D>>);
+  BOOST_TEST(kiln::test::all_equal(back.to_vector(), std::vector<double>(1023, 0.0)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(assigning_a_tensor_of_other_extents_names_both_shapes, D, kiln::test::devices) {
+  Tensor<float, Shape<dyn, 4>, D> dst(3), src(5);
+  src.fill(1.0f);
+  BOOST_CHECK_EXCEPTION(dst = src, kiln::ShapeError,
+                        kiln::test::message_contains({"[3, 4]", "[5, 4]", "Shape<dyn, 4>"}));
+  BOOST_CHECK_EXCEPTION(kiln::assign(dst, src * 2.0f), kiln::ShapeError,
+                        kiln::test::message_contains({"[3, 4]", "[5, 4]"}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_empty_dynamic_tensor_takes_the_extents_it_is_assigned, D,
+                              kiln::test::devices) {
+  const auto values = kiln::test::random_values<float>(21, -1, 1, 13);
+  auto src = kiln::test::make_tensor<D>(values, Extents<Shape<dyn, 7>>(3));
+  Tensor<float, Shape<dyn, 7>, D> dst;
+  dst = src * 2.0f;
+  BOOST_TEST(kiln::to_string(dst.extents()) == "[3, 7]");
+  BOOST_TEST(kiln::test::all_close(dst.to_vector(),
+                                   kiln::test::reference_map([](double x) { return 2 * x; }, values)));
+
+  auto e = kiln::eval(src + 1.0f);  // eval: a new tensor of the expression's type and extents
+  static_assert(std::is_same_v<decltype(e), Tensor<float, Shape<dyn, 7>, D>>);
+  BOOST_TEST(kiln::to_string(e.extents()) == "[3, 7]");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
