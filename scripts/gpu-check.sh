@@ -2,7 +2,8 @@
 # gpu-check.sh: build kiln for sm_90, run every CUDA test and the GPU benches, print a short table.
 #
 #   scripts/gpu-check.sh                 # configure + build (preset ci: sm_90 + PTX) here, then run
-#   scripts/gpu-check.sh --prebuilt DIR  # run executables staged by scripts/gpu-stage (no build)
+#   scripts/gpu-check.sh --prebuilt DIR  # run executables staged by scripts/gpu-stage (no build):
+#     tar xJf .gpu/stage.tar.xz -C /tmp && scripts/gpu-check.sh --prebuilt /tmp/stage
 #
 # Results (logs, bench JSON, the table) go to $OUT when set, else build/gpu-check/. Budget: under 8
 # minutes on an H200 including the build; each test has a timeout. Exit status: 0 when nothing failed.
@@ -41,13 +42,16 @@ rows=()
 failed=0
 run() {  # run NAME TIMEOUT CMD...: record passed / failed / skipped (exit 77)
   local name=$1 limit=$2; shift 2
-  local t0=$(date +%s.%N) rc
+  local t0=$(date +%s%N) rc
   timeout "$limit" "$@" >"$out/$name.log" 2>&1
   rc=$?
-  local secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  local secs="$((ms / 1000)).$(( (ms % 1000) / 100 ))"
   local status=passed
   if [ $rc -eq 77 ]; then status=skipped; elif [ $rc -ne 0 ]; then status="FAILED($rc)"; failed=1; fi
-  local summary=$(grep -E -m1 "has passed|failure|error|Leaving test module|skipping|result:" "$out/$name.log" | cut -c1-70)
+  local summary=$(grep -E -m1 "has (passed|failed) with|skipping|CUDA available|result:" "$out/$name.log" ||
+                  grep -E -m1 "error|failure" "$out/$name.log")
+  summary=$(echo "$summary" | cut -c1-70)
   rows+=("$(printf '%-40s %-12s %6ss  %s' "$name" "$status" "$secs" "$summary")")
 }
 
