@@ -171,6 +171,13 @@ class Tensor {
     detail::device_copy<D, Cpu>::run(t.data_, t.device_index(), values.data(), 0, t.nbytes(), false);
     return t;
   }
+  /// Overwrites every element with host values (row-major; the count must match).
+  void copy_from(std::span<const T> values) {
+    if (static_cast<index_t>(values.size()) != numel())
+      throw ShapeError("kiln::Tensor::copy_from: " + std::to_string(values.size()) + " values for extents " +
+                       to_string(ext_) + " (" + std::to_string(numel()) + " elements)");
+    detail::device_copy<D, Cpu>::run(data_, device_index(), values.data(), 0, nbytes(), false);
+  }
   /// Static shapes only: `Tensor<float, Shape<2, 3>>::from({1, 2, 3, 4, 5, 6})`.
   static Tensor from(std::initializer_list<T> values)
     requires S::is_static

@@ -72,6 +72,18 @@ struct executor<Cpu> {
     for (index_t i = 0; i < n; ++i) dst.store(i, e[i]);
   }
 
+  /// f(i) for every i in [0, n): one OpenMP loop (a fused pass with several outputs, e.g. an optimizer
+  /// step that updates parameters and moments together).
+  template <class F>
+  static void for_each(index_t n, const F& f_) {
+    count_pass();
+    const bool parallel = n >= backend::cpu::parallel_threshold;
+    (void)parallel;
+    const F f = f_;
+    KILN_PRAGMA_OMP(parallel for simd schedule(static) if(parallel) firstprivate(f))
+    for (index_t i = 0; i < n; ++i) f(i);
+  }
+
   template <ReduceKind K, class Out, class E>
   static void reduce(Out* out, const E& e, index_t outer, index_t len, index_t inner) {
     using namespace backend::cpu;

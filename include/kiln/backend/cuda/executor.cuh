@@ -19,6 +19,7 @@
 #include "kiln/backend/cuda/check.hpp"
 #include "kiln/backend/cuda/device.hpp"
 #include "kiln/backend/cuda/kernels/elementwise.cuh"
+#include "kiln/backend/cuda/kernels/for_each.cuh"
 #include "kiln/backend/cuda/kernels/reduce.cuh"
 #include "kiln/backend/cuda/launch.cuh"
 #include "kiln/backend/cuda/memory.hpp"
@@ -102,6 +103,18 @@ struct executor<Cuda> {
     }
     launch(&elementwise_kernel<Dst, E, elementwise_config<scalar>>, dim3(grid_for(n, scalar, device)), dim3(scalar.block), 0, stream, dst,
            e, n);
+  }
+
+  /// f(i) for every i in [0, n): one launch (a fused pass with several outputs, e.g. an optimizer step).
+  template <class F>
+  static void for_each(index_t n, const F& f) {
+    using namespace kiln::cuda;
+    using namespace kiln::cuda::detail;
+    count_pass();
+    if (n == 0) return;
+    const int device = current_device();
+    constexpr ElementwiseTuning t = elementwise_tuning(4, false);
+    launch(&for_each_kernel<F>, dim3(grid_for(n, t, device)), dim3(256), 0, current_stream(device), f, n);
   }
 
   /// out[o * inner + j] = K over k in [0, len) of e[(o * len + k) * inner + j] (see expr/executor.hpp),

@@ -1,0 +1,57 @@
+/// Flatten: [N, d1, d2, ...] -> [N, d1 * d2 * ...], a view (no copy), as torch.nn.Flatten().
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kiln/nn/layer.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+/// Shapes: [N, C, H, W] -> [N, C*H*W] (every dimension after the first must be static).
+struct Flatten {
+  template <class S>
+  static constexpr bool all_static_after_first() {
+    if (S::rank < 2) return false;
+    for (std::size_t i = 1; i < S::rank; ++i)
+      if (S::extents[i] == dyn) return false;
+    return true;
+  }
+  template <class S>
+  static constexpr index_t features() {
+    index_t n = 1;
+    for (std::size_t i = 1; i < S::rank; ++i) n *= S::extents[i];
+    return n;
+  }
+  template <class S>
+  static constexpr bool accepts = all_static_after_first<S>();
+  template <class S>
+  using output = Shape<S::extents[0], features<S>()>;
+
+  template <class S, class P>
+  class module {
+   public:
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = output<S>;
+    static constexpr index_t parameter_count = 0;
+
+    void bind(M*, M*, int) {}
+    void reset_parameters(Generator&) {}
+    std::vector<ParameterInfo> parameters() const { return {}; }
+    std::string name() const { return "Flatten(start_dim=1, end_dim=-1)"; }
+
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context) {
+      in_ = x.extents();
+      return x.template reshape<output_shape>();
+    }
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) { return dy.template reshape<S>(in_); }
+
+   private:
+    Extents<S> in_{};
+  };
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,54 @@
+/// The layer protocol: a layer is a type (spec) that, given an input shape and a Policy, yields a module.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/core/index.hpp"
+#include "kiln/policy/policy.hpp"
+#include "kiln/tensor/shape.hpp"
+
+namespace kiln::nn {
+
+/// How a forward pass runs: training (dropout on) or evaluation, and whether it keeps what the
+/// backward pass needs (off = torch.no_grad(): inference keeps no activations).
+struct Context {
+  bool training = true;
+  bool grad = true;
+};
+
+/// The seeded generator every initialisation and dropout mask draws from (runs are reproducible).
+using Generator = std::mt19937_64;
+
+/// A parameter in the model's arena: its name ("weight"), offset, element count and shape, in
+/// PyTorch's state_dict spelling once prefixed by the layer index ("0.weight").
+struct ParameterInfo {
+  std::string name;
+  index_t offset = 0;
+  index_t count = 0;
+  std::vector<index_t> shape;
+};
+
+/// A layer spec L, for an input shape In it accepts:
+///   L::accepts<In>            whether In fits (checked by Sequential with a readable error)
+///   L::output<In>             the output shape
+///   L::module<In, P>          the runtime module: parameter_count, bind(params, grads), reset_parameters(gen),
+///                             parameters(), forward(x, ctx) -> y, backward(dy) -> dx, name()
+/// Requirements are checked where the pieces meet (Sequential), not here, to keep errors short.
+template <class L, class In>
+concept layer_for = requires {
+  { L::template accepts<In> } -> std::convertible_to<bool>;
+};
+
+namespace detail {
+/// U(-bound, bound) into host memory (PyTorch's kaiming_uniform_(a = sqrt(5)) and bias init both
+/// reduce to bound = 1 / sqrt(fan_in)).
+template <class T>
+void uniform_fill(std::vector<T>& v, double bound, Generator& g) {
+  std::uniform_real_distribution<double> u(-bound, bound);
+  for (auto& x : v) x = static_cast<T>(u(g));
+}
+}  // namespace detail
+
+}  // namespace kiln::nn

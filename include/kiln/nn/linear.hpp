@@ -1,0 +1,93 @@
+/// Linear: y = x Wᵀ + b, as torch.nn.Linear.
+#pragma once
+#include <cmath>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/expr/reduce.hpp"
+#include "kiln/nn/layer.hpp"
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/matmul.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+/// A fully connected layer with In inputs and Out outputs (bias optional).
+/// Shapes: [N, In] -> [N, Out]. Parameters: weight [Out, In], bias [Out] (PyTorch's names and layout).
+/// Initialisation: PyTorch's (weight and bias U(-1/sqrt(In), 1/sqrt(In))).
+/// Example:
+///   using Net = kiln::nn::Sequential<kiln::nn::Linear<13, 16>, kiln::nn::ReLU, kiln::nn::Linear<16, 1>>;
+template <index_t In, index_t Out, bool Bias = true>
+struct Linear {
+  static_assert(In > 0 && Out > 0, "kiln::nn::Linear<In, Out>: feature counts must be positive");
+
+  template <class S>
+  static constexpr bool accepts = S::rank == 2 && (S::extents[1] == In || S::extents[1] == dyn);
+  template <class S>
+  using output = Shape<S::extents[0], Out>;
+
+  template <class S, class P>
+  class module {
+   public:
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = output<S>;
+    static constexpr index_t parameter_count = In * Out + (Bias ? Out : 0);
+
+    /// Points the module at its slice of the model's parameter and gradient arenas.
+    void bind(M* params, M* grads, int device) { p_ = params, g_ = grads, device_ = device; }
+    void reset_parameters(Generator& g) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(In));
+      std::vector<M> w(static_cast<std::size_t>(parameter_count));
+      detail::uniform_fill(w, bound, g);  // weight, then bias: the arena's order
+      weight().copy_from(std::span<const M>(w.data(), In * Out));
+      if constexpr (Bias) bias().copy_from(std::span<const M>(w.data() + In * Out, Out));
+    }
+    Tensor<M, Shape<Out, In>, D> weight() const { return Tensor<M, Shape<Out, In>, D>::from_blob(p_, {}, device_); }
+    Tensor<M, Shape<Out>, D> bias() const { return Tensor<M, Shape<Out>, D>::from_blob(p_ + In * Out, {}, device_); }
+    Tensor<M, Shape<Out, In>, D> weight_grad() const { return Tensor<M, Shape<Out, In>, D>::from_blob(g_, {}, device_); }
+    Tensor<M, Shape<Out>, D> bias_grad() const { return Tensor<M, Shape<Out>, D>::from_blob(g_ + In * Out, {}, device_); }
+    std::vector<ParameterInfo> parameters() const {
+      std::vector<ParameterInfo> p{{"weight", 0, In * Out, {Out, In}}};
+      if constexpr (Bias) p.push_back({"bias", In * Out, Out, {Out}});
+      return p;
+    }
+    std::string name() const {
+      return "Linear(in_features=" + std::to_string(In) + ", out_features=" + std::to_string(Out) +
+             ", bias=" + (Bias ? "True" : "False") + ")";
+    }
+
+    /// y = x Wᵀ + b  // [N, In] -> [N, Out]
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      auto y = matmul(x, transposed(weight()));  // [N, Out]
+      if constexpr (Bias) y += bias();
+      x_ = ctx.grad ? x : Tensor<T, S, D>();
+      return y;
+    }
+    /// dW += dyᵀ x, db += Σ_n dy, dx = dy W  // [N, Out] -> [N, In]
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
+      if (x_.empty() && dy.size(0) != 0)
+        throw Error("kiln::nn::Linear::backward: no saved input; run forward with gradients enabled first");
+      auto gw = weight_grad();
+      matmul_into(gw, transposed(dy), x_, 1.0f, 1.0f);  // [Out, In]
+      if constexpr (Bias) {
+        auto gb = bias_grad();
+        gb += sum<0>(dy);  // [Out]
+      }
+      auto dx = matmul(dy, weight());  // [N, In]
+      x_ = Tensor<T, S, D>();
+      return dx;
+    }
+
+   private:
+    M* p_ = nullptr;
+    M* g_ = nullptr;
+    int device_ = 0;
+    Tensor<T, S, D> x_;  // saved input (training only)
+  };
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,88 @@
+/// Model: a network type instantiated for an input shape and a Policy, owning one contiguous parameter
+/// arena and one gradient arena (so an optimizer steps the whole model in one pass).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/nn/layer.hpp"
+#include "kiln/policy/policy.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+/// Owns the parameters of Net for inputs of shape In under policy P.
+/// Example:
+///   using Mlp = kiln::nn::Sequential<kiln::nn::Linear<13, 16>, kiln::nn::ReLU, kiln::nn::Linear<16, 1>>;
+///   kiln::nn::Model<Mlp, kiln::Shape<kiln::dyn, 13>> model(/*seed=*/0);
+///   auto y = model.forward(x);          // [N, 1]
+///   model.backward(dy);                 // accumulates into model.gradients()
+template <class Net, class In, policy P = Policy<>>
+class Model {
+ public:
+  using network = typename Net::template module<In, P>;
+  using T = typename P::precision::storage;
+  using M = typename P::precision::master;
+  using D = typename P::device;
+  using input_shape = In;
+  using output_shape = typename network::output_shape;
+  using arena_type = Tensor<M, Shape<dyn>, D>;
+  static constexpr index_t parameter_count = network::parameter_count;
+
+  /// Allocates the arenas on device `index` and initialises the parameters from `seed` like PyTorch.
+  explicit Model(std::uint64_t seed = 0, int index = -1)
+      : params_(Extents<Shape<dyn>>(parameter_count), index), grads_(Extents<Shape<dyn>>(parameter_count), index) {
+    net_.bind(params_.data(), grads_.data(), params_.device_index());
+    Generator g(seed);
+    net_.reset_parameters(g);
+    zero_grad();
+  }
+  Model(const Model&) = delete;  // modules point into the arenas
+  Model& operator=(const Model&) = delete;
+
+  /// Forward pass; keeps what backward needs unless in no-grad mode.
+  Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) { return net_.forward(x, ctx_); }
+  Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
+  /// Backward pass from dL/dy; parameter gradients are accumulated (call zero_grad() between steps).
+  Tensor<T, In, D> backward(const Tensor<T, output_shape, D>& dy) { return net_.backward(dy); }
+
+  void zero_grad() { grads_.fill(M(0)); }
+  /// Training mode (dropout active) or evaluation mode, like module.train() / module.eval().
+  void train(bool on = true) { ctx_.training = on; }
+  void eval() { ctx_.training = false; }
+  bool training() const { return ctx_.training; }
+  /// Whether forward keeps activations for backward (off: torch.no_grad(); see NoGrad).
+  void set_grad_enabled(bool on) { ctx_.grad = on; }
+  bool grad_enabled() const { return ctx_.grad; }
+
+  arena_type& parameters() { return params_; }
+  const arena_type& parameters() const { return params_; }
+  arena_type& gradients() { return grads_; }
+  const arena_type& gradients() const { return grads_; }
+  /// Names, offsets and shapes in PyTorch's state_dict spelling ("0.weight", "2.bias").
+  std::vector<ParameterInfo> named_parameters() const { return net_.parameters(); }
+  network& net() { return net_; }
+  std::string summary(index_t batch = 1) const { return net_.summary(batch); }
+
+ private:
+  arena_type params_;
+  arena_type grads_;
+  network net_;
+  Context ctx_{};
+};
+
+/// Inference without gradients for a scope, like `with torch.no_grad():` — forward keeps no activations.
+template <class Model>
+class NoGrad {
+ public:
+  explicit NoGrad(Model& m) : m_(m), was_(m.grad_enabled()) { m_.set_grad_enabled(false); }
+  ~NoGrad() { m_.set_grad_enabled(was_); }
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  Model& m_;
+  bool was_;
+};
+
+}  // namespace kiln::nn

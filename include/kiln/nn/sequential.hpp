@@ -1,0 +1,195 @@
+/// Sequential: a flat pack of layers applied in order; shapes are inferred, and checked, at compile time.
+#pragma once
+#include <cstddef>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/type_list.hpp"
+#include "kiln/nn/layer.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+/// Fails to compile, naming the layer's index, the layer and the shape it was given, when layer number
+/// Index of a Sequential does not accept the shape the previous layers produce (-1 in a Shape is dyn).
+template <std::size_t Index, class Layer, class Input>
+struct layer_input_mismatch {
+  // >>> Stopped here? Layer number Index (from 0) of your Sequential does not accept the shape the layers
+  //     before it produce. The template arguments above name the index, the layer and that shape. <<<
+  static_assert(Layer::template accepts<Input>,
+                "kiln::nn::Sequential: shape mismatch: the layer at this index does not accept the shape the "
+                "previous layers produce; see the template arguments of kiln::nn::layer_input_mismatch<index, "
+                "layer, input shape> (in a Shape, -1 means dyn), e.g. Linear<120, 84> after a layer yielding 100 "
+                "features: make the In of the layer equal the features before it");
+  static constexpr bool value = true;
+};
+
+namespace detail {
+/// The input shape of every layer, checked in order; after the first mismatch the rest is not inferred
+/// (one error, not a cascade).
+template <std::size_t I, class In, class... Ls>
+struct infer;
+template <std::size_t I, class In>
+struct infer<I, In> {
+  using inputs = type_list<>;
+  using output = In;
+};
+template <class X, class List>
+struct prepend;
+template <class X, class... Ts>
+struct prepend<X, type_list<Ts...>> {
+  using type = type_list<X, Ts...>;
+};
+template <std::size_t I, class In, class L, class... Rest>
+struct infer<I, In, L, Rest...> {
+  static constexpr bool ok = layer_input_mismatch<I, L, In>::value && L::template accepts<In>;
+  using next = typename std::conditional_t<ok, L, void>::template output<In>;
+  using rest = infer<I + 1, next, Rest...>;
+  using inputs = typename prepend<In, typename rest::inputs>::type;
+  using output = typename rest::output;
+};
+
+template <class P, class Inputs, class Layers>
+struct modules;
+template <class P, class... Ins, class... Ls>
+struct modules<P, type_list<Ins...>, type_list<Ls...>> {
+  using type = std::tuple<typename Ls::template module<Ins, P>...>;
+};
+
+template <class Tuple>
+struct total_parameters;
+template <class... Ms>
+struct total_parameters<std::tuple<Ms...>> {
+  static constexpr index_t value = (index_t{0} + ... + Ms::parameter_count);
+};
+
+/// "[1, 6, 28, 28]" with the batch shown as given.
+template <class S>
+std::string shape_string(index_t batch) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < S::rank; ++i) os << (i ? ", " : "") << (S::extents[i] == dyn ? batch : S::extents[i]);
+  os << ']';
+  return os.str();
+}
+}  // namespace detail
+
+/// Layers applied in order: `Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>`.
+/// Shapes: inferred from the input shape given to the model (`Shape<dyn, 13>`). A layer that does not
+/// accept what the previous ones produce is a compile error naming its index and both shapes.
+/// Parameters are named like PyTorch's nn.Sequential state_dict: "<index>.<name>" ("0.weight").
+template <class... Layers>
+struct Sequential {
+  static_assert(sizeof...(Layers) > 0, "kiln::nn::Sequential: give at least one layer");
+
+  template <class S>
+  static constexpr bool accepts = true;  // each layer checks its own input, with its index
+  template <class S>
+  using output = typename detail::infer<0, S, Layers...>::output;
+
+  template <class S, class P>
+  class module {
+    using info = detail::infer<0, S, Layers...>;
+    using tuple_type = typename detail::modules<P, typename info::inputs, type_list<Layers...>>::type;
+    static constexpr std::size_t n = sizeof...(Layers);
+
+   public:
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = typename info::output;
+    static constexpr index_t parameter_count = detail::total_parameters<tuple_type>::value;
+
+    void bind(M* params, M* grads, int device) {
+      index_t off = 0;
+      for_each_layer([&](auto& m) {
+        m.bind(params + off, grads + off, device);
+        off += std::remove_cvref_t<decltype(m)>::parameter_count;
+      });
+    }
+    void reset_parameters(Generator& g) {
+      for_each_layer([&](auto& m) { m.reset_parameters(g); });
+    }
+    /// Every parameter, named "<layer index>.<name>", with its offset in the model's arena.
+    std::vector<ParameterInfo> parameters() const {
+      std::vector<ParameterInfo> all;
+      index_t off = 0;
+      std::size_t i = 0;
+      for_each_layer([&](const auto& m) {
+        for (auto p : m.parameters()) {
+          p.name = std::to_string(i) + "." + p.name;
+          p.offset += off;
+          all.push_back(std::move(p));
+        }
+        off += std::remove_cvref_t<decltype(m)>::parameter_count;
+        ++i;
+      });
+      return all;
+    }
+    std::string name() const { return "Sequential"; }
+
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) { return forward_from<0>(x, ctx); }
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) { return backward_from<n - 1>(dy); }
+
+    /// A table like torchinfo's: layer, output shape, parameters; totals and bytes.
+    std::string summary(index_t batch = 1) const {
+      std::ostringstream os;
+      char line[160];
+      std::snprintf(line, sizeof line, "%-4s %-52s %-22s %12s\n", "#", "layer", "output shape", "parameters");
+      os << line << std::string(92, '-') << '\n';
+      summary_rows<0>(os, batch);
+      os << std::string(92, '-') << '\n';
+      os << "total parameters: " << parameter_count << " (" << parameter_count * static_cast<index_t>(sizeof(M))
+         << " bytes as " << dtype_name<M>() << ")\n";
+      os << "input " << detail::shape_string<S>(batch) << " -> output " << detail::shape_string<output_shape>(batch)
+         << '\n';
+      return os.str();
+    }
+
+    template <std::size_t I>
+    auto& layer() {
+      return std::get<I>(layers_);
+    }
+
+   private:
+    template <class F>
+    void for_each_layer(F&& f) {
+      std::apply([&](auto&... m) { (f(m), ...); }, layers_);
+    }
+    template <class F>
+    void for_each_layer(F&& f) const {
+      std::apply([&](const auto&... m) { (f(m), ...); }, layers_);
+    }
+    template <std::size_t I, class X>
+    auto forward_from(const X& x, Context ctx) {
+      if constexpr (I == n) return x;
+      else return forward_from<I + 1>(std::get<I>(layers_).forward(x, ctx), ctx);
+    }
+    template <std::size_t I, class G>
+    auto backward_from(const G& dy) {
+      auto dx = std::get<I>(layers_).backward(dy);
+      if constexpr (I == 0) return dx;
+      else return backward_from<I - 1>(dx);
+    }
+    template <std::size_t I>
+    void summary_rows(std::ostringstream& os, index_t batch) const {
+      if constexpr (I < n) {
+        using Mod = std::tuple_element_t<I, tuple_type>;
+        char line[160];
+        std::snprintf(line, sizeof line, "%-4zu %-52s %-22s %12lld\n", I, std::get<I>(layers_).name().c_str(),
+                      detail::shape_string<typename Mod::output_shape>(batch).c_str(),
+                      static_cast<long long>(Mod::parameter_count));
+        os << line;
+        summary_rows<I + 1>(os, batch);
+      }
+    }
+
+    tuple_type layers_;
+  };
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,82 @@
+/// SGD with momentum, dampening, Nesterov and weight decay (torch.optim.SGD), one fused pass per step.
+#pragma once
+#include "kiln/core/config.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::optim {
+
+/// torch.optim.SGD's options and defaults (lr has no default there; 0.01 here).
+struct SGDOptions {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+namespace detail {
+/// One element of an SGD step: g = grad + wd p; buf = momentum buf + (1 - dampening) g (buf = g on the
+/// first step); g = nesterov ? g + momentum buf : buf; p -= lr g.
+template <class M>
+struct SgdStep {
+  M* p;
+  const M* grad;
+  M* buf;
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov, first;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    float g = static_cast<float>(grad[i]);
+    const float w = static_cast<float>(p[i]);
+    if (weight_decay != 0.0f) g += weight_decay * w;
+    if (momentum != 0.0f) {
+      const float b = first ? g : momentum * static_cast<float>(buf[i]) + (1.0f - dampening) * g;
+      buf[i] = static_cast<M>(b);
+      g = nesterov ? g + momentum * b : b;
+    }
+    p[i] = static_cast<M>(w - lr * g);
+  }
+};
+}  // namespace detail
+
+/// Steps a model's parameter arena with its gradient arena. Example:
+///   kiln::optim::SGD opt(model, {.lr = 0.1f, .momentum = 0.9f});
+///   opt.step();  // one pass over every parameter
+template <class M, class D>
+class SGD {
+ public:
+  using arena_type = Tensor<M, Shape<dyn>, D>;
+  SGD(arena_type& params, arena_type& grads, SGDOptions o = {}) : p_(params), g_(grads), o_(o) {
+    if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
+      throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
+    if (o.momentum != 0.0f) buf_ = arena_type(params.extents(), params.device_index());
+  }
+  template <class Model>
+  SGD(Model& m, SGDOptions o = {}) : SGD(m.parameters(), m.gradients(), o) {}
+
+  void step() {
+    kiln::detail::executor<D>::for_each(
+        p_.numel(), detail::SgdStep<M>{p_.data(), g_.data(), buf_.data(), o_.lr, o_.momentum, o_.dampening,
+                                       o_.weight_decay, o_.nesterov, first_});
+    first_ = false;
+  }
+  void zero_grad() { g_.fill(M(0)); }
+  float lr() const { return o_.lr; }
+  void set_lr(float lr) { o_.lr = lr; }
+  const SGDOptions& options() const { return o_; }
+  /// The momentum buffers (empty without momentum), for checkpoints.
+  arena_type& momentum_buffer() { return buf_; }
+
+ private:
+  arena_type& p_;
+  arena_type& g_;
+  arena_type buf_;
+  SGDOptions o_;
+  bool first_ = true;
+};
+template <class Model>
+SGD(Model&, SGDOptions) -> SGD<typename Model::M, typename Model::D>;
+template <class Model>
+SGD(Model&) -> SGD<typename Model::M, typename Model::D>;
+
+}  // namespace kiln::optim
