@@ -1,6 +1,14 @@
-/// Losses with mean reduction: MSELoss (forward value and gradient w.r.t. the prediction).
+/// Losses with mean reduction: MSELoss and CrossEntropyLoss (value, and gradient w.r.t. the input).
 #pragma once
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "kiln/core/config.hpp"
+#include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
+#include "kiln/ops/functors.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -24,6 +32,100 @@ struct MSELoss {
     const auto k = static_cast<compute_t<T>>(2.0 * scale / static_cast<double>(pred.numel()));
     g = (pred - target) * k;
     return g;
+  }
+};
+
+namespace detail {
+/// Row n of the logits: m = max, lse = m + log Σ exp(x - m) (stable for large logits).
+template <class T>
+KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> row_logsumexp(const T* x, index_t c) {
+  using V = compute_t<T>;
+  V m = -static_cast<V>(INFINITY);
+  for (index_t j = 0; j < c; ++j) {
+    const V v = to_compute(x[j]);
+    m = (v > m || v != v) ? v : m;
+  }
+  V s = 0;
+  for (index_t j = 0; j < c; ++j) s += ops::detail::exp_(to_compute(x[j]) - m);
+  return m + ops::detail::log_(s);
+}
+/// loss[n] = lse(x[n]) - x[n, y[n]]; NaN for a label outside [0, C).
+template <class T>
+struct CrossEntropyRows {
+  const T* x;
+  const std::int64_t* y;
+  compute_t<T>* loss;
+  index_t c;
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    const T* row = x + n * c;
+    const std::int64_t k = y[n];
+    loss[n] = (k < 0 || k >= c) ? static_cast<compute_t<T>>(NAN) : row_logsumexp(row, c) - to_compute(row[k]);
+  }
+};
+/// dx[n, j] = scale (softmax(x[n])_j - [j == y[n]]) for row n.
+template <class T>
+struct CrossEntropyGrad {
+  const T* x;
+  const std::int64_t* y;
+  T* dx;
+  index_t c;
+  compute_t<T> scale;
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    using V = compute_t<T>;
+    const T* row = x + n * c;
+    const V lse = row_logsumexp(row, c);
+    for (index_t j = 0; j < c; ++j) {
+      const V p = ops::detail::exp_(to_compute(row[j]) - lse);
+      dx[n * c + j] = from_compute<T>(scale * (p - (j == y[n] ? V(1) : V(0))));
+    }
+  }
+};
+}  // namespace detail
+
+/// Cross entropy of logits [N, C] against integer class labels [N] (int64), mean over the batch:
+/// torch.nn.CrossEntropyLoss() = log-softmax + NLL in one stable pass (logits of 1e4 are fine).
+/// A label outside [0, C) throws kiln::ValueError on the CPU and yields a NaN loss on the GPU.
+/// Example:
+///   kiln::nn::CrossEntropyLoss ce;
+///   auto loss = ce(logits, labels);               // rank-0 tensor
+///   auto dlogits = ce.backward(logits, labels);  // [N, C]
+struct CrossEntropyLoss {
+  template <class T, class S, class SL, class D>
+  Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
+                                              const Tensor<std::int64_t, SL, D>& labels) const {
+    check(logits, labels);
+    Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), logits.device_index());
+    kiln::detail::executor<D>::for_each(
+        logits.size(0), detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1)});
+    if constexpr (std::is_same_v<D, Cpu>) {
+      for (index_t n = 0; n < rows.numel(); ++n)
+        if (std::isnan(rows[n]) && (labels[n] < 0 || labels[n] >= logits.size(1)))
+          throw ValueError("kiln::nn::CrossEntropyLoss: label " + std::to_string(labels[n]) + " at index " +
+                           std::to_string(n) + " is outside [0, " + std::to_string(logits.size(1)) + ")");
+    }
+    return mean(rows);
+  }
+  /// dL/dlogits = (softmax(logits) - onehot(labels)) / N, times `scale` (1 for a plain step). One pass.
+  template <class T, class S, class SL, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
+                           double scale = 1.0) const {
+    check(logits, labels);
+    Tensor<T, S, D> dx(logits.extents(), logits.device_index());
+    const index_t n = logits.size(0);
+    kiln::detail::executor<D>::for_each(
+        n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), logits.size(1),
+                                       static_cast<compute_t<T>>(scale / static_cast<double>(n > 0 ? n : 1))});
+    return dx;
+  }
+
+ private:
+  template <class T, class S, class SL, class D>
+  static void check(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) {
+    static_assert(S::rank == 2, "kiln::nn::CrossEntropyLoss: logits must be [N, C]");
+    static_assert(SL::rank == 1, "kiln::nn::CrossEntropyLoss: labels must be [N] class indices (int64)");
+    if (labels.size(0) != logits.size(0))
+      throw ShapeError("kiln::nn::CrossEntropyLoss: " + std::to_string(logits.size(0)) + " rows of logits " +
+                       to_string(logits.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
   }
 };
 

@@ -7,4 +7,5 @@
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/model.hpp"
 #include "kiln/nn/sequential.hpp"
+#include "kiln/nn/softmax.hpp"
 #include "kiln/optim/sgd.hpp"

@@ -1,0 +1,117 @@
+// Softmax, LogSoftmax and CrossEntropyLoss: float64 finite-difference gradients, stability on large
+// logits, and the values of torch.nn.functional on a fixed case.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdint>
+#include <kiln/nn/nn.hpp>
+#include <vector>
+
+#include "support/gradcheck.hpp"
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+/// Everything in double, for finite differences.
+struct Fp64Check {
+  using storage = double;
+  using compute = double;
+  using master = double;
+  static constexpr bool loss_scaling = false;
+  static constexpr std::string_view name = "fp64";
+};
+using kiln::dyn;
+using kiln::Shape;
+using Rows = Shape<dyn, 7>;  // [N, 7]
+
+/// L = Σ w ⊙ layer(x) for fixed weights w, so dL/dy = w.
+template <class Layer, class D>
+void check_layer_gradient() {
+  using Net = kiln::nn::Sequential<Layer>;
+  kiln::nn::Model<Net, Rows, kiln::Policy<Fp64Check, D>> model(0);
+  const kiln::Extents<Rows> ext(5);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(35, -3.0, 3.0, 1), ext);
+  const auto w = kiln::test::make_tensor<D>(kiln::test::random_values<double>(35, -1.0, 1.0, 2), ext);
+  auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return kiln::sum(model.forward(in) * w).item(); };
+  model.forward(x);
+  const auto dx = model.backward(w);
+  BOOST_TEST(kiln::test::gradcheck(f, x, dx));
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(softmax_and_cross_entropy)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_backward_matches_numeric, D, kiln::test::devices) {
+  check_layer_gradient<kiln::nn::Softmax, D>();
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(log_softmax_backward_matches_numeric, D, kiln::test::devices) {
+  check_layer_gradient<kiln::nn::LogSoftmax, D>();
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_rows_sum_to_one_even_for_large_logits, D, kiln::test::devices) {
+  using Net = kiln::nn::Sequential<kiln::nn::Softmax>;
+  kiln::nn::Model<Net, Shape<dyn, 3>, kiln::Policy<kiln::Fp32, D>> model(0);
+  const std::vector<float> v{1e4f, 0.0f, -1e4f, 88.0f, 89.0f, 90.0f};
+  const auto y = model.forward(kiln::test::make_tensor<D>(v, kiln::Extents<Shape<dyn, 3>>(2))).to_vector();
+  BOOST_TEST(y[0] == 1.0f);
+  BOOST_TEST(y[2] == 0.0f);
+  // softmax([88, 89, 90]) = [0.09003057, 0.24472847, 0.66524096]
+  BOOST_TEST(y[3] == 0.09003057f, boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(y[5] == 0.66524096f, boost::test_tools::tolerance(1e-5f));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_backward_matches_numeric, D, kiln::test::devices) {
+  const kiln::Extents<Rows> ext(6);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(42, -4.0, 4.0, 3), ext);
+  const std::vector<std::int64_t> labels{0, 6, 3, 3, 1, 5};
+  const auto y = kiln::test::make_tensor<D>(labels, kiln::Extents<Shape<dyn>>(6));
+  kiln::nn::CrossEntropyLoss ce;
+  auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return ce(in, y).item(); };
+  BOOST_TEST(kiln::test::gradcheck(f, x, ce.backward(x, y)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_matches_torch_and_survives_large_logits, D, kiln::test::devices) {
+  // torch.nn.functional.cross_entropy(torch.tensor([[1., 2, 3], [1e4, 0, -1e4]]), torch.tensor([2, 1]))
+  //   = (0.40760596 + 10000.0) / 2 = 5000.203803
+  const std::vector<float> v{1.0f, 2.0f, 3.0f, 1e4f, 0.0f, -1e4f};
+  const auto x = kiln::test::make_tensor<D>(v, kiln::Extents<Shape<dyn, 3>>(2));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{2, 1}, kiln::Extents<Shape<dyn>>(2));
+  kiln::nn::CrossEntropyLoss ce;
+  const float loss = ce(x, y).item();
+  BOOST_TEST(std::isfinite(loss));
+  BOOST_TEST(loss == 5000.203803f, boost::test_tools::tolerance(1e-6f));
+  const auto g = ce.backward(x, y).to_vector();
+  // row 0: (softmax - onehot) / 2 = ([0.09003057, 0.24472847, 0.66524096] - [0, 0, 1]) / 2
+  BOOST_TEST(g[0] == 0.045015287f, boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(g[2] == -0.16737952f, boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(g[3] == 0.5f);
+  BOOST_TEST(g[4] == -0.5f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_is_one_pass_per_direction_plus_the_mean, D, kiln::test::devices) {
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(70, -2.0, 2.0, 4), kiln::Extents<Rows>(10));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>(10, 3), kiln::Extents<Shape<dyn>>(10));
+  kiln::nn::CrossEntropyLoss ce;
+  auto before = kiln::passes();
+  (void)ce(x, y);
+  BOOST_TEST(kiln::passes() - before == 2u);  // rows + mean
+  before = kiln::passes();
+  (void)ce.backward(x, y);
+  BOOST_TEST(kiln::passes() - before == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(cross_entropy_rejects_labels_outside_the_classes) {
+  const auto x = kiln::test::make_tensor<kiln::Cpu>(std::vector<float>(6, 0.0f), kiln::Extents<Shape<dyn, 3>>(2));
+  const auto y = kiln::test::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 3}, kiln::Extents<Shape<dyn>>(2));
+  kiln::nn::CrossEntropyLoss ce;
+  BOOST_CHECK_EXCEPTION((void)ce(x, y), kiln::ValueError, [](const kiln::ValueError& e) {
+    const std::string m = e.what();
+    return m.find("label 3 at index 1") != std::string::npos && m.find("[0, 3)") != std::string::npos;
+  });
+  const auto short_labels = kiln::test::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0}, kiln::Extents<Shape<dyn>>(1));
+  BOOST_CHECK_THROW((void)ce(x, short_labels), kiln::ShapeError);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
