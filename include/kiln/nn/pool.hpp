@@ -1,0 +1,195 @@
+/// MaxPool2d and AvgPool2d over K x K windows (stride defaults to K), as torch.nn's.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/core/config.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/nn/layer.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+namespace detail {
+struct PoolGeometry {
+  index_t nc, h, w, k, stride, pad, ho, wo;
+};
+
+/// y = max over the window (padding is -inf; NaN propagates), idx = the flat h*W+w of the winner.
+template <class T>
+struct MaxPoolForward {
+  const T* x;
+  T* y;
+  std::int32_t* idx;  // null in inference
+  PoolGeometry g;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t ow = i % g.wo, oh = (i / g.wo) % g.ho, plane = i / (g.wo * g.ho);
+    const T* xp = x + plane * g.h * g.w;
+    compute_t<T> best = -static_cast<compute_t<T>>(INFINITY);
+    index_t arg = -1;
+    for (index_t ki = 0; ki < g.k; ++ki) {
+      const index_t ih = oh * g.stride - g.pad + ki;
+      if (ih < 0 || ih >= g.h) continue;
+      for (index_t kj = 0; kj < g.k; ++kj) {
+        const index_t iw = ow * g.stride - g.pad + kj;
+        if (iw < 0 || iw >= g.w) continue;
+        const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
+        if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ih * g.w + iw;
+      }
+    }
+    y[i] = from_compute<T>(best);
+    if (idx) idx[i] = static_cast<std::int32_t>(arg);
+  }
+};
+
+/// dx[i] = Σ dy over the windows that cover i and chose i (a gather: one write per input).
+template <class T>
+struct MaxPoolBackward {
+  const T* dy;
+  const std::int32_t* idx;
+  T* dx;
+  PoolGeometry g;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t iw = i % g.w, ih = (i / g.w) % g.h, plane = i / (g.w * g.h);
+    const index_t self = ih * g.w + iw;
+    compute_t<T> acc = 0;
+    for (index_t ki = 0; ki < g.k; ++ki) {
+      const index_t th = ih + g.pad - ki;
+      if (th < 0 || th % g.stride != 0 || th / g.stride >= g.ho) continue;
+      for (index_t kj = 0; kj < g.k; ++kj) {
+        const index_t tw = iw + g.pad - kj;
+        if (tw < 0 || tw % g.stride != 0 || tw / g.stride >= g.wo) continue;
+        const index_t o = (plane * g.ho + th / g.stride) * g.wo + tw / g.stride;
+        if (idx[o] == self) acc += to_compute(dy[o]);
+      }
+    }
+    dx[i] = from_compute<T>(acc);
+  }
+};
+
+/// y = mean over the K x K window, padding counted (count_include_pad=True).
+template <class T>
+struct AvgPoolForward {
+  const T* x;
+  T* y;
+  PoolGeometry g;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t ow = i % g.wo, oh = (i / g.wo) % g.ho, plane = i / (g.wo * g.ho);
+    const T* xp = x + plane * g.h * g.w;
+    compute_t<T> acc = 0;
+    for (index_t ki = 0; ki < g.k; ++ki) {
+      const index_t ih = oh * g.stride - g.pad + ki;
+      if (ih < 0 || ih >= g.h) continue;
+      for (index_t kj = 0; kj < g.k; ++kj) {
+        const index_t iw = ow * g.stride - g.pad + kj;
+        if (iw >= 0 && iw < g.w) acc += to_compute(xp[ih * g.w + iw]);
+      }
+    }
+    y[i] = from_compute<T>(acc / static_cast<compute_t<T>>(g.k * g.k));
+  }
+};
+template <class T>
+struct AvgPoolBackward {
+  const T* dy;
+  T* dx;
+  PoolGeometry g;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t iw = i % g.w, ih = (i / g.w) % g.h, plane = i / (g.w * g.h);
+    compute_t<T> acc = 0;
+    for (index_t ki = 0; ki < g.k; ++ki) {
+      const index_t th = ih + g.pad - ki;
+      if (th < 0 || th % g.stride != 0 || th / g.stride >= g.ho) continue;
+      for (index_t kj = 0; kj < g.k; ++kj) {
+        const index_t tw = iw + g.pad - kj;
+        if (tw < 0 || tw % g.stride != 0 || tw / g.stride >= g.wo) continue;
+        acc += to_compute(dy[(plane * g.ho + th / g.stride) * g.wo + tw / g.stride]);
+      }
+    }
+    dx[i] = from_compute<T>(acc / static_cast<compute_t<T>>(g.k * g.k));
+  }
+};
+
+template <bool Max, index_t K, index_t Stride, index_t Padding>
+struct Pool2d {
+  static_assert(K > 0 && Stride > 0 && Padding >= 0 && 2 * Padding <= K,
+                "kiln::nn::MaxPool2d/AvgPool2d<K, Stride, Padding>: K and stride positive, padding at most K/2");
+  template <class S>
+  static constexpr bool accepts = S::rank == 4 && S::extents[2] != dyn && S::extents[3] != dyn &&
+                                  S::extents[2] + 2 * Padding >= K && S::extents[3] + 2 * Padding >= K;
+  template <class S>
+  using output = Shape<S::extents[0], S::extents[1], (S::extents[2] + 2 * Padding - K) / Stride + 1,
+                       (S::extents[3] + 2 * Padding - K) / Stride + 1>;
+
+  template <class S, class P>
+  class module {
+   public:
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = output<S>;
+    static constexpr index_t parameter_count = 0;
+
+    void bind(M*, M*, int) {}
+    void reset_parameters(Generator&) {}
+    std::vector<ParameterInfo> parameters() const { return {}; }
+    std::string name() const {
+      return std::string(Max ? "MaxPool2d" : "AvgPool2d") + "(kernel_size=" + std::to_string(K) +
+             ", stride=" + std::to_string(Stride) + ", padding=" + std::to_string(Padding) + ")";
+    }
+
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      Extents<output_shape> e = {};
+      e[0] = x.size(0);
+      Tensor<T, output_shape, D> y(e, x.device_index());
+      const auto g = geometry(x.size(0));
+      if constexpr (Max) {
+        idx_ = ctx.grad ? Tensor<std::int32_t, output_shape, D>(e, x.device_index()) : Tensor<std::int32_t, output_shape, D>();
+        kiln::detail::executor<D>::for_each(y.numel(), MaxPoolForward<T>{x.data(), y.data(), idx_.data(), g});
+      } else {
+        kiln::detail::executor<D>::for_each(y.numel(), AvgPoolForward<T>{x.data(), y.data(), g});
+        saved_ = ctx.grad;
+      }
+      in_ = x.extents();
+      return y;
+    }
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
+      Tensor<T, S, D> dx(in_, dy.device_index());
+      const auto g = geometry(dy.size(0));
+      if constexpr (Max) {
+        if (idx_.empty() && dy.numel() != 0)
+          throw Error("kiln::nn::MaxPool2d::backward: no saved indices; run forward with gradients first");
+        kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T>{dy.data(), idx_.data(), dx.data(), g});
+        idx_ = Tensor<std::int32_t, output_shape, D>();
+      } else {
+        if (!saved_ && dy.numel() != 0)
+          throw Error("kiln::nn::AvgPool2d::backward: run forward with gradients enabled first");
+        kiln::detail::executor<D>::for_each(dx.numel(), AvgPoolBackward<T>{dy.data(), dx.data(), g});
+        saved_ = false;
+      }
+      return dx;
+    }
+
+   private:
+    static PoolGeometry geometry(index_t n) {
+      return {n * S::extents[1], S::extents[2], S::extents[3], K, Stride, Padding, output_shape::extents[2],
+              output_shape::extents[3]};
+    }
+    Tensor<std::int32_t, output_shape, D> idx_;  // argmax per output (MaxPool2d, training only)
+    Extents<S> in_{};
+    bool saved_ = false;
+  };
+};
+}  // namespace detail
+
+/// Max over K x K windows (stride defaults to K, as torch.nn.MaxPool2d(K)); NaN propagates.
+/// Shapes: [N, C, H, W] -> [N, C, (H + 2 Padding - K) / Stride + 1, (W + 2 Padding - K) / Stride + 1].
+template <index_t K, index_t Stride = K, index_t Padding = 0>
+struct MaxPool2d : detail::Pool2d<true, K, Stride, Padding> {};
+/// Mean over K x K windows (stride defaults to K; padding counted, as torch.nn.AvgPool2d(K)).
+template <index_t K, index_t Stride = K, index_t Padding = 0>
+struct AvgPool2d : detail::Pool2d<false, K, Stride, Padding> {};
+
+}  // namespace kiln::nn

@@ -1,0 +1,147 @@
+// Conv2d, MaxPool2d, AvgPool2d: forward against direct float64 loops, backward against float64 finite
+// differences, for odd sizes, stride and padding; and the LeNet of the seeds end to end.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <kiln/nn/nn.hpp>
+#include <vector>
+
+#include "support/gradcheck.hpp"
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+struct Fp64Conv {
+  using storage = double;
+  using compute = double;
+  using master = double;
+  static constexpr bool loss_scaling = false;
+  static constexpr std::string_view name = "fp64";
+};
+using kiln::dyn;
+using kiln::Shape;
+
+/// L = Σ w ⊙ net(x): checks dL/dx and dL/dparameters of a one-layer model against finite differences.
+template <class Layer, class In, class D>
+void check_gradients(kiln::index_t batch) {
+  using Net = kiln::nn::Sequential<Layer>;
+  using Model = kiln::nn::Model<Net, In, kiln::Policy<Fp64Conv, D>>;
+  using Out = typename Model::output_shape;
+  Model model(7);
+  const kiln::Extents<In> in(batch);
+  kiln::Extents<Out> out;
+  out[0] = batch;
+  const auto x = kiln::test::make_tensor<D>(
+      kiln::test::random_values<double>(static_cast<std::size_t>(in.numel()), -2.0, 2.0, 11), in);
+  const auto w = kiln::test::make_tensor<D>(
+      kiln::test::random_values<double>(static_cast<std::size_t>(out.numel()), -1.0, 1.0, 12), out);
+  auto loss = [&](const kiln::Tensor<double, In, D>& xin) { return kiln::sum(model.forward(xin) * w).item(); };
+  model.zero_grad();
+  model.forward(x);
+  const auto dx = model.backward(w);
+  BOOST_TEST(kiln::test::gradcheck(loss, x, dx));
+  if constexpr (Model::parameter_count > 0) {
+    // Parameters: perturb the arena through a copy, evaluating the same loss.
+    const auto p0 = model.parameters().clone();
+    const auto grad = model.gradients().clone();
+    auto by_params = [&](const kiln::Tensor<double, Shape<dyn>, D>& p) {
+      model.parameters() = p;
+      const double v = loss(x);
+      model.parameters() = p0;
+      return v;
+    };
+    BOOST_TEST(kiln::test::gradcheck(by_params, p0, grad));
+  }
+}
+
+/// y[n, f, oh, ow] = b[f] + Σ w[f, c, ki, kj] x[n, c, oh s - p + ki, ow s - p + kj], in double.
+std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<double>& wb, int n, int c, int h,
+                                int w, int f, int k, int s, int p) {
+  const int ho = (h + 2 * p - k) / s + 1, wo = (w + 2 * p - k) / s + 1;
+  std::vector<double> y(static_cast<std::size_t>(n * f * ho * wo));
+  for (int a = 0; a < n; ++a)
+    for (int o = 0; o < f; ++o)
+      for (int i = 0; i < ho; ++i)
+        for (int j = 0; j < wo; ++j) {
+          double acc = wb[static_cast<std::size_t>(f * c * k * k + o)];
+          for (int ch = 0; ch < c; ++ch)
+            for (int ki = 0; ki < k; ++ki)
+              for (int kj = 0; kj < k; ++kj) {
+                const int ih = i * s - p + ki, iw = j * s - p + kj;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                acc += wb[static_cast<std::size_t>(((o * c + ch) * k + ki) * k + kj)] *
+                       x[static_cast<std::size_t>(((a * c + ch) * h + ih) * w + iw)];
+              }
+          y[static_cast<std::size_t>(((a * f + o) * ho + i) * wo + j)] = acc;
+        }
+  return y;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(conv_and_pool)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_forward_matches_direct_convolution, D, kiln::test::devices) {
+  using In = Shape<dyn, 3, 9, 7>;
+  using Layer = kiln::nn::Conv2d<3, 4, 3, 2, 1>;  // stride 2, padding 1
+  kiln::nn::Model<kiln::nn::Sequential<Layer>, In, kiln::Policy<Fp64Conv, D>> model(3);
+  const auto xs = kiln::test::random_values<double>(2 * 3 * 9 * 7, -1.0, 1.0, 21);
+  const auto y = model.forward(kiln::test::make_tensor<D>(xs, kiln::Extents<In>(2))).to_vector();
+  const auto ref = direct_conv(xs, model.parameters().to_vector(), 2, 3, 9, 7, 4, 3, 2, 1);
+  BOOST_REQUIRE_EQUAL(y.size(), ref.size());
+  for (std::size_t i = 0; i < y.size(); ++i) BOOST_TEST(y[i] == ref[i], boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_backward_matches_numeric, D, kiln::test::devices) {
+  check_gradients<kiln::nn::Conv2d<2, 3, 3>, Shape<dyn, 2, 6, 5>, D>(2);
+  check_gradients<kiln::nn::Conv2d<2, 3, 3, 2, 1>, Shape<dyn, 2, 7, 6>, D>(2);
+  check_gradients<kiln::nn::Conv2d<1, 2, 5, 1, 2, false>, Shape<dyn, 1, 5, 5>, D>(1);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(pools_backward_match_numeric, D, kiln::test::devices) {
+  check_gradients<kiln::nn::MaxPool2d<2>, Shape<dyn, 3, 6, 4>, D>(2);
+  check_gradients<kiln::nn::MaxPool2d<3, 2, 1>, Shape<dyn, 2, 7, 5>, D>(2);  // overlapping windows
+  check_gradients<kiln::nn::AvgPool2d<2>, Shape<dyn, 3, 6, 4>, D>(2);
+  check_gradients<kiln::nn::AvgPool2d<3, 2, 1>, Shape<dyn, 2, 7, 5>, D>(2);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(max_pool_takes_the_window_maximum_and_propagates_nan, D, kiln::test::devices) {
+  using In = Shape<dyn, 1, 2, 4>;
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::MaxPool2d<2>>, In, kiln::Policy<kiln::Fp32, D>> model(0);
+  const std::vector<float> v{1, 5, 2, NAN, 3, 4, 0, 1};
+  const auto y = model.forward(kiln::test::make_tensor<D>(v, kiln::Extents<In>(1))).to_vector();
+  BOOST_REQUIRE_EQUAL(y.size(), 2u);
+  BOOST_TEST(y[0] == 5.0f);
+  BOOST_TEST(std::isnan(y[1]));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(lenet_has_pytorchs_shapes_and_parameter_count_and_learns, D, kiln::test::devices) {
+  using namespace kiln::nn;
+  using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
+                           Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+  using Model = kiln::nn::Model<LeNet, Shape<dyn, 3, 32, 32>, kiln::Policy<kiln::Fp32, D>>;
+  static_assert(std::is_same_v<typename Model::output_shape, Shape<dyn, 10>>);
+  static_assert(Model::parameter_count == 62006);  // sum(p.numel() for p in LeNet().parameters())
+  Model model(1);
+  const kiln::Extents<Shape<dyn, 3, 32, 32>> in(16);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(16 * 3 * 32 * 32, -1.0, 1.0, 31), in);
+  std::vector<std::int64_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
+  const auto y = kiln::test::make_tensor<D>(labels, kiln::Extents<Shape<dyn>>(16));
+  CrossEntropyLoss ce;
+  kiln::optim::SGD opt(model, {.lr = 0.05f, .momentum = 0.9f});
+  double first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    model.zero_grad();
+    const auto logits = model.forward(x);
+    const double loss = ce(logits, y).item();
+    model.backward(ce.backward(logits, y));
+    opt.step();
+    if (step == 0) first = loss;
+    last = loss;
+  }
+  BOOST_TEST(first > 2.0);        // about ln 10 at the start
+  BOOST_TEST(last < 0.5 * first);  // memorises 16 random images
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
