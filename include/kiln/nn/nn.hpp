@@ -2,7 +2,9 @@
 #pragma once
 #include "kiln/nn/activation.hpp"
 #include "kiln/nn/conv2d.hpp"
+#include "kiln/nn/dropout.hpp"
 #include "kiln/nn/flatten.hpp"
+#include "kiln/nn/gelu.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/linear.hpp"
 #include "kiln/nn/loss.hpp"

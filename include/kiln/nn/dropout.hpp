@@ -1,0 +1,90 @@
+/// Dropout: zeroes each element with probability P in training and scales the rest by 1 / (1 - P).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kiln/core/config.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/nn/layer.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+namespace detail {
+/// A counter-based uniform in [0, 1): the same (seed, call, index) gives the same number on every
+/// device and thread count, and backward recomputes the mask instead of storing it.
+KILN_HOST_DEVICE KILN_FORCEINLINE float uniform_at(std::uint64_t seed, std::uint64_t call, std::uint64_t i) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (call + 1) + 0xbf58476d1ce4e5b9ull * i;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+/// out[i] = in[i] * keep(i) / (1 - p)
+template <class T>
+struct DropoutApply {
+  const T* in;
+  T* out;
+  std::uint64_t seed, call;
+  float p;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const bool keep = uniform_at(seed, call, static_cast<std::uint64_t>(i)) >= p;
+    out[i] = from_compute<T>(keep ? to_compute(in[i]) * static_cast<compute_t<T>>(1.0f / (1.0f - p)) : compute_t<T>(0));
+  }
+};
+}  // namespace detail
+
+/// torch.nn.Dropout(p): in training each element is zeroed with probability P (default 0.5) and the
+/// others scaled by 1 / (1 - P); in evaluation it is the identity (no pass). Masks are drawn from a
+/// counter-based generator seeded by the model's seed, so runs are reproducible on every device.
+/// Shapes: any -> the same. Example: `Sequential<Linear<400, 120>, ReLU, Dropout<0.1f>, Linear<120, 84>>`.
+template <float P = 0.5f>
+struct Dropout {
+  static_assert(P >= 0.0f && P < 1.0f, "kiln::nn::Dropout<P>: P must be in [0, 1)");
+  template <class S>
+  static constexpr bool accepts = true;
+  template <class S>
+  using output = S;
+
+  template <class S, class Pol>
+  class module {
+   public:
+    using T = typename Pol::precision::storage;
+    using M = typename Pol::precision::master;
+    using D = typename Pol::device;
+    using input_shape = S;
+    using output_shape = S;
+    static constexpr index_t parameter_count = 0;
+
+    void bind(M*, M*, int) {}
+    void reset_parameters(Generator& g) { seed_ = g(); }
+    std::vector<ParameterInfo> parameters() const { return {}; }
+    std::string name() const {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "Dropout(p=%g)", static_cast<double>(P));
+      return buf;
+    }
+
+    Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      active_ = ctx.training && P > 0.0f;
+      if (!active_) return x;
+      ++call_;
+      return apply(x);
+    }
+    Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) { return active_ ? apply(dy) : dy; }
+
+   private:
+    Tensor<T, S, D> apply(const Tensor<T, S, D>& in) const {
+      Tensor<T, S, D> out(in.extents(), in.device_index());
+      kiln::detail::executor<D>::for_each(out.numel(), detail::DropoutApply<T>{in.data(), out.data(), seed_, call_, P});
+      return out;
+    }
+    std::uint64_t seed_ = 0;
+    std::uint64_t call_ = 0;
+    bool active_ = false;
+  };
+};
+
+}  // namespace kiln::nn

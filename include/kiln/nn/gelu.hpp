@@ -1,0 +1,71 @@
+/// GELU: x Φ(x) with the exact erf form (torch.nn.GELU(approximate='none')).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kiln/nn/layer.hpp"
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/functors.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+namespace detail {
+struct GeluForward {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A x) const {
+    return A(0.5) * x * (A(1) + ops::detail::erf_(x * A(0.70710678118654752440)));
+  }
+};
+struct GeluDerivative {  // Φ(x) + x φ(x)
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A x) const {
+    const A cdf = A(0.5) * (A(1) + ops::detail::erf_(x * A(0.70710678118654752440)));
+    return cdf + x * A(0.39894228040143267794) * ops::detail::exp_(A(-0.5) * x * x);
+  }
+};
+}  // namespace detail
+
+/// Shapes: any -> the same. Keeps its input for backward.
+struct GELU {
+  template <class S>
+  static constexpr bool accepts = true;
+  template <class S>
+  using output = S;
+
+  template <class S, class P>
+  class module {
+   public:
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = S;
+    static constexpr index_t parameter_count = 0;
+
+    void bind(M*, M*, int) {}
+    void reset_parameters(Generator&) {}
+    std::vector<ParameterInfo> parameters() const { return {}; }
+    std::string name() const { return "GELU(approximate='none')"; }
+
+    Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      Tensor<T, S, D> y(x.extents(), x.device_index());
+      y = kiln::detail::make_unary<detail::GeluForward>(x);
+      x_ = ctx.grad ? x : Tensor<T, S, D>();
+      return y;
+    }
+    Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) {
+      if (x_.empty() && dy.numel() != 0)
+        throw Error("kiln::nn::GELU::backward: no saved input; run forward with gradients enabled first");
+      Tensor<T, S, D> dx(dy.extents(), dy.device_index());
+      dx = dy * kiln::detail::make_unary<detail::GeluDerivative>(x_);  // one pass
+      x_ = Tensor<T, S, D>();
+      return dx;
+    }
+
+   private:
+    Tensor<T, S, D> x_;
+  };
+};
+
+}  // namespace kiln::nn
