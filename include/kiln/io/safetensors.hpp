@@ -1,0 +1,228 @@
+/// Checkpoints as safetensors with PyTorch's state_dict names ("0.weight"), written atomically.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/core/errors.hpp"
+#include "kiln/core/half.hpp"
+#include "kiln/core/index.hpp"
+
+namespace kiln {
+
+/// A checkpoint that cannot be written or read back: the message names the file and what is wrong.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// One tensor of a safetensors file: name, dtype ("F32", "F64", "F16", "BF16", "I64"), shape, bytes.
+struct SafetensorsEntry {
+  std::string dtype;
+  std::vector<index_t> shape;
+  std::vector<std::uint8_t> bytes;
+};
+
+/// safetensors' dtype string for an element type.
+template <class T>
+constexpr const char* safetensors_dtype() {
+  if constexpr (std::is_same_v<T, float>) return "F32";
+  else if constexpr (std::is_same_v<T, double>) return "F64";
+  else if constexpr (std::is_same_v<T, half>) return "F16";
+  else if constexpr (std::is_same_v<T, bfloat16>) return "BF16";
+  else if constexpr (std::is_same_v<T, std::int64_t>) return "I64";
+  else if constexpr (std::is_same_v<T, std::int32_t>) return "I32";
+  else return "?";
+}
+
+namespace detail {
+inline std::size_t dtype_size(const std::string& d) {
+  if (d == "F64" || d == "I64") return 8;
+  if (d == "F32" || d == "I32") return 4;
+  if (d == "F16" || d == "BF16") return 2;
+  return 0;
+}
+inline std::string shape_text(const std::vector<index_t>& s) {
+  std::string t = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+}  // namespace detail
+
+/// Writes tensors (sorted by name, as the format asks) and string metadata to `path` atomically: a
+/// temporary file in the same folder, flushed, then renamed over `path`. A crash leaves the old file.
+inline void write_safetensors(const std::filesystem::path& path, const std::map<std::string, SafetensorsEntry>& tensors,
+                              const std::map<std::string, std::string>& metadata = {}) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  for (const auto& [name, e] : tensors) {
+    std::size_t n = 1;
+    for (index_t d : e.shape) n *= static_cast<std::size_t>(d);
+    if (n * detail::dtype_size(e.dtype) != e.bytes.size())
+      throw CheckpointError("kiln: " + path.string() + ": tensor '" + name + "' has " +
+                            std::to_string(e.bytes.size()) + " bytes but shape " + detail::shape_text(e.shape) +
+                            " of " + e.dtype + " needs " + std::to_string(n * detail::dtype_size(e.dtype)));
+    header[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
+    offset += e.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes, as the reference writer does
+  const auto tmp = std::filesystem::path(path.string() + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw CheckpointError("kiln: cannot write " + tmp.string() + ": " + std::strerror(errno));
+    const std::uint64_t size = text.size();
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(size >> (8 * i));
+    out.write(reinterpret_cast<const char*>(le), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& [name, e] : tensors) out.write(reinterpret_cast<const char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
+    out.flush();
+    if (!out) throw CheckpointError("kiln: writing " + tmp.string() + " failed (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp);
+    throw CheckpointError("kiln: cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+  }
+}
+
+/// Reads every tensor of a safetensors file, checking the header: its size, JSON, dtypes, shapes and
+/// that offsets are contiguous, in order and inside the file. Errors name the file, the byte offset or
+/// tensor, and what was expected.
+inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::filesystem::path& path,
+                                                                std::map<std::string, std::string>* metadata = nullptr) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("kiln: cannot open " + path.string() + ": " + std::strerror(errno));
+  const auto file_size = std::filesystem::file_size(path);
+  const std::string where = "kiln: " + path.string();
+  if (file_size < 8) throw CheckpointError(where + ": " + std::to_string(file_size) + " bytes; a safetensors file starts with an 8-byte header size");
+  unsigned char le[8];
+  in.read(reinterpret_cast<char*>(le), 8);
+  std::uint64_t hsize = 0;
+  for (int i = 0; i < 8; ++i) hsize |= static_cast<std::uint64_t>(le[i]) << (8 * i);
+  if (hsize > file_size - 8 || hsize > (100u << 20))
+    throw CheckpointError(where + ": at offset 0: header size " + std::to_string(hsize) + " does not fit the file (" +
+                          std::to_string(file_size) + " bytes)");
+  std::string text(hsize, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(hsize));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + e.byte) + ": " + e.what());
+  }
+  if (!header.is_object()) throw CheckpointError(where + ": the header at offset 8 must be a JSON object");
+  const std::uint64_t data_size = file_size - 8 - hsize;
+  std::map<std::string, SafetensorsEntry> out;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+  for (const auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      if (metadata && v.is_object())
+        for (const auto& [k, s] : v.items()) (*metadata)[k] = s.is_string() ? s.get<std::string>() : s.dump();
+      continue;
+    }
+    const std::string t = where + ": tensor '" + name + "'";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      throw CheckpointError(t + ": expected an object with dtype, shape and data_offsets");
+    SafetensorsEntry e;
+    e.dtype = v["dtype"].get<std::string>();
+    if (detail::dtype_size(e.dtype) == 0) throw CheckpointError(t + ": unsupported dtype " + e.dtype);
+    std::size_t n = 1;
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<long long>() < 0) throw CheckpointError(t + ": shape entries must be integers >= 0");
+      e.shape.push_back(d.get<index_t>());
+      n *= static_cast<std::size_t>(e.shape.back());
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2) throw CheckpointError(t + ": data_offsets must be [begin, end]");
+    const std::uint64_t b = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+    if (b > end || end > data_size)
+      throw CheckpointError(t + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(end) +
+                            ") outside the " + std::to_string(data_size) + " data bytes (truncated file?)");
+    if (end - b != n * detail::dtype_size(e.dtype))
+      throw CheckpointError(t + ": " + std::to_string(end - b) + " bytes but shape " + detail::shape_text(e.shape) +
+                            " of " + e.dtype + " needs " + std::to_string(n * detail::dtype_size(e.dtype)));
+    e.bytes.resize(end - b);
+    in.seekg(static_cast<std::streamoff>(8 + hsize + b));
+    in.read(reinterpret_cast<char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
+    if (!in) throw CheckpointError(t + ": could not read bytes at offset " + std::to_string(8 + hsize + b));
+    spans.emplace_back(b, end);
+    out.emplace(name, std::move(e));
+  }
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t expect = 0;
+  for (const auto& [b, end] : spans) {
+    if (b != expect)
+      throw CheckpointError(where + ": tensor data must be contiguous: a tensor starts at data byte " +
+                            std::to_string(b) + ", expected " + std::to_string(expect));
+    expect = end;
+  }
+  if (expect != data_size)
+    throw CheckpointError(where + ": " + std::to_string(data_size - expect) + " bytes after the last tensor");
+  return out;
+}
+
+/// A host vector as an entry.
+template <class T>
+SafetensorsEntry make_entry(std::span<const T> values, std::vector<index_t> shape) {
+  SafetensorsEntry e{safetensors_dtype<T>(), std::move(shape), {}};
+  e.bytes.resize(values.size_bytes());
+  std::memcpy(e.bytes.data(), values.data(), values.size_bytes());
+  return e;
+}
+
+/// Saves a model's parameters under PyTorch's state_dict names (plus optional extra entries such as
+/// optimizer state, and metadata). Loadable by `safetensors.torch.load_file` + `load_state_dict`.
+template <class Model>
+void save_checkpoint(const std::filesystem::path& path, const Model& model,
+                     std::map<std::string, SafetensorsEntry> extra = {},
+                     const std::map<std::string, std::string>& metadata = {}) {
+  using M = typename Model::M;
+  const std::vector<M> host = model.parameters().to_vector();
+  for (const auto& p : model.named_parameters())
+    extra[p.name] = make_entry<M>(std::span<const M>(host.data() + p.offset, static_cast<std::size_t>(p.count)), p.shape);
+  write_safetensors(path, extra, metadata);
+}
+
+/// Loads parameters saved by save_checkpoint or by PyTorch (safetensors.torch.save_file(model.state_dict())).
+/// Every parameter must be present with the right dtype and shape; the first difference is reported with
+/// the file, the name, and both shapes or dtypes. Returns the entries that are not parameters (optimizer
+/// state) for the caller.
+template <class Model>
+std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::path& path, Model& model,
+                                                        std::map<std::string, std::string>* metadata = nullptr) {
+  using M = typename Model::M;
+  auto entries = read_safetensors(path, metadata);
+  std::vector<M> host(static_cast<std::size_t>(model.parameters().numel()));
+  for (const auto& p : model.named_parameters()) {
+    const auto it = entries.find(p.name);
+    if (it == entries.end())
+      throw CheckpointError("kiln: " + path.string() + ": missing parameter '" + p.name + "' (shape " +
+                            detail::shape_text(p.shape) + ")");
+    const auto& e = it->second;
+    if (e.dtype != safetensors_dtype<M>())
+      throw CheckpointError("kiln: " + path.string() + ": parameter '" + p.name + "' is " + e.dtype + ", expected " +
+                            safetensors_dtype<M>());
+    if (e.shape != p.shape)
+      throw CheckpointError("kiln: " + path.string() + ": parameter '" + p.name + "' has shape " +
+                            detail::shape_text(e.shape) + ", the model expects " + detail::shape_text(p.shape));
+    std::memcpy(host.data() + p.offset, e.bytes.data(), e.bytes.size());
+    entries.erase(it);
+  }
+  model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
+  return entries;
+}
+
+}  // namespace kiln

@@ -1,0 +1,139 @@
+// Checkpoints: PyTorch weights load into kiln and reproduce PyTorch's logits; save/load round trips
+// atomically; every malformed or mismatched file is rejected with a message naming what is wrong.
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <kiln/io/safetensors.hpp>
+#include <kiln/nn/nn.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+namespace fs = std::filesystem;
+using kiln::dyn;
+using kiln::Shape;
+using namespace kiln::nn;
+using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
+                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>;
+
+fs::path fixtures() { return fs::path(__FILE__).parent_path() / ".." / ".." / "parity" / "fixtures"; }
+
+/// A fresh scratch folder per test.
+fs::path scratch(const std::string& name) {
+  const auto d = fs::temp_directory_path() / ("kiln_test_checkpoint_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+template <class Check>
+bool rejects(const fs::path& file, Check&& expected_text) {
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> m(0);
+  try {
+    kiln::load_checkpoint(file, m);
+  } catch (const kiln::CheckpointError& e) {
+    const std::string msg = e.what();
+    BOOST_TEST_MESSAGE(msg);
+    return msg.find(file.string()) != std::string::npos && expected_text(msg);
+  }
+  return false;
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(io)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(pytorch_lenet_weights_reproduce_pytorchs_logits, D, kiln::test::devices) {
+  kiln::nn::Model<LeNet, Shape<dyn, 3, 32, 32>, kiln::Policy<kiln::Fp32, D>> model(123);
+  const auto rest = kiln::load_checkpoint(fixtures() / "lenet_state.safetensors", model);
+  BOOST_TEST(rest.empty());
+  std::ifstream f(fixtures() / "lenet_output.json");
+  const auto ref = nlohmann::json::parse(f);
+  const auto x = ref["input"].get<std::vector<float>>();
+  const auto expected = ref["output"].get<std::vector<float>>();
+  model.eval();
+  kiln::nn::NoGrad guard(model);
+  const auto y = model.forward(kiln::test::make_tensor<D>(x, kiln::Extents<Shape<dyn, 3, 32, 32>>(2))).to_vector();
+  BOOST_REQUIRE_EQUAL(y.size(), expected.size());
+  // Relative to the largest logit (a logit near 0 is the difference of larger sums: its own relative
+  // error says nothing about the arithmetic).
+  double scale = 0;
+  for (float e : expected) scale = std::max(scale, std::abs(static_cast<double>(e)));
+  for (std::size_t i = 0; i < y.size(); ++i) BOOST_TEST(std::abs(y[i] - expected[i]) <= 1e-5 * scale);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(save_then_load_round_trips_atomically, D, kiln::test::devices) {
+  const auto dir = scratch("roundtrip");
+  const auto file = dir / "mlp.safetensors";
+  kiln::nn::Model<Mlp, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>> a(1), b(2);
+  const std::vector<float> step{7.0f};
+  kiln::save_checkpoint(file, a, {{"optimizer.step", kiln::make_entry<float>(step, {1})}}, {{"epoch", "3"}});
+  BOOST_TEST(fs::exists(file));
+  BOOST_TEST(!fs::exists(dir / "mlp.safetensors.tmp"));
+  std::map<std::string, std::string> meta;
+  const auto rest = kiln::load_checkpoint(file, b, &meta);
+  BOOST_TEST(b.parameters().to_vector() == a.parameters().to_vector());
+  BOOST_TEST(meta["epoch"] == "3");
+  BOOST_REQUIRE_EQUAL(rest.count("optimizer.step"), 1u);
+  BOOST_TEST(rest.at("optimizer.step").dtype == "F32");
+  // Overwriting keeps a complete file at every moment: the new one replaces the old by rename.
+  kiln::save_checkpoint(file, b);
+  BOOST_TEST(kiln::read_safetensors(file).size() == 6u);
+}
+
+BOOST_AUTO_TEST_CASE(a_model_of_another_shape_is_rejected_with_both_shapes) {
+  const auto dir = scratch("mismatch");
+  using Other = Sequential<Linear<13, 8>, ReLU, Linear<8, 32>, ReLU, Linear<32, 1>>;
+  kiln::nn::Model<Other, Shape<dyn, 13>> other(0);
+  kiln::save_checkpoint(dir / "other.safetensors", other);
+  BOOST_TEST(rejects(dir / "other.safetensors", [](const std::string& m) {
+    return contains(m, "'0.weight'") && contains(m, "[8, 13]") && contains(m, "[16, 13]");
+  }));
+}
+
+BOOST_AUTO_TEST_CASE(missing_truncated_and_corrupt_files_are_rejected_with_the_position) {
+  const auto dir = scratch("bad");
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> m(0);
+  const auto good = dir / "good.safetensors";
+  kiln::save_checkpoint(good, m);
+  BOOST_TEST(rejects(dir / "absent.safetensors", [](const std::string& s) { return contains(s, "cannot open"); }));
+  // Truncated: the last tensor's bytes are cut.
+  const auto size = fs::file_size(good);
+  fs::copy_file(good, dir / "short.safetensors");
+  fs::resize_file(dir / "short.safetensors", size - 10);
+  BOOST_TEST(rejects(dir / "short.safetensors", [](const std::string& s) { return contains(s, "data_offsets"); }));
+  // Too small for the header size.
+  {
+    std::ofstream(dir / "tiny.safetensors") << "abc";
+  }
+  BOOST_TEST(rejects(dir / "tiny.safetensors", [](const std::string& s) { return contains(s, "8-byte header size"); }));
+  // Corrupt JSON: the byte position is named.
+  {
+    std::ofstream f(dir / "json.safetensors", std::ios::binary);
+    const std::string text = "{\"0.weight\": [";
+    const std::uint64_t n = text.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << text;
+  }
+  BOOST_TEST(rejects(dir / "json.safetensors", [](const std::string& s) { return contains(s, "header JSON at byte"); }));
+  // A parameter missing.
+  std::map<std::string, kiln::SafetensorsEntry> partial = kiln::read_safetensors(good);
+  partial.erase("4.bias");
+  kiln::write_safetensors(dir / "partial.safetensors", partial);
+  BOOST_TEST(rejects(dir / "partial.safetensors", [](const std::string& s) { return contains(s, "missing parameter '4.bias'"); }));
+  // A wrong dtype.
+  auto as_double = kiln::read_safetensors(good);
+  const std::vector<double> b(1, 0.5);
+  as_double["4.bias"] = kiln::make_entry<double>(b, {1});
+  kiln::write_safetensors(dir / "dtype.safetensors", as_double);
+  BOOST_TEST(rejects(dir / "dtype.safetensors", [](const std::string& s) { return contains(s, "is F64, expected F32"); }));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
