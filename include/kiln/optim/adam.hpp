@@ -1,0 +1,221 @@
+/// Adam and AdamW (torch.optim.Adam / AdamW, torch 1.13 formulas and defaults), one fused pass per step.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/ops/functors.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::optim {
+
+/// The decay rates of Adam's first and second moments (torch's `betas`).
+struct AdamBetas {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+};
+
+/// torch.optim.Adam's options and defaults. weight_decay is an L2 penalty added to the gradient.
+/// Example: `kiln::optim::Adam opt(model, {.lr = 1e-2f, .betas = {0.9f, 0.99f}});`
+struct AdamOptions {
+  float lr = 1e-3f;
+  AdamBetas betas = {};
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool amsgrad = false;
+};
+
+/// torch.optim.AdamW's options and defaults. weight_decay is decoupled: p *= 1 - lr * weight_decay.
+struct AdamWOptions {
+  float lr = 1e-3f;
+  AdamBetas betas = {};
+  float eps = 1e-8f;
+  float weight_decay = 1e-2f;
+  bool amsgrad = false;
+};
+
+namespace detail {
+
+/// One element of an Adam/AdamW step, in torch 1.13's single-tensor order:
+///   AdamW: p *= 1 - lr wd          Adam: g += wd p
+///   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g;  (amsgrad: vmax = max(vmax, v), used for v)
+///   p += -step_size m / (sqrt(v) / sqrt(bias_correction2) + eps),  step_size = lr / bias_correction1.
+/// The scalars are computed once per step on the host, in double, and rounded to the compute type C as
+/// torch rounds them to float. C is float, or double for double master weights (never rounded through
+/// float).
+template <class M>
+struct AdamStep {
+  using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
+  M* p;
+  const M* grad;
+  M* m;
+  M* v;
+  M* vmax;  // amsgrad only
+  C beta1, one_minus_beta1, beta2, one_minus_beta2;
+  C l2;     // Adam's weight decay (0 for AdamW)
+  C decay;  // AdamW's 1 - lr wd (1 for Adam)
+  C neg_step_size, bias_correction2_sqrt, eps;
+  bool decoupled, amsgrad;
+
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    C w = static_cast<C>(p[i]);
+    C g = static_cast<C>(grad[i]);
+    if (decoupled) w = w * decay;
+    else if (l2 != C(0)) g = g + l2 * w;
+    const C mi = static_cast<C>(m[i]) * beta1 + one_minus_beta1 * g;
+    const C vi = static_cast<C>(v[i]) * beta2 + one_minus_beta2 * g * g;
+    m[i] = static_cast<M>(mi);
+    v[i] = static_cast<M>(vi);
+    C s = vi;
+    if (amsgrad) {
+      const C old = static_cast<C>(vmax[i]);
+      s = (old > vi || old != old) ? old : vi;  // torch.maximum: NaN propagates
+      vmax[i] = static_cast<M>(s);
+    }
+    const C denom = ops::detail::sqrt_(s) / bias_correction2_sqrt + eps;
+    p[i] = static_cast<M>(w + neg_step_size * mi / denom);
+  }
+};
+
+/// What Adam and AdamW share: the moment arenas, the step count and the fused step. Decoupled selects
+/// AdamW's weight decay.
+template <class M, class D, class Options, bool Decoupled>
+class AdamBase {
+ public:
+  using arena_type = Tensor<M, Shape<dyn>, D>;
+  using options_type = Options;
+
+  AdamBase(arena_type& params, arena_type& grads, Options o, const char* who) : p_(params), g_(grads), o_(o) {
+    const std::string name = who;
+    if (!(o.lr >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
+    if (!(o.eps >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid eps " + std::to_string(o.eps) + "; give eps >= 0");
+    if (!(o.betas.beta1 >= 0.0f && o.betas.beta1 < 1.0f))
+      throw ValueError("kiln::optim::" + name + ": invalid beta1 " + std::to_string(o.betas.beta1) + "; give 0 <= beta1 < 1");
+    if (!(o.betas.beta2 >= 0.0f && o.betas.beta2 < 1.0f))
+      throw ValueError("kiln::optim::" + name + ": invalid beta2 " + std::to_string(o.betas.beta2) + "; give 0 <= beta2 < 1");
+    if (!(o.weight_decay >= 0.0f))
+      throw ValueError("kiln::optim::" + name + ": invalid weight_decay " + std::to_string(o.weight_decay) +
+                       "; give weight_decay >= 0");
+    if (params.numel() != grads.numel())
+      throw ShapeError("kiln::optim::" + name + ": " + std::to_string(params.numel()) + " parameters but " +
+                       std::to_string(grads.numel()) + " gradients; pass a model's parameters() and gradients()");
+    m_ = arena_type(params.extents(), params.device_index());
+    v_ = arena_type(params.extents(), params.device_index());
+    m_.fill(0.0f);
+    v_.fill(0.0f);
+    if (o.amsgrad) {
+      vmax_ = arena_type(params.extents(), params.device_index());
+      vmax_.fill(0.0f);
+    }
+  }
+
+  /// One step over every parameter: one pass (one loop on the CPU, one kernel on the GPU).
+  void step() {
+    ++steps_;
+    using C = typename detail::AdamStep<M>::C;
+    // Hyperparameters as torch sees them: its Python floats are these options widened to double.
+    const double lr = o_.lr, b1 = o_.betas.beta1, b2 = o_.betas.beta2, wd = o_.weight_decay;
+    const double t = static_cast<double>(steps_);
+    const double bias_correction1 = 1.0 - std::pow(b1, t);
+    const double bias_correction2 = 1.0 - std::pow(b2, t);
+    const double step_size = lr / bias_correction1;
+    const detail::AdamStep<M> f{p_.data(),
+                                g_.data(),
+                                m_.data(),
+                                v_.data(),
+                                vmax_.data(),
+                                static_cast<C>(b1),
+                                static_cast<C>(1.0 - b1),
+                                static_cast<C>(b2),
+                                static_cast<C>(1.0 - b2),
+                                static_cast<C>(Decoupled ? 0.0 : wd),
+                                static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0),
+                                static_cast<C>(-step_size),
+                                static_cast<C>(std::sqrt(bias_correction2)),
+                                static_cast<C>(o_.eps),
+                                Decoupled,
+                                o_.amsgrad};
+    kiln::detail::executor<D>::for_each(p_.numel(), f);
+  }
+  /// Sets every gradient to 0 (one pass).
+  void zero_grad() { g_.fill(M(0)); }
+
+  float lr() const { return o_.lr; }
+  void set_lr(float lr) { o_.lr = lr; }
+  const Options& options() const { return o_; }
+  /// Steps taken so far (torch's state["step"]); bias correction uses it.
+  std::int64_t step_count() const { return steps_; }
+  /// Restores the step count from a checkpoint (with exp_avg() and exp_avg_sq()).
+  void set_step_count(std::int64_t n) { steps_ = n; }
+  /// The first-moment arena (torch's state["exp_avg"]), for checkpoints.
+  arena_type& exp_avg() { return m_; }
+  const arena_type& exp_avg() const { return m_; }
+  /// The second-moment arena (torch's state["exp_avg_sq"]), for checkpoints.
+  arena_type& exp_avg_sq() { return v_; }
+  const arena_type& exp_avg_sq() const { return v_; }
+  /// The running maximum of exp_avg_sq (torch's state["max_exp_avg_sq"]); empty unless amsgrad.
+  arena_type& max_exp_avg_sq() { return vmax_; }
+  const arena_type& max_exp_avg_sq() const { return vmax_; }
+
+ private:
+  arena_type& p_;
+  arena_type& g_;
+  arena_type m_, v_, vmax_;
+  Options o_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace detail
+
+/// Adam (torch.optim.Adam): steps a model's parameter arena with its gradient arena in one fused pass;
+/// weight_decay adds an L2 term to the gradient. Example:
+///   kiln::optim::Adam opt(model, {.lr = 1e-3f});
+///   opt.zero_grad(); model.backward(dy); opt.step();
+template <class M, class D>
+class Adam : public detail::AdamBase<M, D, AdamOptions, false> {
+  using base = detail::AdamBase<M, D, AdamOptions, false>;
+
+ public:
+  using arena_type = typename base::arena_type;
+  Adam(arena_type& params, arena_type& grads, AdamOptions o = {}) : base(params, grads, o, "Adam") {}
+  template <class Model>
+    requires requires(Model& m) { m.parameters(); m.gradients(); }
+  explicit Adam(Model& m, AdamOptions o = {}) : Adam(m.parameters(), m.gradients(), o) {}
+};
+template <class Model>
+Adam(Model&, AdamOptions) -> Adam<typename Model::M, typename Model::D>;
+template <class Model>
+Adam(Model&) -> Adam<typename Model::M, typename Model::D>;
+template <class M, class D>
+Adam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdamOptions) -> Adam<M, D>;
+template <class M, class D>
+Adam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> Adam<M, D>;
+
+/// AdamW (torch.optim.AdamW): Adam with decoupled weight decay, p *= 1 - lr * weight_decay before the
+/// update (default weight_decay 1e-2). Example:
+///   kiln::optim::AdamW opt(model, {.lr = 1e-3f, .weight_decay = 0.05f});
+template <class M, class D>
+class AdamW : public detail::AdamBase<M, D, AdamWOptions, true> {
+  using base = detail::AdamBase<M, D, AdamWOptions, true>;
+
+ public:
+  using arena_type = typename base::arena_type;
+  AdamW(arena_type& params, arena_type& grads, AdamWOptions o = {}) : base(params, grads, o, "AdamW") {}
+  template <class Model>
+    requires requires(Model& m) { m.parameters(); m.gradients(); }
+  explicit AdamW(Model& m, AdamWOptions o = {}) : AdamW(m.parameters(), m.gradients(), o) {}
+};
+template <class Model>
+AdamW(Model&, AdamWOptions) -> AdamW<typename Model::M, typename Model::D>;
+template <class Model>
+AdamW(Model&) -> AdamW<typename Model::M, typename Model::D>;
+template <class M, class D>
+AdamW(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdamWOptions) -> AdamW<M, D>;
+template <class M, class D>
+AdamW(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> AdamW<M, D>;
+
+}  // namespace kiln::optim

@@ -1,0 +1,6 @@
+/// kiln::optim in one include: SGD, Adam, AdamW, gradient clipping, learning-rate schedulers.
+#pragma once
+#include "kiln/optim/adam.hpp"
+#include "kiln/optim/clip.hpp"
+#include "kiln/optim/scheduler.hpp"
+#include "kiln/optim/sgd.hpp"

@@ -1,0 +1,217 @@
+/// Learning-rate schedulers: StepLR, MultiStepLR, CosineAnnealingLR and LinearWarmup (torch 1.13 semantics).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/errors.hpp"
+
+namespace kiln::optim {
+
+/// An optimizer a scheduler can drive: `lr()` and `set_lr(float)` (SGD, Adam, AdamW).
+template <class O>
+concept lr_optimizer = requires(O& o, const O& c, float lr) {
+  { c.lr() } -> std::convertible_to<double>;
+  o.set_lr(lr);
+};
+
+/// A learning-rate schedule over epochs: `lr_at(epoch)` in closed form, `base_lr()`, and the optimizer
+/// it drives (`optimizer_type`, `optimizer()`).
+template <class S>
+concept lr_schedule = requires(const S& s, std::int64_t epoch) {
+  typename S::optimizer_type;
+  { s.lr_at(epoch) } -> std::convertible_to<double>;
+  { s.base_lr() } -> std::convertible_to<double>;
+  { s.optimizer() } -> std::same_as<typename S::optimizer_type&>;
+};
+
+namespace detail {
+
+/// What every scheduler shares, like torch's _LRScheduler: the optimizer, its lr when the scheduler was
+/// built (base_lr, torch's initial_lr), the epoch (last_epoch) and the last lr set. Schedule provides
+/// `double lr_at(std::int64_t epoch) const`; its constructor ends with `apply()` (epoch 0), as torch's
+/// constructor performs the initial step.
+template <class Opt, class Schedule>
+class LRScheduler {
+ public:
+  using optimizer_type = Opt;
+
+  /// Advances one epoch and sets the optimizer's lr, like torch's scheduler.step().
+  void step() {
+    ++epoch_;
+    apply();
+  }
+  /// The lr set by the last step (float64; the optimizer holds it rounded to float), like torch's
+  /// get_last_lr()[0].
+  double get_last_lr() const { return last_lr_; }
+  /// Epochs stepped so far (torch's last_epoch; 0 right after construction).
+  std::int64_t last_epoch() const { return epoch_; }
+  /// Jumps to an epoch (resuming from a checkpoint) and sets the lr of that epoch.
+  void set_last_epoch(std::int64_t epoch) {
+    epoch_ = epoch;
+    apply();
+  }
+  /// The optimizer's lr when the scheduler was built.
+  double base_lr() const { return base_lr_; }
+  Opt& optimizer() const { return *opt_; }
+
+ protected:
+  explicit LRScheduler(Opt& opt, double base_lr) : opt_(&opt), base_lr_(base_lr) {}
+  explicit LRScheduler(Opt& opt) : LRScheduler(opt, static_cast<double>(opt.lr())) {}
+  void apply() {
+    last_lr_ = static_cast<const Schedule&>(*this).lr_at(epoch_);
+    opt_->set_lr(static_cast<float>(last_lr_));
+  }
+
+ private:
+  Opt* opt_;
+  double base_lr_;
+  std::int64_t epoch_ = 0;
+  double last_lr_ = 0.0;
+};
+
+inline void require_positive(std::int64_t v, const char* who, const char* what) {
+  if (v <= 0)
+    throw ValueError(std::string("kiln::optim::") + who + ": " + what + " must be positive, got " +
+                     std::to_string(v));
+}
+
+}  // namespace detail
+
+/// lr = base_lr * gamma^(epoch / step_size) (integer division), torch.optim.lr_scheduler.StepLR.
+/// Example:
+///   kiln::optim::StepLR sched(opt, /*step_size=*/30, /*gamma=*/0.1);
+///   for (int epoch = 0; epoch < 90; ++epoch) { train_one_epoch(); sched.step(); }
+template <lr_optimizer Opt>
+class StepLR : public detail::LRScheduler<Opt, StepLR<Opt>> {
+  using base = detail::LRScheduler<Opt, StepLR<Opt>>;
+
+ public:
+  StepLR(Opt& opt, std::int64_t step_size, double gamma = 0.1) : base(opt), step_size_(step_size), gamma_(gamma) {
+    detail::require_positive(step_size, "StepLR", "step_size");
+    this->apply();
+  }
+  double lr_at(std::int64_t epoch) const {
+    return this->base_lr() * std::pow(gamma_, static_cast<double>(epoch / step_size_));
+  }
+  std::int64_t step_size() const { return step_size_; }
+  double gamma() const { return gamma_; }
+
+ private:
+  std::int64_t step_size_;
+  double gamma_;
+};
+
+/// lr = base_lr * gamma^(number of milestones <= epoch), torch.optim.lr_scheduler.MultiStepLR (a
+/// milestone given twice counts twice).
+/// Example: `kiln::optim::MultiStepLR sched(opt, {30, 80}, 0.1);`
+template <lr_optimizer Opt>
+class MultiStepLR : public detail::LRScheduler<Opt, MultiStepLR<Opt>> {
+  using base = detail::LRScheduler<Opt, MultiStepLR<Opt>>;
+
+ public:
+  MultiStepLR(Opt& opt, std::vector<std::int64_t> milestones, double gamma = 0.1)
+      : base(opt), milestones_(std::move(milestones)), gamma_(gamma) {
+    std::sort(milestones_.begin(), milestones_.end());
+    this->apply();
+  }
+  double lr_at(std::int64_t epoch) const {
+    const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
+    return this->base_lr() * std::pow(gamma_, static_cast<double>(passed));
+  }
+  const std::vector<std::int64_t>& milestones() const { return milestones_; }
+  double gamma() const { return gamma_; }
+
+ private:
+  std::vector<std::int64_t> milestones_;
+  double gamma_;
+};
+
+/// lr = eta_min + (base_lr - eta_min) (1 + cos(pi epoch / T_max)) / 2, torch's
+/// CosineAnnealingLR (its closed form; past T_max the cosine continues, rising again, as torch's does).
+/// Example: `kiln::optim::CosineAnnealingLR sched(opt, /*T_max=*/100, /*eta_min=*/1e-5);`
+template <lr_optimizer Opt>
+class CosineAnnealingLR : public detail::LRScheduler<Opt, CosineAnnealingLR<Opt>> {
+  using base = detail::LRScheduler<Opt, CosineAnnealingLR<Opt>>;
+
+ public:
+  CosineAnnealingLR(Opt& opt, std::int64_t T_max, double eta_min = 0.0) : base(opt), t_max_(T_max), eta_min_(eta_min) {
+    detail::require_positive(T_max, "CosineAnnealingLR", "T_max");
+    this->apply();
+  }
+  double lr_at(std::int64_t epoch) const {
+    const double c = std::cos(std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(t_max_));
+    return eta_min_ + (this->base_lr() - eta_min_) * (1.0 + c) / 2.0;
+  }
+  std::int64_t T_max() const { return t_max_; }
+  double eta_min() const { return eta_min_; }
+
+ private:
+  std::int64_t t_max_;
+  double eta_min_;
+};
+
+/// Linear warm-up: for epoch < warmup_steps, lr = base_lr (start_factor + (1 - start_factor) epoch /
+/// warmup_steps); from epoch warmup_steps on, the wrapped schedule restarted at its epoch 0 (epoch -
+/// warmup_steps), or base_lr when nothing is wrapped. Alone it is torch's LinearLR(start_factor,
+/// total_iters = warmup_steps); wrapping S it is SequentialLR([LinearLR(...), S], milestones=[warmup_steps]).
+/// Example:
+///   kiln::optim::LinearWarmup sched(kiln::optim::CosineAnnealingLR(opt, 95), /*warmup_steps=*/5, 0.1);
+///   kiln::optim::LinearWarmup warm(opt, /*warmup_steps=*/5);  // then constant
+template <lr_optimizer Opt, class Then = void>
+class LinearWarmup : public detail::LRScheduler<Opt, LinearWarmup<Opt, Then>> {
+  using base = detail::LRScheduler<Opt, LinearWarmup<Opt, Then>>;
+  static constexpr bool wraps = !std::is_void_v<Then>;
+  struct Nothing {};
+  using then_type = std::conditional_t<wraps, Then, Nothing>;
+
+ public:
+  /// Warm-up, then constant base_lr.
+  LinearWarmup(Opt& opt, std::int64_t warmup_steps, double start_factor = 1.0 / 3.0)
+    requires(!wraps)
+      : base(opt), steps_(warmup_steps), start_(start_factor) {
+    check();
+    this->apply();
+  }
+  /// Warm-up from the wrapped schedule's base lr, then that schedule.
+  LinearWarmup(then_type then, std::int64_t warmup_steps, double start_factor = 1.0 / 3.0)
+    requires(wraps)
+      : base(then.optimizer(), then.base_lr()), then_(std::move(then)), steps_(warmup_steps), start_(start_factor) {
+    check();
+    this->apply();
+  }
+  double lr_at(std::int64_t epoch) const {
+    if (epoch < steps_)
+      return this->base_lr() * (start_ + (1.0 - start_) * static_cast<double>(epoch) / static_cast<double>(steps_));
+    if constexpr (wraps) return then_.lr_at(epoch - steps_);
+    else return this->base_lr();
+  }
+  std::int64_t warmup_steps() const { return steps_; }
+  double start_factor() const { return start_; }
+
+ private:
+  void check() const {
+    detail::require_positive(steps_, "LinearWarmup", "warmup_steps");
+    if (!(start_ > 0.0 && start_ <= 1.0))
+      throw ValueError("kiln::optim::LinearWarmup: start_factor must be in (0, 1], got " + std::to_string(start_));
+  }
+  [[no_unique_address]] then_type then_{};
+  std::int64_t steps_;
+  double start_;
+};
+template <lr_optimizer Opt>
+LinearWarmup(Opt&, std::int64_t, double) -> LinearWarmup<Opt, void>;
+template <lr_optimizer Opt>
+LinearWarmup(Opt&, std::int64_t) -> LinearWarmup<Opt, void>;
+template <lr_schedule S>
+LinearWarmup(S, std::int64_t, double) -> LinearWarmup<typename S::optimizer_type, S>;
+template <lr_schedule S>
+LinearWarmup(S, std::int64_t) -> LinearWarmup<typename S::optimizer_type, S>;
+
+}  // namespace kiln::optim

@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""PyTorch-parity fixtures for kiln's optimizers, schedulers and gradient clipping.
+
+Run (Debian's python3-torch 1.13, CPU; it imports only from /usr/bin/python3):
+
+    /usr/bin/python3 tests/parity/make_fixtures.py
+
+It rewrites tests/parity/fixtures/*.json. Everything is deterministic (torch.manual_seed, float32,
+single-tensor optimizer code paths: foreach=False), so running it again gives the same files. The C++
+tests (tests/unit/optim/) read the committed files; CI does not need torch.
+
+Fixture schema
+--------------
+A *tensor* is {"shape": [d0, d1, ...], "values": [v, ...]}: row-major float32 values, each written as
+the shortest decimal that reads back as the same float32.
+
+mlp.json
+  torch_version   str
+  seed            int     torch.manual_seed before building the model and drawing the data
+  layers          str     the network: Sequential(Linear(13,16), ReLU, Linear(16,32), ReLU, Linear(32,1))
+  state_dict      {name: tensor}   initial parameters, PyTorch state_dict names ("0.weight", "4.bias")
+  input           tensor  [8, 13]
+  target          tensor  [8, 1]
+  output          tensor  [8, 1]   model(input)
+  loss            float   MSELoss()(output, target) (mean reduction)
+  grad            {name: tensor}   every parameter's .grad after loss.backward() from the initial state
+  optimizers      [ {name: str, type: "SGD" | "Adam" | "AdamW",
+                     options: {lr, momentum, dampening, weight_decay, nesterov} for SGD,
+                              {lr, betas: [b1, b2], eps, weight_decay, amsgrad} for Adam/AdamW,
+                     steps: 3,
+                     parameters: {name: tensor}} ]
+                  each run starts from state_dict and repeats `steps` times, on the same batch:
+                  zero_grad(); loss = MSE(model(input), target); loss.backward(); opt.step();
+                  parameters are the state_dict after the last step.
+
+schedulers.json
+  torch_version   str
+  base_lr         float   the optimizer's lr before the scheduler is built (0.1)
+  epochs          int     length of every sequence (30)
+  schedules       [ {name: str, torch: str (the PyTorch construction), plus its arguments
+                     (StepLR: step_size, gamma; MultiStepLR: milestones, gamma; CosineAnnealingLR:
+                     T_max, eta_min; linear warm-up: warmup_steps, start_factor and, when it hands over
+                     to a cosine schedule, T_max, eta_min),
+                     lr: [float] * epochs} ]
+                  lr[0] is the lr right after construction, lr[e] after the e-th scheduler.step()
+                  (each preceded by an optimizer.step()); float64 as Python prints it.
+
+clip.json
+  torch_version   str
+  parts           [[shape], ...]   the gradients' shapes; kiln sees them concatenated (one arena)
+  grad            tensor  the concatenated gradients before clipping, shape [total]
+  cases           [ {max_norm: float, norm_type: float | "inf",
+                     total_norm: float (what clip_grad_norm_ returned), clipped: tensor} ]
+"""
+import json
+import math
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "fixtures")
+SEED = 0
+STEPS = 3
+
+
+def f32(values):
+    """Shortest decimal strings that read back as the same float32, as JSON numbers."""
+    return [float(repr(np.float32(v))) for v in np.asarray(values, dtype=np.float32).ravel()]
+
+
+def tensor(t):
+    t = t.detach().to(torch.float32).contiguous()
+    return {"shape": list(t.shape), "values": f32(t.numpy())}
+
+
+def make_mlp():
+    return torch.nn.Sequential(
+        torch.nn.Linear(13, 16), torch.nn.ReLU(),
+        torch.nn.Linear(16, 32), torch.nn.ReLU(),
+        torch.nn.Linear(32, 1))
+
+
+def mlp_fixture():
+    torch.manual_seed(SEED)
+    model = make_mlp()
+    x = torch.randn(8, 13)
+    target = torch.randn(8, 1)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    loss_fn = torch.nn.MSELoss()
+
+    out = model(x)
+    loss = loss_fn(out, target)
+    loss.backward()
+    grad = {name: tensor(p.grad) for name, p in model.named_parameters()}
+
+    configs = [
+        ("sgd_momentum", "SGD", dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-4, nesterov=False)),
+        ("sgd_nesterov", "SGD", dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-4, nesterov=True)),
+        ("adam", "Adam", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False)),
+        ("adamw", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False)),
+        ("adam_l2_amsgrad", "Adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-8, weight_decay=1e-2, amsgrad=True)),
+        ("adamw_amsgrad", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=True)),
+    ]
+    optimizers = []
+    for name, kind, options in configs:
+        m = make_mlp()
+        m.load_state_dict(initial)
+        opt = getattr(torch.optim, kind)(m.parameters(), foreach=False, **options)
+        for _ in range(STEPS):
+            opt.zero_grad()
+            loss_fn(m(x), target).backward()
+            opt.step()
+        opts = dict(options)
+        if "betas" in opts:
+            opts["betas"] = list(opts["betas"])
+        optimizers.append({"name": name, "type": kind, "options": opts, "steps": STEPS,
+                           "parameters": {k: tensor(v) for k, v in m.state_dict().items()}})
+
+    return {
+        "torch_version": torch.__version__,
+        "seed": SEED,
+        "layers": "Sequential(Linear(13,16), ReLU, Linear(16,32), ReLU, Linear(32,1))",
+        "state_dict": {k: tensor(v) for k, v in initial.items()},
+        "input": tensor(x),
+        "target": tensor(target),
+        "output": tensor(out),
+        "loss": f32([loss.item()])[0],
+        "grad": grad,
+        "optimizers": optimizers,
+    }
+
+
+def lr_sequence(make_scheduler, base_lr, epochs):
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=base_lr)
+    sched = make_scheduler(opt)
+    lrs = [opt.param_groups[0]["lr"]]
+    for _ in range(epochs - 1):
+        opt.step()  # no gradient: a no-op, but the order PyTorch expects
+        sched.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    return lrs
+
+
+def schedulers_fixture():
+    S = torch.optim.lr_scheduler
+    base_lr, epochs = 0.1, 30
+    specs = [
+        ({"name": "step_lr", "torch": "StepLR(step_size=7, gamma=0.1)", "step_size": 7, "gamma": 0.1},
+         lambda o: S.StepLR(o, step_size=7, gamma=0.1)),
+        ({"name": "multi_step_lr", "torch": "MultiStepLR(milestones=[5, 12], gamma=0.5)", "milestones": [5, 12],
+          "gamma": 0.5},
+         lambda o: S.MultiStepLR(o, milestones=[5, 12], gamma=0.5)),
+        ({"name": "cosine_annealing_lr", "torch": "CosineAnnealingLR(T_max=10, eta_min=1e-4)", "T_max": 10,
+          "eta_min": 1e-4},
+         lambda o: S.CosineAnnealingLR(o, T_max=10, eta_min=1e-4)),
+        ({"name": "linear_warmup", "torch": "LinearLR(start_factor=0.25, total_iters=4)", "warmup_steps": 4,
+          "start_factor": 0.25},
+         lambda o: S.LinearLR(o, start_factor=0.25, total_iters=4)),
+        ({"name": "linear_warmup_cosine",
+          "torch": "SequentialLR([LinearLR(start_factor=0.1, total_iters=5), "
+                   "CosineAnnealingLR(T_max=10, eta_min=1e-4)], milestones=[5])",
+          "warmup_steps": 5, "start_factor": 0.1, "T_max": 10, "eta_min": 1e-4},
+         lambda o: S.SequentialLR(o, [S.LinearLR(o, start_factor=0.1, total_iters=5),
+                                      S.CosineAnnealingLR(o, T_max=10, eta_min=1e-4)], milestones=[5])),
+    ]
+    schedules = []
+    for spec, make in specs:
+        entry = dict(spec)
+        entry["lr"] = lr_sequence(make, base_lr, epochs)
+        schedules.append(entry)
+    return {"torch_version": torch.__version__, "base_lr": base_lr, "epochs": epochs, "schedules": schedules}
+
+
+def clip_fixture():
+    torch.manual_seed(SEED + 1)
+    parts = [[5, 6], [20], [3, 3]]
+    grads = [torch.randn(*s) * 0.7 for s in parts]
+    cases = []
+    for max_norm, norm_type in [(1.0, 2.0), (100.0, 2.0), (0.5, math.inf), (2.0, 1.0), (1.5, 3.0)]:
+        params = [torch.nn.Parameter(torch.zeros(*s)) for s in parts]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+        clipped = torch.cat([p.grad.reshape(-1) for p in params])
+        cases.append({"max_norm": max_norm, "norm_type": "inf" if math.isinf(norm_type) else norm_type,
+                      "total_norm": f32([total.item()])[0], "clipped": tensor(clipped)})
+    return {"torch_version": torch.__version__, "parts": parts,
+            "grad": tensor(torch.cat([g.reshape(-1) for g in grads])), "cases": cases}
+
+
+def write(name, data):
+    path = os.path.join(OUT, name)
+    with open(path, "w") as f:
+        json.dump(data, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"{path}: {os.path.getsize(path)} bytes")
+
+
+def main():
+    torch.set_default_dtype(torch.float32)
+    torch.set_num_threads(1)  # the same summation order every run
+    warnings.simplefilter("ignore", UserWarning)
+    os.makedirs(OUT, exist_ok=True)
+    write("mlp.json", mlp_fixture())
+    write("schedulers.json", schedulers_fixture())
+    write("clip.json", clip_fixture())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+// PyTorch parity on the seeds' 13-16-32-1 MLP (tests/parity/fixtures/mlp.json, written by
+// tests/parity/make_fixtures.py with torch 1.13): the state_dict loads into a kiln Model by name; the
+// forward output, the MSE loss, every gradient, and the parameters after three steps of SGD (momentum,
+// Nesterov), Adam and AdamW (also with L2 / decoupled decay and amsgrad) agree within 1e-5 relative (fp32;
+// relative to each element, floored at 1% of its tensor's scale: see parity::scale_floor).
+#include <boost/test/unit_test.hpp>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+
+#include "support/parity.hpp"
+#include "support/policies.hpp"
+
+namespace {
+namespace parity = kiln::test::parity;
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+using nlohmann::json;
+
+using Net = kiln::nn::Sequential<kiln::nn::Linear<13, 16>, kiln::nn::ReLU, kiln::nn::Linear<16, 32>, kiln::nn::ReLU,
+                                 kiln::nn::Linear<32, 1>>;
+template <class D>
+using Mlp = kiln::nn::Model<Net, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>>;
+
+constexpr double rtol = 1e-5;  // the bound: fp32, relative
+
+const json& fixture() {
+  static const json j = parity::load("mlp.json");
+  return j;
+}
+
+/// Copies a PyTorch state_dict (names -> shape + values) into the model's arena through named_parameters().
+template <class Model>
+void load_state_dict(Model& m, const json& state_dict) {
+  std::vector<float> host(static_cast<std::size_t>(m.parameters().numel()));
+  const auto params = m.named_parameters();
+  BOOST_TEST_REQUIRE(params.size() == state_dict.size());
+  for (const auto& p : params) {
+    BOOST_TEST_CONTEXT("parameter " << p.name) {
+      BOOST_TEST_REQUIRE(state_dict.contains(p.name));
+      const auto& t = state_dict.at(p.name);
+      const auto shape = parity::shape(t);
+      BOOST_TEST(std::vector<long long>(p.shape.begin(), p.shape.end()) == shape, boost::test_tools::per_element());
+      const auto v = parity::values(t);
+      BOOST_TEST_REQUIRE(static_cast<kiln::index_t>(v.size()) == p.count);
+      std::copy(v.begin(), v.end(), host.begin() + p.offset);
+    }
+  }
+  m.parameters().copy_from(std::span<const float>(host));
+}
+
+/// Compares every named slice of an arena (parameters or gradients) with the fixture's tensors, relative
+/// to each element but never to less than 1% of its tensor's largest value (parity::scale_floor); returns
+/// the largest such error and, in `pure`, the largest plain relative error.
+template <class Model>
+double check_named(const Model& m, const std::vector<float>& arena, const json& want, const std::string& what,
+                   double* pure = nullptr) {
+  double worst = 0.0, worst_pure = 0.0;
+  for (const auto& p : m.named_parameters()) {
+    const auto w = parity::values(want.at(p.name));
+    const std::span<const float> got(arena.data() + p.offset, static_cast<std::size_t>(p.count));
+    const auto d = parity::compare(got, std::span<const float>(w), parity::scale_floor(std::span<const float>(w)));
+    BOOST_TEST(d.max_rel <= rtol, what << " " << p.name << ": " << parity::describe(d));
+    worst = std::max(worst, d.max_rel);
+    worst_pure = std::max(worst_pure, parity::compare(got, std::span<const float>(w)).max_rel);
+  }
+  if (pure) *pure = worst_pure;
+  return worst;
+}
+
+template <class D>
+struct Batch {
+  Tensor<float, Shape<dyn, 13>, D> x;
+  Tensor<float, Shape<dyn, 1>, D> target;
+};
+template <class D>
+Batch<D> batch() {
+  const auto xv = parity::values(fixture().at("input"));
+  const auto tv = parity::values(fixture().at("target"));
+  const kiln::index_t n = static_cast<kiln::index_t>(tv.size());
+  return {Tensor<float, Shape<dyn, 13>, D>::from(std::span<const float>(xv), Extents<Shape<dyn, 13>>(n)),
+          Tensor<float, Shape<dyn, 1>, D>::from(std::span<const float>(tv), Extents<Shape<dyn, 1>>(n))};
+}
+
+/// zero_grad; loss = MSE(model(x), target); backward; step — PyTorch's loop.
+template <class Model, class Opt, class D>
+void train_step(Model& m, Opt& opt, const Batch<D>& b) {
+  opt.zero_grad();
+  auto y = m.forward(b.x);  // [8, 1]
+  m.backward(kiln::nn::MSELoss{}.backward(y, b.target));
+  opt.step();
+}
+
+template <class D, class Opt>
+double run_steps(Mlp<D>& m, Opt& opt, const json& config) {
+  const auto b = batch<D>();
+  const int steps = config.at("steps").get<int>();
+  for (int s = 0; s < steps; ++s) train_step(m, opt, b);
+  double pure = 0.0;
+  const double worst =
+      check_named(m, m.parameters().to_vector(), config.at("parameters"), config.at("name").get<std::string>(), &pure);
+  BOOST_TEST_MESSAGE("parity mlp: " << config.at("name").get<std::string>() << " after " << steps
+                                    << " steps: max rel " << worst << " (plain relative " << pure << ")");
+  return worst;
+}
+
+template <class D>
+double check_optimizer(const json& config) {
+  Mlp<D> m(/*seed=*/0);
+  load_state_dict(m, fixture().at("state_dict"));
+  const auto& o = config.at("options");
+  const std::string type = config.at("type").get<std::string>();
+  if (type == "SGD") {
+    kiln::optim::SGD opt(m, {.lr = o.at("lr").get<float>(),
+                             .momentum = o.at("momentum").get<float>(),
+                             .dampening = o.at("dampening").get<float>(),
+                             .weight_decay = o.at("weight_decay").get<float>(),
+                             .nesterov = o.at("nesterov").get<bool>()});
+    return run_steps(m, opt, config);
+  }
+  const kiln::optim::AdamBetas betas{o.at("betas")[0].get<float>(), o.at("betas")[1].get<float>()};
+  if (type == "Adam") {
+    kiln::optim::Adam opt(m, {.lr = o.at("lr").get<float>(),
+                              .betas = betas,
+                              .eps = o.at("eps").get<float>(),
+                              .weight_decay = o.at("weight_decay").get<float>(),
+                              .amsgrad = o.at("amsgrad").get<bool>()});
+    return run_steps(m, opt, config);
+  }
+  if (type == "AdamW") {
+    kiln::optim::AdamW opt(m, {.lr = o.at("lr").get<float>(),
+                               .betas = betas,
+                               .eps = o.at("eps").get<float>(),
+                               .weight_decay = o.at("weight_decay").get<float>(),
+                               .amsgrad = o.at("amsgrad").get<bool>()});
+    return run_steps(m, opt, config);
+  }
+  BOOST_FAIL("unknown optimizer type " << type << " in mlp.json");
+  return 0.0;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(optim)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(mlp_forward_and_mse_loss_match_pytorch, D, kiln::test::devices) {
+  Mlp<D> m(/*seed=*/0);
+  load_state_dict(m, fixture().at("state_dict"));
+  const auto b = batch<D>();
+  auto y = m.forward(b.x);  // [8, 1]
+  const auto yv = y.to_vector();
+  const auto want = parity::values(fixture().at("output"));
+  const auto d = parity::compare(std::span<const float>(yv), std::span<const float>(want));
+  BOOST_TEST(d.max_rel <= rtol, "output: " << parity::describe(d));
+  const float loss = kiln::nn::MSELoss{}(y, b.target).item();
+  const double want_loss = fixture().at("loss").get<double>();
+  const double loss_rel = std::abs(loss - want_loss) / std::abs(want_loss);
+  BOOST_TEST(loss_rel <= rtol, "loss " << loss << " vs " << want_loss);
+  BOOST_TEST_MESSAGE("parity mlp: output max rel " << d.max_rel << ", loss rel " << loss_rel);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(mlp_gradients_match_pytorch, D, kiln::test::devices) {
+  Mlp<D> m(/*seed=*/0);
+  load_state_dict(m, fixture().at("state_dict"));
+  const auto b = batch<D>();
+  m.zero_grad();
+  auto y = m.forward(b.x);  // [8, 1]
+  m.backward(kiln::nn::MSELoss{}.backward(y, b.target));
+  double pure = 0.0;
+  const double worst = check_named(m, m.gradients().to_vector(), fixture().at("grad"), "grad", &pure);
+  BOOST_TEST_MESSAGE("parity mlp: gradients max rel " << worst << " (plain relative " << pure << ")");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(three_optimizer_steps_match_pytorch, D, kiln::test::devices) {
+  const auto& configs = fixture().at("optimizers");
+  BOOST_TEST_REQUIRE(configs.size() >= 4u);
+  for (const auto& config : configs) {
+    const std::string name = config.at("name").get<std::string>();
+    BOOST_TEST_CONTEXT("optimizer " << name << " " << config.at("options").dump()) {
+      check_optimizer<D>(config);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
