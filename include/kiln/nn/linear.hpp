@@ -64,7 +64,9 @@ struct Linear {
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       auto y = matmul(x, transposed(weight()));  // [N, Out]
       if constexpr (Bias) y += bias();
-      x_ = ctx.grad ? x : Tensor<T, S, D>();
+      // A non-const prvalue, so x_ is rebound to x's storage: `ctx.grad ? x : Tensor()` is a const one,
+      // which copy-assigns the values (an extra pass, and a ShapeError once the batch size changes).
+      x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
       return y;
     }
     /// dW += dyᵀ x, db += Σ_n dy, dx = dy W  // [N, Out] -> [N, In]

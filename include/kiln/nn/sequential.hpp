@@ -28,14 +28,32 @@ struct layer_input_mismatch {
 };
 
 namespace detail {
-/// The input shape of every layer, checked in order; after the first mismatch the rest is not inferred
-/// (one error, not a cascade).
-template <std::size_t I, class In, class... Ls>
-struct infer;
-template <std::size_t I, class In>
-struct infer<I, In> {
-  using inputs = type_list<>;
-  using output = In;
+/// Stands in for a layer from the first mismatch on: passes its input through, so that the only error a
+/// mismatch produces is layer_input_mismatch's static_assert (no cascade from inferring the rest).
+struct unchecked_layer {
+  template <class S>
+  static constexpr bool accepts = true;
+  template <class S>
+  using output = S;
+  template <class S, class P>
+  struct module {
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = S;
+    static constexpr index_t parameter_count = 0;
+    void bind(M*, M*, int) {}
+    void reset_parameters(Generator&) {}
+    std::vector<ParameterInfo> parameters() const { return {}; }
+    std::string name() const { return "(not checked: shape mismatch before it)"; }
+    Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context) { return x; }
+    Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) { return dy; }
+  };
+};
+template <class X, class>
+struct first_of {
+  using type = X;
 };
 template <class X, class List>
 struct prepend;
@@ -43,14 +61,33 @@ template <class X, class... Ts>
 struct prepend<X, type_list<Ts...>> {
   using type = type_list<X, Ts...>;
 };
-template <std::size_t I, class In, class L, class... Rest>
-struct infer<I, In, L, Rest...> {
-  static constexpr bool ok = layer_input_mismatch<I, L, In>::value && L::template accepts<In>;
-  using next = typename std::conditional_t<ok, L, void>::template output<In>;
-  using rest = infer<I + 1, next, Rest...>;
+
+/// The input shape of every layer (`inputs`), the layers (`layers`) and the output shape, checked in
+/// order; from the first mismatch on nothing more is inferred (one error, not a cascade).
+template <std::size_t I, class In, class... Ls>
+struct infer;
+template <std::size_t I, class In>
+struct infer<I, In> {
+  using inputs = type_list<>;
+  using layers = type_list<>;
+  using output = In;
+};
+template <bool Ok, std::size_t I, class In, class L, class... Rest>
+struct infer_step {
+  using rest = infer<I + 1, typename L::template output<In>, Rest...>;
   using inputs = typename prepend<In, typename rest::inputs>::type;
+  using layers = typename prepend<L, typename rest::layers>::type;
   using output = typename rest::output;
 };
+template <std::size_t I, class In, class L, class... Rest>
+struct infer_step<false, I, In, L, Rest...> {
+  using inputs = type_list<In, typename first_of<In, Rest>::type...>;
+  using layers = type_list<unchecked_layer, typename first_of<unchecked_layer, Rest>::type...>;
+  using output = In;
+};
+template <std::size_t I, class In, class L, class... Rest>
+struct infer<I, In, L, Rest...>
+    : infer_step<layer_input_mismatch<I, L, In>::value && L::template accepts<In>, I, In, L, Rest...> {};
 
 template <class P, class Inputs, class Layers>
 struct modules;
@@ -93,7 +130,7 @@ struct Sequential {
   template <class S, class P>
   class module {
     using info = detail::infer<0, S, Layers...>;
-    using tuple_type = typename detail::modules<P, typename info::inputs, type_list<Layers...>>::type;
+    using tuple_type = typename detail::modules<P, typename info::inputs, typename info::layers>::type;
     static constexpr std::size_t n = sizeof...(Layers);
 
    public:

@@ -1,5 +1,7 @@
 /// SGD with momentum, dampening, Nesterov and weight decay (torch.optim.SGD), one fused pass per step.
 #pragma once
+#include <type_traits>
+
 #include "kiln/core/config.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -17,24 +19,26 @@ struct SGDOptions {
 
 namespace detail {
 /// One element of an SGD step: g = grad + wd p; buf = momentum buf + (1 - dampening) g (buf = g on the
-/// first step); g = nesterov ? g + momentum buf : buf; p -= lr g.
+/// first step); g = nesterov ? g + momentum buf : buf; p -= lr g. Computed in float, or in double for
+/// double master weights (so they are never rounded through float).
 template <class M>
 struct SgdStep {
+  using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
   M* p;
   const M* grad;
   M* buf;
   float lr, momentum, dampening, weight_decay;
   bool nesterov, first;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
-    float g = static_cast<float>(grad[i]);
-    const float w = static_cast<float>(p[i]);
-    if (weight_decay != 0.0f) g += weight_decay * w;
+    C g = static_cast<C>(grad[i]);
+    const C w = static_cast<C>(p[i]);
+    if (weight_decay != 0.0f) g += C(weight_decay) * w;
     if (momentum != 0.0f) {
-      const float b = first ? g : momentum * static_cast<float>(buf[i]) + (1.0f - dampening) * g;
+      const C b = first ? g : C(momentum) * static_cast<C>(buf[i]) + (C(1) - C(dampening)) * g;
       buf[i] = static_cast<M>(b);
-      g = nesterov ? g + momentum * b : b;
+      g = nesterov ? g + C(momentum) * b : b;
     }
-    p[i] = static_cast<M>(w - lr * g);
+    p[i] = static_cast<M>(w - C(lr) * g);
   }
 };
 }  // namespace detail

@@ -1,0 +1,139 @@
+// Layer gradients: every backward (Linear with and without bias, ReLU, Sigmoid, Tanh, Flatten, a whole
+// Sequential, MSELoss) matches central finite differences in float64, w.r.t. the input and every
+// parameter of the model's arena (perturbed through a host copy).
+#include <boost/test/unit_test.hpp>
+#include <cstdint>
+#include <kiln/nn/nn.hpp>
+#include <type_traits>
+#include <vector>
+
+#include "support/gradcheck.hpp"
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+namespace knn = kiln::nn;
+
+/// Tight for float64: the central difference's error is ~eps^2 |f'''| + 1e-16 |f| / eps ≈ 1e-10.
+constexpr kt::GradcheckOptions tight{.eps = 1e-6, .atol = 1e-8, .rtol = 1e-6};
+
+/// L = Σ r ⊙ model(x) for a fixed random r (so dL/dy = r): checks dL/dx from backward and, when the
+/// model has parameters, dL/dθ accumulated in its gradient arena, against finite differences.
+/// Inputs are uniform in [lo, hi) and at least `gap` away from 0 (ReLU's kink).
+template <class Net, class In, class D>
+void check_gradients(const Extents<In>& ext, double lo, double hi, double gap, std::uint32_t stream) {
+  using Model = knn::Model<Net, In, kiln::Policy<kt::Fp64, D>>;
+  Model model(/*seed=*/stream);
+  const auto n = static_cast<std::size_t>(ext.numel());
+  const auto x = kt::make_tensor<D>(gap > 0 ? kt::random_nonzero<double>(n, lo, hi, gap, stream)
+                                            : kt::random_values<double>(n, lo, hi, stream),
+                                    ext);
+  const auto y = model.forward(x);
+  const auto r = kt::make_tensor<D>(kt::random_values<double>(static_cast<std::size_t>(y.numel()), -1, 1, stream + 1),
+                                    y.extents());
+  model.zero_grad();
+  const auto dx = model.backward(r);
+  const auto wrt_input = [&](const Tensor<double, In, D>& in) { return kiln::sum(model.forward(in) * r).item(); };
+  BOOST_TEST_CONTEXT("w.r.t. the input") { BOOST_TEST(kt::gradcheck(wrt_input, x, dx, tight)); }
+
+  if constexpr (Model::parameter_count > 0) {
+    const auto theta = model.parameters().clone();  // [P]
+    const auto grads = model.gradients().clone();   // [P]
+    const auto wrt_parameters = [&](const typename Model::arena_type& p) {
+      model.parameters() = p;  // the perturbed copy, written back into the arena
+      return kiln::sum(model.forward(x) * r).item();
+    };
+    BOOST_TEST_CONTEXT("w.r.t. the parameters") { BOOST_TEST(kt::gradcheck(wrt_parameters, theta, grads, tight)); }
+    model.parameters() = theta;
+  }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(layer_gradients)
+
+BOOST_AUTO_TEST_CASE(fp64_is_a_precision_policy) {
+  static_assert(kiln::precision_policy<kt::Fp64>);
+  static_assert(kt::Fp64::name == "fp64" && !kt::Fp64::loss_scaling);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_backward_matches_numeric, D, kiln::test::devices) {
+  check_gradients<knn::Sequential<knn::Linear<7, 5>>, Shape<dyn, 7>, D>(Extents<Shape<dyn, 7>>(3), -2, 2, 0, 11);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_without_bias_backward_matches_numeric, D, kiln::test::devices) {
+  using Net = knn::Sequential<knn::Linear<7, 5, false>>;
+  static_assert(knn::Model<Net, Shape<dyn, 7>, kiln::Policy<kt::Fp64, D>>::parameter_count == 35);
+  check_gradients<Net, Shape<dyn, 7>, D>(Extents<Shape<dyn, 7>>(3), -2, 2, 0, 12);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(relu_backward_matches_numeric_away_from_zero, D, kiln::test::devices) {
+  check_gradients<knn::Sequential<knn::ReLU>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -2, 2, 0.05, 13);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sigmoid_backward_matches_numeric, D, kiln::test::devices) {
+  check_gradients<knn::Sequential<knn::Sigmoid>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -4, 4, 0, 14);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(tanh_backward_matches_numeric, D, kiln::test::devices) {
+  check_gradients<knn::Sequential<knn::Tanh>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -3, 3, 0, 15);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(flatten_backward_matches_numeric_for_rank_4_input, D, kiln::test::devices) {
+  using In = Shape<dyn, 3, 5, 7>;  // [N, C, H, W] -> [N, 105]
+  static_assert(std::is_same_v<knn::Model<knn::Sequential<knn::Flatten>, In>::output_shape, Shape<dyn, 105>>);
+  check_gradients<knn::Sequential<knn::Flatten>, In, D>(Extents<In>(3), -1, 1, 0, 16);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_backward_matches_numeric_for_input_and_every_parameter, D,
+                              kiln::test::devices) {
+  using Net = knn::Sequential<knn::Linear<5, 7>, knn::Tanh, knn::Linear<7, 3>, knn::Sigmoid, knn::Linear<3, 2>>;
+  static_assert(knn::Model<Net, Shape<dyn, 5>, kiln::Policy<kt::Fp64, D>>::parameter_count ==
+                (5 * 7 + 7) + (7 * 3 + 3) + (3 * 2 + 2));
+  check_gradients<Net, Shape<dyn, 5>, D>(Extents<Shape<dyn, 5>>(3), -1.5, 1.5, 0, 17);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(backward_accumulates_parameter_gradients_until_zero_grad, D, kiln::test::devices) {
+  knn::Model<knn::Sequential<knn::Linear<5, 3>>, Shape<dyn, 5>, kiln::Policy<kt::Fp64, D>> model(1);
+  const Extents<Shape<dyn, 5>> ext(3);
+  const auto x = kt::make_tensor<D>(kt::random_values<double>(15, -1, 1, 18), ext);
+  const auto dy = kt::make_tensor<D>(kt::random_values<double>(9, -1, 1, 19), Extents<Shape<dyn, 3>>(3));
+  model.zero_grad();
+  model.forward(x);
+  model.backward(dy);
+  const auto once = model.gradients().to_vector();
+  model.forward(x);
+  model.backward(dy);
+  std::vector<double> twice(once.size());
+  for (std::size_t i = 0; i < once.size(); ++i) twice[i] = 2 * once[i];
+  BOOST_TEST(kt::all_close(model.gradients().to_vector(), twice));
+  model.zero_grad();
+  BOOST_TEST(kt::all_equal(model.gradients().to_vector(), std::vector<double>(once.size(), 0.0)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(mse_loss_value_and_gradient_match_reference_and_numeric, D, kiln::test::devices) {
+  using S = Shape<dyn, 3>;
+  const Extents<S> ext(5);
+  const auto pv = kt::random_values<double>(15, -2, 2, 20);
+  const auto tv = kt::random_values<double>(15, -2, 2, 21);
+  const auto pred = kt::make_tensor<D>(pv, ext);
+  const auto target = kt::make_tensor<D>(tv, ext);
+  const knn::MSELoss mse;
+  double want = 0;
+  for (std::size_t i = 0; i < pv.size(); ++i) want += (pv[i] - tv[i]) * (pv[i] - tv[i]) / 15.0;
+  BOOST_TEST(kt::close(mse(pred, target).item(), want, 1e-14, 0));
+  const auto f = [&](const Tensor<double, S, D>& p) { return mse(p, target).item(); };
+  BOOST_TEST(kt::gradcheck(f, pred, mse.backward(pred, target), tight));
+  // The loss's own gradient scales it (as when the loss is multiplied by a constant).
+  std::vector<double> scaled = mse.backward(pred, target).to_vector();
+  for (auto& g : scaled) g *= 0.25;
+  BOOST_TEST(kt::all_close(mse.backward(pred, target, 0.25).to_vector(), scaled));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,203 @@
+// Models: compile-time shape inference, PyTorch's parameter count and state_dict names, the summary
+// table, seeded initialisation within PyTorch's bounds, and inference without gradients (no-grad
+// forwards keep no activations; backward after one throws).
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <kiln/nn/nn.hpp>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::index_t;
+using kiln::Shape;
+namespace kt = kiln::test;
+namespace knn = kiln::nn;
+
+/// The Boston-housing MLP: 13 -> 16 -> 32 -> 1.
+using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
+template <class D>
+using MlpModel = knn::Model<Mlp, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>>;
+
+// ---- shape inference: compile-time facts ----
+static_assert(std::is_same_v<knn::Model<Mlp, Shape<dyn, 13>>::output_shape, Shape<dyn, 1>>);
+static_assert(std::is_same_v<Mlp::output<Shape<dyn, 13>>, Shape<dyn, 1>>);
+static_assert(std::is_same_v<Mlp::output<Shape<128, 13>>, Shape<128, 1>>, "a static batch stays static");
+static_assert(std::is_same_v<knn::Model<knn::Sequential<knn::Flatten>, Shape<dyn, 16, 5, 5>>::output_shape,
+                             Shape<dyn, 400>>);
+static_assert(std::is_same_v<knn::Sequential<knn::Flatten, knn::Linear<400, 120>, knn::ReLU, knn::Linear<120, 84>,
+                                            knn::Tanh>::output<Shape<dyn, 16, 5, 5>>,
+                             Shape<dyn, 84>>);
+static_assert(std::is_same_v<knn::Sequential<knn::Sigmoid>::output<Shape<dyn, 3, 7>>, Shape<dyn, 3, 7>>,
+              "activations keep any shape");
+static_assert(knn::Model<Mlp, Shape<dyn, 13>>::parameter_count == 801, "PyTorch: 13*16+16 + 16*32+32 + 32*1+1");
+static_assert(knn::Model<knn::Sequential<knn::Linear<13, 16, false>>, Shape<dyn, 13>>::parameter_count == 208);
+static_assert(knn::Linear<13, 16>::accepts<Shape<dyn, 13>> && !knn::Linear<13, 16>::accepts<Shape<dyn, 12>> &&
+              !knn::Linear<13, 16>::accepts<Shape<dyn, 1, 13>>);
+static_assert(knn::Flatten::accepts<Shape<dyn, 2, 3>> && !knn::Flatten::accepts<Shape<dyn>> &&
+              !knn::Flatten::accepts<Shape<dyn, dyn>>);
+
+template <class T>
+std::vector<double> host_doubles(const T& t) {
+  return kt::to_doubles(t.to_vector());
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(model)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(named_parameters_follow_pytorch_state_dict, D, kiln::test::devices) {
+  MlpModel<D> model(0);
+  struct Want {
+    const char* name;
+    index_t offset, count;
+    std::vector<index_t> shape;
+  };
+  const std::vector<Want> want{{"0.weight", 0, 208, {16, 13}},  {"0.bias", 208, 16, {16}},
+                               {"2.weight", 224, 512, {32, 16}}, {"2.bias", 736, 32, {32}},
+                               {"4.weight", 768, 32, {1, 32}},   {"4.bias", 800, 1, {1}}};
+  const auto got = model.named_parameters();
+  BOOST_TEST_REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    BOOST_TEST_CONTEXT(want[i].name) {
+      BOOST_TEST(got[i].name == want[i].name);
+      BOOST_TEST(got[i].offset == want[i].offset);
+      BOOST_TEST(got[i].count == want[i].count);
+      BOOST_TEST(got[i].shape == want[i].shape, boost::test_tools::per_element());
+    }
+  }
+  BOOST_TEST(model.parameters().numel() == 801);
+  BOOST_TEST(model.gradients().numel() == 801);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(summary_names_layers_shapes_and_total, D, kiln::test::devices) {
+  MlpModel<D> model(0);
+  const std::string s = model.summary(128);
+  BOOST_TEST_MESSAGE(s);
+  for (const char* part : {"Linear(in_features=13, out_features=16, bias=True)", "ReLU()",
+                           "Linear(in_features=16, out_features=32, bias=True)",
+                           "Linear(in_features=32, out_features=1, bias=True)", "[128, 16]", "[128, 32]",
+                           "[128, 1]", "total parameters: 801", "3204 bytes", "input [128, 13] -> output [128, 1]"}) {
+    BOOST_TEST_CONTEXT(part) { BOOST_TEST(s.find(part) != std::string::npos); }
+  }
+  // The flatten row of a convolutional tail: [N, 16, 5, 5] -> [N, 400].
+  knn::Model<knn::Sequential<knn::Flatten, knn::Linear<400, 10>>, Shape<dyn, 16, 5, 5>, kiln::Policy<kiln::Fp32, D>> cnn;
+  const std::string c = cnn.summary(4);
+  BOOST_TEST(c.find("Flatten(start_dim=1, end_dim=-1)") != std::string::npos);
+  BOOST_TEST(c.find("[4, 400]") != std::string::npos);
+  BOOST_TEST(c.find("total parameters: 4010") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(same_seed_same_parameters_different_seed_different, D, kiln::test::devices) {
+  MlpModel<D> a(42), b(42), c(43);
+  const auto pa = a.parameters().to_vector();
+  BOOST_TEST(kt::all_equal(b.parameters().to_vector(), pa));
+  const auto pc = c.parameters().to_vector();
+  std::size_t same = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) same += pa[i] == pc[i];
+  BOOST_TEST(same == 0u, same << " of " << pa.size() << " parameters equal across seeds 42 and 43");
+  BOOST_TEST(kt::all_equal(a.gradients().to_vector(), std::vector<float>(801, 0.0f)), "gradients start at zero");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(initial_parameters_lie_within_pytorch_bounds, D, kiln::test::devices) {
+  MlpModel<D> model(7);
+  const auto p = host_doubles(model.parameters());
+  index_t fan_in = 0;
+  for (const auto& info : model.named_parameters()) {
+    if (info.shape.size() == 2) fan_in = info.shape[1];  // weight [Out, In]; its bias follows it
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    double largest = 0;
+    for (index_t i = info.offset; i < info.offset + info.count; ++i)
+      largest = std::max(largest, std::abs(p[static_cast<std::size_t>(i)]));
+    BOOST_TEST_CONTEXT(info.name << ", bound 1/sqrt(" << fan_in << ") = " << bound) {
+      BOOST_TEST(largest <= bound);
+      if (info.count >= 16) BOOST_TEST(largest >= 0.5 * bound, "uniform over the whole interval");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(no_grad_forward_keeps_no_activations, D, kiln::test::devices) {
+  MlpModel<D> model(3);
+  const index_t n = 256;
+  const auto x = kt::make_tensor<D>(kt::random_values<float>(n * 13, -1, 1, 31), Extents<Shape<dyn, 13>>(n));
+  const auto dy = kt::make_tensor<D>(std::vector<float>(n, 1.0f), Extents<Shape<dyn, 1>>(n));
+  {  // warm up (library workspaces), then backward releases everything forward kept
+    auto y = model.forward(x);
+    model.backward(dy);
+  }
+  const auto allocated = [] { return kiln::memory_stats<D>().allocated_bytes; };
+  const std::size_t base = allocated();
+  std::size_t no_grad = 0, training = 0;
+  {
+    knn::NoGrad guard(model);
+    BOOST_TEST(!model.grad_enabled());
+    auto y = model.forward(x);  // [N, 1], kept
+    no_grad = allocated() - base;
+  }
+  BOOST_TEST(model.grad_enabled(), "NoGrad restores the previous mode");
+  BOOST_TEST(allocated() == base);
+  {
+    auto y = model.forward(x);  // [N, 1], kept, plus the activations backward needs
+    training = allocated() - base;
+    model.backward(dy);
+  }
+  BOOST_TEST_MESSAGE("allocated after forward: no-grad " << no_grad << " B, training " << training << " B");
+  BOOST_TEST(no_grad < training);
+  BOOST_TEST(no_grad < n * 16 * sizeof(float), "a no-grad forward holds only its output");
+  BOOST_TEST(training - no_grad >= n * (16 + 32) * sizeof(float), "training keeps both hidden activations");
+  BOOST_TEST(allocated() == base, "backward releases what forward kept");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(backward_after_no_grad_forward_throws, D, kiln::test::devices) {
+  MlpModel<D> model(3);
+  const index_t n = 5;
+  const auto x = kt::make_tensor<D>(kt::random_values<float>(n * 13, -1, 1, 32), Extents<Shape<dyn, 13>>(n));
+  const auto dy = kt::make_tensor<D>(std::vector<float>(n, 1.0f), Extents<Shape<dyn, 1>>(n));
+  {
+    knn::NoGrad guard(model);
+    auto y = model.forward(x);
+    BOOST_CHECK_EXCEPTION(model.backward(dy), kiln::Error, kt::message_contains({"backward", "forward"}));
+  }
+  const auto before = model.gradients().to_vector();
+  BOOST_TEST(kt::all_equal(before, std::vector<float>(801, 0.0f)), "the failed backward changed no gradient");
+  auto y = model.forward(x);  // gradients on again: backward works
+  BOOST_CHECK_NO_THROW(model.backward(dy));
+  BOOST_CHECK_THROW(model.backward(dy), kiln::Error);  // the saved activations were used up
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(training_forward_saves_its_input_without_a_copy_for_any_batch, D, kiln::test::devices) {
+  // Linear keeps its input for backward by sharing it: a training forward costs the passes of a
+  // no-grad one (GEMM + bias), and the batch may change from call to call.
+  knn::Model<knn::Sequential<knn::Linear<13, 4>>, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>> model(1);
+  for (index_t n : {3, 5, 2}) {
+    BOOST_TEST_CONTEXT("batch " << n) {
+      const auto x = kt::make_tensor<D>(kt::random_values<float>(static_cast<std::size_t>(n * 13), -1, 1, 33),
+                                        Extents<Shape<dyn, 13>>(n));
+      std::uint64_t no_grad = 0;
+      {
+        knn::NoGrad guard(model);
+        const auto before = kiln::passes();
+        auto y = model.forward(x);
+        no_grad = kiln::passes() - before;
+      }
+      const auto before = kiln::passes();
+      auto y = model.forward(x);
+      BOOST_TEST(kiln::passes() - before == no_grad);
+      BOOST_TEST(y.size(0) == n);
+      const auto dy = kt::make_tensor<D>(std::vector<float>(static_cast<std::size_t>(n * 4), 1.0f),
+                                         Extents<Shape<dyn, 4>>(n));
+      BOOST_TEST(model.backward(dy).size(0) == n);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
