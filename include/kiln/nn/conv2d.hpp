@@ -176,7 +176,7 @@ struct Conv2d {
       kiln::detail::executor<D>::for_each(
           x.size(0) * Out, detail::ColumnsToNchw<T, M>{yt.data(), Bias ? bias().data() : nullptr, y.data(), Out, Ho * Wo,
                                                   g.columns()});
-      x_ = ctx.grad ? x : Tensor<T, S, D>();
+      x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
       return y;
     }
     /// dW += dYt colsᵀ, db += Σ dY, dx = col2im(Wᵀ dYt).  // [N, Out, Ho, Wo] -> [N, In, H, W]

@@ -51,7 +51,7 @@ struct GELU {
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       Tensor<T, S, D> y(x.extents(), x.device_index());
       y = kiln::detail::make_unary<detail::GeluForward>(x);
-      x_ = ctx.grad ? x : Tensor<T, S, D>();
+      x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
       return y;
     }
     Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) {

@@ -45,7 +45,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_micro_batches_equal_one_batch_for_mse, D, kil
     whole.backward(mse.backward(p, y));
     parts.zero_grad();
     for (int m = 0; m < k; ++m) {
-      const auto xm = x.slice(m * b, (m + 1) * b), ym = y.slice(m * b, (m + 1) * b);
+      const auto xm = x.slice(m * b, (m + 1) * b);
+      const auto ym = y.slice(m * b, (m + 1) * b);
       const auto pm = parts.forward(xm);
       parts.backward(mse.backward(pm, ym, 1.0 / k));
     }
