@@ -1,0 +1,136 @@
+// bench_train_step: one training step (forward, backward, optimizer) of the seeds' two models at batch
+// 128 on the CPU, kiln against PyTorch eager measured in the same run (same thread count):
+//
+//   mlp    13-16-32-1 MLP, MSE, Adam(1e-3)       target: >= 10x PyTorch's step (about 130 tiny ops there)
+//   lenet  LeNet on 3x32x32, cross entropy, Adam  target: >= 1.2x PyTorch's step
+//
+// Memory: kiln's peak allocator bytes during a LeNet step against PyTorch's peak RSS growth over its
+// LeNet steps (an upper bound of its tensor memory): ratio peak_mem_over_torch, target <= 1 (reported as
+// torch/kiln >= 1 in the table so that every target reads ">="). Also: kiln's peak during an inference
+// forward (NoGrad) against a training forward.
+//
+// PyTorch runs as a child process (/usr/bin/python3 bench/train_step/torch_step.py) when Debian's
+// python3-torch is installed; otherwise only kiln's numbers are printed and the ratios are skipped.
+//
+//   OMP_NUM_THREADS=2 ./bench_train_step [--repeat 30] [--warmup 5] [--json train_step.json]
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <kiln/kiln.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/adam.hpp>
+#include <memory>
+#include <string>
+
+#include "../harness.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Shape;
+using namespace kiln::nn;
+using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>;
+using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
+                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+
+template <class T, class S>
+kiln::Tensor<T, S> filled(const kiln::Extents<S>& e, std::uint32_t seed) {
+  kiln::Tensor<T, S> t(e);
+  std::mt19937 g(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (kiln::index_t i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(n(g));
+  return t;
+}
+
+/// Runs PyTorch's side; empty when python3-torch is missing.
+nlohmann::json run_torch(int repeat, int warmup) {
+  const std::string script = std::string(KILN_BENCH_DIR) + "/train_step/torch_step.py";
+  const std::string cmd = "/usr/bin/python3 " + script + " --repeat " + std::to_string(repeat) + " --warmup " +
+                          std::to_string(warmup) + " 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
+  if (!p) return {};
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), p.get())) out += buf.data();
+  try {
+    return nlohmann::json::parse(out);
+  } catch (...) {
+    return {};
+  }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::bench::Harness h("bench_train_step", argc, argv, {.n = 128, .repeat = 30, .warmup = 5},
+                         {{"--torch", "run PyTorch's side too: yes (default) or no"}});
+  const kiln::index_t batch = h.n();
+
+  Model<Mlp, Shape<dyn, 13>> mlp(0);
+  const auto mx = filled<float>(kiln::Extents<Shape<dyn, 13>>(batch), 1);
+  const auto my = filled<float>(kiln::Extents<Shape<dyn, 1>>(batch), 2);
+  MSELoss mse;
+  kiln::optim::Adam mlp_opt(mlp, {.lr = 1e-3f});
+
+  Model<LeNet, Shape<dyn, 3, 32, 32>> lenet(0);
+  const auto lx = filled<float>(kiln::Extents<Shape<dyn, 3, 32, 32>>(batch), 3);
+  kiln::Tensor<std::int64_t, Shape<dyn>> ly(batch);
+  for (kiln::index_t i = 0; i < batch; ++i) ly[i] = i % 10;
+  CrossEntropyLoss ce;
+  kiln::optim::Adam lenet_opt(lenet, {.lr = 1e-3f});
+
+  h.add("kiln_mlp_step", 0, "13-16-32-1, MSE, Adam", [&] {
+    mlp_opt.zero_grad();
+    const auto p = mlp.forward(mx);
+    mlp.backward(mse.backward(p, my));
+    mlp_opt.step();
+  });
+  h.add("kiln_lenet_step", 0, "LeNet 3x32x32, cross entropy, Adam", [&] {
+    lenet_opt.zero_grad();
+    const auto logits = lenet.forward(lx);
+    lenet.backward(ce.backward(logits, ly));
+    lenet_opt.step();
+  });
+  h.run();
+
+  // Memory: peak allocator bytes of one training step and of one inference forward.
+  auto& alloc = kiln::caching_allocator<kiln::Cpu>();
+  alloc.reset_peak_stats();
+  const auto base = alloc.stats().allocated_bytes;
+  {
+    lenet_opt.zero_grad();
+    const auto logits = lenet.forward(lx);
+    lenet.backward(ce.backward(logits, ly));
+    lenet_opt.step();
+  }
+  const double train_peak = static_cast<double>(alloc.stats().peak_allocated_bytes - base);
+  alloc.reset_peak_stats();
+  {
+    NoGrad guard(lenet);
+    const auto logits = lenet.forward(lx);
+  }
+  const double infer_peak = static_cast<double>(alloc.stats().peak_allocated_bytes - base);
+  h.info("kiln_lenet_train_step_peak_bytes", train_peak);
+  h.info("kiln_lenet_inference_peak_bytes", infer_peak);
+  std::printf("kiln LeNet peak memory: training step %.2f MiB, inference forward (NoGrad) %.2f MiB\n",
+              train_peak / 1048576.0, infer_peak / 1048576.0);
+  h.ratio("train_over_inference_mem", train_peak / infer_peak, 1.0, "training keeps activations; NoGrad keeps none");
+
+  if (h.option("--torch").value_or("yes") != "no") {
+    const auto t = run_torch(h.repeat(), h.warmup());
+    if (t.is_object() && t.contains("mlp_step_s")) {
+      h.info("torch", t);
+      const double tm = t["mlp_step_s"].get<double>(), tl = t["lenet_step_s"].get<double>();
+      std::printf("PyTorch %s eager, %d thread(s): MLP step %.3f ms, LeNet step %.3f ms\n",
+                  t["torch"].get<std::string>().c_str(), t["threads"].get<int>(), tm * 1e3, tl * 1e3);
+      h.ratio("mlp_speedup_vs_torch", tm / h.median("kiln_mlp_step"), 10.0, "PyTorch step / kiln step");
+      h.ratio("lenet_speedup_vs_torch", tl / h.median("kiln_lenet_step"), 1.2, "PyTorch step / kiln step");
+      const double torch_mem = t["lenet_peak_rss_growth_bytes"].get<double>();
+      if (torch_mem > 0)
+        h.ratio("torch_mem_over_kiln", torch_mem / train_peak, 1.0,
+                "PyTorch peak RSS growth / kiln peak tensor bytes (peak_mem_over_torch <= 1)");
+      h.info("peak_mem_over_torch", torch_mem > 0 ? train_peak / torch_mem : -1.0);
+    } else {
+      std::printf("PyTorch not measured (/usr/bin/python3 with torch not found): ratios skipped\n");
+    }
+  }
+  return h.finish();
+}

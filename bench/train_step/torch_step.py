@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""PyTorch's side of bench_train_step: the same two models, batch, optimizer and thread count, eager
+mode on the CPU. Prints one JSON object: median seconds per training step and peak RSS growth.
+
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/train_step/torch_step.py --repeat 30 --warmup 5
+"""
+import argparse
+import json
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def lenet():
+    return nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84),
+                         nn.ReLU(), nn.Linear(84, 10))
+
+
+def time_steps(model, x, y, loss_fn, warmup, repeat):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {"torch": torch.__version__, "threads": torch.get_num_threads()}
+    x = torch.randn(a.batch, 13)
+    y = torch.randn(a.batch, 1)
+    out["mlp_step_s"] = time_steps(mlp(), x, y, nn.MSELoss(), a.warmup, a.repeat)
+    x = torch.randn(a.batch, 3, 32, 32)
+    y = torch.randint(0, 10, (a.batch,))
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out["lenet_step_s"] = time_steps(lenet(), x, y, nn.CrossEntropyLoss(), a.warmup, a.repeat)
+    out["lenet_peak_rss_growth_bytes"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss1) * 1024
+    out["baseline_rss_bytes"] = rss0 * 1024
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
