@@ -12,10 +12,9 @@ namespace kiln::nn {
 struct Flatten {
   template <class S>
   static constexpr bool all_static_after_first() {
-    if (S::rank < 2) return false;
-    for (std::size_t i = 1; i < S::rank; ++i)
-      if (S::extents[i] == dyn) return false;
-    return true;
+    bool ok = S::rank >= 2;
+    for (std::size_t i = 1; i < S::rank; ++i) ok = ok && S::extents[i] != dyn;
+    return ok;
   }
   template <class S>
   static constexpr index_t features() {
