@@ -18,6 +18,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 out=${OUT:-$root/build/gpu-check}
+# Tests find their fixtures through KILN_PARITY_DIR, or by the source path they were built from: on a
+# machine where the checkout sits elsewhere, link that path to this checkout (only if it is free).
+export KILN_PARITY_DIR="$root/tests/parity/fixtures"
+if [ -n "$prebuilt" ] && [ ! -e /work/main ] && [ "$(id -u)" -eq 0 ]; then
+  mkdir -p /work && ln -s "$root" /work/main
+fi
 mkdir -p "$out"
 start=$(date +%s)
 
