@@ -40,16 +40,19 @@ struct Broadcast {
 
   Extents<Out> extents() const { return out; }
 
-  KILN_HOST_DEVICE KILN_FORCEINLINE value_type operator[](index_t i) const {
-    if (modulus > 0) return child[i % modulus];
+  /// The child's flat index under output flat index i.
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t child_index(index_t i) const {
+    if (modulus > 0) return i % modulus;
     index_t j = 0;
     for (std::size_t d = rank; d-- > 0;) {
       const index_t q = i / out[d];
       j += (i - q * out[d]) * stride[d];
       i = q;
     }
-    return child[j];
+    return j;
   }
+  /// Per element this divides; the CPU executor reads whole rows instead (expr/detail/row.hpp).
+  KILN_HOST_DEVICE KILN_FORCEINLINE value_type operator[](index_t i) const { return child[child_index(i)]; }
   template <int V>
   KILN_HOST_DEVICE KILN_FORCEINLINE Packet<value_type, V> packet(index_t i) const {
     Packet<value_type, V> p;

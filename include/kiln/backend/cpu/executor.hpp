@@ -1,4 +1,5 @@
-/// The CPU executor: an assignment is one OpenMP `parallel for simd` loop over the flat index.
+/// The CPU executor: an assignment is one OpenMP loop, over the flat index or, when a broadcast is in
+/// the tree, over rows with an inner simd loop.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/expr/detail/row.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/policy/device.hpp"
 
@@ -15,6 +17,12 @@ namespace kiln::backend::cpu {
 
 /// Loops shorter than this run on one thread (forking costs more than the work).
 inline constexpr index_t parallel_threshold = 1 << 15;
+/// A tree with a broadcast runs row by row when the destination's innermost extent is at least this
+/// (shorter rows: the flat loop, whose broadcast divides per element).
+inline constexpr index_t min_row_length = 8;
+/// Rows longer than this are cut into equal pieces no longer than it, so that a rank-1 destination or
+/// a few long rows still spread over the threads.
+inline constexpr index_t max_row_piece = 1 << 14;
 /// Full reductions split the range into blocks this long; the block partials combine in order, so the
 /// result does not depend on the thread count.
 inline constexpr index_t reduce_block = 1 << 13;
@@ -64,12 +72,51 @@ struct executor<Cpu> {
     const index_t n = dst_.size();
     const bool parallel = n >= backend::cpu::parallel_threshold;
     (void)parallel;
+    // A broadcast's operator[] divides per element, which also stops the loop from vectorising: such a
+    // tree runs row by row instead, each row a node that reads like the others (expr/detail/row.hpp).
+    using R = row_reader<E>;
+    constexpr std::size_t rank = Dst::shape_type::rank;
+    if constexpr (R::broadcasts > 0 && rank >= 1) {
+      const index_t len = dst_.extents()[rank - 1];
+      if (len >= backend::cpu::min_row_length) {
+        if constexpr (R::deferred == 0) {
+          return run_rows<RowMode::contiguous>(dst_, e_, n, len, parallel);
+        } else {
+          RowKinds k;
+          R::kinds(e_, k);
+          if (!k.constant) return run_rows<RowMode::contiguous>(dst_, e_, n, len, parallel);
+          if (!k.contiguous) return run_rows<RowMode::constant>(dst_, e_, n, len, parallel);
+          if constexpr (R::deferred > 1) return run_rows<RowMode::mixed>(dst_, e_, n, len, parallel);
+        }
+      }
+    }
     // Each thread takes its own copy of the (trivially copyable) tree: read through the shared reference,
     // the loop reloads every pointer and scalar per element and g++ 12 does not vectorise it (2.5x slower).
     const Dst dst = dst_;
     const E e = e_;
     KILN_PRAGMA_OMP(parallel for simd schedule(static) if(parallel) firstprivate(dst, e))
     for (index_t i = 0; i < n; ++i) dst.store(i, e[i]);
+  }
+
+  /// dst[i] = e[i] row by row: rows of `len` (the innermost extent), cut into pieces of at most
+  /// max_row_piece, in parallel; each piece builds its row once and runs a simd loop over it.
+  template <RowMode M, class Dst, class E>
+  static void run_rows(const Dst& dst_, const E& e_, index_t n, index_t len, bool parallel) {
+    (void)parallel;
+    const index_t pieces = (len + backend::cpu::max_row_piece - 1) / backend::cpu::max_row_piece;
+    const index_t piece = (len + pieces - 1) / pieces;
+    const index_t segments = n / len * pieces;
+    const Dst dst = dst_;  // per-thread copies, as in run()
+    const E e = e_;
+    KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) firstprivate(dst, e))
+    for (index_t s = 0; s < segments; ++s) {
+      const index_t r = s / pieces;
+      const index_t begin = r * len + (s - r * pieces) * piece;
+      const index_t m = std::min(piece, (r + 1) * len - begin);
+      const auto row = row_of<M>(e, begin, m);
+      KILN_PRAGMA_OMP(simd)
+      for (index_t j = 0; j < m; ++j) dst.store(begin + j, row[j]);
+    }
   }
 
   /// f(i) for every i in [0, n): one OpenMP loop (a fused pass with several outputs, e.g. an optimizer
