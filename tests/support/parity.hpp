@@ -20,6 +20,21 @@
 
 namespace kiln::test::parity {
 
+/// The path of a fixture file (any format), looked up like load() below; throws when none exists.
+inline std::string fixture_path(const std::string& name) {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("KILN_PARITY_DIR"); env && *env) dirs.emplace_back(env);
+  dirs.emplace_back(KILN_PARITY_DIR);
+  dirs.emplace_back("tests/parity/fixtures");
+  std::string tried;
+  for (const auto& dir : dirs) {
+    const std::string path = dir + "/" + name;
+    if (std::ifstream in(path); in) return path;
+    tried += (tried.empty() ? "" : ", ") + path;
+  }
+  throw std::runtime_error("kiln parity: cannot open " + name + " (tried " + tried + "); set KILN_PARITY_DIR");
+}
+
 /// A fixture file, parsed. Looked up in $KILN_PARITY_DIR when set, then in the source tree the test was
 /// built from (the KILN_PARITY_DIR definition), then in tests/parity/fixtures under the working directory
 /// (a prebuilt executable run from a repository checkout elsewhere, e.g. on a GPU machine).

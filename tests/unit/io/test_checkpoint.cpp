@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/parity.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
 
@@ -23,7 +24,7 @@ using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, 
                          Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
 using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>;
 
-fs::path fixtures() { return fs::path(__FILE__).parent_path() / ".." / ".." / "parity" / "fixtures"; }
+fs::path fixtures() { return fs::path(kiln::test::parity::fixture_path("lenet_output.json")).parent_path(); }
 
 /// A fresh scratch folder per test.
 fs::path scratch(const std::string& name) {
