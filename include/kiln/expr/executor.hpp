@@ -11,8 +11,9 @@ namespace detail {
 /// executor<D>::run(dst_view, expr): dst[i] = expr[i] for every flat i, in one pass.
 /// executor<D>::reduce<K>(out, expr, outer, len, inner): out[o * inner + j] = K over
 /// expr[(o * len + k) * inner + j] for k in [0, len).
-/// executor<D>::for_each(n, f): f(i) for every i in [0, n) in one pass (f: trivially copyable,
-/// KILN_HOST_DEVICE operator()(index_t)); for passes with several outputs.
+/// executor<D>::for_each(n, f, work = 1): f(i) for every i in [0, n) in one pass (f: trivially copyable,
+/// KILN_HOST_DEVICE operator()(index_t)); for passes with several outputs. `work`: elements per call
+/// (the CPU forks only for enough work).
 /// Cpu: kiln/backend/cpu/executor.hpp. Cuda: kiln/backend/cuda/executor.cuh (nvcc only).
 template <class D>
 struct executor {

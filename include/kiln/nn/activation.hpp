@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -89,5 +90,19 @@ struct ReLU : detail::Activation<detail::ReluForward, detail::ReluBackward, deta
 struct Sigmoid : detail::Activation<detail::SigmoidForward, detail::SigmoidBackward, detail::sigmoid_name> {};
 /// tanh(x). Shapes: any -> the same.
 struct Tanh : detail::Activation<detail::TanhForward, detail::TanhBackward, detail::tanh_name> {};
+
+// After a Linear or Conv2d in a Sequential, these run inside its epilogue (nn/epilogue.hpp).
+template <>
+struct epilogue_of<ReLU> {
+  using type = epilogue::Relu;
+};
+template <>
+struct epilogue_of<Sigmoid> {
+  using type = epilogue::Sigmoid;
+};
+template <>
+struct epilogue_of<Tanh> {
+  using type = epilogue::Tanh;
+};
 
 }  // namespace kiln::nn

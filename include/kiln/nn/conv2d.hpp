@@ -1,117 +1,30 @@
-/// Conv2d: 2-D convolution (cross-correlation, as torch.nn.Conv2d) through im2col + one large GEMM.
+/// Conv2d: 2-D convolution (cross-correlation, as torch.nn.Conv2d) through im2col + GEMM.
 #pragma once
 #include <cmath>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/config.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
+#include "kiln/nn/detail/conv_cpu.hpp"
+#include "kiln/nn/detail/conv_functors.hpp"
+#include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::nn {
 
-namespace detail {
-/// The geometry of one convolution: input [N, C, H, W], kernel K x K, stride, padding, output Ho x Wo.
-struct ConvGeometry {
-  index_t n, c, h, w, k, stride, pad, ho, wo;
-  KILN_HOST_DEVICE index_t pixels() const { return ho * wo; }       // P
-  KILN_HOST_DEVICE index_t patch() const { return c * k * k; }      // C K K
-  KILN_HOST_DEVICE index_t columns() const { return n * ho * wo; }  // N P
-};
-
-/// cols[(c, ki, kj), (n, oh, ow)] = x[n, c, oh s - pad + ki, ow s - pad + kj] (0 outside): [CKK, N P].
-/// One call per output row (r, n, oh): the inner loop over ow has no divisions.
-template <class T, index_t Stride>
-struct Im2colRows {
-  const T* x;
-  T* cols;
-  ConvGeometry g;
-  static index_t count(const ConvGeometry& g) { return g.patch() * g.n * g.ho; }
-  KILN_HOST_DEVICE void operator()(index_t i) const {
-    const index_t r = i / (g.n * g.ho), rem = i - r * (g.n * g.ho), n = rem / g.ho, oh = rem - n * g.ho;
-    const index_t c = r / (g.k * g.k), kk = r - c * g.k * g.k, ki = kk / g.k, kj = kk - ki * g.k;
-    const index_t ih = oh * Stride - g.pad + ki;
-    T* out = cols + r * g.columns() + n * g.pixels() + oh * g.wo;
-    if (ih < 0 || ih >= g.h) {
-      for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = T(0);
-      return;
-    }
-    const T* in = x + ((n * g.c + c) * g.h + ih) * g.w;
-    for (index_t ow = 0; ow < g.wo; ++ow) {
-      const index_t iw = ow * Stride - g.pad + kj;
-      out[ow] = (iw >= 0 && iw < g.w) ? in[iw] : T(0);
-    }
-  }
-};
-
-/// dx[n, c, ih, iw] = Σ over the kernel taps that read it of dcols[(c, ki, kj), (n, oh, ow)]: a gather,
-/// so every input element is written once (deterministic, no atomics). One call per input row.
-template <class T, index_t Stride>
-struct Col2imRows {
-  const T* dcols;
-  T* dx;
-  ConvGeometry g;
-  static index_t count(const ConvGeometry& g) { return g.n * g.c * g.h; }
-  KILN_HOST_DEVICE void operator()(index_t i) const {
-    const index_t ih = i % g.h, c = (i / g.h) % g.c, n = i / (g.h * g.c);
-    T* out = dx + i * g.w;
-    for (index_t iw = 0; iw < g.w; ++iw) {
-      compute_t<T> acc = 0;
-      for (index_t ki = 0; ki < g.k; ++ki) {
-        const index_t th = ih + g.pad - ki;
-        if (th < 0 || th % Stride != 0 || th / Stride >= g.ho) continue;
-        const T* row = dcols + ((c * g.k + ki) * g.k) * g.columns() + n * g.pixels() + (th / Stride) * g.wo;
-        for (index_t kj = 0; kj < g.k; ++kj) {
-          const index_t tw = iw + g.pad - kj;
-          if (tw < 0 || tw % Stride != 0 || tw / Stride >= g.wo) continue;
-          acc += to_compute(row[kj * g.columns() + tw / Stride]);
-        }
-      }
-      out[iw] = from_compute<T>(acc);
-    }
-  }
-};
-
-/// y[n, f, :] = yt[f, n P : (n + 1) P] (+ b[f]): the GEMM's [F, N P] result into NCHW, bias fused.
-/// One call per (n, f) plane.
-template <class T, class B>
-struct ColumnsToNchw {
-  const T* yt;
-  const B* bias;  // null: no bias
-  T* y;
-  index_t f, p, np;
-  KILN_HOST_DEVICE void operator()(index_t i) const {
-    const index_t ff = i % f, n = i / f;
-    const T* src = yt + ff * np + n * p;
-    T* dst = y + i * p;
-    const compute_t<T> b = bias ? static_cast<compute_t<T>>(to_compute(bias[ff])) : compute_t<T>(0);
-    for (index_t q = 0; q < p; ++q) dst[q] = from_compute<T>(to_compute(src[q]) + b);
-  }
-};
-/// dyt[f, n P : (n + 1) P] = dy[n, f, :]: NCHW gradients into the GEMM's [F, N P] layout; one call per plane.
-template <class T>
-struct NchwToColumns {
-  const T* dy;
-  T* dyt;
-  index_t f, p, np;
-  KILN_HOST_DEVICE void operator()(index_t i) const {
-    const index_t ff = i % f, n = i / f;
-    const T* src = dy + i * p;
-    T* dst = dyt + ff * np + n * p;
-    for (index_t q = 0; q < p; ++q) dst[q] = src[q];
-  }
-};
-}  // namespace detail
-
 /// Convolution with In input channels, Out output channels and a K x K kernel (stride, zero padding,
 /// optional bias), as torch.nn.Conv2d(In, Out, K, stride, padding).
 /// Shapes: [N, In, H, W] -> [N, Out, (H + 2 Padding - K) / Stride + 1, (W + 2 Padding - K) / Stride + 1].
 /// Parameters: weight [Out, In, K, K], bias [Out]; PyTorch's initialisation (bound 1/sqrt(In K K)).
-/// The whole batch is one GEMM: [Out, In K K] x [In K K, N Ho Wo] (large matrices even for 6 channels).
+/// CPU: one GEMM per image, [Out, In K K] x [In K K, Ho Wo], columns built in cache and the result written
+/// NCHW (nn/detail/conv_cpu.hpp). CUDA: one GEMM over the batch, [Out, In K K] x [In K K, N Ho Wo].
+/// Followed by ReLU, Sigmoid, Tanh or GELU in a Sequential, the bias and the activation are one epilogue.
 /// Example:  kiln::nn::Sequential<kiln::nn::Conv2d<3, 6, 5>, kiln::nn::ReLU, kiln::nn::MaxPool2d<2>, ...>
 template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, bool Bias = true>
 struct Conv2d {
@@ -165,44 +78,77 @@ struct Conv2d {
              "), padding=(" + std::to_string(Padding) + ", " + std::to_string(Padding) + "))";
     }
 
-    /// im2col, one GEMM, then NCHW + bias: three passes.  // [N, In, H, W] -> [N, Out, Ho, Wo]
+    /// y = conv(x, W) + b  // [N, In, H, W] -> [N, Out, Ho, Wo]
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      return forward_fused<epilogue::Identity>(x, ctx);
+    }
+    /// dW += Σ dY colsᵀ, db += Σ dY, dx = col2im(Wᵀ dY) (empty when input_grad is false).
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      return backward_fused<epilogue::Identity>(dy, input_grad);
+    }
+
+    /// y = E(conv(x, W) + b): the bias and the activation run on the GEMM's output (nn/epilogue.hpp).
+    static constexpr bool fuses_epilogue = true;
+    template <class E>
+    Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
       const auto g = geometry(x.size(0));
-      auto cols = im2col(x, g);                       // [In K K, N Ho Wo]
-      auto yt = matmul(weight(), cols);               // [Out, N Ho Wo]
       Extents<output_shape> e = {};
       e[0] = x.size(0);
       Tensor<T, output_shape, D> y(e, x.device_index());
-      kiln::detail::executor<D>::for_each(
-          x.size(0) * Out, detail::ColumnsToNchw<T, M>{yt.data(), Bias ? bias().data() : nullptr, y.data(), Out, Ho * Wo,
-                                                  g.columns()});
+      Tensor<T, output_shape, D> z = E::saves_output ? Tensor<T, output_shape, D>() : Tensor<T, output_shape, D>(e, x.device_index());
+      const M* b = nullptr;
+      if constexpr (Bias) b = bias().data();
+      if constexpr (std::is_same_v<D, Cpu>) {
+        static_assert(std::is_same_v<T, M>, "kiln::nn::Conv2d: mixed precision on the CPU is not supported");
+        detail::conv2d_forward_cpu<E, Stride>(x.data(), weight().data(), b, z.data(), y.data(), g, Out);
+      } else {
+        auto cols = im2col(x, g);          // [In K K, N Ho Wo]
+        auto yt = matmul(weight(), cols);  // [Out, N Ho Wo]
+        kiln::detail::executor<D>::for_each(
+            x.size(0) * Out, detail::ColumnsToNchw<T, M, E>{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
+      }
       x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
+      if constexpr (!E::identity) saved_ = ctx.grad ? (E::saves_output ? y : z) : Tensor<T, output_shape, D>();
       return y;
     }
-    /// dW += dYt colsᵀ, db += Σ dY, dx = col2im(Wᵀ dYt).  // [N, Out, Ho, Wo] -> [N, In, H, W]
-    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
+    /// dZ = E'(dY); dW += Σ dZ colsᵀ; db += Σ dZ; dx = col2im(Wᵀ dZ). The columns are recomputed from the
+    /// saved input: keeping them would cost In K K times its memory.
+    template <class E>
+    Tensor<T, S, D> backward_fused(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
       if (x_.empty() && dy.numel() != 0)
         throw Error("kiln::nn::Conv2d::backward: no saved input; run forward with gradients enabled first");
+      if (!E::identity && saved_.empty() && dy.numel() != 0)
+        throw Error("kiln::nn::Conv2d::backward: no saved activation; run forward with gradients enabled first");
       const auto g = geometry(dy.size(0));
-      Extents<Shape<Out, dyn>> te;
-      te[1] = g.columns();
-      Tensor<T, Shape<Out, dyn>, D> dyt(te, dy.device_index());  // [Out, N Ho Wo]
-      kiln::detail::executor<D>::for_each(
-          dy.size(0) * Out, detail::NchwToColumns<T>{dy.data(), dyt.data(), Out, Ho * Wo, g.columns()});
-      if constexpr (Bias) {
-        auto gb = bias_grad();
-        gb += sum<1>(dyt);  // [Out]
+      Tensor<T, S, D> dx = input_grad ? Tensor<T, S, D>(x_.extents(), dy.device_index()) : Tensor<T, S, D>();
+      if constexpr (std::is_same_v<D, Cpu>) {
+        M* gb = nullptr;
+        if constexpr (Bias) gb = bias_grad().data();
+        detail::conv2d_backward_cpu<E, Stride>(x_.data(), dy.data(), saved_.data(), weight().data(),
+                                               weight_grad().data(), gb, dx.data(), g, Out);
+      } else {
+        Extents<Shape<Out, dyn>> te;
+        te[1] = g.columns();
+        Tensor<T, Shape<Out, dyn>, D> dyt(te, dy.device_index());  // [Out, N Ho Wo]
+        kiln::detail::executor<D>::for_each(
+            dy.size(0) * Out, detail::NchwToColumns<T, E>{dy.data(), saved_.data(), dyt.data(), Out, Ho * Wo, g.columns()});
+        if constexpr (Bias) {
+          auto gb = bias_grad();
+          gb += sum<1>(dyt);  // [Out]
+        }
+        {
+          auto cols = im2col(x_, g);
+          auto gw = weight_grad();
+          matmul_into(gw, dyt, transposed(cols), 1.0f, 1.0f);  // [Out, In K K]
+        }
+        if (input_grad) {
+          auto dcols = matmul(transposed(weight()), dyt);  // [In K K, N Ho Wo]
+          using Col2im = detail::Col2imRows<T, Stride>;
+          kiln::detail::executor<D>::for_each(Col2im::count(g), Col2im{dcols.data(), dx.data(), g}, g.w);
+        }
       }
-      {
-        auto cols = im2col(x_, g);  // recomputed: keeping only x saves In K K times the memory
-        auto gw = weight_grad();
-        matmul_into(gw, dyt, transposed(cols), 1.0f, 1.0f);  // [Out, In K K]
-      }
-      auto dcols = matmul(transposed(weight()), dyt);  // [In K K, N Ho Wo]
-      Tensor<T, S, D> dx(x_.extents(), dy.device_index());
-      using Col2im = detail::Col2imRows<T, Stride>;
-      kiln::detail::executor<D>::for_each(Col2im::count(g), Col2im{dcols.data(), dx.data(), g});
       x_ = Tensor<T, S, D>();
+      saved_ = Tensor<T, output_shape, D>();
       return dx;
     }
 
@@ -213,14 +159,15 @@ struct Conv2d {
       ce[1] = g.columns();
       Tensor<T, Shape<Patch, dyn>, D> cols(ce, x.device_index());
       using Im2col = detail::Im2colRows<T, Stride>;
-      kiln::detail::executor<D>::for_each(Im2col::count(g), Im2col{x.data(), cols.data(), g});
+      kiln::detail::executor<D>::for_each(Im2col::count(g), Im2col{x.data(), cols.data(), g}, g.wo);
       return cols;
     }
 
     M* p_ = nullptr;
     M* g_ = nullptr;
     int device_ = 0;
-    Tensor<T, S, D> x_;  // saved input (training only)
+    Tensor<T, S, D> x_;                 // saved input (training only)
+    Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)
   };
 };
 

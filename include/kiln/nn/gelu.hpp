@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
@@ -11,18 +12,13 @@
 namespace kiln::nn {
 
 namespace detail {
-struct GeluForward {
+struct GeluForward {  // the arithmetic is the epilogue's (nn/epilogue.hpp)
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A x) const {
-    return A(0.5) * x * (A(1) + ops::detail::erf_(x * A(0.70710678118654752440)));
-  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A x) const { return epilogue::Gelu::forward(x); }
 };
 struct GeluDerivative {  // Φ(x) + x φ(x)
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A x) const {
-    const A cdf = A(0.5) * (A(1) + ops::detail::erf_(x * A(0.70710678118654752440)));
-    return cdf + x * A(0.39894228040143267794) * ops::detail::exp_(A(-0.5) * x * x);
-  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A x) const { return epilogue::Gelu::backward(A(1), x); }
 };
 }  // namespace detail
 
@@ -66,6 +62,12 @@ struct GELU {
    private:
     Tensor<T, S, D> x_;
   };
+};
+
+/// After a Linear or Conv2d in a Sequential, GELU runs inside its epilogue (nn/epilogue.hpp).
+template <>
+struct epilogue_of<GELU> {
+  using type = epilogue::Gelu;
 };
 
 }  // namespace kiln::nn

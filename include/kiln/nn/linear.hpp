@@ -3,9 +3,12 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/expr/reduce.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/matmul.hpp"
@@ -62,33 +65,77 @@ struct Linear {
 
     /// y = x Wᵀ + b  // [N, In] -> [N, Out]
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
-      auto y = matmul(x, transposed(weight()));  // [N, Out]
-      if constexpr (Bias) y += bias();
+      return forward_fused<epilogue::Identity>(x, ctx);
+    }
+    /// dW += dyᵀ x, db += Σ_n dy, dx = dy W (empty when input_grad is false)  // [N, Out] -> [N, In]
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      return backward_fused<epilogue::Identity>(dy, input_grad);
+    }
+
+    /// y = E(x Wᵀ + b): one GEMM, then one pass for the bias and the activation (nn/epilogue.hpp).
+    static constexpr bool fuses_epilogue = true;
+    template <class E>
+    Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
+      auto z = matmul(x, transposed(weight()));  // [N, Out]
       // A non-const prvalue, so x_ is rebound to x's storage: `ctx.grad ? x : Tensor()` is a const one,
       // which copy-assigns the values (an extra pass, and a ShapeError once the batch size changes).
       x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
-      return y;
+      if constexpr (E::identity && !Bias) {
+        return z;
+      } else {
+        Tensor<T, output_shape, D> y = E::saves_output ? z : Tensor<T, output_shape, D>(z.extents(), z.device_index());
+        const M* b = nullptr;
+        if constexpr (Bias) b = bias().data();
+        const index_t rows = z.size(0);
+        if constexpr (std::is_same_v<D, Cpu>)
+          kiln::detail::executor<D>::for_each(rows, detail::BiasEpilogueRows<T, M, E>{z.data(), b, y.data(), Out}, Out);
+        else
+          kiln::detail::executor<D>::for_each(rows * Out, detail::BiasEpilogue<T, M, E>{z.data(), b, y.data(), Out});
+        if constexpr (!E::identity) saved_ = ctx.grad ? (E::saves_output ? y : z) : Tensor<T, output_shape, D>();
+        return y;
+      }
     }
-    /// dW += dyᵀ x, db += Σ_n dy, dx = dy W  // [N, Out] -> [N, In]
-    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
+    /// dz = E'(dy) with db += Σ_n dz in one pass, then dW += dzᵀ x and dx = dz W.
+    template <class E>
+    Tensor<T, S, D> backward_fused(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
       if (x_.empty() && dy.size(0) != 0)
         throw Error("kiln::nn::Linear::backward: no saved input; run forward with gradients enabled first");
-      auto gw = weight_grad();
-      matmul_into(gw, transposed(dy), x_, 1.0f, 1.0f);  // [Out, In]
-      if constexpr (Bias) {
-        auto gb = bias_grad();
-        gb += sum<0>(dy);  // [Out]
+      Tensor<T, output_shape, D> dz;
+      if constexpr (E::identity) {
+        dz = Tensor<T, output_shape, D>(dy);  // shares dy
+        if constexpr (Bias) {
+          auto gb = bias_grad();
+          gb += sum<0>(dy);  // [Out]
+        }
+      } else {
+        if (saved_.empty() && dy.size(0) != 0)
+          throw Error("kiln::nn::Linear::backward: no saved activation; run forward with gradients enabled first");
+        dz = Tensor<T, output_shape, D>(dy.extents(), dy.device_index());
+        M* db = nullptr;
+        if constexpr (Bias) db = bias_grad().data();
+        if constexpr (std::is_same_v<D, Cpu>) {
+          using F = detail::EpilogueGradColumnBlocks<T, M, E>;
+          kiln::detail::executor<D>::for_each(F::count(Out), F{dy.data(), saved_.data(), dz.data(), db, dy.size(0), Out},
+                                              dy.size(0) * Out / F::count(Out));
+        } else {
+          kiln::detail::executor<D>::for_each(
+              Out, detail::EpilogueGradColumns<T, M, E>{dy.data(), saved_.data(), dz.data(), db, dy.size(0), Out});
+        }
+        saved_ = Tensor<T, output_shape, D>();
       }
-      auto dx = matmul(dy, weight());  // [N, In]
+      auto gw = weight_grad();
+      matmul_into(gw, transposed(dz), x_, 1.0f, 1.0f);  // [Out, In]
       x_ = Tensor<T, S, D>();
-      return dx;
+      if (!input_grad) return Tensor<T, S, D>();
+      return matmul(dz, weight());  // [N, In]
     }
 
    private:
     M* p_ = nullptr;
     M* g_ = nullptr;
     int device_ = 0;
-    Tensor<T, S, D> x_;  // saved input (training only)
+    Tensor<T, S, D> x_;                 // saved input (training only)
+    Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)
   };
 };
 

@@ -17,6 +17,7 @@ namespace kiln::nn {
 ///   kiln::nn::Model<Mlp, kiln::Shape<kiln::dyn, 13>> model(/*seed=*/0);
 ///   auto y = model.forward(x);          // [N, 1]
 ///   model.backward(dy);                 // accumulates into model.gradients()
+///   auto dx = model.backward_input(dy); // the same, and returns dL/dx
 template <class Net, class In, policy P = Policy<>>
 class Model {
  public:
@@ -43,8 +44,11 @@ class Model {
   /// Forward pass; keeps what backward needs unless in no-grad mode.
   Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) { return net_.forward(x, ctx_); }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
-  /// Backward pass from dL/dy; parameter gradients are accumulated (call zero_grad() between steps).
-  Tensor<T, In, D> backward(const Tensor<T, output_shape, D>& dy) { return net_.backward(dy); }
+  /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
+  /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
+  void backward(const Tensor<T, output_shape, D>& dy) { (void)net_.backward(dy, false); }
+  /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad).
+  Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) { return net_.backward(dy, true); }
 
   void zero_grad() { grads_.fill(M(0)); }
   /// Training mode (dropout active) or evaluation mode, like module.train() / module.eval().

@@ -10,6 +10,7 @@
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/model.hpp"
 #include "kiln/nn/pool.hpp"
+#include "kiln/nn/residual.hpp"
 #include "kiln/nn/sequential.hpp"
 #include "kiln/nn/softmax.hpp"
 #include "kiln/optim/sgd.hpp"

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/config.hpp"
@@ -17,7 +18,27 @@ struct PoolGeometry {
   index_t nc, h, w, k, stride, pad, ho, wo;
 };
 
-/// y = max over the window (padding is -inf; NaN propagates), idx = the flat h*W+w of the winner.
+/// The max of x over window (oh, ow) of one plane and the flat h*W+w of the winner (padding is -inf;
+/// NaN propagates; ties keep the first).
+template <class T>
+KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t ow, const PoolGeometry& g,
+                                                index_t& arg) {
+  compute_t<T> best = -static_cast<compute_t<T>>(INFINITY);
+  arg = -1;
+  for (index_t ki = 0; ki < g.k; ++ki) {
+    const index_t ih = oh * g.stride - g.pad + ki;
+    if (ih < 0 || ih >= g.h) continue;
+    for (index_t kj = 0; kj < g.k; ++kj) {
+      const index_t iw = ow * g.stride - g.pad + kj;
+      if (iw < 0 || iw >= g.w) continue;
+      const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
+      if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ih * g.w + iw;
+    }
+  }
+  return best;
+}
+
+/// y = max over the window, idx = the flat h*W+w of the winner; one call per output element (CUDA).
 template <class T>
 struct MaxPoolForward {
   const T* x;
@@ -26,25 +47,64 @@ struct MaxPoolForward {
   PoolGeometry g;
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t ow = i % g.wo, oh = (i / g.wo) % g.ho, plane = i / (g.wo * g.ho);
-    const T* xp = x + plane * g.h * g.w;
-    compute_t<T> best = -static_cast<compute_t<T>>(INFINITY);
-    index_t arg = -1;
-    for (index_t ki = 0; ki < g.k; ++ki) {
-      const index_t ih = oh * g.stride - g.pad + ki;
-      if (ih < 0 || ih >= g.h) continue;
-      for (index_t kj = 0; kj < g.k; ++kj) {
-        const index_t iw = ow * g.stride - g.pad + kj;
-        if (iw < 0 || iw >= g.w) continue;
-        const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
-        if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ih * g.w + iw;
-      }
-    }
-    y[i] = from_compute<T>(best);
+    index_t arg;
+    y[i] = from_compute<T>(window_max(x + plane * g.h * g.w, oh, ow, g, arg));
     if (idx) idx[i] = static_cast<std::int32_t>(arg);
   }
 };
+/// The same, one call per (n, c) plane, with the window's size, stride and padding as constants: no
+/// division per element, and the window loops unroll (CPU).
+template <class T, index_t K, index_t Stride, index_t Padding>
+struct MaxPoolForwardPlanes {
+  const T* x;
+  T* y;
+  std::int32_t* idx;  // null in inference
+  PoolGeometry g;
+  KILN_HOST_DEVICE void operator()(index_t plane) const {
+    const T* xp = x + plane * g.h * g.w;
+    const index_t o = plane * g.ho * g.wo;
+    for (index_t oh = 0; oh < g.ho; ++oh)
+      for (index_t ow = 0; ow < g.wo; ++ow) {
+        compute_t<T> best = -static_cast<compute_t<T>>(INFINITY);
+        index_t arg = -1;
+        KILN_UNROLL
+        for (index_t ki = 0; ki < K; ++ki) {
+          const index_t ih = oh * Stride - Padding + ki;
+          if (Padding > 0 && (ih < 0 || ih >= g.h)) continue;
+          KILN_UNROLL
+          for (index_t kj = 0; kj < K; ++kj) {
+            const index_t iw = ow * Stride - Padding + kj;
+            if (Padding > 0 && (iw < 0 || iw >= g.w)) continue;
+            const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
+            if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ih * g.w + iw;
+          }
+        }
+        y[o + oh * g.wo + ow] = from_compute<T>(best);
+        if (idx) idx[o + oh * g.wo + ow] = static_cast<std::int32_t>(arg);
+      }
+  }
+};
+/// dx = dy scattered to the winners, one call per plane (one thread owns a plane, so overlapping windows
+/// add without a race) (CPU).
+template <class T>
+struct MaxPoolBackwardPlanes {
+  const T* dy;
+  const std::int32_t* idx;
+  T* dx;
+  PoolGeometry g;
+  KILN_HOST_DEVICE void operator()(index_t plane) const {
+    T* dxp = dx + plane * g.h * g.w;
+    for (index_t i = 0; i < g.h * g.w; ++i) dxp[i] = T(0);
+    const index_t o = plane * g.ho * g.wo;
+    for (index_t j = 0; j < g.ho * g.wo; ++j) {
+      const std::int32_t a = idx[o + j];
+      if (a >= 0) dxp[a] = from_compute<T>(to_compute(dxp[a]) + to_compute(dy[o + j]));
+    }
+  }
+};
 
-/// dx[i] = Σ dy over the windows that cover i and chose i (a gather: one write per input).
+/// dx[i] = Σ dy over the windows that cover i and chose i (a gather: one write per input, no atomics)
+/// (CUDA).
 template <class T>
 struct MaxPoolBackward {
   const T* dy;
@@ -147,7 +207,11 @@ struct Pool2d {
       const auto g = geometry(x.size(0));
       if constexpr (Max) {
         idx_ = ctx.grad ? Tensor<std::int32_t, output_shape, D>(e, x.device_index()) : Tensor<std::int32_t, output_shape, D>();
-        kiln::detail::executor<D>::for_each(y.numel(), MaxPoolForward<T>{x.data(), y.data(), idx_.data(), g});
+        if constexpr (std::is_same_v<D, Cpu>)
+          kiln::detail::executor<D>::for_each(g.nc, MaxPoolForwardPlanes<T, K, Stride, Padding>{x.data(), y.data(), idx_.data(), g},
+                                              g.h * g.w);
+        else
+          kiln::detail::executor<D>::for_each(y.numel(), MaxPoolForward<T>{x.data(), y.data(), idx_.data(), g});
       } else {
         kiln::detail::executor<D>::for_each(y.numel(), AvgPoolForward<T>{x.data(), y.data(), g});
         saved_ = ctx.grad;
@@ -161,7 +225,11 @@ struct Pool2d {
       if constexpr (Max) {
         if (idx_.empty() && dy.numel() != 0)
           throw Error("kiln::nn::MaxPool2d::backward: no saved indices; run forward with gradients first");
-        kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T>{dy.data(), idx_.data(), dx.data(), g});
+        if constexpr (std::is_same_v<D, Cpu>)
+          kiln::detail::executor<D>::for_each(g.nc, MaxPoolBackwardPlanes<T>{dy.data(), idx_.data(), dx.data(), g},
+                                              g.h * g.w);
+        else
+          kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T>{dy.data(), idx_.data(), dx.data(), g});
         idx_ = Tensor<std::int32_t, output_shape, D>();
       } else {
         if (!saved_ && dy.numel() != 0)

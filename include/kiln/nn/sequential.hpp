@@ -4,10 +4,12 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "kiln/core/type_list.hpp"
+#include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -88,6 +90,23 @@ struct infer_step<false, I, In, L, Rest...> {
 template <std::size_t I, class In, class L, class... Rest>
 struct infer<I, In, L, Rest...>
     : infer_step<layer_input_mismatch<I, L, In>::value && L::template accepts<In>, I, In, L, Rest...> {};
+
+template <std::size_t I, class List>
+struct type_at;
+template <std::size_t I, class X, class... Ts>
+struct type_at<I, type_list<X, Ts...>> : type_at<I - 1, type_list<Ts...>> {};
+template <class X, class... Ts>
+struct type_at<0, type_list<X, Ts...>> {
+  using type = X;
+};
+
+/// backward(dy, input_grad) where the module takes the flag (layers with parameters skip dL/dx when
+/// nothing needs it, as PyTorch does for an input that does not require grad), else backward(dy).
+template <class Mod, class G>
+auto backward_of(Mod& m, const G& dy, bool input_grad) {
+  if constexpr (requires { m.backward(dy, input_grad); }) return m.backward(dy, input_grad);
+  else return m.backward(dy);
+}
 
 template <class P, class Inputs, class Layers>
 struct modules;
@@ -170,7 +189,29 @@ struct Sequential {
     std::string name() const { return "Sequential"; }
 
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) { return forward_from<0>(x, ctx); }
-    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) { return backward_from<n - 1>(dy); }
+    /// Gradients of every layer from dL/dy; returns dL/dx, or an empty tensor when input_grad is false
+    /// (the first layer then skips that product).
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      return backward_from<n - 1>(dy, input_grad);
+    }
+
+    /// The epilogue layer I stands for (nn/epilogue.hpp), or void.
+    template <std::size_t I>
+    using epilogue_at = typename epilogue_of<typename detail::type_at<I, typename info::layers>::type>::type;
+    /// Whether layer I runs the activation at I + 1 as its epilogue (Linear or Conv2d, then ReLU,
+    /// Sigmoid, Tanh or GELU): one pass after the GEMM instead of two, in both directions.
+    template <std::size_t I>
+    static constexpr bool fused_with_next = [] {
+      if constexpr (I + 1 >= n) return false;
+      else if constexpr (!fuses_epilogue<std::tuple_element_t<I, tuple_type>>) return false;
+      else return !std::is_void_v<epilogue_at<I + 1>>;
+    }();
+    /// Whether layer I is an activation run by layer I - 1 (its own module then does no work).
+    template <std::size_t I>
+    static constexpr bool fused_into_previous = [] {
+      if constexpr (I == 0) return false;
+      else return fused_with_next<I - 1>;
+    }();
 
     /// A table like torchinfo's: layer, output shape, parameters; totals and bytes.
     std::string summary(index_t batch = 1) const {
@@ -203,21 +244,34 @@ struct Sequential {
     }
     template <std::size_t I, class X>
     auto forward_from(const X& x, Context ctx) {
-      if constexpr (I == n) return x;
-      else return forward_from<I + 1>(std::get<I>(layers_).forward(x, ctx), ctx);
+      if constexpr (I == n) {
+        return x;
+      } else if constexpr (fused_with_next<I>) {  // layer I + 1 runs inside layer I's epilogue
+        return forward_from<I + 2>(std::get<I>(layers_).template forward_fused<epilogue_at<I + 1>>(x, ctx), ctx);
+      } else {
+        return forward_from<I + 1>(std::get<I>(layers_).forward(x, ctx), ctx);
+      }
     }
     template <std::size_t I, class G>
-    auto backward_from(const G& dy) {
-      auto dx = std::get<I>(layers_).backward(dy);
-      if constexpr (I == 0) return dx;
-      else return backward_from<I - 1>(dx);
+    auto backward_from(const G& dy, bool input_grad) {
+      if constexpr (fused_into_previous<I>) {
+        auto dx = std::get<I - 1>(layers_).template backward_fused<epilogue_at<I>>(dy, I > 1 || input_grad);
+        if constexpr (I == 1) return dx;
+        else return backward_from<I - 2>(dx, input_grad);
+      } else {
+        auto dx = detail::backward_of(std::get<I>(layers_), dy, I > 0 || input_grad);
+        if constexpr (I == 0) return dx;
+        else return backward_from<I - 1>(dx, input_grad);
+      }
     }
     template <std::size_t I>
     void summary_rows(std::ostringstream& os, index_t batch) const {
       if constexpr (I < n) {
         using Mod = std::tuple_element_t<I, tuple_type>;
         char line[160];
-        std::snprintf(line, sizeof line, "%-4zu %-52s %-22s %12lld\n", I, std::get<I>(layers_).name().c_str(),
+        std::string layer = std::get<I>(layers_).name();
+        if constexpr (fused_into_previous<I>) layer += " [fused into " + std::to_string(I - 1) + "]";
+        std::snprintf(line, sizeof line, "%-4zu %-52s %-22s %12lld\n", I, layer.c_str(),
                       detail::shape_string<typename Mod::output_shape>(batch).c_str(),
                       static_cast<long long>(Mod::parameter_count));
         os << line;

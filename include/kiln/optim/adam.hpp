@@ -46,8 +46,8 @@ namespace detail {
 ///   p += -step_size m / (sqrt(v) / sqrt(bias_correction2) + eps),  step_size = lr / bias_correction1.
 /// The scalars are computed once per step on the host, in double, and rounded to the compute type C as
 /// torch rounds them to float. C is float, or double for double master weights (never rounded through
-/// float).
-template <class M>
+/// float). Decoupled and Amsgrad are template arguments so the loop has no branch and vectorises.
+template <class M, bool Decoupled = false, bool Amsgrad = false>
 struct AdamStep {
   using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
   M* p;
@@ -59,19 +59,18 @@ struct AdamStep {
   C l2;     // Adam's weight decay (0 for AdamW)
   C decay;  // AdamW's 1 - lr wd (1 for Adam)
   C neg_step_size, bias_correction2_sqrt, eps;
-  bool decoupled, amsgrad;
 
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     C w = static_cast<C>(p[i]);
     C g = static_cast<C>(grad[i]);
-    if (decoupled) w = w * decay;
+    if constexpr (Decoupled) w = w * decay;
     else if (l2 != C(0)) g = g + l2 * w;
     const C mi = static_cast<C>(m[i]) * beta1 + one_minus_beta1 * g;
     const C vi = static_cast<C>(v[i]) * beta2 + one_minus_beta2 * g * g;
     m[i] = static_cast<M>(mi);
     v[i] = static_cast<M>(vi);
     C s = vi;
-    if (amsgrad) {
+    if constexpr (Amsgrad) {
       const C old = static_cast<C>(vmax[i]);
       s = (old > vi || old != old) ? old : vi;  // torch.maximum: NaN propagates
       vmax[i] = static_cast<M>(s);
@@ -123,7 +122,8 @@ class AdamBase {
     const double bias_correction1 = 1.0 - std::pow(b1, t);
     const double bias_correction2 = 1.0 - std::pow(b2, t);
     const double step_size = lr / bias_correction1;
-    const detail::AdamStep<M> f{p_.data(),
+    const auto run = [&](auto amsgrad) {
+      const detail::AdamStep<M, Decoupled, decltype(amsgrad)::value> f{p_.data(),
                                 g_.data(),
                                 m_.data(),
                                 v_.data(),
@@ -136,10 +136,11 @@ class AdamBase {
                                 static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0),
                                 static_cast<C>(-step_size),
                                 static_cast<C>(std::sqrt(bias_correction2)),
-                                static_cast<C>(o_.eps),
-                                Decoupled,
-                                o_.amsgrad};
-    kiln::detail::executor<D>::for_each(p_.numel(), f);
+                                static_cast<C>(o_.eps)};
+      kiln::detail::executor<D>::for_each(p_.numel(), f);
+    };
+    if (o_.amsgrad) run(std::true_type{});
+    else run(std::false_type{});
   }
   /// Sets every gradient to 0 (one pass).
   void zero_grad() { g_.fill(M(0)); }

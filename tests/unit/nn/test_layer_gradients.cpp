@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "support/gradcheck.hpp"
+#include "support/model_gradcheck.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
 
@@ -19,39 +20,7 @@ using kiln::Tensor;
 namespace kt = kiln::test;
 namespace knn = kiln::nn;
 
-/// Tight for float64: the central difference's error is ~eps^2 |f'''| + 1e-16 |f| / eps ≈ 1e-10.
-constexpr kt::GradcheckOptions tight{.eps = 1e-6, .atol = 1e-8, .rtol = 1e-6};
-
-/// L = Σ r ⊙ model(x) for a fixed random r (so dL/dy = r): checks dL/dx from backward and, when the
-/// model has parameters, dL/dθ accumulated in its gradient arena, against finite differences.
-/// Inputs are uniform in [lo, hi) and at least `gap` away from 0 (ReLU's kink).
-template <class Net, class In, class D>
-void check_gradients(const Extents<In>& ext, double lo, double hi, double gap, std::uint32_t stream) {
-  using Model = knn::Model<Net, In, kiln::Policy<kt::Fp64, D>>;
-  Model model(/*seed=*/stream);
-  const auto n = static_cast<std::size_t>(ext.numel());
-  const auto x = kt::make_tensor<D>(gap > 0 ? kt::random_nonzero<double>(n, lo, hi, gap, stream)
-                                            : kt::random_values<double>(n, lo, hi, stream),
-                                    ext);
-  const auto y = model.forward(x);
-  const auto r = kt::make_tensor<D>(kt::random_values<double>(static_cast<std::size_t>(y.numel()), -1, 1, stream + 1),
-                                    y.extents());
-  model.zero_grad();
-  const auto dx = model.backward(r);
-  const auto wrt_input = [&](const Tensor<double, In, D>& in) { return kiln::sum(model.forward(in) * r).item(); };
-  BOOST_TEST_CONTEXT("w.r.t. the input") { BOOST_TEST(kt::gradcheck(wrt_input, x, dx, tight)); }
-
-  if constexpr (Model::parameter_count > 0) {
-    const auto theta = model.parameters().clone();  // [P]
-    const auto grads = model.gradients().clone();   // [P]
-    const auto wrt_parameters = [&](const typename Model::arena_type& p) {
-      model.parameters() = p;  // the perturbed copy, written back into the arena
-      return kiln::sum(model.forward(x) * r).item();
-    };
-    BOOST_TEST_CONTEXT("w.r.t. the parameters") { BOOST_TEST(kt::gradcheck(wrt_parameters, theta, grads, tight)); }
-    model.parameters() = theta;
-  }
-}
+using kt::check_model_gradients;
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(nn)
@@ -63,31 +32,31 @@ BOOST_AUTO_TEST_CASE(fp64_is_a_precision_policy) {
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(linear_backward_matches_numeric, D, kiln::test::devices) {
-  check_gradients<knn::Sequential<knn::Linear<7, 5>>, Shape<dyn, 7>, D>(Extents<Shape<dyn, 7>>(3), -2, 2, 0, 11);
+  check_model_gradients<knn::Sequential<knn::Linear<7, 5>>, Shape<dyn, 7>, D>(Extents<Shape<dyn, 7>>(3), -2, 2, 0, 11);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(linear_without_bias_backward_matches_numeric, D, kiln::test::devices) {
   using Net = knn::Sequential<knn::Linear<7, 5, false>>;
   static_assert(knn::Model<Net, Shape<dyn, 7>, kiln::Policy<kt::Fp64, D>>::parameter_count == 35);
-  check_gradients<Net, Shape<dyn, 7>, D>(Extents<Shape<dyn, 7>>(3), -2, 2, 0, 12);
+  check_model_gradients<Net, Shape<dyn, 7>, D>(Extents<Shape<dyn, 7>>(3), -2, 2, 0, 12);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(relu_backward_matches_numeric_away_from_zero, D, kiln::test::devices) {
-  check_gradients<knn::Sequential<knn::ReLU>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -2, 2, 0.05, 13);
+  check_model_gradients<knn::Sequential<knn::ReLU>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -2, 2, 0.05, 13);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(sigmoid_backward_matches_numeric, D, kiln::test::devices) {
-  check_gradients<knn::Sequential<knn::Sigmoid>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -4, 4, 0, 14);
+  check_model_gradients<knn::Sequential<knn::Sigmoid>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -4, 4, 0, 14);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(tanh_backward_matches_numeric, D, kiln::test::devices) {
-  check_gradients<knn::Sequential<knn::Tanh>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -3, 3, 0, 15);
+  check_model_gradients<knn::Sequential<knn::Tanh>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -3, 3, 0, 15);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(flatten_backward_matches_numeric_for_rank_4_input, D, kiln::test::devices) {
   using In = Shape<dyn, 3, 5, 7>;  // [N, C, H, W] -> [N, 105]
   static_assert(std::is_same_v<knn::Model<knn::Sequential<knn::Flatten>, In>::output_shape, Shape<dyn, 105>>);
-  check_gradients<knn::Sequential<knn::Flatten>, In, D>(Extents<In>(3), -1, 1, 0, 16);
+  check_model_gradients<knn::Sequential<knn::Flatten>, In, D>(Extents<In>(3), -1, 1, 0, 16);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_backward_matches_numeric_for_input_and_every_parameter, D,
@@ -95,7 +64,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_backward_matches_numeric_for_input_and_
   using Net = knn::Sequential<knn::Linear<5, 7>, knn::Tanh, knn::Linear<7, 3>, knn::Sigmoid, knn::Linear<3, 2>>;
   static_assert(knn::Model<Net, Shape<dyn, 5>, kiln::Policy<kt::Fp64, D>>::parameter_count ==
                 (5 * 7 + 7) + (7 * 3 + 3) + (3 * 2 + 2));
-  check_gradients<Net, Shape<dyn, 5>, D>(Extents<Shape<dyn, 5>>(3), -1.5, 1.5, 0, 17);
+  check_model_gradients<Net, Shape<dyn, 5>, D>(Extents<Shape<dyn, 5>>(3), -1.5, 1.5, 0, 17);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(backward_accumulates_parameter_gradients_until_zero_grad, D, kiln::test::devices) {
@@ -128,7 +97,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_loss_value_and_gradient_match_reference_and_nu
   for (std::size_t i = 0; i < pv.size(); ++i) want += (pv[i] - tv[i]) * (pv[i] - tv[i]) / 15.0;
   BOOST_TEST(kt::close(mse(pred, target).item(), want, 1e-14, 0));
   const auto f = [&](const Tensor<double, S, D>& p) { return mse(p, target).item(); };
-  BOOST_TEST(kt::gradcheck(f, pred, mse.backward(pred, target), tight));
+  BOOST_TEST(kt::gradcheck(f, pred, mse.backward(pred, target), kt::tight));
   // The loss's own gradient scales it (as when the loss is multiplied by a constant).
   std::vector<double> scaled = mse.backward(pred, target).to_vector();
   for (auto& g : scaled) g *= 0.25;

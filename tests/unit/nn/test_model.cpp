@@ -194,7 +194,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(training_forward_saves_its_input_without_a_copy_fo
       BOOST_TEST(y.size(0) == n);
       const auto dy = kt::make_tensor<D>(std::vector<float>(static_cast<std::size_t>(n * 4), 1.0f),
                                          Extents<Shape<dyn, 4>>(n));
-      BOOST_TEST(model.backward(dy).size(0) == n);
+      BOOST_TEST(model.backward_input(dy).size(0) == n);
     }
   }
 }

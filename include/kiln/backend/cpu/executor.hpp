@@ -120,11 +120,12 @@ struct executor<Cpu> {
   }
 
   /// f(i) for every i in [0, n): one OpenMP loop (a fused pass with several outputs, e.g. an optimizer
-  /// step that updates parameters and moments together).
+  /// step that updates parameters and moments together). `work` is the elements one call touches (a
+  /// row functor's row length): the loop forks only when n * work is worth it.
   template <class F>
-  static void for_each(index_t n, const F& f_) {
+  static void for_each(index_t n, const F& f_, index_t work = 1) {
     count_pass();
-    const bool parallel = n >= backend::cpu::parallel_threshold;
+    const bool parallel = n > 1 && n * work >= backend::cpu::parallel_threshold;
     (void)parallel;
     const F f = f_;
     KILN_PRAGMA_OMP(parallel for simd schedule(static) if(parallel) firstprivate(f))

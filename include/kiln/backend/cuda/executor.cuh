@@ -107,7 +107,7 @@ struct executor<Cuda> {
 
   /// f(i) for every i in [0, n): one launch (a fused pass with several outputs, e.g. an optimizer step).
   template <class F>
-  static void for_each(index_t n, const F& f) {
+  static void for_each(index_t n, const F& f, index_t /*work*/ = 1) {
     using namespace kiln::cuda;
     using namespace kiln::cuda::detail;
     count_pass();

@@ -1,0 +1,121 @@
+/// Conv2d's shared host/device pieces: the geometry, im2col / col2im rows and the GEMM epilogues.
+/// The CPU path runs them image by image (nn/detail/conv_cpu.hpp); CUDA over the whole batch.
+#pragma once
+#include "kiln/core/config.hpp"
+#include "kiln/core/half.hpp"
+#include "kiln/core/index.hpp"
+
+namespace kiln::nn::detail {
+
+/// The geometry of one convolution: input [N, C, H, W], kernel K x K, stride, padding, output Ho x Wo.
+struct ConvGeometry {
+  index_t n, c, h, w, k, stride, pad, ho, wo;
+  KILN_HOST_DEVICE index_t pixels() const { return ho * wo; }       // P
+  KILN_HOST_DEVICE index_t patch() const { return c * k * k; }      // C K K
+  KILN_HOST_DEVICE index_t columns() const { return n * ho * wo; }  // N P
+  KILN_HOST_DEVICE index_t image() const { return c * h * w; }      // one input image
+};
+
+/// cols[(c, ki, kj), (n, oh, ow)] = x[n, c, oh s - pad + ki, ow s - pad + kj] (0 outside): [CKK, N P].
+/// One call per output row (r, n, oh): the inner loop over ow has no divisions.
+template <class T, index_t Stride>
+struct Im2colRows {
+  const T* x;
+  T* cols;
+  ConvGeometry g;
+  static index_t count(const ConvGeometry& g) { return g.patch() * g.n * g.ho; }
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t r = i / (g.n * g.ho), rem = i - r * (g.n * g.ho), n = rem / g.ho, oh = rem - n * g.ho;
+    const index_t c = r / (g.k * g.k), kk = r - c * g.k * g.k, ki = kk / g.k, kj = kk - ki * g.k;
+    const index_t ih = oh * Stride - g.pad + ki;
+    T* out = cols + r * g.columns() + n * g.pixels() + oh * g.wo;
+    if (ih < 0 || ih >= g.h) {
+      for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = T(0);
+      return;
+    }
+    const T* in = x + ((n * g.c + c) * g.h + ih) * g.w;
+    if (Stride == 1 && g.pad == 0) {  // every tap inside: a plain copy
+      for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = in[ow + kj];
+      return;
+    }
+    for (index_t ow = 0; ow < g.wo; ++ow) {
+      const index_t iw = ow * Stride - g.pad + kj;
+      out[ow] = (iw >= 0 && iw < g.w) ? in[iw] : T(0);
+    }
+  }
+};
+
+/// dx[n, c, ih, iw] = Σ over the kernel taps that read it of dcols[(c, ki, kj), (n, oh, ow)]: a gather,
+/// so every input element is written once (deterministic, no atomics). One call per input row.
+template <class T, index_t Stride>
+struct Col2imRows {
+  const T* dcols;
+  T* dx;
+  ConvGeometry g;
+  static index_t count(const ConvGeometry& g) { return g.n * g.c * g.h; }
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t ih = i % g.h, c = (i / g.h) % g.c, n = i / (g.h * g.c);
+    T* out = dx + i * g.w;
+    for (index_t iw = 0; iw < g.w; ++iw) {
+      compute_t<T> acc = 0;
+      for (index_t ki = 0; ki < g.k; ++ki) {
+        const index_t th = ih + g.pad - ki;
+        if (th < 0 || th % Stride != 0 || th / Stride >= g.ho) continue;
+        const T* row = dcols + ((c * g.k + ki) * g.k) * g.columns() + n * g.pixels() + (th / Stride) * g.wo;
+        for (index_t kj = 0; kj < g.k; ++kj) {
+          const index_t tw = iw + g.pad - kj;
+          if (tw < 0 || tw % Stride != 0 || tw / Stride >= g.wo) continue;
+          acc += to_compute(row[kj * g.columns() + tw / Stride]);
+        }
+      }
+      out[iw] = from_compute<T>(acc);
+    }
+  }
+};
+
+/// y[n, f, :] = E(yt[f, n P : (n + 1) P] + b[f]): the GEMM's [F, N P] result into NCHW with the bias and
+/// the activation (nn/epilogue.hpp); z[n, f, :] keeps the pre-activation when not null. yt may be z or y
+/// itself (one image: the GEMM wrote NCHW already). One call per (n, f) plane.
+template <class T, class B, class E>
+struct ColumnsToNchw {
+  const T* yt;
+  const B* bias;  // null: no bias
+  T* z;           // null: pre-activation not kept
+  T* y;
+  index_t f, p, np;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t ff = i % f, n = i / f;
+    const T* src = yt + ff * np + n * p;
+    T* zp = z ? z + i * p : nullptr;
+    T* dst = y + i * p;
+    const compute_t<T> b = bias ? static_cast<compute_t<T>>(to_compute(bias[ff])) : compute_t<T>(0);
+    for (index_t q = 0; q < p; ++q) {
+      const compute_t<T> v = to_compute(src[q]) + b;
+      if (zp) zp[q] = from_compute<T>(v);
+      dst[q] = from_compute<T>(E::forward(v));
+    }
+  }
+};
+
+/// dyt[f, n P : (n + 1) P] = E'(dy[n, f, :], saved[n, f, :]): NCHW gradients through the activation into
+/// the GEMM's [F, N P] layout (saved is ignored by the identity). One call per (n, f) plane.
+template <class T, class E>
+struct NchwToColumns {
+  const T* dy;
+  const T* saved;
+  T* dyt;
+  index_t f, p, np;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t ff = i % f, n = i / f;
+    const T* src = dy + i * p;
+    T* dst = dyt + ff * np + n * p;
+    if constexpr (E::identity) {
+      for (index_t q = 0; q < p; ++q) dst[q] = src[q];
+    } else {
+      const T* s = saved + i * p;
+      for (index_t q = 0; q < p; ++q) dst[q] = from_compute<T>(E::backward(to_compute(src[q]), to_compute(s[q])));
+    }
+  }
+};
+
+}  // namespace kiln::nn::detail

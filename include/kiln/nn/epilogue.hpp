@@ -1,0 +1,166 @@
+/// Epilogues: the activation a Linear or Conv2d runs on its GEMM's result while it is still in cache.
+///
+/// In a Sequential, `Linear<...>, ReLU` (or Conv2d followed by ReLU, Sigmoid, Tanh, GELU) runs as one
+/// layer: GEMM, then one pass that adds the bias and applies the activation; backward is one pass that
+/// applies the activation's derivative and reduces the bias gradient, then the GEMMs. The activation's
+/// module stays in the graph (summary, indices and state_dict names do not change) but does no work.
+#pragma once
+#include "kiln/core/config.hpp"
+#include "kiln/core/half.hpp"
+#include "kiln/core/index.hpp"
+#include "kiln/ops/functors.hpp"
+
+namespace kiln::nn::epilogue {
+
+/// Each epilogue E gives, on the compute type A:
+///   E::forward(z)          the activation of the pre-activation z (bias included)
+///   E::backward(dy, s)     dL/dz from dL/dy and the saved value s
+///   E::saves_output        s is the output y (true) or the pre-activation z (false)
+///   E::identity            nothing to apply (plain bias)
+struct Identity {
+  static constexpr bool saves_output = true;
+  static constexpr bool identity = true;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return z; }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A) { return dy; }
+};
+
+/// max(z, 0) (NaN passes through); the gradient at 0 is 0, as PyTorch's.
+struct Relu {
+  static constexpr bool saves_output = true;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return ops::Relu{}(z); }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) { return y > A(0) ? dy : A(0); }
+};
+
+struct Sigmoid {
+  static constexpr bool saves_output = true;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return ops::Sigmoid{}(z); }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) { return dy * y * (A(1) - y); }
+};
+
+struct Tanh {
+  static constexpr bool saves_output = true;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return ops::Tanh{}(z); }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) { return dy * (A(1) - y * y); }
+};
+
+/// x Φ(x), the exact erf form (torch.nn.GELU()); its derivative needs the pre-activation.
+struct Gelu {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return A(0.5) * z * (A(1) + ops::detail::erf_(z * A(0.70710678118654752440)));
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {  // Φ(z) + z φ(z)
+    const A cdf = A(0.5) * (A(1) + ops::detail::erf_(z * A(0.70710678118654752440)));
+    return dy * (cdf + z * A(0.39894228040143267794) * ops::detail::exp_(A(-0.5) * z * z));
+  }
+};
+
+}  // namespace kiln::nn::epilogue
+
+namespace kiln::nn {
+
+/// The epilogue a layer spec L stands for when it follows a Linear or Conv2d; void: L is not fused.
+/// Activation headers specialise it (activation.hpp, gelu.hpp).
+template <class L>
+struct epilogue_of {
+  using type = void;
+};
+
+/// Whether the module type Mod fuses an epilogue into its GEMM (it has forward_fused / backward_fused).
+template <class Mod>
+concept fuses_epilogue = requires { Mod::fuses_epilogue; } && Mod::fuses_epilogue;
+
+namespace detail {
+/// y[r, :] = E(z[r, :] + b) over one row of `cols` (CPU: one call per row, contiguous and vectorised);
+/// z keeps the pre-activation when it is not y (E::saves_output false). Bias may be null.
+template <class T, class B, class E>
+struct BiasEpilogueRows {
+  T* z;
+  const B* bias;
+  T* y;
+  index_t cols;
+  KILN_HOST_DEVICE void operator()(index_t r) const {
+    T* zr = z + r * cols;
+    T* yr = y + r * cols;
+    for (index_t j = 0; j < cols; ++j) {
+      const compute_t<T> v = to_compute(zr[j]) + (bias ? static_cast<compute_t<T>>(to_compute(bias[j])) : compute_t<T>(0));
+      if (zr != yr) zr[j] = from_compute<T>(v);
+      yr[j] = from_compute<T>(E::forward(v));
+    }
+  }
+};
+/// The same per element (CUDA: one thread per element, coalesced).
+template <class T, class B, class E>
+struct BiasEpilogue {
+  T* z;
+  const B* bias;
+  T* y;
+  index_t cols;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const compute_t<T> v =
+        to_compute(z[i]) + (bias ? static_cast<compute_t<T>>(to_compute(bias[i % cols])) : compute_t<T>(0));
+    if (z != y) z[i] = from_compute<T>(v);
+    y[i] = from_compute<T>(E::forward(v));
+  }
+};
+/// dz[:, j] = E'(dy[:, j], s[:, j]) and db[j] += Σ_r dz[r, j], one call per column (rows x cols
+/// row-major): the activation backward and the bias-gradient reduction in one pass. db may be null.
+template <class T, class B, class E>
+struct EpilogueGradColumns {
+  const T* dy;
+  const T* saved;
+  T* dz;
+  B* db;
+  index_t rows, cols;
+  KILN_HOST_DEVICE void operator()(index_t j) const {
+    compute_t<T> acc = 0;
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t i = r * cols + j;
+      const compute_t<T> g = E::backward(to_compute(dy[i]), to_compute(saved[i]));
+      dz[i] = from_compute<T>(g);
+      acc += g;
+    }
+    if (db) db[j] = static_cast<B>(static_cast<compute_t<T>>(to_compute(db[j])) + acc);
+  }
+};
+/// The same over a block of up to J columns per call, row by row (CPU: contiguous, vectorised inner loop).
+template <class T, class B, class E, index_t J = 16>
+struct EpilogueGradColumnBlocks {
+  const T* dy;
+  const T* saved;
+  T* dz;
+  B* db;
+  index_t rows, cols;
+  static index_t count(index_t cols) { return (cols + J - 1) / J; }
+  KILN_HOST_DEVICE void operator()(index_t block) const {
+    const index_t j0 = block * J, m = cols - j0 < J ? cols - j0 : J;
+    compute_t<T> acc[J] = {};
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t base = r * cols + j0;
+      for (index_t j = 0; j < m; ++j) {
+        const compute_t<T> g = E::backward(to_compute(dy[base + j]), to_compute(saved[base + j]));
+        dz[base + j] = from_compute<T>(g);
+        acc[j] += g;
+      }
+    }
+    if (db)
+      for (index_t j = 0; j < m; ++j) db[j0 + j] = static_cast<B>(static_cast<compute_t<T>>(to_compute(db[j0 + j])) + acc[j]);
+  }
+};
+}  // namespace detail
+
+}  // namespace kiln::nn

@@ -1,0 +1,80 @@
+/// Residual: y = x + f(x), where f is a Sequential of the given layers (a skip connection, as in ResNet).
+#pragma once
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/nn/layer.hpp"
+#include "kiln/nn/sequential.hpp"
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+/// Fails to compile, naming both shapes, when the branch of a Residual changes the shape of its input.
+template <class Input, class BranchOutput>
+struct residual_branch_must_keep_the_shape {
+  // >>> Stopped here? The layers inside Residual<...> turn Input into BranchOutput; x + f(x) needs them equal. <<<
+  static_assert(std::is_same_v<Input, BranchOutput>,
+                "kiln::nn::Residual: the branch must keep the shape of its input (x + f(x)); see the template "
+                "arguments of kiln::nn::residual_branch_must_keep_the_shape<input shape, branch output shape> (in "
+                "a Shape, -1 means dyn), e.g. use padding (K - 1) / 2 in a Conv2d and as many output channels as "
+                "input channels");
+  static constexpr bool value = true;
+};
+
+/// y = x + f(x), f = Sequential<Layers...>; f's parameters are named "<index in f>.<name>" under the
+/// Residual's own index ("2.0.weight"), as a nested nn.Sequential's in PyTorch.
+/// Shapes: any the branch keeps -> the same.
+/// Example:
+///   Sequential<Conv2d<3, 16, 3, 1, 1>, ReLU, Residual<Conv2d<16, 16, 3, 1, 1>, ReLU, Conv2d<16, 16, 3, 1, 1>>, ReLU, ...>
+template <class... Layers>
+struct Residual {
+  using branch = Sequential<Layers...>;
+  template <class S>
+  static constexpr bool accepts = true;  // the branch checks each of its layers; the module checks the sum
+  template <class S>
+  using output = S;
+
+  template <class S, class P>
+  class module {
+    using inner_type = typename branch::template module<S, P>;
+    static_assert(residual_branch_must_keep_the_shape<S, typename inner_type::output_shape>::value);
+
+   public:
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = S;
+    static constexpr index_t parameter_count = inner_type::parameter_count;
+
+    void bind(M* params, M* grads, int device) { inner_.bind(params, grads, device); }
+    void reset_parameters(Generator& g) { inner_.reset_parameters(g); }
+    std::vector<ParameterInfo> parameters() const { return inner_.parameters(); }
+    std::string name() const { return "Residual(" + std::to_string(sizeof...(Layers)) + " layers)"; }
+
+    /// y = x + f(x): f's layers, then one pass for the sum.
+    Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      const auto fx = inner_.forward(x, ctx);
+      Tensor<T, S, D> y(x.extents(), x.device_index());
+      y = x + fx;
+      return y;
+    }
+    /// dx = dy + f'(x)ᵀ dy (f's parameter gradients accumulate either way).
+    Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
+      auto dfx = inner_.backward(dy, input_grad);
+      if (!input_grad) return Tensor<T, S, D>();
+      Tensor<T, S, D> dx(dy.extents(), dy.device_index());
+      dx = dy + dfx;
+      return dx;
+    }
+    /// The branch (its layers: branch().template layer<I>()).
+    inner_type& branch_module() { return inner_; }
+
+   private:
+    inner_type inner_;
+  };
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,52 @@
+// check_model_gradients: a whole model's backward (input and every parameter) against float64 central
+// finite differences.
+#pragma once
+#include <boost/test/unit_test.hpp>
+#include <cstdint>
+#include <kiln/nn/nn.hpp>
+
+#include "support/gradcheck.hpp"
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace kiln::test {
+namespace knn = kiln::nn;
+using kiln::Extents;
+using kiln::Tensor;
+namespace kt = kiln::test;
+
+/// Tight for float64: the central difference's error is ~eps^2 |f'''| + 1e-16 |f| / eps ≈ 1e-10.
+inline constexpr kt::GradcheckOptions tight{.eps = 1e-6, .atol = 1e-8, .rtol = 1e-6};
+
+/// L = Σ r ⊙ model(x) for a fixed random r (so dL/dy = r): checks dL/dx from backward and, when the
+/// model has parameters, dL/dθ accumulated in its gradient arena, against finite differences.
+/// Inputs are uniform in [lo, hi) and at least `gap` away from 0 (ReLU's kink).
+template <class Net, class In, class D>
+void check_model_gradients(const Extents<In>& ext, double lo, double hi, double gap, std::uint32_t stream) {
+  using Model = knn::Model<Net, In, kiln::Policy<kt::Fp64, D>>;
+  Model model(/*seed=*/stream);
+  const auto n = static_cast<std::size_t>(ext.numel());
+  const auto x = kt::make_tensor<D>(gap > 0 ? kt::random_nonzero<double>(n, lo, hi, gap, stream)
+                                            : kt::random_values<double>(n, lo, hi, stream),
+                                    ext);
+  const auto y = model.forward(x);
+  const auto r = kt::make_tensor<D>(kt::random_values<double>(static_cast<std::size_t>(y.numel()), -1, 1, stream + 1),
+                                    y.extents());
+  model.zero_grad();
+  const auto dx = model.backward_input(r);
+  const auto wrt_input = [&](const Tensor<double, In, D>& in) { return kiln::sum(model.forward(in) * r).item(); };
+  BOOST_TEST_CONTEXT("w.r.t. the input") { BOOST_TEST(kt::gradcheck(wrt_input, x, dx, tight)); }
+
+  if constexpr (Model::parameter_count > 0) {
+    const auto theta = model.parameters().clone();  // [P]
+    const auto grads = model.gradients().clone();   // [P]
+    const auto wrt_parameters = [&](const typename Model::arena_type& p) {
+      model.parameters() = p;  // the perturbed copy, written back into the arena
+      return kiln::sum(model.forward(x) * r).item();
+    };
+    BOOST_TEST_CONTEXT("w.r.t. the parameters") { BOOST_TEST(kt::gradcheck(wrt_parameters, theta, grads, tight)); }
+    model.parameters() = theta;
+  }
+}
+
+}  // namespace kiln::test

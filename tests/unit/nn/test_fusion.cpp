@@ -1,0 +1,135 @@
+// Epilogue fusion: in a Sequential, Linear or Conv2d followed by ReLU, Sigmoid, Tanh or GELU runs as one
+// layer (GEMM + one pass; backward: one pass + the GEMMs). The fused pairs match finite differences in
+// float64 and the unfused modules run one by one; a Linear-ReLU step has a fixed number of passes.
+#include <boost/test/unit_test.hpp>
+#include <kiln/nn/nn.hpp>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/model_gradcheck.hpp"
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+namespace knn = kiln::nn;
+
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+/// Runs the model fused (model.forward / backward_input) and its modules one by one (unfused), from the
+/// same parameters, and compares outputs, input gradients and parameter gradients.
+template <class Net, class In, class D>
+void check_fused_matches_unfused(const Extents<In>& ext, std::uint32_t seed) {
+  using Model = knn::Model<Net, In, kiln::Policy<kiln::Fp32, D>>;
+  Model fused(seed), plain(seed);
+  const auto x =
+      kt::make_tensor<D>(kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -2, 2, seed), ext);
+  const auto y = fused.forward(x);
+  const auto r = kt::make_tensor<D>(kt::random_values<float>(static_cast<std::size_t>(y.numel()), -1, 1, seed + 1),
+                                    y.extents());
+  const auto dx = fused.backward_input(r);
+
+  auto& l0 = plain.net().template layer<0>();
+  auto& l1 = plain.net().template layer<1>();
+  const knn::Context ctx{};
+  const auto y_plain = l1.forward(l0.forward(x, ctx), ctx);
+  const auto dx_plain = l0.backward(l1.backward(r));
+  BOOST_TEST(kt::all_close(y.to_vector(), widen(y_plain.to_vector()), 1e-6, 1e-6));
+  BOOST_TEST(kt::all_close(dx.to_vector(), widen(dx_plain.to_vector()), 1e-5, 1e-5));
+  BOOST_TEST(kt::all_close(fused.gradients().to_vector(), widen(plain.gradients().to_vector()), 1e-5, 1e-5));
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(fusion)
+
+BOOST_AUTO_TEST_CASE(linear_and_conv_fuse_the_activation_that_follows) {
+  using Net = knn::Sequential<knn::Conv2d<1, 2, 3>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten, knn::Linear<8, 4>,
+                              knn::GELU, knn::Linear<4, 3>, knn::Sigmoid, knn::Tanh, knn::Dropout<>>;
+  using M = Net::module<Shape<dyn, 1, 6, 6>, kiln::Policy<>>;
+  static_assert(M::fused_with_next<0> && M::fused_into_previous<1>);  // Conv2d + ReLU
+  static_assert(!M::fused_with_next<1> && !M::fused_with_next<2> && !M::fused_with_next<3>);
+  static_assert(M::fused_with_next<4> && M::fused_with_next<6>);  // Linear + GELU, Linear + Sigmoid
+  static_assert(!M::fused_with_next<7> && !M::fused_into_previous<8>);  // Tanh after Sigmoid: on its own
+  knn::Model<Net, Shape<dyn, 1, 6, 6>> model;
+  const std::string s = model.summary(2);
+  BOOST_TEST(s.find("ReLU() [fused into 0]") != std::string::npos, s);
+  BOOST_TEST(s.find("GELU(approximate='none') [fused into 4]") != std::string::npos, s);
+  BOOST_TEST(s.find("Tanh() [fused") == std::string::npos, s);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(fused_linear_backward_matches_numeric, D, kiln::test::devices) {
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::ReLU>, Shape<dyn, 6>, D>(
+      Extents<Shape<dyn, 6>>(4), -2, 2, 0, 21);
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::GELU>, Shape<dyn, 6>, D>(
+      Extents<Shape<dyn, 6>>(4), -2, 2, 0, 22);
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5, false>, knn::Sigmoid>, Shape<dyn, 6>, D>(
+      Extents<Shape<dyn, 6>>(4), -2, 2, 0, 23);
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::Tanh, knn::Linear<5, 2>>, Shape<dyn, 6>, D>(
+      Extents<Shape<dyn, 6>>(4), -2, 2, 0, 24);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(fused_conv_backward_matches_numeric, D, kiln::test::devices) {
+  using In = Shape<dyn, 2, 7, 6>;
+  kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3, 2, 1>, knn::ReLU>, In, D>(Extents<In>(3), -2, 2, 0, 31);
+  kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::GELU>, In, D>(Extents<In>(3), -2, 2, 0, 32);
+  kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1, false>, knn::Tanh>, In, D>(Extents<In>(2), -2,
+                                                                                                 2, 0, 33);
+  kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 4, 3, 3, 2>, knn::Sigmoid>, In, D>(Extents<In>(2), -2, 2,
+                                                                                              0, 34);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(fused_pairs_match_the_modules_run_one_by_one, D, kiln::test::devices) {
+  check_fused_matches_unfused<knn::Sequential<knn::Linear<13, 16>, knn::ReLU>, Shape<dyn, 13>, D>(
+      Extents<Shape<dyn, 13>>(33), 41);
+  check_fused_matches_unfused<knn::Sequential<knn::Linear<13, 16>, knn::GELU>, Shape<dyn, 13>, D>(
+      Extents<Shape<dyn, 13>>(33), 42);
+  using Img = Shape<dyn, 3, 12, 10>;
+  check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 5>, knn::ReLU>, Img, D>(Extents<Img>(5), 43);
+  check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 3, 2, 1>, knn::GELU>, Img, D>(Extents<Img>(5), 44);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_relu_step_pass_count, D, kiln::test::devices) {
+  // Forward: the GEMM and one epilogue pass (bias + ReLU). Backward: one pass for ReLU's derivative and
+  // the bias gradient, the weight-gradient GEMM, and the input-gradient GEMM only when asked for.
+  knn::Model<knn::Sequential<knn::Linear<8, 16>, knn::ReLU>, Shape<dyn, 8>, kiln::Policy<kiln::Fp32, D>> model(1);
+  Tensor<float, Shape<dyn, 8>, D> x(64);
+  x.fill(0.5f);
+  Tensor<float, Shape<dyn, 16>, D> dy(64);
+  dy.fill(1.0f);
+  auto before = kiln::passes();
+  (void)model.forward(x);
+  BOOST_TEST(kiln::passes() - before == 2u);
+  before = kiln::passes();
+  model.backward(dy);
+  BOOST_TEST(kiln::passes() - before == 2u);
+  (void)model.forward(x);
+  before = kiln::passes();
+  (void)model.backward_input(dy);
+  BOOST_TEST(kiln::passes() - before == 3u);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(backward_without_input_grad_gives_the_same_parameter_gradients, D,
+                              kiln::test::devices) {
+  using Net = knn::Sequential<knn::Conv2d<3, 4, 3, 1, 1>, knn::ReLU, knn::Flatten, knn::Linear<256, 5>>;
+  using In = Shape<dyn, 3, 8, 8>;
+  knn::Model<Net, In, kiln::Policy<kiln::Fp32, D>> a(5), b(5);
+  const Extents<In> ext(6);
+  const auto x = kt::make_tensor<D>(kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, 51), ext);
+  Tensor<float, Shape<dyn, 5>, D> dy(6);
+  dy.fill(0.25f);
+  (void)a.forward(x);
+  a.backward(dy);
+  (void)b.forward(x);
+  const auto dx = b.backward_input(dy);
+  BOOST_TEST(dx.size(0) == 6);
+  BOOST_TEST(a.gradients().to_vector() == b.gradients().to_vector());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
