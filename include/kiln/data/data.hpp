@@ -1,0 +1,9 @@
+/// kiln::data in one include: datasets, readers, transforms, samplers and the loader.
+#pragma once
+#include "kiln/data/dataset.hpp"
+#include "kiln/data/error.hpp"
+#include "kiln/data/idx.hpp"
+#include "kiln/data/loader.hpp"
+#include "kiln/data/mnist.hpp"
+#include "kiln/data/sampler.hpp"
+#include "kiln/data/transforms.hpp"

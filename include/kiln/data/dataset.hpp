@@ -1,0 +1,98 @@
+/// The dataset concept and an in-memory TensorDataset.
+#pragma once
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/errors.hpp"
+#include "kiln/core/index.hpp"
+#include "kiln/tensor/shape.hpp"
+
+namespace kiln::data {
+
+/// A dataset of `size()` samples. Sample i is read into caller-provided memory (a slot of the batch being
+/// collated, so nothing is allocated per sample):
+///   D::sample_shape    the shape of one input, without the batch (Shape<1, 28, 28>, Shape<13>)
+///   D::target_type     std::int64_t (a class index) or float (a regression target)
+///   D::target_shape    Shape<> for a class index, Shape<1> (or more) for regression targets
+///   d.size()           the number of samples
+///   d.read(i, x, y)    writes sample i's input into x (sample_shape's numel floats, row-major) and its
+///                      target into y (target_shape's numel values); const and thread-safe
+/// Like torch.utils.data.Dataset's __len__ / __getitem__.
+template <class D>
+concept dataset = requires(const D& d, index_t i, std::span<float> x, std::span<typename D::target_type> y) {
+  typename D::sample_shape;
+  typename D::target_shape;
+  typename D::target_type;
+  { d.size() } -> std::convertible_to<index_t>;
+  d.read(i, x, y);
+};
+
+namespace detail {
+/// Shape<dyn, E...>: the batched form of a sample shape.
+template <class S>
+struct batched;
+template <index_t... E>
+struct batched<Shape<E...>> {
+  using type = Shape<dyn, E...>;
+};
+}  // namespace detail
+
+/// The shape of a batch of samples of shape S: Shape<dyn, S...>.
+template <class S>
+using batched_t = typename detail::batched<S>::type;
+
+/// One sample as values (for inspection and tests; loaders read into batch slots instead).
+template <class D>
+struct Example {
+  std::vector<float> x;
+  std::vector<typename D::target_type> y;
+};
+
+/// Sample i of d as an Example.
+template <dataset D>
+Example<D> get(const D& d, index_t i) {
+  Example<D> e;
+  e.x.resize(static_cast<std::size_t>(D::sample_shape::static_numel()));
+  e.y.resize(static_cast<std::size_t>(D::target_shape::static_numel()));
+  d.read(i, std::span<float>(e.x), std::span<typename D::target_type>(e.y));
+  return e;
+}
+
+/// Samples held in memory: inputs [N, sample...] as float, targets [N, target...]
+/// (torch.utils.data.TensorDataset).
+template <class SampleShape, class Target = std::int64_t, class TargetShape = Shape<>>
+class TensorDataset {
+ public:
+  using sample_shape = SampleShape;
+  using target_type = Target;
+  using target_shape = TargetShape;
+  static constexpr index_t sample_numel = SampleShape::static_numel();
+  static constexpr index_t target_numel = TargetShape::static_numel();
+
+  /// x: N * sample_numel values, y: N * target_numel values.
+  TensorDataset(std::vector<float> x, std::vector<Target> y) : x_(std::move(x)), y_(std::move(y)) {
+    if (x_.size() % static_cast<std::size_t>(sample_numel) != 0 ||
+        y_.size() != x_.size() / static_cast<std::size_t>(sample_numel) * static_cast<std::size_t>(target_numel))
+      throw ValueError("kiln::data::TensorDataset: " + std::to_string(x_.size()) + " input values and " +
+                       std::to_string(y_.size()) + " targets do not make whole samples of " +
+                       std::to_string(sample_numel) + " inputs and " + std::to_string(target_numel) + " targets");
+  }
+  index_t size() const { return static_cast<index_t>(x_.size()) / sample_numel; }
+  void read(index_t i, std::span<float> x, std::span<Target> y) const {
+    const auto xs = static_cast<std::size_t>(i * sample_numel), ys = static_cast<std::size_t>(i * target_numel);
+    for (std::size_t k = 0; k < x.size(); ++k) x[k] = x_[xs + k];
+    for (std::size_t k = 0; k < y.size(); ++k) y[k] = y_[ys + k];
+  }
+  const std::vector<float>& inputs() const { return x_; }
+  const std::vector<Target>& targets() const { return y_; }
+
+ private:
+  std::vector<float> x_;
+  std::vector<Target> y_;
+};
+
+}  // namespace kiln::data

@@ -1,0 +1,124 @@
+/// IDX files (MNIST, Fashion-MNIST): `read_idx` loads one, plain or gzip-compressed (through zlib).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kiln/core/index.hpp"
+#include "kiln/data/error.hpp"
+
+#if KILN_WITH_ZLIB
+#include <zlib.h>
+#endif
+
+namespace kiln::data {
+
+/// An IDX array of unsigned bytes: its dimensions and its values, row-major.
+struct IdxArray {
+  std::vector<index_t> dims;
+  std::vector<std::uint8_t> values;
+  index_t count() const { return dims.empty() ? 0 : dims[0]; }
+};
+
+namespace detail {
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// The whole file, decompressed when it ends in .gz. Positions in later errors count decompressed bytes.
+inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+  std::vector<std::uint8_t> bytes;
+  if (ends_with(path, ".gz")) {
+#if KILN_WITH_ZLIB
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (!f) throw DataError(path, "byte 0", "cannot open the file", "a readable gzip file");
+    std::uint8_t buf[1 << 16];
+    for (;;) {
+      const int n = gzread(f, buf, sizeof buf);
+      if (n < 0) {
+        int code = 0;
+        const std::string msg = gzerror(f, &code);
+        gzclose(f);
+        throw DataError(path, "byte " + std::to_string(bytes.size()) + " of the decompressed data",
+                        "gzip error: " + msg, "a complete gzip stream");
+      }
+      if (n == 0) break;
+      bytes.insert(bytes.end(), buf, buf + n);
+    }
+    // gzread stops quietly at a truncated stream; gzclose_r then reports Z_BUF_ERROR.
+    const int status = gzclose_r(f);
+    if (status == Z_BUF_ERROR)
+      throw DataError(path, "byte " + std::to_string(bytes.size()) + " of the decompressed data",
+                      "the gzip stream ends early (truncated file)", "a complete gzip stream");
+    if (status != Z_OK)
+      throw DataError(path, "end of file", "gzip error " + std::to_string(status), "a complete gzip stream");
+#else
+    throw DataError(path, "byte 0", "a gzip file, but kiln was built without zlib",
+                    "link your target to kiln::zlib (zlib1g-dev) or gunzip the file");
+#endif
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw DataError(path, "byte 0", "cannot open the file", "a readable file");
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<std::size_t>(in.tellg());
+    in.seekg(0);
+    bytes.resize(size);
+    if (size && !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
+      throw DataError(path, "byte 0", "read failed", std::to_string(size) + " bytes");
+  }
+  return bytes;
+}
+
+inline std::uint32_t big_endian_u32(const std::uint8_t* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
+}
+}  // namespace detail
+
+/// Reads an IDX file of unsigned bytes (type 0x08) with `rank` dimensions: magic 0x0000 08 <rank>,
+/// the dimensions as big-endian 32-bit integers, then the values. A file ending in .gz is decompressed.
+/// Every mismatch throws DataError with the file, the byte offset and what was expected.
+inline IdxArray read_idx(const std::string& path, int rank) {
+  const auto bytes = detail::read_file_bytes(path);
+  const std::size_t header = 4 + 4 * static_cast<std::size_t>(rank);
+  if (bytes.empty()) throw DataError(path, "byte 0", "the file is empty", "an IDX header of " + std::to_string(header) + " bytes");
+  if (bytes.size() < 4)
+    throw DataError(path, "byte " + std::to_string(bytes.size()), "the file ends inside the magic number",
+                    "4 bytes of magic number");
+  const std::uint32_t magic = detail::big_endian_u32(bytes.data());
+  const std::uint32_t want = 0x00000800u | static_cast<std::uint32_t>(rank);
+  if (magic != want) {
+    char got[16], exp[16];
+    std::snprintf(got, sizeof got, "0x%08X", magic);
+    std::snprintf(exp, sizeof exp, "0x%08X", want);
+    throw DataError(path, "byte 0", std::string("magic number ") + got,
+                    std::string(exp) + " (IDX, unsigned bytes, " + std::to_string(rank) + " dimensions)");
+  }
+  if (bytes.size() < header)
+    throw DataError(path, "byte " + std::to_string(bytes.size()), "the file ends inside the header",
+                    std::to_string(header) + " header bytes");
+  IdxArray a;
+  std::size_t total = 1;
+  for (int d = 0; d < rank; ++d) {
+    const std::uint32_t v = detail::big_endian_u32(bytes.data() + 4 + 4 * d);
+    if (v > (1u << 30))
+      throw DataError(path, "byte " + std::to_string(4 + 4 * d), "dimension " + std::to_string(d) + " is " + std::to_string(v),
+                      "at most 2^30");
+    a.dims.push_back(static_cast<index_t>(v));
+    total *= v;
+  }
+  if (bytes.size() - header != total)
+    throw DataError(path, "byte " + std::to_string(bytes.size()),
+                    (bytes.size() - header < total ? "the data ends early (truncated file): " : "extra bytes: ") +
+                        std::to_string(bytes.size() - header) + " data bytes",
+                    std::to_string(total) + " data bytes for dimensions " + [&] {
+                      std::string s;
+                      for (std::size_t d = 0; d < a.dims.size(); ++d) s += (d ? " x " : "") + std::to_string(a.dims[d]);
+                      return s;
+                    }());
+  a.values.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  return a;
+}
+
+}  // namespace kiln::data

@@ -1,0 +1,266 @@
+/// DataLoader: batches of a dataset in a sampler's order, collated by worker threads ahead of use.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/core/errors.hpp"
+#include "kiln/data/dataset.hpp"
+#include "kiln/data/sampler.hpp"
+#include "kiln/data/transforms.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+#if KILN_WITH_CUDA
+#include "kiln/backend/cuda/device.hpp"
+#include "kiln/backend/cuda/memory.hpp"
+#endif
+
+namespace kiln::data {
+
+namespace detail {
+template <class T>
+inline constexpr bool is_variant = false;
+template <class... Ts>
+inline constexpr bool is_variant<std::variant<Ts...>> = true;
+}  // namespace detail
+
+/// torch.utils.data.DataLoader's options, with its defaults.
+struct LoaderOptions {
+  index_t batch_size = 1;
+  bool shuffle = false;     ///< a fresh permutation every epoch (RandomSampler with `seed`)
+  bool drop_last = false;   ///< drop the last batch when it is short
+  int num_workers = 0;      ///< 0: batches are collated on the calling thread when asked for
+  int prefetch_factor = 2;  ///< batches each worker collates ahead
+  bool pin_memory = false;  ///< batches in page-locked memory (needs kiln::cuda and a GPU; else ignored)
+  std::uint64_t seed = 0;   ///< shuffling and random transforms
+};
+
+/// One batch: inputs [B, sample...] and targets [B, target...] on the CPU, and its index in the epoch.
+template <dataset Ds>
+struct Batch {
+  Tensor<float, batched_t<typename Ds::sample_shape>, Cpu> x;
+  Tensor<typename Ds::target_type, batched_t<typename Ds::target_shape>, Cpu> y;
+  index_t index = 0;
+  index_t size() const { return x.size(0); }
+};
+
+/// Batches of `dataset` (kept by reference: it must outlive the loader), in the order of a sampler
+/// (sequential, or RandomSampler{seed} when shuffle is on; a DistributedSampler may be given), with
+/// `transform` applied to every sample. Each `for (auto& batch : loader)` is one epoch; epochs count up
+/// from 0 (set_epoch changes the next one). For a seed and an epoch, the batches are the same whatever
+/// num_workers is: each sample's random stream comes from (seed, epoch, its position in the epoch).
+///
+///   kiln::data::DataLoader loader(train, {.batch_size = 128, .shuffle = true, .num_workers = 2});
+///   for (const auto& b : loader) { auto logits = model.forward(b.x); ... }
+template <dataset Ds, class Transform = Identity, class Sampler = std::variant<SequentialSampler, RandomSampler>>
+class DataLoader {
+ public:
+  using batch_type = Batch<Ds>;
+  using sample_shape = typename Ds::sample_shape;
+  using target_type = typename Ds::target_type;
+  static constexpr index_t sample_numel = sample_shape::static_numel();
+  static constexpr index_t target_numel = Ds::target_shape::static_numel();
+
+  DataLoader(const Ds& ds, LoaderOptions o = {}, Transform t = {}) : ds_(&ds), o_(o), t_(std::move(t)) {
+    if constexpr (std::is_same_v<Sampler, std::variant<SequentialSampler, RandomSampler>>) {
+      if (o_.shuffle) sampler_ = RandomSampler{o_.seed};
+      else sampler_ = SequentialSampler{};
+    }
+    check();
+  }
+  DataLoader(const Ds& ds, Sampler sampler, LoaderOptions o, Transform t = {})
+      : ds_(&ds), o_(o), t_(std::move(t)), sampler_(std::move(sampler)) {
+    check();
+  }
+
+  /// Batches per epoch (len(loader)).
+  index_t size() const {
+    const index_t n = static_cast<index_t>(indices(0).size());
+    return o_.drop_last ? n / o_.batch_size : (n + o_.batch_size - 1) / o_.batch_size;
+  }
+  const LoaderOptions& options() const { return o_; }
+  /// The epoch the next iteration runs (DistributedSampler.set_epoch).
+  void set_epoch(std::uint64_t e) { epoch_ = e; }
+  std::uint64_t epoch() const { return epoch_; }
+
+  /// Collates batch k of the given order: samples order[k B, (k + 1) B), transformed.
+  batch_type collate(const std::vector<index_t>& order, index_t k, std::uint64_t epoch) const {
+    const index_t begin = k * o_.batch_size;
+    const index_t b = std::min<index_t>(o_.batch_size, static_cast<index_t>(order.size()) - begin);
+    batch_type out;
+    out.x = decltype(out.x)(Extents<batched_t<sample_shape>>(b));
+    out.y = decltype(out.y)(Extents<batched_t<typename Ds::target_shape>>(b));
+    out.index = k;
+    for (index_t i = 0; i < b; ++i) {
+      const std::span<float> x(out.x.data() + i * sample_numel, static_cast<std::size_t>(sample_numel));
+      const std::span<target_type> y(out.y.data() + i * target_numel, static_cast<std::size_t>(target_numel));
+      ds_->read(order[static_cast<std::size_t>(begin + i)], x, y);
+      SampleRng rng(detail::mix(detail::mix(o_.seed, epoch), static_cast<std::uint64_t>(begin + i)));
+      t_.template apply<sample_shape>(x, rng);
+    }
+    if (pin_) pin(out);
+    return out;
+  }
+
+  class iterator;
+  iterator begin() { return iterator(this, epoch_++); }
+  std::default_sentinel_t end() { return {}; }
+
+  /// One epoch in flight: its order, and the workers collating ahead of the reader.
+  class Epoch {
+   public:
+    Epoch(const DataLoader* l, std::uint64_t epoch) : l_(l), epoch_(epoch), order_(l->indices(epoch)) {
+      batches_ = l_->o_.drop_last ? static_cast<index_t>(order_.size()) / l_->o_.batch_size
+                                  : (static_cast<index_t>(order_.size()) + l_->o_.batch_size - 1) / l_->o_.batch_size;
+      const int workers = l_->o_.num_workers;
+      if (workers > 0) {
+        window_ = static_cast<index_t>(workers) * std::max(1, l_->o_.prefetch_factor);
+        slots_.resize(static_cast<std::size_t>(window_));
+        for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { work(); });
+      }
+    }
+    ~Epoch() {
+      {
+        std::lock_guard lock(m_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      for (auto& t : threads_) t.join();
+    }
+    Epoch(const Epoch&) = delete;
+    Epoch& operator=(const Epoch&) = delete;
+
+    index_t batches() const { return batches_; }
+    /// Batch k (in order; k = the number taken so far). Rethrows a worker's exception.
+    batch_type take(index_t k) {
+      if (threads_.empty()) return l_->collate(order_, k, epoch_);
+      std::unique_lock lock(m_);
+      Slot& s = slots_[static_cast<std::size_t>(k % window_)];
+      cv_.wait(lock, [&] { return (s.ready && s.index == k) || error_; });
+      if (error_) std::rethrow_exception(error_);
+      batch_type b = std::move(s.batch);
+      s.ready = false;
+      taken_ = k + 1;
+      lock.unlock();
+      cv_.notify_all();
+      return b;
+    }
+
+   private:
+    struct Slot {
+      batch_type batch;
+      index_t index = -1;
+      bool ready = false;
+    };
+    void work() {
+      for (;;) {
+        index_t k;
+        {
+          std::unique_lock lock(m_);
+          cv_.wait(lock, [&] { return stop_ || error_ || next_ >= batches_ || next_ < taken_ + window_; });
+          if (stop_ || error_ || next_ >= batches_) return;
+          k = next_++;
+        }
+        try {
+          batch_type b = l_->collate(order_, k, epoch_);
+          std::lock_guard lock(m_);
+          Slot& s = slots_[static_cast<std::size_t>(k % window_)];
+          s.batch = std::move(b);
+          s.index = k;
+          s.ready = true;
+        } catch (...) {
+          std::lock_guard lock(m_);
+          if (!error_) error_ = std::current_exception();
+        }
+        cv_.notify_all();
+      }
+    }
+
+    const DataLoader* l_;
+    std::uint64_t epoch_;
+    std::vector<index_t> order_;
+    index_t batches_ = 0, window_ = 0, next_ = 0, taken_ = 0;
+    std::vector<Slot> slots_;
+    std::vector<std::thread> threads_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    std::exception_ptr error_;
+  };
+
+  /// An input iterator over one epoch's batches.
+  class iterator {
+   public:
+    using value_type = batch_type;
+    using difference_type = std::ptrdiff_t;
+    iterator(const DataLoader* l, std::uint64_t epoch) : e_(std::make_unique<Epoch>(l, epoch)) { load(); }
+    const batch_type& operator*() const { return *current_; }
+    const batch_type* operator->() const { return &*current_; }
+    iterator& operator++() {
+      ++k_;
+      load();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    bool operator==(std::default_sentinel_t) const { return !current_; }
+
+   private:
+    void load() {
+      current_.reset();
+      if (k_ < e_->batches()) current_ = e_->take(k_);
+    }
+    std::unique_ptr<Epoch> e_;
+    index_t k_ = 0;
+    std::optional<batch_type> current_;
+  };
+
+ private:
+  std::vector<index_t> indices(std::uint64_t epoch) const {
+    const index_t n = ds_->size();
+    if constexpr (detail::is_variant<Sampler>)
+      return std::visit([&](const auto& s) { return s.indices(n, epoch); }, sampler_);
+    else
+      return sampler_.indices(n, epoch);
+  }
+  void check() {
+    if (o_.batch_size < 1)
+      throw ValueError("kiln::data::DataLoader: batch_size is " + std::to_string(o_.batch_size) + "; it must be >= 1");
+    if (o_.num_workers < 0)
+      throw ValueError("kiln::data::DataLoader: num_workers is " + std::to_string(o_.num_workers) + "; it must be >= 0");
+    pin_ = o_.pin_memory && pinning_available();
+  }
+  static bool pinning_available() {
+#if KILN_WITH_CUDA
+    return kiln::cuda::is_available();
+#else
+    return false;  // pinned memory needs the CUDA runtime (kiln::cuda); PyTorch ignores it without a GPU too
+#endif
+  }
+  /// The batch copied into page-locked memory (as PyTorch's pin-memory thread does).
+  static void pin([[maybe_unused]] batch_type& b) {
+#if KILN_WITH_CUDA
+    b.x = b.x.pin_memory();
+    b.y = b.y.pin_memory();
+#endif
+  }
+
+  const Ds* ds_;
+  LoaderOptions o_;
+  Transform t_;
+  Sampler sampler_;
+  std::uint64_t epoch_ = 0;
+  bool pin_ = false;
+};
+
+}  // namespace kiln::data

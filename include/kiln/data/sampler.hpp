@@ -1,0 +1,81 @@
+/// Samplers: the order in which a loader visits a dataset, per epoch (torch.utils.data's samplers).
+#pragma once
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/core/errors.hpp"
+#include "kiln/core/index.hpp"
+
+namespace kiln::data {
+
+namespace detail {
+/// splitmix64: the stream of seeds derived from (seed, epoch, ...), independent of thread counts.
+inline std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+inline std::uint64_t mix(std::uint64_t a, std::uint64_t b) { return mix(mix(a) ^ (b + 0x632BE59BD9B4E019ull)); }
+
+/// A seeded permutation of [0, n) (Fisher-Yates with a 64-bit Mersenne twister).
+inline std::vector<index_t> permutation(index_t n, std::uint64_t seed) {
+  std::vector<index_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), index_t{0});
+  std::mt19937_64 g(seed);
+  for (index_t i = n - 1; i > 0; --i) {
+    const index_t j = static_cast<index_t>(g() % static_cast<std::uint64_t>(i + 1));
+    std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
+  }
+  return order;
+}
+}  // namespace detail
+
+/// 0, 1, ..., n - 1 every epoch.
+struct SequentialSampler {
+  std::vector<index_t> indices(index_t n, std::uint64_t /*epoch*/) const {
+    std::vector<index_t> v(static_cast<std::size_t>(n));
+    std::iota(v.begin(), v.end(), index_t{0});
+    return v;
+  }
+};
+
+/// A fresh permutation every epoch, from (seed, epoch): the same seed gives the same orders.
+struct RandomSampler {
+  std::uint64_t seed = 0;
+  std::vector<index_t> indices(index_t n, std::uint64_t epoch) const { return detail::permutation(n, detail::mix(seed, epoch)); }
+};
+
+/// This rank's share of the dataset, as torch.utils.data.DistributedSampler: the (shuffled, with the
+/// same seed and epoch on every rank) indices are padded by repeating from the start to a multiple of
+/// `world_size` (or truncated with drop_last), then rank r takes every world_size-th from r. Call
+/// set_epoch on every rank before each epoch, or pass the epoch through the loader (it does).
+struct DistributedSampler {
+  int world_size = 1;
+  int rank = 0;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  bool drop_last = false;
+
+  std::vector<index_t> indices(index_t n, std::uint64_t epoch) const {
+    if (world_size < 1 || rank < 0 || rank >= world_size)
+      throw ValueError("kiln::data::DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " +
+                       std::to_string(world_size) + ")");
+    std::vector<index_t> all = shuffle ? detail::permutation(n, detail::mix(seed, epoch)) : SequentialSampler{}.indices(n, epoch);
+    const index_t w = world_size;
+    const index_t per_rank = drop_last ? n / w : (n + w - 1) / w;
+    const index_t total = per_rank * w;
+    if (!drop_last && n > 0)
+      for (index_t i = n; i < total; ++i) all.push_back(all[static_cast<std::size_t>((i - n) % n)]);
+    all.resize(static_cast<std::size_t>(total));
+    std::vector<index_t> mine;
+    mine.reserve(static_cast<std::size_t>(per_rank));
+    for (index_t i = rank; i < total; i += w) mine.push_back(all[static_cast<std::size_t>(i)]);
+    return mine;
+  }
+};
+
+}  // namespace kiln::data

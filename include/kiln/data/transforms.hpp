@@ -1,0 +1,110 @@
+/// Transforms: per-sample augmentation and normalisation applied by the loader's workers, seeded per
+/// sample from (seed, epoch, position) so that batches do not depend on the worker count.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/errors.hpp"
+#include "kiln/core/index.hpp"
+#include "kiln/data/sampler.hpp"
+
+namespace kiln::data {
+
+/// The random stream of one sample (splitmix64): cheap to create per sample.
+class SampleRng {
+ public:
+  explicit SampleRng(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next() { return state_ = detail::mix(state_); }
+  /// Uniform in [0, 1).
+  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+  /// Uniform in [0, n).
+  index_t below(index_t n) { return static_cast<index_t>(next() % static_cast<std::uint64_t>(n)); }
+
+ private:
+  std::uint64_t state_;
+};
+
+/// A transform T on samples of shape S ([C, H, W] or [F]): `t.template apply<S>(x, rng)` changes x in
+/// place (x holds S's numel floats). Compose them with Compose<...>.
+
+/// Does nothing (the loader's default).
+struct Identity {
+  template <class S>
+  void apply(std::span<float>, SampleRng&) const {}
+};
+
+/// x[c] = (x[c] - mean[c]) / std[c] per channel (dimension 0 of the sample), as
+/// torchvision.transforms.Normalize; a single value applies to every channel.
+struct Normalize {
+  std::vector<float> mean;
+  std::vector<float> std;
+  template <class S>
+  void apply(std::span<float> x, SampleRng&) const {
+    const index_t channels = S::extents[0];
+    const auto n = static_cast<index_t>(x.size()), plane = n / channels;
+    if ((mean.size() != 1 && static_cast<index_t>(mean.size()) != channels) || mean.size() != std.size())
+      throw ValueError("kiln::data::Normalize: " + std::to_string(mean.size()) + " means and " +
+                       std::to_string(std.size()) + " stds for " + std::to_string(channels) +
+                       " channels; give one value or one per channel, as many stds as means");
+    for (index_t c = 0; c < channels; ++c) {
+      const std::size_t k = mean.size() == 1 ? 0 : static_cast<std::size_t>(c);
+      const float m = mean[k], inv = 1.0f / std[k];
+      float* p = x.data() + c * plane;
+      for (index_t i = 0; i < plane; ++i) p[i] = (p[i] - m) * inv;
+    }
+  }
+};
+
+/// Flips the image left-right with probability p (torchvision.transforms.RandomHorizontalFlip).
+struct RandomHorizontalFlip {
+  double p = 0.5;
+  template <class S>
+  void apply(std::span<float> x, SampleRng& rng) const {
+    static_assert(S::rank == 3, "kiln::data::RandomHorizontalFlip: samples must be images [C, H, W]");
+    if (rng.uniform() >= p) return;
+    constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
+    for (index_t r = 0; r < C * H; ++r) {
+      float* row = x.data() + r * W;
+      for (index_t i = 0, j = W - 1; i < j; ++i, --j) std::swap(row[i], row[j]);
+    }
+  }
+};
+
+/// Pads the image by `padding` zeros on every side and crops an H x W window at a random place
+/// (torchvision.transforms.RandomCrop(size = the image's, padding)).
+struct RandomCrop {
+  index_t padding = 4;
+  template <class S>
+  void apply(std::span<float> x, SampleRng& rng) const {
+    static_assert(S::rank == 3, "kiln::data::RandomCrop: samples must be images [C, H, W]");
+    constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
+    const index_t dy = rng.below(2 * padding + 1) - padding, dx = rng.below(2 * padding + 1) - padding;
+    if (dy == 0 && dx == 0) return;
+    std::vector<float> src(x.begin(), x.end());
+    for (index_t c = 0; c < C; ++c)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t w = 0; w < W; ++w) {
+          const index_t sh = h + dy, sw = w + dx;  // the window's (h, w) in the unpadded image
+          x[static_cast<std::size_t>((c * H + h) * W + w)] =
+              (sh >= 0 && sh < H && sw >= 0 && sw < W) ? src[static_cast<std::size_t>((c * H + sh) * W + sw)] : 0.0f;
+        }
+  }
+};
+
+/// Applies Ts in order (torchvision.transforms.Compose).
+template <class... Ts>
+struct Compose {
+  std::tuple<Ts...> steps;
+  Compose() = default;
+  explicit Compose(Ts... ts) : steps(std::move(ts)...) {}
+  template <class S>
+  void apply(std::span<float> x, SampleRng& rng) const {
+    std::apply([&](const auto&... t) { (t.template apply<S>(x, rng), ...); }, steps);
+  }
+};
+
+}  // namespace kiln::data

@@ -1,0 +1,159 @@
+// IDX files and MNIST / Fashion-MNIST: plain and gzip files decode to the bytes written; every kind of bad
+// file throws a DataError naming the file, the byte offset and what was expected; the real Fashion-MNIST
+// (Debian's dataset-fashion-mnist) loads when installed.
+#include <zlib.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cstdint>
+#include <filesystem>
+#include <kiln/data/data.hpp>
+#include <string>
+#include <vector>
+
+#include "support/temp_dir.hpp"
+
+namespace {
+using kiln::data::DataError;
+using kiln::test::TempDir;
+
+std::vector<std::uint8_t> idx_bytes(int rank, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values,
+                                    std::uint8_t type = 0x08) {
+  std::vector<std::uint8_t> b{0, 0, type, static_cast<std::uint8_t>(rank)};
+  for (auto d : dims)
+    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<std::uint8_t>(d >> s));
+  b.insert(b.end(), values.begin(), values.end());
+  return b;
+}
+
+std::string write_gz(const TempDir& dir, const std::string& name, const std::vector<std::uint8_t>& bytes) {
+  const std::string path = dir.file(name);
+  gzFile f = gzopen(path.c_str(), "wb");
+  BOOST_REQUIRE(f != nullptr);
+  BOOST_REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  gzclose(f);
+  return path;
+}
+
+/// Pixel (i, r, c) of the test images: a pattern that differs per image.
+std::uint8_t pixel(int i, int r, int c) { return static_cast<std::uint8_t>((i * 31 + r * 7 + c * 3) % 256); }
+
+std::vector<std::uint8_t> images(int n, int rows = 28, int cols = 28) {
+  std::vector<std::uint8_t> v;
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) v.push_back(pixel(i, r, c));
+  return idx_bytes(3, {static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols)}, v);
+}
+std::vector<std::uint8_t> labels(const std::vector<std::uint8_t>& l) {
+  return idx_bytes(1, {static_cast<std::uint32_t>(l.size())}, l);
+}
+
+/// A predicate for BOOST_CHECK_EXCEPTION: the message contains every part.
+auto says(std::vector<std::string> parts) {
+  return [parts](const DataError& e) {
+    const std::string m = e.what();
+    for (const auto& p : parts)
+      if (m.find(p) == std::string::npos) {
+        BOOST_TEST_MESSAGE("message lacks '" << p << "': " << m);
+        return false;
+      }
+    return true;
+  };
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(data)
+BOOST_AUTO_TEST_SUITE(idx)
+
+BOOST_AUTO_TEST_CASE(plain_and_gzip_files_decode_to_the_bytes_written) {
+  TempDir dir;
+  const auto bytes = images(3, 4, 5);
+  const auto plain = dir.write("a-idx3-ubyte", bytes);
+  const auto gz = write_gz(dir, "a-idx3-ubyte.gz", bytes);
+  for (const auto& path : {plain, gz}) {
+    const auto a = kiln::data::read_idx(path, 3);
+    BOOST_TEST(a.dims == (std::vector<kiln::index_t>{3, 4, 5}), boost::test_tools::per_element());
+    BOOST_TEST(a.values.size() == 60u);
+    BOOST_TEST(a.values[0] == pixel(0, 0, 0));
+    BOOST_TEST(a.values[59] == pixel(2, 3, 4));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(mnist_split_reads_images_scaled_and_labels) {
+  TempDir dir;
+  write_gz(dir, "train-images-idx3-ubyte.gz", images(3));
+  dir.write("train-labels-idx1-ubyte", labels({7, 0, 9}));  // plain and .gz may be mixed
+  kiln::data::Mnist train(dir.path().string(), true);
+  static_assert(kiln::data::dataset<kiln::data::Mnist>);
+  BOOST_TEST(train.size() == 3);
+  const auto e = kiln::data::get(train, 2);
+  BOOST_TEST(e.y[0] == 9);
+  BOOST_TEST(e.x.size() == 784u);
+  BOOST_TEST(e.x[5 * 28 + 6] == pixel(2, 5, 6) / 255.0f);
+  BOOST_TEST(kiln::data::Mnist(dir.path().string(), true, 2).size() == 2);  // limit
+}
+
+BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
+  TempDir dir;
+  const std::string root = dir.path().string();
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
+                        says({"t10k-images-idx3-ubyte", "no such file", "dataset-fashion-mnist"}));
+
+  const auto empty = dir.write("empty", {});
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(empty, 3), DataError, says({"empty", "byte 0", "the file is empty"}));
+
+  auto wrong_magic = images(1);
+  wrong_magic[3] = 2;
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("magic", wrong_magic), 3), DataError,
+                        says({"magic", "byte 0", "magic number 0x00000802", "expected 0x00000803"}));
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("float", images(1)), 1), DataError,
+                        says({"float", "byte 0", "expected 0x00000801"}));
+
+  auto truncated = images(2);
+  truncated.resize(truncated.size() - 10);
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("truncated", truncated), 3), DataError,
+                        says({"truncated", "byte " + std::to_string(truncated.size()), "ends early", "1568 data bytes"}));
+  auto short_header = images(1);
+  short_header.resize(9);
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("header", short_header), 3), DataError,
+                        says({"header", "byte 9", "ends inside the header", "16 header bytes"}));
+
+  // A gzip stream cut in half.
+  const auto gz = write_gz(dir, "cut.gz", images(20));
+  const auto size = std::filesystem::file_size(gz);
+  std::filesystem::resize_file(gz, size / 2);
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(gz, 3), DataError, says({"cut.gz", "of the decompressed data", "gzip"}));
+
+  // Counts that disagree, a label out of range, images that are not 28 x 28.
+  dir.write("t10k-images-idx3-ubyte", images(3));
+  dir.write("t10k-labels-idx1-ubyte", labels({1, 2}));
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
+                        says({"t10k-labels-idx1-ubyte", "2 labels for 3 images", "as many labels as images"}));
+  dir.write("t10k-labels-idx1-ubyte", labels({1, 12, 3}));
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
+                        says({"t10k-labels-idx1-ubyte", "byte 9", "label 12", "[0, 9]"}));
+  dir.write("t10k-images-idx3-ubyte", images(3, 27, 28));
+  dir.write("t10k-labels-idx1-ubyte", labels({1, 2, 3}));
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
+                        says({"t10k-images-idx3-ubyte", "images of 27 x 28", "28 x 28"}));
+}
+
+BOOST_AUTO_TEST_CASE(debian_fashion_mnist_loads_when_installed) {
+  const std::string root = "/usr/share/datasets/fashion-mnist";
+  if (!std::filesystem::exists(root + "/t10k-images-idx3-ubyte.gz")) {
+    BOOST_TEST_MESSAGE("dataset-fashion-mnist is not installed: the real files are not checked");
+    return;
+  }
+  kiln::data::FashionMnist test(root, false);
+  BOOST_TEST(test.size() == 10000);
+  std::vector<int> count(10, 0);
+  for (auto l : test.labels()) ++count[l];
+  BOOST_TEST(count == std::vector<int>(10, 1000), boost::test_tools::per_element());
+  BOOST_TEST(test.labels()[0] == 9);  // an ankle boot
+  unsigned sum = 0;
+  for (int k = 0; k < 784; ++k) sum += test.images()[static_cast<std::size_t>(k)];
+  BOOST_TEST(sum == 33456u);  // the first test image's pixel sum, from Python's gzip module
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,192 @@
+// DataLoader, samplers and transforms: every sample once per epoch, a fresh order per epoch, batches
+// that do not depend on num_workers for a seed, worker errors reach the reader, an early break does not
+// hang; DistributedSampler pads and splits as PyTorch's; transforms do what torchvision's do.
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <kiln/data/data.hpp>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+namespace {
+using kiln::index_t;
+using kiln::Shape;
+namespace kd = kiln::data;
+
+/// n images [2, 3, 4] whose values encode (sample, position); label = sample.
+kd::TensorDataset<Shape<2, 3, 4>> images(index_t n) {
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+  for (index_t i = 0; i < n; ++i) {
+    for (index_t k = 0; k < 24; ++k) x.push_back(static_cast<float>(i * 100 + k));
+    y.push_back(i);
+  }
+  return {std::move(x), std::move(y)};
+}
+
+/// Every batch of one epoch, flattened: (labels, inputs).
+template <class L>
+std::pair<std::vector<std::int64_t>, std::vector<float>> epoch(L& loader) {
+  std::pair<std::vector<std::int64_t>, std::vector<float>> out;
+  for (const auto& b : loader) {
+    const auto y = b.y.to_vector();
+    const auto x = b.x.to_vector();
+    out.first.insert(out.first.end(), y.begin(), y.end());
+    out.second.insert(out.second.end(), x.begin(), x.end());
+  }
+  return out;
+}
+
+struct Throws {  // a dataset whose sample 13 cannot be read
+  using sample_shape = Shape<1>;
+  using target_type = std::int64_t;
+  using target_shape = Shape<>;
+  index_t size() const { return 40; }
+  void read(index_t i, std::span<float> x, std::span<std::int64_t> y) const {
+    if (i == 13) throw kd::DataError("throws.bin", "byte 13", "broken sample", "a readable sample");
+    x[0] = static_cast<float>(i);
+    y[0] = i;
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(data)
+BOOST_AUTO_TEST_SUITE(loader)
+
+BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
+  const auto ds = images(10);
+  kd::DataLoader loader(ds, {.batch_size = 4});
+  BOOST_TEST(loader.size() == 3);
+  std::vector<index_t> sizes;
+  for (const auto& b : loader) sizes.push_back(b.size());
+  BOOST_TEST(sizes == (std::vector<index_t>{4, 4, 2}), boost::test_tools::per_element());
+  const auto [labels, x] = epoch(loader);
+  std::vector<std::int64_t> want(10);
+  std::iota(want.begin(), want.end(), 0);
+  BOOST_TEST(labels == want, boost::test_tools::per_element());
+  BOOST_TEST(x[24 * 7 + 5] == 705.0f);
+  kd::DataLoader dropping(ds, {.batch_size = 4, .drop_last = true});
+  BOOST_TEST(dropping.size() == 2);
+  BOOST_TEST(epoch(dropping).first.size() == 8u);
+}
+
+BOOST_AUTO_TEST_CASE(shuffle_visits_every_sample_once_in_a_fresh_order_each_epoch) {
+  const auto ds = images(50);
+  kd::DataLoader loader(ds, {.batch_size = 8, .shuffle = true, .seed = 3});
+  const auto e0 = epoch(loader).first, e1 = epoch(loader).first;
+  for (const auto& e : {e0, e1}) {
+    BOOST_TEST(std::set<std::int64_t>(e.begin(), e.end()).size() == 50u);
+    BOOST_TEST(e.size() == 50u);
+  }
+  BOOST_TEST(e0 != e1);
+  loader.set_epoch(0);
+  BOOST_TEST(epoch(loader).first == e0);  // epoch 0 again: the same order
+  kd::DataLoader other_seed(ds, {.batch_size = 8, .shuffle = true, .seed = 4});
+  BOOST_TEST(epoch(other_seed).first != e0);
+}
+
+BOOST_AUTO_TEST_CASE(batches_do_not_depend_on_the_worker_count) {
+  const auto ds = images(37);
+  using T = kd::Compose<kd::RandomCrop, kd::RandomHorizontalFlip, kd::Normalize>;
+  const T t(kd::RandomCrop{.padding = 1}, kd::RandomHorizontalFlip{}, kd::Normalize{{1.0f, 2.0f}, {2.0f, 4.0f}});
+  std::vector<std::pair<std::vector<std::int64_t>, std::vector<float>>> runs;
+  for (int workers : {0, 1, 3}) {
+    kd::DataLoader loader(ds, {.batch_size = 5, .shuffle = true, .num_workers = workers, .prefetch_factor = 2, .seed = 9}, t);
+    (void)epoch(loader);  // epoch 0
+    runs.push_back(epoch(loader));  // epoch 1
+  }
+  BOOST_TEST(runs[0].first == runs[1].first);
+  BOOST_TEST(runs[0].first == runs[2].first);
+  BOOST_TEST(runs[0].second == runs[1].second);
+  BOOST_TEST(runs[0].second == runs[2].second);
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_error_reaches_the_reader_and_an_early_break_does_not_hang) {
+  const Throws ds;
+  for (int workers : {0, 2}) {
+    kd::DataLoader loader(ds, {.batch_size = 4, .num_workers = workers});
+    BOOST_CHECK_EXCEPTION(epoch(loader), kd::DataError, [](const kd::DataError& e) {
+      return std::string(e.what()).find("throws.bin: byte 13: broken sample") != std::string::npos;
+    });
+  }
+  const auto ok = images(100);
+  kd::DataLoader loader(ok, {.batch_size = 2, .num_workers = 2, .prefetch_factor = 1});
+  int seen = 0;
+  for (const auto& b : loader) {
+    if (++seen == 3) break;
+    (void)b;
+  }
+  BOOST_TEST(seen == 3);
+  BOOST_CHECK_THROW(kd::DataLoader(ok, {.batch_size = 0}), kiln::ValueError);
+}
+
+BOOST_AUTO_TEST_CASE(pin_memory_without_a_gpu_is_ignored) {
+  const auto ds = images(6);
+  kd::DataLoader loader(ds, {.batch_size = 4, .pin_memory = true});
+  BOOST_TEST(epoch(loader).first.size() == 6u);
+}
+
+BOOST_AUTO_TEST_CASE(distributed_sampler_pads_and_splits_like_pytorch) {
+  // 10 samples over 3 ranks: 4 each; the permutation is padded with its first 2 entries.
+  std::vector<std::vector<index_t>> parts;
+  for (int r = 0; r < 3; ++r) parts.push_back(kd::DistributedSampler{.world_size = 3, .rank = r, .seed = 5}.indices(10, 2));
+  const auto all = kd::detail::permutation(10, kd::detail::mix(5, 2));
+  for (int r = 0; r < 3; ++r) {
+    BOOST_TEST(parts[r].size() == 4u);
+    for (std::size_t k = 0; k < 4; ++k) BOOST_TEST(parts[r][k] == all[(r + 3 * k) % 10]);
+  }
+  std::set<index_t> covered;
+  for (const auto& p : parts) covered.insert(p.begin(), p.end());
+  BOOST_TEST(covered.size() == 10u);
+  const auto dropped = kd::DistributedSampler{.world_size = 3, .rank = 2, .shuffle = false, .drop_last = true}.indices(10, 0);
+  BOOST_TEST(dropped == (std::vector<index_t>{2, 5, 8}), boost::test_tools::per_element());
+  BOOST_CHECK_THROW(kd::DistributedSampler({.world_size = 2, .rank = 2}).indices(4, 0), kiln::ValueError);
+  // Through a loader: each rank's batches hold its share.
+  const auto ds = images(10);
+  kd::DataLoader loader(ds, kd::DistributedSampler{.world_size = 3, .rank = 1, .shuffle = false}, {.batch_size = 3});
+  BOOST_TEST(epoch(loader).first == (std::vector<std::int64_t>{1, 4, 7, 0}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
+  using S = Shape<2, 3, 4>;
+  std::vector<float> x(24);
+  std::iota(x.begin(), x.end(), 0.0f);
+  kd::SampleRng rng(1);
+  auto n = x;
+  kd::Normalize{{1.0f, 2.0f}, {2.0f, 4.0f}}.apply<S>(n, rng);
+  BOOST_TEST(n[0] == -0.5f);           // (0 - 1) / 2
+  BOOST_TEST(n[12] == (12.0f - 2.0f) / 4.0f);
+  auto f = x;
+  kd::RandomHorizontalFlip{.p = 1.0}.apply<S>(f, rng);
+  BOOST_TEST(f[0] == 3.0f);
+  BOOST_TEST(f[4 * 5 + 1] == 22.0f);  // row 5, column 1 <- column 2
+  BOOST_CHECK_THROW((kd::Normalize{{1, 2, 3}, {1, 1, 1}}.apply<S>(n, rng)), kiln::ValueError);
+  // RandomCrop(padding 1): the output is the input shifted by some (dy, dx) in [-1, 1]^2, zeros outside,
+  // and over many draws every shift appears.
+  std::set<std::pair<int, int>> shifts;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    auto c = x;
+    kd::SampleRng r(seed);
+    kd::RandomCrop{.padding = 1}.apply<S>(c, r);
+    int found = 0;
+    for (int dy = -1; dy <= 1; ++dy)
+      for (int dx = -1; dx <= 1; ++dx) {
+        bool same = true;
+        for (int ch = 0; ch < 2 && same; ++ch)
+          for (int h = 0; h < 3 && same; ++h)
+            for (int w = 0; w < 4 && same; ++w) {
+              const int sh = h + dy, sw = w + dx;
+              const float want = (sh >= 0 && sh < 3 && sw >= 0 && sw < 4) ? x[(ch * 3 + sh) * 4 + sw] : 0.0f;
+              same = c[(ch * 3 + h) * 4 + w] == want;
+            }
+        if (same) shifts.insert({dy, dx}), ++found;
+      }
+    BOOST_TEST(found == 1);
+  }
+  BOOST_TEST(shifts.size() == 9u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
