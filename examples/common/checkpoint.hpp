@@ -1,0 +1,50 @@
+// Checkpoints of a training example: the model's parameters (PyTorch's state_dict names), Adam's
+// moments and step count, and the epoch reached, in one safetensors file written atomically.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <kiln/io/safetensors.hpp>
+
+namespace examples {
+
+template <class Model, class Optimizer>
+void save_training_state(const std::string& path, const Model& model, const Optimizer& opt, int epochs_done) {
+  using M = typename Model::M;
+  const auto m = opt.exp_avg().to_vector(), v = opt.exp_avg_sq().to_vector();
+  const std::vector<kiln::index_t> shape{static_cast<kiln::index_t>(m.size())};
+  std::map<std::string, kiln::SafetensorsEntry> extra;
+  extra["optimizer.exp_avg"] = kiln::make_entry<M>(std::span<const M>(m), shape);
+  extra["optimizer.exp_avg_sq"] = kiln::make_entry<M>(std::span<const M>(v), shape);
+  kiln::save_checkpoint(path, model, std::move(extra),
+                        {{"epoch", std::to_string(epochs_done)}, {"step", std::to_string(opt.step_count())},
+                         {"format", "kiln training state"}});
+}
+
+/// Restores what save_training_state wrote; returns the epochs already done.
+template <class Model, class Optimizer>
+int load_training_state(const std::string& path, Model& model, Optimizer& opt) {
+  using M = typename Model::M;
+  std::map<std::string, std::string> meta;
+  auto rest = kiln::load_checkpoint(path, model, &meta);
+  for (const char* name : {"optimizer.exp_avg", "optimizer.exp_avg_sq"}) {
+    const auto it = rest.find(name);
+    if (it == rest.end() || it->second.bytes.size() != static_cast<std::size_t>(model.parameter_count) * sizeof(M))
+      throw kiln::CheckpointError("kiln: " + path + ": missing or wrong-sized '" + name + "' (" +
+                                  std::to_string(model.parameter_count) + " values expected)");
+    std::vector<M> host(static_cast<std::size_t>(model.parameter_count));
+    std::memcpy(host.data(), it->second.bytes.data(), it->second.bytes.size());
+    auto& arena = std::string(name) == "optimizer.exp_avg" ? opt.exp_avg() : opt.exp_avg_sq();
+    arena.copy_from(std::span<const M>(host));
+  }
+  if (!meta.count("epoch") || !meta.count("step"))
+    throw kiln::CheckpointError("kiln: " + path + ": no 'epoch' / 'step' metadata: not a training state written by "
+                                "a kiln example");
+  opt.set_step_count(std::stoll(meta["step"]));
+  return std::stoi(meta["epoch"]);
+}
+
+}  // namespace examples

@@ -1,0 +1,68 @@
+// The command line every training example shares (CLI11), and the checks of what this build can run.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <kiln/core/config.hpp>
+
+namespace examples {
+
+struct TrainOptions {
+  std::string data;
+  int epochs = 5;
+  int batch_size = 128;
+  double lr = 1e-3;
+  std::string device = "auto";    // cpu | cuda | auto
+  std::string precision = "fp32"; // fp32 | fp16 | bf16
+  std::string parallel = "single";// single | dp | ddp
+  int workers = 2;
+  int accumulate = 1;
+  std::uint64_t seed = 0;
+  long long limit = -1;           // first N training samples (-1: all)
+  std::string checkpoint;
+  bool resume = false;
+  std::string metrics;
+  std::string target;             // regression examples: the target column
+};
+
+/// Adds the shared flags to `app` with the example's defaults already in `o`.
+inline void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--data", o.data, "dataset directory or file")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "samples per step")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_option("--precision", o.precision, "fp32, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--parallel", o.parallel, "single, dp or ddp")->capture_default_str()->check(CLI::IsMember({"single", "dp", "ddp"}));
+  app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
+  app.add_option("--limit", o.limit, "use only the first N training samples")->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "safetensors file written (atomically) after every epoch");
+  app.add_flag("--resume", o.resume, "continue from --checkpoint (parameters, optimizer state, epoch)");
+  app.add_option("--metrics", o.metrics, "append one JSON line per epoch to this file");
+}
+
+/// Exit status 2 with a one-line reason when the options ask for a part kiln does not have yet.
+/// Returns the device to use ("cpu" or "cuda"), or "" after printing why it cannot run.
+inline std::string check_buildable(const char* program, const TrainOptions& o, bool cuda_available) {
+  auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "%s: %s\n", program, why.c_str());
+    return std::string();
+  };
+  if (o.precision != "fp32")
+    return fail("--precision " + o.precision + " is not built yet (mixed-precision training is issue #5); use fp32");
+  if (o.parallel != "single")
+    return fail("--parallel " + o.parallel + " is not built yet (data-parallel training is issue #6); use single");
+  if (o.resume && o.checkpoint.empty()) return fail("--resume needs --checkpoint FILE");
+  if (o.device == "cuda" && !KILN_CUDA_COMPILER)
+    return fail("--device cuda: this build has no CUDA (configure with the ci preset and nvcc)");
+  if (o.device == "cuda" && !cuda_available) return fail("--device cuda: no CUDA device is available");
+  if (o.device == "cpu") return "cpu";
+  return cuda_available ? "cuda" : "cpu";
+}
+
+}  // namespace examples

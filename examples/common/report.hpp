@@ -1,0 +1,59 @@
+// What a training example prints and writes: a progress bar on a terminal (else one line per epoch),
+// JSON metrics lines, and the closing `result: key=value ...` line.
+#pragma once
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include <kiln/core/errors.hpp>
+
+namespace examples {
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// "[=====>     ] 234/469 loss 0.4321 5210 samples/s ETA 12s", redrawn in place on a terminal.
+class Progress {
+ public:
+  Progress(int epoch, int epochs, long long batches)
+      : epoch_(epoch), epochs_(epochs), batches_(batches), tty_(isatty(STDOUT_FILENO) == 1), t0_(Clock::now()) {}
+  void update(long long done, double mean_loss, long long samples) {
+    if (!tty_ || (done != batches_ && done % 5 != 0)) return;
+    const double s = seconds_since(t0_), rate = s > 0 ? samples / s : 0.0;
+    const double eta = done > 0 ? s / done * (batches_ - done) : 0.0;
+    constexpr int width = 24;
+    const int filled = batches_ > 0 ? static_cast<int>(width * done / batches_) : width;
+    std::string bar(static_cast<std::size_t>(filled), '=');
+    if (filled < width) bar += '>' + std::string(static_cast<std::size_t>(width - filled - 1), ' ');
+    std::printf("\repoch %d/%d [%s] %lld/%lld loss %.4f %.0f samples/s ETA %.0fs ", epoch_, epochs_, bar.c_str(), done,
+                batches_, mean_loss, rate, eta);
+    std::fflush(stdout);
+  }
+  void finish() {
+    if (tty_) std::printf("\r%*s\r", 100, "");
+  }
+
+ private:
+  int epoch_, epochs_;
+  long long batches_;
+  bool tty_;
+  Clock::time_point t0_;
+};
+
+/// Appends one JSON object per line to `path` (nothing when path is empty).
+inline void append_metrics(const std::string& path, const nlohmann::json& line) {
+  if (path.empty()) return;
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw kiln::Error("cannot open the metrics file " + path + " for appending");
+  out << line.dump() << '\n';
+  if (!out) throw kiln::Error("cannot write the metrics file " + path);
+}
+
+}  // namespace examples
