@@ -1,0 +1,123 @@
+// bench_loader: the DataLoader's throughput on Fashion-MNIST with 0, 1 and 2 workers against the LeNet
+// training step's throughput measured in the same run, and a whole training epoch against PyTorch's.
+//
+//   loader_over_train        samples/s of the loader (2 workers, Normalize) / samples/s of training
+//                            (LeNet step, batch 128): target >= 5, so the loader is never the bottleneck
+//   epoch_speedup_vs_torch   PyTorch's epoch (its fastest path: pre-normalised tensors gathered by
+//                            shuffled index, bench/loader/torch_epoch.py) / kiln's epoch (DataLoader with
+//                            2 workers + training): target >= 1 (when /usr/bin/python3 has torch)
+//
+//   OMP_NUM_THREADS=2 ./bench_loader [--data DIR] [--limit N] [--repeat 3] [--epoch yes|no] [--torch yes|no]
+// Without the data (Debian: dataset-fashion-mnist) it says so and exits 0.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <kiln/data/data.hpp>
+#include <kiln/kiln.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/adam.hpp>
+#include <memory>
+#include <string>
+
+#include "../harness.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Shape;
+using namespace kiln::nn;
+using LeNet = Sequential<Conv2d<1, 6, 5, 1, 2>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
+                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+
+nlohmann::json run_torch(const std::string& data, long long limit) {
+  const std::string cmd = "/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/loader/torch_epoch.py --data " + data +
+                          " --limit " + std::to_string(limit) + " 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
+  if (!p) return {};
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), p.get())) out += buf.data();
+  try {
+    return nlohmann::json::parse(out);
+  } catch (...) {
+    return {};
+  }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::bench::Harness h("bench_loader", argc, argv, {.n = 128, .repeat = 3, .warmup = 1},
+                         {{"--data", "Fashion-MNIST directory (default /usr/share/datasets/fashion-mnist)"},
+                          {"--limit", "first N training images (default all)"},
+                          {"--epoch", "time a whole training epoch too: yes (default) or no"},
+                          {"--torch", "run PyTorch's epoch too: yes (default) or no"}});
+  const std::string root = h.option("--data").value_or("/usr/share/datasets/fashion-mnist");
+  const long long limit = std::stoll(h.option("--limit").value_or("-1"));
+  if (!std::filesystem::exists(root + "/train-images-idx3-ubyte.gz") && !std::filesystem::exists(root + "/train-images-idx3-ubyte")) {
+    std::printf("bench_loader: no Fashion-MNIST in %s (Debian: apt-get install dataset-fashion-mnist): skipped\n", root.c_str());
+    return 0;
+  }
+  const kiln::data::FashionMnist train(root, true, limit);
+  const kiln::data::Normalize normalize{{0.5f}, {0.5f}};
+  const auto samples = static_cast<double>(train.size());
+  const kiln::index_t batch = h.n();
+
+  for (int workers : {0, 1, 2}) {
+    auto loader = std::make_shared<kiln::data::DataLoader<kiln::data::FashionMnist, kiln::data::Normalize>>(
+        train, kiln::data::LoaderOptions{.batch_size = batch, .shuffle = true, .num_workers = workers, .seed = 1},
+        normalize);
+    h.add("loader_" + std::to_string(workers) + "_workers", 0, "one epoch of batches, Normalize", [loader] {
+      double sum = 0;
+      for (const auto& b : *loader) sum += b.x.data()[0];
+      (void)sum;
+    });
+  }
+
+  Model<LeNet, Shape<dyn, 1, 28, 28>> model(0);
+  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  CrossEntropyLoss ce;
+  kiln::data::DataLoader one(train, {.batch_size = batch}, normalize);
+  const auto fixed = *one.begin();
+  const auto step = [&](const auto& x, const auto& y) {
+    opt.zero_grad();
+    const auto logits = model.forward(x);
+    model.backward(ce.backward(logits, y));
+    opt.step();
+  };
+  constexpr int steps = 10;
+  h.add("train_steps", 0, "10 LeNet steps (batch 128), data in memory", [&] {
+    for (int i = 0; i < steps; ++i) step(fixed.x, fixed.y);
+  });
+  const bool epoch = h.option("--epoch").value_or("yes") != "no";
+  kiln::data::DataLoader epoch_loader(train, {.batch_size = batch, .shuffle = true, .num_workers = 2, .seed = 2}, normalize);
+  if (epoch)
+    h.add("train_epoch", 0, "a training epoch: loader (2 workers) + steps", [&] {
+      for (const auto& b : epoch_loader) step(b.x, b.y);
+    });
+  h.run();
+
+  const double train_rate = steps * static_cast<double>(fixed.size()) / h.median("train_steps");
+  for (int workers : {0, 1, 2})
+    h.info("loader_" + std::to_string(workers) + "_workers_samples_per_s",
+           samples / h.median("loader_" + std::to_string(workers) + "_workers"));
+  h.info("train_samples_per_s", train_rate);
+  std::printf("samples/s: loader 0/1/2 workers %.0f / %.0f / %.0f, training %.0f\n", samples / h.median("loader_0_workers"),
+              samples / h.median("loader_1_workers"), samples / h.median("loader_2_workers"), train_rate);
+  h.ratio("loader_over_train", samples / h.median("loader_2_workers") / train_rate, 5.0,
+          "loader with 2 workers / training step, samples per second");
+  if (epoch) {
+    std::printf("kiln epoch: %.2f s for %.0f images\n", h.median("train_epoch"), samples);
+    if (h.option("--torch").value_or("yes") != "no") {
+      const auto t = run_torch(root, limit);
+      if (t.is_object() && t.contains("epoch_s")) {
+        h.info("torch", t);
+        std::printf("PyTorch %s epoch (%s): %.2f s, %d thread(s)\n", t["torch"].get<std::string>().c_str(),
+                    t["mode"].get<std::string>().c_str(), t["epoch_s"].get<double>(), t["threads"].get<int>());
+        h.ratio("epoch_speedup_vs_torch", t["epoch_s"].get<double>() / h.median("train_epoch"), 1.0,
+                "PyTorch epoch / kiln epoch");
+      } else {
+        std::printf("PyTorch not measured (/usr/bin/python3 with torch not found): ratio skipped\n");
+      }
+    }
+  }
+  return h.finish();
+}
