@@ -1,5 +1,6 @@
 /// kiln::data in one include: datasets, readers, transforms, samplers and the loader.
 #pragma once
+#include "kiln/data/cifar10.hpp"
 #include "kiln/data/dataset.hpp"
 #include "kiln/data/error.hpp"
 #include "kiln/data/idx.hpp"
