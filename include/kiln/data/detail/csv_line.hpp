@@ -1,0 +1,140 @@
+/// Splitting one CSV line into cells and reading a cell as a number (helpers of data/csv.hpp).
+#pragma once
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "kiln/data/error.hpp"
+
+namespace kiln::data::detail::csv {
+
+/// One cell of a line: its text without surrounding spaces and quotes (spaces just inside the quotes
+/// are dropped too; a quoted cell's "" pairs are kept as they are, unquote() turns them into "), the
+/// 1-based column of its first character (its opening quote, if quoted), and whether it was quoted.
+struct Cell {
+  std::string_view text;
+  std::size_t column = 1;
+  bool quoted = false;
+};
+
+inline bool is_space(char c) { return c == ' ' || c == '\t'; }
+
+/// `s` without the spaces and tabs around it.
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+/// A cell's text for messages: quoted, cut after 40 characters.
+inline std::string shown(std::string_view s) {
+  return "\"" + std::string(s.substr(0, 40)) + (s.size() > 40 ? "...\"" : "\"");
+}
+
+/// The text of a quoted cell with each "" pair read as one ".
+inline std::string unquote(const Cell& c) {
+  if (!c.quoted) return std::string(c.text);
+  std::string out;
+  out.reserve(c.text.size());
+  for (std::size_t i = 0; i < c.text.size(); ++i) {
+    out += c.text[i];
+    if (c.text[i] == '"') ++i;  // the second quote of a "" pair
+  }
+  return out;
+}
+
+/// Splits `line` (no line ending) at commas into `cells` (cleared first; views into `line`). Spaces
+/// around a cell are dropped; a cell may be quoted ("CRIM", "a,b", "say ""hi"""). A line ending in a
+/// comma has an empty last cell. Throws DataError on an unterminated quote or text after a closing quote.
+inline void split(std::string_view line, const std::string& file, std::size_t line_no,
+                  std::vector<Cell>& cells) {
+  cells.clear();
+  std::size_t i = 0;
+  for (;;) {
+    while (i < line.size() && is_space(line[i])) ++i;
+    Cell cell;
+    cell.column = i + 1;
+    if (i < line.size() && line[i] == '"') {
+      cell.quoted = true;
+      const std::size_t open = i++;
+      std::size_t close = std::string_view::npos;
+      while (i < line.size()) {
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            i += 2;  // "" inside quotes: a literal quote
+            continue;
+          }
+          close = i;
+          break;
+        }
+        ++i;
+      }
+      if (close == std::string_view::npos)
+        throw DataError(file, detail::line_column(line_no, open + 1),
+                        "a quoted cell is not closed on its line", "a closing \" before the end of the line");
+      cell.text = trim(line.substr(open + 1, close - open - 1));
+      i = close + 1;
+      while (i < line.size() && is_space(line[i])) ++i;
+      if (i < line.size() && line[i] != ',')
+        throw DataError(file, detail::line_column(line_no, i + 1),
+                        "text " + shown(line.substr(i, line.find(',', i) - i)) + " after the closing quote",
+                        "a comma or the end of the line after a quoted cell");
+    } else {
+      const std::size_t end = std::min(line.find(',', i), line.size());
+      cell.text = trim(line.substr(i, end - i));
+      i = end;
+    }
+    cells.push_back(cell);
+    if (i >= line.size()) return;
+    ++i;  // the comma
+  }
+}
+
+/// Whether `s` is a non-negative integer written in decimal digits only ("506", "13").
+inline bool is_count(std::string_view s) {
+  if (s.empty() || s.size() > 18) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+/// Reads all of `s` as a number into `value` (std::from_chars in double precision, after an optional
+/// leading '+'); false when `s` is empty or not entirely a number. Accepts what Python's float() prints and
+/// pandas writes: 0.00632, 18, -1.5e-3.
+inline bool parse_number(std::string_view s, double& value) {
+  if (s.size() > 1 && s.front() == '+' && s[1] != '-' && s[1] != '+') s.remove_prefix(1);
+  if (s.empty()) return false;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value, std::chars_format::general);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+/// Whether `s` reads as a number (finite or not): used to tell a header row from a data row.
+inline bool looks_numeric(std::string_view s) {
+  double v = 0;
+  return parse_number(s, v);
+}
+
+/// Cell `c` of `line_no` as a finite float, or DataError naming the cell and its column `name`.
+inline float to_float(const Cell& c, const std::string& name, const std::string& file, std::size_t line_no) {
+  const auto where = detail::line_column(line_no, c.column);
+  const std::string what = "the cell of column \"" + name + "\"";
+  if (c.text.empty())
+    throw DataError(file, where, what + " is empty (a missing value)",
+                    "a number: kiln does not impute missing values");
+  double v = 0;
+  if (!parse_number(c.text, v))
+    throw DataError(file, where, what + " is " + shown(c.text) + ", not a number",
+                    "a decimal number such as 0.538, -12 or 1.5e-3");
+  if (!std::isfinite(v) || std::abs(v) > static_cast<double>(std::numeric_limits<float>::max()))
+    throw DataError(file, where, what + " is " + shown(c.text) + ", not a finite float",
+                    "a finite number of magnitude at most 3.4e38");
+  return static_cast<float>(v);
+}
+
+}  // namespace kiln::data::detail::csv
