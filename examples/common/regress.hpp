@@ -1,0 +1,205 @@
+// What every regression example does after building its data and model: the epoch loop (MSE training
+// steps with gradient accumulation, a progress bar, an evaluation of the test RMSE without gradients, the
+// epoch's line, JSON metrics, an atomic checkpoint), the baseline of predicting the training mean, and the
+// closing `result:` line.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+#include <kiln/core/config.hpp>
+#include <kiln/core/index.hpp>
+#include <kiln/data/dataset.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/policy/policy.hpp>
+
+#include "checkpoint.hpp"
+#include "cli.hpp"
+#include "report.hpp"
+
+#if KILN_HAS_OPENMP
+#include <omp.h>
+#endif
+
+namespace examples::regression {
+
+/// The flags a regression example adds to the shared ones: --target, the column to predict.
+inline void add_regression_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--target", o.target, "the CSV column to predict (every other column is a feature)")
+      ->capture_default_str();
+}
+
+/// The batch's tensor on device D (the CPU batch itself on the CPU).
+template <class D, class T, class S>
+auto to_device(const kiln::Tensor<T, S, kiln::Cpu>& t) {
+  if constexpr (std::is_same_v<D, kiln::Cpu>) return t;
+  else return t.template to<D>(0, true);
+}
+
+/// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).
+inline int threads() {
+#if KILN_HAS_OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/// Every target of a dataset with one float target per sample (a CsvDataset or a Subset of one), in order.
+template <kiln::data::dataset Ds>
+std::vector<double> targets(const Ds& d) {
+  static_assert(std::is_same_v<typename Ds::target_type, float> && Ds::target_shape::static_numel() == 1,
+                "examples::regression::targets: the dataset must have one float target per sample");
+  std::vector<float> x(static_cast<std::size_t>(Ds::sample_shape::static_numel()));
+  float y = 0;
+  std::vector<double> out;
+  out.reserve(static_cast<std::size_t>(d.size()));
+  for (kiln::index_t i = 0; i < d.size(); ++i) {
+    d.read(i, std::span<float>(x), std::span<float>(&y, 1));
+    out.push_back(static_cast<double>(y));
+  }
+  return out;
+}
+
+/// The mean of `v` (NaN when empty).
+inline double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double e : v) s += e;
+  return v.empty() ? NAN : s / static_cast<double>(v.size());
+}
+
+/// The RMSE of predicting the constant `c` for every value of `v`: the baseline a model must beat
+/// (with c = the training targets' mean, what a model that learned nothing from the features scores).
+inline double constant_rmse(const std::vector<double>& v, double c) {
+  double s = 0;
+  for (double e : v) s += (e - c) * (e - c);
+  return v.empty() ? NAN : std::sqrt(s / static_cast<double>(v.size()));
+}
+
+/// Test loss (mean squared error over the samples) and its square root, the RMSE.
+struct Evaluation {
+  double loss = NAN;
+  double rmse = NAN;
+};
+
+/// MSE and RMSE of the model on every batch of `loader`, without gradients (NoGrad + eval(); train()
+/// again afterwards).
+template <class Model, class Loader>
+Evaluation evaluate(Model& model, Loader& loader) {
+  using D = typename Model::D;
+  model.eval();
+  kiln::nn::NoGrad guard(model);
+  kiln::nn::MSELoss mse;
+  double squares = 0;
+  long long seen = 0;
+  for (const auto& b : loader) {
+    const auto pred = model.forward(to_device<D>(b.x));  // [N, 1]
+    const auto y = to_device<D>(b.y);                    // [N, 1]
+    squares += static_cast<double>(mse(pred, y).item()) * static_cast<double>(b.size());
+    seen += b.size();
+  }
+  model.train();
+  const double loss = squares / static_cast<double>(seen);
+  return {loss, std::sqrt(loss)};
+}
+
+/// Whether epoch `epoch` (1-based) of `epochs` gets its line: every epoch on a terminal or for runs of up
+/// to 20 epochs; otherwise every 10th and the last (the progress bar and --metrics cover the rest).
+inline bool prints_epoch(int epoch, int epochs, bool terminal) {
+  return terminal || epochs <= 20 || epoch % 10 == 0 || epoch == epochs;
+}
+
+/// Where training ended.
+struct FitResult {
+  double train_loss = NAN;   ///< mean squared error of the last epoch's training batches (NaN: none ran)
+  double test_loss = NAN;    ///< mean squared error on the test set after the last epoch
+  double test_rmse = NAN;    ///< its square root, in the target's units
+  double samples_per_s = 0;  ///< training throughput of the last epoch
+  bool finite = true;        ///< every epoch's train and test losses were finite
+  int trained = 0;           ///< epochs run by this call (0 when resumed at or past the last)
+};
+
+/// Trains epochs [start, o.epochs) with MSELoss: each epoch shuffles afresh (set_epoch), steps the optimizer
+/// every o.accumulate micro-batches (and after the last batch; each micro-batch's loss gradient scaled by
+/// 1 / o.accumulate), evaluates on `test`, prints `epoch e/E: ...` (see prints_epoch), appends a JSON line
+/// to o.metrics and writes o.checkpoint (when given). With no epoch left, it only evaluates.
+template <class Model, class Optimizer, class TrainLoader, class TestLoader>
+FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& train_loader, TestLoader& test_loader,
+              int start) {
+  using D = typename Model::D;
+  kiln::nn::MSELoss mse;
+  const bool terminal = isatty(STDOUT_FILENO) == 1;
+  FitResult r;
+  for (int epoch = start; epoch < o.epochs; ++epoch) {
+    const auto t0 = Clock::now();
+    train_loader.set_epoch(static_cast<std::uint64_t>(epoch));
+    Progress progress(epoch + 1, o.epochs, train_loader.size());
+    double loss_sum = 0;
+    long long samples = 0, batches = 0;
+    opt.zero_grad();
+    for (const auto& b : train_loader) {
+      const auto x = to_device<D>(b.x);     // [N, F]
+      const auto y = to_device<D>(b.y);     // [N, 1]
+      const auto pred = model.forward(x);   // [N, 1]
+      loss_sum += static_cast<double>(mse(pred, y).item()) * static_cast<double>(b.size());
+      model.backward(mse.backward(pred, y, 1.0 / o.accumulate));
+      if (++batches % o.accumulate == 0 || batches == train_loader.size()) {
+        opt.step();
+        opt.zero_grad();
+      }
+      samples += b.size();
+      progress.update(batches, loss_sum / static_cast<double>(samples), samples);
+    }
+    progress.finish();
+    const double train_seconds = seconds_since(t0);
+    r.train_loss = loss_sum / static_cast<double>(samples);
+    const Evaluation test = evaluate(model, test_loader);
+    r.test_loss = test.loss;
+    r.test_rmse = test.rmse;
+    r.finite = r.finite && std::isfinite(r.train_loss) && std::isfinite(r.test_loss);
+    r.samples_per_s = static_cast<double>(samples) / train_seconds;
+    ++r.trained;
+    if (prints_epoch(epoch + 1, o.epochs, terminal)) {
+      std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test RMSE %.4f, %.0f samples/s, %.2f ms\n", epoch + 1,
+                  o.epochs, r.train_loss, r.test_loss, r.test_rmse, r.samples_per_s, 1e3 * train_seconds);
+      std::fflush(stdout);
+    }
+    append_metrics(o.metrics, {{"epoch", epoch + 1},
+                               {"train_loss", r.train_loss},
+                               {"test_loss", r.test_loss},
+                               {"test_rmse", r.test_rmse},
+                               {"lr", opt.lr()},
+                               {"samples_per_s", r.samples_per_s},
+                               {"seconds", train_seconds}});
+    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, model, opt, epoch + 1);
+  }
+  if (r.trained == 0) {  // resumed at or past --epochs: report the checkpoint's model as it is
+    std::printf("nothing to train: the checkpoint has done %d of %d epochs (raise --epochs to continue)\n", start,
+                o.epochs);
+    const Evaluation test = evaluate(model, test_loader);
+    r.test_loss = test.loss;
+    r.test_rmse = test.rmse;
+    r.finite = std::isfinite(r.test_loss);
+  }
+  return r;
+}
+
+/// Prints `result: test_rmse=... baseline_rmse=... ok=0|1` and returns the exit status (0 when ok). ok: the
+/// losses stayed finite and the test RMSE is below `baseline_rmse` (predicting the training mean).
+inline int report_result(const FitResult& r, double baseline_rmse, int epochs, Clock::time_point t_start,
+                         const std::string& device) {
+  const bool ok = r.finite && std::isfinite(r.test_rmse) && r.test_rmse < baseline_rmse;
+  std::printf("result: test_rmse=%.4f baseline_rmse=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.2f "
+              "samples_per_s=%.0f device=%s ok=%d\n",
+              r.test_rmse, baseline_rmse, r.test_loss, r.train_loss, epochs, seconds_since(t_start), r.samples_per_s,
+              device.c_str(), ok ? 1 : 0);
+  return ok ? 0 : 1;
+}
+
+}  // namespace examples::regression
