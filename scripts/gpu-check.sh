@@ -69,6 +69,13 @@ done
 for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' | sort); do
   run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json"
 done
+# The main job, one epoch on the GPU (the data: staged by gpu-stage, or Debian's package when built here).
+job=$(find "$bin" -type f -perm -u+x -name lenet_fashion_mnist | head -1)
+data="$bin/fashion-mnist"
+[ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
+if [ -n "$job" ] && [ -d "$data" ]; then
+  run lenet_fashion_mnist 180 "$job" --device cuda --epochs 1 --data "$data" --metrics "$out/lenet_fashion_mnist.jsonl"
+fi
 
 echo
 echo "== kiln gpu-check $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - start ))s =="

@@ -24,7 +24,7 @@ def lenet():
                          nn.ReLU(), nn.Linear(84, 10))
 
 
-def time_steps(model, x, y, loss_fn, warmup, repeat):
+def time_steps(model, x, y, loss_fn, warmup, repeat, sync=lambda: None):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def step():
@@ -32,6 +32,7 @@ def time_steps(model, x, y, loss_fn, warmup, repeat):
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        sync()
 
     for _ in range(warmup):
         step()
@@ -48,8 +49,20 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args()
     torch.manual_seed(0)
+    if a.device == "cuda":  # LeNet only, on the GPU, synchronised after each step
+        if not torch.cuda.is_available():
+            print(json.dumps({"error": "torch has no CUDA device"}))
+            return
+        dev = torch.device("cuda")
+        x = torch.randn(a.batch, 3, 32, 32, device=dev)
+        y = torch.randint(0, 10, (a.batch,), device=dev)
+        print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                          "lenet_step_s": time_steps(lenet().to(dev), x, y, nn.CrossEntropyLoss(), a.warmup,
+                                                     a.repeat, torch.cuda.synchronize)}))
+        return
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out = {"torch": torch.__version__, "threads": torch.get_num_threads()}
     x = torch.randn(a.batch, 13)

@@ -16,6 +16,12 @@
 #include "kiln/ops/matmul.hpp"
 #include "kiln/tensor/tensor.hpp"
 
+#if KILN_WITH_CUDNN
+#include <memory>
+
+#include "kiln/backend/cuda/cudnn.hpp"
+#endif
+
 namespace kiln::nn {
 
 /// Convolution with In input channels, Out output channels and a K x K kernel (stride, zero padding,
@@ -23,7 +29,8 @@ namespace kiln::nn {
 /// Shapes: [N, In, H, W] -> [N, Out, (H + 2 Padding - K) / Stride + 1, (W + 2 Padding - K) / Stride + 1].
 /// Parameters: weight [Out, In, K, K], bias [Out]; PyTorch's initialisation (bound 1/sqrt(In K K)).
 /// CPU: one GEMM per image, [Out, In K K] x [In K K, Ho Wo], columns built in cache and the result written
-/// NCHW (nn/detail/conv_cpu.hpp). CUDA: one GEMM over the batch, [Out, In K K] x [In K K, N Ho Wo].
+/// NCHW (nn/detail/conv_cpu.hpp). CUDA: cuDNN (backend/cuda/cudnn.hpp; without cuDNN, im2col and one
+/// cuBLAS GEMM over the batch, [Out, In K K] x [In K K, N Ho Wo]).
 /// Followed by ReLU, Sigmoid, Tanh or GELU in a Sequential, the bias and the activation are one epilogue.
 /// Example:  kiln::nn::Sequential<kiln::nn::Conv2d<3, 6, 5>, kiln::nn::ReLU, kiln::nn::MaxPool2d<2>, ...>
 template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, bool Bias = true>
@@ -101,6 +108,15 @@ struct Conv2d {
       if constexpr (std::is_same_v<D, Cpu>) {
         static_assert(std::is_same_v<T, M>, "kiln::nn::Conv2d: mixed precision on the CPU is not supported");
         detail::conv2d_forward_cpu<E, Stride>(x.data(), weight().data(), b, z.data(), y.data(), g, Out);
+      } else if constexpr (use_cudnn) {  // cuDNN writes NCHW; then one pass for bias + activation
+        static_assert(std::is_same_v<T, M>, "kiln::nn::Conv2d: mixed precision convolution is not supported yet");
+        T* out = E::saves_output ? y.data() : z.data();
+        if (x.size(0) > 0) {
+          plan(x.size(0), x.device_index()).forward(x.data(), weight().data(), out);
+          if constexpr (!E::identity || Bias)
+            kiln::detail::executor<D>::for_each(
+                y.numel(), detail::ChannelBiasEpilogue<T, M, E>{out, b, y.data(), Out, Ho * Wo});
+        }
       } else {
         auto cols = im2col(x, g);          // [In K K, N Ho Wo]
         auto yt = matmul(weight(), cols);  // [Out, N Ho Wo]
@@ -126,6 +142,16 @@ struct Conv2d {
         if constexpr (Bias) gb = bias_grad().data();
         detail::conv2d_backward_cpu<E, Stride>(x_.data(), dy.data(), saved_.data(), weight().data(),
                                                weight_grad().data(), gb, dx.data(), g, Out);
+      } else if constexpr (use_cudnn) {  // dZ = E'(dY) in one pass; then cuDNN's bias, filter, data
+        Tensor<T, output_shape, D> dz = E::identity ? Tensor<T, output_shape, D>(dy) : Tensor<T, output_shape, D>(dy.extents(), dy.device_index());
+        if (dy.numel() > 0) {
+          if constexpr (!E::identity)
+            kiln::detail::executor<D>::for_each(dy.numel(), detail::EpilogueGrad<T, E>{dy.data(), saved_.data(), dz.data()});
+          const auto& p = plan(dy.size(0), dy.device_index());
+          if constexpr (Bias) p.backward_bias(dz.data(), bias_grad().data());
+          p.backward_filter(x_.data(), dz.data(), weight_grad().data());
+          if (input_grad) p.backward_data(weight().data(), dz.data(), dx.data());
+        }
       } else {
         Extents<Shape<Out, dyn>> te;
         te[1] = g.columns();
@@ -153,6 +179,18 @@ struct Conv2d {
     }
 
    private:
+#if KILN_WITH_CUDNN
+    static constexpr bool use_cudnn = std::is_same_v<D, Cuda>;
+    /// cuDNN's descriptors and algorithms for this batch size (rebuilt when it changes).
+    const kiln::cuda::ConvPlan<T>& plan(index_t n, int device) {
+      if (!plan_ || plan_->batch() != n)
+        plan_ = std::make_shared<kiln::cuda::ConvPlan<T>>(n, In, H, W, Out, K, Stride, Padding, device);
+      return *plan_;
+    }
+    std::shared_ptr<kiln::cuda::ConvPlan<T>> plan_;
+#else
+    static constexpr bool use_cudnn = false;
+#endif
     static detail::ConvGeometry geometry(index_t n) { return {n, In, H, W, K, Stride, Padding, Ho, Wo}; }
     Tensor<T, Shape<Patch, dyn>, D> im2col(const Tensor<T, S, D>& x, const detail::ConvGeometry& g) const {
       Extents<Shape<Patch, dyn>> ce;

@@ -1,6 +1,7 @@
 /// Linear: y = x Wᵀ + b, as torch.nn.Linear.
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -13,6 +14,12 @@
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/tensor/tensor.hpp"
+
+#if KILN_WITH_CUDA
+#include <memory>
+
+#include "kiln/backend/cuda/cublaslt.hpp"
+#endif
 
 namespace kiln::nn {
 
@@ -76,10 +83,22 @@ struct Linear {
     static constexpr bool fuses_epilogue = true;
     template <class E>
     Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
-      auto z = matmul(x, transposed(weight()));  // [N, Out]
       // A non-const prvalue, so x_ is rebound to x's storage: `ctx.grad ? x : Tensor()` is a const one,
       // which copy-assigns the values (an extra pass, and a ShapeError once the batch size changes).
       x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
+#if KILN_WITH_CUDA
+      if constexpr (std::is_same_v<D, Cuda> && std::is_same_v<T, float> && std::is_same_v<M, float> && Bias &&
+                    (E::identity || std::is_same_v<E, epilogue::Relu>)) {  // one cuBLASLt call
+        Extents<output_shape> e = {};
+        e[0] = x.size(0);
+        Tensor<T, output_shape, D> y(e, x.device_index());
+        if (x.size(0) > 0 && lt_forward(x, y, !E::identity)) {
+          if constexpr (!E::identity) saved_ = ctx.grad ? Tensor<T, output_shape, D>(y) : Tensor<T, output_shape, D>();
+          return y;
+        }
+      }
+#endif
+      auto z = matmul(x, transposed(weight()));  // [N, Out]
       if constexpr (E::identity && !Bias) {
         return z;
       } else {
@@ -131,6 +150,25 @@ struct Linear {
     }
 
    private:
+#if KILN_WITH_CUDA
+    /// y = act(x Wᵀ + b) through cuBLASLt's epilogue; false when cuBLASLt cannot (the caller then runs
+    /// the GEMM and kiln's epilogue kernel).
+    bool lt_forward(const Tensor<T, S, D>& x, Tensor<T, output_shape, D>& y, bool relu) {
+      const float* b = bias().data();
+      if (reinterpret_cast<std::uintptr_t>(b) % 16 != 0) return false;  // cuBLASLt's bias vectors: 16-byte aligned
+      if (!lt_plan_ || lt_relu_ != relu || !lt_plan_->matches(x.size(0), x.data(), weight().data(), y.data())) {
+        lt_plan_ = std::make_shared<kiln::cuda::LinearEpiloguePlan>(x.size(0), In, Out, relu, x.data(), weight().data(),
+                                                                   y.data(), x.device_index());
+        lt_relu_ = relu;
+      }
+      if (!lt_plan_->usable()) return false;
+      kiln::detail::count_pass();
+      lt_plan_->run(x.data(), weight().data(), b, y.data());
+      return true;
+    }
+    std::shared_ptr<kiln::cuda::LinearEpiloguePlan> lt_plan_;
+    bool lt_relu_ = false;
+#endif
     M* p_ = nullptr;
     M* g_ = nullptr;
     int device_ = 0;

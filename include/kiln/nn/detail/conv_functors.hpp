@@ -119,3 +119,34 @@ struct NchwToColumns {
 };
 
 }  // namespace kiln::nn::detail
+
+namespace kiln::nn::detail {
+
+/// y = E(z + b[channel]) over NCHW in place (z may be y), one call per element: the epilogue after a
+/// convolution that wrote NCHW itself (cuDNN). z keeps the pre-activation when it is not y.
+template <class T, class B, class E>
+struct ChannelBiasEpilogue {
+  T* z;
+  const B* bias;  // null: no bias
+  T* y;
+  index_t channels, pixels;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const compute_t<T> v =
+        to_compute(z[i]) + (bias ? static_cast<compute_t<T>>(to_compute(bias[(i / pixels) % channels])) : compute_t<T>(0));
+    if (z != y) z[i] = from_compute<T>(v);
+    y[i] = from_compute<T>(E::forward(v));
+  }
+};
+
+/// dz = E'(dy, saved) elementwise.
+template <class T, class E>
+struct EpilogueGrad {
+  const T* dy;
+  const T* saved;
+  T* dz;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    dz[i] = from_compute<T>(E::backward(to_compute(dy[i]), to_compute(saved[i])));
+  }
+};
+
+}  // namespace kiln::nn::detail

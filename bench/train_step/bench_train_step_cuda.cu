@@ -1,0 +1,131 @@
+// bench_train_step_cuda: one training step (forward, backward, Adam) of the seeds' LeNet at batch 128 on
+// the GPU, with cuDNN convolutions and fused epilogues, against PyTorch eager on the same GPU when
+// `python3` (or $KILN_TORCH_PYTHON) has a CUDA-enabled torch (ratio lenet_speedup_vs_torch, target >= 3; the target
+// assumes the step is also captured in a CUDA graph, which kiln does not do yet: see docs/gpu-results.md).
+// Also the MLP step. Times are per step over --inner back-to-back steps, measured with CUDA events.
+//
+//   ./bench_train_step_cuda [--repeat 20] [--inner 20] [--json FILE]
+// Without a usable GPU it prints "no CUDA device: skipped" and exits 0.
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <kiln/cuda.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/adam.hpp>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "../harness.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Shape;
+using namespace kiln::nn;
+using P = kiln::Policy<kiln::Fp32, kiln::Cuda>;
+using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>;
+using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
+                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+
+template <class S>
+kiln::Tensor<float, S, kiln::Cuda> random_on_gpu(kiln::index_t batch, std::uint32_t seed) {
+  kiln::Tensor<float, S> t{kiln::Extents<S>(batch)};
+  std::mt19937 g(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (kiln::index_t i = 0; i < t.numel(); ++i) t[i] = n(g);
+  return t.template to<kiln::Cuda>();
+}
+
+template <class F>
+auto event_timed(int inner, F f) {
+  return [inner, f]() mutable {
+    kiln::cuda::Event start(true), stop(true);
+    const cudaStream_t s = kiln::cuda::current_stream();
+    start.record(s);
+    for (int k = 0; k < inner; ++k) f();
+    stop.record(s);
+    stop.synchronize();
+    return static_cast<double>(start.elapsed_ms(stop)) * 1e-3 / inner;
+  };
+}
+
+nlohmann::json run_torch(int repeat) {
+  // The GPU machines' CUDA-enabled torch is the `python3` on PATH (not Debian's CPU-only one).
+  const char* python = std::getenv("KILN_TORCH_PYTHON");
+  const std::string cmd = std::string(python ? python : "python3") + " " + std::string(KILN_BENCH_DIR) +
+                          "/train_step/torch_step.py --device cuda --repeat " + std::to_string(repeat) + " 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
+  if (!p) return {};
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), p.get())) out += buf.data();
+  try {
+    return nlohmann::json::parse(out);
+  } catch (...) {
+    return {};
+  }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::bench::Harness h("bench_train_step_cuda", argc, argv, {.n = 128, .repeat = 20, .warmup = 3},
+                         {{"--inner", "steps per timed sample (default 20)"}, {"--torch", "yes (default) or no"}});
+  const int inner = h.option("--inner") ? std::atoi(h.option("--inner")->c_str()) : 20;
+  if (inner < 1) {
+    std::fprintf(stderr, "bench_train_step_cuda: --inner must be >= 1\n");
+    return 2;
+  }
+  if (!kiln::cuda::is_available()) {
+    std::printf("no CUDA device: skipped\n");
+    return 0;
+  }
+  const kiln::index_t batch = h.n();
+  Model<Mlp, Shape<dyn, 13>, P> mlp(0);
+  const auto mx = random_on_gpu<Shape<dyn, 13>>(batch, 1);
+  const auto my = random_on_gpu<Shape<dyn, 1>>(batch, 2);
+  MSELoss mse;
+  kiln::optim::Adam mlp_opt(mlp, {.lr = 1e-3f});
+
+  Model<LeNet, Shape<dyn, 3, 32, 32>, P> lenet(0);
+  const auto lx = random_on_gpu<Shape<dyn, 3, 32, 32>>(batch, 3);
+  kiln::Tensor<std::int64_t, Shape<dyn>> ly_host(batch);
+  for (kiln::index_t i = 0; i < batch; ++i) ly_host[i] = i % 10;
+  const auto ly = ly_host.to<kiln::Cuda>();
+  CrossEntropyLoss ce;
+  kiln::optim::Adam lenet_opt(lenet, {.lr = 1e-3f});
+
+  h.add_timed("kiln_mlp_step", 0, "13-16-32-1, MSE, Adam", event_timed(inner, [&] {
+                mlp_opt.zero_grad();
+                const auto p = mlp.forward(mx);
+                mlp.backward(mse.backward(p, my));
+                mlp_opt.step();
+              }));
+  h.add_timed("kiln_lenet_step", 0, "LeNet 3x32x32, cross entropy, Adam", event_timed(inner, [&] {
+                lenet_opt.zero_grad();
+                const auto logits = lenet.forward(lx);
+                lenet.backward(ce.backward(logits, ly));
+                lenet_opt.step();
+              }));
+  const auto p0 = kiln::passes();
+  lenet_opt.zero_grad();
+  lenet.backward(ce.backward(lenet.forward(lx), ly));
+  lenet_opt.step();
+  kiln::cuda::synchronize();
+  h.info("lenet_step_passes", static_cast<double>(kiln::passes() - p0));
+  h.run();
+  std::printf("kiln LeNet step: %.3f ms, %llu kernel launches / library calls per step\n",
+              h.median("kiln_lenet_step") * 1e3, static_cast<unsigned long long>(kiln::passes() - p0));
+  if (h.option("--torch").value_or("yes") != "no") {
+    const auto t = run_torch(h.repeat());
+    if (t.is_object() && t.contains("lenet_step_s")) {
+      h.info("torch", t);
+      std::printf("PyTorch %s eager on %s: LeNet step %.3f ms\n", t["torch"].get<std::string>().c_str(),
+                  t["device"].get<std::string>().c_str(), t["lenet_step_s"].get<double>() * 1e3);
+      h.ratio("lenet_speedup_vs_torch", t["lenet_step_s"].get<double>() / h.median("kiln_lenet_step"), 3.0,
+              "PyTorch eager step / kiln step, same GPU");
+    } else {
+      std::printf("PyTorch on the GPU not measured (no CUDA-enabled torch for python3): ratio skipped\n");
+    }
+  }
+  return h.finish();
+}

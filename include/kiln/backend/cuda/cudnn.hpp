@@ -1,0 +1,211 @@
+/// GPU convolution through cuDNN (host code): one handle per thread and device, and a ConvPlan holding the
+/// descriptors and algorithms of one convolution shape, built once per batch size by Conv2d.
+///
+/// cuDNN 9's legacy convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter): still
+/// supported in 9.x and what a fixed NCHW convolution needs; algorithms come from cuDNN's heuristics
+/// (the _v7 queries), restricted to full-precision math for float and double (no TF32: the same numbers
+/// as the CPU to 1e-5, like torch.backends.cudnn.allow_tf32 = False).
+#pragma once
+#include <cudnn.h>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include "kiln/backend/cuda/check.hpp"
+#include "kiln/backend/cuda/device.hpp"
+#include "kiln/backend/cuda/memory.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/core/half.hpp"
+#include "kiln/core/index.hpp"
+#include "kiln/core/type_list.hpp"
+#include "kiln/policy/device.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::cuda {
+
+namespace detail {
+/// The calling thread's cuDNN handles, one per device, created on first use and destroyed with the thread.
+struct CudnnHandles {
+  cudnnHandle_t handle[max_devices] = {};
+  CudnnHandles() = default;
+  CudnnHandles(const CudnnHandles&) = delete;
+  CudnnHandles& operator=(const CudnnHandles&) = delete;
+  ~CudnnHandles() {
+    for (int d = 0; d < max_devices; ++d)
+      if (handle[d]) (void)cudnnDestroy(handle[d]);
+  }
+};
+
+template <class T>
+constexpr cudnnDataType_t cudnn_type() {
+  if constexpr (std::is_same_v<T, float>) return CUDNN_DATA_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return CUDNN_DATA_DOUBLE;
+  else if constexpr (std::is_same_v<T, half>) return CUDNN_DATA_HALF;
+  else if constexpr (std::is_same_v<T, bfloat16>) return CUDNN_DATA_BFLOAT16;
+  else static_assert(kiln::detail::dependent_false<T>, "kiln::cuda: cuDNN convolution supports float, double, half, bfloat16");
+}
+/// Accumulation type: double for double, float otherwise (fp16/bf16 accumulate in fp32).
+template <class T>
+constexpr cudnnDataType_t cudnn_compute_type() {
+  return std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+}
+/// Whether an algorithm's math type is allowed for T: tensor cores only for 16-bit types.
+template <class T>
+constexpr bool math_allowed(cudnnMathType_t m) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return true;
+  else return m == CUDNN_DEFAULT_MATH || m == CUDNN_FMA_MATH;
+}
+}  // namespace detail
+
+/// The calling thread's cuDNN handle for `device` (< 0: the current one), bound to its current stream.
+inline cudnnHandle_t cudnn_handle(int device = -1) {
+  thread_local detail::CudnnHandles handles;
+  if (device < 0) device = current_device();
+  if (device >= max_devices)
+    throw ValueError("kiln::cuda::cudnn_handle: device index " + std::to_string(device) + " exceeds kiln's limit of " +
+                     std::to_string(max_devices) + " devices");
+  cudnnHandle_t& h = handles.handle[device];
+  if (h == nullptr) {
+    DeviceGuard g(device);
+    KILN_CUDNN_CHECK(cudnnCreate(&h));
+  }
+  KILN_CUDNN_CHECK(cudnnSetStream(h, current_stream(device)));
+  return h;
+}
+
+/// One convolution of fixed shape: x [N, C, H, W] * w [K, C, R, R] (stride, padding) -> y [N, K, Ho, Wo],
+/// element type T, on `device`. Holds the descriptors and the algorithms cuDNN's heuristics chose for
+/// forward, backward data and backward filter, and the largest workspace they need.
+template <class T>
+class ConvPlan {
+ public:
+  ConvPlan(index_t n, index_t c, index_t h, index_t w, index_t k, index_t r, index_t stride, index_t pad, int device)
+      : n_(n), device_(device) {
+    DeviceGuard g(device);
+    constexpr cudnnDataType_t type = detail::cudnn_type<T>();
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&b_));
+    KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
+    KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv_));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, type, i(n), i(c), i(h), i(w)));
+    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, type, CUDNN_TENSOR_NCHW, i(k), i(c), i(r), i(r)));
+    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_, i(pad), i(pad), i(stride), i(stride), 1, 1,
+                                                     CUDNN_CROSS_CORRELATION, detail::cudnn_compute_type<T>()));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(
+        conv_, std::is_same_v<T, float> || std::is_same_v<T, double> ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    KILN_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, type, on, oc, oh, ow));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, type, 1, oc, 1, 1));
+    choose_algorithms();
+  }
+  ~ConvPlan() {
+    if (conv_) (void)cudnnDestroyConvolutionDescriptor(conv_);
+    if (w_) (void)cudnnDestroyFilterDescriptor(w_);
+    if (b_) (void)cudnnDestroyTensorDescriptor(b_);
+    if (y_) (void)cudnnDestroyTensorDescriptor(y_);
+    if (x_) (void)cudnnDestroyTensorDescriptor(x_);
+  }
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+
+  index_t batch() const { return n_; }
+
+  /// y = conv(x, w) (beta = 0) or y += conv(x, w) (beta = 1).
+  void forward(const T* x, const T* w, T* y, double beta = 0) const {
+    DeviceGuard g(device_);
+    auto ws = workspace(fwd_bytes_);
+    Scale a(1.0), b(beta);
+    KILN_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(device_), a.get(), x_, x, w_, w, conv_, fwd_, ws.data(),
+                                             fwd_bytes_, b.get(), y_, y));
+  }
+  /// dx = convᵀ(w, dy).
+  void backward_data(const T* w, const T* dy, T* dx) const {
+    DeviceGuard g(device_);
+    auto ws = workspace(bwd_data_bytes_);
+    Scale a(1.0), b(0.0);
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(device_), a.get(), w_, w, y_, dy, conv_, bwd_data_,
+                                                  ws.data(), bwd_data_bytes_, b.get(), x_, dx));
+  }
+  /// dw += x ⋆ dy (accumulates, as gradients do).
+  void backward_filter(const T* x, const T* dy, T* dw) const {
+    DeviceGuard g(device_);
+    auto ws = workspace(bwd_filter_bytes_);
+    Scale a(1.0), b(1.0);
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(device_), a.get(), x_, x, y_, dy, conv_, bwd_filter_,
+                                                    ws.data(), bwd_filter_bytes_, b.get(), w_, dw));
+  }
+  /// db += Σ over n, h, w of dy.
+  void backward_bias(const T* dy, T* db) const {
+    DeviceGuard g(device_);
+    Scale a(1.0), b(1.0);
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_handle(device_), a.get(), y_, dy, b.get(), b_, db));
+  }
+
+ private:
+  static int i(index_t v) { return static_cast<int>(v); }
+  /// alpha / beta as cuDNN reads them: double for double data, float otherwise.
+  struct Scale {
+    std::conditional_t<std::is_same_v<T, double>, double, float> v;
+    explicit Scale(double x) : v(static_cast<decltype(v)>(x)) {}
+    const void* get() const { return &v; }
+  };
+  /// Workspace from the caching allocator (floats, rounded up); empty for 0 bytes.
+  Tensor<float, Shape<dyn>, Cuda> workspace(std::size_t bytes) const {
+    if (bytes == 0) return {};
+    return Tensor<float, Shape<dyn>, Cuda>(Extents<Shape<dyn>>(static_cast<index_t>((bytes + 3) / 4)), device_);
+  }
+
+  void choose_algorithms() {
+    cudnnHandle_t h = cudnn_handle(device_);
+    constexpr int max_algos = 16;
+    int found = 0;
+    {
+      cudnnConvolutionFwdAlgoPerf_t perf[max_algos];
+      KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, max_algos, &found, perf));
+      bool ok = false;
+      for (int k = 0; k < found && !ok; ++k)
+        if (perf[k].status == CUDNN_STATUS_SUCCESS && detail::math_allowed<T>(perf[k].mathType) &&
+            cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, perf[k].algo, &fwd_bytes_) ==
+                CUDNN_STATUS_SUCCESS)
+          fwd_ = perf[k].algo, ok = true;
+      if (!ok) throw BackendError("kiln::cuda::ConvPlan: cuDNN offers no forward algorithm for this convolution");
+    }
+    {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[max_algos];
+      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, max_algos, &found, perf));
+      bool ok = false;
+      for (int k = 0; k < found && !ok; ++k)
+        if (perf[k].status == CUDNN_STATUS_SUCCESS && detail::math_allowed<T>(perf[k].mathType) &&
+            cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, perf[k].algo, &bwd_data_bytes_) ==
+                CUDNN_STATUS_SUCCESS)
+          bwd_data_ = perf[k].algo, ok = true;
+      if (!ok) throw BackendError("kiln::cuda::ConvPlan: cuDNN offers no backward-data algorithm for this convolution");
+    }
+    {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[max_algos];
+      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, max_algos, &found, perf));
+      bool ok = false;
+      for (int k = 0; k < found && !ok; ++k)
+        if (perf[k].status == CUDNN_STATUS_SUCCESS && detail::math_allowed<T>(perf[k].mathType) &&
+            cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, perf[k].algo, &bwd_filter_bytes_) ==
+                CUDNN_STATUS_SUCCESS)
+          bwd_filter_ = perf[k].algo, ok = true;
+      if (!ok) throw BackendError("kiln::cuda::ConvPlan: cuDNN offers no backward-filter algorithm for this convolution");
+    }
+  }
+
+  index_t n_;
+  int device_;
+  cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr, b_ = nullptr;
+  cudnnFilterDescriptor_t w_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_ = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd_{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data_{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter_{};
+  std::size_t fwd_bytes_ = 0, bwd_data_bytes_ = 0, bwd_filter_bytes_ = 0;
+};
+
+}  // namespace kiln::cuda
