@@ -39,7 +39,9 @@ inline void add_regression_options(CLI::App& app, TrainOptions& o) {
 template <class D, class T, class S>
 auto to_device(const kiln::Tensor<T, S, kiln::Cpu>& t) {
   if constexpr (std::is_same_v<D, kiln::Cpu>) return t;
-  else return t.template to<D>(0, true);
+  // Blocking: the host batch is released at the end of the loop body, and its pinned block may be reused
+  // by a loader worker at once (the caching allocator does not wait for copies in flight).
+  else return t.template to<D>(0, false);
 }
 
 /// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).
