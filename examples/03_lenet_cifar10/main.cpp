@@ -1,0 +1,119 @@
+// lenet_cifar10: the seeds' recipe. Trains LeNet on CIFAR-10 (32 x 32 colour images, 10 classes) and
+// reports the accuracy on the 10,000 test images after every epoch.
+//
+// What it shows:
+//   1. A network is a type: the seeds' LeNet exactly, Conv2d<3, 6, 5> ... Linear<84, 10> on
+//      [N, 3, 32, 32]; every shape in between is checked when the program compiles.
+//   2. Data: kiln::data::Cifar10 reads the binary version (data_batch_1..5.bin, test_batch.bin), decoded
+//      once into memory as bytes; ToTensor scaling in read(), Normalize(0.5, 0.5) per channel in the
+//      loader, shuffled with a seed every epoch, collated by worker threads ahead of the training step.
+//   3. Training: Adam(1e-3), cross entropy, batch 128, 10 epochs, optional gradient accumulation
+//      (--accumulate K); each epoch ends with an evaluation on the test split in batches of 100, without
+//      gradients, a JSON line in --metrics and an atomic checkpoint in --checkpoint (--resume continues).
+//      The loop is examples/common/classify.hpp, shared with lenet_fashion_mnist.
+//
+// Get the data once (162 MiB; the default --data is the folder it prints, relative to the current
+// directory: run from the repository root):
+//   ./scripts/get-cifar10                                   # -> data/cifar10/cifar-10-batches-bin
+//   ./build/cpu/examples/lenet_cifar10                      # 10 epochs on the CPU
+//   ./build/cpu/examples/lenet_cifar10 --epochs 1 --limit 5000 --metrics m.jsonl
+// Flags: --help. The last line is `result: test_accuracy=... epochs=... seconds=... ok=1`.
+#include <kiln/core/config.hpp>
+#if KILN_CUDA_COMPILER
+#include <kiln/cuda.hpp>
+#else
+#include <kiln/kiln.hpp>
+#endif
+#include <kiln/data/data.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/adam.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <type_traits>
+
+#include "../common/checkpoint.hpp"
+#include "../common/classify.hpp"
+#include "../common/cli.hpp"
+#include "../common/report.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Shape;
+using namespace kiln::nn;
+
+using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
+                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+using Image = Shape<dyn, 3, 32, 32>;
+constexpr const char* program = "lenet_cifar10";
+constexpr const char* default_data = "data/cifar10/cifar-10-batches-bin";  // what scripts/get-cifar10 writes
+
+template <class D>
+int run(const examples::TrainOptions& o, const std::string& device) {
+  using P = kiln::Policy<kiln::Fp32, D>;
+  const auto t_start = examples::Clock::now();
+  const kiln::data::Cifar10 train_split(o.data, true), test(o.data, false);  // [3, 32, 32] in [0, 1], class
+  const examples::classification::FirstSamples train(train_split, o.limit);  // --limit N: the first N images
+  const kiln::data::Normalize normalize{{0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};  // per channel: [-1, 1]
+  const bool pin = std::is_same_v<D, kiln::Cuda>;
+  kiln::data::DataLoader train_loader(train,
+                                      {.batch_size = o.batch_size, .shuffle = true, .num_workers = o.workers,
+                                       .pin_memory = pin, .seed = o.seed},
+                                      normalize);
+  kiln::data::DataLoader test_loader(test, {.batch_size = 100, .num_workers = o.workers, .pin_memory = pin}, normalize);
+
+  Model<LeNet, Image, P> model(o.seed);  // 62006 parameters
+  kiln::optim::Adam opt(model, {.lr = static_cast<float>(o.lr)});
+  int start = 0;
+  if (o.resume) start = examples::load_training_state(o.checkpoint, model, opt);
+  const int threads = examples::classification::threads();
+  std::printf("%s: CIFAR-10 %lld train / %lld test images from %s; LeNet (%lld parameters) on %s (%d thread%s), "
+              "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
+              program, static_cast<long long>(train.size()), static_cast<long long>(test.size()),
+              train_split.directory().c_str(), static_cast<long long>(model.parameter_count), device.c_str(), threads,
+              threads == 1 ? "" : "s", o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
+  if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
+
+  // Cross entropy, the step every --accumulate batches, then per epoch: evaluation without gradients
+  // (NoGrad + eval()), the epoch's line, --metrics, --checkpoint (examples/common/classify.hpp).
+  const auto r = examples::classification::fit(o, model, opt, train_loader, test_loader, start);
+  return examples::classification::report_result(r, o.epochs, t_start, device);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Trains the seeds' LeNet on CIFAR-10 (binary version; get it with scripts/get-cifar10)", program};
+  examples::TrainOptions o;
+  o.data = default_data;
+  o.epochs = 10;
+  examples::add_train_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    bool cuda_available = false;
+#if KILN_CUDA_COMPILER
+    cuda_available = kiln::cuda::is_available();
+#endif
+    const std::string device = examples::check_buildable(program, o, cuda_available);
+    if (device.empty()) return 2;
+    std::error_code ec;
+    if (o.data == default_data && !std::filesystem::is_directory(o.data, ec)) {
+      // The default folder is missing: say how to get it (other folders get Cifar10's own message).
+      std::fprintf(stderr,
+                   "%s: error: %s: no such directory (relative to the current directory); expected the CIFAR-10 "
+                   "binary batches data_batch_1.bin ... data_batch_5.bin, test_batch.bin; run "
+                   "`scripts/get-cifar10` from the repository root (it writes %s), then run this from there, "
+                   "or pass --data DIR\n",
+                   program, o.data.c_str(), default_data);
+      return 1;
+    }
+#if KILN_CUDA_COMPILER
+    if (device == "cuda") return run<kiln::Cuda>(o, device);
+#endif
+    return run<kiln::Cpu>(o, device);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 1;
+  }
+}

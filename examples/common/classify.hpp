@@ -1,0 +1,170 @@
+// What every classification example does after building its data and model: the epoch loop (training
+// steps with gradient accumulation, a progress bar, an evaluation without gradients, a line per epoch, JSON
+// metrics, an atomic checkpoint) and the closing `result:` line.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <kiln/core/config.hpp>
+#include <kiln/core/index.hpp>
+#include <kiln/data/dataset.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/policy/policy.hpp>
+
+#include "checkpoint.hpp"
+#include "cli.hpp"
+#include "report.hpp"
+
+#if KILN_HAS_OPENMP
+#include <omp.h>
+#endif
+
+namespace examples::classification {
+
+/// The batch's tensor on device D (the CPU batch itself on the CPU).
+template <class D, class T, class S>
+auto to_device(const kiln::Tensor<T, S, kiln::Cpu>& t) {
+  if constexpr (std::is_same_v<D, kiln::Cpu>) return t;
+  // Blocking: the host batch is released at the end of the loop body, and its pinned block may be reused
+  // by a loader worker at once (the caching allocator does not wait for copies in flight).
+  else return t.template to<D>(0, false);
+}
+
+/// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).
+inline int threads() {
+#if KILN_HAS_OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/// The first `limit` samples of a dataset, all of them when `limit` < 0 (--limit for a reader without
+/// one of its own). A view: `base` must outlive it.
+template <kiln::data::dataset D>
+class FirstSamples {
+ public:
+  using sample_shape = typename D::sample_shape;
+  using target_type = typename D::target_type;
+  using target_shape = typename D::target_shape;
+
+  FirstSamples(const D& base, long long limit)
+      : base_(&base),
+        size_(limit >= 0 && limit < static_cast<long long>(base.size()) ? static_cast<kiln::index_t>(limit)
+                                                                        : base.size()) {}
+  FirstSamples(const D&&, long long) = delete;  // a temporary base would dangle
+  kiln::index_t size() const { return size_; }
+  void read(kiln::index_t i, std::span<float> x, std::span<target_type> y) const { base_->read(i, x, y); }
+
+ private:
+  const D* base_;
+  kiln::index_t size_;
+};
+
+/// Test loss (mean) and accuracy, without gradients (NoGrad + eval(); train() again afterwards).
+template <class Model, class Loader>
+std::pair<double, double> evaluate(Model& model, Loader& loader) {
+  using D = typename Model::D;
+  model.eval();
+  kiln::nn::NoGrad guard(model);
+  kiln::nn::CrossEntropyLoss ce;
+  double loss = 0;
+  long long correct = 0, seen = 0;
+  for (const auto& b : loader) {
+    const auto logits = model.forward(to_device<D>(b.x));  // [N, classes]
+    const auto y = to_device<D>(b.y);                       // [N]
+    loss += static_cast<double>(ce(logits, y).item()) * static_cast<double>(b.size());
+    const auto l = logits.to_vector();
+    const auto labels = b.y.to_vector();
+    const kiln::index_t classes = logits.size(1);
+    for (kiln::index_t i = 0; i < b.size(); ++i) {
+      const float* row = l.data() + i * classes;
+      kiln::index_t best = 0;
+      for (kiln::index_t c = 1; c < classes; ++c)
+        if (row[c] > row[best]) best = c;
+      correct += best == labels[static_cast<std::size_t>(i)];
+    }
+    seen += b.size();
+  }
+  model.train();
+  return {loss / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen)};
+}
+
+/// Where training ended.
+struct FitResult {
+  double train_loss = NAN;     ///< mean cross entropy of the last epoch's training batches
+  double test_loss = NAN;      ///< mean cross entropy on the test set after the last epoch
+  double test_accuracy = NAN;  ///< fraction of test samples classified right after the last epoch
+  double samples_per_s = 0;    ///< training throughput of the last epoch
+  bool finite = true;          ///< every epoch's train and test losses were finite
+};
+
+/// Trains epochs [start, o.epochs) with cross entropy: each epoch shuffles afresh (set_epoch), steps the
+/// optimizer every o.accumulate micro-batches (and after the last batch), evaluates on `test`, prints
+/// `epoch e/E: ...`, appends a JSON line to o.metrics and writes o.checkpoint (when given).
+template <class Model, class Optimizer, class TrainLoader, class TestLoader>
+FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& train_loader, TestLoader& test_loader,
+              int start) {
+  using D = typename Model::D;
+  kiln::nn::CrossEntropyLoss ce;
+  FitResult r;
+  for (int epoch = start; epoch < o.epochs; ++epoch) {
+    const auto t0 = Clock::now();
+    train_loader.set_epoch(static_cast<std::uint64_t>(epoch));
+    Progress progress(epoch + 1, o.epochs, train_loader.size());
+    double loss_sum = 0;
+    long long samples = 0, batches = 0;
+    opt.zero_grad();
+    for (const auto& b : train_loader) {
+      const auto x = to_device<D>(b.x);      // [N, C, H, W]
+      const auto y = to_device<D>(b.y);      // [N]
+      const auto logits = model.forward(x);  // [N, classes]
+      loss_sum += static_cast<double>(ce(logits, y).item()) * static_cast<double>(b.size());
+      model.backward(ce.backward(logits, y, 1.0 / o.accumulate));
+      if (++batches % o.accumulate == 0 || batches == train_loader.size()) {
+        opt.step();
+        opt.zero_grad();
+      }
+      samples += b.size();
+      progress.update(batches, loss_sum / static_cast<double>(samples), samples);
+    }
+    progress.finish();
+    const double train_seconds = seconds_since(t0);
+    r.train_loss = loss_sum / static_cast<double>(samples);
+    std::tie(r.test_loss, r.test_accuracy) = evaluate(model, test_loader);
+    r.finite = r.finite && std::isfinite(r.train_loss) && std::isfinite(r.test_loss);
+    r.samples_per_s = static_cast<double>(samples) / train_seconds;
+    std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s\n",
+                epoch + 1, o.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.samples_per_s,
+                train_seconds);
+    std::fflush(stdout);
+    append_metrics(o.metrics, {{"epoch", epoch + 1},
+                               {"train_loss", r.train_loss},
+                               {"test_loss", r.test_loss},
+                               {"test_accuracy", r.test_accuracy},
+                               {"lr", opt.lr()},
+                               {"samples_per_s", r.samples_per_s},
+                               {"seconds", train_seconds}});
+    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, model, opt, epoch + 1);
+  }
+  return r;
+}
+
+/// Prints `result: test_accuracy=... ok=0|1` and returns the exit status (0 when ok). ok: the losses
+/// stayed finite and the model beats chance (10 classes) clearly, test accuracy above 0.2.
+inline int report_result(const FitResult& r, int epochs, Clock::time_point t_start, const std::string& device) {
+  const bool ok = r.finite && r.test_accuracy > 0.2;
+  std::printf("result: test_accuracy=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.1f samples_per_s=%.0f "
+              "device=%s ok=%d\n",
+              r.test_accuracy, r.test_loss, r.train_loss, epochs, seconds_since(t_start), r.samples_per_s,
+              device.c_str(), ok ? 1 : 0);
+  return ok ? 0 : 1;
+}
+
+}  // namespace examples::classification
