@@ -21,11 +21,8 @@
 
 #include "checkpoint.hpp"
 #include "cli.hpp"
+#include "device.hpp"
 #include "report.hpp"
-
-#if KILN_HAS_OPENMP
-#include <omp.h>
-#endif
 
 namespace examples::regression {
 
@@ -35,23 +32,8 @@ inline void add_regression_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
 }
 
-/// The batch's tensor on device D (the CPU batch itself on the CPU).
-template <class D, class T, class S>
-auto to_device(const kiln::Tensor<T, S, kiln::Cpu>& t) {
-  if constexpr (std::is_same_v<D, kiln::Cpu>) return t;
-  // Blocking: the host batch is released at the end of the loop body, and its pinned block may be reused
-  // by a loader worker at once (the caching allocator does not wait for copies in flight).
-  else return t.template to<D>(0, false);
-}
-
-/// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).
-inline int threads() {
-#if KILN_HAS_OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
+using examples::threads;
+using examples::to_device;
 
 /// Every target of a dataset with one float target per sample (a CsvDataset or a Subset of one), in order.
 template <kiln::data::dataset Ds>

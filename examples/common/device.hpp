@@ -1,0 +1,33 @@
+// What every training example needs of the device: batches moved to it, and the CPU thread count.
+#pragma once
+#include <type_traits>
+
+#include <kiln/core/config.hpp>
+#include <kiln/policy/device.hpp>
+#include <kiln/tensor/tensor.hpp>
+
+#if KILN_HAS_OPENMP
+#include <omp.h>
+#endif
+
+namespace examples {
+
+/// The batch's tensor on device D (the CPU batch itself on the CPU).
+template <class D, class T, class S>
+auto to_device(const kiln::Tensor<T, S, kiln::Cpu>& t) {
+  if constexpr (std::is_same_v<D, kiln::Cpu>) return t;
+  // Blocking: the host batch is released at the end of the loop body, and its pinned block may be reused
+  // by a loader worker at once (the caching allocator does not wait for copies in flight).
+  else return t.template to<D>(0, false);
+}
+
+/// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).
+inline int threads() {
+#if KILN_HAS_OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+}  // namespace examples
