@@ -144,6 +144,9 @@ class AdamBase {
   }
   /// Sets every gradient to 0 (one pass).
   void zero_grad() { g_.fill(M(0)); }
+  /// The gradient arena a step reads (GradScaler unscales it in place).
+  arena_type& gradients() { return g_; }
+  const arena_type& gradients() const { return g_; }
 
   float lr() const { return o_.lr; }
   void set_lr(float lr) { o_.lr = lr; }

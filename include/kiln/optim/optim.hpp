@@ -1,6 +1,7 @@
-/// kiln::optim in one include: SGD, Adam, AdamW, gradient clipping, learning-rate schedulers.
+/// kiln::optim in one include: SGD, Adam, AdamW, gradient clipping, learning-rate schedulers, GradScaler.
 #pragma once
 #include "kiln/optim/adam.hpp"
 #include "kiln/optim/clip.hpp"
+#include "kiln/optim/grad_scaler.hpp"
 #include "kiln/optim/scheduler.hpp"
 #include "kiln/optim/sgd.hpp"

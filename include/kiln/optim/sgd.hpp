@@ -70,6 +70,9 @@ class SGD {
   const SGDOptions& options() const { return o_; }
   /// The momentum buffers (empty without momentum), for checkpoints.
   arena_type& momentum_buffer() { return buf_; }
+  /// The gradient arena a step reads (GradScaler unscales it in place).
+  arena_type& gradients() { return g_; }
+  const arena_type& gradients() const { return g_; }
 
  private:
   arena_type& p_;

@@ -1,0 +1,385 @@
+/// GradScaler: dynamic loss scaling (torch.cuda.amp.GradScaler), inf/NaN check fused into the unscale pass.
+#pragma once
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/core/index.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/policy/device.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::optim {
+
+/// torch.cuda.amp.GradScaler's options and defaults. The scale starts at init_scale, is multiplied by
+/// backoff_factor after a step with an inf/NaN gradient, and by growth_factor after growth_interval
+/// consecutive finite steps. `enabled = false` makes the scaler a pass-through (scale 1, every step runs).
+/// Example: `kiln::optim::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 500});`
+struct GradScalerOptions {
+  double init_scale = 65536.0;  // 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;
+  bool enabled = true;
+};
+
+namespace detail {
+
+/// Whether x (float or double) is inf or NaN: every exponent bit set. A bit test, so that -ffast-math
+/// (which lets the compiler assume every float is finite) cannot fold the check away.
+template <class M>
+KILN_HOST_DEVICE KILN_FORCEINLINE bool is_inf_or_nan(M x) {
+  static_assert(std::is_same_v<M, float> || std::is_same_v<M, double>);
+  if constexpr (std::is_same_v<M, double>)
+    return (std::bit_cast<std::uint64_t>(x) & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+  else
+    return (std::bit_cast<std::uint32_t>(x) & 0x7f800000u) == 0x7f800000u;
+}
+
+/// One element of the unscale pass: g *= inv_scale, and a shared flag set to 1 when g (still scaled) is
+/// inf or NaN, as torch's _amp_foreach_non_finite_check_and_unscale_. Every writer stores the same 1,
+/// so a relaxed atomic store on the host and a plain store on the GPU suffice; the flag is read back
+/// once, after the pass.
+template <class M>
+struct UnscaleAndCheck {
+  M* grad;
+  M inv_scale;
+  std::int32_t* found_inf;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    const M g = grad[i];
+    if (is_inf_or_nan(g)) {
+#if KILN_DEVICE_PASS
+      *static_cast<volatile std::int32_t*>(found_inf) = 1;
+#else
+      __atomic_store_n(found_inf, 1, __ATOMIC_RELAXED);
+#endif
+    }
+    grad[i] = g * inv_scale;
+  }
+};
+
+template <class T>
+struct is_gradient_arena : std::false_type {};
+template <class M, class D>
+struct is_gradient_arena<Tensor<M, Shape<dyn>, D>&> : std::true_type {};
+
+/// An optimizer GradScaler can drive: `gradients()` returns its gradient arena (`Tensor<M, Shape<dyn>, D>&`).
+template <class O>
+concept has_gradient_arena =
+    requires(O& o) { o.gradients(); } && is_gradient_arena<decltype(std::declval<O&>().gradients())>::value;
+
+/// ... and `step()`.
+template <class O>
+concept has_step = requires(O& o) { o.step(); };
+
+/// The device and element type of an optimizer's gradient arena (placeholders when it has none:
+/// has_gradient_arena's message reports that).
+template <class O>
+struct gradient_arena_of {
+  using device = void;
+  using element_type = float;
+};
+template <has_gradient_arena O>
+struct gradient_arena_of<O> {
+  using arena = std::remove_reference_t<decltype(std::declval<O&>().gradients())>;
+  using device = typename arena::device;
+  using element_type = typename arena::element_type;
+};
+
+/// What GradScaler<D> asks of an optimizer, checked where unscale_() or step() is called (a class, so
+/// that these messages come before any other error).
+template <class O, class D>
+struct grad_scaler_accepts {
+  // >>> Stopped here? The optimizer does not give GradScaler what it needs. <<<
+  static_assert(has_gradient_arena<O>,
+                "kiln::optim::GradScaler: the optimizer needs gradients() returning its gradient arena "
+                "(Tensor<M, Shape<dyn>, D>&); kiln's SGD, Adam and AdamW have it: add one to your optimizer");
+  static_assert(has_step<O>, "kiln::optim::GradScaler: the optimizer needs step()");
+  using arena = gradient_arena_of<O>;
+  static constexpr bool same_device = !has_gradient_arena<O> || std::is_same_v<typename arena::device, D>;
+  // >>> Stopped here? The scaler and the gradients are on different devices. <<<
+  static_assert(same_device,
+                "kiln::optim::GradScaler<D>: the optimizer's gradients live on another device; declare "
+                "the scaler for theirs: kiln::optim::GradScaler<kiln::Cuda> for a model on the GPU");
+  static_assert(std::is_floating_point_v<typename arena::element_type>,
+                "kiln::optim::GradScaler: the gradient arena must hold float or double (the master type)");
+  static constexpr bool value = has_gradient_arena<O> && has_step<O> && same_device &&
+                                std::is_floating_point_v<typename arena::element_type>;
+};
+
+}  // namespace detail
+
+/// Dynamic loss scaling for the gradients of one device, with torch.cuda.amp.GradScaler's semantics:
+/// multiply the loss gradient by `scale()`, then `step(opt)` unscales the optimizer's gradient arena
+/// (one pass that also looks for inf/NaN), runs `opt.step()` only when every gradient is finite, and
+/// `update()` adjusts the scale. To clip, unscale first:
+///   opt.zero_grad();
+///   model.backward(ce.backward(model.forward(x), y, scaler.scale()));
+///   scaler.unscale_(opt);                            // optional: only to look at true gradients
+///   kiln::optim::clip_grad_norm(model, 1.0);
+///   scaler.step(opt);                                // skipped when a gradient is inf/NaN
+///   scaler.update();
+/// Several optimizers may share one scaler (as in torch): each is unscaled and stepped on its own, and
+/// update() backs off when any of them had an inf/NaN.
+template <class D = Cpu>
+class GradScaler {
+  // >>> Stopped here? The template argument is the device of the gradients, not an element type. <<<
+  static_assert(device_policy<D>,
+                "kiln::optim::GradScaler<D>: D is the device of the gradients it unscales; "
+                "give kiln::Cpu or kiln::Cuda");
+
+ public:
+  using device_type = D;
+
+  explicit GradScaler(GradScalerOptions o = {}) : o_(o) {
+    const auto bad = [](const std::string& what) { return ValueError("kiln::optim::GradScaler: " + what); };
+    const float init = static_cast<float>(o.init_scale);
+    if (!(o.init_scale > 0.0) || !std::isfinite(init) || init == 0.0f)
+      throw bad("invalid init_scale " + format(o.init_scale) +
+                "; give a positive, finite float32 (default 65536)");
+    if (!(o.growth_factor > 1.0) || !std::isfinite(o.growth_factor))
+      throw bad("invalid growth_factor " + format(o.growth_factor) +
+                "; give a finite factor > 1 (default 2)");
+    if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0))
+      throw bad("invalid backoff_factor " + format(o.backoff_factor) +
+                "; give 0 < backoff_factor < 1 (default 0.5)");
+    if (o.growth_interval < 1)
+      throw bad("invalid growth_interval " + std::to_string(o.growth_interval) +
+                "; give at least 1 step (default 2000)");
+    scale_ = init;
+  }
+
+  /// The factor to multiply the loss gradient by: `ce.backward(logits, y, scaler.scale())`. 1 when disabled.
+  /// Kept as a float32 value, as torch keeps its scale tensor.
+  double scale() const { return o_.enabled ? static_cast<double>(scale_) : 1.0; }
+
+  /// Divides the optimizer's gradient arena by scale() in place and records whether any gradient is inf
+  /// or NaN, in one pass (one loop, or one kernel) plus one read-back of a flag. Call it before clipping
+  /// or reading the gradients; step() then does not unscale again. Returns true when every gradient is
+  /// finite (step() will run), false when one is not (step() will skip). Throws kiln::Error when called
+  /// twice for one optimizer before update(), or after step(). Disabled: does nothing, returns true.
+  template <class Opt>
+  bool unscale_(Opt& opt) {
+    if constexpr (!detail::grad_scaler_accepts<Opt, D>::value) {
+      return false;  // its static_assert said what is missing
+    } else {
+      if (!o_.enabled) return true;
+      PerOptimizer& s = state_of(&opt);
+      if (s.stepped)
+        throw Error(
+            "kiln::optim::GradScaler::unscale_: called after step(); unscale before step(), and call "
+            "update() to end the iteration");
+      if (s.unscaled)
+        throw Error(
+            "kiln::optim::GradScaler::unscale_: already called for this optimizer since the last "
+            "update(); call it once per iteration (step() uses its result)");
+      s.found_inf = unscale_and_check(opt.gradients());
+      s.unscaled = true;
+      return !s.found_inf;
+    }
+  }
+
+  /// Unscales the gradients unless unscale_(opt) did already, then runs opt.step() only if every gradient
+  /// is finite. Returns whether the optimizer stepped; a skipped step counts in skipped_steps(). Throws
+  /// kiln::Error when called twice for one optimizer before update(). Disabled: opt.step(), returns true.
+  template <class Opt>
+  bool step(Opt& opt) {
+    if constexpr (!detail::grad_scaler_accepts<Opt, D>::value) {
+      return false;  // its static_assert said what is missing
+    } else {
+      if (!o_.enabled) {
+        opt.step();
+        return true;
+      }
+      PerOptimizer& s = state_of(&opt);
+      if (s.stepped)
+        throw Error(
+            "kiln::optim::GradScaler::step: already called for this optimizer since the last update(); "
+            "call update() once per iteration, after step()");
+      if (!s.unscaled) {
+        s.found_inf = unscale_and_check(opt.gradients());
+        s.unscaled = true;
+      }
+      s.stepped = true;
+      if (s.found_inf) {
+        ++skipped_;
+        return false;
+      }
+      opt.step();
+      return true;
+    }
+  }
+
+  /// Ends the iteration, torch's rule: after an inf/NaN, scale *= backoff_factor and the growth tracker
+  /// restarts at 0; otherwise the tracker counts one more finite step, and at growth_interval the scale
+  /// is multiplied by growth_factor (unless that overflows float32) and the tracker restarts. Throws
+  /// kiln::Error when no step() or unscale_() ran since the last update(). Disabled: does nothing.
+  void update() {
+    if (!o_.enabled) return;
+    if (per_optimizer_.empty())
+      throw Error(
+          "kiln::optim::GradScaler::update: no inf/NaN check since the last update(); call scaler.step(opt) "
+          "before update()");
+    bool found = false;
+    for (const PerOptimizer& s : per_optimizer_) found = found || s.found_inf;
+    if (found) {
+      scale_ = static_cast<float>(static_cast<double>(scale_) * o_.backoff_factor);
+      tracker_ = 0;
+    } else if (++tracker_ >= o_.growth_interval) {
+      const float grown = static_cast<float>(static_cast<double>(scale_) * o_.growth_factor);
+      if (std::isfinite(grown)) scale_ = grown;
+      tracker_ = 0;
+    }
+    per_optimizer_.clear();
+  }
+  /// Ends the iteration with a scale of your choice (torch's update(new_scale)); the tracker is kept.
+  void update(double new_scale) {
+    if (!o_.enabled) return;
+    const float s = static_cast<float>(new_scale);
+    if (!(new_scale > 0.0) || !std::isfinite(s) || s == 0.0f)
+      throw ValueError("kiln::optim::GradScaler::update: invalid new_scale " + format(new_scale) +
+                       "; give a positive, finite float32");
+    scale_ = s;
+    per_optimizer_.clear();
+  }
+
+  bool is_enabled() const { return o_.enabled; }
+  const GradScalerOptions& options() const { return o_; }
+  /// Consecutive finite steps since the scale last changed (torch's _growth_tracker).
+  std::int64_t growth_tracker() const { return tracker_; }
+  /// Optimizer steps skipped because of an inf/NaN gradient, since construction (or as loaded).
+  std::int64_t skipped_steps() const { return skipped_; }
+  /// Whether an inf/NaN was found since the last update().
+  bool found_inf() const {
+    for (const PerOptimizer& s : per_optimizer_)
+      if (s.found_inf) return true;
+    return false;
+  }
+
+  /// The state a checkpoint keeps, as strings for safetensors metadata: `<prefix>scale`,
+  /// `<prefix>growth_tracker` and `<prefix>skipped_steps` (the scale round-trips exactly). Empty when
+  /// disabled, as torch's state_dict(). Example:
+  ///   auto meta = scaler.state("grad_scaler.");  // merge into save_checkpoint's metadata
+  std::map<std::string, std::string> state(std::string_view prefix = {}) const {
+    if (!o_.enabled) return {};
+    const std::string p(prefix);
+    return {{p + "scale", format(static_cast<double>(scale_))},
+            {p + "growth_tracker", std::to_string(tracker_)},
+            {p + "skipped_steps", std::to_string(skipped_)}};
+  }
+  /// Restores what state(prefix) wrote; other keys are ignored. Throws kiln::ValueError naming the key
+  /// when one is missing or its value is not a number in range; nothing changes then. Disabled: does
+  /// nothing (torch's load_state_dict).
+  void load_state(const std::map<std::string, std::string>& state, std::string_view prefix = {}) {
+    if (!o_.enabled) return;
+    const std::string p(prefix);
+    const auto get = [&](const std::string& key) -> const std::string& {
+      const auto it = state.find(p + key);
+      if (it == state.end())
+        throw ValueError("kiln::optim::GradScaler::load_state: no '" + p + key +
+                         "' in the state; give what state(\"" + p +
+                         "\") returned (a disabled scaler saves nothing)");
+      return it->second;
+    };
+    const auto bad = [&](const std::string& key, const std::string& want) {
+      return ValueError("kiln::optim::GradScaler::load_state: '" + p + key + "' is '" + get(key) +
+                        "'; expected " + want);
+    };
+    double scale = 0.0;
+    if (!parse(get("scale"), scale) || !(scale > 0.0) || !std::isfinite(static_cast<float>(scale)) ||
+        static_cast<float>(scale) == 0.0f)
+      throw bad("scale", "a positive, finite float32");
+    std::int64_t tracker = 0, skipped = 0;
+    if (!parse(get("growth_tracker"), tracker) || tracker < 0) throw bad("growth_tracker", "an integer >= 0");
+    if (!parse(get("skipped_steps"), skipped) || skipped < 0) throw bad("skipped_steps", "an integer >= 0");
+    scale_ = static_cast<float>(scale);
+    tracker_ = tracker;
+    skipped_ = skipped;
+  }
+
+ private:
+  /// Where one optimizer is in the current iteration (torch's per-optimizer stage and found_inf).
+  struct PerOptimizer {
+    const void* optimizer;
+    bool unscaled = false;
+    bool stepped = false;
+    bool found_inf = false;
+  };
+  /// The one-element inf/NaN flag on the device, and whether it is known to hold 0. A copy of the
+  /// scaler gets its own flag (allocated at its first pass): a shared one could hold another copy's 1.
+  struct Flag {
+    Tensor<std::int32_t, Shape<dyn>, D> tensor;
+    bool clear = false;
+    Flag() = default;
+    Flag(const Flag&) {}
+    Flag& operator=(const Flag&) {
+      tensor = {};
+      clear = false;
+      return *this;
+    }
+    Flag(Flag&&) = default;
+    Flag& operator=(Flag&&) = default;
+  };
+
+  PerOptimizer& state_of(const void* opt) {
+    for (PerOptimizer& s : per_optimizer_)
+      if (s.optimizer == opt) return s;
+    return per_optimizer_.emplace_back(PerOptimizer{opt});
+  }
+
+  /// The fused pass: grads *= 1 / scale, and whether a gradient was inf/NaN. The flag is 0 whenever no
+  /// pass is running (it is cleared only after a pass found something), so the usual iteration costs one
+  /// pass and one 4-byte read-back.
+  template <class M>
+  bool unscale_and_check(Tensor<M, Shape<dyn>, D>& grads) {
+    auto& flag = flag_.tensor;
+    const int device = grads.device_index();
+    if (flag.empty() || flag.device_index() != device) {
+      flag = Tensor<std::int32_t, Shape<dyn>, D>(Extents<Shape<dyn>>(1), device);
+      flag_.clear = false;
+    }
+    if (!flag_.clear) {
+      const std::int32_t zero = 0;
+      flag.copy_from(std::span<const std::int32_t>(&zero, 1));
+    }
+    flag_.clear = false;  // until the read-back says so
+    // torch: inv_scale = scale.double().reciprocal().float()
+    const M inv_scale = static_cast<M>(static_cast<float>(1.0 / static_cast<double>(scale_)));
+    kiln::detail::executor<D>::for_each(grads.numel(),
+                                        detail::UnscaleAndCheck<M>{grads.data(), inv_scale, flag.data()});
+    const bool found = flag.item() != 0;
+    flag_.clear = !found;
+    return found;
+  }
+
+  static std::string format(double v) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back exactly
+    return std::string(buf, r.ptr);
+  }
+  template <class T>
+  static bool parse(const std::string& s, T& v) {
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    return r.ec == std::errc() && r.ptr == s.data() + s.size() && !s.empty();
+  }
+
+  GradScalerOptions o_;
+  float scale_ = 0.0f;
+  std::int64_t tracker_ = 0;
+  std::int64_t skipped_ = 0;
+  std::vector<PerOptimizer> per_optimizer_;
+  Flag flag_;
+};
+
+}  // namespace kiln::optim
