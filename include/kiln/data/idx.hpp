@@ -2,8 +2,10 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "kiln/core/index.hpp"
@@ -59,10 +61,18 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
                     "link your target to kiln::zlib (zlib1g-dev) or gunzip the file");
 #endif
   } else {
+    // A folder opens as a stream whose end is far away (reading it then fails): check the kind first.
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+      throw DataError(path, "byte 0", std::filesystem::is_directory(status) ? "a directory, not a file" : "not a regular file",
+                      "a readable IDX file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw DataError(path, "byte 0", "cannot open the file", "a readable file");
     in.seekg(0, std::ios::end);
-    const auto size = static_cast<std::size_t>(in.tellg());
+    const auto end = in.tellg();
+    if (end < 0) throw DataError(path, "byte 0", "cannot tell the file's size", "a readable IDX file");
+    const auto size = static_cast<std::size_t>(end);
     in.seekg(0);
     bytes.resize(size);
     if (size && !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
@@ -99,24 +109,40 @@ inline IdxArray read_idx(const std::string& path, int rank) {
     throw DataError(path, "byte " + std::to_string(bytes.size()), "the file ends inside the header",
                     std::to_string(header) + " header bytes");
   IdxArray a;
+  const std::size_t data = bytes.size() - header;
+  // The product of the dimensions, checked for overflow: 2^30 x 2^30 x 2^4 is 2^64, 0 in 64 bits, and
+  // would pass for an empty data section. Past 2^64 it stays at the maximum (no file is that long) and
+  // the message prints it from `product`.
   std::size_t total = 1;
+  bool zero = false, overflow = false;
+  long double product = 1;
   for (int d = 0; d < rank; ++d) {
     const std::uint32_t v = detail::big_endian_u32(bytes.data() + 4 + 4 * d);
     if (v > (1u << 30))
       throw DataError(path, "byte " + std::to_string(4 + 4 * d), "dimension " + std::to_string(d) + " is " + std::to_string(v),
                       "at most 2^30");
     a.dims.push_back(static_cast<index_t>(v));
-    total *= v;
+    product *= v;
+    if (v == 0) {
+      zero = true;
+    } else if (overflow || total > SIZE_MAX / v) {
+      total = SIZE_MAX;
+      overflow = true;
+    } else {
+      total *= v;
+    }
   }
-  if (bytes.size() - header != total)
+  if (zero) total = 0;
+  if (data != total) {
+    char claimed[32];
+    std::snprintf(claimed, sizeof claimed, "%.6Lg", product);
+    std::string dims;
+    for (std::size_t d = 0; d < a.dims.size(); ++d) dims += (d ? " x " : "") + std::to_string(a.dims[d]);
     throw DataError(path, "byte " + std::to_string(bytes.size()),
-                    (bytes.size() - header < total ? "the data ends early (truncated file): " : "extra bytes: ") +
-                        std::to_string(bytes.size() - header) + " data bytes",
-                    std::to_string(total) + " data bytes for dimensions " + [&] {
-                      std::string s;
-                      for (std::size_t d = 0; d < a.dims.size(); ++d) s += (d ? " x " : "") + std::to_string(a.dims[d]);
-                      return s;
-                    }());
+                    (data < total ? "the data ends early (truncated file): " : "extra bytes: ") +
+                        std::to_string(data) + " data bytes",
+                    (overflow && !zero ? std::string(claimed) : std::to_string(total)) + " data bytes for dimensions " + dims);
+  }
   a.values.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return a;
 }

@@ -138,6 +138,39 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
                         says({"t10k-images-idx3-ubyte", "images of 27 x 28", "28 x 28"}));
 }
 
+BOOST_AUTO_TEST_CASE(dimensions_whose_product_wraps_around_64_bits_are_a_truncated_file) {
+  // 2^30 x 2^30 x 2^4 = 2^64 and 2^30 x 2^30 x 2^30 = 2^90 are both 0 modulo 2^64: the product used to
+  // wrap, so a header with no data after it loaded as an array of those dimensions and no values. Found
+  // by tests/fuzz/run-fuzz.sh (tests/fuzz/regressions/idx/crash-0619cf68..., and dims-product-*).
+  TempDir dir;
+  const auto wrap = dir.write("wrap", idx_bytes(3, {1u << 30, 1u << 30, 16}, {}));
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(wrap, 3), DataError,
+                        says({"wrap", "byte 16", "ends early", ": 0 data bytes", "expected 1.84467e+19 data bytes",
+                              "1073741824 x 1073741824 x 16"}));
+  const auto cube = dir.write("cube", idx_bytes(3, {1u << 30, 1u << 30, 1u << 30}, {1, 2}));
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(cube, 3), DataError, says({"cube", "ends early", ": 2 data bytes"}));
+  // Products that fit are printed exactly; a dimension of 0 still means no values, whatever the others claim.
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("header-only", idx_bytes(3, {60000, 28, 28}, {})), 3), DataError,
+                        says({"header-only", "ends early", "expected 47040000 data bytes for dimensions 60000 x 28 x 28"}));
+  const auto none = kiln::data::read_idx(dir.write("none", idx_bytes(3, {0, 1u << 30, 1u << 30}, {})), 3);
+  BOOST_TEST(none.count() == 0);
+  BOOST_TEST(none.values.empty());
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("extra", idx_bytes(3, {1u << 30, 0, 1u << 30}, {5})), 3),
+                        DataError, says({"extra", "extra bytes: 1 data bytes", "expected 0 data bytes"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_folder_in_place_of_a_file_is_rejected) {
+  // A folder opens as a stream whose end is at byte 2^63 - 1 (ext4): read_idx threw std::bad_alloc.
+  TempDir dir;
+  const std::string root = dir.path().string();
+  std::filesystem::create_directory(dir.path() / "t10k-images-idx3-ubyte");
+  dir.write("t10k-labels-idx1-ubyte", labels({1}));
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.file("t10k-images-idx3-ubyte"), 3), DataError,
+                        says({"t10k-images-idx3-ubyte", "byte 0", "a directory, not a file"}));
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
+                        says({"t10k-images-idx3-ubyte", "a directory, not a file"}));
+}
+
 BOOST_AUTO_TEST_CASE(debian_fashion_mnist_loads_when_installed) {
   const std::string root = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(root + "/t10k-images-idx3-ubyte.gz")) {
