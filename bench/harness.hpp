@@ -23,7 +23,9 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <array>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -115,6 +117,21 @@ inline int omp_threads() {
 #else
   return 1;
 #endif
+}
+
+/// Runs a shell command (a reference implementation, e.g. PyTorch's side of a bench) and parses what it
+/// prints as one JSON object; empty JSON when it cannot run or prints something else.
+inline nlohmann::json run_json(const std::string& command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(command.c_str(), "r"), pclose);
+  if (!p) return {};
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), p.get())) out += buf.data();
+  try {
+    return nlohmann::json::parse(out);
+  } catch (...) {
+    return {};
+  }
 }
 
 /// "2024-05-01T12:34:56Z"

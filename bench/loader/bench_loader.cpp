@@ -29,18 +29,8 @@ using LeNet = Sequential<Conv2d<1, 6, 5, 1, 2>, ReLU, MaxPool2d<2>, Conv2d<6, 16
                          Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
 
 nlohmann::json run_torch(const std::string& data, long long limit) {
-  const std::string cmd = "/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/loader/torch_epoch.py --data " + data +
-                          " --limit " + std::to_string(limit) + " 2>/dev/null";
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-  if (!p) return {};
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), p.get())) out += buf.data();
-  try {
-    return nlohmann::json::parse(out);
-  } catch (...) {
-    return {};
-  }
+  return kiln::bench::run_json("/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/loader/torch_epoch.py --data " +
+                               data + " --limit " + std::to_string(limit) + " 2>/dev/null");
 }
 }  // namespace
 

@@ -44,19 +44,8 @@ kiln::Tensor<T, S> filled(const kiln::Extents<S>& e, std::uint32_t seed) {
 
 /// Runs PyTorch's side; empty when python3-torch is missing.
 nlohmann::json run_torch(int repeat, int warmup) {
-  const std::string script = std::string(KILN_BENCH_DIR) + "/train_step/torch_step.py";
-  const std::string cmd = "/usr/bin/python3 " + script + " --repeat " + std::to_string(repeat) + " --warmup " +
-                          std::to_string(warmup) + " 2>/dev/null";
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-  if (!p) return {};
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), p.get())) out += buf.data();
-  try {
-    return nlohmann::json::parse(out);
-  } catch (...) {
-    return {};
-  }
+  return kiln::bench::run_json("/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/train_step/torch_step.py --repeat " +
+                               std::to_string(repeat) + " --warmup " + std::to_string(warmup) + " 2>/dev/null");
 }
 }  // namespace
 

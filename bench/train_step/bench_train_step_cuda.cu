@@ -52,18 +52,9 @@ auto event_timed(int inner, F f) {
 nlohmann::json run_torch(int repeat) {
   // The GPU machines' CUDA-enabled torch is the `python3` on PATH (not Debian's CPU-only one).
   const char* python = std::getenv("KILN_TORCH_PYTHON");
-  const std::string cmd = std::string(python ? python : "python3") + " " + std::string(KILN_BENCH_DIR) +
-                          "/train_step/torch_step.py --device cuda --repeat " + std::to_string(repeat) + " 2>/dev/null";
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-  if (!p) return {};
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), p.get())) out += buf.data();
-  try {
-    return nlohmann::json::parse(out);
-  } catch (...) {
-    return {};
-  }
+  return kiln::bench::run_json(std::string(python ? python : "python3") + " " + std::string(KILN_BENCH_DIR) +
+                               "/train_step/torch_step.py --device cuda --repeat " + std::to_string(repeat) +
+                               " 2>/dev/null");
 }
 }  // namespace
 
