@@ -21,18 +21,10 @@ struct Activation {
   using output = S;
 
   template <class S, class P>
-  class module {
+  class module : public detail::parameter_free<S, S, P> {
    public:
-    using T = typename P::precision::storage;
-    using M = typename P::precision::master;
-    using D = typename P::device;
-    using input_shape = S;
-    using output_shape = S;
-    static constexpr index_t parameter_count = 0;
-
-    void bind(M*, M*, int) {}
-    void reset_parameters(Generator&) {}
-    std::vector<ParameterInfo> parameters() const { return {}; }
+    using typename detail::parameter_free<S, S, P>::T;
+    using typename detail::parameter_free<S, S, P>::D;
     std::string name() const { return std::string(Name) + "()"; }
 
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {

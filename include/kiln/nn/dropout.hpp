@@ -49,18 +49,12 @@ struct Dropout {
   using output = S;
 
   template <class S, class Pol>
-  class module {
+  class module : public detail::parameter_free<S, S, Pol> {
    public:
-    using T = typename Pol::precision::storage;
-    using M = typename Pol::precision::master;
-    using D = typename Pol::device;
-    using input_shape = S;
-    using output_shape = S;
-    static constexpr index_t parameter_count = 0;
+    using typename detail::parameter_free<S, S, Pol>::T;
+    using typename detail::parameter_free<S, S, Pol>::D;
 
-    void bind(M*, M*, int) {}
-    void reset_parameters(Generator& g) { seed_ = g(); }
-    std::vector<ParameterInfo> parameters() const { return {}; }
+    void reset_parameters(Generator& g) { seed_ = g(); }  // the mask's seed: the model's, in layer order
     std::string name() const {
       char buf[48];
       std::snprintf(buf, sizeof buf, "Dropout(p=%g)", static_cast<double>(P));

@@ -28,18 +28,11 @@ struct Flatten {
   using output = Shape<S::extents[0], features<S>()>;
 
   template <class S, class P>
-  class module {
+  class module : public detail::parameter_free<S, output<S>, P> {
    public:
-    using T = typename P::precision::storage;
-    using M = typename P::precision::master;
-    using D = typename P::device;
-    using input_shape = S;
-    using output_shape = output<S>;
-    static constexpr index_t parameter_count = 0;
-
-    void bind(M*, M*, int) {}
-    void reset_parameters(Generator&) {}
-    std::vector<ParameterInfo> parameters() const { return {}; }
+    using typename detail::parameter_free<S, output<S>, P>::T;
+    using typename detail::parameter_free<S, output<S>, P>::D;
+    using typename detail::parameter_free<S, output<S>, P>::output_shape;
     std::string name() const { return "Flatten(start_dim=1, end_dim=-1)"; }
 
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context) {

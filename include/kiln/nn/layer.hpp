@@ -42,6 +42,21 @@ concept layer_for = requires {
 };
 
 namespace detail {
+/// What every layer without parameters has: its policy's types, its shapes, nothing to bind or
+/// initialise. Its module derives from it: `class module : public detail::parameter_free<S, Out, P>`.
+template <class S, class Out, class P>
+struct parameter_free {
+  using T = typename P::precision::storage;
+  using M = typename P::precision::master;
+  using D = typename P::device;
+  using input_shape = S;
+  using output_shape = Out;
+  static constexpr index_t parameter_count = 0;
+  void bind(M*, M*, int) {}
+  void reset_parameters(Generator&) {}
+  std::vector<ParameterInfo> parameters() const { return {}; }
+};
+
 /// U(-bound, bound) into host memory (PyTorch's kaiming_uniform_(a = sqrt(5)) and bias init both
 /// reduce to bound = 1 / sqrt(fan_in)).
 template <class T>

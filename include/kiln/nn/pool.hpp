@@ -183,18 +183,11 @@ struct Pool2d {
                        (S::extents[3] + 2 * Padding - K) / Stride + 1>;
 
   template <class S, class P>
-  class module {
+  class module : public detail::parameter_free<S, output<S>, P> {
    public:
-    using T = typename P::precision::storage;
-    using M = typename P::precision::master;
-    using D = typename P::device;
-    using input_shape = S;
-    using output_shape = output<S>;
-    static constexpr index_t parameter_count = 0;
-
-    void bind(M*, M*, int) {}
-    void reset_parameters(Generator&) {}
-    std::vector<ParameterInfo> parameters() const { return {}; }
+    using typename detail::parameter_free<S, output<S>, P>::T;
+    using typename detail::parameter_free<S, output<S>, P>::D;
+    using typename detail::parameter_free<S, output<S>, P>::output_shape;
     std::string name() const {
       return std::string(Max ? "MaxPool2d" : "AvgPool2d") + "(kernel_size=" + std::to_string(K) +
              ", stride=" + std::to_string(Stride) + ", padding=" + std::to_string(Padding) + ")";

@@ -30,18 +30,10 @@ struct SoftmaxLayer {
   using output = S;
 
   template <class S, class P>
-  class module {
+  class module : public detail::parameter_free<S, S, P> {
    public:
-    using T = typename P::precision::storage;
-    using M = typename P::precision::master;
-    using D = typename P::device;
-    using input_shape = S;
-    using output_shape = S;
-    static constexpr index_t parameter_count = 0;
-
-    void bind(M*, M*, int) {}
-    void reset_parameters(Generator&) {}
-    std::vector<ParameterInfo> parameters() const { return {}; }
+    using typename detail::parameter_free<S, S, P>::T;
+    using typename detail::parameter_free<S, S, P>::D;
     std::string name() const { return Log ? "LogSoftmax(dim=1)" : "Softmax(dim=1)"; }
 
     /// y = exp(x - max) / Σ exp(x - max), or its log: four passes (max, exp-sum, output).
