@@ -19,18 +19,20 @@ struct PoolGeometry {
 };
 
 /// The max of x over window (oh, ow) of one plane and the flat h*W+w of the winner (padding is -inf;
-/// NaN propagates; ties keep the first).
-template <class T>
+/// NaN propagates; ties keep the first). The window is a constant: its loops unroll.
+template <index_t K, index_t Stride, index_t Padding, class T>
 KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t ow, const PoolGeometry& g,
                                                 index_t& arg) {
   compute_t<T> best = -static_cast<compute_t<T>>(INFINITY);
   arg = -1;
-  for (index_t ki = 0; ki < g.k; ++ki) {
-    const index_t ih = oh * g.stride - g.pad + ki;
-    if (ih < 0 || ih >= g.h) continue;
-    for (index_t kj = 0; kj < g.k; ++kj) {
-      const index_t iw = ow * g.stride - g.pad + kj;
-      if (iw < 0 || iw >= g.w) continue;
+  KILN_UNROLL
+  for (index_t ki = 0; ki < K; ++ki) {
+    const index_t ih = oh * Stride - Padding + ki;
+    if (Padding > 0 && (ih < 0 || ih >= g.h)) continue;
+    KILN_UNROLL
+    for (index_t kj = 0; kj < K; ++kj) {
+      const index_t iw = ow * Stride - Padding + kj;
+      if (Padding > 0 && (iw < 0 || iw >= g.w)) continue;
       const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
       if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ih * g.w + iw;
     }
@@ -39,7 +41,7 @@ KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t
 }
 
 /// y = max over the window, idx = the flat h*W+w of the winner; one call per output element (CUDA).
-template <class T>
+template <class T, index_t K, index_t Stride, index_t Padding>
 struct MaxPoolForward {
   const T* x;
   T* y;
@@ -48,12 +50,11 @@ struct MaxPoolForward {
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t ow = i % g.wo, oh = (i / g.wo) % g.ho, plane = i / (g.wo * g.ho);
     index_t arg;
-    y[i] = from_compute<T>(window_max(x + plane * g.h * g.w, oh, ow, g, arg));
+    y[i] = from_compute<T>(window_max<K, Stride, Padding>(x + plane * g.h * g.w, oh, ow, g, arg));
     if (idx) idx[i] = static_cast<std::int32_t>(arg);
   }
 };
-/// The same, one call per (n, c) plane, with the window's size, stride and padding as constants: no
-/// division per element, and the window loops unroll (CPU).
+/// The same, one call per (n, c) plane: no division per element (CPU).
 template <class T, index_t K, index_t Stride, index_t Padding>
 struct MaxPoolForwardPlanes {
   const T* x;
@@ -65,21 +66,8 @@ struct MaxPoolForwardPlanes {
     const index_t o = plane * g.ho * g.wo;
     for (index_t oh = 0; oh < g.ho; ++oh)
       for (index_t ow = 0; ow < g.wo; ++ow) {
-        compute_t<T> best = -static_cast<compute_t<T>>(INFINITY);
-        index_t arg = -1;
-        KILN_UNROLL
-        for (index_t ki = 0; ki < K; ++ki) {
-          const index_t ih = oh * Stride - Padding + ki;
-          if (Padding > 0 && (ih < 0 || ih >= g.h)) continue;
-          KILN_UNROLL
-          for (index_t kj = 0; kj < K; ++kj) {
-            const index_t iw = ow * Stride - Padding + kj;
-            if (Padding > 0 && (iw < 0 || iw >= g.w)) continue;
-            const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
-            if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ih * g.w + iw;
-          }
-        }
-        y[o + oh * g.wo + ow] = from_compute<T>(best);
+        index_t arg;
+        y[o + oh * g.wo + ow] = from_compute<T>(window_max<K, Stride, Padding>(xp, oh, ow, g, arg));
         if (idx) idx[o + oh * g.wo + ow] = static_cast<std::int32_t>(arg);
       }
   }
@@ -204,7 +192,7 @@ struct Pool2d {
           kiln::detail::executor<D>::for_each(g.nc, MaxPoolForwardPlanes<T, K, Stride, Padding>{x.data(), y.data(), idx_.data(), g},
                                               g.h * g.w);
         else
-          kiln::detail::executor<D>::for_each(y.numel(), MaxPoolForward<T>{x.data(), y.data(), idx_.data(), g});
+          kiln::detail::executor<D>::for_each(y.numel(), MaxPoolForward<T, K, Stride, Padding>{x.data(), y.data(), idx_.data(), g});
       } else {
         kiln::detail::executor<D>::for_each(y.numel(), AvgPoolForward<T>{x.data(), y.data(), g});
         saved_ = ctx.grad;
