@@ -20,6 +20,7 @@
 #include "checkpoint.hpp"
 #include "cli.hpp"
 #include "device.hpp"
+#include "epoch.hpp"
 #include "report.hpp"
 
 namespace examples::classification {
@@ -97,28 +98,10 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& 
   kiln::nn::CrossEntropyLoss ce;
   FitResult r;
   for (int epoch = start; epoch < o.epochs; ++epoch) {
-    const auto t0 = Clock::now();
-    train_loader.set_epoch(static_cast<std::uint64_t>(epoch));
-    Progress progress(epoch + 1, o.epochs, train_loader.size());
-    double loss_sum = 0;
-    long long samples = 0, batches = 0;
-    opt.zero_grad();
-    for (const auto& b : train_loader) {
-      const auto x = to_device<D>(b.x);      // [N, C, H, W]
-      const auto y = to_device<D>(b.y);      // [N]
-      const auto logits = model.forward(x);  // [N, classes]
-      loss_sum += static_cast<double>(ce(logits, y).item()) * static_cast<double>(b.size());
-      model.backward(ce.backward(logits, y, 1.0 / o.accumulate));
-      if (++batches % o.accumulate == 0 || batches == train_loader.size()) {
-        opt.step();
-        opt.zero_grad();
-      }
-      samples += b.size();
-      progress.update(batches, loss_sum / static_cast<double>(samples), samples);
-    }
-    progress.finish();
-    const double train_seconds = seconds_since(t0);
-    r.train_loss = loss_sum / static_cast<double>(samples);
+    const EpochResult e = train_epoch<D>(model, opt, ce, train_loader, o.accumulate, epoch, o.epochs);
+    const double train_seconds = e.seconds;
+    const long long samples = e.samples;
+    r.train_loss = e.mean_loss;
     std::tie(r.test_loss, r.test_accuracy) = evaluate(model, test_loader);
     r.finite = r.finite && std::isfinite(r.train_loss) && std::isfinite(r.test_loss);
     r.samples_per_s = static_cast<double>(samples) / train_seconds;

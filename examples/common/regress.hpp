@@ -22,6 +22,7 @@
 #include "checkpoint.hpp"
 #include "cli.hpp"
 #include "device.hpp"
+#include "epoch.hpp"
 #include "report.hpp"
 
 namespace examples::regression {
@@ -121,28 +122,10 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& 
   const bool terminal = isatty(STDOUT_FILENO) == 1;
   FitResult r;
   for (int epoch = start; epoch < o.epochs; ++epoch) {
-    const auto t0 = Clock::now();
-    train_loader.set_epoch(static_cast<std::uint64_t>(epoch));
-    Progress progress(epoch + 1, o.epochs, train_loader.size());
-    double loss_sum = 0;
-    long long samples = 0, batches = 0;
-    opt.zero_grad();
-    for (const auto& b : train_loader) {
-      const auto x = to_device<D>(b.x);     // [N, F]
-      const auto y = to_device<D>(b.y);     // [N, 1]
-      const auto pred = model.forward(x);   // [N, 1]
-      loss_sum += static_cast<double>(mse(pred, y).item()) * static_cast<double>(b.size());
-      model.backward(mse.backward(pred, y, 1.0 / o.accumulate));
-      if (++batches % o.accumulate == 0 || batches == train_loader.size()) {
-        opt.step();
-        opt.zero_grad();
-      }
-      samples += b.size();
-      progress.update(batches, loss_sum / static_cast<double>(samples), samples);
-    }
-    progress.finish();
-    const double train_seconds = seconds_since(t0);
-    r.train_loss = loss_sum / static_cast<double>(samples);
+    const EpochResult e = train_epoch<D>(model, opt, mse, train_loader, o.accumulate, epoch, o.epochs);
+    const double train_seconds = e.seconds;
+    const long long samples = e.samples;
+    r.train_loss = e.mean_loss;
     const Evaluation test = evaluate(model, test_loader);
     r.test_loss = test.loss;
     r.test_rmse = test.rmse;
