@@ -89,12 +89,15 @@ struct Linear {
 #if KILN_WITH_CUDA
       if constexpr (std::is_same_v<D, Cuda> && std::is_same_v<T, float> && std::is_same_v<M, float> && Bias &&
                     (E::identity || std::is_same_v<E, epilogue::Relu>)) {  // one cuBLASLt call
-        Extents<output_shape> e = {};
-        e[0] = x.size(0);
-        Tensor<T, output_shape, D> y(e, x.device_index());
-        if (x.size(0) > 0 && lt_forward(x, y, !E::identity)) {
-          if constexpr (!E::identity) saved_ = ctx.grad ? Tensor<T, output_shape, D>(y) : Tensor<T, output_shape, D>();
-          return y;
+        // cuBLASLt reads bias vectors 16-byte aligned; otherwise the GEMM + kiln's epilogue below.
+        if (x.size(0) > 0 && reinterpret_cast<std::uintptr_t>(bias().data()) % 16 == 0) {
+          Extents<output_shape> e = {};
+          e[0] = x.size(0);
+          Tensor<T, output_shape, D> y(e, x.device_index());
+          if (lt_forward(x, y, !E::identity)) {
+            if constexpr (!E::identity) saved_ = ctx.grad ? Tensor<T, output_shape, D>(y) : Tensor<T, output_shape, D>();
+            return y;
+          }
         }
       }
 #endif
@@ -154,8 +157,7 @@ struct Linear {
     /// y = act(x Wᵀ + b) through cuBLASLt's epilogue; false when cuBLASLt cannot (the caller then runs
     /// the GEMM and kiln's epilogue kernel).
     bool lt_forward(const Tensor<T, S, D>& x, Tensor<T, output_shape, D>& y, bool relu) {
-      const float* b = bias().data();
-      if (reinterpret_cast<std::uintptr_t>(b) % 16 != 0) return false;  // cuBLASLt's bias vectors: 16-byte aligned
+      const float* b = bias().data();  // 16-byte aligned (checked by the caller)
       if (!lt_plan_ || lt_relu_ != relu || !lt_plan_->matches(x.size(0), x.data(), weight().data(), y.data())) {
         lt_plan_ = std::make_shared<kiln::cuda::LinearEpiloguePlan>(x.size(0), In, Out, relu, x.data(), weight().data(),
                                                                    y.data(), x.device_index());
