@@ -29,10 +29,10 @@ struct gemm_backend {
 };
 template <>
 struct gemm_backend<Cpu> {
-  template <class T>
+  template <class T, class TC>
   static void run(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const T* a, index_t lda,
-                  const T* b, index_t ldb, float beta, T* c, index_t ldc, int /*device*/) {
-    backend::cpu::gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                  const T* b, index_t ldb, float beta, TC* c, index_t ldc, int /*device*/) {
+    backend::cpu::gemm<T, TC>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 };
 
@@ -61,6 +61,8 @@ struct matmul_inner_extents_must_match {
 }  // namespace detail
 
 /// C = alpha op(A) op(B) + beta C into an existing C [M, N] (beta = 1 accumulates, for gradients).
+/// A and B have one element type; C has it too, or is float when A and B are half or bfloat16 (mixed
+/// precision: float32 accumulation into a float32 result, as a weight gradient in an fp32 arena).
 template <class A, class B, class TC, class SC, class DC>
 void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 1.0f, float beta = 0.0f) {
   using OA = detail::matmul_operand<A>;
@@ -70,8 +72,12 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
   static_assert(tensor<TA> && tensor<TB>, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
                                           "evaluate expressions first with kiln::eval()");
   static_assert(TA::rank == 2 && TB::rank == 2 && SC::rank == 2, "kiln::matmul: operands must be matrices (rank 2)");
-  static_assert(std::is_same_v<typename TA::element_type, TC> && std::is_same_v<typename TB::element_type, TC>,
-                "kiln::matmul: A, B and C must have the same element type; cast<T>() one of them");
+  using TAB = typename TA::element_type;
+  static_assert(std::is_same_v<typename TB::element_type, TAB> &&
+                    (std::is_same_v<TAB, TC> ||
+                     (std::is_same_v<TC, float> && (std::is_same_v<TAB, half> || std::is_same_v<TAB, bfloat16>))),
+                "kiln::matmul: A, B and C must have the same element type (C may be float when A and B are half "
+                "or bfloat16); cast<T>() one of them");
   static_assert(std::is_same_v<typename TA::device, DC> && std::is_same_v<typename TB::device, DC>,
                 "kiln::matmul: wrong device: A, B and C must live on the same device");
   constexpr index_t ka = OA::trans ? TA::shape_type::extents[0] : TA::shape_type::extents[1];
@@ -86,7 +92,7 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
                      "] x op(B) [" + std::to_string(kb2) + ", " + std::to_string(n) + "] into C " +
                      to_string(c.extents()));
   detail::count_pass();
-  detail::gemm_backend<DC>::template run<TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1), b.data(),
+  detail::gemm_backend<DC>::template run<TAB, TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1), b.data(),
                                              b.size(1), beta, c.data(), n, c.device_index());
 }
 

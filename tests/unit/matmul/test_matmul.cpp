@@ -1,6 +1,6 @@
 // matmul / matmul_into: the four transpose combinations with odd M, N, K against a float64 reference
-// (float; double on the CPU only), half and bfloat16 within their tolerance, beta accumulation, and
-// run-time shape errors.
+// (float; double on the CPU only), half and bfloat16 within their tolerance, half and bfloat16 operands
+// into a float result, beta accumulation, and run-time shape errors.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <vector>
@@ -120,6 +120,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(matmul_into_scales_and_accumulates, D, kiln::test:
   kiln::matmul_into(c, a, kiln::transposed(b), 0.0f, 2.0f);  // alpha = 0: only scales C
   for (std::size_t i = 0; i < want.size(); ++i) want[i] *= 2.0;
   BOOST_TEST(kt::all_close_scaled(c.to_vector(), want, ref.magnitude, gemm_rel<float>(k)));
+}
+
+// Mixed precision's weight gradient: half or bfloat16 operands accumulated into a float C (beta = 1), with
+// float accumulation and no rounding of C to the low type.
+template <class D, class T>
+void check_low_precision_into_float() {
+  BOOST_TEST_CONTEXT(kiln::dtype_name<T>()) {
+    const kiln::index_t m = 37, n = 29, k = 257;
+    const auto av = kt::random_values<T>(static_cast<std::size_t>(k * m), -1, 1, 96);
+    const auto bv = kt::random_values<T>(static_cast<std::size_t>(k * n), -1, 1, 97);
+    const auto cv = kt::random_values<float>(static_cast<std::size_t>(m * n), -1, 1, 98);
+    const auto a = kt::make_tensor<D>(av, Extents<Shape<dyn, 37>>(k));  // stored [K, M]: dyᵀ x's layout
+    const auto b = kt::make_tensor<D>(bv, Extents<Shape<dyn, 29>>(k));
+    auto c = kt::make_tensor<D>(cv, Extents<Shape<37, 29>>{});
+    const auto ref = kt::reference_gemm(kt::to_doubles(av), kt::to_doubles(bv), m, n, k, true, false);
+    const auto before = kiln::passes();
+    kiln::matmul_into(c, kiln::transposed(a), b, 1.0f, 1.0f);  // C[float] += Aᵀ B
+    BOOST_TEST(kiln::passes() - before == 1u);
+    std::vector<double> want(ref.c.size()), scale(ref.c.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      want[i] = ref.c[i] + cv[i], scale[i] = ref.magnitude[i] + std::abs(cv[i]);
+    // Exact products of the low-precision values, summed in float: float's tolerance, not T's.
+    BOOST_TEST(kt::all_close_scaled(c.to_vector(), want, scale, gemm_rel<float>(k)));
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(half_and_bfloat16_operands_accumulate_into_float, D, kiln::test::devices) {
+  check_low_precision_into_float<D, kiln::half>();
+  check_low_precision_into_float<D, kiln::bfloat16>();
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(dynamic_extent_mismatch_is_a_shape_error, D, kiln::test::devices) {

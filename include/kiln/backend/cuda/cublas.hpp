@@ -58,12 +58,12 @@ namespace kiln::detail {
 /// backend::cpu::gemm. cuBLAS is column-major, so it computes Cᵀ = op(B)ᵀ op(A)ᵀ: a row-major matrix
 /// read column-major is its transpose, so B and A swap places and keep their transpose flags.
 /// float: cublasSgemm (fp32); double: cublasDgemm; half/bfloat16: cublasGemmEx with fp32 accumulation
-/// (CUBLAS_COMPUTE_32F; tensor cores allowed).
+/// (CUBLAS_COMPUTE_32F; tensor cores allowed), C in the same type or in float (TC = float).
 template <>
 struct gemm_backend<Cuda> {
-  template <class T>
+  template <class T, class TC = T>
   static void run(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const T* a, index_t lda,
-                  const T* b, index_t ldb, float beta, T* c, index_t ldc, int device) {
+                  const T* b, index_t ldb, float beta, TC* c, index_t ldc, int device) {
     if (m == 0 || n == 0) return;
     cuda::DeviceGuard g(device);
     cublasHandle_t h = cuda::cublas_handle(device);
@@ -71,7 +71,13 @@ struct gemm_backend<Cuda> {
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // second: A
     // cuBLAS wants ld >= max(1, rows); an operand with no elements (k == 0) has ld 0 in row-major.
     const std::int64_t la = std::max<index_t>(lda, 1), lb = std::max<index_t>(ldb, 1), lc = std::max<index_t>(ldc, 1);
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (!std::is_same_v<T, TC>) {
+      static_assert(std::is_same_v<TC, float> && (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>),
+                    "kiln::matmul on kiln::Cuda: C may differ from A and B only as float for half/bfloat16 operands");
+      constexpr cudaDataType_t type = std::is_same_v<T, half> ? CUDA_R_16F : CUDA_R_16BF;
+      KILN_CUBLAS_CHECK(cublasGemmEx_64(h, opb, opa, n, m, k, &alpha, b, type, lb, a, type, la, &beta, c, CUDA_R_32F,
+                                        lc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else if constexpr (std::is_same_v<T, float>) {
       KILN_CUBLAS_CHECK(cublasSgemm_64(h, opb, opa, n, m, k, &alpha, b, lb, a, la, &beta, c, lc));
     } else if constexpr (std::is_same_v<T, double>) {
       const double alpha_d = alpha, beta_d = beta;
