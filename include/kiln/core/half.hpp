@@ -85,7 +85,7 @@ using bfloat16 = detail::bfloat16_bits;
 /// The element types a Tensor may hold.
 template <class T>
 concept element = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, half> ||
-                  std::is_same_v<T, bfloat16> || std::is_same_v<T, std::int32_t> ||
+                  std::is_same_v<T, bfloat16> || std::is_same_v<T, std::uint8_t> || std::is_same_v<T, std::int32_t> ||
                   std::is_same_v<T, std::int64_t> || std::is_same_v<T, bool>;
 
 /// The type arithmetic on T runs in: half and bfloat16 compute in float.
@@ -151,6 +151,7 @@ constexpr std::string_view dtype_name() {
   else if constexpr (std::is_same_v<T, double>) return "float64";
   else if constexpr (std::is_same_v<T, half>) return "float16";
   else if constexpr (std::is_same_v<T, bfloat16>) return "bfloat16";
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
   else if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
   else if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
   else if constexpr (std::is_same_v<T, bool>) return "bool";

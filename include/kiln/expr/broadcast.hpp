@@ -26,7 +26,7 @@ struct Broadcast {
     const std::size_t off = rank - In::rank;
     index_t s = 1;
     for (std::size_t d = rank; d-- > 0;) {
-      const index_t ext = d < off ? 1 : in[d - off];
+      const index_t ext = d + In::rank < rank ? 1 : in[d - off];  // d < off, without nvcc's #186-D when off is 0
       stride[d] = (ext == 1 && out[d] != 1) ? 0 : s;
       s *= ext;
     }

@@ -41,6 +41,7 @@ constexpr const char* safetensors_dtype() {
   else if constexpr (std::is_same_v<T, bfloat16>) return "BF16";
   else if constexpr (std::is_same_v<T, std::int64_t>) return "I64";
   else if constexpr (std::is_same_v<T, std::int32_t>) return "I32";
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return "U8";
   else return "?";
 }
 
@@ -49,6 +50,7 @@ inline std::size_t dtype_size(const std::string& d) {
   if (d == "F64" || d == "I64") return 8;
   if (d == "F32" || d == "I32") return 4;
   if (d == "F16" || d == "BF16") return 2;
+  if (d == "U8") return 1;
   return 0;
 }
 inline std::string shape_text(const std::vector<index_t>& s) {

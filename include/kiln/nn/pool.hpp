@@ -2,6 +2,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -18,8 +19,16 @@ struct PoolGeometry {
   index_t nc, h, w, k, stride, pad, ho, wo;
 };
 
-/// The max of x over window (oh, ow) of one plane and the flat h*W+w of the winner (padding is -inf;
-/// NaN propagates; ties keep the first). The window is a constant: its loops unroll.
+/// The index a MaxPool2d keeps per output for its backward pass: the winner's tap ki K + kj inside its
+/// window, one byte for windows up to 15 x 15 (PyTorch keeps an int64 per output: 8 times as much).
+template <index_t K>
+using window_index_t = std::conditional_t<(K * K < 255), std::uint8_t, std::int32_t>;
+/// The index of a window without a winner (all of it padding).
+template <class I>
+inline constexpr I no_winner = std::numeric_limits<I>::max();
+
+/// The max of x over window (oh, ow) of one plane and the winner's tap ki K + kj (-1: none; padding is
+/// -inf; NaN propagates; ties keep the first). The window is a constant: its loops unroll.
 template <index_t K, index_t Stride, index_t Padding, class T>
 KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t ow, const PoolGeometry& g,
                                                 index_t& arg) {
@@ -34,32 +43,34 @@ KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t
       const index_t iw = ow * Stride - Padding + kj;
       if (Padding > 0 && (iw < 0 || iw >= g.w)) continue;
       const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
-      if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ih * g.w + iw;
+      if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ki * K + kj;
     }
   }
   return best;
 }
 
-/// y = max over the window, idx = the flat h*W+w of the winner; one call per output element (CUDA).
+/// y = max over the window, idx = the winner's tap; one call per output element (CUDA).
 template <class T, index_t K, index_t Stride, index_t Padding>
 struct MaxPoolForward {
+  using I = window_index_t<K>;
   const T* x;
   T* y;
-  std::int32_t* idx;  // null in inference
+  I* idx;  // null in inference
   PoolGeometry g;
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t ow = i % g.wo, oh = (i / g.wo) % g.ho, plane = i / (g.wo * g.ho);
     index_t arg;
     y[i] = from_compute<T>(window_max<K, Stride, Padding>(x + plane * g.h * g.w, oh, ow, g, arg));
-    if (idx) idx[i] = static_cast<std::int32_t>(arg);
+    if (idx) idx[i] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
   }
 };
 /// The same, one call per (n, c) plane: no division per element (CPU).
 template <class T, index_t K, index_t Stride, index_t Padding>
 struct MaxPoolForwardPlanes {
+  using I = window_index_t<K>;
   const T* x;
   T* y;
-  std::int32_t* idx;  // null in inference
+  I* idx;  // null in inference
   PoolGeometry g;
   KILN_HOST_DEVICE void operator()(index_t plane) const {
     const T* xp = x + plane * g.h * g.w;
@@ -68,40 +79,45 @@ struct MaxPoolForwardPlanes {
       for (index_t ow = 0; ow < g.wo; ++ow) {
         index_t arg;
         y[o + oh * g.wo + ow] = from_compute<T>(window_max<K, Stride, Padding>(xp, oh, ow, g, arg));
-        if (idx) idx[o + oh * g.wo + ow] = static_cast<std::int32_t>(arg);
+        if (idx) idx[o + oh * g.wo + ow] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
       }
   }
 };
 /// dx = dy scattered to the winners, one call per plane (one thread owns a plane, so overlapping windows
 /// add without a race) (CPU).
-template <class T>
+template <class T, index_t K, index_t Stride, index_t Padding>
 struct MaxPoolBackwardPlanes {
+  using I = window_index_t<K>;
   const T* dy;
-  const std::int32_t* idx;
+  const I* idx;
   T* dx;
   PoolGeometry g;
   KILN_HOST_DEVICE void operator()(index_t plane) const {
     T* dxp = dx + plane * g.h * g.w;
     for (index_t i = 0; i < g.h * g.w; ++i) dxp[i] = T(0);
     const index_t o = plane * g.ho * g.wo;
-    for (index_t j = 0; j < g.ho * g.wo; ++j) {
-      const std::int32_t a = idx[o + j];
-      if (a >= 0) dxp[a] = from_compute<T>(to_compute(dxp[a]) + to_compute(dy[o + j]));
-    }
+    for (index_t oh = 0; oh < g.ho; ++oh)
+      for (index_t ow = 0; ow < g.wo; ++ow) {
+        const index_t j = o + oh * g.wo + ow;
+        const I a = idx[j];
+        if (a == no_winner<I>) continue;
+        const index_t at = (oh * Stride - Padding + a / K) * g.w + ow * Stride - Padding + a % K;
+        dxp[at] = from_compute<T>(to_compute(dxp[at]) + to_compute(dy[j]));
+      }
   }
 };
 
 /// dx[i] = Σ dy over the windows that cover i and chose i (a gather: one write per input, no atomics)
 /// (CUDA).
-template <class T>
+template <class T, index_t K>
 struct MaxPoolBackward {
+  using I = window_index_t<K>;
   const T* dy;
-  const std::int32_t* idx;
+  const I* idx;
   T* dx;
   PoolGeometry g;
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t iw = i % g.w, ih = (i / g.w) % g.h, plane = i / (g.w * g.h);
-    const index_t self = ih * g.w + iw;
     compute_t<T> acc = 0;
     for (index_t ki = 0; ki < g.k; ++ki) {
       const index_t th = ih + g.pad - ki;
@@ -110,7 +126,7 @@ struct MaxPoolBackward {
         const index_t tw = iw + g.pad - kj;
         if (tw < 0 || tw % g.stride != 0 || tw / g.stride >= g.wo) continue;
         const index_t o = (plane * g.ho + th / g.stride) * g.wo + tw / g.stride;
-        if (idx[o] == self) acc += to_compute(dy[o]);
+        if (static_cast<index_t>(idx[o]) == ki * K + kj) acc += to_compute(dy[o]);
       }
     }
     dx[i] = from_compute<T>(acc);
@@ -187,7 +203,7 @@ struct Pool2d {
       Tensor<T, output_shape, D> y(e, x.device_index());
       const auto g = geometry(x.size(0));
       if constexpr (Max) {
-        idx_ = ctx.grad ? Tensor<std::int32_t, output_shape, D>(e, x.device_index()) : Tensor<std::int32_t, output_shape, D>();
+        idx_ = ctx.grad ? index_tensor(e, x.device_index()) : index_tensor();
         if constexpr (std::is_same_v<D, Cpu>)
           kiln::detail::executor<D>::for_each(g.nc, MaxPoolForwardPlanes<T, K, Stride, Padding>{x.data(), y.data(), idx_.data(), g},
                                               g.h * g.w);
@@ -207,11 +223,11 @@ struct Pool2d {
         if (idx_.empty() && dy.numel() != 0)
           throw Error("kiln::nn::MaxPool2d::backward: no saved indices; run forward with gradients first");
         if constexpr (std::is_same_v<D, Cpu>)
-          kiln::detail::executor<D>::for_each(g.nc, MaxPoolBackwardPlanes<T>{dy.data(), idx_.data(), dx.data(), g},
-                                              g.h * g.w);
+          kiln::detail::executor<D>::for_each(
+              g.nc, MaxPoolBackwardPlanes<T, K, Stride, Padding>{dy.data(), idx_.data(), dx.data(), g}, g.h * g.w);
         else
-          kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T>{dy.data(), idx_.data(), dx.data(), g});
-        idx_ = Tensor<std::int32_t, output_shape, D>();
+          kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T, K>{dy.data(), idx_.data(), dx.data(), g});
+        idx_ = index_tensor();
       } else {
         if (!saved_ && dy.numel() != 0)
           throw Error("kiln::nn::AvgPool2d::backward: run forward with gradients enabled first");
@@ -226,7 +242,8 @@ struct Pool2d {
       return {n * S::extents[1], S::extents[2], S::extents[3], K, Stride, Padding, output_shape::extents[2],
               output_shape::extents[3]};
     }
-    Tensor<std::int32_t, output_shape, D> idx_;  // argmax per output (MaxPool2d, training only)
+    using index_tensor = Tensor<window_index_t<K>, output_shape, D>;
+    index_tensor idx_;  // the winner's tap per output (MaxPool2d, training only)
     Extents<S> in_{};
     bool saved_ = false;
   };

@@ -102,6 +102,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pools_backward_match_numeric, D, kiln::test::devic
   check_gradients<kiln::nn::MaxPool2d<3, 2, 1>, Shape<dyn, 2, 7, 5>, D>(2);  // overlapping windows
   check_gradients<kiln::nn::AvgPool2d<2>, Shape<dyn, 3, 6, 4>, D>(2);
   check_gradients<kiln::nn::AvgPool2d<3, 2, 1>, Shape<dyn, 2, 7, 5>, D>(2);
+  // A 16 x 16 window has 256 taps: its winner's index no longer fits the one-byte kind (int32 then).
+  static_assert(std::is_same_v<kiln::nn::detail::window_index_t<15>, std::uint8_t> &&
+                std::is_same_v<kiln::nn::detail::window_index_t<16>, std::int32_t>);
+  check_gradients<kiln::nn::MaxPool2d<16, 4, 2>, Shape<dyn, 1, 20, 18>, D>(1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(max_pool_takes_the_window_maximum_and_propagates_nan, D, kiln::test::devices) {
