@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/core/config.hpp"
+#include "kiln/expr/cast.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/nn/detail/conv_cpu.hpp"
@@ -59,7 +60,7 @@ struct Conv2d {
     static constexpr index_t Patch = In * K * K;
     static constexpr index_t parameter_count = Out * Patch + (Bias ? Out : 0);
 
-    void bind(M* params, M* grads, int device) { p_ = params, g_ = grads, device_ = device; }
+    void bind(M* params, M* grads, T* work, int device) { p_ = params, g_ = grads, w_ = work, device_ = device; }
     void reset_parameters(Generator& g) {
       const double bound = 1.0 / std::sqrt(static_cast<double>(Patch));
       std::vector<M> v(static_cast<std::size_t>(parameter_count));
@@ -74,6 +75,10 @@ struct Conv2d {
       return Tensor<M, Shape<Out, Patch>, D>::from_blob(g_, {}, device_);
     }
     Tensor<M, Shape<Out>, D> bias_grad() const { return Tensor<M, Shape<Out>, D>::from_blob(g_ + Out * Patch, {}, device_); }
+    /// The weight as the GEMM / cuDNN reads it: the storage-type working copy (the master itself in fp32).
+    Tensor<T, Shape<Out, Patch>, D> weight_operand() const {
+      return Tensor<T, Shape<Out, Patch>, D>::from_blob(w_, {}, device_);
+    }
     std::vector<ParameterInfo> parameters() const {
       std::vector<ParameterInfo> p{{"weight", 0, Out * Patch, {Out, In, K, K}}};
       if constexpr (Bias) p.push_back({"bias", Out * Patch, Out, {Out}});
@@ -106,20 +111,18 @@ struct Conv2d {
       const M* b = nullptr;
       if constexpr (Bias) b = bias().data();
       if constexpr (std::is_same_v<D, Cpu>) {
-        static_assert(std::is_same_v<T, M>, "kiln::nn::Conv2d: mixed precision on the CPU is not supported");
-        detail::conv2d_forward_cpu<E, Stride>(x.data(), weight().data(), b, z.data(), y.data(), g, Out);
+        detail::conv2d_forward_cpu<E, Stride>(x.data(), weight_operand().data(), b, z.data(), y.data(), g, Out);
       } else if constexpr (use_cudnn) {  // cuDNN writes NCHW; then one pass for bias + activation
-        static_assert(std::is_same_v<T, M>, "kiln::nn::Conv2d: mixed precision convolution is not supported yet");
         T* out = E::saves_output ? y.data() : z.data();
         if (x.size(0) > 0) {
-          plan(x.size(0), x.device_index()).forward(x.data(), weight().data(), out);
+          plan(x.size(0), x.device_index()).forward(x.data(), weight_operand().data(), out);
           if constexpr (!E::identity || Bias)
             kiln::detail::executor<D>::for_each(
                 y.numel(), detail::ChannelBiasEpilogue<T, M, E>{out, b, y.data(), Out, Ho * Wo});
         }
       } else {
         auto cols = im2col(x, g);          // [In K K, N Ho Wo]
-        auto yt = matmul(weight(), cols);  // [Out, N Ho Wo]
+        auto yt = matmul(weight_operand(), cols);  // [Out, N Ho Wo]
         kiln::detail::executor<D>::for_each(
             x.size(0) * Out, detail::ColumnsToNchw<T, M, E>{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
       }
@@ -140,7 +143,7 @@ struct Conv2d {
       if constexpr (std::is_same_v<D, Cpu>) {
         M* gb = nullptr;
         if constexpr (Bias) gb = bias_grad().data();
-        detail::conv2d_backward_cpu<E, Stride>(x_.data(), dy.data(), saved_.data(), weight().data(),
+        detail::conv2d_backward_cpu<E, Stride>(x_.data(), dy.data(), saved_.data(), weight_operand().data(),
                                                weight_grad().data(), gb, dx.data(), g, Out);
       } else if constexpr (use_cudnn) {  // dZ = E'(dY) in one pass; then cuDNN's bias, filter, data
         Tensor<T, output_shape, D> dz = E::identity ? Tensor<T, output_shape, D>(dy) : Tensor<T, output_shape, D>(dy.extents(), dy.device_index());
@@ -148,9 +151,25 @@ struct Conv2d {
           if constexpr (!E::identity)
             kiln::detail::executor<D>::for_each(dy.numel(), detail::EpilogueGrad<T, E>{dy.data(), saved_.data(), dz.data()});
           const auto& p = plan(dy.size(0), dy.device_index());
-          if constexpr (Bias) p.backward_bias(dz.data(), bias_grad().data());
-          p.backward_filter(x_.data(), dz.data(), weight_grad().data());
-          if (input_grad) p.backward_data(weight().data(), dz.data(), dx.data());
+          if constexpr (std::is_same_v<T, M>) {
+            if constexpr (Bias) p.backward_bias(dz.data(), bias_grad().data());
+            p.backward_filter(x_.data(), dz.data(), weight_grad().data());
+          } else {  // mixed: cuDNN's weight gradient in T (as autocast's), added to the fp32 arena
+            if constexpr (Bias) {  // Σ over pixels, then over images, accumulated in fp32
+              auto planes = Tensor<T, Shape<dyn, Ho * Wo>, D>::from_blob(
+                  dz.data(), Extents<Shape<dyn, Ho * Wo>>(dy.size(0) * Out), dz.device_index());
+              auto per_image = sum<1>(planes);  // [N Out], fp32
+              auto rows = Tensor<typename decltype(per_image)::element_type, Shape<dyn, Out>, D>::from_blob(
+                  per_image.data(), Extents<Shape<dyn, Out>>(dy.size(0)), dz.device_index());
+              auto gb = bias_grad();
+              gb += sum<0>(rows);
+            }
+            Tensor<T, Shape<Out, Patch>, D> gw_low(Extents<Shape<Out, Patch>>{}, dy.device_index());
+            p.backward_filter(x_.data(), dz.data(), gw_low.data(), 0.0);
+            auto gw = weight_grad();
+            gw += cast<M>(gw_low);
+          }
+          if (input_grad) p.backward_data(weight_operand().data(), dz.data(), dx.data());
         }
       } else {
         Extents<Shape<Out, dyn>> te;
@@ -168,7 +187,7 @@ struct Conv2d {
           matmul_into(gw, dyt, transposed(cols), 1.0f, 1.0f);  // [Out, In K K]
         }
         if (input_grad) {
-          auto dcols = matmul(transposed(weight()), dyt);  // [In K K, N Ho Wo]
+          auto dcols = matmul(transposed(weight_operand()), dyt);  // [In K K, N Ho Wo]
           using Col2im = detail::Col2imRows<T, Stride>;
           kiln::detail::executor<D>::for_each(Col2im::count(g), Col2im{dcols.data(), dx.data(), g}, g.w);
         }
@@ -203,6 +222,7 @@ struct Conv2d {
 
     M* p_ = nullptr;
     M* g_ = nullptr;
+    T* w_ = nullptr;
     int device_ = 0;
     Tensor<T, S, D> x_;                 // saved input (training only)
     Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)

@@ -33,7 +33,8 @@ struct ParameterInfo {
 /// A layer spec L, for an input shape In it accepts:
 ///   L::accepts<In>            whether In fits (checked by Sequential with a readable error)
 ///   L::output<In>             the output shape
-///   L::module<In, P>          the runtime module: parameter_count, bind(params, grads), reset_parameters(gen),
+///   L::module<In, P>          the runtime module: parameter_count, bind(params, grads, work, device),
+///                             reset_parameters(gen),
 ///                             parameters(), forward(x, ctx) -> y, backward(dy) -> dx, name()
 /// Requirements are checked where the pieces meet (Sequential), not here, to keep errors short.
 template <class L, class In>
@@ -52,7 +53,7 @@ struct parameter_free {
   using input_shape = S;
   using output_shape = Out;
   static constexpr index_t parameter_count = 0;
-  void bind(M*, M*, int) {}
+  void bind(M*, M*, T*, int) {}
   void reset_parameters(Generator&) {}
   std::vector<ParameterInfo> parameters() const { return {}; }
 };

@@ -47,8 +47,9 @@ struct Linear {
     using output_shape = output<S>;
     static constexpr index_t parameter_count = In * Out + (Bias ? Out : 0);
 
-    /// Points the module at its slice of the model's parameter and gradient arenas.
-    void bind(M* params, M* grads, int device) { p_ = params, g_ = grads, device_ = device; }
+    /// Points the module at its slice of the model's parameter, gradient and working-copy arenas (the
+    /// working copy is the parameters themselves unless the precision is mixed).
+    void bind(M* params, M* grads, T* work, int device) { p_ = params, g_ = grads, w_ = work, device_ = device; }
     void reset_parameters(Generator& g) {
       const double bound = 1.0 / std::sqrt(static_cast<double>(In));
       std::vector<M> w(static_cast<std::size_t>(parameter_count));
@@ -60,6 +61,8 @@ struct Linear {
     Tensor<M, Shape<Out>, D> bias() const { return Tensor<M, Shape<Out>, D>::from_blob(p_ + In * Out, {}, device_); }
     Tensor<M, Shape<Out, In>, D> weight_grad() const { return Tensor<M, Shape<Out, In>, D>::from_blob(g_, {}, device_); }
     Tensor<M, Shape<Out>, D> bias_grad() const { return Tensor<M, Shape<Out>, D>::from_blob(g_ + In * Out, {}, device_); }
+    /// The weight as the GEMMs read it: the storage-type working copy (the master itself in fp32).
+    Tensor<T, Shape<Out, In>, D> weight_operand() const { return Tensor<T, Shape<Out, In>, D>::from_blob(w_, {}, device_); }
     std::vector<ParameterInfo> parameters() const {
       std::vector<ParameterInfo> p{{"weight", 0, In * Out, {Out, In}}};
       if constexpr (Bias) p.push_back({"bias", In * Out, Out, {Out}});
@@ -101,7 +104,7 @@ struct Linear {
         }
       }
 #endif
-      auto z = matmul(x, transposed(weight()));  // [N, Out]
+      auto z = matmul(x, transposed(weight_operand()));  // [N, Out]
       if constexpr (E::identity && !Bias) {
         return z;
       } else {
@@ -149,7 +152,7 @@ struct Linear {
       matmul_into(gw, transposed(dz), x_, 1.0f, 1.0f);  // [Out, In]
       x_ = Tensor<T, S, D>();
       if (!input_grad) return Tensor<T, S, D>();
-      return matmul(dz, weight());  // [N, In]
+      return matmul(dz, weight_operand());  // [N, In]
     }
 
    private:
@@ -173,6 +176,7 @@ struct Linear {
 #endif
     M* p_ = nullptr;
     M* g_ = nullptr;
+    T* w_ = nullptr;
     int device_ = 0;
     Tensor<T, S, D> x_;                 // saved input (training only)
     Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)

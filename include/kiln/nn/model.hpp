@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/expr/cast.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -12,6 +13,11 @@
 namespace kiln::nn {
 
 /// Owns the parameters of Net for inputs of shape In under policy P.
+/// Under a mixed precision (MixedFp16, MixedBf16) the arenas hold float32 master parameters and
+/// gradients, and a third arena holds the working copy in the storage type that GEMMs and convolutions
+/// read. The optimizer's fused step rewrites the working copy as it updates the masters; after any other
+/// change (parameters() taken non-const: a checkpoint load, an initialisation) the next forward refreshes
+/// it in one pass.
 /// Example:
 ///   using Mlp = kiln::nn::Sequential<kiln::nn::Linear<13, 16>, kiln::nn::ReLU, kiln::nn::Linear<16, 1>>;
 ///   kiln::nn::Model<Mlp, kiln::Shape<kiln::dyn, 13>> model(/*seed=*/0);
@@ -25,15 +31,24 @@ class Model {
   using T = typename P::precision::storage;
   using M = typename P::precision::master;
   using D = typename P::device;
+  using precision = typename P::precision;
   using input_shape = In;
   using output_shape = typename network::output_shape;
   using arena_type = Tensor<M, Shape<dyn>, D>;
+  using working_arena_type = Tensor<T, Shape<dyn>, D>;
   static constexpr index_t parameter_count = network::parameter_count;
+  /// Whether GEMMs read a low-precision copy of the parameters (storage type differs from master).
+  static constexpr bool has_working_copy = !std::is_same_v<T, M>;
 
   /// Allocates the arenas on device `index` and initialises the parameters from `seed` like PyTorch.
   explicit Model(std::uint64_t seed = 0, int index = -1)
       : params_(Extents<Shape<dyn>>(parameter_count), index), grads_(Extents<Shape<dyn>>(parameter_count), index) {
-    net_.bind(params_.data(), grads_.data(), params_.device_index());
+    if constexpr (has_working_copy) {
+      work_ = working_arena_type(Extents<Shape<dyn>>(parameter_count), params_.device_index());
+      net_.bind(params_.data(), grads_.data(), work_.data(), params_.device_index());
+    } else {
+      net_.bind(params_.data(), grads_.data(), params_.data(), params_.device_index());
+    }
     Generator g(seed);
     net_.reset_parameters(g);
     zero_grad();
@@ -42,7 +57,10 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   /// Forward pass; keeps what backward needs unless in no-grad mode.
-  Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) { return net_.forward(x, ctx_); }
+  Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) {
+    refresh_working_copy();
+    return net_.forward(x, ctx_);
+  }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
   /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
   /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
@@ -59,8 +77,25 @@ class Model {
   void set_grad_enabled(bool on) { ctx_.grad = on; }
   bool grad_enabled() const { return ctx_.grad; }
 
-  arena_type& parameters() { return params_; }
+  /// The master parameters. Taken non-const, the working copy (mixed precision) is refreshed from them
+  /// at the next forward; change them through a reference taken earlier and call
+  /// mark_parameters_changed() yourself.
+  arena_type& parameters() {
+    mark_parameters_changed();
+    return params_;
+  }
   const arena_type& parameters() const { return params_; }
+  /// The low-precision copy of the parameters that GEMMs read (mixed precision only); optimizers
+  /// rewrite it in their step's pass.
+  working_arena_type& working_parameters()
+    requires has_working_copy
+  {
+    return work_;
+  }
+  /// The working copy no longer matches the masters: the next forward converts them (one pass).
+  void mark_parameters_changed() {
+    if constexpr (has_working_copy) stale_ = true;
+  }
   arena_type& gradients() { return grads_; }
   const arena_type& gradients() const { return grads_; }
   /// Names, offsets and shapes in PyTorch's state_dict spelling ("0.weight", "2.bias").
@@ -69,8 +104,18 @@ class Model {
   std::string summary(index_t batch = 1) const { return net_.summary(batch); }
 
  private:
+  void refresh_working_copy() {
+    if constexpr (has_working_copy) {
+      if (!stale_) return;
+      kiln::assign(work_, cast<T>(params_));
+      stale_ = false;
+    }
+  }
+
   arena_type params_;
   arena_type grads_;
+  working_arena_type work_;  // mixed precision only
+  bool stale_ = true;
   network net_;
   Context ctx_{};
 };

@@ -49,7 +49,7 @@ struct Residual {
     using output_shape = S;
     static constexpr index_t parameter_count = inner_type::parameter_count;
 
-    void bind(M* params, M* grads, int device) { inner_.bind(params, grads, device); }
+    void bind(M* params, M* grads, T* work, int device) { inner_.bind(params, grads, work, device); }
     void reset_parameters(Generator& g) { inner_.reset_parameters(g); }
     std::vector<ParameterInfo> parameters() const { return inner_.parameters(); }
     std::string name() const { return "Residual(" + std::to_string(sizeof...(Layers)) + " layers)"; }

@@ -45,7 +45,7 @@ struct unchecked_layer {
     using input_shape = S;
     using output_shape = S;
     static constexpr index_t parameter_count = 0;
-    void bind(M*, M*, int) {}
+    void bind(M*, M*, T*, int) {}
     void reset_parameters(Generator&) {}
     std::vector<ParameterInfo> parameters() const { return {}; }
     std::string name() const { return "(not checked: shape mismatch before it)"; }
@@ -160,10 +160,10 @@ struct Sequential {
     using output_shape = typename info::output;
     static constexpr index_t parameter_count = detail::total_parameters<tuple_type>::value;
 
-    void bind(M* params, M* grads, int device) {
+    void bind(M* params, M* grads, T* work, int device) {
       index_t off = 0;
       for_each_layer([&](auto& m) {
-        m.bind(params + off, grads + off, device);
+        m.bind(params + off, grads + off, work + off, device);
         off += std::remove_cvref_t<decltype(m)>::parameter_count;
       });
     }

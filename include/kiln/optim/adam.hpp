@@ -9,6 +9,7 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/functors.hpp"
+#include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::optim {
@@ -46,8 +47,10 @@ namespace detail {
 ///   p += -step_size m / (sqrt(v) / sqrt(bias_correction2) + eps),  step_size = lr / bias_correction1.
 /// The scalars are computed once per step on the host, in double, and rounded to the compute type C as
 /// torch rounds them to float. C is float, or double for double master weights (never rounded through
-/// float). Decoupled and Amsgrad are template arguments so the loop has no branch and vectorises.
-template <class M, bool Decoupled = false, bool Amsgrad = false>
+/// float). Decoupled and Amsgrad are template arguments so the loop has no branch and vectorises. Under
+/// mixed precision (W, the working copy's type, differs from M) the same pass also rounds the new
+/// parameter into the working copy.
+template <class M, bool Decoupled = false, bool Amsgrad = false, class W = M>
 struct AdamStep {
   using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
   M* p;
@@ -55,6 +58,7 @@ struct AdamStep {
   M* m;
   M* v;
   M* vmax;  // amsgrad only
+  W* work;  // mixed precision only
   C beta1, one_minus_beta1, beta2, one_minus_beta2;
   C l2;     // Adam's weight decay (0 for AdamW)
   C decay;  // AdamW's 1 - lr wd (1 for Adam)
@@ -76,19 +80,23 @@ struct AdamStep {
       vmax[i] = static_cast<M>(s);
     }
     const C denom = ops::detail::sqrt_(s) / bias_correction2_sqrt + eps;
-    p[i] = static_cast<M>(w + neg_step_size * mi / denom);
+    const M next = static_cast<M>(w + neg_step_size * mi / denom);
+    p[i] = next;
+    if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
   }
 };
 
 /// What Adam and AdamW share: the moment arenas, the step count and the fused step. Decoupled selects
-/// AdamW's weight decay.
-template <class M, class D, class Options, bool Decoupled>
+/// AdamW's weight decay; W is the type of the working copy the step rewrites (M: none).
+template <class M, class D, class Options, bool Decoupled, class W = M>
 class AdamBase {
  public:
   using arena_type = Tensor<M, Shape<dyn>, D>;
+  using working_arena_type = Tensor<W, Shape<dyn>, D>;
   using options_type = Options;
 
-  AdamBase(arena_type& params, arena_type& grads, Options o, const char* who) : p_(params), g_(grads), o_(o) {
+  AdamBase(arena_type& params, arena_type& grads, Options o, const char* who, working_arena_type* work)
+      : p_(params), g_(grads), work_(detail::working_copy(params, work, who)), o_(o) {
     const std::string name = who;
     if (!(o.lr >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
     if (!(o.eps >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid eps " + std::to_string(o.eps) + "; give eps >= 0");
@@ -123,11 +131,12 @@ class AdamBase {
     const double bias_correction2 = 1.0 - std::pow(b2, t);
     const double step_size = lr / bias_correction1;
     const auto run = [&](auto amsgrad) {
-      const detail::AdamStep<M, Decoupled, decltype(amsgrad)::value> f{p_.data(),
+      const detail::AdamStep<M, Decoupled, decltype(amsgrad)::value, W> f{p_.data(),
                                 g_.data(),
                                 m_.data(),
                                 v_.data(),
                                 vmax_.data(),
+                                work_,
                                 static_cast<C>(b1),
                                 static_cast<C>(1.0 - b1),
                                 static_cast<C>(b2),
@@ -168,6 +177,7 @@ class AdamBase {
  private:
   arena_type& p_;
   arena_type& g_;
+  W* work_;  // mixed precision: the model's working copy; null otherwise
   arena_type m_, v_, vmax_;
   Options o_;
   std::int64_t steps_ = 0;
@@ -179,21 +189,23 @@ class AdamBase {
 /// weight_decay adds an L2 term to the gradient. Example:
 ///   kiln::optim::Adam opt(model, {.lr = 1e-3f});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
-template <class M, class D>
-class Adam : public detail::AdamBase<M, D, AdamOptions, false> {
-  using base = detail::AdamBase<M, D, AdamOptions, false>;
+template <class M, class D, class W = M>
+class Adam : public detail::AdamBase<M, D, AdamOptions, false, W> {
+  using base = detail::AdamBase<M, D, AdamOptions, false, W>;
 
  public:
   using arena_type = typename base::arena_type;
-  Adam(arena_type& params, arena_type& grads, AdamOptions o = {}) : base(params, grads, o, "Adam") {}
+  using working_arena_type = typename base::working_arena_type;
+  Adam(arena_type& params, arena_type& grads, AdamOptions o = {}, working_arena_type* work = nullptr)
+      : base(params, grads, o, "Adam", work) {}
   template <class Model>
     requires requires(Model& m) { m.parameters(); m.gradients(); }
-  explicit Adam(Model& m, AdamOptions o = {}) : Adam(m.parameters(), m.gradients(), o) {}
+  explicit Adam(Model& m, AdamOptions o = {}) : Adam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 };
 template <class Model>
-Adam(Model&, AdamOptions) -> Adam<typename Model::M, typename Model::D>;
+Adam(Model&, AdamOptions) -> Adam<typename Model::M, typename Model::D, typename Model::T>;
 template <class Model>
-Adam(Model&) -> Adam<typename Model::M, typename Model::D>;
+Adam(Model&) -> Adam<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 Adam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdamOptions) -> Adam<M, D>;
 template <class M, class D>
@@ -202,21 +214,24 @@ Adam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> Adam<M, D>;
 /// AdamW (torch.optim.AdamW): Adam with decoupled weight decay, p *= 1 - lr * weight_decay before the
 /// update (default weight_decay 1e-2). Example:
 ///   kiln::optim::AdamW opt(model, {.lr = 1e-3f, .weight_decay = 0.05f});
-template <class M, class D>
-class AdamW : public detail::AdamBase<M, D, AdamWOptions, true> {
-  using base = detail::AdamBase<M, D, AdamWOptions, true>;
+template <class M, class D, class W = M>
+class AdamW : public detail::AdamBase<M, D, AdamWOptions, true, W> {
+  using base = detail::AdamBase<M, D, AdamWOptions, true, W>;
 
  public:
   using arena_type = typename base::arena_type;
-  AdamW(arena_type& params, arena_type& grads, AdamWOptions o = {}) : base(params, grads, o, "AdamW") {}
+  using working_arena_type = typename base::working_arena_type;
+  AdamW(arena_type& params, arena_type& grads, AdamWOptions o = {}, working_arena_type* work = nullptr)
+      : base(params, grads, o, "AdamW", work) {}
   template <class Model>
     requires requires(Model& m) { m.parameters(); m.gradients(); }
-  explicit AdamW(Model& m, AdamWOptions o = {}) : AdamW(m.parameters(), m.gradients(), o) {}
+  explicit AdamW(Model& m, AdamWOptions o = {})
+      : AdamW(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 };
 template <class Model>
-AdamW(Model&, AdamWOptions) -> AdamW<typename Model::M, typename Model::D>;
+AdamW(Model&, AdamWOptions) -> AdamW<typename Model::M, typename Model::D, typename Model::T>;
 template <class Model>
-AdamW(Model&) -> AdamW<typename Model::M, typename Model::D>;
+AdamW(Model&) -> AdamW<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 AdamW(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdamWOptions) -> AdamW<M, D>;
 template <class M, class D>

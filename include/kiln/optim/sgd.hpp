@@ -4,6 +4,7 @@
 
 #include "kiln/core/config.hpp"
 #include "kiln/expr/assign.hpp"
+#include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::optim {
@@ -20,13 +21,15 @@ struct SGDOptions {
 namespace detail {
 /// One element of an SGD step: g = grad + wd p; buf = momentum buf + (1 - dampening) g (buf = g on the
 /// first step); g = nesterov ? g + momentum buf : buf; p -= lr g. Computed in float, or in double for
-/// double master weights (so they are never rounded through float).
-template <class M>
+/// double master weights (so they are never rounded through float). Under mixed precision (W, the
+/// working copy's type, differs from M) the same pass also rounds the new parameter into the working copy.
+template <class M, class W = M>
 struct SgdStep {
   using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
   M* p;
   const M* grad;
   M* buf;
+  W* work;  // mixed precision only
   float lr, momentum, dampening, weight_decay;
   bool nesterov, first;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
@@ -38,30 +41,36 @@ struct SgdStep {
       buf[i] = static_cast<M>(b);
       g = nesterov ? g + C(momentum) * b : b;
     }
-    p[i] = static_cast<M>(w - C(lr) * g);
+    const M next = static_cast<M>(w - C(lr) * g);
+    p[i] = next;
+    if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
   }
 };
 }  // namespace detail
 
-/// Steps a model's parameter arena with its gradient arena. Example:
+/// Steps a model's parameter arena with its gradient arena (and, under mixed precision, rewrites the
+/// model's working copy, element type W, in the same pass). Example:
 ///   kiln::optim::SGD opt(model, {.lr = 0.1f, .momentum = 0.9f});
 ///   opt.step();  // one pass over every parameter
-template <class M, class D>
+template <class M, class D, class W = M>
 class SGD {
  public:
   using arena_type = Tensor<M, Shape<dyn>, D>;
-  SGD(arena_type& params, arena_type& grads, SGDOptions o = {}) : p_(params), g_(grads), o_(o) {
+  using working_arena_type = Tensor<W, Shape<dyn>, D>;
+  SGD(arena_type& params, arena_type& grads, SGDOptions o = {}, working_arena_type* work = nullptr)
+      : p_(params), g_(grads), work_(detail::working_copy(params, work, "SGD")), o_(o) {
     if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
       throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
     if (o.momentum != 0.0f) buf_ = arena_type(params.extents(), params.device_index());
   }
   template <class Model>
-  SGD(Model& m, SGDOptions o = {}) : SGD(m.parameters(), m.gradients(), o) {}
+    requires requires(Model& m) { m.parameters(); m.gradients(); }
+  SGD(Model& m, SGDOptions o = {}) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
   void step() {
     kiln::detail::executor<D>::for_each(
-        p_.numel(), detail::SgdStep<M>{p_.data(), g_.data(), buf_.data(), o_.lr, o_.momentum, o_.dampening,
-                                       o_.weight_decay, o_.nesterov, first_});
+        p_.numel(), detail::SgdStep<M, W>{p_.data(), g_.data(), buf_.data(), work_, o_.lr, o_.momentum,
+                                          o_.dampening, o_.weight_decay, o_.nesterov, first_});
     first_ = false;
   }
   void zero_grad() { g_.fill(M(0)); }
@@ -77,13 +86,14 @@ class SGD {
  private:
   arena_type& p_;
   arena_type& g_;
+  W* work_;  // mixed precision: the model's working copy; null otherwise
   arena_type buf_;
   SGDOptions o_;
   bool first_ = true;
 };
 template <class Model>
-SGD(Model&, SGDOptions) -> SGD<typename Model::M, typename Model::D>;
+SGD(Model&, SGDOptions) -> SGD<typename Model::M, typename Model::D, typename Model::T>;
 template <class Model>
-SGD(Model&) -> SGD<typename Model::M, typename Model::D>;
+SGD(Model&) -> SGD<typename Model::M, typename Model::D, typename Model::T>;
 
 }  // namespace kiln::optim

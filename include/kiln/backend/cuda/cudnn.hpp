@@ -129,11 +129,11 @@ class ConvPlan {
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(device_), a.get(), w_, w, y_, dy, conv_, bwd_data_,
                                                   ws.data(), bwd_data_bytes_, b.get(), x_, dx));
   }
-  /// dw += x ⋆ dy (accumulates, as gradients do).
-  void backward_filter(const T* x, const T* dy, T* dw) const {
+  /// dw = x ⋆ dy + beta dw (beta = 1 accumulates, as gradients do).
+  void backward_filter(const T* x, const T* dy, T* dw, double beta = 1) const {
     DeviceGuard g(device_);
     auto ws = workspace(bwd_filter_bytes_);
-    Scale a(1.0), b(1.0);
+    Scale a(1.0), b(beta);
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(device_), a.get(), x_, x, y_, dy, conv_, bwd_filter_,
                                                     ws.data(), bwd_filter_bytes_, b.get(), w_, dw));
   }

@@ -50,10 +50,11 @@ inline void valid_columns(const ConvGeometry& g, index_t kj, index_t stride, ind
 
 /// cols[(c, ki, kj), (oh, ow)] = x[c, oh s - pad + ki, ow s - pad + kj] for one image (0 outside): the
 /// loops carry the indices, so there is no division per row (Im2colRows divides, which is fine on a GPU
-/// and costs more than the copy on a CPU).
-template <index_t Stride, class T>
-void im2col_image(const T* x, T* cols, const ConvGeometry& g) {
-  T* out = cols;
+/// and costs more than the copy on a CPU). The columns are in the GEMM's type A: T itself, or float for
+/// half and bfloat16 (widening is exact).
+template <index_t Stride, class T, class A>
+void im2col_image(const T* x, A* cols, const ConvGeometry& g) {
+  A* out = cols;
   for (index_t c = 0; c < g.c; ++c)
     for (index_t ki = 0; ki < g.k; ++ki)
       for (index_t kj = 0; kj < g.k; ++kj) {
@@ -62,25 +63,27 @@ void im2col_image(const T* x, T* cols, const ConvGeometry& g) {
         for (index_t oh = 0; oh < g.ho; ++oh, out += g.wo) {
           const index_t ih = oh * Stride - g.pad + ki;
           if (ih < 0 || ih >= g.h) {
-            for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = T(0);
+            for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = A(0);
             continue;
           }
           const T* in = x + (c * g.h + ih) * g.w;
           const index_t shift = kj - g.pad;  // iw = ow s + shift, inside [0, w) for ow in [lo, hi)
-          for (index_t ow = 0; ow < lo; ++ow) out[ow] = T(0);
-          if constexpr (Stride == 1) std::memcpy(out + lo, in + lo + shift, static_cast<std::size_t>(hi - lo) * sizeof(T));
-          else for (index_t ow = lo; ow < hi; ++ow) out[ow] = in[ow * Stride + shift];
-          for (index_t ow = hi; ow < g.wo; ++ow) out[ow] = T(0);
+          for (index_t ow = 0; ow < lo; ++ow) out[ow] = A(0);
+          if constexpr (Stride == 1 && std::is_same_v<T, A>)
+            std::memcpy(out + lo, in + lo + shift, static_cast<std::size_t>(hi - lo) * sizeof(T));
+          else
+            for (index_t ow = lo; ow < hi; ++ow) out[ow] = static_cast<A>(to_compute(in[ow * Stride + shift]));
+          for (index_t ow = hi; ow < g.wo; ++ow) out[ow] = A(0);
         }
       }
 }
 
 /// dx[c, ih, iw] = Σ of dcols over the taps that read it, for one image: a scatter-add in the order of
-/// im2col_image (one thread owns the image, so there is no race).
-template <index_t Stride, class T>
-void col2im_image(const T* dcols, T* dx, const ConvGeometry& g) {
-  for (index_t i = 0; i < g.image(); ++i) dx[i] = T(0);
-  const T* d = dcols;
+/// im2col_image (one thread owns the image, so there is no race). A is float or double.
+template <index_t Stride, class A>
+void col2im_image(const A* dcols, A* dx, const ConvGeometry& g) {
+  for (index_t i = 0; i < g.image(); ++i) dx[i] = A(0);
+  const A* d = dcols;
   for (index_t c = 0; c < g.c; ++c)
     for (index_t ki = 0; ki < g.k; ++ki)
       for (index_t kj = 0; kj < g.k; ++kj) {
@@ -89,10 +92,9 @@ void col2im_image(const T* dcols, T* dx, const ConvGeometry& g) {
         for (index_t oh = 0; oh < g.ho; ++oh, d += g.wo) {
           const index_t ih = oh * Stride - g.pad + ki;
           if (ih < 0 || ih >= g.h) continue;
-          T* out = dx + (c * g.h + ih) * g.w;
+          A* out = dx + (c * g.h + ih) * g.w;
           const index_t shift = kj - g.pad;
-          for (index_t ow = lo; ow < hi; ++ow)
-            out[ow * Stride + shift] = from_compute<T>(to_compute(out[ow * Stride + shift]) + to_compute(d[ow]));
+          for (index_t ow = lo; ow < hi; ++ow) out[ow * Stride + shift] += d[ow];
         }
       }
 }
@@ -103,90 +105,137 @@ Tensor<T, Shape<dyn>, Cpu> cpu_scratch(index_t per_thread, int threads) {
   return Tensor<T, Shape<dyn>, Cpu>(Extents<Shape<dyn>>(std::max<index_t>(per_thread, 1) * threads));
 }
 
+/// The weight as the GEMM's type A: w itself when it is A, else a widened copy in `wide` (the
+/// low-precision working copy under mixed precision, widened exactly).
+template <class A, class W>
+const A* gemm_weight(const W* w, index_t count, Tensor<A, Shape<dyn>, Cpu>& wide) {
+  if constexpr (std::is_same_v<W, A>) {
+    (void)count, (void)wide;
+    return w;
+  } else {
+    wide = cpu_scratch<A>(count, 1);
+    for (index_t k = 0; k < count; ++k) wide[k] = static_cast<A>(to_compute(w[k]));
+    return wide.data();
+  }
+}
+
 /// y = E(conv(x, w) + b) for the batch; z keeps the pre-activation when not null. One parallel pass.
-template <class E, index_t Stride, class T>
-void conv2d_forward_cpu(const T* x, const T* w, const T* bias, T* z, T* y, const ConvGeometry& g, index_t out) {
+/// T: activations; W: the weight the GEMM reads (T's working copy); B: the bias (master type). The
+/// GEMM runs in A = compute_t<T> (fp32 arithmetic for half and bfloat16, whose result is rounded once,
+/// in the epilogue).
+template <class E, index_t Stride, class T, class W, class B>
+void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const ConvGeometry& g, index_t out) {
+  using A = compute_t<T>;
+  constexpr bool direct = std::is_same_v<T, A>;  // the GEMM writes NCHW output itself
   kiln::detail::count_pass();
   ConvGeometry one = g;
   one.n = 1;
   const index_t patch = g.patch(), p = g.pixels();
   const int threads = cpu_threads();
-  auto scratch = cpu_scratch<T>(patch * p, threads);
-  T* const cols_all = scratch.data();
+  const index_t per_thread = patch * p + (direct ? 0 : out * p);
+  auto scratch = cpu_scratch<A>(per_thread, threads);
+  Tensor<A, Shape<dyn>, Cpu> wide;
+  const A* wa = gemm_weight<A>(w, out * patch, wide);
+  A* const scratch_all = scratch.data();
   const bool parallel = g.n > 1 && threads > 1;
   (void)parallel;
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
   for (index_t n = 0; n < g.n; ++n) {
-    T* cols = cols_all + cpu_thread() * patch * p;
+    A* cols = scratch_all + cpu_thread() * per_thread;
     im2col_image<Stride>(x + n * g.image(), cols, one);
-    T* zn = (z ? z : y) + n * out * p;
-    backend::cpu::gemm<T>(false, false, out, p, patch, 1.0f, w, patch, cols, p, 0.0f, zn, p);
-    const ColumnsToNchw<T, T, E> epilogue{zn, bias, z ? zn : nullptr, y + n * out * p, out, p, p};
-    for (index_t f = 0; f < out; ++f) epilogue(f);
+    T* yn = y + n * out * p;
+    T* zn = z ? z + n * out * p : nullptr;
+    if constexpr (direct) {
+      T* r = zn ? zn : yn;
+      backend::cpu::gemm<A>(false, false, out, p, patch, 1.0f, wa, patch, cols, p, 0.0f, r, p);
+      const ColumnsToNchw<T, B, E> epilogue{r, bias, zn, yn, out, p, p};
+      for (index_t f = 0; f < out; ++f) epilogue(f);
+    } else {
+      A* r = cols + patch * p;
+      backend::cpu::gemm<A>(false, false, out, p, patch, 1.0f, wa, patch, cols, p, 0.0f, r, p);
+      const ColumnsToNchw<T, B, E, A> epilogue{r, bias, zn, yn, out, p, p};
+      for (index_t f = 0; f < out; ++f) epilogue(f);
+    }
   }
 }
 
 /// gw += Σ_n dz_n colsᵀ, gb += Σ dz, and dx = col2im(wᵀ dz_n) when dx is not null, where
 /// dz = E'(dy, saved). The batch is cut into at most 32 groups of consecutive images, each accumulating
 /// its own partial weight gradient; the partials are added in group order, so the result does not depend
-/// on the thread count. One parallel pass.
-template <class E, index_t Stride, class T>
-void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const T* w, T* gw, T* gb, T* dx,
+/// on the thread count. One parallel pass. T: activations; W: the weight the GEMM reads; G: the gradient
+/// arena's type (master). The GEMMs run in A = compute_t<T>.
+template <class E, index_t Stride, class T, class W, class G>
+void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G* gw, G* gb, T* dx,
                          const ConvGeometry& g, index_t out) {
+  using A = compute_t<T>;
+  constexpr bool narrow = !std::is_same_v<T, A>;     // T is half or bfloat16
+  constexpr bool wide_dz = !E::identity || narrow;  // dz goes through a per-thread buffer
   kiln::detail::count_pass();
   ConvGeometry one = g;
   one.n = 1;
   const index_t patch = g.patch(), p = g.pixels();
   const index_t groups = std::min<index_t>(g.n, 32), per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
   const int threads = cpu_threads();
-  const index_t per_thread = patch * p + (E::identity ? 0 : out * p) + (dx ? patch * p : 0);
-  auto scratch = cpu_scratch<T>(per_thread, threads);
-  auto partial = cpu_scratch<T>(out * patch, static_cast<int>(groups));
+  const index_t per_thread =
+      patch * p + (wide_dz ? out * p : 0) + (dx ? patch * p : 0) + (dx && narrow ? g.image() : 0);
+  auto scratch = cpu_scratch<A>(per_thread, threads);
+  auto partial = cpu_scratch<A>(out * patch, static_cast<int>(groups));
+  Tensor<A, Shape<dyn>, Cpu> wide;
+  const A* wa = dx ? gemm_weight<A>(w, out * patch, wide) : nullptr;
   std::vector<double> bias_partial(static_cast<std::size_t>(groups * out), 0.0);
-  T* const scratch_all = scratch.data();
-  T* const gw_partial = partial.data();
+  A* const scratch_all = scratch.data();
+  A* const gw_partial = partial.data();
   double* const gb_partial = bias_partial.data();
   const bool parallel = groups > 1 && threads > 1;
   (void)parallel;
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
   for (index_t grp = 0; grp < groups; ++grp) {
-    T* cols = scratch_all + cpu_thread() * per_thread;
-    T* dz_buf = cols + patch * p;
-    T* dcols = dz_buf + (E::identity ? 0 : out * p);
-    T* pw = gw_partial + grp * out * patch;
+    A* cols = scratch_all + cpu_thread() * per_thread;
+    A* dz_buf = cols + patch * p;
+    A* dcols = dz_buf + (wide_dz ? out * p : 0);
+    A* dx_buf = dcols + (dx ? patch * p : 0);
+    A* pw = gw_partial + grp * out * patch;
     double* pb = gb_partial + grp * out;
-    for (index_t k = 0; k < out * patch; ++k) pw[k] = T(0);
+    for (index_t k = 0; k < out * patch; ++k) pw[k] = A(0);
     const index_t end = std::min(g.n, (grp + 1) * per_group);
     for (index_t n = grp * per_group; n < end; ++n) {
-      const T* dz = dy + n * out * p;
-      if constexpr (!E::identity) {  // through the activation, into the per-thread buffer
-        const NchwToColumns<T, E> act{dz, saved + n * out * p, dz_buf, out, p, p};
+      const A* dz;
+      if constexpr (wide_dz) {  // through the activation (and widened), into the per-thread buffer
+        const NchwToColumns<T, E, A> act{dy + n * out * p, saved ? saved + n * out * p : nullptr, dz_buf, out, p, p};
         for (index_t f = 0; f < out; ++f) act(f);
         dz = dz_buf;
+      } else {
+        dz = dy + n * out * p;
       }
       for (index_t f = 0; f < out; ++f) {
         double s = 0;
-        for (index_t q = 0; q < p; ++q) s += static_cast<double>(to_compute(dz[f * p + q]));
+        for (index_t q = 0; q < p; ++q) s += static_cast<double>(dz[f * p + q]);
         pb[f] += s;
       }
       im2col_image<Stride>(x + n * g.image(), cols, one);
-      backend::cpu::gemm<T>(false, true, out, patch, p, 1.0f, dz, p, cols, p, 1.0f, pw, patch);
+      backend::cpu::gemm<A>(false, true, out, patch, p, 1.0f, dz, p, cols, p, 1.0f, pw, patch);
       if (dx) {
-        backend::cpu::gemm<T>(true, false, patch, p, out, 1.0f, w, patch, dz, p, 0.0f, dcols, p);
-        col2im_image<Stride>(dcols, dx + n * g.image(), one);
+        backend::cpu::gemm<A>(true, false, patch, p, out, 1.0f, wa, patch, dz, p, 0.0f, dcols, p);
+        T* dxn = dx + n * g.image();
+        if constexpr (narrow) {
+          col2im_image<Stride>(dcols, dx_buf, one);
+          for (index_t i = 0; i < g.image(); ++i) dxn[i] = from_compute<T>(dx_buf[i]);
+        } else {
+          col2im_image<Stride>(dcols, dxn, one);
+        }
       }
     }
   }
   for (index_t k = 0; k < out * patch; ++k) {
-    compute_t<T> acc = to_compute(gw[k]);
-    for (index_t grp = 0; grp < groups; ++grp) acc += to_compute(gw_partial[grp * out * patch + k]);
-    gw[k] = from_compute<T>(acc);
+    compute_t<G> acc = to_compute(gw[k]);
+    for (index_t grp = 0; grp < groups; ++grp) acc += static_cast<compute_t<G>>(gw_partial[grp * out * patch + k]);
+    gw[k] = from_compute<G>(acc);
   }
   if (gb)
     for (index_t f = 0; f < out; ++f) {
       double acc = 0;
       for (index_t grp = 0; grp < groups; ++grp) acc += gb_partial[grp * out + f];
-      gb[f] = from_compute<T>(static_cast<compute_t<T>>(to_compute(gb[f]) + acc));
+      gb[f] = from_compute<G>(static_cast<compute_t<G>>(to_compute(gb[f]) + acc));
     }
 }
 

@@ -1,6 +1,8 @@
 /// Conv2d's shared host/device pieces: the geometry, im2col / col2im rows and the GEMM epilogues.
 /// The CPU path runs them image by image (nn/detail/conv_cpu.hpp); CUDA over the whole batch.
 #pragma once
+#include <type_traits>
+
 #include "kiln/core/config.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
@@ -75,17 +77,18 @@ struct Col2imRows {
 
 /// y[n, f, :] = E(yt[f, n P : (n + 1) P] + b[f]): the GEMM's [F, N P] result into NCHW with the bias and
 /// the activation (nn/epilogue.hpp); z[n, f, :] keeps the pre-activation when not null. yt may be z or y
-/// itself (one image: the GEMM wrote NCHW already). One call per (n, f) plane.
-template <class T, class B, class E>
+/// itself (one image: the GEMM wrote NCHW already). One call per (n, f) plane. The GEMM's result may be
+/// in a wider type S than the storage T (mixed precision on the CPU: float, rounded once here).
+template <class T, class B, class E, class S = T>
 struct ColumnsToNchw {
-  const T* yt;
+  const S* yt;
   const B* bias;  // null: no bias
   T* z;           // null: pre-activation not kept
   T* y;
   index_t f, p, np;
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t ff = i % f, n = i / f;
-    const T* src = yt + ff * np + n * p;
+    const S* src = yt + ff * np + n * p;
     T* zp = z ? z + i * p : nullptr;
     T* dst = y + i * p;
     const compute_t<T> b = bias ? static_cast<compute_t<T>>(to_compute(bias[ff])) : compute_t<T>(0);
@@ -98,22 +101,25 @@ struct ColumnsToNchw {
 };
 
 /// dyt[f, n P : (n + 1) P] = E'(dy[n, f, :], saved[n, f, :]): NCHW gradients through the activation into
-/// the GEMM's [F, N P] layout (saved is ignored by the identity). One call per (n, f) plane.
-template <class T, class E>
+/// the GEMM's [F, N P] layout (saved is ignored by the identity). One call per (n, f) plane. The result
+/// may be in a wider type O than the storage T (mixed precision on the CPU: the GEMM's float operand).
+template <class T, class E, class O = T>
 struct NchwToColumns {
   const T* dy;
   const T* saved;
-  T* dyt;
+  O* dyt;
   index_t f, p, np;
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t ff = i % f, n = i / f;
     const T* src = dy + i * p;
-    T* dst = dyt + ff * np + n * p;
-    if constexpr (E::identity) {
+    O* dst = dyt + ff * np + n * p;
+    if constexpr (E::identity && std::is_same_v<T, O>) {
       for (index_t q = 0; q < p; ++q) dst[q] = src[q];
+    } else if constexpr (E::identity) {
+      for (index_t q = 0; q < p; ++q) dst[q] = from_compute<O>(to_compute(src[q]));
     } else {
       const T* s = saved + i * p;
-      for (index_t q = 0; q < p; ++q) dst[q] = from_compute<T>(E::backward(to_compute(src[q]), to_compute(s[q])));
+      for (index_t q = 0; q < p; ++q) dst[q] = from_compute<O>(E::backward(to_compute(src[q]), to_compute(s[q])));
     }
   }
 };

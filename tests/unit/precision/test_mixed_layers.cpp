@@ -1,0 +1,183 @@
+// Mixed precision layers: every layer under MixedFp16 and MixedBf16 against the same layer in fp32, from
+// the same master parameters and the same (rounded) inputs. Activations are in the low type, GEMMs and
+// convolutions read the low-precision working copy and accumulate in fp32, gradients land in the fp32
+// arena. Agreement is norm-wise, within a small multiple of the low type's unit roundoff
+// (fp16 2^-11, bf16 2^-8).
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+#include <string>
+#include <vector>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+namespace knn = kiln::nn;
+
+template <class T>
+std::vector<double> as_doubles(const std::vector<T>& v) {
+  std::vector<double> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<double>(kiln::to_compute(v[i]));
+  return out;
+}
+/// x rounded to element type U (a new tensor).
+template <class U, class T, class S, class D>
+Tensor<U, S, D> to(const Tensor<T, S, D>& x) {
+  Tensor<U, S, D> out(x.extents(), x.device_index());
+  kiln::assign(out, kiln::cast<U>(x));
+  return out;
+}
+/// ||a - b|| / ||b|| (0 when both are 0).
+inline double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+/// `ulps` unit roundoffs of the low type, norm-wise: fp16's unit roundoff is 2^-11 and bf16's 2^-8.
+template <class P>
+constexpr double tolerance(double ulps) {
+  return std::is_same_v<typename P::storage, kiln::half> ? ulps / 2048.0 : ulps / 256.0;
+}
+
+/// How a check starts the backward pass and how close it must come.
+struct Check {
+  double scale = 1;            ///< loss scale of the low-precision backward (fp16 deep in a network)
+  double ulps = 16;            ///< tolerance in unit roundoffs of the low type
+  bool cross_entropy = false;  ///< dL/dy of a cross-entropy loss (logits [N, C]) instead of a random one
+};
+
+/// Runs Net in fp32 and in precision P from one seed (the same master parameters) on the same inputs
+/// (drawn in float, rounded to the low type, fed to both) and compares the output, dL/dx and every
+/// parameter gradient. Dropout masks depend on the seed and the element index only, so both draw alike.
+/// The low-precision backward starts from dL/dy times `scale` (loss scaling: deep in a network, fp16
+/// gradients fall below its normal range, 6.1e-5, without it), and its gradients are divided by it.
+template <class Net, class In, class P, class D>
+void check_against_fp32(const Extents<In>& ext, std::uint32_t seed, Check c = {}) {
+  using T = typename P::storage;
+  knn::Model<Net, In, kiln::Policy<kiln::Fp32, D>> ref(seed);
+  knn::Model<Net, In, kiln::Policy<P, D>> low(seed);
+  BOOST_TEST(ref.parameters().to_vector() == low.parameters().to_vector());  // same masters
+
+  const auto x32 =
+      kt::make_tensor<D>(kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -2, 2, seed), ext);
+  const auto x = to<T>(x32);
+  const auto y = low.forward(x);
+  const auto y_ref = ref.forward(to<float>(x));
+  static_assert(std::is_same_v<typename decltype(y)::element_type, T>, "activations are in the low type");
+
+  auto r32 = kt::make_tensor<D>(
+      kt::random_values<float>(static_cast<std::size_t>(y.numel()), -1, 1, seed + 1), y.extents());
+  if constexpr (decltype(y)::rank == 2) {
+    if (c.cross_entropy) {
+      std::vector<std::int64_t> labels(static_cast<std::size_t>(y.size(0)));
+      for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 7 + seed) % y.size(1));
+      r32 = knn::CrossEntropyLoss{}.backward(y_ref, kt::make_tensor<D>(labels, Extents<Shape<dyn>>(y.size(0))));
+    }
+  }
+  const auto r = to<T>(r32);
+  Tensor<T, typename decltype(r)::shape_type, D> r_scaled(r.extents(), r.device_index());
+  kiln::assign(r_scaled, r * static_cast<float>(c.scale));
+  const auto dx = low.backward_input(r_scaled);
+  const auto dx_ref = ref.backward_input(to<float>(r));
+  const auto unscaled = [&](std::vector<double> v) {
+    for (auto& e : v) e /= c.scale;
+    return v;
+  };
+
+  const double tol = tolerance<P>(c.ulps);
+  const double ey = relative_error(as_doubles(y.to_vector()), as_doubles(y_ref.to_vector()));
+  const double edx = relative_error(unscaled(as_doubles(dx.to_vector())), as_doubles(dx_ref.to_vector()));
+  BOOST_TEST_MESSAGE(P::name << " " << low.net().name() << ": output " << ey << ", input gradient " << edx);
+  BOOST_TEST(ey <= tol);
+  BOOST_TEST(edx <= tol);
+  for (const auto& p : low.named_parameters()) {
+    const auto g = unscaled(as_doubles(low.gradients().to_vector())), g_ref = as_doubles(ref.gradients().to_vector());
+    const std::vector<double> a(g.begin() + p.offset, g.begin() + p.offset + p.count);
+    const std::vector<double> b(g_ref.begin() + p.offset, g_ref.begin() + p.offset + p.count);
+    const double e = relative_error(a, b);
+    BOOST_TEST_MESSAGE("  " << p.name << " gradient " << e);
+    BOOST_TEST_CONTEXT(p.name) { BOOST_TEST(e <= tol); }
+  }
+}
+
+template <class Net, class In, class D>
+void check_both(const Extents<In>& ext, std::uint32_t seed, Check c = {}) {
+  BOOST_TEST_CONTEXT("fp16") { check_against_fp32<Net, In, kiln::MixedFp16, D>(ext, seed, c); }
+  c.scale = 1;  // bf16 has fp32's range
+  BOOST_TEST_CONTEXT("bf16") { check_against_fp32<Net, In, kiln::MixedBf16, D>(ext, seed, c); }
+}
+
+template <kiln::index_t... E>
+Extents<Shape<dyn, E...>> batch(kiln::index_t n) {
+  Extents<Shape<dyn, E...>> e = {};
+  e[0] = n;
+  return e;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(precision)
+BOOST_AUTO_TEST_SUITE(mixed_layers)
+
+using D = std::tuple_element_t<0, kt::devices>;
+
+BOOST_AUTO_TEST_CASE(linear_with_and_without_bias) {
+  check_both<knn::Sequential<knn::Linear<24, 16>>, Shape<dyn, 24>, D>(batch<24>(9), 1);
+  check_both<knn::Sequential<knn::Linear<24, 16, false>>, Shape<dyn, 24>, D>(batch<24>(9), 2);
+}
+
+BOOST_AUTO_TEST_CASE(linear_with_each_fused_activation) {
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::ReLU>, Shape<dyn, 24>, D>(batch<24>(9), 3);
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::GELU>, Shape<dyn, 24>, D>(batch<24>(9), 4);
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::Sigmoid>, Shape<dyn, 24>, D>(batch<24>(9), 5);
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::Tanh>, Shape<dyn, 24>, D>(batch<24>(9), 6);
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_with_stride_padding_and_activation) {
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3>>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 7);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 2, 1>, knn::ReLU>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 8);
+  check_both<knn::Sequential<knn::Conv2d<2, 4, 5, 1, 2, false>, knn::Tanh>, Shape<dyn, 2, 8, 8>, D>(
+      batch<2, 8, 8>(2), 9);
+}
+
+BOOST_AUTO_TEST_CASE(pooling_flatten_and_elementwise_activations) {
+  using In = Shape<dyn, 2, 8, 8>;
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::MaxPool2d<2>>, In, D>(batch<2, 8, 8>(3), 10);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::AvgPool2d<2>, knn::Flatten>, In, D>(
+      batch<2, 8, 8>(3), 11);
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::Dropout<>, knn::ReLU, knn::Sigmoid, knn::Tanh, knn::GELU>,
+             Shape<dyn, 24>, D>(batch<24>(9), 12);
+}
+
+BOOST_AUTO_TEST_CASE(softmax_and_log_softmax_compute_in_fp32) {
+  check_both<knn::Sequential<knn::Linear<24, 10>, knn::Softmax>, Shape<dyn, 24>, D>(batch<24>(9), 13);
+  check_both<knn::Sequential<knn::Linear<24, 10>, knn::LogSoftmax>, Shape<dyn, 24>, D>(batch<24>(9), 14);
+}
+
+BOOST_AUTO_TEST_CASE(residual_block) {
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::Residual<knn::Linear<16, 16>, knn::ReLU>>, Shape<dyn, 24>, D>(
+      batch<24>(9), 15);
+}
+
+// A whole network compounds the per-layer rounding: every activation differs from fp32's by about one
+// unit roundoff, and a weight gradient sums N·P such products of mixed sign, so its relative error grows
+// with the cancellation (measured: LeNet's first convolution 17 ulps in fp16, 29 in bf16, with a cross-
+// entropy gradient; its last layers within 2). The per-layer checks above hold each layer to 16.
+BOOST_AUTO_TEST_CASE(the_seeds_mlp_and_lenet) {
+  using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
+  check_both<Mlp, Shape<dyn, 13>, D>(batch<13>(32), 16);
+  using LeNet = knn::Sequential<knn::Conv2d<1, 6, 5, 1, 2>, knn::ReLU, knn::MaxPool2d<2>, knn::Conv2d<6, 16, 5>,
+                                knn::ReLU, knn::MaxPool2d<2>, knn::Flatten, knn::Linear<16 * 5 * 5, 120>, knn::ReLU,
+                                knn::Linear<120, 84>, knn::ReLU, knn::Linear<84, 10>>;
+  check_both<LeNet, Shape<dyn, 1, 28, 28>, D>(batch<1, 28, 28>(4), 17, {.scale = 1024, .ulps = 48, .cross_entropy = true});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
