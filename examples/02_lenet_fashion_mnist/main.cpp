@@ -44,9 +44,9 @@ using LeNet = Sequential<Conv2d<1, 6, 5, 1, 2>, ReLU, MaxPool2d<2>, Conv2d<6, 16
 using Image = Shape<dyn, 1, 28, 28>;
 constexpr const char* program = "lenet_fashion_mnist";
 
-template <class D>
+template <class D, class Precision>
 int run(const examples::TrainOptions& o, const std::string& device) {
-  using P = kiln::Policy<kiln::Fp32, D>;
+  using P = kiln::Policy<Precision, D>;
   const auto t_start = examples::Clock::now();
   const kiln::data::FashionMnist train(o.data, true, o.limit), test(o.data, false);
   const kiln::data::Normalize normalize{{0.5f}, {0.5f}};
@@ -59,20 +59,21 @@ int run(const examples::TrainOptions& o, const std::string& device) {
 
   Model<LeNet, Image, P> model(o.seed);
   kiln::optim::Adam opt(model, {.lr = static_cast<float>(o.lr)});
+  auto scaler = examples::make_scaler(model);  // loss scaling under fp16; a pass-through otherwise
   int start = 0;
-  if (o.resume) start = examples::load_training_state(o.checkpoint, model, opt);
+  if (o.resume) start = examples::load_training_state(o.checkpoint, model, opt, scaler);
   const int threads = examples::classification::threads();
   std::printf("%s: Fashion-MNIST %lld train / %lld test images from %s; LeNet (%lld parameters) on %s (%d thread%s), "
               "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
               program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),
-              static_cast<long long>(model.parameter_count), device.c_str(), threads, threads == 1 ? "" : "s",
+              static_cast<long long>(model.parameter_count), (device + " in " + o.precision).c_str(), threads, threads == 1 ? "" : "s",
               o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
   if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
 
   // Cross entropy, the step every --accumulate batches, then per epoch: evaluation without gradients
   // (NoGrad + eval()), the epoch's line, --metrics, --checkpoint (examples/common/classify.hpp).
-  const auto r = examples::classification::fit(o, model, opt, train_loader, test_loader, start);
-  return examples::classification::report_result(r, o.epochs, t_start, device);
+  const auto r = examples::classification::fit(o, model, opt, scaler, train_loader, test_loader, start);
+  return examples::classification::report_result(r, o.epochs, t_start, device, o.precision);
 }
 }  // namespace
 
@@ -90,9 +91,10 @@ int main(int argc, char** argv) {
     const std::string device = examples::check_buildable(program, o, cuda_available);
     if (device.empty()) return 2;
 #if KILN_CUDA_COMPILER
-    if (device == "cuda") return run<kiln::Cuda>(o, device);
+    if (device == "cuda")
+      return examples::with_precision(o, [&]<class Precision>() { return run<kiln::Cuda, Precision>(o, device); });
 #endif
-    return run<kiln::Cpu>(o, device);
+    return examples::with_precision(o, [&]<class Precision>() { return run<kiln::Cpu, Precision>(o, device); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
     return 1;

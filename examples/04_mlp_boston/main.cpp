@@ -53,10 +53,10 @@ using Table = kiln::data::CsvDataset<13>;
 constexpr const char* program = "mlp_boston";
 constexpr const char* default_data = "/usr/lib/python3/dist-packages/sklearn/datasets/data/boston_house_prices.csv";
 
-template <class D>
+template <class D, class Precision>
 int run(const examples::TrainOptions& o, const std::string& device) {
   namespace reg = examples::regression;
-  using P = kiln::Policy<kiln::Fp32, D>;
+  using P = kiln::Policy<Precision, D>;
   const auto t_start = examples::Clock::now();
   std::error_code ec;
   if (o.data == default_data && !std::filesystem::exists(o.data, ec))
@@ -84,13 +84,14 @@ int run(const examples::TrainOptions& o, const std::string& device) {
 
   Model<Mlp, Row, P> model(o.seed);
   kiln::optim::Adam opt(model, {.lr = static_cast<float>(o.lr)});
+  auto scaler = examples::make_scaler(model);  // loss scaling under fp16; a pass-through otherwise
   int start = 0;
-  if (o.resume) start = examples::load_training_state(o.checkpoint, model, opt);
+  if (o.resume) start = examples::load_training_state(o.checkpoint, model, opt, scaler);
   const int threads = reg::threads();
   std::printf("%s: %lld train / %lld test rows of %s (13 features -> %s, standardized on the train rows); "
               "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
               program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),
-              o.target.c_str(), static_cast<long long>(model.parameter_count), device.c_str(), threads,
+              o.target.c_str(), static_cast<long long>(model.parameter_count), (device + " in " + o.precision).c_str(), threads,
               threads == 1 ? "" : "s", o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
   std::printf("baseline: predicting the training mean %.4f for every test row gives test RMSE %.4f\n", train_mean,
               baseline_rmse);
@@ -98,8 +99,8 @@ int run(const examples::TrainOptions& o, const std::string& device) {
 
   // MSE, the step every --accumulate batches, then per epoch: the test RMSE without gradients
   // (NoGrad + eval()), the epoch's line, --metrics, --checkpoint (examples/common/regress.hpp).
-  const auto r = reg::fit(o, model, opt, train_loader, test_loader, start);
-  return reg::report_result(r, baseline_rmse, o.epochs, t_start, device);
+  const auto r = reg::fit(o, model, opt, scaler, train_loader, test_loader, start);
+  return reg::report_result(r, baseline_rmse, o.epochs, t_start, device, o.precision);
 }
 }  // namespace
 
@@ -122,9 +123,10 @@ int main(int argc, char** argv) {
     const std::string device = examples::check_buildable(program, o, cuda_available);
     if (device.empty()) return 2;
 #if KILN_CUDA_COMPILER
-    if (device == "cuda") return run<kiln::Cuda>(o, device);
+    if (device == "cuda")
+      return examples::with_precision(o, [&]<class Precision>() { return run<kiln::Cuda, Precision>(o, device); });
 #endif
-    return run<kiln::Cpu>(o, device);
+    return examples::with_precision(o, [&]<class Precision>() { return run<kiln::Cpu, Precision>(o, device); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
     return 1;

@@ -1,23 +1,30 @@
 # CTest kiln.example.mlp_boston.resume (cmake -P): --checkpoint and --resume continue training exactly.
-#   cmake -DPROGRAM=<mlp_boston> -DDATA=<csv> -DDIR=<scratch folder> -P resume_check.cmake
+#   cmake -DPROGRAM=<mlp_boston> -DDATA=<csv> -DDIR=<scratch folder> [-DPRECISION=fp16] -P resume_check.cmake
 # Runs 20 epochs in one go, then 10 epochs with --checkpoint and --metrics and 10 more with --resume, and
 # fails unless the resumed run says where it resumed, ends ok=1 with the same test RMSE and train loss as the
 # run in one go (the parameters, Adam's moments and step count and the epoch's shuffle are all restored),
-# and the metrics file holds one JSON line per epoch, 1 to 20, each with a test_rmse.
+# and the metrics file holds one JSON line per epoch, 1 to 20, each with a test_rmse. With PRECISION (fp16,
+# bf16) every run trains in that precision: under fp16 the loss scaler's state goes through the checkpoint.
 foreach(_var PROGRAM DATA DIR)
   if(NOT DEFINED ${_var})
     message(FATAL_ERROR "resume_check.cmake: pass -D${_var}=...")
   endif()
 endforeach()
-set(_checkpoint "${DIR}/mlp_boston_resume.safetensors")
-set(_metrics "${DIR}/mlp_boston_resume.jsonl")
+set(_precision_args "")
+set(_suffix "")
+if(DEFINED PRECISION)
+  set(_precision_args --precision ${PRECISION})
+  set(_suffix "_${PRECISION}")
+endif()
+set(_checkpoint "${DIR}/mlp_boston_resume${_suffix}.safetensors")
+set(_metrics "${DIR}/mlp_boston_resume${_suffix}.jsonl")
 file(REMOVE "${_checkpoint}" "${_metrics}")
 
 # Runs the program with the arguments after `ok`; sets <prefix>_out (stdout) and <prefix>_result (its
 # `result:` line). With ok TRUE, the run must end ok=1 (exit status 0); else it may stop short of the
 # baseline (10 epochs do: exit status 1), but must get to its `result:` line.
 function(_run prefix ok)
-  execute_process(COMMAND "${PROGRAM}" --data "${DATA}" --device cpu ${ARGN}
+  execute_process(COMMAND "${PROGRAM}" --data "${DATA}" --device cpu ${_precision_args} ${ARGN}
                   OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
   string(REPLACE ";" " " _args "${ARGN}")
   message("$ mlp_boston ${_args}\n${_out}${_err}")
@@ -40,7 +47,7 @@ _run(whole TRUE --epochs 20)
 _run(first FALSE --epochs 10 --checkpoint "${_checkpoint}" --metrics "${_metrics}")
 _run(resumed TRUE --epochs 20 --checkpoint "${_checkpoint}" --metrics "${_metrics}" --resume)
 
-if(NOT resumed_out MATCHES "resumed from [^\n]*mlp_boston_resume.safetensors after epoch 10\n")
+if(NOT resumed_out MATCHES "resumed from [^\n]*mlp_boston_resume${_suffix}.safetensors after epoch 10\n")
   message(FATAL_ERROR "FAILED: the resumed run does not say `resumed from ... after epoch 10`")
 endif()
 if(resumed_out MATCHES "(^|\n)epoch [0-9]/20:|(^|\n)epoch 10/20:")

@@ -1,5 +1,6 @@
-// Checkpoints of a training example: the model's parameters (PyTorch's state_dict names), Adam's
-// moments and step count, and the epoch reached, in one safetensors file written atomically.
+// Checkpoints of a training example: the model's parameters (PyTorch's state_dict names; float32 masters
+// under every precision), Adam's moments and step count, the loss scaler's state (fp16) and the epoch
+// reached, in one safetensors file written atomically.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,22 +12,26 @@
 
 namespace examples {
 
-template <class Model, class Optimizer>
-void save_training_state(const std::string& path, const Model& model, const Optimizer& opt, int epochs_done) {
+template <class Model, class Optimizer, class Scaler>
+void save_training_state(const std::string& path, const Model& model, const Optimizer& opt, const Scaler& scaler,
+                         int epochs_done) {
   using M = typename Model::M;
   const auto m = opt.exp_avg().to_vector(), v = opt.exp_avg_sq().to_vector();
   const std::vector<kiln::index_t> shape{static_cast<kiln::index_t>(m.size())};
   std::map<std::string, kiln::SafetensorsEntry> extra;
   extra["optimizer.exp_avg"] = kiln::make_entry<M>(std::span<const M>(m), shape);
   extra["optimizer.exp_avg_sq"] = kiln::make_entry<M>(std::span<const M>(v), shape);
-  kiln::save_checkpoint(path, model, std::move(extra),
-                        {{"epoch", std::to_string(epochs_done)}, {"step", std::to_string(opt.step_count())},
-                         {"format", "kiln training state"}});
+  auto meta = scaler.state("grad_scaler.");  // empty unless loss scaling is on
+  meta.insert({{"epoch", std::to_string(epochs_done)},
+               {"step", std::to_string(opt.step_count())},
+               {"format", "kiln training state"}});
+  kiln::save_checkpoint(path, model, std::move(extra), meta);
 }
 
-/// Restores what save_training_state wrote; returns the epochs already done.
-template <class Model, class Optimizer>
-int load_training_state(const std::string& path, Model& model, Optimizer& opt) {
+/// Restores what save_training_state wrote; returns the epochs already done. A checkpoint without a
+/// scaler state (written in fp32 or bf16) leaves the scaler at its initial scale.
+template <class Model, class Optimizer, class Scaler>
+int load_training_state(const std::string& path, Model& model, Optimizer& opt, Scaler& scaler) {
   using M = typename Model::M;
   std::map<std::string, std::string> meta;
   auto rest = kiln::load_checkpoint(path, model, &meta);
@@ -44,6 +49,7 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt) {
     throw kiln::CheckpointError("kiln: " + path + ": no 'epoch' / 'step' metadata: not a training state written by "
                                 "a kiln example");
   opt.set_step_count(std::stoll(meta["step"]));
+  if (meta.count("grad_scaler.scale")) scaler.load_state(meta, "grad_scaler.");
   return std::stoi(meta["epoch"]);
 }
 

@@ -54,23 +54,24 @@ class FirstSamples {
 template <class Model, class Loader>
 std::pair<double, double> evaluate(Model& model, Loader& loader) {
   using D = typename Model::D;
+  using T = typename Model::T;
   model.eval();
   kiln::nn::NoGrad guard(model);
   kiln::nn::CrossEntropyLoss ce;
   double loss = 0;
   long long correct = 0, seen = 0;
   for (const auto& b : loader) {
-    const auto logits = model.forward(to_device<D>(b.x));  // [N, classes]
-    const auto y = to_device<D>(b.y);                       // [N]
+    const auto logits = model.forward(to_model_input<D, T>(b.x));  // [N, classes]
+    const auto y = to_device<D>(b.y);                                // [N]
     loss += static_cast<double>(ce(logits, y).item()) * static_cast<double>(b.size());
     const auto l = logits.to_vector();
     const auto labels = b.y.to_vector();
     const kiln::index_t classes = logits.size(1);
     for (kiln::index_t i = 0; i < b.size(); ++i) {
-      const float* row = l.data() + i * classes;
+      const T* row = l.data() + i * classes;
       kiln::index_t best = 0;
       for (kiln::index_t c = 1; c < classes; ++c)
-        if (row[c] > row[best]) best = c;
+        if (kiln::to_compute(row[c]) > kiln::to_compute(row[best])) best = c;
       correct += best == labels[static_cast<std::size_t>(i)];
     }
     seen += b.size();
@@ -89,25 +90,25 @@ struct FitResult {
 };
 
 /// Trains epochs [start, o.epochs) with cross entropy: each epoch shuffles afresh (set_epoch), steps the
-/// optimizer every o.accumulate micro-batches (and after the last batch), evaluates on `test`, prints
-/// `epoch e/E: ...`, appends a JSON line to o.metrics and writes o.checkpoint (when given).
-template <class Model, class Optimizer, class TrainLoader, class TestLoader>
-FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& train_loader, TestLoader& test_loader,
-              int start) {
-  using D = typename Model::D;
+/// optimizer through `scaler` every o.accumulate micro-batches (and after the last batch), evaluates on
+/// `test`, prints `epoch e/E: ...`, appends a JSON line to o.metrics (with the loss scale and the
+/// skipped steps) and writes o.checkpoint (when given).
+template <class Model, class Optimizer, class Scaler, class TrainLoader, class TestLoader>
+FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scaler, TrainLoader& train_loader,
+              TestLoader& test_loader, int start) {
   kiln::nn::CrossEntropyLoss ce;
   FitResult r;
   for (int epoch = start; epoch < o.epochs; ++epoch) {
-    const EpochResult e = train_epoch<D>(model, opt, ce, train_loader, o.accumulate, epoch, o.epochs);
+    const EpochResult e = train_epoch(model, opt, scaler, ce, train_loader, o.accumulate, epoch, o.epochs);
     const double train_seconds = e.seconds;
     const long long samples = e.samples;
     r.train_loss = e.mean_loss;
     std::tie(r.test_loss, r.test_accuracy) = evaluate(model, test_loader);
     r.finite = r.finite && std::isfinite(r.train_loss) && std::isfinite(r.test_loss);
     r.samples_per_s = static_cast<double>(samples) / train_seconds;
-    std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s\n",
+    std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s%s\n",
                 epoch + 1, o.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.samples_per_s,
-                train_seconds);
+                train_seconds, scaler_note(scaler).c_str());
     std::fflush(stdout);
     append_metrics(o.metrics, {{"epoch", epoch + 1},
                                {"train_loss", r.train_loss},
@@ -115,20 +116,23 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& 
                                {"test_accuracy", r.test_accuracy},
                                {"lr", opt.lr()},
                                {"samples_per_s", r.samples_per_s},
-                               {"seconds", train_seconds}});
-    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, model, opt, epoch + 1);
+                               {"seconds", train_seconds},
+                               {"loss_scale", scaler.scale()},
+                               {"skipped_steps", scaler.skipped_steps()}});
+    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, model, opt, scaler, epoch + 1);
   }
   return r;
 }
 
 /// Prints `result: test_accuracy=... ok=0|1` and returns the exit status (0 when ok). ok: the losses
 /// stayed finite and the model beats chance (10 classes) clearly, test accuracy above 0.2.
-inline int report_result(const FitResult& r, int epochs, Clock::time_point t_start, const std::string& device) {
+inline int report_result(const FitResult& r, int epochs, Clock::time_point t_start, const std::string& device,
+                         const std::string& precision) {
   const bool ok = r.finite && r.test_accuracy > 0.2;
   std::printf("result: test_accuracy=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.1f samples_per_s=%.0f "
-              "device=%s ok=%d\n",
+              "device=%s precision=%s ok=%d\n",
               r.test_accuracy, r.test_loss, r.train_loss, epochs, seconds_since(t_start), r.samples_per_s,
-              device.c_str(), ok ? 1 : 0);
+              device.c_str(), precision.c_str(), ok ? 1 : 0);
   return ok ? 0 : 1;
 }
 

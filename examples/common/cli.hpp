@@ -7,6 +7,7 @@
 #include <string>
 
 #include <kiln/core/config.hpp>
+#include <kiln/policy/precision.hpp>
 
 namespace examples {
 
@@ -53,8 +54,6 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     std::fprintf(stderr, "%s: %s\n", program, why.c_str());
     return std::string();
   };
-  if (o.precision != "fp32")
-    return fail("--precision " + o.precision + " is not built yet (mixed-precision training is issue #5); use fp32");
   if (o.parallel != "single")
     return fail("--parallel " + o.parallel + " is not built yet (data-parallel training is issue #6); use single");
   if (o.resume && o.checkpoint.empty()) return fail("--resume needs --checkpoint FILE");
@@ -63,6 +62,15 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   if (o.device == "cuda" && !cuda_available) return fail("--device cuda: no CUDA device is available");
   if (o.device == "cpu") return "cpu";
   return cuda_available ? "cuda" : "cpu";
+}
+
+/// Calls `run.template operator()<Precision>()` with the precision policy --precision names (fp32:
+/// kiln::Fp32, fp16: kiln::MixedFp16, bf16: kiln::MixedBf16) and returns what it returns.
+template <class Run>
+int with_precision(const TrainOptions& o, Run&& run) {
+  if (o.precision == "fp16") return run.template operator()<kiln::MixedFp16>();
+  if (o.precision == "bf16") return run.template operator()<kiln::MixedBf16>();
+  return run.template operator()<kiln::Fp32>();
 }
 
 }  // namespace examples

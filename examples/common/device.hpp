@@ -4,6 +4,7 @@
 
 #include <kiln/core/config.hpp>
 #include <kiln/policy/device.hpp>
+#include <kiln/expr/cast.hpp>
 #include <kiln/tensor/tensor.hpp>
 
 #if KILN_HAS_OPENMP
@@ -19,6 +20,20 @@ auto to_device(const kiln::Tensor<T, S, kiln::Cpu>& t) {
   // Blocking: the host batch is released at the end of the loop body, and its pinned block may be reused
   // by a loader worker at once (the caching allocator does not wait for copies in flight).
   else return t.template to<D>(0, false);
+}
+
+/// A batch's tensor on device D, float features as the model's storage type T (fp16 / bf16: one
+/// conversion pass on the device) and anything else (int64 labels) as it is.
+template <class D, class T, class E, class S>
+auto to_model_input(const kiln::Tensor<E, S, kiln::Cpu>& t) {
+  if constexpr (!std::is_same_v<E, float> || std::is_same_v<T, float>) {
+    return to_device<D>(t);
+  } else {
+    const auto on_device = to_device<D>(t);
+    kiln::Tensor<T, S, D> out(on_device.extents(), on_device.device_index());
+    kiln::assign(out, kiln::cast<T>(on_device));
+    return out;
+  }
 }
 
 /// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).

@@ -1,8 +1,12 @@
 // One training epoch, as every training example runs it: forward, loss, backward with the loss gradient
-// scaled by 1 / accumulate, an optimizer step every `accumulate` micro-batches (and after the last), the
-// progress bar.
+// scaled by the loss scale / accumulate, an optimizer step through the GradScaler every `accumulate`
+// micro-batches (and after the last), the progress bar.
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <kiln/optim/grad_scaler.hpp>
 
 #include "device.hpp"
 #include "report.hpp"
@@ -15,11 +19,31 @@ struct EpochResult {
   double seconds = 0;
 };
 
-/// Trains one epoch (number `epoch`, from 0, of `epochs`) of `loader` on device D with `loss` (a kiln
-/// loss: loss(pred, target) and loss.backward(pred, target, scale)).
-template <class D, class Model, class Optimizer, class Loss, class Loader>
-EpochResult train_epoch(Model& model, Optimizer& opt, Loss& loss, Loader& loader, int accumulate, int epoch,
-                        int epochs) {
+/// The loss scaler of a model's precision: dynamic loss scaling for MixedFp16 (torch.cuda.amp.GradScaler's
+/// defaults), a pass-through for Fp32 and MixedBf16.
+template <class Model>
+kiln::optim::GradScaler<typename Model::D> make_scaler(const Model&) {
+  return kiln::optim::GradScaler<typename Model::D>({.enabled = Model::precision::loss_scaling});
+}
+
+/// ", loss scale 32768 (3 steps skipped)" after an epoch's line when loss scaling is on; "" otherwise.
+template <class Scaler>
+std::string scaler_note(const Scaler& scaler) {
+  if (!scaler.is_enabled()) return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, ", loss scale %g (%lld step%s skipped)", scaler.scale(),
+                static_cast<long long>(scaler.skipped_steps()), scaler.skipped_steps() == 1 ? "" : "s");
+  return buf;
+}
+
+/// Trains one epoch (number `epoch`, from 0, of `epochs`) of `loader` with `loss` (a kiln loss:
+/// loss(pred, target) and loss.backward(pred, target, scale)). The loss gradient is multiplied by the
+/// scaler's scale; a step whose gradients overflowed is skipped and the scale backs off (fp16).
+template <class Model, class Optimizer, class Scaler, class Loss, class Loader>
+EpochResult train_epoch(Model& model, Optimizer& opt, Scaler& scaler, Loss& loss, Loader& loader, int accumulate,
+                        int epoch, int epochs) {
+  using D = typename Model::D;
+  using T = typename Model::T;
   const auto t0 = Clock::now();
   loader.set_epoch(static_cast<std::uint64_t>(epoch));
   Progress progress(epoch + 1, epochs, loader.size());
@@ -27,13 +51,14 @@ EpochResult train_epoch(Model& model, Optimizer& opt, Loss& loss, Loader& loader
   long long samples = 0, batches = 0;
   opt.zero_grad();
   for (const auto& b : loader) {
-    const auto x = to_device<D>(b.x);
-    const auto y = to_device<D>(b.y);
+    const auto x = to_model_input<D, T>(b.x);
+    const auto y = to_model_input<D, T>(b.y);
     const auto pred = model.forward(x);
     loss_sum += static_cast<double>(loss(pred, y).item()) * static_cast<double>(b.size());
-    model.backward(loss.backward(pred, y, 1.0 / accumulate));
+    model.backward(loss.backward(pred, y, scaler.scale() / accumulate));
     if (++batches % accumulate == 0 || batches == loader.size()) {
-      opt.step();
+      scaler.step(opt);  // opt.step() unless a gradient is inf/NaN (fp16)
+      scaler.update();
       opt.zero_grad();
     }
     samples += b.size();

@@ -78,14 +78,15 @@ struct Evaluation {
 template <class Model, class Loader>
 Evaluation evaluate(Model& model, Loader& loader) {
   using D = typename Model::D;
+  using T = typename Model::T;
   model.eval();
   kiln::nn::NoGrad guard(model);
   kiln::nn::MSELoss mse;
   double squares = 0;
   long long seen = 0;
   for (const auto& b : loader) {
-    const auto pred = model.forward(to_device<D>(b.x));  // [N, 1]
-    const auto y = to_device<D>(b.y);                    // [N, 1]
+    const auto pred = model.forward(to_model_input<D, T>(b.x));  // [N, 1]
+    const auto y = to_model_input<D, T>(b.y);                    // [N, 1]
     squares += static_cast<double>(mse(pred, y).item()) * static_cast<double>(b.size());
     seen += b.size();
   }
@@ -114,15 +115,14 @@ struct FitResult {
 /// every o.accumulate micro-batches (and after the last batch; each micro-batch's loss gradient scaled by
 /// 1 / o.accumulate), evaluates on `test`, prints `epoch e/E: ...` (see prints_epoch), appends a JSON line
 /// to o.metrics and writes o.checkpoint (when given). With no epoch left, it only evaluates.
-template <class Model, class Optimizer, class TrainLoader, class TestLoader>
-FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& train_loader, TestLoader& test_loader,
-              int start) {
-  using D = typename Model::D;
+template <class Model, class Optimizer, class Scaler, class TrainLoader, class TestLoader>
+FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scaler, TrainLoader& train_loader,
+              TestLoader& test_loader, int start) {
   kiln::nn::MSELoss mse;
   const bool terminal = isatty(STDOUT_FILENO) == 1;
   FitResult r;
   for (int epoch = start; epoch < o.epochs; ++epoch) {
-    const EpochResult e = train_epoch<D>(model, opt, mse, train_loader, o.accumulate, epoch, o.epochs);
+    const EpochResult e = train_epoch(model, opt, scaler, mse, train_loader, o.accumulate, epoch, o.epochs);
     const double train_seconds = e.seconds;
     const long long samples = e.samples;
     r.train_loss = e.mean_loss;
@@ -133,8 +133,9 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& 
     r.samples_per_s = static_cast<double>(samples) / train_seconds;
     ++r.trained;
     if (prints_epoch(epoch + 1, o.epochs, terminal)) {
-      std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test RMSE %.4f, %.0f samples/s, %.2f ms\n", epoch + 1,
-                  o.epochs, r.train_loss, r.test_loss, r.test_rmse, r.samples_per_s, 1e3 * train_seconds);
+      std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test RMSE %.4f, %.0f samples/s, %.2f ms%s\n",
+                  epoch + 1, o.epochs, r.train_loss, r.test_loss, r.test_rmse, r.samples_per_s, 1e3 * train_seconds,
+                  scaler_note(scaler).c_str());
       std::fflush(stdout);
     }
     append_metrics(o.metrics, {{"epoch", epoch + 1},
@@ -143,8 +144,10 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& 
                                {"test_rmse", r.test_rmse},
                                {"lr", opt.lr()},
                                {"samples_per_s", r.samples_per_s},
-                               {"seconds", train_seconds}});
-    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, model, opt, epoch + 1);
+                               {"seconds", train_seconds},
+                               {"loss_scale", scaler.scale()},
+                               {"skipped_steps", scaler.skipped_steps()}});
+    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, model, opt, scaler, epoch + 1);
   }
   if (r.trained == 0) {  // resumed at or past --epochs: report the checkpoint's model as it is
     std::printf("nothing to train: the checkpoint has done %d of %d epochs (raise --epochs to continue)\n", start,
@@ -160,12 +163,12 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, TrainLoader& 
 /// Prints `result: test_rmse=... baseline_rmse=... ok=0|1` and returns the exit status (0 when ok). ok: the
 /// losses stayed finite and the test RMSE is below `baseline_rmse` (predicting the training mean).
 inline int report_result(const FitResult& r, double baseline_rmse, int epochs, Clock::time_point t_start,
-                         const std::string& device) {
+                         const std::string& device, const std::string& precision) {
   const bool ok = r.finite && std::isfinite(r.test_rmse) && r.test_rmse < baseline_rmse;
   std::printf("result: test_rmse=%.4f baseline_rmse=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.2f "
-              "samples_per_s=%.0f device=%s ok=%d\n",
+              "samples_per_s=%.0f device=%s precision=%s ok=%d\n",
               r.test_rmse, baseline_rmse, r.test_loss, r.train_loss, epochs, seconds_since(t_start), r.samples_per_s,
-              device.c_str(), ok ? 1 : 0);
+              device.c_str(), precision.c_str(), ok ? 1 : 0);
   return ok ? 0 : 1;
 }
 
