@@ -4,6 +4,11 @@
 // assumes the step is also captured in a CUDA graph, which kiln does not do yet: see docs/gpu-results.md).
 // Also the MLP step. Times are per step over --inner back-to-back steps, measured with CUDA events.
 //
+// Precision (issue #5): LeNet (batch 128) and a wide MLP (1024-1024-1024-10, batch 1024) in fp32, mixed
+// fp16 (GradScaler loop) and mixed bf16. Targets: each mixed step >= 1.5x its fp32 step, fp16's
+// activation memory <= 0.55x fp32's (allocator bytes a training forward leaves allocated), and ahead of
+// PyTorch's autocast (+ GradScaler for fp16) step on the same GPU.
+//
 //   ./bench_train_step_cuda [--repeat 20] [--inner 20] [--json FILE]
 // Without a usable GPU it prints "no CUDA device: skipped" and exits 0.
 #include <array>
@@ -12,6 +17,7 @@
 #include <kiln/cuda.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/adam.hpp>
+#include <kiln/optim/grad_scaler.hpp>
 #include <memory>
 #include <random>
 #include <string>
@@ -26,6 +32,44 @@ using P = kiln::Policy<kiln::Fp32, kiln::Cuda>;
 using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>;
 using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
                          Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+
+using WideMlp = Sequential<Linear<1024, 1024>, ReLU, Linear<1024, 1024>, ReLU, Linear<1024, 10>>;
+
+/// A training step of Net on the GPU under precision Prec: Adam(1e-3), cross entropy over 10 classes,
+/// the GradScaler loop (a pass-through for fp32 and bf16), inputs rounded to the storage type once.
+template <class Net, class In, class Prec>
+struct GpuCase {
+  using T = typename Prec::storage;
+  Model<Net, In, kiln::Policy<Prec, kiln::Cuda>> model{0};
+  kiln::optim::Adam<float, kiln::Cuda, T> opt{model, {.lr = 1e-3f}};
+  kiln::optim::GradScaler<kiln::Cuda> scaler{{.enabled = Prec::loss_scaling}};
+  kiln::Tensor<T, In, kiln::Cuda> x;
+  const kiln::Tensor<std::int64_t, Shape<dyn>, kiln::Cuda>& y;
+  CrossEntropyLoss ce;
+
+  GpuCase(const kiln::Tensor<float, In, kiln::Cuda>& x32, const kiln::Tensor<std::int64_t, Shape<dyn>, kiln::Cuda>& labels)
+      : x(x32.extents(), x32.device_index()), y(labels) {
+    kiln::assign(x, kiln::cast<T>(x32));
+  }
+  void step() {
+    opt.zero_grad();
+    const auto logits = model.forward(x);
+    model.backward(ce.backward(logits, y, scaler.scale()));
+    scaler.step(opt);
+    scaler.update();
+  }
+  /// Bytes a training forward leaves allocated: the activations kept for backward, and the logits.
+  double activation_bytes() {
+    auto& alloc = kiln::caching_allocator<kiln::Cuda>();
+    kiln::cuda::synchronize();
+    const auto before = alloc.stats().allocated_bytes;
+    const auto logits = model.forward(x);
+    const auto held = static_cast<double>(alloc.stats().allocated_bytes - before);
+    model.backward(ce.backward(logits, y, scaler.scale()));
+    kiln::cuda::synchronize();
+    return held;
+  }
+};
 
 template <class S>
 kiln::Tensor<float, S, kiln::Cuda> random_on_gpu(kiln::index_t batch, std::uint32_t seed) {
@@ -53,7 +97,7 @@ nlohmann::json run_torch(int repeat) {
   // The GPU machines' CUDA-enabled torch is the `python3` on PATH (not Debian's CPU-only one).
   const char* python = std::getenv("KILN_TORCH_PYTHON");
   return kiln::bench::run_json(std::string(python ? python : "python3") + " " + std::string(KILN_BENCH_DIR) +
-                               "/train_step/torch_step.py --device cuda --repeat " + std::to_string(repeat) +
+                               "/train_step/torch_step.py --device cuda --amp --repeat " + std::to_string(repeat) +
                                " 2>/dev/null");
 }
 }  // namespace
@@ -97,6 +141,26 @@ int main(int argc, char** argv) {
                 lenet.backward(ce.backward(logits, ly));
                 lenet_opt.step();
               }));
+  // Precision: LeNet and the wide MLP in fp32, fp16 and bf16.
+  GpuCase<LeNet, Shape<dyn, 3, 32, 32>, kiln::MixedFp16> lenet16(lx, ly);
+  GpuCase<LeNet, Shape<dyn, 3, 32, 32>, kiln::MixedBf16> lenetb16(lx, ly);
+  constexpr kiln::index_t wide_batch = 1024;
+  const auto wx = random_on_gpu<Shape<dyn, 1024>>(wide_batch, 4);
+  kiln::Tensor<std::int64_t, Shape<dyn>> wy_host(wide_batch);
+  for (kiln::index_t i = 0; i < wide_batch; ++i) wy_host[i] = i % 10;
+  const auto wy = wy_host.to<kiln::Cuda>();
+  GpuCase<WideMlp, Shape<dyn, 1024>, kiln::Fp32> wide32(wx, wy);
+  GpuCase<WideMlp, Shape<dyn, 1024>, kiln::MixedFp16> wide16(wx, wy);
+  GpuCase<WideMlp, Shape<dyn, 1024>, kiln::MixedBf16> wideb16(wx, wy);
+  h.add_timed("kiln_lenet_step_fp16", 0, "LeNet, mixed fp16 + GradScaler", event_timed(inner, [&] { lenet16.step(); }));
+  h.add_timed("kiln_lenet_step_bf16", 0, "LeNet, mixed bf16", event_timed(inner, [&] { lenetb16.step(); }));
+  h.add_timed("kiln_wide_mlp_step", 0, "1024-1024-1024-10 MLP, batch 1024, fp32", event_timed(inner, [&] { wide32.step(); }));
+  h.add_timed("kiln_wide_mlp_step_fp16", 0, "the same, mixed fp16 + GradScaler", event_timed(inner, [&] { wide16.step(); }));
+  h.add_timed("kiln_wide_mlp_step_bf16", 0, "the same, mixed bf16", event_timed(inner, [&] { wideb16.step(); }));
+  GpuCase<LeNet, Shape<dyn, 3, 32, 32>, kiln::Fp32> lenet32(lx, ly);
+  const double act32 = lenet32.activation_bytes(), act16 = lenet16.activation_bytes();
+  const double wact32 = wide32.activation_bytes(), wact16 = wide16.activation_bytes();
+
   const auto p0 = kiln::passes();
   lenet_opt.zero_grad();
   lenet.backward(ce.backward(lenet.forward(lx), ly));
@@ -106,6 +170,18 @@ int main(int argc, char** argv) {
   h.run();
   std::printf("kiln LeNet step: %.3f ms, %llu kernel launches / library calls per step\n",
               h.median("kiln_lenet_step") * 1e3, static_cast<unsigned long long>(kiln::passes() - p0));
+  std::printf("kiln LeNet fp32 / fp16 / bf16 step: %.3f / %.3f / %.3f ms; wide MLP %.3f / %.3f / %.3f ms\n",
+              h.median("kiln_lenet_step") * 1e3, h.median("kiln_lenet_step_fp16") * 1e3,
+              h.median("kiln_lenet_step_bf16") * 1e3, h.median("kiln_wide_mlp_step") * 1e3,
+              h.median("kiln_wide_mlp_step_fp16") * 1e3, h.median("kiln_wide_mlp_step_bf16") * 1e3);
+  h.ratio("lenet_fp16_speedup", h.median("kiln_lenet_step") / h.median("kiln_lenet_step_fp16"), 1.5, "fp32 step / fp16 step");
+  h.ratio("lenet_bf16_speedup", h.median("kiln_lenet_step") / h.median("kiln_lenet_step_bf16"), 1.5, "fp32 step / bf16 step");
+  h.ratio("wide_mlp_fp16_speedup", h.median("kiln_wide_mlp_step") / h.median("kiln_wide_mlp_step_fp16"), 1.5,
+          "fp32 step / fp16 step");
+  h.ratio("wide_mlp_bf16_speedup", h.median("kiln_wide_mlp_step") / h.median("kiln_wide_mlp_step_bf16"), 1.5,
+          "fp32 step / bf16 step");
+  h.ratio("lenet_fp32_over_fp16_activation_mem", act32 / act16, 1.0 / 0.55, "fp16 activations <= 0.55 x fp32's");
+  h.ratio("wide_mlp_fp32_over_fp16_activation_mem", wact32 / wact16, 1.0 / 0.55, "fp16 activations <= 0.55 x fp32's");
   if (h.option("--torch").value_or("yes") != "no") {
     const auto t = run_torch(h.repeat());
     if (t.is_object() && t.contains("lenet_step_s")) {
@@ -114,6 +190,11 @@ int main(int argc, char** argv) {
                   t["device"].get<std::string>().c_str(), t["lenet_step_s"].get<double>() * 1e3);
       h.ratio("lenet_speedup_vs_torch", t["lenet_step_s"].get<double>() / h.median("kiln_lenet_step"), 3.0,
               "PyTorch eager step / kiln step, same GPU");
+      for (const char* name : {"lenet_step_fp16", "lenet_step_bf16", "wide_mlp_step_fp16", "wide_mlp_step_bf16"})
+        if (t.contains(std::string(name) + "_s"))
+          h.ratio(std::string(name) + "_vs_torch_autocast",
+                  t[std::string(name) + "_s"].get<double>() / h.median(std::string("kiln_") + name), 1.0,
+                  "PyTorch autocast step / kiln step, same GPU");
     } else {
       std::printf("PyTorch on the GPU not measured (no CUDA-enabled torch for python3): ratio skipped\n");
     }

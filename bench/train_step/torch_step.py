@@ -24,6 +24,35 @@ def lenet():
                          nn.ReLU(), nn.Linear(84, 10))
 
 
+def wide_mlp():
+    return nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+
+def time_amp_steps(model, x, y, dtype, warmup, repeat):
+    """The autocast training step: torch.autocast(dtype) around forward and loss; GradScaler for fp16."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.cuda.amp.GradScaler(enabled=dtype == torch.float16)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        torch.cuda.synchronize()
+
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 def time_steps(model, x, y, loss_fn, warmup, repeat, sync=lambda: None):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
@@ -50,6 +79,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--amp", action="store_true", help="cuda: also LeNet and a 1024-wide MLP under autocast")
     a = ap.parse_args()
     torch.manual_seed(0)
     if a.device == "cuda":  # LeNet only, on the GPU, synchronised after each step
@@ -59,9 +89,19 @@ def main():
         dev = torch.device("cuda")
         x = torch.randn(a.batch, 3, 32, 32, device=dev)
         y = torch.randint(0, 10, (a.batch,), device=dev)
-        print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
-                          "lenet_step_s": time_steps(lenet().to(dev), x, y, nn.CrossEntropyLoss(), a.warmup,
-                                                     a.repeat, torch.cuda.synchronize)}))
+        out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+               "lenet_step_s": time_steps(lenet().to(dev), x, y, nn.CrossEntropyLoss(), a.warmup, a.repeat,
+                                          torch.cuda.synchronize)}
+        if a.amp:
+            wx = torch.randn(1024, 1024, device=dev)
+            wy = torch.randint(0, 10, (1024,), device=dev)
+            for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+                out["lenet_step_%s_s" % name] = time_amp_steps(lenet().to(dev), x, y, dtype, a.warmup, a.repeat)
+                out["wide_mlp_step_%s_s" % name] = time_amp_steps(wide_mlp().to(dev), wx, wy, dtype, a.warmup,
+                                                                  a.repeat)
+            out["wide_mlp_step_s"] = time_steps(wide_mlp().to(dev), wx, wy, nn.CrossEntropyLoss(), a.warmup,
+                                                a.repeat, torch.cuda.synchronize)
+        print(json.dumps(out))
         return
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out = {"torch": torch.__version__, "threads": torch.get_num_threads()}
