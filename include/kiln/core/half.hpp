@@ -14,6 +14,55 @@
 
 namespace kiln {
 
+namespace detail {
+/// binary16 bits -> float, exact for every value (subnormals, inf, NaN): the exponent is rebased with one
+/// integer add, and a subnormal is renormalised by one float subtraction (no loop). The host path of
+/// to_compute (CUDA's host __half2float is several times slower, and it is on every load on a CPU).
+inline float half_bits_to_float(std::uint16_t h) {
+  constexpr std::uint32_t exponent = 0x7c00u << 13;  // binary16's exponent field, moved to float's place
+  std::uint32_t u = static_cast<std::uint32_t>(h & 0x7fffu) << 13;
+  const std::uint32_t e = u & exponent;
+  u += (127u - 15u) << 23;                                   // rebias
+  if (e == exponent) {                                       // inf or NaN: float's exponent all ones too
+    u += (128u - 16u) << 23;
+  } else if (e == 0) {                                       // zero or subnormal: 2^-14 0.m
+    u += 1u << 23;                                           // as 2^-14 1.m ...
+    float f;
+    std::memcpy(&f, &u, 4);
+    f -= 6.103515625e-05f;                                   // ... minus 2^-14, exactly
+    std::memcpy(&u, &f, 4);
+  }
+  u |= static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  float out;
+  std::memcpy(&out, &u, 4);
+  return out;
+}
+/// float -> binary16 bits, rounded to nearest even; beyond the range inf, NaN a quiet NaN. Subnormal
+/// results are rounded by the FPU: adding 0.5 puts float's last mantissa bit at 2^-24, binary16's
+/// smallest subnormal.
+inline std::uint16_t float_to_half_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  std::uint32_t h;
+  if (u >= (143u << 23)) {         // |f| >= 65536 (or inf, NaN); [65520, 65536) rounds up to inf below
+    h = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  } else if (u < (113u << 23)) {   // |f| < 2^-14: subnormal or zero
+    float a;
+    std::memcpy(&a, &u, 4);
+    a += 0.5f;
+    std::memcpy(&h, &a, 4);
+    h -= 0x3f000000u;              // the bits of 0.5
+  } else {                         // normal: rebias, round half to even on the 13 dropped bits
+    const std::uint32_t odd = (u >> 13) & 1u;
+    u += (static_cast<std::uint32_t>(15 - 127) << 23) + 0xfffu + odd;
+    h = u >> 13;                   // a carry out of the mantissa raises the exponent (up to inf)
+  }
+  return static_cast<std::uint16_t>(h | sign);
+}
+}  // namespace detail
+
 #if KILN_HAS_CUDA_HALF
 using half = __half;              ///< IEEE binary16; CUDA's type, usable in host code too.
 using bfloat16 = __nv_bfloat16;  ///< bfloat16; CUDA's type, usable in host code too.
@@ -23,42 +72,8 @@ namespace detail {
 struct half_bits {
   std::uint16_t bits;
   half_bits() = default;
-  half_bits(float f) : bits(from_float(f)) {}
-  operator float() const { return to_float(bits); }
-  static std::uint16_t from_float(float f) {
-    std::uint32_t x;
-    std::memcpy(&x, &f, 4);
-    std::uint32_t sign = (x >> 16) & 0x8000u;
-    std::uint32_t mag = x & 0x7fffffffu;
-    if (mag >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (mag > 0x7f800000u ? 0x7e00u : 0x7c00u));
-    if (mag >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow to inf
-    if (mag < 0x38800000u) {                                                      // subnormal or zero
-      float a;
-      std::memcpy(&a, &mag, 4);
-      std::uint32_t r = static_cast<std::uint32_t>(a * 16777216.0f + 0.5f);  // 2^24, nearest
-      float back = static_cast<float>(r) - a * 16777216.0f;
-      if (back == 0.5f && (r & 1u)) --r;  // ties to even
-      return static_cast<std::uint16_t>(sign | r);
-    }
-    std::uint32_t e = ((mag >> 23) - 112u) << 10;
-    std::uint32_t m = (mag >> 13) & 0x3ffu;
-    std::uint32_t rest = mag & 0x1fffu;
-    std::uint32_t h = e | m;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-    return static_cast<std::uint16_t>(sign | h);
-  }
-  static float to_float(std::uint16_t h) {
-    std::uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0) {
-      float f = static_cast<float>(m) * (1.0f / 16777216.0f);
-      return sign ? -f : f;
-    }
-    if (e == 31) x = sign | 0x7f800000u | (m << 13);
-    else x = sign | ((e + 112u) << 23) | (m << 13);
-    float f;
-    std::memcpy(&f, &x, 4);
-    return f;
-  }
+  half_bits(float f) : bits(float_to_half_bits(f)) {}
+  operator float() const { return half_bits_to_float(bits); }
 };
 struct bfloat16_bits {
   std::uint16_t bits;
@@ -108,8 +123,10 @@ using compute_t = typename compute_type<T>::type;
 template <class T>
 KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> to_compute(T v) {
   if constexpr (std::is_same_v<T, half>) {
-#if KILN_HAS_CUDA_HALF
+#if KILN_HAS_CUDA_HALF && defined(__CUDA_ARCH__)
     return __half2float(v);
+#elif KILN_HAS_CUDA_HALF
+    return detail::half_bits_to_float(static_cast<__half_raw>(v).x);
 #else
     return static_cast<float>(v);
 #endif
@@ -128,8 +145,12 @@ KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> to_compute(T v) {
 template <class T, class V>
 KILN_HOST_DEVICE KILN_FORCEINLINE T from_compute(V v) {
   if constexpr (std::is_same_v<T, half>) {
-#if KILN_HAS_CUDA_HALF
+#if KILN_HAS_CUDA_HALF && defined(__CUDA_ARCH__)
     return __float2half_rn(static_cast<float>(v));
+#elif KILN_HAS_CUDA_HALF
+    __half_raw r;
+    r.x = detail::float_to_half_bits(static_cast<float>(v));
+    return half(r);
 #else
     return half(static_cast<float>(v));
 #endif

@@ -1,0 +1,95 @@
+// The host conversions between float and binary16 (core/half.hpp; every load and store of a half on the
+// CPU goes through them): every one of the 65536 values loads exactly, and stores round to the nearest
+// binary16 value with ties to even, subnormals included, overflowing to inf, NaN staying NaN. Checked
+// against values computed from the bit fields in double precision, independently of the code under test.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <kiln/core/half.hpp>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace {
+/// The value of binary16 bits, from the definition (double holds every one exactly); NaN for NaNs.
+double half_value(std::uint16_t h) {
+  const int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v;
+  if (e == 31) v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (e == 0) v = std::ldexp(m, -24);
+  else v = std::ldexp(1024 + m, e - 25);
+  return sign ? -v : v;
+}
+std::uint16_t bits_of(kiln::half h) {
+  std::uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+/// The binary16 value nearest to x (ties to the even mantissa), by search over the positive finite values;
+/// 0x7c00 (inf) beyond 65504 + half an ulp.
+std::uint16_t nearest_half(float x) {
+  const double a = std::abs(static_cast<double>(x));
+  const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (a >= 65520.0) return sign | 0x7c00;  // 65504 + 16: the tie rounds to the even one, which is inf
+  std::uint16_t lo = 0, hi = 0x7bff;
+  while (lo < hi) {  // the largest value <= a
+    const std::uint16_t mid = static_cast<std::uint16_t>((lo + hi + 1) / 2);
+    if (half_value(mid) <= a) lo = mid;
+    else hi = static_cast<std::uint16_t>(mid - 1);
+  }
+  std::uint16_t r = lo;
+  if (lo < 0x7bff) {
+    const double below = a - half_value(lo), above = half_value(static_cast<std::uint16_t>(lo + 1)) - a;
+    if (above < below || (above == below && (lo & 1))) r = static_cast<std::uint16_t>(lo + 1);
+  }
+  return sign | r;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(precision)
+BOOST_AUTO_TEST_SUITE(half_conversion)
+
+BOOST_AUTO_TEST_CASE(every_half_loads_exactly_and_stores_back_to_itself) {
+  int wrong = 0;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    kiln::half h;
+    std::memcpy(static_cast<void*>(&h), &bits, 2);
+    const float f = kiln::to_compute(h);
+    const double want = half_value(bits);
+    if (std::isnan(want)) {
+      wrong += !std::isnan(f) || !std::isnan(kiln::to_compute(kiln::from_compute<kiln::half>(f)));
+    } else {
+      wrong += static_cast<double>(f) != want || std::signbit(f) != std::signbit(want);
+      wrong += bits_of(kiln::from_compute<kiln::half>(f)) != bits;
+    }
+  }
+  BOOST_TEST(wrong == 0);
+}
+
+BOOST_AUTO_TEST_CASE(stores_round_to_nearest_even_with_subnormals_and_overflow) {
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f, 5.96e-8f, 2.98e-8f, 2.99e-8f,
+                           6.1e-5f, 6.103515625e-05f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1e-30f,
+                           std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::infinity()};
+  std::mt19937 g(20261130);
+  std::uniform_int_distribution<int> e(-30, 17);
+  std::uniform_real_distribution<float> m(1.0f, 2.0f);
+  for (int i = 0; i < 200000; ++i) xs.push_back((i % 2 ? -1.0f : 1.0f) * std::ldexp(m(g), e(g)));
+  for (std::uint16_t b = 0; b < 0x7c00; ++b) {  // every midpoint between neighbours: the ties
+    const double mid = (half_value(b) + half_value(static_cast<std::uint16_t>(b + 1))) / 2;
+    xs.push_back(static_cast<float>(mid));  // exact in float: binary16 midpoints need 12 bits
+  }
+  int wrong = 0;
+  for (float x : xs) {
+    const std::uint16_t got = bits_of(kiln::from_compute<kiln::half>(x));
+    const std::uint16_t want = std::isinf(x) ? (x > 0 ? 0x7c00 : 0xfc00) : nearest_half(x);
+    if (got != want && wrong++ < 5) BOOST_TEST_MESSAGE(x << ": got " << got << ", want " << want);
+  }
+  BOOST_TEST(wrong == 0);
+  const std::uint16_t nan = bits_of(kiln::from_compute<kiln::half>(std::numeric_limits<float>::quiet_NaN()));
+  BOOST_TEST(((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
