@@ -75,6 +75,10 @@ data="$bin/fashion-mnist"
 [ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
 if [ -n "$job" ] && [ -d "$data" ]; then
   run lenet_fashion_mnist 180 "$job" --device cuda --epochs 1 --data "$data" --metrics "$out/lenet_fashion_mnist.jsonl"
+  for p in fp16 bf16; do  # mixed precision (issue #5): the same epoch, tensor cores
+    run "lenet_fashion_mnist_$p" 180 "$job" --device cuda --epochs 1 --precision "$p" --data "$data" \
+      --metrics "$out/lenet_fashion_mnist_$p.jsonl"
+  done
 fi
 
 echo
