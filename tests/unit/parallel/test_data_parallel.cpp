@@ -1,0 +1,127 @@
+// DataParallel with CPU replicas: torch.chunk's split; replicas stay identical; 2 replicas train like one
+// device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5); an
+// uneven split (7 samples on 3 replicas, 2 on 3) is weighted so the summed gradient is the batch's; an
+// error on a replica's thread reaches the caller.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdint>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+#include <kiln/parallel/data_parallel.hpp>
+#include <vector>
+
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+namespace knn = kiln::nn;
+using kiln::parallel::DataParallel;
+using kiln::parallel::Split;
+
+using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
+using Row = Shape<dyn, 13>;
+using LeNet = knn::Sequential<knn::Conv2d<1, 4, 3, 1, 1>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten,
+                              knn::Linear<4 * 4 * 4, 10>>;
+using Image = Shape<dyn, 1, 8, 8>;
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+  return d;
+}
+
+/// `steps` Adam steps on one device and on `replicas` replicas, the same global batches; returns the
+/// largest parameter difference.
+template <class Net, class In, class Y, class SY, class Loss>
+double train_both(int replicas, int steps, const Extents<In>& ext, const std::vector<Y>& targets,
+                  const Extents<SY>& target_ext, Loss loss) {
+  knn::Model<Net, In> single(5);
+  kiln::optim::Adam opt(single, {.lr = 1e-2f});
+  DataParallel<Net, In> dp(replicas, 5);
+  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); });
+  BOOST_TEST(opts.size() == replicas);
+  const auto y = kt::make_tensor<kiln::Cpu>(targets, target_ext);
+  for (int s = 0; s < steps; ++s) {
+    const auto x = kt::make_tensor<kiln::Cpu>(
+        kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, 100 + s), ext);
+    opt.zero_grad();
+    const auto pred = single.forward(x);
+    const double want = loss(pred, y).item();
+    single.backward(loss.backward(pred, y));
+    opt.step();
+
+    opts.zero_grad();
+    const double got = dp.train_step(x, y, loss);
+    opts.step();
+    BOOST_TEST(got == want, boost::test_tools::tolerance(1e-5));
+  }
+  BOOST_TEST(dp.in_sync());
+  return max_abs_diff(dp.module().parameters().to_vector(), single.parameters().to_vector());
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(parallel)
+BOOST_AUTO_TEST_SUITE(data_parallel)
+
+BOOST_AUTO_TEST_CASE(batches_split_as_torch_chunk_does) {
+  const auto a = Split::of(10, 4);
+  BOOST_TEST(a.count == (std::vector<kiln::index_t>{3, 3, 3, 1}), boost::test_tools::per_element());
+  BOOST_TEST(a.offset == (std::vector<kiln::index_t>{0, 3, 6, 9}), boost::test_tools::per_element());
+  const auto b = Split::of(5, 4);  // ceil(5 / 4) = 2: the last replica gets nothing
+  BOOST_TEST(b.count == (std::vector<kiln::index_t>{2, 2, 1, 0}), boost::test_tools::per_element());
+  BOOST_TEST(Split::of(128, 3).describe() == "128 = 43 + 43 + 42");
+  BOOST_TEST(Split::of(0, 2).describe() == "0 = 0 + 0");
+}
+
+BOOST_AUTO_TEST_CASE(two_replicas_train_the_mlp_like_one_device) {
+  const auto targets = kt::random_values<float>(64, -2, 2, 7);
+  const double d = train_both<Mlp>(2, 20, Extents<Row>(64), targets, Extents<Shape<dyn, 1>>(64), knn::MSELoss{});
+  BOOST_TEST_MESSAGE("MLP, 2 replicas, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(two_replicas_train_a_small_lenet_like_one_device) {
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
+  const double d =
+      train_both<LeNet>(2, 20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("LeNet, 2 replicas, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(an_uneven_split_is_weighted_like_the_whole_batch) {
+  for (const kiln::index_t n : {7, 2}) {  // 3 + 3 + 1 and 1 + 1 + 0 on 3 replicas
+    BOOST_TEST_CONTEXT("batch " << n << " on 3 replicas: " << Split::of(n, 3).describe()) {
+      const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(n * 13), -1, 1, 9),
+                                                Extents<Row>(n));
+      const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(n), -1, 1, 10),
+                                                Extents<Shape<dyn, 1>>(n));
+      knn::MSELoss mse;
+      knn::Model<Mlp, Row> single(3);
+      single.zero_grad();
+      single.backward(mse.backward(single.forward(x), y));
+      DataParallel<Mlp, Row> dp(3, 3);
+      for (int r = 0; r < dp.size(); ++r) dp.replica(r).zero_grad();
+      (void)dp.train_step(x, y, mse);
+      for (int r = 0; r < dp.size(); ++r)
+        BOOST_TEST(max_abs_diff(dp.replica(r).gradients().to_vector(), single.gradients().to_vector()) <= 1e-6);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(an_error_on_a_replica_thread_reaches_the_caller) {
+  DataParallel<LeNet, Image> dp(2, 0);
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 11), Extents<Image>(4));
+  const auto y = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 1, 2, 42}, Extents<Shape<dyn>>(4));
+  BOOST_CHECK_THROW((void)dp.train_step(x, y, knn::CrossEntropyLoss{}), kiln::ValueError);  // label 42: replica 1
+  const auto y3 = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 1, 2}, Extents<Shape<dyn>>(3));
+  BOOST_CHECK_THROW((void)dp.train_step(x, y3, knn::CrossEntropyLoss{}), kiln::ShapeError);
+  BOOST_CHECK_THROW((DataParallel<LeNet, Image>(0)), kiln::ValueError);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
