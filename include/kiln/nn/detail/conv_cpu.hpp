@@ -105,6 +105,18 @@ Tensor<T, Shape<dyn>, Cpu> cpu_scratch(index_t per_thread, int threads) {
   return Tensor<T, Shape<dyn>, Cpu>(Extents<Shape<dyn>>(std::max<index_t>(per_thread, 1) * threads));
 }
 
+/// One image as the GEMM's type A: x itself when T is A, else widened into `buf` (g.image() values).
+template <class T, class A>
+const A* widened_image(const T* x, A* buf, const ConvGeometry& g) {
+  if constexpr (std::is_same_v<T, A>) {
+    (void)buf, (void)g;
+    return x;
+  } else {
+    for (index_t i = 0; i < g.image(); ++i) buf[i] = static_cast<A>(to_compute(x[i]));
+    return buf;
+  }
+}
+
 /// The weight as the GEMM's type A: w itself when it is A, else a widened copy in `wide` (the
 /// low-precision working copy under mixed precision, widened exactly).
 template <class A, class W>
@@ -132,7 +144,8 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
   one.n = 1;
   const index_t patch = g.patch(), p = g.pixels();
   const int threads = cpu_threads();
-  const index_t per_thread = patch * p + (direct ? 0 : out * p);
+  // Narrow T: the image is widened once into the buffer (im2col reads each pixel K K times).
+  const index_t per_thread = patch * p + (direct ? 0 : out * p + g.image());
   auto scratch = cpu_scratch<A>(per_thread, threads);
   Tensor<A, Shape<dyn>, Cpu> wide;
   const A* wa = gemm_weight<A>(w, out * patch, wide);
@@ -142,7 +155,7 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
   for (index_t n = 0; n < g.n; ++n) {
     A* cols = scratch_all + cpu_thread() * per_thread;
-    im2col_image<Stride>(x + n * g.image(), cols, one);
+    im2col_image<Stride>(widened_image(x + n * g.image(), cols + patch * p + (direct ? 0 : out * p), g), cols, one);
     T* yn = y + n * out * p;
     T* zn = z ? z + n * out * p : nullptr;
     if constexpr (direct) {
@@ -177,7 +190,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
   const index_t groups = std::min<index_t>(g.n, 32), per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
   const int threads = cpu_threads();
   const index_t per_thread =
-      patch * p + (wide_dz ? out * p : 0) + (dx ? patch * p : 0) + (dx && narrow ? g.image() : 0);
+      patch * p + (wide_dz ? out * p : 0) + (dx ? patch * p : 0) + (narrow ? (dx ? 2 : 1) * g.image() : 0);
   auto scratch = cpu_scratch<A>(per_thread, threads);
   auto partial = cpu_scratch<A>(out * patch, static_cast<int>(groups));
   Tensor<A, Shape<dyn>, Cpu> wide;
@@ -194,6 +207,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
     A* dz_buf = cols + patch * p;
     A* dcols = dz_buf + (wide_dz ? out * p : 0);
     A* dx_buf = dcols + (dx ? patch * p : 0);
+    A* x_buf = dx_buf + (dx && narrow ? g.image() : 0);
     A* pw = gw_partial + grp * out * patch;
     double* pb = gb_partial + grp * out;
     for (index_t k = 0; k < out * patch; ++k) pw[k] = A(0);
@@ -212,7 +226,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
         for (index_t q = 0; q < p; ++q) s += static_cast<double>(dz[f * p + q]);
         pb[f] += s;
       }
-      im2col_image<Stride>(x + n * g.image(), cols, one);
+      im2col_image<Stride>(widened_image(x + n * g.image(), x_buf, g), cols, one);
       backend::cpu::gemm<A>(false, true, out, patch, p, 1.0f, dz, p, cols, p, 1.0f, pw, patch);
       if (dx) {
         backend::cpu::gemm<A>(true, false, patch, p, out, 1.0f, wa, patch, dz, p, 0.0f, dcols, p);
