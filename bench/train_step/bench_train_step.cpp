@@ -26,11 +26,11 @@
 #include <kiln/kiln.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/adam.hpp>
-#include <kiln/optim/grad_scaler.hpp>
 #include <memory>
 #include <string>
 
 #include "../harness.hpp"
+#include "step_case.hpp"
 
 namespace {
 using kiln::dyn;
@@ -40,39 +40,9 @@ using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>
 using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
                          Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
 
-/// A LeNet training step under precision Prec on the CPU: Adam(1e-3), cross entropy, the GradScaler loop
-/// (a pass-through for fp32 and bf16), inputs rounded to the storage type once.
+/// The LeNet step under precision Prec on the CPU (step_case.hpp).
 template <class Prec>
-struct LenetCase {
-  using T = typename Prec::storage;
-  Model<LeNet, Shape<dyn, 3, 32, 32>, kiln::Policy<Prec>> model{0};
-  kiln::optim::Adam<float, kiln::Cpu, T> opt{model, {.lr = 1e-3f}};
-  kiln::optim::GradScaler<kiln::Cpu> scaler{{.enabled = Prec::loss_scaling}};
-  kiln::Tensor<T, Shape<dyn, 3, 32, 32>> x;
-  const kiln::Tensor<std::int64_t, Shape<dyn>>& y;
-  CrossEntropyLoss ce;
-
-  LenetCase(const kiln::Tensor<float, Shape<dyn, 3, 32, 32>>& x32, const kiln::Tensor<std::int64_t, Shape<dyn>>& labels)
-      : x(x32.extents()), y(labels) {
-    kiln::assign(x, kiln::cast<T>(x32));
-  }
-  void step() {
-    opt.zero_grad();
-    const auto logits = model.forward(x);
-    model.backward(ce.backward(logits, y, scaler.scale()));
-    scaler.step(opt);
-    scaler.update();
-  }
-  /// Bytes a training forward leaves allocated: the activations kept for backward, and the logits.
-  double activation_bytes() {
-    auto& alloc = kiln::caching_allocator<kiln::Cpu>();
-    const auto before = alloc.stats().allocated_bytes;
-    const auto logits = model.forward(x);
-    const auto held = static_cast<double>(alloc.stats().allocated_bytes - before);
-    model.backward(ce.backward(logits, y, scaler.scale()));  // releases them
-    return held;
-  }
-};
+using LenetCase = kiln::bench::StepCase<LeNet, Shape<dyn, 3, 32, 32>, Prec, kiln::Cpu>;
 
 template <class T, class S>
 kiln::Tensor<T, S> filled(const kiln::Extents<S>& e, std::uint32_t seed) {

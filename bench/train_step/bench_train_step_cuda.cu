@@ -17,12 +17,12 @@
 #include <kiln/cuda.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/adam.hpp>
-#include <kiln/optim/grad_scaler.hpp>
 #include <memory>
 #include <random>
 #include <string>
 
 #include "../harness.hpp"
+#include "step_case.hpp"
 
 namespace {
 using kiln::dyn;
@@ -35,41 +35,9 @@ using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, 
 
 using WideMlp = Sequential<Linear<1024, 1024>, ReLU, Linear<1024, 1024>, ReLU, Linear<1024, 10>>;
 
-/// A training step of Net on the GPU under precision Prec: Adam(1e-3), cross entropy over 10 classes,
-/// the GradScaler loop (a pass-through for fp32 and bf16), inputs rounded to the storage type once.
+/// A training step of Net on the GPU under precision Prec (step_case.hpp).
 template <class Net, class In, class Prec>
-struct GpuCase {
-  using T = typename Prec::storage;
-  Model<Net, In, kiln::Policy<Prec, kiln::Cuda>> model{0};
-  kiln::optim::Adam<float, kiln::Cuda, T> opt{model, {.lr = 1e-3f}};
-  kiln::optim::GradScaler<kiln::Cuda> scaler{{.enabled = Prec::loss_scaling}};
-  kiln::Tensor<T, In, kiln::Cuda> x;
-  const kiln::Tensor<std::int64_t, Shape<dyn>, kiln::Cuda>& y;
-  CrossEntropyLoss ce;
-
-  GpuCase(const kiln::Tensor<float, In, kiln::Cuda>& x32, const kiln::Tensor<std::int64_t, Shape<dyn>, kiln::Cuda>& labels)
-      : x(x32.extents(), x32.device_index()), y(labels) {
-    kiln::assign(x, kiln::cast<T>(x32));
-  }
-  void step() {
-    opt.zero_grad();
-    const auto logits = model.forward(x);
-    model.backward(ce.backward(logits, y, scaler.scale()));
-    scaler.step(opt);
-    scaler.update();
-  }
-  /// Bytes a training forward leaves allocated: the activations kept for backward, and the logits.
-  double activation_bytes() {
-    auto& alloc = kiln::caching_allocator<kiln::Cuda>();
-    kiln::cuda::synchronize();
-    const auto before = alloc.stats().allocated_bytes;
-    const auto logits = model.forward(x);
-    const auto held = static_cast<double>(alloc.stats().allocated_bytes - before);
-    model.backward(ce.backward(logits, y, scaler.scale()));
-    kiln::cuda::synchronize();
-    return held;
-  }
-};
+using GpuCase = kiln::bench::StepCase<Net, In, Prec, kiln::Cuda>;
 
 template <class S>
 kiln::Tensor<float, S, kiln::Cuda> random_on_gpu(kiln::index_t batch, std::uint32_t seed) {

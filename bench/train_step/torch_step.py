@@ -28,6 +28,18 @@ def wide_mlp():
     return nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
 
+def median_seconds(step, warmup, repeat):
+    """Median wall time of `step()` over `repeat` calls after `warmup` untimed ones."""
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 def time_amp_steps(model, x, y, dtype, warmup, repeat):
     """The autocast training step: torch.autocast(dtype) around forward and loss; GradScaler for fp16."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -43,14 +55,7 @@ def time_amp_steps(model, x, y, dtype, warmup, repeat):
         scaler.update()
         torch.cuda.synchronize()
 
-    for _ in range(warmup):
-        step()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        step()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return median_seconds(step, warmup, repeat)
 
 
 def time_steps(model, x, y, loss_fn, warmup, repeat, sync=lambda: None):
@@ -63,14 +68,7 @@ def time_steps(model, x, y, loss_fn, warmup, repeat, sync=lambda: None):
         opt.step()
         sync()
 
-    for _ in range(warmup):
-        step()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        step()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return median_seconds(step, warmup, repeat)
 
 
 def main():
