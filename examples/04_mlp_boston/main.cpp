@@ -82,25 +82,39 @@ int run(const examples::TrainOptions& o, const std::string& device) {
                                               .num_workers = o.workers, .seed = o.seed});
   kiln::data::DataLoader test_loader(test, {.batch_size = 1024, .num_workers = 0});
 
-  Model<Mlp, Row, P> model(o.seed);
-  kiln::optim::Adam opt(model, {.lr = static_cast<float>(o.lr)});
-  auto scaler = examples::make_scaler(model);  // loss scaling under fp16; a pass-through otherwise
-  int start = 0;
-  if (o.resume) start = examples::load_training_state(o.checkpoint, model, opt, scaler);
-  const int threads = reg::threads();
-  std::printf("%s: %lld train / %lld test rows of %s (13 features -> %s, standardized on the train rows); "
-              "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
-              program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),
-              o.target.c_str(), static_cast<long long>(model.parameter_count), (device + " in " + o.precision).c_str(), threads,
-              threads == 1 ? "" : "s", o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
-  std::printf("baseline: predicting the training mean %.4f for every test row gives test RMSE %.4f\n", train_mean,
-              baseline_rmse);
-  if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
+  // Resume, the run's line, then per epoch (examples/common/regress.hpp): MSE, the step every --accumulate
+  // batches, the test RMSE without gradients (NoGrad + eval()), the epoch's line, --metrics, --checkpoint.
+  const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
+    int start = 0;
+    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler);
+    const int threads = reg::threads();
+    std::printf("%s: %lld train / %lld test rows of %s (13 features -> %s, standardized on the train rows); "
+                "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
+                program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),
+                o.target.c_str(), static_cast<long long>(Model<Mlp, Row, P>::parameter_count), where.c_str(), threads,
+                threads == 1 ? "" : "s", o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
+    std::printf("baseline: predicting the training mean %.4f for every test row gives test RMSE %.4f\n", train_mean,
+                baseline_rmse);
+    if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
+    const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, start);
+    return reg::report_result(r, baseline_rmse, o.epochs, t_start, device, o.precision);
+  };
+  const kiln::optim::AdamOptions adam{.lr = static_cast<float>(o.lr)};
 
-  // MSE, the step every --accumulate batches, then per epoch: the test RMSE without gradients
-  // (NoGrad + eval()), the epoch's line, --metrics, --checkpoint (examples/common/regress.hpp).
-  const auto r = reg::fit(o, model, opt, scaler, train_loader, test_loader, start);
-  return reg::report_result(r, baseline_rmse, o.epochs, t_start, device, o.precision);
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    if (o.parallel == "dp") {  // the seeds' multi-device run: replicas, each batch split across them
+      kiln::parallel::DataParallel<Mlp, Row, Precision, D> dp(o.devices, o.seed);
+      auto opts = dp.make_optimizers([&](auto& m) { return kiln::optim::Adam(m, adam); });
+      kiln::optim::GradScaler<D> no_scaling({.enabled = false});
+      std::printf("DataParallel: %d CPU replicas; a batch of %d is split %s\n", dp.size(), o.batch_size,
+                  kiln::parallel::Split::of(o.batch_size, dp.size()).describe().c_str());
+      return fit_and_report(dp, opts, no_scaling, std::to_string(dp.size()) + " CPU replicas in " + o.precision);
+    }
+  }
+  Model<Mlp, Row, P> model(o.seed);
+  kiln::optim::Adam opt(model, adam);
+  auto scaler = examples::make_scaler(model);  // loss scaling under fp16; a pass-through otherwise
+  return fit_and_report(model, opt, scaler, device + " in " + o.precision);
 }
 }  // namespace
 
@@ -120,7 +134,7 @@ int main(int argc, char** argv) {
 #if KILN_CUDA_COMPILER
     cuda_available = kiln::cuda::is_available();
 #endif
-    const std::string device = examples::check_buildable(program, o, cuda_available);
+    const std::string device = examples::check_buildable(program, o, cuda_available, /*dp=*/true);
     if (device.empty()) return 2;
 #if KILN_CUDA_COMPILER
     if (device == "cuda")

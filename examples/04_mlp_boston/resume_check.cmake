@@ -1,10 +1,13 @@
 # CTest kiln.example.mlp_boston.resume (cmake -P): --checkpoint and --resume continue training exactly.
-#   cmake -DPROGRAM=<mlp_boston> -DDATA=<csv> -DDIR=<scratch folder> [-DPRECISION=fp16] -P resume_check.cmake
+#   cmake -DPROGRAM=<mlp_boston> -DDATA=<csv> -DDIR=<scratch folder> [-DPRECISION=fp16] [-DPARALLEL=3]
+#         -P resume_check.cmake
 # Runs 20 epochs in one go, then 10 epochs with --checkpoint and --metrics and 10 more with --resume, and
 # fails unless the resumed run says where it resumed, ends ok=1 with the same test RMSE and train loss as the
 # run in one go (the parameters, Adam's moments and step count and the epoch's shuffle are all restored),
 # and the metrics file holds one JSON line per epoch, 1 to 20, each with a test_rmse. With PRECISION (fp16,
 # bf16) every run trains in that precision: under fp16 the loss scaler's state goes through the checkpoint.
+# With PARALLEL (a replica count) every run is --parallel dp --devices PARALLEL: the checkpoint holds the
+# first replica and is loaded into all of them.
 foreach(_var PROGRAM DATA DIR)
   if(NOT DEFINED ${_var})
     message(FATAL_ERROR "resume_check.cmake: pass -D${_var}=...")
@@ -15,6 +18,10 @@ set(_suffix "")
 if(DEFINED PRECISION)
   set(_precision_args --precision ${PRECISION})
   set(_suffix "_${PRECISION}")
+endif()
+if(DEFINED PARALLEL)
+  list(APPEND _precision_args --parallel dp --devices ${PARALLEL})
+  set(_suffix "${_suffix}_dp${PARALLEL}")
 endif()
 set(_checkpoint "${DIR}/mlp_boston_resume${_suffix}.safetensors")
 set(_metrics "${DIR}/mlp_boston_resume${_suffix}.jsonl")

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <kiln/io/safetensors.hpp>
+#include <kiln/parallel/data_parallel.hpp>
 
 namespace examples {
 
@@ -51,6 +52,21 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
   opt.set_step_count(std::stoll(meta["step"]));
   if (meta.count("grad_scaler.scale")) scaler.load_state(meta, "grad_scaler.");
   return std::stoi(meta["epoch"]);
+}
+
+/// DataParallel (--parallel dp): the first replica and its optimizer are saved (all replicas are the same);
+/// every replica and optimizer is restored.
+template <class Net, class In, class Prec, class D, class Optimizers, class Scaler>
+void save_training_state(const std::string& path, const kiln::parallel::DataParallel<Net, In, Prec, D>& dp,
+                         Optimizers& opts, const Scaler& scaler, int epochs_done) {
+  save_training_state(path, dp.replica(0), opts.replica(0), scaler, epochs_done);
+}
+template <class Net, class In, class Prec, class D, class Optimizers, class Scaler>
+int load_training_state(const std::string& path, kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Optimizers& opts,
+                        Scaler& scaler) {
+  int epochs = 0;
+  for (int r = 0; r < dp.size(); ++r) epochs = load_training_state(path, dp.replica(r), opts.replica(r), scaler);
+  return epochs;
 }
 
 }  // namespace examples

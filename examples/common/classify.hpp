@@ -51,8 +51,10 @@ class FirstSamples {
 };
 
 /// Test loss (mean) and accuracy, without gradients (NoGrad + eval(); train() again afterwards).
-template <class Model, class Loader>
-std::pair<double, double> evaluate(Model& model, Loader& loader) {
+template <class Trained, class Loader>
+std::pair<double, double> evaluate(Trained& trained, Loader& loader) {
+  auto& model = eval_model(trained);  // DataParallel: its first replica
+  using Model = std::remove_reference_t<decltype(model)>;
   using D = typename Model::D;
   using T = typename Model::T;
   model.eval();

@@ -19,6 +19,7 @@ struct TrainOptions {
   std::string device = "auto";    // cpu | cuda | auto
   std::string precision = "fp32"; // fp32 | fp16 | bf16
   std::string parallel = "single";// single | dp | ddp
+  int devices = 2;                // --parallel dp: replicas (CPU) or devices
   int workers = 2;
   int accumulate = 1;
   std::uint64_t seed = 0;
@@ -38,6 +39,8 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--precision", o.precision, "fp32, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--parallel", o.parallel, "single, dp or ddp")->capture_default_str()->check(CLI::IsMember({"single", "dp", "ddp"}));
+  app.add_option("--devices", o.devices, "--parallel dp: the number of replicas (CPU replicas; GPUs are not built yet)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
@@ -48,19 +51,24 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
 }
 
 /// Exit status 2 with a one-line reason when the options ask for a part kiln does not have yet.
-/// Returns the device to use ("cpu" or "cuda"), or "" after printing why it cannot run.
-inline std::string check_buildable(const char* program, const TrainOptions& o, bool cuda_available) {
+/// Returns the device to use ("cpu" or "cuda"), or "" after printing why it cannot run. `dp`: whether
+/// this example runs --parallel dp (DataParallel with CPU replicas).
+inline std::string check_buildable(const char* program, const TrainOptions& o, bool cuda_available, bool dp = false) {
   auto fail = [&](const std::string& why) {
     std::fprintf(stderr, "%s: %s\n", program, why.c_str());
     return std::string();
   };
-  if (o.parallel != "single")
+  if (o.parallel == "ddp" || (o.parallel == "dp" && !dp))
     return fail("--parallel " + o.parallel + " is not built yet (data-parallel training is issue #6); use single");
+  if (o.parallel == "dp" && o.precision == "fp16")
+    return fail("--parallel dp --precision fp16 is not built yet (no loss scaler over replicas); use fp32 or bf16");
+  if (o.parallel == "dp" && o.device == "cuda")
+    return fail("--parallel dp --device cuda is not built yet (GPU replicas over NCCL are issue #6); use --device cpu");
   if (o.resume && o.checkpoint.empty()) return fail("--resume needs --checkpoint FILE");
   if (o.device == "cuda" && !KILN_CUDA_COMPILER)
     return fail("--device cuda: this build has no CUDA (configure with the ci preset and nvcc)");
   if (o.device == "cuda" && !cuda_available) return fail("--device cuda: no CUDA device is available");
-  if (o.device == "cpu") return "cpu";
+  if (o.device == "cpu" || o.parallel == "dp") return "cpu";
   return cuda_available ? "cuda" : "cpu";
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <kiln/optim/grad_scaler.hpp>
+#include <kiln/parallel/data_parallel.hpp>
 
 #include "device.hpp"
 #include "report.hpp"
@@ -36,6 +37,26 @@ std::string scaler_note(const Scaler& scaler) {
   return buf;
 }
 
+/// The epoch loop every trainer shares: `batch(b, weight)` runs forward and backward of batch b with its
+/// loss gradient times `weight` (1 / accumulate) and returns the batch's mean loss; `step()` runs every
+/// `accumulate` batches and after the last. Shows the progress bar.
+template <class Loader, class Batch, class Step>
+EpochResult run_epoch(Loader& loader, int accumulate, int epoch, int epochs, Batch batch, Step step) {
+  const auto t0 = Clock::now();
+  loader.set_epoch(static_cast<std::uint64_t>(epoch));
+  Progress progress(epoch + 1, epochs, loader.size());
+  double loss_sum = 0;
+  long long samples = 0, batches = 0;
+  for (const auto& b : loader) {
+    loss_sum += batch(b, 1.0 / accumulate) * static_cast<double>(b.size());
+    if (++batches % accumulate == 0 || batches == loader.size()) step();
+    samples += b.size();
+    progress.update(batches, loss_sum / static_cast<double>(samples), samples);
+  }
+  progress.finish();
+  return {samples > 0 ? loss_sum / static_cast<double>(samples) : 0.0, samples, seconds_since(t0)};
+}
+
 /// Trains one epoch (number `epoch`, from 0, of `epochs`) of `loader` with `loss` (a kiln loss:
 /// loss(pred, target) and loss.backward(pred, target, scale)). The loss gradient is multiplied by the
 /// scaler's scale; a step whose gradients overflowed is skipped and the scale backs off (fp16).
@@ -44,28 +65,50 @@ EpochResult train_epoch(Model& model, Optimizer& opt, Scaler& scaler, Loss& loss
                         int epoch, int epochs) {
   using D = typename Model::D;
   using T = typename Model::T;
-  const auto t0 = Clock::now();
-  loader.set_epoch(static_cast<std::uint64_t>(epoch));
-  Progress progress(epoch + 1, epochs, loader.size());
-  double loss_sum = 0;
-  long long samples = 0, batches = 0;
   opt.zero_grad();
-  for (const auto& b : loader) {
-    const auto x = to_model_input<D, T>(b.x);
-    const auto y = to_model_input<D, T>(b.y);
-    const auto pred = model.forward(x);
-    loss_sum += static_cast<double>(loss(pred, y).item()) * static_cast<double>(b.size());
-    model.backward(loss.backward(pred, y, scaler.scale() / accumulate));
-    if (++batches % accumulate == 0 || batches == loader.size()) {
-      scaler.step(opt);  // opt.step() unless a gradient is inf/NaN (fp16)
-      scaler.update();
-      opt.zero_grad();
-    }
-    samples += b.size();
-    progress.update(batches, loss_sum / static_cast<double>(samples), samples);
-  }
-  progress.finish();
-  return {samples > 0 ? loss_sum / static_cast<double>(samples) : 0.0, samples, seconds_since(t0)};
+  return run_epoch(
+      loader, accumulate, epoch, epochs,
+      [&](const auto& b, double weight) {
+        const auto x = to_model_input<D, T>(b.x);
+        const auto y = to_model_input<D, T>(b.y);
+        const auto pred = model.forward(x);
+        const double l = static_cast<double>(loss(pred, y).item());
+        model.backward(loss.backward(pred, y, scaler.scale() * weight));
+        return l;
+      },
+      [&] {
+        scaler.step(opt);  // opt.step() unless a gradient is inf/NaN (fp16)
+        scaler.update();
+        opt.zero_grad();
+      });
+}
+
+/// The same over DataParallel replicas (--parallel dp): each batch is split across them, their gradients
+/// summed, and every replica's optimizer steps (`opts`: DataParallel::make_optimizers). No loss scaling.
+template <class Net, class In, class Prec, class D, class Opts, class Scaler, class Loss, class Loader>
+EpochResult train_epoch(kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Opts& opts, Scaler&, Loss& loss,
+                        Loader& loader, int accumulate, int epoch, int epochs) {
+  using T = typename kiln::parallel::DataParallel<Net, In, Prec, D>::T;
+  opts.zero_grad();
+  return run_epoch(
+      loader, accumulate, epoch, epochs,
+      [&](const auto& b, double weight) {
+        return dp.train_step(to_model_input<kiln::Cpu, T>(b.x), to_model_input<kiln::Cpu, T>(b.y), loss, weight);
+      },
+      [&] {
+        opts.step();
+        opts.zero_grad();
+      });
+}
+
+/// The model a trainer evaluates and checkpoints: the model itself, or DataParallel's first replica.
+template <class Model>
+Model& eval_model(Model& m) {
+  return m;
+}
+template <class Net, class In, class Prec, class D>
+auto& eval_model(kiln::parallel::DataParallel<Net, In, Prec, D>& dp) {
+  return dp.module();
 }
 
 }  // namespace examples

@@ -75,8 +75,10 @@ struct Evaluation {
 
 /// MSE and RMSE of the model on every batch of `loader`, without gradients (NoGrad + eval(); train()
 /// again afterwards).
-template <class Model, class Loader>
-Evaluation evaluate(Model& model, Loader& loader) {
+template <class Trained, class Loader>
+Evaluation evaluate(Trained& trained, Loader& loader) {
+  auto& model = eval_model(trained);  // DataParallel: its first replica
+  using Model = std::remove_reference_t<decltype(model)>;
   using D = typename Model::D;
   using T = typename Model::T;
   model.eval();
