@@ -33,6 +33,7 @@
 #include "../common/classify.hpp"
 #include "../common/cli.hpp"
 #include "../common/report.hpp"
+#include "../common/trainer.hpp"
 
 namespace {
 using kiln::dyn;
@@ -57,23 +58,23 @@ int run(const examples::TrainOptions& o, const std::string& device) {
                                       normalize);
   kiln::data::DataLoader test_loader(test, {.batch_size = 1000, .num_workers = o.workers, .pin_memory = pin}, normalize);
 
-  Model<LeNet, Image, P> model(o.seed);
-  kiln::optim::Adam opt(model, {.lr = static_cast<float>(o.lr)});
-  auto scaler = examples::make_scaler(model);  // loss scaling under fp16; a pass-through otherwise
-  int start = 0;
-  if (o.resume) start = examples::load_training_state(o.checkpoint, model, opt, scaler);
-  const int threads = examples::classification::threads();
-  std::printf("%s: Fashion-MNIST %lld train / %lld test images from %s; LeNet (%lld parameters) on %s (%d thread%s), "
-              "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
-              program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),
-              static_cast<long long>(model.parameter_count), (device + " in " + o.precision).c_str(), threads, threads == 1 ? "" : "s",
-              o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
-  if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
-
-  // Cross entropy, the step every --accumulate batches, then per epoch: evaluation without gradients
-  // (NoGrad + eval()), the epoch's line, --metrics, --checkpoint (examples/common/classify.hpp).
-  const auto r = examples::classification::fit(o, model, opt, scaler, train_loader, test_loader, start);
-  return examples::classification::report_result(r, o.epochs, t_start, device, o.precision);
+  // Resume, the run's line, then per epoch (examples/common/classify.hpp): cross entropy, the step every
+  // --accumulate batches, evaluation without gradients (NoGrad + eval()), the epoch's line, --metrics,
+  // --checkpoint. On one model, or on CPU replicas with --parallel dp (examples/common/trainer.hpp).
+  const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
+    int start = 0;
+    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler);
+    const int threads = examples::classification::threads();
+    std::printf("%s: Fashion-MNIST %lld train / %lld test images from %s; LeNet (%lld parameters) on %s (%d thread%s), "
+                "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
+                program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),
+                static_cast<long long>(Model<LeNet, Image, P>::parameter_count), where.c_str(), threads, threads == 1 ? "" : "s",
+                o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
+    if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
+    const auto r = examples::classification::fit(o, trained, opt, scaler, train_loader, test_loader, start);
+    return examples::classification::report_result(r, o.epochs, t_start, device, o.precision);
+  };
+  return examples::with_trainer<LeNet, Image, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);
 }
 }  // namespace
 
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
 #if KILN_CUDA_COMPILER
     cuda_available = kiln::cuda::is_available();
 #endif
-    const std::string device = examples::check_buildable(program, o, cuda_available);
+    const std::string device = examples::check_buildable(program, o, cuda_available, /*dp=*/true);
     if (device.empty()) return 2;
 #if KILN_CUDA_COMPILER
     if (device == "cuda")

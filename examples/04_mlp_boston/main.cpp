@@ -41,6 +41,7 @@
 #include "../common/cli.hpp"
 #include "../common/regress.hpp"
 #include "../common/report.hpp"
+#include "../common/trainer.hpp"
 
 namespace {
 using kiln::dyn;
@@ -99,22 +100,7 @@ int run(const examples::TrainOptions& o, const std::string& device) {
     const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, start);
     return reg::report_result(r, baseline_rmse, o.epochs, t_start, device, o.precision);
   };
-  const kiln::optim::AdamOptions adam{.lr = static_cast<float>(o.lr)};
-
-  if constexpr (std::is_same_v<D, kiln::Cpu>) {
-    if (o.parallel == "dp") {  // the seeds' multi-device run: replicas, each batch split across them
-      kiln::parallel::DataParallel<Mlp, Row, Precision, D> dp(o.devices, o.seed);
-      auto opts = dp.make_optimizers([&](auto& m) { return kiln::optim::Adam(m, adam); });
-      kiln::optim::GradScaler<D> no_scaling({.enabled = false});
-      std::printf("DataParallel: %d CPU replicas; a batch of %d is split %s\n", dp.size(), o.batch_size,
-                  kiln::parallel::Split::of(o.batch_size, dp.size()).describe().c_str());
-      return fit_and_report(dp, opts, no_scaling, std::to_string(dp.size()) + " CPU replicas in " + o.precision);
-    }
-  }
-  Model<Mlp, Row, P> model(o.seed);
-  kiln::optim::Adam opt(model, adam);
-  auto scaler = examples::make_scaler(model);  // loss scaling under fp16; a pass-through otherwise
-  return fit_and_report(model, opt, scaler, device + " in " + o.precision);
+  return examples::with_trainer<Mlp, Row, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);
 }
 }  // namespace
 

@@ -1,0 +1,39 @@
+// What a training example trains: one model with Adam and its loss scaler, or, with --parallel dp on the
+// CPU, DataParallel replicas with one Adam each (no loss scaling). The examples' fit() takes either.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <type_traits>
+
+#include <kiln/nn/model.hpp>
+#include <kiln/optim/adam.hpp>
+#include <kiln/optim/grad_scaler.hpp>
+#include <kiln/parallel/data_parallel.hpp>
+
+#include "cli.hpp"
+#include "epoch.hpp"
+
+namespace examples {
+
+/// Builds the model (or the replicas, logging the batch's split once) from o.seed and calls
+/// `run(trained, optimizer, scaler, where)`, where `where` names the device and precision for the
+/// run's line; returns what run returns.
+template <class Net, class In, class Precision, class D, class Run>
+int with_trainer(const TrainOptions& o, const std::string& device, const kiln::optim::AdamOptions& adam, Run run) {
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    if (o.parallel == "dp") {  // the seeds' multi-device run: replicas, each batch split across them
+      kiln::parallel::DataParallel<Net, In, Precision, D> dp(o.devices, o.seed);
+      auto opts = dp.make_optimizers([&](auto& m) { return kiln::optim::Adam(m, adam); });
+      kiln::optim::GradScaler<D> no_scaling({.enabled = false});
+      std::printf("DataParallel: %d CPU replicas; a batch of %d is split %s\n", dp.size(), o.batch_size,
+                  kiln::parallel::Split::of(o.batch_size, dp.size()).describe().c_str());
+      return run(dp, opts, no_scaling, std::to_string(dp.size()) + " CPU replicas in " + o.precision);
+    }
+  }
+  kiln::nn::Model<Net, In, kiln::Policy<Precision, D>> model(o.seed);
+  kiln::optim::Adam opt(model, adam);
+  auto scaler = make_scaler(model);  // loss scaling under fp16; a pass-through otherwise
+  return run(model, opt, scaler, device + " in " + o.precision);
+}
+
+}  // namespace examples
