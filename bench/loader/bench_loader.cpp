@@ -20,13 +20,13 @@
 #include <string>
 
 #include "../harness.hpp"
+#include "../models.hpp"
 
 namespace {
 using kiln::dyn;
 using kiln::Shape;
 using namespace kiln::nn;
-using LeNet = Sequential<Conv2d<1, 6, 5, 1, 2>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
-                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+using LeNet = kiln::bench::models::LeNet28;
 
 nlohmann::json run_torch(const std::string& data, long long limit) {
   return kiln::bench::run_json("/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/loader/torch_epoch.py --data " +

@@ -18,13 +18,13 @@
 #include <random>
 
 #include "../harness.hpp"
+#include "../models.hpp"
 
 namespace {
 using kiln::dyn;
 using kiln::Shape;
 using namespace kiln::nn;
-using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
-                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+using kiln::bench::models::LeNet;
 using Image = Shape<dyn, 3, 32, 32>;
 using DataParallel = kiln::parallel::DataParallel<LeNet, Image>;
 }  // namespace

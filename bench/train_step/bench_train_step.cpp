@@ -30,15 +30,15 @@
 #include <string>
 
 #include "../harness.hpp"
+#include "../models.hpp"
 #include "step_case.hpp"
 
 namespace {
 using kiln::dyn;
 using kiln::Shape;
 using namespace kiln::nn;
-using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>;
-using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
-                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+using kiln::bench::models::LeNet;
+using kiln::bench::models::Mlp;
 
 /// The LeNet step under precision Prec on the CPU (step_case.hpp).
 template <class Prec>

@@ -1,0 +1,20 @@
+/// The models the benches time, defined once: the seeds' MLP and LeNet (3x32x32, CIFAR-10's), LeNet
+/// adapted to 1x28x28 (the main job's), and a wide MLP for GPU-sized GEMMs.
+#pragma once
+#include <kiln/nn/nn.hpp>
+
+namespace kiln::bench::models {
+using namespace kiln::nn;
+
+/// The seeds' 13-16-32-1 regression MLP (Boston housing).
+using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>;
+/// The seeds' LeNet on 3 x 32 x 32 images.
+using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
+                         Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+/// LeNet on 1 x 28 x 28 images (the first convolution padded by 2): the main job's.
+using LeNet28 = Sequential<Conv2d<1, 6, 5, 1, 2>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
+                           Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+/// 1024-1024-1024-10: GEMMs large enough for tensor cores (issue #5's mixed-precision target).
+using WideMlp = Sequential<Linear<1024, 1024>, ReLU, Linear<1024, 1024>, ReLU, Linear<1024, 10>>;
+
+}  // namespace kiln::bench::models
