@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda_timing.hpp"
 #include "../harness.hpp"
 
 namespace {
@@ -47,19 +48,7 @@ void unfused(Vector& y, const Vector& x) {
   y = t4 + d;                                  // [N]
 }
 
-/// Seconds per iteration of `inner` back-to-back runs of f, measured with events on kiln's stream.
-template <class F>
-auto event_timed(int inner, F f) {
-  return [inner, f]() mutable {
-    kiln::cuda::Event start(true), stop(true);
-    const cudaStream_t s = kiln::cuda::current_stream();
-    start.record(s);
-    for (int k = 0; k < inner; ++k) f();
-    stop.record(s);
-    stop.synchronize();
-    return static_cast<double>(start.elapsed_ms(stop)) * 1e-3 / inner;
-  };
-}
+using kiln::bench::event_timed;
 
 }  // namespace
 

@@ -21,6 +21,7 @@
 #include <random>
 #include <string>
 
+#include "../cuda_timing.hpp"
 #include "../harness.hpp"
 #include "../models.hpp"
 #include "step_case.hpp"
@@ -48,18 +49,7 @@ kiln::Tensor<float, S, kiln::Cuda> random_on_gpu(kiln::index_t batch, std::uint3
   return t.template to<kiln::Cuda>();
 }
 
-template <class F>
-auto event_timed(int inner, F f) {
-  return [inner, f]() mutable {
-    kiln::cuda::Event start(true), stop(true);
-    const cudaStream_t s = kiln::cuda::current_stream();
-    start.record(s);
-    for (int k = 0; k < inner; ++k) f();
-    stop.record(s);
-    stop.synchronize();
-    return static_cast<double>(start.elapsed_ms(stop)) * 1e-3 / inner;
-  };
-}
+using kiln::bench::event_timed;
 
 nlohmann::json run_torch(int repeat) {
   // The GPU machines' CUDA-enabled torch is the `python3` on PATH (not Debian's CPU-only one).
