@@ -84,20 +84,6 @@ int main(int argc, char** argv) {
   o.data = "/usr/share/datasets/fashion-mnist";
   examples::add_train_options(app, o);
   CLI11_PARSE(app, argc, argv);
-  try {
-    bool cuda_available = false;
-#if KILN_CUDA_COMPILER
-    cuda_available = kiln::cuda::is_available();
-#endif
-    const std::string device = examples::check_buildable(program, o, cuda_available, /*dp=*/true);
-    if (device.empty()) return 2;
-#if KILN_CUDA_COMPILER
-    if (device == "cuda")
-      return examples::with_precision(o, [&]<class Precision>() { return run<kiln::Cuda, Precision>(o, device); });
-#endif
-    return examples::with_precision(o, [&]<class Precision>() { return run<kiln::Cpu, Precision>(o, device); });
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
-    return 1;
-  }
+  return examples::run_training(
+      program, o, [&]<class D, class Precision>(const std::string& device) { return run<D, Precision>(o, device); });
 }

@@ -55,6 +55,17 @@ template <class D, class Precision>
 int run(const examples::TrainOptions& o, const std::string& device) {
   using P = kiln::Policy<Precision, D>;
   const auto t_start = examples::Clock::now();
+  std::error_code ec;
+  if (o.data == default_data && !std::filesystem::is_directory(o.data, ec)) {
+    // The default folder is missing: say how to get it (other folders get Cifar10's own message).
+    std::fprintf(stderr,
+                 "%s: error: %s: no such directory (relative to the current directory); expected the CIFAR-10 "
+                 "binary batches data_batch_1.bin ... data_batch_5.bin, test_batch.bin; run "
+                 "`scripts/get-cifar10` from the repository root (it writes %s), then run this from there, "
+                 "or pass --data DIR\n",
+                 program, o.data.c_str(), default_data);
+    return 1;
+  }
   const kiln::data::Cifar10 train_split(o.data, true), test(o.data, false);  // [3, 32, 32] in [0, 1], class
   const examples::classification::FirstSamples train(train_split, o.limit);  // --limit N: the first N images
   const kiln::data::Normalize normalize{{0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};  // per channel: [-1, 1]
@@ -92,31 +103,6 @@ int main(int argc, char** argv) {
   o.epochs = 10;
   examples::add_train_options(app, o);
   CLI11_PARSE(app, argc, argv);
-  try {
-    bool cuda_available = false;
-#if KILN_CUDA_COMPILER
-    cuda_available = kiln::cuda::is_available();
-#endif
-    const std::string device = examples::check_buildable(program, o, cuda_available, /*dp=*/true);
-    if (device.empty()) return 2;
-    std::error_code ec;
-    if (o.data == default_data && !std::filesystem::is_directory(o.data, ec)) {
-      // The default folder is missing: say how to get it (other folders get Cifar10's own message).
-      std::fprintf(stderr,
-                   "%s: error: %s: no such directory (relative to the current directory); expected the CIFAR-10 "
-                   "binary batches data_batch_1.bin ... data_batch_5.bin, test_batch.bin; run "
-                   "`scripts/get-cifar10` from the repository root (it writes %s), then run this from there, "
-                   "or pass --data DIR\n",
-                   program, o.data.c_str(), default_data);
-      return 1;
-    }
-#if KILN_CUDA_COMPILER
-    if (device == "cuda")
-      return examples::with_precision(o, [&]<class Precision>() { return run<kiln::Cuda, Precision>(o, device); });
-#endif
-    return examples::with_precision(o, [&]<class Precision>() { return run<kiln::Cpu, Precision>(o, device); });
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
-    return 1;
-  }
+  return examples::run_training(
+      program, o, [&]<class D, class Precision>(const std::string& device) { return run<D, Precision>(o, device); });
 }

@@ -103,25 +103,16 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
   for (int epoch = start; epoch < o.epochs; ++epoch) {
     const EpochResult e = train_epoch(model, opt, scaler, ce, train_loader, o.accumulate, epoch, o.epochs);
     const double train_seconds = e.seconds;
-    const long long samples = e.samples;
     r.train_loss = e.mean_loss;
     std::tie(r.test_loss, r.test_accuracy) = evaluate(model, test_loader);
     r.finite = r.finite && std::isfinite(r.train_loss) && std::isfinite(r.test_loss);
-    r.samples_per_s = static_cast<double>(samples) / train_seconds;
+    r.samples_per_s = static_cast<double>(e.samples) / train_seconds;
     std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s%s\n",
                 epoch + 1, o.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.samples_per_s,
                 train_seconds, scaler_note(scaler).c_str());
     std::fflush(stdout);
-    append_metrics(o.metrics, {{"epoch", epoch + 1},
-                               {"train_loss", r.train_loss},
-                               {"test_loss", r.test_loss},
-                               {"test_accuracy", r.test_accuracy},
-                               {"lr", opt.lr()},
-                               {"samples_per_s", r.samples_per_s},
-                               {"seconds", train_seconds},
-                               {"loss_scale", scaler.scale()},
-                               {"skipped_steps", scaler.skipped_steps()}});
-    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, model, opt, scaler, epoch + 1);
+    finish_epoch(o, model, opt, scaler, epoch, e,
+                 {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}});
   }
   return r;
 }

@@ -7,6 +7,11 @@
 #include <string>
 
 #include <kiln/core/config.hpp>
+#if KILN_CUDA_COMPILER
+#include <kiln/cuda.hpp>
+#endif
+#include <exception>
+#include <kiln/policy/device.hpp>
 #include <kiln/policy/precision.hpp>
 
 namespace examples {
@@ -51,14 +56,13 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
 }
 
 /// Exit status 2 with a one-line reason when the options ask for a part kiln does not have yet.
-/// Returns the device to use ("cpu" or "cuda"), or "" after printing why it cannot run. `dp`: whether
-/// this example runs --parallel dp (DataParallel with CPU replicas).
-inline std::string check_buildable(const char* program, const TrainOptions& o, bool cuda_available, bool dp = false) {
+/// Returns the device to use ("cpu" or "cuda"), or "" after printing why it cannot run.
+inline std::string check_buildable(const char* program, const TrainOptions& o, bool cuda_available) {
   auto fail = [&](const std::string& why) {
     std::fprintf(stderr, "%s: %s\n", program, why.c_str());
     return std::string();
   };
-  if (o.parallel == "ddp" || (o.parallel == "dp" && !dp))
+  if (o.parallel == "ddp")
     return fail("--parallel " + o.parallel + " is not built yet (data-parallel training is issue #6); use single");
   if (o.parallel == "dp" && o.precision == "fp16")
     return fail("--parallel dp --precision fp16 is not built yet (no loss scaler over replicas); use fp32 or bf16");
@@ -79,6 +83,30 @@ int with_precision(const TrainOptions& o, Run&& run) {
   if (o.precision == "fp16") return run.template operator()<kiln::MixedFp16>();
   if (o.precision == "bf16") return run.template operator()<kiln::MixedBf16>();
   return run.template operator()<kiln::Fp32>();
+}
+
+/// What main() of every training example does once its options are parsed: checks what this build can
+/// run (exit status 2 and one line if not), picks the device and the precision policy, returns
+/// `run.template operator()<Device, Precision>(device)`, and turns an exception into one line
+/// `<program>: error: ...` and exit status 1.
+template <class Run>
+int run_training(const char* program, const TrainOptions& o, Run run) {
+  try {
+    bool cuda_available = false;
+#if KILN_CUDA_COMPILER
+    cuda_available = kiln::cuda::is_available();
+#endif
+    const std::string device = check_buildable(program, o, cuda_available);
+    if (device.empty()) return 2;
+#if KILN_CUDA_COMPILER
+    if (device == "cuda")
+      return with_precision(o, [&]<class Precision>() { return run.template operator()<kiln::Cuda, Precision>(device); });
+#endif
+    return with_precision(o, [&]<class Precision>() { return run.template operator()<kiln::Cpu, Precision>(device); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 1;
+  }
 }
 
 }  // namespace examples

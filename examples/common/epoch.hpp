@@ -9,6 +9,8 @@
 #include <kiln/optim/grad_scaler.hpp>
 #include <kiln/parallel/data_parallel.hpp>
 
+#include "checkpoint.hpp"
+#include "cli.hpp"
 #include "device.hpp"
 #include "report.hpp"
 
@@ -99,6 +101,22 @@ EpochResult train_epoch(kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Opts
         opts.step();
         opts.zero_grad();
       });
+}
+
+/// What every epoch ends with: one JSON line in o.metrics (`fields` — the epoch's losses and test metric
+/// — plus epoch, lr, samples/s, seconds, loss scale and skipped steps) and, with o.checkpoint, the
+/// training state written atomically.
+template <class Trained, class Optimizer, class Scaler>
+void finish_epoch(const TrainOptions& o, const Trained& trained, Optimizer& opt, const Scaler& scaler, int epoch,
+                  const EpochResult& e, nlohmann::json fields) {
+  fields["epoch"] = epoch + 1;
+  fields["lr"] = opt.lr();
+  fields["samples_per_s"] = static_cast<double>(e.samples) / e.seconds;
+  fields["seconds"] = e.seconds;
+  fields["loss_scale"] = scaler.scale();
+  fields["skipped_steps"] = scaler.skipped_steps();
+  append_metrics(o.metrics, fields);
+  if (!o.checkpoint.empty()) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1);
 }
 
 /// The model a trainer evaluates and checkpoints: the model itself, or DataParallel's first replica.

@@ -126,13 +126,12 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
   for (int epoch = start; epoch < o.epochs; ++epoch) {
     const EpochResult e = train_epoch(model, opt, scaler, mse, train_loader, o.accumulate, epoch, o.epochs);
     const double train_seconds = e.seconds;
-    const long long samples = e.samples;
     r.train_loss = e.mean_loss;
     const Evaluation test = evaluate(model, test_loader);
     r.test_loss = test.loss;
     r.test_rmse = test.rmse;
     r.finite = r.finite && std::isfinite(r.train_loss) && std::isfinite(r.test_loss);
-    r.samples_per_s = static_cast<double>(samples) / train_seconds;
+    r.samples_per_s = static_cast<double>(e.samples) / train_seconds;
     ++r.trained;
     if (prints_epoch(epoch + 1, o.epochs, terminal)) {
       std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test RMSE %.4f, %.0f samples/s, %.2f ms%s\n",
@@ -140,16 +139,8 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
                   scaler_note(scaler).c_str());
       std::fflush(stdout);
     }
-    append_metrics(o.metrics, {{"epoch", epoch + 1},
-                               {"train_loss", r.train_loss},
-                               {"test_loss", r.test_loss},
-                               {"test_rmse", r.test_rmse},
-                               {"lr", opt.lr()},
-                               {"samples_per_s", r.samples_per_s},
-                               {"seconds", train_seconds},
-                               {"loss_scale", scaler.scale()},
-                               {"skipped_steps", scaler.skipped_steps()}});
-    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, model, opt, scaler, epoch + 1);
+    finish_epoch(o, model, opt, scaler, epoch, e,
+                 {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_rmse", r.test_rmse}});
   }
   if (r.trained == 0) {  // resumed at or past --epochs: report the checkpoint's model as it is
     std::printf("nothing to train: the checkpoint has done %d of %d epochs (raise --epochs to continue)\n", start,
