@@ -1,6 +1,7 @@
 /// The layer protocol: a layer is a type (spec) that, given an input shape and a Policy, yields a module.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +18,11 @@ struct Context {
   bool training = true;
   bool grad = true;
 };
+
+/// Told during a backward pass as layers finish, in reverse order: ready(offset) means the gradients at
+/// arena offsets >= offset are final for this pass (DistributedDataParallel starts all-reducing a
+/// bucket as soon as all of it is ready, while the earlier layers still run).
+using GradientsReady = std::function<void(index_t)>;
 
 /// The seeded generator every initialisation and dropout mask draws from (runs are reproducible).
 using Generator = std::mt19937_64;

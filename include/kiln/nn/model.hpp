@@ -65,6 +65,13 @@ class Model {
   /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
   /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
   void backward(const Tensor<T, output_shape, D>& dy) { (void)net_.backward(dy, false); }
+  /// The same, telling `ready` as the gradients become final (see GradientsReady): once per layer with
+  /// parameters, from the last, and ready(0) at the end.
+  void backward(const Tensor<T, output_shape, D>& dy, const GradientsReady& ready) {
+    if constexpr (requires { net_.backward(dy, false, &ready); }) (void)net_.backward(dy, false, &ready);
+    else (void)net_.backward(dy, false);
+    if (ready) ready(0);
+  }
   /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad).
   Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) { return net_.backward(dy, true); }
 

@@ -190,10 +190,17 @@ struct Sequential {
 
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) { return forward_from<0>(x, ctx); }
     /// Gradients of every layer from dL/dy; returns dL/dx, or an empty tensor when input_grad is false
-    /// (the first layer then skips that product).
-    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
-      return backward_from<n - 1>(dy, input_grad);
+    /// (the first layer then skips that product). `ready`, if given, is told each layer's arena offset
+    /// once that layer's gradients are done.
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy, bool input_grad = true,
+                             const GradientsReady* ready = nullptr) {
+      return backward_from<n - 1>(dy, input_grad, ready);
     }
+    /// Where layer I's parameters start in the arena.
+    template <std::size_t I>
+    static constexpr index_t offset_of = []<std::size_t... J>(std::index_sequence<J...>) {
+      return (index_t{0} + ... + std::tuple_element_t<J, tuple_type>::parameter_count);
+    }(std::make_index_sequence<I>{});
 
     /// The epilogue layer I stands for (nn/epilogue.hpp), or void.
     template <std::size_t I>
@@ -253,16 +260,23 @@ struct Sequential {
       }
     }
     template <std::size_t I, class G>
-    auto backward_from(const G& dy, bool input_grad) {
+    auto backward_from(const G& dy, bool input_grad, const GradientsReady* ready) {
       if constexpr (fused_into_previous<I>) {
         auto dx = std::get<I - 1>(layers_).template backward_fused<epilogue_at<I>>(dy, I > 1 || input_grad);
+        tell_ready<I - 1>(ready);
         if constexpr (I == 1) return dx;
-        else return backward_from<I - 2>(dx, input_grad);
+        else return backward_from<I - 2>(dx, input_grad, ready);
       } else {
         auto dx = detail::backward_of(std::get<I>(layers_), dy, I > 0 || input_grad);
+        tell_ready<I>(ready);
         if constexpr (I == 0) return dx;
-        else return backward_from<I - 1>(dx, input_grad);
+        else return backward_from<I - 1>(dx, input_grad, ready);
       }
+    }
+    template <std::size_t I>
+    static void tell_ready(const GradientsReady* ready) {
+      if constexpr (std::tuple_element_t<I, tuple_type>::parameter_count > 0)
+        if (ready && *ready) (*ready)(offset_of<I>);
     }
     template <std::size_t I>
     void summary_rows(std::ostringstream& os, index_t batch) const {
