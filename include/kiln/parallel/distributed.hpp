@@ -1,0 +1,200 @@
+/// DistributedDataParallel: one process per device (started by mpirun), each with its own model and its
+/// own share of the data; gradients averaged over the ranks in buckets while backward still runs, as
+/// torch.nn.parallel.DistributedDataParallel.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/errors.hpp"
+#include "kiln/nn/model.hpp"
+#include "kiln/parallel/buckets.hpp"
+#include "kiln/parallel/process_group.hpp"
+#include "kiln/policy/policy.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::parallel {
+
+namespace detail {
+/// FNV-1a over bytes: the fingerprint ranks compare (model layout, parameters).
+inline std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+}  // namespace detail
+
+/// This rank's model of Net (input shape In, precision Prec, device D), kept identical to every other
+/// rank's: rank 0's initial parameters are broadcast at construction, and every backward() leaves each
+/// rank holding the gradients averaged over all ranks, so the same optimizer step keeps them identical.
+/// Backend: Mpi (CPU models) or Nccl (CUDA models, one GPU per rank: device local_rank()).
+///
+///   kiln::parallel::ProcessGroup<kiln::Mpi> group;                 // mpirun -np 2 ./train
+///   kiln::parallel::DistributedDataParallel<Mlp, kiln::Shape<kiln::dyn, 13>, kiln::Mpi> ddp(group, 0);
+///   kiln::optim::Adam opt(ddp.module(), {.lr = 1e-3f});
+///   // the loader takes a DistributedSampler{.world_size = group.size(), .rank = group.rank()}
+///   auto pred = ddp.forward(x);
+///   ddp.backward(loss.backward(pred, y));   // gradients averaged over the ranks
+///   opt.step();
+///
+/// With each rank's loss the mean over its own batch, the averaged gradient is the mean gradient of the
+/// global batch (every rank's batch has the same size under DistributedSampler). The gradients are
+/// grouped in buckets (plan_buckets: 25 MiB, the first 1 MiB, last layers first); a bucket's average
+/// starts as soon as backward has finished its layers and runs while the earlier layers compute.
+/// With gradient accumulation, the micro-batches before the last run under no_sync().
+template <class Net, class In, class Backend, precision_policy Prec = Fp32, device_policy Dev = Cpu>
+class DistributedDataParallel {
+ public:
+  using model_type = nn::Model<Net, In, Policy<Prec, Dev>>;
+  using T = typename model_type::T;
+  using M = typename model_type::M;
+  using D = Dev;
+  using precision = typename model_type::precision;
+  using output_shape = typename model_type::output_shape;
+  using group_type = ProcessGroup<Backend>;
+
+  /// The model on this rank's device (CPU, or GPU local_rank()), initialised from `seed` and then
+  /// overwritten with rank 0's parameters. Every rank must build the same network: otherwise every rank
+  /// throws DistributedError naming the layouts.
+  DistributedDataParallel(group_type& group, std::uint64_t seed = 0, const BucketOptions& buckets = {})
+      : group_(group),
+        model_(seed, std::is_same_v<D, Cpu> ? -1 : group.local_rank()),
+        buckets_(plan_buckets(model_.named_parameters(), sizeof(M), buckets)) {
+    check_same_model();
+    group_.broadcast(model_.parameters().data(), model_type::parameter_count, 0, "broadcasting rank 0's parameters");
+    ready_ = [this](index_t offset) { on_ready(offset); };
+  }
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  /// The model itself: give it to the optimizer, evaluate and checkpoint it.
+  model_type& module() { return model_; }
+  const model_type& module() const { return model_; }
+  group_type& group() { return group_; }
+  int rank() const { return group_.rank(); }
+  int world_size() const { return group_.size(); }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+  Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) { return model_.forward(x); }
+  Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
+
+  /// model.backward(dy), then the gradients are averaged over the ranks, bucket by bucket as backward
+  /// reaches them. Under no_sync() only the local gradients accumulate.
+  void backward(const Tensor<T, output_shape, D>& dy) {
+    if (!sync_) {
+      model_.backward(dy);
+      return;
+    }
+    next_bucket_ = 0;
+    model_.backward(dy, ready_);  // ready_ starts each bucket's average as its gradients are done
+    group_.wait_all();
+    if (next_bucket_ != buckets_.size())
+      throw Error("kiln::parallel::DistributedDataParallel: backward left " +
+                  std::to_string(buckets_.size() - next_bucket_) + " gradient buckets unreduced");
+  }
+  /// Averages the gradients over the ranks now (after backward() calls made under no_sync(), or after
+  /// gradients written by hand).
+  void all_reduce_gradients() {
+    for (std::size_t b = 0; b < buckets_.size(); ++b) start(b);
+    group_.wait_all();
+  }
+
+  /// Within its scope backward() does not communicate (torch: `with ddp.no_sync():`): the micro-batches
+  /// of gradient accumulation before the last one.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& d) : d_(d), was_(d.sync_) { d_.sync_ = false; }
+    ~NoSync() { d_.sync_ = was_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& d_;
+    bool was_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+  void set_require_sync(bool on) { sync_ = on; }
+  bool require_sync() const { return sync_; }
+
+  void train(bool on = true) { model_.train(on); }
+  void eval() { model_.eval(); }
+  void zero_grad() { model_.zero_grad(); }
+
+  /// Whether every rank holds the same parameters, bit for bit (a collective: call it on every rank).
+  bool in_sync() {
+    const std::uint64_t h = parameter_fingerprint();
+    for (const auto x : group_.all_gather(static_cast<std::int64_t>(h), "comparing parameters"))
+      if (static_cast<std::uint64_t>(x) != h) return false;
+    return true;
+  }
+
+  /// Runs `write` on rank 0 only (a checkpoint), then every rank learns whether it succeeded: on
+  /// success all return together (the file is whole before any rank reads it), on failure every rank
+  /// throws. The same for `read` on every rank (loading a checkpoint): all succeed or all throw.
+  template <class F>
+  void on_main_rank(F&& write, const std::string& what) {
+    std::string problem;
+    if (group_.is_main()) problem = attempt(write);
+    group_.agree(problem, what);
+  }
+  template <class F>
+  void on_every_rank(F&& read, const std::string& what) {
+    group_.agree(attempt(read), what);
+  }
+
+ private:
+  template <class F>
+  static std::string attempt(F& f) {
+    try {
+      f();
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
+  void on_ready(index_t offset) {
+    while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= offset) start(next_bucket_++);
+    group_.progress();
+  }
+  void start(std::size_t b) {
+    const Bucket& k = buckets_[b];
+    group_.template start_average<M, D>(model_.gradients().data() + k.begin, k.size(),
+                                        "averaging gradient bucket " + std::to_string(b) + " (" + k.parameters.back() +
+                                            " .. " + k.parameters.front() + ")");
+  }
+  /// Parameter count and every name and shape, hashed; all ranks must agree.
+  void check_same_model() {
+    std::uint64_t h = detail::fnv1a(&model_type::parameter_count, sizeof(index_t));
+    for (const auto& p : model_.named_parameters()) {
+      h = detail::fnv1a(p.name.data(), p.name.size(), h);
+      h = detail::fnv1a(p.shape.data(), p.shape.size() * sizeof(index_t), h);
+    }
+    h = detail::fnv1a(&sizeof_m, sizeof sizeof_m, h);
+    const auto all = group_.all_gather(static_cast<std::int64_t>(h), "comparing the model's layout");
+    const auto counts = group_.all_gather(model_type::parameter_count, "comparing the model's size");
+    std::string differ;
+    for (int r = 1; r < group_.size(); ++r)
+      if (all[static_cast<std::size_t>(r)] != all[0])
+        differ += " rank " + std::to_string(r) + " (" + std::to_string(counts[static_cast<std::size_t>(r)]) + ")";
+    if (!differ.empty())
+      throw DistributedError(detail::rank_prefix(group_.rank(), group_.size()) +
+                             "the ranks build different models: rank 0 has " + std::to_string(counts[0]) +
+                             " parameters, and these ranks a different layout (parameter count):" + differ);
+  }
+  std::uint64_t parameter_fingerprint() const {
+    const auto p = model_.parameters().to_vector();
+    return detail::fnv1a(p.data(), p.size() * sizeof(M));
+  }
+
+  static constexpr std::size_t sizeof_m = sizeof(M);
+  group_type& group_;
+  model_type model_;
+  std::vector<Bucket> buckets_;
+  nn::GradientsReady ready_;
+  std::size_t next_bucket_ = 0;
+  bool sync_ = true;
+};
+
+}  // namespace kiln::parallel

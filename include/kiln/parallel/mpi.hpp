@@ -1,0 +1,262 @@
+/// ProcessGroup<Mpi>: the ranks of a job started by `mpirun -np N`, one process per device, talking MPI
+/// (Open MPI). Distributed<Mpi> training reduces its CPU gradients through it; ProcessGroup<Nccl> uses it
+/// to start and to pass the NCCL id. Every MPI call's return code is checked.
+#pragma once
+// The C API only: Open MPI's deprecated C++ bindings warn under -Wextra.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/index.hpp"
+#include "kiln/parallel/process_group.hpp"
+#include "kiln/policy/parallel.hpp"
+#include "kiln/policy/policy.hpp"
+
+namespace kiln::parallel {
+
+namespace detail {
+/// Throws BackendError "file:line: MPI_Xxx(...) failed: <MPI's message>" unless rc is MPI_SUCCESS.
+inline void mpi_check(int rc, const char* call, const char* file, int line) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = std::snprintf(text, sizeof text, "error %d", rc);
+  throw BackendError(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
+                     std::string(text, static_cast<std::size_t>(length)));
+}
+
+/// MPI as kiln starts it: MPI_Init_thread on first use (unless the program initialised MPI itself), and
+/// at exit MPI_Finalize, or MPI_Abort once a collective has failed: MPI_Finalize could wait forever on
+/// a dead rank, and the abort makes mpirun end the other ranks.
+struct MpiRuntime {
+  bool owned = false;
+  bool failed = false;
+
+  static MpiRuntime& get() {
+    static MpiRuntime r;
+    return r;
+  }
+  void ensure_initialized() {
+    int initialized = 0;
+    mpi_check(MPI_Initialized(&initialized), "MPI_Initialized", __FILE__, __LINE__);
+    if (initialized) return;
+    int provided = 0;  // FUNNELED: only the main thread calls MPI (OpenMP threads compute)
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", __FILE__, __LINE__);
+    owned = true;
+    std::atexit(&at_exit);
+  }
+  static void at_exit() {
+    MpiRuntime& r = get();
+    int finalized = 1;
+    if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+    if (r.failed) {
+      std::fflush(nullptr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    } else if (r.owned) {
+      MPI_Finalize();
+    }
+  }
+};
+
+template <class E>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<E, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<E, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<E, std::int64_t>) return MPI_INT64_T;
+  else if constexpr (std::is_same_v<E, std::int32_t>) return MPI_INT32_T;
+  else if constexpr (std::is_same_v<E, std::uint64_t>) return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<E, std::uint8_t> || std::is_same_v<E, char>) return MPI_BYTE;
+  else static_assert(sizeof(E) == 0, "kiln::parallel::ProcessGroup<Mpi>: no MPI datatype for this element type");
+}
+}  // namespace detail
+
+#define KILN_MPI_CHECK(call) ::kiln::parallel::detail::mpi_check((call), #call, __FILE__, __LINE__)
+
+/// The job's ranks over MPI. Construct one per process after mpirun started it (a program run without
+/// mpirun is a job of one). Ranks come from MPI; RANK and WORLD_SIZE, where the launcher sets them, must
+/// agree; the local rank (which GPU) is LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else the
+/// rank among the processes sharing this node.
+///
+/// Every collective is non-blocking underneath and waited for with the group's timeout: past it the
+/// rank throws DistributedError (naming the collective) instead of hanging, and aborts the job when it
+/// exits, so that mpirun ends every rank.
+template <>
+class ProcessGroup<Mpi> {
+ public:
+  explicit ProcessGroup(ProcessGroupOptions o = {}) : options_(o) {
+    detail::MpiRuntime::get().ensure_initialized();
+    KILN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    KILN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));  // codes come back to be checked
+    KILN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    KILN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    local_rank_ = find_local_rank();
+
+    // Launch checks: every rank learns whether any failed, so all end together.
+    std::string problem;
+    if (const auto r = detail::env_int("RANK"); r && *r != rank_)
+      problem = "RANK=" + std::to_string(*r) + " but MPI says rank " + std::to_string(rank_);
+    else if (const auto w = detail::env_int("WORLD_SIZE"); w && *w != size_)
+      problem = "WORLD_SIZE=" + std::to_string(*w) + " but mpirun started " + std::to_string(size_) + " ranks";
+    else if (options_.expected_world_size > 0 && options_.expected_world_size != size_)
+      problem = "the job needs " + std::to_string(options_.expected_world_size) + " ranks but mpirun started " +
+                std::to_string(size_) + " (mpirun -np " + std::to_string(options_.expected_world_size) + ")";
+    agree(problem, "checking the launch");
+  }
+  ~ProcessGroup() {
+    if (comm_ != MPI_COMM_NULL && !failed_) (void)MPI_Comm_free(&comm_);
+  }
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  bool is_main() const { return rank_ == 0; }
+  const ProcessGroupOptions& options() const { return options_; }
+  MPI_Comm communicator() const { return comm_; }
+
+  /// Every rank waits here for the others (within the timeout).
+  void barrier(const std::string& what = "a barrier") {
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm_, &req), what);
+    wait(&req, 1, what);
+  }
+  /// Copies `count` elements at `data` from rank `root` to every rank.
+  template <class E>
+  void broadcast(E* data, index_t count, int root, const std::string& what) {
+    std::vector<MPI_Request> reqs;
+    for_chunks(count, [&](index_t off, int n) {
+      reqs.push_back(MPI_REQUEST_NULL);
+      check(MPI_Ibcast(data + off, n, detail::mpi_type<E>(), root, comm_, &reqs.back()), what);
+    });
+    wait(reqs.data(), static_cast<int>(reqs.size()), what);
+  }
+  /// Every rank's `value`, by rank.
+  template <class E>
+  std::vector<E> all_gather(E value, const std::string& what) {
+    std::vector<E> all(static_cast<std::size_t>(size_));
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Iallgather(&value, 1, detail::mpi_type<E>(), all.data(), 1, detail::mpi_type<E>(), comm_, &req), what);
+    wait(&req, 1, what);
+    return all;
+  }
+  std::vector<std::int64_t> all_gather(int value, const std::string& what) {
+    return all_gather(static_cast<std::int64_t>(value), what);
+  }
+  /// Every rank says whether its part of `what` went well ("" or what went wrong); if any rank failed,
+  /// every rank throws DistributedError naming the ranks that failed (and the reason, on those).
+  void agree(const std::string& problem, const std::string& what) {
+    const auto ok = all_gather(std::int64_t{problem.empty() ? 1 : 0}, what);
+    std::string bad;
+    for (int r = 0; r < size_; ++r)
+      if (!ok[static_cast<std::size_t>(r)]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+    if (bad.empty()) return;
+    throw DistributedError(detail::rank_prefix(rank_, size_) + what + " failed on rank" +
+                           (bad.find(',') == std::string::npos ? " " : "s ") + bad +
+                           (problem.empty() ? "" : ": " + problem));
+  }
+
+  /// Starts averaging `count` elements at `data` (host memory) over the ranks, in place: scaled by
+  /// 1 / size, then summed (torch DDP divides before its all-reduce). The memory must not be touched
+  /// until wait_all() returns.
+  template <class E, device_policy D>
+  void start_average(E* data, index_t count, const std::string& what) {
+    static_assert(std::is_same_v<D, Cpu>,
+                  "kiln::parallel::ProcessGroup<Mpi> reduces host memory: train CUDA models with Distributed<Nccl>");
+    if (size_ > 1) {
+      const E inv = E(1) / static_cast<E>(size_);
+      for (index_t i = 0; i < count; ++i) data[i] *= inv;
+    }
+    for_chunks(count, [&](index_t off, int n) {
+      pending_.push_back(MPI_REQUEST_NULL);
+      pending_what_.push_back(what);
+      check(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, detail::mpi_type<E>(), MPI_SUM, comm_, &pending_.back()), what);
+    });
+  }
+  /// Lets MPI move the started reductions along (Open MPI progresses them inside MPI calls); never waits.
+  void progress() {
+    if (pending_.empty()) return;
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE), pending_what_.front());
+  }
+  /// Waits for every started reduction (within the timeout).
+  void wait_all() {
+    if (pending_.empty()) return;
+    const std::string what = pending_what_.size() == 1 ? pending_what_.front()
+                                                       : pending_what_.front() + " .. " + pending_what_.back();
+    wait(pending_.data(), static_cast<int>(pending_.size()), what);
+    pending_.clear();
+    pending_what_.clear();
+  }
+  /// Whether a collective of this group failed or timed out (the job will be aborted at exit).
+  bool failed() const { return failed_; }
+
+ private:
+  int find_local_rank() {
+    if (const auto l = detail::env_int("LOCAL_RANK")) return *l;
+    if (const auto l = detail::env_int("OMPI_COMM_WORLD_LOCAL_RANK")) return *l;
+    MPI_Comm node = MPI_COMM_NULL;
+    KILN_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    int local = 0;
+    KILN_MPI_CHECK(MPI_Comm_rank(node, &local));
+    KILN_MPI_CHECK(MPI_Comm_free(&node));
+    return local;
+  }
+  /// MPI counts are int: calls f(offset, n) for chunks of at most 2^30 elements.
+  template <class F>
+  static void for_chunks(index_t count, F&& f) {
+    constexpr index_t chunk = index_t{1} << 30;
+    for (index_t off = 0; off < count; off += chunk) f(off, static_cast<int>(std::min(chunk, count - off)));
+  }
+  void check(int rc, const std::string& what) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = std::snprintf(text, sizeof text, "error %d", rc);
+    fail(what + ": MPI failed: " + std::string(text, static_cast<std::size_t>(length)));
+  }
+  void wait(MPI_Request* reqs, int n, const std::string& what) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + options_.timeout;
+    for (long spins = 0;; ++spins) {
+      int done = 0;
+      check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what);
+      if (done) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline)
+        fail(what + " did not complete within " + detail::seconds_text(options_.timeout) +
+             ": another rank has died, hangs, or runs different code (the job is aborted)");
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  [[noreturn]] void fail(const std::string& message) {
+    failed_ = true;
+    detail::MpiRuntime::get().failed = true;
+    throw DistributedError(detail::rank_prefix(rank_, size_) + message);
+  }
+
+  ProcessGroupOptions options_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  bool failed_ = false;
+  std::vector<MPI_Request> pending_;
+  std::vector<std::string> pending_what_;
+};
+
+}  // namespace kiln::parallel

@@ -1,0 +1,54 @@
+// A Distributed<Mpi> training loop in which rank 1 fails at step 3, as tests/mpi/failures/check.cmake
+// runs it under mpiexec -n 2: `kill` (rank 1 dies by SIGKILL), `hang` (rank 1 stops taking part),
+// `throw` (rank 1 ends with an exception). Rank 0 must not hang: it ends with an error within the
+// group's timeout (2 s here), or mpirun ends it when rank 1 dies.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+#include <kiln/parallel/distributed.hpp>
+#include <kiln/parallel/mpi.hpp>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace knn = kiln::nn;
+using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
+using Row = kiln::Shape<kiln::dyn, 13>;
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode != "kill" && mode != "hang" && mode != "throw") {
+    std::fprintf(stderr, "usage: %s kill|hang|throw\n", argv[0]);
+    return 2;
+  }
+  try {
+    kiln::parallel::ProcessGroup<kiln::Mpi> group({.timeout = std::chrono::seconds(2)});
+    kiln::parallel::DistributedDataParallel<Mlp, Row, kiln::Mpi> ddp(group, 0);
+    kiln::optim::SGD opt(ddp.module(), {.lr = 0.01f});
+    kiln::Tensor<float, Row> x(kiln::Extents<Row>(8));
+    kiln::Tensor<float, kiln::Shape<kiln::dyn, 1>> y(kiln::Extents<kiln::Shape<kiln::dyn, 1>>(8));
+    x.fill(0.5f);
+    y.fill(1.0f);
+    knn::MSELoss mse;
+    for (int step = 0; step < 100; ++step) {
+      if (group.rank() == 1 && step == 3) {
+        std::printf("rank 1: failing (%s) at step 3\n", mode.c_str());
+        std::fflush(stdout);
+        if (mode == "kill") std::raise(SIGKILL);
+        if (mode == "hang") std::this_thread::sleep_for(std::chrono::minutes(10));
+        throw std::runtime_error("rank 1 gave up");
+      }
+      opt.zero_grad();
+      ddp.backward(mse.backward(ddp.forward(x), y));
+      opt.step();
+    }
+    std::printf("rank %d: finished 100 steps\n", group.rank());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank_failure: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,191 @@
+// Distributed<Mpi> on 2 ranks (mpiexec -n 2): rank 0's parameters reach every rank; 20 Adam steps with
+// each rank on its half of the global batch give the parameters of one device on the whole batch
+// (within 1e-5); the averaged gradients equal the single-device ones for every bucket size; no_sync
+// accumulation; rank-0 checkpoints that every rank loads; and ranks that disagree (world size, model,
+// a failed checkpoint write) all end with an error instead of hanging.
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <kiln/io/safetensors.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+#include <kiln/parallel/distributed.hpp>
+#include <kiln/parallel/mpi.hpp>
+#include <string>
+#include <vector>
+
+#include "mpi/ddp_support.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::index_t;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+namespace knn = kiln::nn;
+using Group = kiln::parallel::ProcessGroup<kiln::Mpi>;
+using kt::max_abs_diff;
+using kt::share;
+template <class Net, class In, class Prec = kiln::Fp32>
+using Ddp = kiln::parallel::DistributedDataParallel<Net, In, kiln::Mpi, Prec>;
+
+using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
+using Row = Shape<dyn, 13>;
+using LeNet = knn::Sequential<knn::Conv2d<1, 4, 3, 1, 1>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten,
+                              knn::Linear<4 * 4 * 4, 10>>;
+using Image = Shape<dyn, 1, 8, 8>;
+
+constexpr auto test_timeout = std::chrono::seconds(60);
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(parallel)
+BOOST_AUTO_TEST_SUITE(distributed_mpi)
+
+BOOST_AUTO_TEST_CASE(the_job_has_two_ranks) {
+  Group group({.timeout = test_timeout});
+  BOOST_TEST_REQUIRE(group.size() == 2);
+  BOOST_TEST(group.local_rank() == group.rank());  // one node
+  const auto all = group.all_gather(100 + group.rank(), "test gather");
+  BOOST_TEST(all == (std::vector<std::int64_t>{100, 101}), boost::test_tools::per_element());
+  std::vector<double> v{static_cast<double>(group.rank()) + 0.5, 7.0};
+  group.broadcast(v.data(), 2, 1, "test broadcast");
+  BOOST_TEST(v == (std::vector<double>{1.5, 7.0}), boost::test_tools::per_element());
+  group.barrier("test barrier");
+}
+
+BOOST_AUTO_TEST_CASE(two_ranks_train_the_mlp_like_one_device) {
+  Group group({.timeout = test_timeout});
+  const auto targets = kt::random_values<float>(64, -2, 2, 7);
+  const double d = kt::train_both<Mlp, Row, kiln::Mpi, kiln::Cpu>(group, 20, Extents<Row>(64), targets, Extents<Shape<dyn, 1>>(64), knn::MSELoss{});
+  BOOST_TEST_MESSAGE("rank " << group.rank() << ": MLP, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(two_ranks_train_a_small_lenet_like_one_device) {
+  Group group({.timeout = test_timeout});
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
+  const double d =
+      kt::train_both<LeNet, Image, kiln::Mpi, kiln::Cpu>(group, 20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("rank " << group.rank() << ": LeNet, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(averaged_gradients_equal_one_device_for_every_bucket_size) {
+  Group group({.timeout = test_timeout});
+  std::vector<std::int64_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 7) % 10);
+  const double d = kt::bucketed_gradient_error<LeNet, Image, kiln::Mpi, kiln::Cpu>(
+      group, Extents<Image>(16), labels, Extents<Shape<dyn>>(16), knn::CrossEntropyLoss{});
+  BOOST_TEST(d <= 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(no_sync_accumulates_locally_and_the_last_backward_averages_everything) {
+  Group group({.timeout = test_timeout});
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 4), Extents<Row>(16));
+  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16, -1, 1, 5), Extents<Shape<dyn, 1>>(16));
+  knn::MSELoss mse;
+  knn::Model<Mlp, Row> single(6);
+  single.backward(mse.backward(single.forward(x), y));
+  const auto want = single.gradients().to_vector();
+
+  // Two micro-batches of 4 per rank (quarters of the batch), each loss gradient halved.
+  Ddp<Mlp, Row> ddp(group, 6);
+  const auto mine_x = share(x, group.rank(), group.size());
+  const auto mine_y = share(y, group.rank(), group.size());
+  const auto first_x = share(mine_x, 0, 2), second_x = share(mine_x, 1, 2);
+  const auto first_y = share(mine_y, 0, 2), second_y = share(mine_y, 1, 2);
+  {
+    auto guard = ddp.no_sync();
+    BOOST_TEST(!ddp.require_sync());
+    ddp.backward(mse.backward(ddp.forward(first_x), first_y, 0.5f));
+  }
+  BOOST_TEST(ddp.require_sync());
+  const auto local = ddp.module().gradients().to_vector();
+  ddp.backward(mse.backward(ddp.forward(second_x), second_y, 0.5f));
+  BOOST_TEST(max_abs_diff(ddp.module().gradients().to_vector(), want) <= 1e-6);
+  // The first micro-batch's gradients were this rank's alone (they differ from the average).
+  BOOST_TEST(max_abs_diff(local, want) > 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(bf16_ranks_stay_identical) {
+  Group group({.timeout = test_timeout});
+  Ddp<Mlp, Row, kiln::MixedBf16> ddp(group, 9 + static_cast<std::uint64_t>(group.rank()));
+  kiln::optim::Adam opt(ddp.module(), {.lr = 1e-2f});
+  knn::MSELoss mse;
+  for (int s = 0; s < 5; ++s) {
+    // Different data on each rank: only the averaging keeps them identical.
+    const auto x32 = kt::make_tensor<kiln::Cpu>(
+        kt::random_values<float>(8 * 13, -1, 1, 300 + 10 * s + static_cast<std::uint32_t>(group.rank())), Extents<Row>(8));
+    Tensor<kiln::bfloat16, Row> x(x32.extents());
+    kiln::assign(x, kiln::cast<kiln::bfloat16>(x32));
+    Tensor<kiln::bfloat16, Shape<dyn, 1>> y(Extents<Shape<dyn, 1>>(8));
+    y.fill(kiln::bfloat16(0.25f));
+    opt.zero_grad();
+    ddp.backward(mse.backward(ddp.forward(x), y));
+    opt.step();
+  }
+  BOOST_TEST(ddp.in_sync());
+}
+
+BOOST_AUTO_TEST_CASE(rank_zero_writes_the_checkpoint_and_every_rank_loads_it) {
+  Group group({.timeout = test_timeout});
+  Ddp<Mlp, Row> ddp(group, 11);
+  const std::string path = (std::filesystem::temp_directory_path() / "kiln_mpi_test_checkpoint.safetensors").string();
+  // Every rank changes its parameters differently; rank 0's are saved and then loaded everywhere.
+  ddp.module().parameters().fill(static_cast<float>(group.rank() + 1));
+  ddp.on_main_rank([&] { kiln::save_checkpoint(path, ddp.module()); }, "writing the checkpoint");
+  BOOST_TEST(!ddp.in_sync());
+  ddp.on_every_rank([&] { kiln::load_checkpoint(path, ddp.module()); }, "loading the checkpoint");
+  BOOST_TEST(ddp.in_sync());
+  BOOST_TEST(ddp.module().parameters().to_vector()[0] == 1.0f);
+  group.barrier("before removing the checkpoint");
+  if (group.is_main()) std::filesystem::remove(path);
+
+  // A write that fails on rank 0 is an error on every rank, naming rank 0 and the cause on rank 0.
+  try {
+    ddp.on_main_rank([&] { throw kiln::ValueError("disk full"); }, "writing the checkpoint");
+    BOOST_ERROR("no rank may return from a failed checkpoint write");
+  } catch (const kiln::parallel::DistributedError& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("writing the checkpoint failed on rank 0") != std::string::npos, what);
+    if (group.is_main()) BOOST_TEST(what.find("disk full") != std::string::npos, what);
+  }
+  // A load that fails on one rank only (a missing file there) is an error on both.
+  const std::string missing = group.rank() == 1 ? "/nonexistent/kiln.safetensors" : path + ".absent";
+  BOOST_CHECK_THROW(ddp.on_every_rank([&] { kiln::load_checkpoint(missing, ddp.module()); }, "loading"),
+                    kiln::parallel::DistributedError);
+}
+
+BOOST_AUTO_TEST_CASE(a_wrong_world_size_ends_every_rank) {
+  try {
+    Group group({.timeout = test_timeout, .expected_world_size = 3});
+    BOOST_ERROR("a job of 2 ranks was accepted where 3 were expected");
+  } catch (const kiln::parallel::DistributedError& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("the job needs 3 ranks but mpirun started 2 (mpirun -np 3)") != std::string::npos, what);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ranks_that_build_different_models_all_fail) {
+  Group group({.timeout = test_timeout});
+  using Other = knn::Sequential<knn::Linear<13, 8>, knn::ReLU, knn::Linear<8, 1>>;
+  try {
+    if (group.rank() == 0) Ddp<Mlp, Row> ddp(group, 0);
+    else Ddp<Other, Row> ddp(group, 0);
+    BOOST_ERROR("different models were accepted");
+  } catch (const kiln::parallel::DistributedError& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("the ranks build different models: rank 0 has 801 parameters") != std::string::npos, what);
+    BOOST_TEST(what.find("rank 1 (121)") != std::string::npos, what);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
