@@ -8,6 +8,9 @@
 #   kiln_add_cuda_test(<name> SOURCES <.cpp>... [LABELS ...])       the CUDA half alone (tests/cuda/)
 #   kiln_add_mpi_test(<name> SOURCES <.cpp>... [RANKS <n>] [LABELS ...])
 #       kiln_mpi_test_<name> run as `mpiexec -n <n>` (default 2) -> ctest kiln.mpi.test.<name> (label mpi)
+#   kiln_add_nccl_test(<name> SOURCES <.cpp>... [RANKS <n>])
+#       kiln_nccl_test_<name> (nvcc) run as `mpiexec -n <n>` (default 1) -> ctest kiln.nccl.test.<name>
+#       (labels cuda, mpi; skipped without a GPU)
 #   kiln_add_compile_fail_test(<file.cpp>)
 #       first line `// expect: <regex>`; ctest kiln.compile_fail.<name> (label compile) passes only if
 #       building compile_fail_<name> fails with a diagnostic matching <regex> (cmake/ExpectCompileFail.cmake)
@@ -160,6 +163,36 @@ function(kiln_add_mpi_test name)
   set(labels mpi ${arg_LABELS})
   set_tests_properties(kiln.mpi.test.${name} PROPERTIES
     LABELS "${labels}" PROCESSORS ${arg_RANKS} TIMEOUT ${KILN_TEST_TIMEOUT}
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endfunction()
+
+# kiln_add_nccl_test(<name> SOURCES <.cpp>... [RANKS <n>]): Distributed<Nccl> tests, compiled by nvcc,
+# run as `mpiexec -n <n>` (default 1: one GPU is enough) -> ctest kiln.nccl.test.<name> (labels cuda,
+# mpi; skipped = exit 77 without a GPU).
+function(kiln_add_nccl_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "RANKS" "SOURCES")
+  _kiln_reject_unparsed(kiln_add_nccl_test ${arg_UNPARSED_ARGUMENTS})
+  if(NOT KILN_TEST_CUDA_ENABLED OR NOT TARGET kiln::nccl OR NOT TARGET kiln::mpi)
+    return()
+  endif()
+  if(NOT arg_RANKS)
+    set(arg_RANKS 1)
+  endif()
+  set(target kiln_nccl_test_${name})
+  set(cu_sources "")
+  foreach(src IN LISTS arg_SOURCES)
+    _kiln_cuda_wrapper(cu "${src}" "${CMAKE_CURRENT_BINARY_DIR}/generated/${target}")
+    list(APPEND cu_sources "${cu}")
+  endforeach()
+  add_executable(${target} ${cu_sources})
+  target_link_libraries(${target} PRIVATE kiln_test_main_cuda kiln_test_common kiln::cuda kiln::nccl kiln::mpi
+                                          Boost::unit_test_framework)
+  target_compile_definitions(${target} PRIVATE KILN_TEST_CUDA=1)
+  add_test(NAME kiln.nccl.test.${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${arg_RANKS} ${MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${KILN_TEST_ARGS})
+  set_tests_properties(kiln.nccl.test.${name} PROPERTIES
+    LABELS "cuda;mpi" PROCESSORS ${arg_RANKS} SKIP_RETURN_CODE 77 TIMEOUT ${KILN_TEST_TIMEOUT}
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endfunction()
 

@@ -66,6 +66,24 @@ kinfo=$(find "$bin" -type f -name kiln-info -perm -u+x | head -1)
 for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' | sort); do
   run "$(basename "$exe")" 180 "$exe" --color_output=no --report_level=short --log_level=test_suite
 done
+# Distributed<Nccl> (issue #6): one rank per GPU under mpiexec (one GPU: world size 1).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${gpus:-0}" -ge 1 ] || gpus=1
+launch=(mpiexec --allow-run-as-root --oversubscribe -n "$gpus")
+if ! command -v mpiexec >/dev/null; then  # a bare machine: an MPI singleton (world size 1)
+  gpus=1
+  launch=()
+fi
+for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_nccl_test_*' | sort); do
+  run "$(basename "$exe")_np$gpus" 180 "${launch[@]}" "$exe" \
+    --color_output=no --report_level=short --log_level=test_suite
+done
+job_ddp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
+boston=$(find "$bin" -name boston_fixture.csv | head -1)
+if [ -n "$job_ddp" ] && [ -n "$boston" ]; then
+  run "mlp_boston_ddp_np$gpus" 120 "${launch[@]}" "$job_ddp" \
+    --device cuda --parallel ddp --data "$boston" --epochs 30
+fi
 for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' | sort); do
   run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json"
 done

@@ -1,0 +1,72 @@
+// Distributed<Nccl> (one process per GPU, mpiexec -n <GPUs>; CTest runs it with one rank, and
+// scripts/gpu-check.sh with every GPU of the machine): rank 0's parameters reach every rank; 20 Adam
+// steps over the shares of a batch give one GPU's parameters on the whole batch; the averaged
+// gradients equal one GPU's for every bucket size. Skipped (exit 77) without a GPU.
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <cstdint>
+#include <kiln/cuda.hpp>  // the GPU executor (this file is compiled by nvcc only)
+#include <kiln/nn/nn.hpp>
+#include <kiln/parallel/distributed.hpp>
+#include <kiln/parallel/nccl.hpp>
+#include <vector>
+
+#include "mpi/ddp_support.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+namespace kt = kiln::test;
+namespace knn = kiln::nn;
+using Group = kiln::parallel::ProcessGroup<kiln::Nccl>;
+
+using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
+using Row = Shape<dyn, 13>;
+using LeNet = knn::Sequential<knn::Conv2d<1, 4, 3, 1, 1>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten,
+                              knn::Linear<4 * 4 * 4, 10>>;
+using Image = Shape<dyn, 1, 8, 8>;
+
+Group& group() {  // one communicator for the whole run, as a training program has
+  static Group g({.timeout = std::chrono::seconds(120)});
+  return g;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(parallel)
+BOOST_AUTO_TEST_SUITE(distributed_nccl)
+
+BOOST_AUTO_TEST_CASE(each_rank_has_its_gpu) {
+  BOOST_TEST_MESSAGE("rank " << group().rank() << " of " << group().size() << " on GPU " << group().device());
+  BOOST_TEST(group().device() == group().local_rank());
+  BOOST_TEST(kiln::cuda::current_device() == group().device());
+}
+
+BOOST_AUTO_TEST_CASE(ranks_train_the_mlp_like_one_gpu) {
+  const auto targets = kt::random_values<float>(64, -2, 2, 7);
+  const double d = kt::train_both<Mlp, Row, kiln::Nccl, kiln::Cuda>(group(), 20, Extents<Row>(64), targets,
+                                                                     Extents<Shape<dyn, 1>>(64), knn::MSELoss{});
+  BOOST_TEST_MESSAGE("rank " << group().rank() << ": MLP, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(ranks_train_a_small_lenet_like_one_gpu) {
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
+  const double d = kt::train_both<LeNet, Image, kiln::Nccl, kiln::Cuda>(group(), 20, Extents<Image>(32), labels,
+                                                                         Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("rank " << group().rank() << ": LeNet, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(averaged_gradients_equal_one_gpu_for_every_bucket_size) {
+  std::vector<std::int64_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 7) % 10);
+  const double d = kt::bucketed_gradient_error<LeNet, Image, kiln::Nccl, kiln::Cuda>(
+      group(), Extents<Image>(16), labels, Extents<Shape<dyn>>(16), knn::CrossEntropyLoss{});
+  BOOST_TEST(d <= 1e-6);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
