@@ -1,13 +1,14 @@
 # CTest kiln.example.mlp_boston.resume (cmake -P): --checkpoint and --resume continue training exactly.
-#   cmake -DPROGRAM=<mlp_boston> -DDATA=<csv> -DDIR=<scratch folder> [-DPRECISION=fp16] [-DPARALLEL=3]
-#         -P resume_check.cmake
+#   cmake -DPROGRAM=<mlp_boston> -DDATA=<csv> -DDIR=<scratch folder> [-DPRECISION=fp16]
+#         [-DPARALLEL=3 | -DPARALLEL=ddp -DMPIEXEC=<mpiexec>] -P resume_check.cmake
 # Runs 20 epochs in one go, then 10 epochs with --checkpoint and --metrics and 10 more with --resume, and
 # fails unless the resumed run says where it resumed, ends ok=1 with the same test RMSE and train loss as the
 # run in one go (the parameters, Adam's moments and step count and the epoch's shuffle are all restored),
 # and the metrics file holds one JSON line per epoch, 1 to 20, each with a test_rmse. With PRECISION (fp16,
 # bf16) every run trains in that precision: under fp16 the loss scaler's state goes through the checkpoint.
 # With PARALLEL (a replica count) every run is --parallel dp --devices PARALLEL: the checkpoint holds the
-# first replica and is loaded into all of them.
+# first replica and is loaded into all of them. With PARALLEL=ddp every run is `MPIEXEC -n 2 ...
+# --parallel ddp`: rank 0 writes the checkpoint and the metrics, both ranks load the checkpoint.
 foreach(_var PROGRAM DATA DIR)
   if(NOT DEFINED ${_var})
     message(FATAL_ERROR "resume_check.cmake: pass -D${_var}=...")
@@ -19,7 +20,12 @@ if(DEFINED PRECISION)
   set(_precision_args --precision ${PRECISION})
   set(_suffix "_${PRECISION}")
 endif()
-if(DEFINED PARALLEL)
+set(_launch "")
+if(PARALLEL STREQUAL "ddp")
+  set(_launch "${MPIEXEC}" -n 2)
+  list(APPEND _precision_args --parallel ddp --batch-size 64)
+  set(_suffix "${_suffix}_ddp")
+elseif(DEFINED PARALLEL)
   list(APPEND _precision_args --parallel dp --devices ${PARALLEL})
   set(_suffix "${_suffix}_dp${PARALLEL}")
 endif()
@@ -31,7 +37,7 @@ file(REMOVE "${_checkpoint}" "${_metrics}")
 # `result:` line). With ok TRUE, the run must end ok=1 (exit status 0); else it may stop short of the
 # baseline (10 epochs do: exit status 1), but must get to its `result:` line.
 function(_run prefix ok)
-  execute_process(COMMAND "${PROGRAM}" --data "${DATA}" --device cpu ${_precision_args} ${ARGN}
+  execute_process(COMMAND ${_launch} "${PROGRAM}" --data "${DATA}" --device cpu ${_precision_args} ${ARGN}
                   OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
   string(REPLACE ";" " " _args "${ARGN}")
   message("$ mlp_boston ${_args}\n${_out}${_err}")

@@ -8,8 +8,12 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/config.hpp>
 #include <kiln/io/safetensors.hpp>
 #include <kiln/parallel/data_parallel.hpp>
+#if KILN_WITH_MPI
+#include <kiln/parallel/distributed.hpp>
+#endif
 
 namespace examples {
 
@@ -68,5 +72,22 @@ int load_training_state(const std::string& path, kiln::parallel::DataParallel<Ne
   for (int r = 0; r < dp.size(); ++r) epochs = load_training_state(path, dp.replica(r), opts.replica(r), scaler);
   return epochs;
 }
+
+#if KILN_WITH_MPI
+/// DistributedDataParallel (--parallel ddp): rank 0 writes (atomically), and no rank goes on before the
+/// file is whole; every rank loads. A failure on any rank is an error on all of them.
+template <class Net, class In, class B, class Prec, class D, class Optimizer, class Scaler>
+void save_training_state(const std::string& path, kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp,
+                         Optimizer& opt, const Scaler& scaler, int epochs_done) {
+  ddp.on_main_rank([&] { save_training_state(path, ddp.module(), opt, scaler, epochs_done); }, "writing " + path);
+}
+template <class Net, class In, class B, class Prec, class D, class Optimizer, class Scaler>
+int load_training_state(const std::string& path, kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp,
+                        Optimizer& opt, Scaler& scaler) {
+  int epochs = 0;
+  ddp.on_every_rank([&] { epochs = load_training_state(path, ddp.module(), opt, scaler); }, "loading " + path);
+  return epochs;
+}
+#endif
 
 }  // namespace examples

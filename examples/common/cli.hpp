@@ -16,6 +16,18 @@
 
 namespace examples {
 
+/// Whether this build links MPI (kiln::mpi: --parallel ddp) and NCCL with CUDA (ddp on GPUs).
+#if KILN_WITH_MPI
+inline constexpr bool built_with_mpi = true;
+#else
+inline constexpr bool built_with_mpi = false;
+#endif
+#if KILN_WITH_NCCL && KILN_CUDA_COMPILER
+inline constexpr bool built_with_nccl = true;
+#else
+inline constexpr bool built_with_nccl = false;
+#endif
+
 struct TrainOptions {
   std::string data;
   int epochs = 5;
@@ -24,7 +36,7 @@ struct TrainOptions {
   std::string device = "auto";    // cpu | cuda | auto
   std::string precision = "fp32"; // fp32 | fp16 | bf16
   std::string parallel = "single";// single | dp | ddp
-  int devices = 2;                // --parallel dp: replicas (CPU) or devices
+  int devices = 0;                // --parallel dp: replicas (0: 2); ddp: the world size required (0: any)
   int workers = 2;
   int accumulate = 1;
   std::uint64_t seed = 0;
@@ -44,8 +56,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--precision", o.precision, "fp32, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--parallel", o.parallel, "single, dp or ddp")->capture_default_str()->check(CLI::IsMember({"single", "dp", "ddp"}));
-  app.add_option("--devices", o.devices, "--parallel dp: the number of replicas (CPU replicas; GPUs are not built yet)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--devices", o.devices,
+                 "--parallel dp: CPU replicas (default 2); --parallel ddp: the number of ranks mpirun must start "
+                 "(default: any)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
@@ -62,8 +76,10 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     std::fprintf(stderr, "%s: %s\n", program, why.c_str());
     return std::string();
   };
-  if (o.parallel == "ddp")
-    return fail("--parallel " + o.parallel + " is not built yet (data-parallel training is issue #6); use single");
+  if (o.parallel == "ddp" && !built_with_mpi)
+    return fail("--parallel ddp: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then reconfigure)");
+  if (o.parallel == "ddp" && o.device != "cpu" && cuda_available && !built_with_nccl)
+    return fail("--parallel ddp on GPUs needs NCCL, which this build lacks; use --device cpu");
   if (o.parallel == "dp" && o.precision == "fp16")
     return fail("--parallel dp --precision fp16 is not built yet (no loss scaler over replicas); use fp32 or bf16");
   if (o.parallel == "dp" && o.device == "cuda")

@@ -5,9 +5,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include <kiln/optim/grad_scaler.hpp>
+#include <kiln/data/sampler.hpp>
 #include <kiln/parallel/data_parallel.hpp>
+#if KILN_WITH_MPI
+#include <kiln/parallel/distributed.hpp>
+#include <kiln/parallel/mpi.hpp>
+#endif
 
 #include "checkpoint.hpp"
 #include "cli.hpp"
@@ -59,6 +65,22 @@ EpochResult run_epoch(Loader& loader, int accumulate, int epoch, int epochs, Bat
   return {samples > 0 ? loss_sum / static_cast<double>(samples) : 0.0, samples, seconds_since(t0)};
 }
 
+/// The backward pass of a micro-batch: model.backward(dy). DistributedDataParallel averages the
+/// gradients over the ranks only in the micro-batch an optimizer step follows (`steps`), as
+/// torch's no_sync() does for the others.
+template <class Model, class Dy>
+void backward_for_step(Model& model, const Dy& dy, bool /*steps*/) {
+  model.backward(dy);
+}
+#if KILN_WITH_MPI
+template <class Net, class In, class B, class Prec, class D, class Dy>
+void backward_for_step(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, const Dy& dy, bool steps) {
+  ddp.set_require_sync(steps);
+  ddp.backward(dy);
+  ddp.set_require_sync(true);
+}
+#endif
+
 /// Trains one epoch (number `epoch`, from 0, of `epochs`) of `loader` with `loss` (a kiln loss:
 /// loss(pred, target) and loss.backward(pred, target, scale)). The loss gradient is multiplied by the
 /// scaler's scale; a step whose gradients overflowed is skipped and the scale backs off (fp16).
@@ -68,6 +90,8 @@ EpochResult train_epoch(Model& model, Optimizer& opt, Scaler& scaler, Loss& loss
   using D = typename Model::D;
   using T = typename Model::T;
   opt.zero_grad();
+  long long seen = 0;
+  const long long batches = loader.size();
   return run_epoch(
       loader, accumulate, epoch, epochs,
       [&](const auto& b, double weight) {
@@ -75,7 +99,8 @@ EpochResult train_epoch(Model& model, Optimizer& opt, Scaler& scaler, Loss& loss
         const auto y = to_model_input<D, T>(b.y);
         const auto pred = model.forward(x);
         const double l = static_cast<double>(loss(pred, y).item());
-        model.backward(loss.backward(pred, y, scaler.scale() * weight));
+        ++seen;
+        backward_for_step(model, loss.backward(pred, y, scaler.scale() * weight), seen % accumulate == 0 || seen == batches);
         return l;
       },
       [&] {
@@ -84,6 +109,25 @@ EpochResult train_epoch(Model& model, Optimizer& opt, Scaler& scaler, Loss& loss
         opt.zero_grad();
       });
 }
+
+#if KILN_WITH_MPI
+/// The same on one rank of DistributedDataParallel (--parallel ddp): the loader visits this rank's
+/// DistributedSampler share (shuffled as the loader was asked to, from the same seed on every rank), and
+/// the epoch's mean loss and sample count are the whole job's.
+template <class Net, class In, class B, class Prec, class D, class Optimizer, class Scaler, class Loss, class Loader>
+EpochResult train_epoch(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, Optimizer& opt, Scaler& scaler,
+                        Loss& loss, Loader& loader, int accumulate, int epoch, int epochs) {
+  loader.set_sampler(kiln::data::DistributedSampler{.world_size = ddp.world_size(), .rank = ddp.rank(),
+                                                    .shuffle = loader.options().shuffle, .seed = loader.options().seed});
+  using Self = std::remove_reference_t<decltype(ddp)>;  // the loop above, with ddp as the model
+  EpochResult r = train_epoch<Self>(ddp, opt, scaler, loss, loader, accumulate, epoch, epochs);
+  double sum = 0;  // every rank saw as many samples (DistributedSampler pads to equal shares)
+  for (const double l : ddp.group().all_gather(r.mean_loss, "averaging the epoch's loss")) sum += l;
+  r.mean_loss = sum / ddp.world_size();
+  r.samples *= ddp.world_size();
+  return r;
+}
+#endif
 
 /// The same over DataParallel replicas (--parallel dp): each batch is split across them, their gradients
 /// summed, and every replica's optimizer steps (`opts`: DataParallel::make_optimizers). No loss scaling.
@@ -103,11 +147,23 @@ EpochResult train_epoch(kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Opts
       });
 }
 
+/// Whether this process reports for the job: always, except on the ranks other than 0 of --parallel ddp.
+template <class Trained>
+bool is_main(const Trained&) {
+  return true;
+}
+#if KILN_WITH_MPI
+template <class Net, class In, class B, class Prec, class D>
+bool is_main(const kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp) {
+  return ddp.rank() == 0;
+}
+#endif
+
 /// What every epoch ends with: one JSON line in o.metrics (`fields` — the epoch's losses and test metric
 /// — plus epoch, lr, samples/s, seconds, loss scale and skipped steps) and, with o.checkpoint, the
 /// training state written atomically.
 template <class Trained, class Optimizer, class Scaler>
-void finish_epoch(const TrainOptions& o, const Trained& trained, Optimizer& opt, const Scaler& scaler, int epoch,
+void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const Scaler& scaler, int epoch,
                   const EpochResult& e, nlohmann::json fields) {
   fields["epoch"] = epoch + 1;
   fields["lr"] = opt.lr();
@@ -115,7 +171,7 @@ void finish_epoch(const TrainOptions& o, const Trained& trained, Optimizer& opt,
   fields["seconds"] = e.seconds;
   fields["loss_scale"] = scaler.scale();
   fields["skipped_steps"] = scaler.skipped_steps();
-  append_metrics(o.metrics, fields);
+  if (is_main(trained)) append_metrics(o.metrics, fields);  // --parallel ddp: rank 0's line for the job
   if (!o.checkpoint.empty()) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1);
 }
 
@@ -128,5 +184,11 @@ template <class Net, class In, class Prec, class D>
 auto& eval_model(kiln::parallel::DataParallel<Net, In, Prec, D>& dp) {
   return dp.module();
 }
+#if KILN_WITH_MPI
+template <class Net, class In, class B, class Prec, class D>
+auto& eval_model(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp) {
+  return ddp.module();
+}
+#endif
 
 }  // namespace examples

@@ -25,15 +25,7 @@ foreach(_precision IN ITEMS fp32 fp16 bf16)
   message("${_precision}: ${KEY}=${CMAKE_MATCH_1}")
 endforeach()
 
-# CMake's math() is integer only: compare in millionths.
-function(_micro value out)
-  string(REGEX MATCH "^([0-9]+)\\.?([0-9]*)$" _m "${value}")
-  set(_int "${CMAKE_MATCH_1}")
-  set(_frac "${CMAKE_MATCH_2}000000")
-  string(SUBSTRING "${_frac}" 0 6 _frac)
-  math(EXPR _v "${_int} * 1000000 + 1${_frac} - 1000000")  # 1 in front: no leading zeros to misread
-  set(${out} ${_v} PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/micro.cmake)  # _micro(): decimals as integer millionths
 _micro(${_fp32} _ref)
 _micro(${TOLERANCE} _tol)
 if(RELATIVE)

@@ -1,5 +1,6 @@
-// What a training example trains: one model with Adam and its loss scaler, or, with --parallel dp on the
-// CPU, DataParallel replicas with one Adam each (no loss scaling). The examples' fit() takes either.
+// What a training example trains: one model with Adam and its loss scaler; with --parallel dp on the
+// CPU, DataParallel replicas with one Adam each (no loss scaling); with --parallel ddp under mpirun, this
+// rank's DistributedDataParallel (examples/common/distributed.hpp). The examples' fit() takes any.
 #pragma once
 #include <cstdio>
 #include <string>
@@ -11,6 +12,7 @@
 #include <kiln/parallel/data_parallel.hpp>
 
 #include "cli.hpp"
+#include "distributed.hpp"
 #include "epoch.hpp"
 
 namespace examples {
@@ -20,9 +22,12 @@ namespace examples {
 /// run's line; returns what run returns.
 template <class Net, class In, class Precision, class D, class Run>
 int with_trainer(const TrainOptions& o, const std::string& device, const kiln::optim::AdamOptions& adam, Run run) {
+#if KILN_WITH_MPI
+  if (o.parallel == "ddp") return with_distributed<Net, In, Precision, D>(o, device, adam, run);
+#endif
   if constexpr (std::is_same_v<D, kiln::Cpu>) {
     if (o.parallel == "dp") {  // the seeds' multi-device run: replicas, each batch split across them
-      kiln::parallel::DataParallel<Net, In, Precision, D> dp(o.devices, o.seed);
+      kiln::parallel::DataParallel<Net, In, Precision, D> dp(o.devices > 0 ? o.devices : 2, o.seed);
       auto opts = dp.make_optimizers([&](auto& m) { return kiln::optim::Adam(m, adam); });
       kiln::optim::GradScaler<D> no_scaling({.enabled = false});
       std::printf("DataParallel: %d CPU replicas; a batch of %d is split %s\n", dp.size(), o.batch_size,

@@ -63,7 +63,10 @@ struct Batch {
 ///
 ///   kiln::data::DataLoader loader(train, {.batch_size = 128, .shuffle = true, .num_workers = 2});
 ///   for (const auto& b : loader) { auto logits = model.forward(b.x); ... }
-template <dataset Ds, class Transform = Identity, class Sampler = std::variant<SequentialSampler, RandomSampler>>
+/// The samplers a loader can switch between (set_sampler): sequential, shuffled, or one rank's share.
+using AnySampler = std::variant<SequentialSampler, RandomSampler, DistributedSampler>;
+
+template <dataset Ds, class Transform = Identity, class Sampler = AnySampler>
 class DataLoader {
  public:
   using batch_type = Batch<Ds>;
@@ -73,7 +76,7 @@ class DataLoader {
   static constexpr index_t target_numel = Ds::target_shape::static_numel();
 
   DataLoader(const Ds& ds, LoaderOptions o = {}, Transform t = {}) : ds_(&ds), o_(o), t_(std::move(t)) {
-    if constexpr (std::is_same_v<Sampler, std::variant<SequentialSampler, RandomSampler>>) {
+    if constexpr (std::is_same_v<Sampler, AnySampler>) {
       if (o_.shuffle) sampler_ = RandomSampler{o_.seed};
       else sampler_ = SequentialSampler{};
     }
@@ -90,6 +93,11 @@ class DataLoader {
     return o_.drop_last ? n / o_.batch_size : (n + o_.batch_size - 1) / o_.batch_size;
   }
   const LoaderOptions& options() const { return o_; }
+  /// Replaces the sampler from the next epoch on (DataLoader(..., sampler=...) in PyTorch); with the
+  /// default sampler type, any of sequential, random or distributed:
+  ///   loader.set_sampler(DistributedSampler{.world_size = 2, .rank = r, .seed = seed});
+  void set_sampler(Sampler s) { sampler_ = std::move(s); }
+  const Sampler& sampler() const { return sampler_; }
   /// The epoch the next iteration runs (DistributedSampler.set_epoch).
   void set_epoch(std::uint64_t e) { epoch_ = e; }
   std::uint64_t epoch() const { return epoch_; }

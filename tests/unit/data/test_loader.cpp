@@ -1,6 +1,6 @@
 // DataLoader, samplers and transforms: every sample once per epoch, a fresh order per epoch, batches
 // that do not depend on num_workers for a seed, worker errors reach the reader, an early break does not
-// hang; DistributedSampler pads and splits as PyTorch's; transforms do what torchvision's do.
+// hang; DistributedSampler pads and splits as PyTorch's (also set on a running loader); transforms do what torchvision's do.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cstdint>
@@ -147,6 +147,13 @@ BOOST_AUTO_TEST_CASE(distributed_sampler_pads_and_splits_like_pytorch) {
   const auto ds = images(10);
   kd::DataLoader loader(ds, kd::DistributedSampler{.world_size = 3, .rank = 1, .shuffle = false}, {.batch_size = 3});
   BOOST_TEST(epoch(loader).first == (std::vector<std::int64_t>{1, 4, 7, 0}), boost::test_tools::per_element());
+  // A loader made with the default sampler switches to a rank's share (what DistributedDataParallel's
+  // trainers do): 4 of the 10 samples, 2 batches, from the next epoch on.
+  kd::DataLoader plain(ds, {.batch_size = 3});
+  BOOST_TEST(plain.size() == 4);
+  plain.set_sampler(kd::DistributedSampler{.world_size = 3, .rank = 1, .shuffle = false});
+  BOOST_TEST(plain.size() == 2);
+  BOOST_TEST(epoch(plain).first == (std::vector<std::int64_t>{1, 4, 7, 0}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
