@@ -84,9 +84,15 @@ if [ -n "$job_ddp" ] && [ -n "$boston" ]; then
   run "mlp_boston_ddp_np$gpus" 120 "${launch[@]}" "$job_ddp" \
     --device cuda --parallel ddp --data "$boston" --epochs 30
 fi
-for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' | sort); do
+for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' ! -name 'bench_distributed_cuda' | sort); do
   run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json"
 done
+dist=$(find "$bin" -type f -perm -u+x -name bench_distributed_cuda | head -1)
+[ -n "$dist" ] && run "bench_distributed_cuda_np$gpus" 180 "${launch[@]}" "$dist" --json "$out/bench_distributed_cuda.json"
+job_dp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
+if [ -n "$job_dp" ] && [ -n "${boston:-}" ]; then  # DataParallel's GPU replicas (every GPU of the machine)
+  run mlp_boston_dp_gpus 120 "$job_dp" --device cuda --parallel dp --data "$boston" --epochs 30
+fi
 # The main job, one epoch on the GPU (the data: staged by gpu-stage, or Debian's package when built here).
 job=$(find "$bin" -type f -perm -u+x -name lenet_fashion_mnist | head -1)
 data="$bin/fashion-mnist"

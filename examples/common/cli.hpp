@@ -80,15 +80,13 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     return fail("--parallel ddp: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then reconfigure)");
   if (o.parallel == "ddp" && o.device != "cpu" && cuda_available && !built_with_nccl)
     return fail("--parallel ddp on GPUs needs NCCL, which this build lacks; use --device cpu");
-  if (o.parallel == "dp" && o.precision == "fp16")
-    return fail("--parallel dp --precision fp16 is not built yet (no loss scaler over replicas); use fp32 or bf16");
-  if (o.parallel == "dp" && o.device == "cuda")
-    return fail("--parallel dp --device cuda is not built yet (GPU replicas over NCCL are issue #6); use --device cpu");
+  if (o.parallel == "dp" && o.device == "cuda" && !built_with_nccl)
+    return fail("--parallel dp --device cuda needs NCCL, which this build lacks; use --device cpu");
   if (o.resume && o.checkpoint.empty()) return fail("--resume needs --checkpoint FILE");
   if (o.device == "cuda" && !KILN_CUDA_COMPILER)
     return fail("--device cuda: this build has no CUDA (configure with the ci preset and nvcc)");
   if (o.device == "cuda" && !cuda_available) return fail("--device cuda: no CUDA device is available");
-  if (o.device == "cpu" || o.parallel == "dp") return "cpu";
+  if (o.device == "cpu" || (o.parallel == "dp" && !built_with_nccl)) return "cpu";
   return cuda_available ? "cuda" : "cpu";
 }
 

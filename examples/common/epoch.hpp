@@ -130,19 +130,22 @@ EpochResult train_epoch(kiln::parallel::DistributedDataParallel<Net, In, B, Prec
 #endif
 
 /// The same over DataParallel replicas (--parallel dp): each batch is split across them, their gradients
-/// summed, and every replica's optimizer steps (`opts`: DataParallel::make_optimizers). No loss scaling.
+/// summed, and every replica's optimizer steps (`opts`: DataParallel::make_optimizers) through the
+/// scaler, all of them or none.
 template <class Net, class In, class Prec, class D, class Opts, class Scaler, class Loss, class Loader>
-EpochResult train_epoch(kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Opts& opts, Scaler&, Loss& loss,
+EpochResult train_epoch(kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Opts& opts, Scaler& scaler, Loss& loss,
                         Loader& loader, int accumulate, int epoch, int epochs) {
   using T = typename kiln::parallel::DataParallel<Net, In, Prec, D>::T;
   opts.zero_grad();
   return run_epoch(
       loader, accumulate, epoch, epochs,
       [&](const auto& b, double weight) {
-        return dp.train_step(to_model_input<kiln::Cpu, T>(b.x), to_model_input<kiln::Cpu, T>(b.y), loss, weight);
+        return dp.train_step(to_model_input<kiln::Cpu, T>(b.x), to_model_input<kiln::Cpu, T>(b.y), loss,
+                             scaler.scale() * weight);
       },
       [&] {
-        opts.step();
+        scaler.step(opts);
+        scaler.update();
         opts.zero_grad();
       });
 }

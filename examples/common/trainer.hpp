@@ -1,5 +1,5 @@
-// What a training example trains: one model with Adam and its loss scaler; with --parallel dp on the
-// CPU, DataParallel replicas with one Adam each (no loss scaling); with --parallel ddp under mpirun, this
+// What a training example trains: one model with Adam and its loss scaler; with --parallel dp,
+// DataParallel replicas (CPU, or one per GPU) with one Adam each and one loss scaler over them; with --parallel ddp under mpirun, this
 // rank's DistributedDataParallel (examples/common/distributed.hpp). The examples' fit() takes any.
 #pragma once
 #include <cstdio>
@@ -10,6 +10,9 @@
 #include <kiln/optim/adam.hpp>
 #include <kiln/optim/grad_scaler.hpp>
 #include <kiln/parallel/data_parallel.hpp>
+#if KILN_WITH_NCCL && KILN_CUDA_COMPILER
+#include <kiln/parallel/nccl_replicas.hpp>  // DataParallel's GPU replicas
+#endif
 
 #include "cli.hpp"
 #include "distributed.hpp"
@@ -25,14 +28,20 @@ int with_trainer(const TrainOptions& o, const std::string& device, const kiln::o
 #if KILN_WITH_MPI
   if (o.parallel == "ddp") return with_distributed<Net, In, Precision, D>(o, device, adam, run);
 #endif
-  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+  if constexpr (std::is_same_v<D, kiln::Cpu> || built_with_nccl) {
     if (o.parallel == "dp") {  // the seeds' multi-device run: replicas, each batch split across them
-      kiln::parallel::DataParallel<Net, In, Precision, D> dp(o.devices > 0 ? o.devices : 2, o.seed);
+      const bool cpu = std::is_same_v<D, kiln::Cpu>;
+      int replicas = o.devices > 0 ? o.devices : 2;  // CPU replicas: 2 unless told; GPUs: every visible one
+#if KILN_CUDA_COMPILER
+      if (!cpu && o.devices == 0) replicas = kiln::cuda::device_count();
+#endif
+      kiln::parallel::DataParallel<Net, In, Precision, D> dp(replicas, o.seed);
       auto opts = dp.make_optimizers([&](auto& m) { return kiln::optim::Adam(m, adam); });
-      kiln::optim::GradScaler<D> no_scaling({.enabled = false});
-      std::printf("DataParallel: %d CPU replicas; a batch of %d is split %s\n", dp.size(), o.batch_size,
-                  kiln::parallel::Split::of(o.batch_size, dp.size()).describe().c_str());
-      return run(dp, opts, no_scaling, std::to_string(dp.size()) + " CPU replicas in " + o.precision);
+      auto scaler = make_scaler(dp.module());  // one scaler over the bundle: every replica steps or none
+      const std::string kind = cpu ? "CPU replica" : "GPU replica";
+      std::printf("DataParallel: %d %s%s; a batch of %d is split %s\n", dp.size(), kind.c_str(), dp.size() == 1 ? "" : "s",
+                  o.batch_size, kiln::parallel::Split::of(o.batch_size, dp.size()).describe().c_str());
+      return run(dp, opts, scaler, std::to_string(dp.size()) + " " + kind + (dp.size() == 1 ? "" : "s") + " in " + o.precision);
     }
   }
   kiln::nn::Model<Net, In, kiln::Policy<Precision, D>> model(o.seed);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mpi/ddp_support.hpp"
+#include "support/parallel_models.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -34,11 +35,10 @@ using kt::share;
 template <class Net, class In, class Prec = kiln::Fp32>
 using Ddp = kiln::parallel::DistributedDataParallel<Net, In, kiln::Mpi, Prec>;
 
-using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
-using Row = Shape<dyn, 13>;
-using LeNet = knn::Sequential<knn::Conv2d<1, 4, 3, 1, 1>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten,
-                              knn::Linear<4 * 4 * 4, 10>>;
-using Image = Shape<dyn, 1, 8, 8>;
+using kiln::test::parallel_models::Image;
+using kiln::test::parallel_models::LeNet;
+using kiln::test::parallel_models::Mlp;
+using kiln::test::parallel_models::Row;
 
 constexpr auto test_timeout = std::chrono::seconds(60);
 

@@ -3,6 +3,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -97,6 +98,25 @@ struct gradient_arena_of<O> {
   using element_type = typename arena::element_type;
 };
 
+/// A bundle of optimizers stepped together, one per replica (kiln::parallel::DataParallel's
+/// make_optimizers): size(), replica(r) and step(). The replicas' gradients are equal after the
+/// all-reduce, so GradScaler unscales every replica's arena and steps all of them or none.
+template <class O>
+concept optimizer_bundle = requires(O& o) {
+  { o.size() } -> std::convertible_to<int>;
+  o.replica(0);
+  o.step();
+};
+/// The optimizer whose gradient arena GradScaler checks: a bundle's replica, else O itself.
+template <class O>
+struct scaled_optimizer {
+  using type = O;
+};
+template <optimizer_bundle O>
+struct scaled_optimizer<O> {
+  using type = std::remove_reference_t<decltype(std::declval<O&>().replica(0))>;
+};
+
 /// What GradScaler<D> asks of an optimizer, checked where unscale_() or step() is called (a class, so
 /// that these messages come before any other error).
 template <class O, class D>
@@ -131,7 +151,8 @@ struct grad_scaler_accepts {
 ///   scaler.step(opt);                                // skipped when a gradient is inf/NaN
 ///   scaler.update();
 /// Several optimizers may share one scaler (as in torch): each is unscaled and stepped on its own, and
-/// update() backs off when any of them had an inf/NaN.
+/// update() backs off when any of them had an inf/NaN. A DataParallel optimizer bundle counts as one:
+/// every replica's gradients are unscaled, all replicas step or none, and a skip counts once.
 template <class D = Cpu>
 class GradScaler {
   // >>> Stopped here? The template argument is the device of the gradients, not an element type. <<<
@@ -171,7 +192,7 @@ class GradScaler {
   /// twice for one optimizer before update(), or after step(). Disabled: does nothing, returns true.
   template <class Opt>
   bool unscale_(Opt& opt) {
-    if constexpr (!detail::grad_scaler_accepts<Opt, D>::value) {
+    if constexpr (!detail::grad_scaler_accepts<typename detail::scaled_optimizer<Opt>::type, D>::value) {
       return false;  // its static_assert said what is missing
     } else {
       if (!o_.enabled) return true;
@@ -184,7 +205,7 @@ class GradScaler {
         throw Error(
             "kiln::optim::GradScaler::unscale_: already called for this optimizer since the last "
             "update(); call it once per iteration (step() uses its result)");
-      s.found_inf = unscale_and_check(opt.gradients());
+      s.found_inf = unscale_and_check_all(opt);
       s.unscaled = true;
       return !s.found_inf;
     }
@@ -195,7 +216,7 @@ class GradScaler {
   /// kiln::Error when called twice for one optimizer before update(). Disabled: opt.step(), returns true.
   template <class Opt>
   bool step(Opt& opt) {
-    if constexpr (!detail::grad_scaler_accepts<Opt, D>::value) {
+    if constexpr (!detail::grad_scaler_accepts<typename detail::scaled_optimizer<Opt>::type, D>::value) {
       return false;  // its static_assert said what is missing
     } else {
       if (!o_.enabled) {
@@ -208,7 +229,7 @@ class GradScaler {
             "kiln::optim::GradScaler::step: already called for this optimizer since the last update(); "
             "call update() once per iteration, after step()");
       if (!s.unscaled) {
-        s.found_inf = unscale_and_check(opt.gradients());
+        s.found_inf = unscale_and_check_all(opt);
         s.unscaled = true;
       }
       s.stepped = true;
@@ -338,6 +359,18 @@ class GradScaler {
     return per_optimizer_.emplace_back(PerOptimizer{opt});
   }
 
+  /// unscale_and_check over the optimizer's arena, or over every replica's of a bundle (whether any had
+  /// an inf/NaN: they hold the same gradients, so all do or none).
+  template <class Opt>
+  bool unscale_and_check_all(Opt& opt) {
+    if constexpr (detail::optimizer_bundle<Opt>) {
+      bool found = false;
+      for (int r = 0; r < static_cast<int>(opt.size()); ++r) found = unscale_and_check(opt.replica(r).gradients()) || found;
+      return found;
+    } else {
+      return unscale_and_check(opt.gradients());
+    }
+  }
   /// The fused pass: grads *= 1 / scale, and whether a gradient was inf/NaN. The flag is 0 whenever no
   /// pass is running (it is cleared only after a pass found something), so the usual iteration costs one
   /// pass and one 4-byte read-back.

@@ -2,8 +2,10 @@
 /// them, every replica on its own host thread, gradients summed across replicas, every replica stepping.
 #pragma once
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,6 +53,103 @@ struct Split {
   }
 };
 
+namespace detail {
+/// Threads for replicas 1..n-1, kept for the replicas' lifetime (a step does not pay for creating them):
+/// run(f) runs f(r) on replica r's thread for every r > 0 and f(0) on the caller, waits for all, and
+/// rethrows the first exception. `setup(r)` runs once on each thread when it starts (its OpenMP share,
+/// its GPU and stream).
+class ReplicaPool {
+ public:
+  ReplicaPool(int n, std::function<void(int)> setup) : setup_(std::move(setup)) {
+    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { work(r); });
+  }
+  ~ReplicaPool() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  ReplicaPool(const ReplicaPool&) = delete;
+  ReplicaPool& operator=(const ReplicaPool&) = delete;
+
+  void run(const std::function<void(int)>& f) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      job_ = &f;
+      pending_ = static_cast<int>(threads_.size());
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    guarded(f, 0);
+    std::unique_lock<std::mutex> lock(m_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void work(int r) {
+    setup_(r);
+    std::uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      guarded(*job, r);
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        --pending_;
+      }
+      done_.notify_one();
+    }
+  }
+  void guarded(const std::function<void(int)>& f, int r) {
+    try {
+      f(r);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(m_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+
+  std::function<void(int)> setup_;
+  std::mutex m_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::uint64_t generation_ = 0;
+  int pending_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+/// How the replicas of device D reach their devices and sum their gradients. CPU replicas: nothing to
+/// bind, a shared-memory all-reduce (in DataParallel). CUDA replicas: kiln/parallel/nccl_replicas.hpp
+/// specialises it (one stream per GPU, ncclCommInitAll, grouped ncclAllReduce).
+template <class D>
+struct ReplicaDevices {
+  static_assert(sizeof(D) == 0,
+                "kiln::parallel::DataParallel on CUDA replicas: #include <kiln/parallel/nccl_replicas.hpp> and link kiln::nccl");
+};
+template <>
+struct ReplicaDevices<Cpu> {
+  explicit ReplicaDevices(int) {}
+  void bind_worker(int) {}                     // once, on replica r's thread: its device and stream
+  struct Scope {};
+  Scope caller_scope() { return {}; }          // replica 0's device and stream on the caller, for a call
+  void finish(int) {}                          // replica r's queued work is done
+  void synchronize() {}                        // every replica's is
+};
+}  // namespace detail
+
 /// N replicas of Net (input shape In, precision Prec) on device D: CPU replicas (in one address space,
 /// for tests and for CPUs with many cores) or one per GPU (devices 0..N-1). They are created once from
 /// one seed, so they start identical, and stay identical: every step gives each the same summed gradient
@@ -76,15 +175,23 @@ class DataParallel {
 
   /// `replicas` models initialised from `seed` (identically). On the CPU each replica's OpenMP loops use
   /// an equal share of the threads (at least one); on CUDA replica r lives on device r.
-  explicit DataParallel(int replicas, std::uint64_t seed = 0) {
-    if (replicas < 1)
-      throw ValueError("kiln::parallel::DataParallel: " + std::to_string(replicas) + " replicas; give at least 1");
+  explicit DataParallel(int replicas, std::uint64_t seed = 0) : devices_(check_count(replicas)) {
     for (int r = 0; r < replicas; ++r)
       models_.push_back(std::make_unique<model_type>(seed, std::is_same_v<D, Cpu> ? -1 : r));
+    devices_.synchronize();  // the initialisation is done before the replicas' streams start
 #if KILN_HAS_OPENMP
     threads_per_replica_ = std::max(1, omp_get_max_threads() / replicas);
 #endif
+    pool_ = std::make_unique<detail::ReplicaPool>(replicas, [this](int r) {
+#if KILN_HAS_OPENMP
+      omp_set_num_threads(threads_per_replica_);
+#endif
+      devices_.bind_worker(r);
+    });
   }
+
+  DataParallel(const DataParallel&) = delete;  // the replica threads and optimizers point at this
+  DataParallel& operator=(const DataParallel&) = delete;
 
   int size() const { return static_cast<int>(models_.size()); }
   model_type& replica(int r) { return *models_.at(static_cast<std::size_t>(r)); }
@@ -99,7 +206,7 @@ class DataParallel {
     using Opt = std::invoke_result_t<Make&, model_type&>;
     std::vector<std::unique_ptr<Opt>> opts;
     for (auto& m : models_) opts.push_back(std::make_unique<Opt>(make(*m)));
-    return Optimizers<Opt>(std::move(opts));
+    return Optimizers<Opt>(this, std::move(opts));
   }
 
   /// Forward and backward of one global batch: x [n, ...] and its targets (labels [n] or values [n, ...]),
@@ -151,12 +258,15 @@ class DataParallel {
         }
       });
     } else {
-      static_assert(std::is_same_v<D, Cpu>, "kiln::parallel::DataParallel: CUDA replicas (NCCL) are not built yet");
+      std::vector<M*> g;
+      for (auto& m : models_) g.push_back(m->gradients().data());
+      devices_.all_reduce(g, model_type::parameter_count);  // grouped ncclAllReduce, one stream per GPU
     }
   }
 
   /// Whether every replica holds the same parameters, bit for bit (they should, after any number of steps).
-  bool in_sync() const {
+  bool in_sync() {
+    devices_.synchronize();
     const auto p0 = replica(0).parameters().to_vector();
     for (int r = 1; r < size(); ++r)
       if (replica(r).parameters().to_vector() != p0) return false;
@@ -172,12 +282,13 @@ class DataParallel {
   template <class Opt>
   class Optimizers {
    public:
-    explicit Optimizers(std::vector<std::unique_ptr<Opt>> opts) : opts_(std::move(opts)) {}
+    Optimizers(DataParallel* dp, std::vector<std::unique_ptr<Opt>> opts) : dp_(dp), opts_(std::move(opts)) {}
+    /// Every replica's step, on its own thread (and stream).
     void step() {
-      for (auto& o : opts_) o->step();
+      dp_->run_replicas([&](int r) { opts_[static_cast<std::size_t>(r)]->step(); });
     }
     void zero_grad() {
-      for (auto& o : opts_) o->zero_grad();
+      dp_->run_replicas([&](int r) { opts_[static_cast<std::size_t>(r)]->zero_grad(); });
     }
     float lr() const { return opts_.front()->lr(); }
     void set_lr(float lr) {
@@ -187,6 +298,7 @@ class DataParallel {
     int size() const { return static_cast<int>(opts_.size()); }
 
    private:
+    DataParallel* dp_;
     std::vector<std::unique_ptr<Opt>> opts_;
   };
 
@@ -209,38 +321,51 @@ class DataParallel {
       return chunk.template to<D>(r);
     }
   }
-  /// Runs f(r) for every replica, replica 0 on the calling thread and the others on their own threads,
-  /// each with its share of the OpenMP threads; rethrows the first exception after all have finished.
+  static int check_count(int replicas) {
+    if (replicas < 1)
+      throw ValueError("kiln::parallel::DataParallel: " + std::to_string(replicas) + " replicas; give at least 1");
+    return replicas;
+  }
+  /// Runs f(r) for every replica: replica 0 on the calling thread (with its OpenMP share, and its GPU
+  /// and stream, for the call), the others on their own threads; rethrows the first exception after all
+  /// have finished. Each replica's work is finished (its stream drained) when this returns.
   template <class F>
   void run_replicas(F&& f) {
-    std::exception_ptr error;
-    std::mutex error_mutex;
-    const auto guarded = [&](int r) {
-      try {
-#if KILN_HAS_OPENMP
-        omp_set_num_threads(threads_per_replica_);
-#endif
+    const std::function<void(int)> job = [&](int r) {
+      if (r == 0) {
+        const OmpShare share(threads_per_replica_);
+        [[maybe_unused]] const auto scope = devices_.caller_scope();
+        f(0);
+        devices_.finish(0);
+      } else {
         f(r);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
+        devices_.finish(r);
       }
     };
-    std::vector<std::thread> threads;
-    for (int r = 1; r < size(); ++r) threads.emplace_back(guarded, r);
-#if KILN_HAS_OPENMP
-    const int before = omp_get_max_threads();
-#endif
-    guarded(0);
-#if KILN_HAS_OPENMP
-    omp_set_num_threads(before);
-#endif
-    for (auto& t : threads) t.join();
-    if (error) std::rethrow_exception(error);
+    pool_->run(job);
   }
+  /// The calling thread's OpenMP thread count, set to a replica's share for a scope.
+  struct OmpShare {
+    explicit OmpShare([[maybe_unused]] int n) {
+#if KILN_HAS_OPENMP
+      before = omp_get_max_threads();
+      omp_set_num_threads(n);
+#endif
+    }
+    ~OmpShare() {
+#if KILN_HAS_OPENMP
+      omp_set_num_threads(before);
+#endif
+    }
+    OmpShare(const OmpShare&) = delete;
+    OmpShare& operator=(const OmpShare&) = delete;
+    int before = 1;
+  };
 
+  detail::ReplicaDevices<D> devices_;
   std::vector<std::unique_ptr<model_type>> models_;
   int threads_per_replica_ = 1;
+  std::unique_ptr<detail::ReplicaPool> pool_;  // last: its threads stop before the replicas go
 };
 
 }  // namespace kiln::parallel

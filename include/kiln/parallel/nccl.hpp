@@ -13,22 +13,12 @@
 
 #include "kiln/backend/cuda/device.hpp"
 #include "kiln/core/half.hpp"
+#include "kiln/parallel/nccl_replicas.hpp"
 #include "kiln/parallel/mpi.hpp"
 #include "kiln/parallel/process_group.hpp"
 #include "kiln/policy/policy.hpp"
 
 namespace kiln::parallel {
-
-namespace detail {
-template <class E>
-ncclDataType_t nccl_type() {
-  if constexpr (std::is_same_v<E, float>) return ncclFloat32;
-  else if constexpr (std::is_same_v<E, double>) return ncclFloat64;
-  else if constexpr (std::is_same_v<E, half>) return ncclFloat16;
-  else if constexpr (std::is_same_v<E, bfloat16>) return ncclBfloat16;
-  else static_assert(sizeof(E) == 0, "kiln::parallel::ProcessGroup<Nccl>: no NCCL datatype for this element type");
-}
-}  // namespace detail
 
 /// The job's ranks, one GPU each (device local_rank(), made the current device), over a non-blocking NCCL communicator, so that
 /// every wait can give up: a collective that has not finished within the timeout, or an asynchronous

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mpi/ddp_support.hpp"
+#include "support/parallel_models.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -22,11 +23,10 @@ namespace kt = kiln::test;
 namespace knn = kiln::nn;
 using Group = kiln::parallel::ProcessGroup<kiln::Nccl>;
 
-using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
-using Row = Shape<dyn, 13>;
-using LeNet = knn::Sequential<knn::Conv2d<1, 4, 3, 1, 1>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten,
-                              knn::Linear<4 * 4 * 4, 10>>;
-using Image = Shape<dyn, 1, 8, 8>;
+using kiln::test::parallel_models::Image;
+using kiln::test::parallel_models::LeNet;
+using kiln::test::parallel_models::Mlp;
+using kiln::test::parallel_models::Row;
 
 Group& group() {  // one communicator for the whole run, as a training program has
   static Group g({.timeout = std::chrono::seconds(120)});

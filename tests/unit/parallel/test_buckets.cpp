@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/parallel_models.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -20,11 +21,10 @@ namespace knn = kiln::nn;
 using kiln::parallel::Bucket;
 using kiln::parallel::plan_buckets;
 
-using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
-using Row = Shape<dyn, 13>;
-using LeNet = knn::Sequential<knn::Conv2d<1, 4, 3, 1, 1>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten,
-                              knn::Linear<4 * 4 * 4, 10>>;
-using Image = Shape<dyn, 1, 8, 8>;
+using kiln::test::parallel_models::Image;
+using kiln::test::parallel_models::LeNet;
+using kiln::test::parallel_models::Mlp;
+using kiln::test::parallel_models::Row;
 
 constexpr double mib = 1.0 / 1048576.0;  // one byte, in MiB
 

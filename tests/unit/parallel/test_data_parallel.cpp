@@ -1,7 +1,8 @@
 // DataParallel with CPU replicas: torch.chunk's split; replicas stay identical; 2 replicas train like one
 // device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5); an
 // uneven split (7 samples on 3 replicas, 2 on 3) is weighted so the summed gradient is the batch's; bf16
-// replicas follow one bf16 device; an error on a replica's thread reaches the caller.
+// replicas follow one bf16 device; fp16 replicas step through one GradScaler like one fp16 device (skips
+// counted once); an error on a replica's thread reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <kiln/parallel/data_parallel.hpp>
 #include <vector>
 
+#include "support/parallel_models.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -22,11 +24,10 @@ namespace knn = kiln::nn;
 using kiln::parallel::DataParallel;
 using kiln::parallel::Split;
 
-using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
-using Row = Shape<dyn, 13>;
-using LeNet = knn::Sequential<knn::Conv2d<1, 4, 3, 1, 1>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten,
-                              knn::Linear<4 * 4 * 4, 10>>;
-using Image = Shape<dyn, 1, 8, 8>;
+using kiln::test::parallel_models::Image;
+using kiln::test::parallel_models::LeNet;
+using kiln::test::parallel_models::Mlp;
+using kiln::test::parallel_models::Row;
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0;
@@ -140,6 +141,46 @@ BOOST_AUTO_TEST_CASE(bf16_replicas_train_like_one_bf16_device) {
   const double d = max_abs_diff(dp.module().parameters().to_vector(), single.parameters().to_vector());
   BOOST_TEST_MESSAGE("bf16, 2 replicas, 10 steps: largest parameter difference " << d);
   BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(fp16_replicas_step_through_one_scaler_like_one_fp16_device) {
+  // One GradScaler over the optimizer bundle: every replica's gradients unscaled, all step or none, a
+  // skipped step counted once. A first scale of 2^40 overflows fp16 (skipped, backed off) until it fits.
+  using P = kiln::Policy<kiln::MixedFp16>;
+  const kiln::optim::GradScalerOptions so{.init_scale = 1099511627776.0, .growth_interval = 3};
+  knn::Model<Mlp, Row, P> single(4);
+  kiln::optim::Adam opt(single, {.lr = 1e-2f});
+  kiln::optim::GradScaler<kiln::Cpu> single_scaler(so);
+  DataParallel<Mlp, Row, kiln::MixedFp16> dp(2, 4);
+  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); });
+  kiln::optim::GradScaler<kiln::Cpu> scaler(so);
+  knn::MSELoss mse;
+  const auto y32 = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(32, -2, 2, 12), Extents<Shape<dyn, 1>>(32));
+  Tensor<kiln::half, Shape<dyn, 1>> y(y32.extents());
+  kiln::assign(y, kiln::cast<kiln::half>(y32));
+  int dp_steps = 0, single_steps = 0;
+  for (int s = 0; s < 40; ++s) {
+    const auto x32 = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(32 * 13, -1, 1, 400 + s), Extents<Row>(32));
+    Tensor<kiln::half, Row> x(x32.extents());
+    kiln::assign(x, kiln::cast<kiln::half>(x32));
+    opt.zero_grad();
+    single.backward(mse.backward(single.forward(x), y, static_cast<float>(single_scaler.scale())));
+    single_steps += single_scaler.step(opt);
+    single_scaler.update();
+    opts.zero_grad();
+    (void)dp.train_step(x, y, mse, scaler.scale());
+    dp_steps += scaler.step(opts);
+    scaler.update();
+  }
+  BOOST_TEST(scaler.skipped_steps() > 0);  // the huge first scales overflowed
+  BOOST_TEST(scaler.skipped_steps() == single_scaler.skipped_steps());
+  BOOST_TEST(dp_steps == single_steps);
+  BOOST_TEST(dp_steps + scaler.skipped_steps() == 40);
+  BOOST_TEST(scaler.scale() == single_scaler.scale());
+  BOOST_TEST(dp.in_sync());
+  const double d = max_abs_diff(dp.module().parameters().to_vector(), single.parameters().to_vector());
+  BOOST_TEST_MESSAGE("fp16, 2 replicas, 40 iterations (" << scaler.skipped_steps() << " skipped): largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-4);
 }
 
 BOOST_AUTO_TEST_CASE(an_error_on_a_replica_thread_reaches_the_caller) {

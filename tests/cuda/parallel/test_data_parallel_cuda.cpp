@@ -1,0 +1,84 @@
+// DataParallel with CUDA replicas (one per GPU, ncclCommInitAll, grouped ncclAllReduce): on as many GPUs
+// as the machine has (at most 4; one GPU: one replica), 20 Adam steps of the seeds' MLP and a small LeNet
+// on the same global batches as one GPU end within 1e-5 of its parameters, with the replicas identical.
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <kiln/cuda.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+#include <kiln/parallel/nccl_replicas.hpp>
+#include <vector>
+
+#include "support/parallel_models.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+namespace kt = kiln::test;
+namespace knn = kiln::nn;
+
+using kiln::test::parallel_models::Image;
+using kiln::test::parallel_models::LeNet;
+using kiln::test::parallel_models::Mlp;
+using kiln::test::parallel_models::Row;
+
+int gpus() { return std::min(4, kiln::cuda::device_count()); }
+
+template <class Net, class In, class Y, class SY, class Loss>
+double train_both(int steps, const Extents<In>& ext, const std::vector<Y>& targets, const Extents<SY>& target_ext, Loss loss) {
+  using P = kiln::Policy<kiln::Fp32, kiln::Cuda>;
+  knn::Model<Net, In, P> single(5, 0);
+  kiln::optim::Adam opt(single, {.lr = 1e-2f});
+  kiln::parallel::DataParallel<Net, In, kiln::Fp32, kiln::Cuda> dp(gpus(), 5);
+  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); });
+  const auto y_host = kt::make_tensor<kiln::Cpu>(targets, target_ext);
+  const auto y = y_host.template to<kiln::Cuda>(0);
+  for (int s = 0; s < steps; ++s) {
+    const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, 100 + s), ext);
+    opt.zero_grad();
+    const auto pred = single.forward(x.template to<kiln::Cuda>(0));
+    const double want = loss(pred, y).item();
+    single.backward(loss.backward(pred, y));
+    opt.step();
+    opts.zero_grad();
+    const double got = dp.train_step(x, y_host, loss);
+    opts.step();
+    BOOST_TEST(got == want, boost::test_tools::tolerance(1e-5));
+  }
+  BOOST_TEST(dp.in_sync());
+  const auto a = dp.module().parameters().to_vector(), b = single.parameters().to_vector();
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+  return d;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(parallel)
+BOOST_AUTO_TEST_SUITE(data_parallel_cuda)
+
+BOOST_AUTO_TEST_CASE(gpu_replicas_train_the_mlp_like_one_gpu) {
+  const double d = train_both<Mlp>(20, Extents<Row>(64), kt::random_values<float>(64, -2, 2, 7), Extents<Shape<dyn, 1>>(64),
+                                   knn::MSELoss{});
+  BOOST_TEST_MESSAGE(gpus() << " GPU replica(s), MLP, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(gpu_replicas_train_a_small_lenet_like_one_gpu) {
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
+  const double d = train_both<LeNet>(20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE(gpus() << " GPU replica(s), LeNet, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(more_replicas_than_gpus_is_an_error) {
+  using Dp = kiln::parallel::DataParallel<Mlp, Row, kiln::Fp32, kiln::Cuda>;
+  BOOST_CHECK_THROW(Dp(kiln::cuda::device_count() + 1, 0), kiln::ValueError);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()

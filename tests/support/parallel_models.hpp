@@ -1,0 +1,14 @@
+// The models the data-parallel tests train (tests/unit/parallel, tests/cuda/parallel, tests/mpi): the
+// seeds' 13-16-32-1 MLP, and a LeNet small enough to train for 20 steps in a test.
+#pragma once
+#include <kiln/nn/nn.hpp>
+
+namespace kiln::test::parallel_models {
+
+using Mlp = nn::Sequential<nn::Linear<13, 16>, nn::ReLU, nn::Linear<16, 32>, nn::ReLU, nn::Linear<32, 1>>;
+using Row = Shape<dyn, 13>;
+/// 1x8x8 images, 10 classes: 4 * 1 * 3 * 3 + 4 = 40 convolution parameters, then 4 * 4 * 4 -> 10.
+using LeNet = nn::Sequential<nn::Conv2d<1, 4, 3, 1, 1>, nn::ReLU, nn::MaxPool2d<2>, nn::Flatten, nn::Linear<4 * 4 * 4, 10>>;
+using Image = Shape<dyn, 1, 8, 8>;
+
+}  // namespace kiln::test::parallel_models
