@@ -92,7 +92,12 @@ class ReplicaPool {
 
  private:
   void work(int r) {
-    setup_(r);
+    std::exception_ptr setup_error;  // reported by every job, instead of running it
+    try {
+      setup_(r);
+    } catch (...) {
+      setup_error = std::current_exception();
+    }
     std::uint64_t seen = 0;
     for (;;) {
       const std::function<void(int)>* job = nullptr;
@@ -103,7 +108,12 @@ class ReplicaPool {
         seen = generation_;
         job = job_;
       }
-      guarded(*job, r);
+      if (setup_error) {
+        std::lock_guard<std::mutex> lock(m_);
+        if (!error_) error_ = setup_error;
+      } else {
+        guarded(*job, r);
+      }
       {
         std::lock_guard<std::mutex> lock(m_);
         --pending_;
