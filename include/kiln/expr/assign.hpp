@@ -4,21 +4,39 @@
 #include <type_traits>
 
 #include "kiln/backend/cpu/executor.hpp"
+#include "kiln/core/fusion.hpp"
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/expr/unfused.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln {
 
 namespace detail {
-/// The body of assign(), instantiated only for a valid right-hand side (no error cascade).
+template <class T, class S, class D, class E>
+void assign_expr(Tensor<T, S, D>& dst, const E& e);
+
+/// The body of assign(), instantiated only for a valid right-hand side (no error cascade). With fusion
+/// off (kiln::Unfused), an expression of several operations runs one pass per operation.
 template <class T, class S, class D, class Src>
 void assign_valid(Tensor<T, S, D>& dst, const Src& src) {
   auto e = [&] {
     if constexpr (std::is_arithmetic_v<Src>) return Scalar<compute_t<T>>{static_cast<compute_t<T>>(src)};
     else return as_expr(src);
   }();
-  using E = decltype(e);
+  if constexpr (op_count<decltype(e)>::value > 1) {
+    if (!fusion_enabled()) {
+      Temporaries keep;
+      assign_expr(dst, split_below_root<D>(e, keep, dst.device_index()));
+      return;
+    }
+  }
+  assign_expr(dst, e);
+}
+
+/// Checks e against dst (device, shape, broadcasting) and runs it: one pass.
+template <class T, class S, class D, class E>
+void assign_expr(Tensor<T, S, D>& dst, const E& e) {
   using SE = typename E::shape_type;
   // >>> Stopped here? The expression lives on another device than the destination tensor. <<<
   static_assert(std::is_void_v<typename E::device> || std::is_same_v<typename E::device, D>,

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/fusion.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/epilogue.hpp"
@@ -93,7 +94,7 @@ struct Linear {
       if constexpr (std::is_same_v<D, Cuda> && std::is_same_v<T, float> && std::is_same_v<M, float> && Bias &&
                     (E::identity || std::is_same_v<E, epilogue::Relu>)) {  // one cuBLASLt call
         // cuBLASLt reads bias vectors 16-byte aligned; otherwise the GEMM + kiln's epilogue below.
-        if (x.size(0) > 0 && reinterpret_cast<std::uintptr_t>(bias().data()) % 16 == 0) {
+        if (x.size(0) > 0 && reinterpret_cast<std::uintptr_t>(bias().data()) % 16 == 0 && fusion_enabled()) {
           Extents<output_shape> e = {};
           e[0] = x.size(0);
           Tensor<T, output_shape, D> y(e, x.device_index());

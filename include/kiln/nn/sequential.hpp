@@ -1,5 +1,6 @@
 /// Sequential: a flat pack of layers applied in order; shapes are inferred, and checked, at compile time.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <sstream>
 #include <string>
@@ -8,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/fusion.hpp"
 #include "kiln/core/type_list.hpp"
 #include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
@@ -254,6 +256,8 @@ struct Sequential {
       if constexpr (I == n) {
         return x;
       } else if constexpr (fused_with_next<I>) {  // layer I + 1 runs inside layer I's epilogue
+        ran_fused_[I] = fusion_enabled();             // unless fusion is off (kiln::Unfused): two layers
+        if (!ran_fused_[I]) return forward_from<I + 1>(std::get<I>(layers_).forward(x, ctx), ctx);
         return forward_from<I + 2>(std::get<I>(layers_).template forward_fused<epilogue_at<I + 1>>(x, ctx), ctx);
       } else {
         return forward_from<I + 1>(std::get<I>(layers_).forward(x, ctx), ctx);
@@ -262,16 +266,22 @@ struct Sequential {
     template <std::size_t I, class G>
     auto backward_from(const G& dy, bool input_grad, const GradientsReady* ready) {
       if constexpr (fused_into_previous<I>) {
+        if (!ran_fused_[I - 1]) return backward_unfused<I>(dy, input_grad, ready);  // forward ran two layers
         auto dx = std::get<I - 1>(layers_).template backward_fused<epilogue_at<I>>(dy, I > 1 || input_grad);
         tell_ready<I - 1>(ready);
         if constexpr (I == 1) return dx;
         else return backward_from<I - 2>(dx, input_grad, ready);
       } else {
-        auto dx = detail::backward_of(std::get<I>(layers_), dy, I > 0 || input_grad);
-        tell_ready<I>(ready);
-        if constexpr (I == 0) return dx;
-        else return backward_from<I - 1>(dx, input_grad, ready);
+        return backward_unfused<I>(dy, input_grad, ready);
       }
+    }
+    /// Layer I's own backward, then the layers before it.
+    template <std::size_t I, class G>
+    auto backward_unfused(const G& dy, bool input_grad, const GradientsReady* ready) {
+      auto dx = detail::backward_of(std::get<I>(layers_), dy, I > 0 || input_grad);
+      tell_ready<I>(ready);
+      if constexpr (I == 0) return dx;
+      else return backward_from<I - 1>(dx, input_grad, ready);
     }
     template <std::size_t I>
     static void tell_ready(const GradientsReady* ready) {
@@ -294,6 +304,7 @@ struct Sequential {
     }
 
     tuple_type layers_;
+    std::array<bool, n> ran_fused_{};  // per layer: whether the last forward ran it with the next fused
   };
 };
 

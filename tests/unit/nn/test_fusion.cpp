@@ -1,7 +1,9 @@
 // Epilogue fusion: in a Sequential, Linear or Conv2d followed by ReLU, Sigmoid, Tanh or GELU runs as one
 // layer (GEMM + one pass; backward: one pass + the GEMMs). The fused pairs match finite differences in
-// float64 and the unfused modules run one by one; a Linear-ReLU step has a fixed number of passes.
+// float64 and the unfused modules run one by one; a Linear-ReLU step has a fixed number of passes; with
+// fusion switched off (kiln::Unfused) the pairs run as separate layers and give the same results.
 #include <boost/test/unit_test.hpp>
+#include <kiln/core/fusion.hpp>
 #include <kiln/nn/nn.hpp>
 #include <string>
 #include <type_traits>
@@ -131,6 +133,49 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backward_without_input_grad_gives_the_same_paramet
   const auto dx = b.backward_input(dy);
   BOOST_TEST(dx.size(0) == 6);
   BOOST_TEST(a.gradients().to_vector() == b.gradients().to_vector());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(fusion_off_runs_each_layer_alone_with_the_same_results, D, kiln::test::devices) {
+  // kiln::Unfused: the Conv2d-ReLU and Linear-ReLU pairs run as two layers each (more passes), and a
+  // LeNet-like step gives the fused step's loss, input gradient and parameter gradients.
+  using Net = knn::Sequential<knn::Conv2d<3, 4, 3, 1, 1>, knn::ReLU, knn::MaxPool2d<2>, knn::Flatten,
+                              knn::Linear<64, 16>, knn::ReLU, knn::Linear<16, 5>>;
+  using In = Shape<dyn, 3, 8, 8>;
+  knn::Model<Net, In, kiln::Policy<kiln::Fp32, D>> fused(7), unfused(7);
+  const Extents<In> ext(6);
+  const auto x = kt::make_tensor<D>(kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, 61), ext);
+  const auto y = kt::make_tensor<D>(std::vector<std::int64_t>{0, 1, 2, 3, 4, 0}, Extents<Shape<dyn>>(6));
+  knn::CrossEntropyLoss ce;
+  auto before = kiln::passes();
+  const auto pf = fused.forward(x);
+  const auto dxf = fused.backward_input(ce.backward(pf, y));
+  const auto fused_passes = kiln::passes() - before;
+  std::uint64_t unfused_passes = 0;
+  Tensor<float, In, D> dxu;
+  Tensor<float, Shape<dyn, 5>, D> pu;
+  {
+    kiln::Unfused off;
+    before = kiln::passes();
+    pu = unfused.forward(x);
+    dxu = unfused.backward_input(ce.backward(pu, y));
+    unfused_passes = kiln::passes() - before;
+  }
+  BOOST_TEST_MESSAGE("step passes: fused " << fused_passes << ", unfused " << unfused_passes);
+  BOOST_TEST(unfused_passes >= fused_passes + 4);  // two activations forward and backward on their own
+  BOOST_TEST(kt::all_close(pu.to_vector(), widen(pf.to_vector()), 1e-5, 1e-6));
+  BOOST_TEST(kt::all_close(dxu.to_vector(), widen(dxf.to_vector()), 1e-5, 1e-6));
+  BOOST_TEST(kt::all_close(unfused.gradients().to_vector(), widen(fused.gradients().to_vector()), 1e-5, 1e-6));
+  // The model switches back: a fused forward after an unfused one, and the other way round.
+  (void)unfused.forward(x);
+  {
+    kiln::Unfused off;
+    (void)fused.forward(x);
+    fused.zero_grad();
+    fused.backward(ce.backward(fused.forward(x), y));
+  }
+  unfused.zero_grad();
+  unfused.backward(ce.backward(unfused.forward(x), y));
+  BOOST_TEST(kt::all_close(unfused.gradients().to_vector(), widen(fused.gradients().to_vector()), 1e-5, 1e-6));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
