@@ -7,7 +7,9 @@
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
+#include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
+#include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -120,7 +122,8 @@ class AdamBase {
     }
   }
 
-  /// One step over every parameter: one pass (one loop on the CPU, one kernel on the GPU).
+  /// One step over every parameter: one pass (one loop on the CPU, one kernel on the GPU); with fusion
+  /// off (kiln::Unfused), one pass per operation in torch's single-tensor order.
   void step() {
     ++steps_;
     using C = typename detail::AdamStep<M>::C;
@@ -130,6 +133,12 @@ class AdamBase {
     const double bias_correction1 = 1.0 - std::pow(b1, t);
     const double bias_correction2 = 1.0 - std::pow(b2, t);
     const double step_size = lr / bias_correction1;
+    if (!fusion_enabled()) {
+      step_unfused(static_cast<C>(b1), static_cast<C>(b2), static_cast<C>(Decoupled ? 0.0 : wd),
+                   static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0), static_cast<C>(-step_size),
+                   static_cast<C>(std::sqrt(bias_correction2)), static_cast<C>(o_.eps));
+      return;
+    }
     const auto run = [&](auto amsgrad) {
       const detail::AdamStep<M, Decoupled, decltype(amsgrad)::value, W> f{p_.data(),
                                 g_.data(),
@@ -157,6 +166,36 @@ class AdamBase {
   arena_type& gradients() { return g_; }
   const arena_type& gradients() const { return g_; }
 
+ private:
+  /// step() with fusion off, as torch.optim.Adam(foreach=False) runs it: p *= decay (AdamW); g + wd p
+  /// into a new tensor (Adam's L2); m = m b1, m += (1 - b1) g; v = v b2, v += (1 - b2) g g;
+  /// (amsgrad: vmax = max(vmax, v)); denom = sqrt(v), /= sqrt(bc2), += eps; p += (-step_size m) / denom;
+  /// and the working copy rewritten from p (mixed precision).
+  template <class C>
+  void step_unfused(C b1, C b2, C l2, C decay, C neg_step_size, C bc2_sqrt, C eps) {
+    if constexpr (Decoupled) kiln::assign(p_, p_ * decay);
+    arena_type g = g_;  // shares the gradients, unless Adam's L2 term makes a new tensor
+    if (l2 != C(0)) {
+      g = arena_type(g_.extents(), g_.device_index());
+      kiln::assign(g, g_ + p_ * l2);
+    }
+    kiln::assign(m_, m_ * b1);
+    kiln::assign(m_, m_ + g * (C(1) - b1));
+    kiln::assign(v_, v_ * b2);
+    kiln::assign(v_, v_ + g * g * (C(1) - b2));
+    if (o_.amsgrad) kiln::assign(vmax_, kiln::max(vmax_, v_));
+    arena_type denom(p_.extents(), p_.device_index());
+    kiln::assign(denom, kiln::sqrt(o_.amsgrad ? vmax_ : v_));
+    kiln::assign(denom, denom / bc2_sqrt);
+    kiln::assign(denom, denom + eps);
+    kiln::assign(p_, p_ + (m_ * neg_step_size) / denom);
+    if (work_ != nullptr) {
+      auto work = working_arena_type::from_blob(work_, p_.extents(), p_.device_index());
+      kiln::assign(work, p_);
+    }
+  }
+
+ public:
   float lr() const { return o_.lr; }
   void set_lr(float lr) { o_.lr = lr; }
   const Options& options() const { return o_; }

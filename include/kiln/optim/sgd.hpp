@@ -3,7 +3,9 @@
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
+#include "kiln/ops/elementwise.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -67,7 +69,14 @@ class SGD {
     requires requires(Model& m) { m.parameters(); m.gradients(); }
   SGD(Model& m, SGDOptions o = {}) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
+  /// One pass over every parameter; with fusion off (kiln::Unfused), one pass per operation in torch's
+  /// single-tensor order.
   void step() {
+    if (!fusion_enabled()) {
+      step_unfused();
+      first_ = false;
+      return;
+    }
     kiln::detail::executor<D>::for_each(
         p_.numel(), detail::SgdStep<M, W>{p_.data(), g_.data(), buf_.data(), work_, o_.lr, o_.momentum,
                                           o_.dampening, o_.weight_decay, o_.nesterov, first_});
@@ -84,6 +93,38 @@ class SGD {
   const arena_type& gradients() const { return g_; }
 
  private:
+  /// step() as torch.optim.SGD(foreach=False) runs it: g + wd p into a new tensor; buf = g (first
+  /// step) or buf = momentum buf, buf += (1 - dampening) g; g + momentum buf (nesterov) or buf;
+  /// p += -lr g; and the working copy rewritten from p (mixed precision).
+  void step_unfused() {
+    using C = typename detail::SgdStep<M, W>::C;
+    arena_type g = g_;  // shares the gradients until an operation makes a new tensor
+    if (o_.weight_decay != 0.0f) {
+      g = arena_type(g_.extents(), g_.device_index());
+      kiln::assign(g, g_ + p_ * C(o_.weight_decay));
+    }
+    if (o_.momentum != 0.0f) {
+      if (first_) {
+        kiln::assign(buf_, g);
+      } else {
+        kiln::assign(buf_, buf_ * C(o_.momentum));
+        kiln::assign(buf_, buf_ + g * (C(1) - C(o_.dampening)));
+      }
+      if (o_.nesterov) {
+        arena_type n(g_.extents(), g_.device_index());
+        kiln::assign(n, g + buf_ * C(o_.momentum));
+        g = n;
+      } else {
+        g = buf_;
+      }
+    }
+    kiln::assign(p_, p_ + g * C(-o_.lr));
+    if (work_ != nullptr) {
+      auto work = Tensor<W, Shape<dyn>, D>::from_blob(work_, p_.extents(), p_.device_index());
+      kiln::assign(work, p_);
+    }
+  }
+
   arena_type& p_;
   arena_type& g_;
   W* work_;  // mixed precision: the model's working copy; null otherwise
