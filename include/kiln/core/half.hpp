@@ -61,6 +61,23 @@ inline std::uint16_t float_to_half_bits(float f) {
   }
   return static_cast<std::uint16_t>(h | sign);
 }
+/// float -> bfloat16 bits, rounded to nearest even; a NaN stays a (quiet) NaN. Branch-free but for the
+/// NaN select, so a loop that stores bfloat16 still vectorises (with CUDA's host __float2bfloat16_rn the
+/// fused bf16 Adam step of a 2.1 M-parameter MLP stayed scalar: 18.7 ms against 3.5 ms with these).
+inline std::uint16_t float_to_bfloat16_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t nan = (u >> 16) | 0x40u;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+/// bfloat16 bits -> float (exact: the upper half of a float).
+inline float bfloat16_bits_to_float(std::uint16_t b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 }  // namespace detail
 
 #if KILN_HAS_CUDA_HALF
@@ -78,19 +95,8 @@ struct half_bits {
 struct bfloat16_bits {
   std::uint16_t bits;
   bfloat16_bits() = default;
-  bfloat16_bits(float f) {
-    std::uint32_t x;
-    std::memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) { bits = static_cast<std::uint16_t>((x >> 16) | 0x40u); return; }
-    x += 0x7fffu + ((x >> 16) & 1u);
-    bits = static_cast<std::uint16_t>(x >> 16);
-  }
-  operator float() const {
-    std::uint32_t x = static_cast<std::uint32_t>(bits) << 16;
-    float f;
-    std::memcpy(&f, &x, 4);
-    return f;
-  }
+  bfloat16_bits(float f) : bits(float_to_bfloat16_bits(f)) {}
+  operator float() const { return bfloat16_bits_to_float(bits); }
 };
 }  // namespace detail
 using half = detail::half_bits;
@@ -131,8 +137,10 @@ KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> to_compute(T v) {
     return static_cast<float>(v);
 #endif
   } else if constexpr (std::is_same_v<T, bfloat16>) {
-#if KILN_HAS_CUDA_HALF
+#if KILN_HAS_CUDA_HALF && defined(__CUDA_ARCH__)
     return __bfloat162float(v);
+#elif KILN_HAS_CUDA_HALF
+    return detail::bfloat16_bits_to_float(static_cast<__nv_bfloat16_raw>(v).x);
 #else
     return static_cast<float>(v);
 #endif
@@ -155,8 +163,12 @@ KILN_HOST_DEVICE KILN_FORCEINLINE T from_compute(V v) {
     return half(static_cast<float>(v));
 #endif
   } else if constexpr (std::is_same_v<T, bfloat16>) {
-#if KILN_HAS_CUDA_HALF
+#if KILN_HAS_CUDA_HALF && defined(__CUDA_ARCH__)
     return __float2bfloat16_rn(static_cast<float>(v));
+#elif KILN_HAS_CUDA_HALF
+    __nv_bfloat16_raw r;
+    r.x = detail::float_to_bfloat16_bits(static_cast<float>(v));
+    return bfloat16(r);
 #else
     return bfloat16(static_cast<float>(v));
 #endif

@@ -1,7 +1,8 @@
-// The host conversions between float and binary16 (core/half.hpp; every load and store of a half on the
-// CPU goes through them): every one of the 65536 values loads exactly, and stores round to the nearest
-// binary16 value with ties to even, subnormals included, overflowing to inf, NaN staying NaN. Checked
-// against values computed from the bit fields in double precision, independently of the code under test.
+// The host conversions between float and binary16 / bfloat16 (core/half.hpp; every load and store of a
+// half or bfloat16 on the CPU goes through them): every one of the 65536 values loads exactly, and stores
+// round to the nearest value with ties to even, subnormals included, overflowing to inf, NaN staying NaN.
+// Checked against values computed from the bit fields in double precision, independently of the code
+// under test.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -89,6 +90,56 @@ BOOST_AUTO_TEST_CASE(stores_round_to_nearest_even_with_subnormals_and_overflow) 
   BOOST_TEST(wrong == 0);
   const std::uint16_t nan = bits_of(kiln::from_compute<kiln::half>(std::numeric_limits<float>::quiet_NaN()));
   BOOST_TEST(((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0));
+}
+
+BOOST_AUTO_TEST_CASE(every_bfloat16_loads_exactly_and_stores_round_to_nearest_even) {
+  // bfloat16 is float's upper 16 bits: value = sign, 8-bit exponent, 7-bit mantissa.
+  const auto value = [](std::uint16_t b) {
+    const int sign = b >> 15, e = (b >> 7) & 0xff, m = b & 0x7f;
+    double v;
+    if (e == 255) v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    else if (e == 0) v = std::ldexp(m, -133);
+    else v = std::ldexp(128 + m, e - 134);
+    return sign ? -v : v;
+  };
+  const auto bits = [](kiln::bfloat16 h) {
+    std::uint16_t b;
+    std::memcpy(&b, &h, 2);
+    return b;
+  };
+  int wrong = 0;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const auto raw = static_cast<std::uint16_t>(b);
+    kiln::bfloat16 h;
+    std::memcpy(static_cast<void*>(&h), &raw, 2);
+    const float f = kiln::to_compute(h);
+    const double want = value(raw);
+    if (std::isnan(want)) {
+      wrong += !std::isnan(f) || !std::isnan(kiln::to_compute(kiln::from_compute<kiln::bfloat16>(f)));
+    } else {
+      wrong += static_cast<double>(f) != want || std::signbit(f) != std::signbit(want);
+      wrong += bits(kiln::from_compute<kiln::bfloat16>(f)) != raw;
+    }
+    // The midpoint above each finite value is a tie: it rounds to the even mantissa of the two.
+    const auto next = static_cast<std::uint16_t>(raw + 1);
+    if ((raw & 0x7f80) != 0x7f80 && (next & 0x7f80) != 0x7f80 && (raw & 0x7fff) != 0x7fff && !(raw & 0x8000)) {
+      const float mid = static_cast<float>((value(raw) + value(next)) / 2);  // exact: 9 bits of mantissa
+      const std::uint16_t even = (raw & 1) ? next : raw;
+      if (bits(kiln::from_compute<kiln::bfloat16>(mid)) != even && wrong++ < 5)
+        BOOST_TEST_MESSAGE("tie above " << raw << " rounds to " << bits(kiln::from_compute<kiln::bfloat16>(mid)));
+      // Just above and below the tie round up and down.
+      const float up = std::nextafter(mid, std::numeric_limits<float>::infinity());
+      const float down = std::nextafter(mid, -std::numeric_limits<float>::infinity());
+      wrong += bits(kiln::from_compute<kiln::bfloat16>(up)) != next;
+      wrong += bits(kiln::from_compute<kiln::bfloat16>(down)) != raw;
+    }
+  }
+  BOOST_TEST(wrong == 0);
+  BOOST_TEST(bits(kiln::from_compute<kiln::bfloat16>(3.4e38f)) == 0x7f80);  // beyond the largest finite: inf
+  const std::uint16_t nan = bits(kiln::from_compute<kiln::bfloat16>(std::numeric_limits<float>::quiet_NaN()));
+  BOOST_TEST(((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0));
+  const std::uint16_t snan = bits(kiln::from_compute<kiln::bfloat16>(std::numeric_limits<float>::signaling_NaN()));
+  BOOST_TEST(((snan & 0x7f80) == 0x7f80 && (snan & 0x7f) != 0));  // never rounds into inf
 }
 
 BOOST_AUTO_TEST_SUITE_END()
