@@ -87,6 +87,9 @@ fi
 for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' ! -name 'bench_distributed_cuda' | sort); do
   run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json"
 done
+kb=$(find "$bin" -type f -perm -u+x -name kiln-bench | head -1)  # issue #7: fused vs unfused on the GPU
+[ -n "$kb" ] && run kiln-bench 240 "$kb" --device cuda --precisions fp32,fp16,bf16 --batches 128,1024 \
+  --repeat 10 --json "$out/kiln-bench.json" --plot "$out/kiln-bench-plots"
 dist=$(find "$bin" -type f -perm -u+x -name bench_distributed_cuda | head -1)
 [ -n "$dist" ] && run "bench_distributed_cuda_np$gpus" 180 "${launch[@]}" "$dist" --json "$out/bench_distributed_cuda.json"
 job_dp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
