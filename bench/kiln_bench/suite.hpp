@@ -13,6 +13,7 @@
 //   }
 #pragma once
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -263,25 +264,42 @@ inline double tolerance_of(const std::string& precision) {
 /// gnuplot when it is installed (Debian: gnuplot-nox); the data and the script are written either way.
 inline int write_plots(const nlohmann::json& out, const std::string& dir, const char* program) {
   std::filesystem::create_directories(dir);
-  std::map<std::string, std::vector<const nlohmann::json*>> series;  // "model.prec.mode" -> rows
-  for (const auto& r : out["rows"])
-    series[r["model"].get<std::string>() + "." + r["precision"].get<std::string>() + "." + r["mode"].get<std::string>()]
-        .push_back(&r);
+  // "model.prec.mode" -> batch -> {kiln fused, kiln unfused, torch eager, torch compile} ms (NaN: none)
+  std::map<std::string, std::map<long long, std::array<double, 4>>> series;
+  for (const auto& r : out["rows"]) {
+    const std::string name =
+        r["model"].get<std::string>() + "." + r["precision"].get<std::string>() + "." + r["mode"].get<std::string>();
+    auto& cell = series[name].try_emplace(r["batch"].get<long long>(), std::array<double, 4>{NAN, NAN, NAN, NAN})
+                     .first->second;
+    const bool torch = r.value("framework", "kiln") == "torch";
+    const std::size_t col = torch ? (r.value("variant", "eager") == "eager" ? 2 : 3) : (r["fused"].get<bool>() ? 0 : 1);
+    cell[col] = r["median_ms"].get<double>();
+  }
   std::ofstream gp(dir + "/kiln-bench.gp");
   gp << "# kiln-bench plots: gnuplot kiln-bench.gp (in this folder)\nset terminal svg size 640,400\n"
-        "set logscale xy\nset xlabel 'batch size'\nset ylabel 'step time (ms)'\nset key top left\n";
-  for (const auto& [name, rows] : series) {
+        "set logscale xy\nset xlabel 'batch size'\nset ylabel 'step time (ms)'\nset key top left\n"
+        "set datafile missing 'nan'\n";
+  const char* titles[4] = {"kiln fused", "kiln unfused", "PyTorch eager", "PyTorch torch.compile"};
+  for (const auto& [name, by_batch] : series) {
     std::ofstream dat(dir + "/" + name + ".dat");
-    dat << "# batch fused_ms unfused_ms\n";
-    std::map<long long, std::pair<double, double>> by_batch;
-    for (const auto* r : rows) {
-      auto& cell = by_batch[(*r)["batch"].get<long long>()];
-      ((*r)["fused"].get<bool>() ? cell.first : cell.second) = (*r)["median_ms"].get<double>();
+    dat << "# batch kiln_fused_ms kiln_unfused_ms torch_eager_ms torch_compile_ms\n";
+    std::array<bool, 4> present{};
+    for (const auto& [b, t] : by_batch) {
+      dat << b;
+      for (std::size_t c = 0; c < 4; ++c) {
+        dat << ' ' << (std::isnan(t[c]) ? std::string("nan") : std::to_string(t[c]));
+        present[c] = present[c] || !std::isnan(t[c]);
+      }
+      dat << '\n';
     }
-    for (const auto& [b, t] : by_batch) dat << b << ' ' << t.first << ' ' << t.second << '\n';
-    gp << "set output '" << name << ".svg'\nset title '" << name << " (" << out["device"].get<std::string>()
-       << ")'\nplot '" << name << ".dat' using 1:2 with linespoints title 'kiln fused', '" << name
-       << ".dat' using 1:3 with linespoints title 'kiln unfused'\n";
+    gp << "set output '" << name << ".svg'\nset title '" << name << " (" << out["device"].get<std::string>() << ")'\nplot ";
+    bool first = true;
+    for (std::size_t c = 0; c < 4; ++c)
+      if (present[c]) {
+        gp << (first ? "" : ", ") << "'" << name << ".dat' using 1:" << c + 2 << " with linespoints title '" << titles[c] << "'";
+        first = false;
+      }
+    gp << '\n';
   }
   gp.close();
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
@@ -298,16 +316,76 @@ inline int write_plots(const nlohmann::json& out, const std::string& dir, const 
   return 0;
 }
 
+/// PyTorch on the same models, batches and precisions (bench/kiln_bench/torch_bench.py through Debian's
+/// /usr/bin/python3 and its python3-torch; eager, and torch.compile where torch has it): a second table,
+/// torch's rows in the JSON, and ratios kiln_over_torch_<variant>.<model>.<precision>.<batch>.<mode> =
+/// torch's time / kiln's fused time. Models the script does not know are left out.
+inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohmann::json& ratios,
+                               const std::vector<std::string>& models, const std::vector<index_t>& batches,
+                               const std::vector<std::string>& precisions, const std::string& device, int warmup,
+                               int repeat) {
+#ifdef KILN_BENCH_DIR
+  const auto join = [](const auto& v) {
+    std::string s;
+    for (const auto& x : v) {
+      std::ostringstream os;
+      os << x;
+      s += (s.empty() ? "" : ",") + os.str();
+    }
+    return s;
+  };
+  const std::string cmd = "/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/kiln_bench/torch_bench.py --models " +
+                          join(models) + " --batches " + join(batches) + " --precisions " + join(precisions) +
+                          " --device " + device + " --warmup " + std::to_string(warmup) + " --repeat " +
+                          std::to_string(repeat) + " 2>/dev/null";
+  const nlohmann::json t = run_json(cmd);
+  if (!t.contains("rows")) {
+    std::printf("PyTorch: not measured (/usr/bin/python3 with torch not found, or the script failed)\n");
+    out["torch"] = {{"error", "not measured"}};
+    return;
+  }
+  out["torch"] = {{"version", t.value("torch", "")}, {"skipped", t.value("skipped", nlohmann::json::array())}};
+  std::map<std::string, double> kiln_fused;  // model.prec.batch.mode -> ms
+  for (const auto& r : rows)
+    if (r["fused"].get<bool>())
+      kiln_fused[r["model"].get<std::string>() + "." + r["precision"].get<std::string>() + "." +
+                 std::to_string(r["batch"].get<long long>()) + "." + r["mode"].get<std::string>()] = r["median_ms"];
+  std::printf("\nagainst PyTorch %s (same models, batches, precisions; autocast for fp16/bf16)\n",
+              t.value("torch", "?").c_str());
+  std::printf("%-10s %-5s %6s %-6s %-8s %12s %12s %10s\n", "model", "prec", "batch", "mode", "torch", "torch ms",
+              "kiln ms", "kiln is");
+  for (const auto& r : t["rows"]) {
+    const std::string key = r["model"].get<std::string>() + "." + r["precision"].get<std::string>() + "." +
+                            std::to_string(r["batch"].get<long long>()) + "." + r["mode"].get<std::string>();
+    const auto it = kiln_fused.find(key);
+    if (it == kiln_fused.end()) continue;
+    const double torch_ms = r["median_ms"].get<double>(), ratio = torch_ms / it->second;
+    std::printf("%-10s %-5s %6lld %-6s %-8s %12.3f %12.3f %9.2fx\n", r["model"].get<std::string>().c_str(),
+                r["precision"].get<std::string>().c_str(), r["batch"].get<long long>(), r["mode"].get<std::string>().c_str(),
+                r["variant"].get<std::string>().c_str(), torch_ms, it->second, ratio);
+    ratios["kiln_over_torch_" + r["variant"].get<std::string>() + "." + key] = ratio;
+    nlohmann::json row = r;
+    row["framework"] = "torch";
+    rows.push_back(row);
+  }
+  for (const auto& s : t.value("skipped", nlohmann::json::array())) std::printf("  (not measured: %s)\n", s.get<std::string>().c_str());
+  std::fflush(stdout);
+#else
+  (void)out, (void)rows, (void)ratios, (void)models, (void)batches, (void)precisions, (void)device, (void)warmup, (void)repeat;
+  std::printf("PyTorch: not measured (built without KILN_BENCH_DIR)\n");
+#endif
+}
+
 inline int Suite::main(int argc, char** argv) {
   std::vector<std::string> models, precisions{"fp32"};
   std::vector<index_t> batches{32, 128, 512};
-  std::string device = "cpu", json_path, plot_dir;
+  std::string device = "cpu", json_path, plot_dir, torch = "yes";
   int repeat = 10, warmup = 2;
   for (const auto& e : entries_) models.push_back(e.name);
   const auto usage = [&](FILE* f) {
     std::fprintf(f,
                  "usage: %s [--models a,b] [--batches 32,128,512] [--precisions fp32,bf16,fp16] [--device cpu|cuda]\n"
-                 "          [--repeat 10] [--warmup 2] [--json FILE] [--plot DIR]\n"
+                 "          [--repeat 10] [--warmup 2] [--json FILE] [--plot DIR] [--torch yes|no]\n"
                  "Times a training step and an inference step of each model, fused (kiln's default) and unfused\n"
                  "(kiln::Unfused: one pass per operation), and checks that both give the same parameters.\nmodels:",
                  argv[0]);
@@ -331,6 +409,7 @@ inline int Suite::main(int argc, char** argv) {
       else if (a == "--device") device = v;
       else if (a == "--json") json_path = v;
       else if (a == "--plot") plot_dir = v;
+      else if (a == "--torch") torch = v;
       else if (a == "--repeat") repeat = std::stoi(v);
       else if (a == "--warmup") warmup = std::stoi(v);
       else if (a == "--batches") {
@@ -408,7 +487,8 @@ inline int Suite::main(int argc, char** argv) {
                       static_cast<unsigned long long>(f.passes), static_cast<unsigned long long>(u.passes), speedup, agree,
                       ok ? "" : " DISAGREE");
           for (const StepResult* r : {&f, &u})
-            rows.push_back({{"model", e->name},
+            rows.push_back({{"framework", "kiln"},
+                            {"model", e->name},
                             {"precision", p},
                             {"batch", b},
                             {"mode", mode},
@@ -426,6 +506,7 @@ inline int Suite::main(int argc, char** argv) {
         ratios["fused_unfused_agreement." + e->name + "." + p + "." + std::to_string(b)] = agree;
       }
   std::fflush(stdout);
+  if (torch == "yes") compare_with_torch(out, rows, ratios, models, batches, precisions, device, warmup, repeat);
   out["rows"] = rows;
   out["ratios"] = ratios;
   if (!json_path.empty()) {

@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""PyTorch's side of kiln-bench: the same built-in models (mlp, lenet, wide_mlp), batch sizes and
+precisions, the same training step (forward, loss, backward, Adam; under fp16/bf16 autocast with
+GradScaler for fp16) and inference step (torch.no_grad, eval), timed as medians after warm-up; in eager
+mode and, where this torch has it, with torch.compile. Prints one JSON object; kiln-bench --torch yes
+runs it with the same arguments and puts the times next to its own.
+
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/kiln_bench/torch_bench.py --models mlp,lenet --batches 32,128
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_step"))
+from torch_step import lenet, mlp, wide_mlp  # noqa: E402  the models bench_train_step compares with
+
+MODELS = {  # name: (constructor, input shape after the batch, regression?)
+    "mlp": (mlp, (13,), True),
+    "lenet": (lenet, (3, 32, 32), False),
+    "wide_mlp": (wide_mlp, (1024,), False),
+}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def median_ms(step, warmup, repeat, sync):
+    for _ in range(warmup):
+        step()
+    sync()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1e3
+
+
+def measure(name, batch, precision, mode, compiled, device, warmup, repeat):
+    make, shape, regression = MODELS[name]
+    model = make().to(device)
+    if compiled:
+        model = torch.compile(model)
+    x = torch.randn(batch, *shape, device=device)
+    y = torch.randn(batch, 1, device=device) if regression else torch.randint(0, 10, (batch,), device=device)
+    loss_fn = nn.MSELoss() if regression else nn.CrossEntropyLoss()
+    dtype = DTYPES.get(precision)
+    amp = (lambda: torch.autocast(device, dtype=dtype)) if dtype else None
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if mode == "train":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16" and device == "cuda")
+
+        def step():
+            opt.zero_grad()
+            if amp:
+                with amp():
+                    loss = loss_fn(model(x), y)
+            else:
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    else:
+        model.eval()
+
+        def step():
+            with torch.no_grad():
+                if amp:
+                    with amp():
+                        model(x)
+                else:
+                    model(x)
+    return median_ms(step, warmup, repeat, sync)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="mlp,lenet,wide_mlp")
+    ap.add_argument("--batches", default="32,128,512")
+    ap.add_argument("--precisions", default="fp32")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "rows": [], "skipped": []}
+    if a.device == "cuda" and not torch.cuda.is_available():
+        out["error"] = "torch has no CUDA device"
+        print(json.dumps(out))
+        return
+    variants = ["eager"] + (["compile"] if hasattr(torch, "compile") else [])
+    if "compile" not in variants:
+        out["skipped"].append("torch.compile: not in torch " + torch.__version__)
+    for name in a.models.split(","):
+        if name not in MODELS:
+            out["skipped"].append(name + ": not a built-in model")
+            continue
+        for precision in a.precisions.split(","):
+            if precision == "fp16" and a.device == "cpu":
+                out["skipped"].append(name + " fp16: torch has no fp16 autocast on the CPU")
+                continue
+            for batch in (int(b) for b in a.batches.split(",")):
+                for mode in ("train", "infer"):
+                    for variant in variants:
+                        try:
+                            ms = measure(name, batch, precision, mode, variant == "compile", a.device, a.warmup,
+                                         a.repeat)
+                        except Exception as e:  # a torch.compile that cannot build here: say so, go on
+                            out["skipped"].append("%s %s %d %s %s: %s" % (name, precision, batch, mode, variant,
+                                                                         str(e).splitlines()[0][:120]))
+                            continue
+                        out["rows"].append({"model": name, "precision": precision, "batch": batch, "mode": mode,
+                                            "variant": variant, "median_ms": ms})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
