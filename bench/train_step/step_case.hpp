@@ -1,37 +1,54 @@
-// A training step of one model under one precision on one device, as bench_train_step (CPU) and
-// bench_train_step_cuda time it: Adam(1e-3), cross entropy, the GradScaler loop (a pass-through for fp32
-// and bf16), inputs rounded to the storage type once; and the activation memory of a training forward.
+// A training step of one model under one precision on one device, as bench_train_step (CPU),
+// bench_train_step_cuda and kiln-bench time it: Adam(1e-3), a loss (cross entropy unless told), the
+// GradScaler loop (a pass-through for fp32 and bf16), inputs rounded to the storage type once (and
+// regression targets too); an inference step; and the activation memory of a training forward.
 #pragma once
 #include <cstdint>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/adam.hpp>
 #include <kiln/optim/grad_scaler.hpp>
+#include <type_traits>
 #if KILN_CUDA_COMPILER
 #include <kiln/cuda.hpp>
 #endif
 
 namespace kiln::bench {
 
-template <class Net, class In, class Prec, class D>
+template <class Net, class In, class Prec, class D, class Loss = kiln::nn::CrossEntropyLoss, class Y = std::int64_t,
+          class SY = kiln::Shape<kiln::dyn>>
 struct StepCase {
   using T = typename Prec::storage;
+  using YT = std::conditional_t<std::is_floating_point_v<Y>, T, Y>;  // regression targets in the storage type
   kiln::nn::Model<Net, In, kiln::Policy<Prec, D>> model{0};
   kiln::optim::Adam<float, D, T> opt{model, {.lr = 1e-3f}};
   kiln::optim::GradScaler<D> scaler{{.enabled = Prec::loss_scaling}};
   kiln::Tensor<T, In, D> x;
-  const kiln::Tensor<std::int64_t, kiln::Shape<kiln::dyn>, D>& y;
-  kiln::nn::CrossEntropyLoss ce;
+  kiln::Tensor<YT, SY, D> y;  // shares the caller's targets unless they are converted
+  Loss loss{};
 
-  StepCase(const kiln::Tensor<float, In, D>& x32, const kiln::Tensor<std::int64_t, kiln::Shape<kiln::dyn>, D>& labels)
-      : x(x32.extents(), x32.device_index()), y(labels) {
+  StepCase(const kiln::Tensor<float, In, D>& x32, const kiln::Tensor<Y, SY, D>& targets)
+      : x(x32.extents(), x32.device_index()) {
     kiln::assign(x, kiln::cast<T>(x32));
+    if constexpr (std::is_same_v<YT, Y>) {
+      y = targets;
+    } else {
+      y = kiln::Tensor<YT, SY, D>(targets.extents(), targets.device_index());
+      kiln::assign(y, targets);
+    }
   }
   void step() {
     opt.zero_grad();
-    const auto logits = model.forward(x);
-    model.backward(ce.backward(logits, y, scaler.scale()));
+    const auto pred = model.forward(x);
+    model.backward(loss.backward(pred, y, scaler.scale()));
     scaler.step(opt);
     scaler.update();
+  }
+  /// A forward without gradients in evaluation mode.
+  void infer_step() {
+    kiln::nn::NoGrad guard(model);
+    model.eval();
+    (void)model.forward(x);
+    model.train();
   }
   /// Bytes a training forward leaves allocated: the activations kept for backward, and the logits.
   double activation_bytes() {
@@ -40,7 +57,7 @@ struct StepCase {
     const auto before = alloc.stats().allocated_bytes;
     const auto logits = model.forward(x);
     const auto held = static_cast<double>(alloc.stats().allocated_bytes - before);
-    model.backward(ce.backward(logits, y, scaler.scale()));  // releases them
+    model.backward(loss.backward(logits, y, scaler.scale()));  // releases them
     sync();
     return held;
   }
