@@ -18,6 +18,7 @@
 #endif
 
 #include "cli.hpp"
+#include "epoch.hpp"
 
 namespace examples {
 
@@ -36,7 +37,7 @@ int with_distributed(const TrainOptions& o, const std::string& device, const kil
     throw kiln::Error("rank " + std::to_string(group.rank()) + ": cannot silence standard output");
   kiln::parallel::DistributedDataParallel<Net, In, Backend, Precision, D> ddp(group, o.seed);
   kiln::optim::Adam opt(ddp.module(), adam);
-  kiln::optim::GradScaler<D> scaler({.enabled = Precision::loss_scaling});
+  auto scaler = make_scaler(ddp.module());  // loss scaling under fp16; a pass-through otherwise
   std::printf("DistributedDataParallel: %d rank%s over %s (%s), %zu gradient bucket%s; each rank trains on 1/%d of "
               "every epoch (DistributedSampler) in batches of %d\n",
               group.size(), group.size() == 1 ? "" : "s", std::string(Backend::name).c_str(), device.c_str(),

@@ -64,6 +64,9 @@ class DistributedDataParallel {
         buckets_(plan_buckets(model_.named_parameters(), sizeof(M), buckets)) {
     check_same_model();
     group_.broadcast(model_.parameters().data(), model_type::parameter_count, 0, "broadcasting rank 0's parameters");
+    for (std::size_t b = 0; b < buckets_.size(); ++b)  // what a timeout names; built once, not every step
+      labels_.push_back("averaging gradient bucket " + std::to_string(b) + " (" + buckets_[b].parameters.back() + " .. " +
+                        buckets_[b].parameters.front() + ")");
     ready_ = [this](index_t offset) { on_ready(offset); };
   }
   DistributedDataParallel(const DistributedDataParallel&) = delete;
@@ -160,9 +163,7 @@ class DistributedDataParallel {
   }
   void start(std::size_t b) {
     const Bucket& k = buckets_[b];
-    group_.template start_average<M, D>(model_.gradients().data() + k.begin, k.size(),
-                                        "averaging gradient bucket " + std::to_string(b) + " (" + k.parameters.back() +
-                                            " .. " + k.parameters.front() + ")");
+    group_.template start_average<M, D>(model_.gradients().data() + k.begin, k.size(), labels_[b]);
   }
   /// Parameter count and every name and shape, hashed; all ranks must agree.
   void check_same_model() {
@@ -192,6 +193,7 @@ class DistributedDataParallel {
   group_type& group_;
   model_type model_;
   std::vector<Bucket> buckets_;
+  std::vector<std::string> labels_;  // per bucket, for error messages
   nn::GradientsReady ready_;
   std::size_t next_bucket_ = 0;
   bool sync_ = true;

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "kiln/core/index.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/ops/elementwise.hpp"
 #include "kiln/parallel/process_group.hpp"
 #include "kiln/policy/parallel.hpp"
 #include "kiln/policy/policy.hpp"
@@ -177,9 +179,9 @@ class ProcessGroup<Mpi> {
   void start_average(E* data, index_t count, const std::string& what) {
     static_assert(std::is_same_v<D, Cpu>,
                   "kiln::parallel::ProcessGroup<Mpi> reduces host memory: train CUDA models with Distributed<Nccl>");
-    if (size_ > 1) {
-      const E inv = E(1) / static_cast<E>(size_);
-      for (index_t i = 0; i < count; ++i) data[i] *= inv;
+    if (size_ > 1) {  // one kiln pass (OpenMP), not a serial loop: a bucket is up to 25 MiB
+      auto bucket = Tensor<E, Shape<dyn>, Cpu>::from_blob(data, Extents<Shape<dyn>>(count));
+      kiln::assign(bucket, bucket * (E(1) / static_cast<E>(size_)));
     }
     for_chunks(count, [&](index_t off, int n) {
       pending_.push_back(MPI_REQUEST_NULL);
