@@ -15,50 +15,54 @@
 namespace kiln {
 
 namespace detail {
+/// c ? a : b through masks, which compilers keep branch-free (a ternary on integers may become a branch,
+/// and a branch stops a loop from vectorising).
+inline std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) {
+  const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
 /// binary16 bits -> float, exact for every value (subnormals, inf, NaN): the exponent is rebased with one
-/// integer add, and a subnormal is renormalised by one float subtraction (no loop). The host path of
+/// integer add, and a subnormal is renormalised by one float subtraction (no loop). Branch-free: all
+/// three cases are computed and one is selected, so a loop that loads half vectorises. The host path of
 /// to_compute (CUDA's host __half2float is several times slower, and it is on every load on a CPU).
 inline float half_bits_to_float(std::uint16_t h) {
   constexpr std::uint32_t exponent = 0x7c00u << 13;  // binary16's exponent field, moved to float's place
-  std::uint32_t u = static_cast<std::uint32_t>(h & 0x7fffu) << 13;
-  const std::uint32_t e = u & exponent;
-  u += (127u - 15u) << 23;                                   // rebias
-  if (e == exponent) {                                       // inf or NaN: float's exponent all ones too
-    u += (128u - 16u) << 23;
-  } else if (e == 0) {                                       // zero or subnormal: 2^-14 0.m
-    u += 1u << 23;                                           // as 2^-14 1.m ...
-    float f;
-    std::memcpy(&f, &u, 4);
-    f -= 6.103515625e-05f;                                   // ... minus 2^-14, exactly
-    std::memcpy(&u, &f, 4);
-  }
-  u |= static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t magnitude = static_cast<std::uint32_t>(h & 0x7fffu) << 13;
+  const std::uint32_t e = magnitude & exponent;
+  const std::uint32_t normal = magnitude + ((127u - 15u) << 23);      // rebias
+  const std::uint32_t special = normal + ((128u - 16u) << 23);        // inf or NaN: exponent all ones too
+  const std::uint32_t shifted = normal + (1u << 23);                  // zero or subnormal 2^-14 0.m as
+  float f;                                                            // 2^-14 1.m ...
+  std::memcpy(&f, &shifted, 4);
+  f -= 6.103515625e-05f;                                              // ... minus 2^-14, exactly
+  std::uint32_t subnormal;
+  std::memcpy(&subnormal, &f, 4);
+  const std::uint32_t u = select_bits(e == exponent, special, select_bits(e == 0, subnormal, normal)) |
+                          (static_cast<std::uint32_t>(h & 0x8000u) << 16);
   float out;
   std::memcpy(&out, &u, 4);
   return out;
 }
 /// float -> binary16 bits, rounded to nearest even; beyond the range inf, NaN a quiet NaN. Subnormal
 /// results are rounded by the FPU: adding 0.5 puts float's last mantissa bit at 2^-24, binary16's
-/// smallest subnormal.
+/// smallest subnormal. Branch-free like half_bits_to_float (every case computed, one selected).
 inline std::uint16_t float_to_half_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7fffffffu;
-  std::uint32_t h;
-  if (u >= (143u << 23)) {         // |f| >= 65536 (or inf, NaN); [65520, 65536) rounds up to inf below
-    h = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  } else if (u < (113u << 23)) {   // |f| < 2^-14: subnormal or zero
-    float a;
-    std::memcpy(&a, &u, 4);
-    a += 0.5f;
-    std::memcpy(&h, &a, 4);
-    h -= 0x3f000000u;              // the bits of 0.5
-  } else {                         // normal: rebias, round half to even on the 13 dropped bits
-    const std::uint32_t odd = (u >> 13) & 1u;
-    u += (static_cast<std::uint32_t>(15 - 127) << 23) + 0xfffu + odd;
-    h = u >> 13;                   // a carry out of the mantissa raises the exponent (up to inf)
-  }
+  // |f| >= 65536 (or inf, NaN); [65520, 65536) rounds up to inf in the normal case
+  const std::uint32_t huge = select_bits(u > 0x7f800000u, 0x7e00u, 0x7c00u);
+  float a;                                      // |f| < 2^-14: subnormal or zero
+  std::memcpy(&a, &u, 4);
+  a += 0.5f;
+  std::uint32_t tiny;
+  std::memcpy(&tiny, &a, 4);
+  tiny -= 0x3f000000u;                          // the bits of 0.5
+  // normal: rebias, round half to even on the 13 dropped bits; a carry out of the mantissa raises the
+  // exponent (up to inf)
+  const std::uint32_t normal = (u + (static_cast<std::uint32_t>(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
+  const std::uint32_t h = select_bits(u >= (143u << 23), huge, select_bits(u < (113u << 23), tiny, normal));
   return static_cast<std::uint16_t>(h | sign);
 }
 /// float -> bfloat16 bits, rounded to nearest even; a NaN stays a (quiet) NaN. Branch-free but for the
@@ -69,7 +73,7 @@ inline std::uint16_t float_to_bfloat16_bits(float f) {
   std::memcpy(&u, &f, 4);
   const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const std::uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  return static_cast<std::uint16_t>(select_bits((u & 0x7fffffffu) > 0x7f800000u, nan, rounded));
 }
 /// bfloat16 bits -> float (exact: the upper half of a float).
 inline float bfloat16_bits_to_float(std::uint16_t b) {

@@ -33,6 +33,8 @@ struct DropoutApply {
     const bool keep = uniform_at(seed, call, static_cast<std::uint64_t>(i)) >= p;
     out[i] = from_compute<T>(keep ? to_compute(in[i]) * static_cast<compute_t<T>>(1.0f / (1.0f - p)) : compute_t<T>(0));
   }
+  /// in read, out written; the draw (a few integer mixes, counted as one), the comparison and the scale.
+  Traffic traffic(index_t n) const { return {2 * kiln::detail::bytes_of<T>(n), 3 * static_cast<std::uint64_t>(n)}; }
 };
 }  // namespace detail
 

@@ -6,6 +6,7 @@
 /// module stays in the graph (summary, indices and state_dict names do not change) but does no work.
 #pragma once
 #include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/ops/functors.hpp"
@@ -85,6 +86,24 @@ template <class Mod>
 concept fuses_epilogue = requires { Mod::fuses_epilogue; } && Mod::fuses_epilogue;
 
 namespace detail {
+/// The traffic of a bias + activation pass over rows x cols (the arithmetic as the unfused layer and
+/// activation count it: the add, and the activation as one operation): z read, y written, z rewritten
+/// when it is kept apart from y, the bias read.
+template <class T, class B, class E>
+Traffic bias_epilogue_traffic(index_t rows, index_t cols, const T* z, const B* bias, const T* y) {
+  const index_t n = rows * cols;
+  const std::uint64_t b = kiln::detail::bytes_of<T>(n) * (z != y ? 3 : 2) + (bias ? kiln::detail::bytes_of<B>(cols) : 0);
+  return {b, static_cast<std::uint64_t>(n) * ((bias ? 1 : 0) + (E::identity ? 0 : 1))};
+}
+/// The traffic of an activation-backward + bias-gradient pass: dy and the saved value read, dz written,
+/// the bias gradient read and written; the derivative and the sum as one operation each.
+template <class T, class B>
+Traffic epilogue_grad_traffic(index_t rows, index_t cols, const B* db) {
+  const index_t n = rows * cols;
+  return {kiln::detail::bytes_of<T>(n) * 3 + (db ? 2 * kiln::detail::bytes_of<B>(cols) : 0),
+          static_cast<std::uint64_t>(n) * (db ? 2 : 1)};
+}
+
 /// y[r, :] = E(z[r, :] + b) over one row of `cols` (CPU: one call per row, contiguous and vectorised);
 /// z keeps the pre-activation when it is not y (E::saves_output false). Bias may be null.
 template <class T, class B, class E>
@@ -102,6 +121,7 @@ struct BiasEpilogueRows {
       yr[j] = from_compute<T>(E::forward(v));
     }
   }
+  Traffic traffic(index_t rows) const { return bias_epilogue_traffic<T, B, E>(rows, cols, z, bias, y); }
 };
 /// The same per element (CUDA: one thread per element, coalesced).
 template <class T, class B, class E>
@@ -116,6 +136,7 @@ struct BiasEpilogue {
     if (z != y) z[i] = from_compute<T>(v);
     y[i] = from_compute<T>(E::forward(v));
   }
+  Traffic traffic(index_t n) const { return bias_epilogue_traffic<T, B, E>(n / cols, cols, z, bias, y); }
 };
 /// dz[:, j] = E'(dy[:, j], s[:, j]) and db[j] += Σ_r dz[r, j], one call per column (rows x cols
 /// row-major): the activation backward and the bias-gradient reduction in one pass. db may be null.
@@ -136,6 +157,7 @@ struct EpilogueGradColumns {
     }
     if (db) db[j] = static_cast<B>(static_cast<compute_t<T>>(to_compute(db[j])) + acc);
   }
+  Traffic traffic(index_t) const { return epilogue_grad_traffic<T, B>(rows, cols, db); }
 };
 /// The same over a block of up to J columns per call, row by row (CPU: contiguous, vectorised inner loop).
 template <class T, class B, class E, index_t J = 16>
@@ -160,6 +182,7 @@ struct EpilogueGradColumnBlocks {
     if (db)
       for (index_t j = 0; j < m; ++j) db[j0 + j] = static_cast<B>(static_cast<compute_t<T>>(to_compute(db[j0 + j])) + acc[j]);
   }
+  Traffic traffic(index_t) const { return epilogue_grad_traffic<T, B>(rows, cols, db); }
 };
 }  // namespace detail
 

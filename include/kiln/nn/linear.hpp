@@ -168,7 +168,12 @@ struct Linear {
         lt_relu_ = relu;
       }
       if (!lt_plan_->usable()) return false;
-      kiln::detail::count_pass();
+      {  // x, W and the bias read, y written; the GEMM, the bias add and the ReLU
+        using kiln::detail::bytes_of;
+        const index_t rows = x.size(0);
+        kiln::detail::count_pass({bytes_of<T>(rows * In + In * Out + rows * Out) + bytes_of<float>(Out),
+                                  static_cast<std::uint64_t>(rows) * Out * (2 * In + 1 + (relu ? 1 : 0))});
+      }
       lt_plan_->run(x.data(), weight().data(), b, y.data());
       return true;
     }

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
+#include "kiln/core/fusion.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/ops/functors.hpp"
@@ -61,6 +63,13 @@ struct CrossEntropyRows {
     const std::int64_t k = y[n];
     loss[n] = (k < 0 || k >= c) ? static_cast<compute_t<T>>(NAN) : row_logsumexp(row, c) - to_compute(row[k]);
   }
+  /// The logits and labels read, one loss per row written; the log-sum-exp (a max, a subtract, an exp
+  /// and an add per logit) and the row's last two.
+  Traffic traffic(index_t rows) const {
+    return {kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<std::int64_t>(rows) +
+                kiln::detail::bytes_of<compute_t<T>>(rows),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c + 2)};
+  }
 };
 /// dx[n, j] = scale (softmax(x[n])_j - [j == y[n]]) for row n.
 template <class T>
@@ -78,6 +87,64 @@ struct CrossEntropyGrad {
       const V p = ops::detail::exp_(to_compute(row[j]) - lse);
       dx[n * c + j] = from_compute<T>(scale * (p - (j == y[n] ? V(1) : V(0))));
     }
+  }
+  /// The logits and labels read, the gradient written; the log-sum-exp, then a subtract, an exp, the
+  /// one-hot subtract and the scale per logit.
+  Traffic traffic(index_t rows) const {
+    return {2 * kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<std::int64_t>(rows),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(8 * c + 1)};
+  }
+};
+
+// Cross entropy's gradient as PyTorch's autograd computes it, one kernel per operation (fusion off,
+// kiln::Unfused): log_softmax forward, nll_loss backward, log_softmax backward.
+/// out[n, :] = x[n, :] - lse(x[n]).
+template <class T>
+struct LogSoftmaxRows {
+  const T* x;
+  T* out;
+  index_t c;
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    const T* row = x + n * c;
+    const compute_t<T> lse = row_logsumexp(row, c);
+    for (index_t j = 0; j < c; ++j) out[n * c + j] = from_compute<T>(to_compute(row[j]) - lse);
+  }
+  Traffic traffic(index_t rows) const {
+    return {2 * kiln::detail::bytes_of<T>(rows * c), static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(5 * c + 1)};
+  }
+};
+/// g[n, :] = -scale at the label, 0 elsewhere (NaN rows for a label outside [0, C)).
+template <class T>
+struct NllGradRows {
+  const std::int64_t* y;
+  T* g;
+  index_t c;
+  compute_t<T> scale;
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    const std::int64_t k = y[n];
+    const bool bad = k < 0 || k >= c;
+    for (index_t j = 0; j < c; ++j)
+      g[n * c + j] = from_compute<T>(bad ? static_cast<compute_t<T>>(NAN) : (j == k ? -scale : compute_t<T>(0)));
+  }
+  Traffic traffic(index_t rows) const {
+    return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<T>(rows * c), 0};
+  }
+};
+/// dx[n, :] = g[n, :] - exp(lsm[n, :]) Σ_j g[n, j].
+template <class T>
+struct LogSoftmaxGradRows {
+  const T* lsm;
+  const T* g;
+  T* dx;
+  index_t c;
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    compute_t<T> sum = 0;
+    for (index_t j = 0; j < c; ++j) sum += to_compute(g[n * c + j]);
+    for (index_t j = 0; j < c; ++j)
+      dx[n * c + j] = from_compute<T>(to_compute(g[n * c + j]) - ops::detail::exp_(to_compute(lsm[n * c + j])) * sum);
+  }
+  Traffic traffic(index_t rows) const {
+    return {3 * kiln::detail::bytes_of<T>(rows * c), static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c)};
   }
 };
 }  // namespace detail
@@ -105,16 +172,24 @@ struct CrossEntropyLoss {
     }
     return mean(rows);
   }
-  /// dL/dlogits = (softmax(logits) - onehot(labels)) / N, times `scale` (1 for a plain step). One pass.
+  /// dL/dlogits = (softmax(logits) - onehot(labels)) / N, times `scale` (1 for a plain step). One pass;
+  /// with fusion off (kiln::Unfused) three, as PyTorch's autograd runs it: log_softmax, nll_loss's
+  /// backward, log_softmax's backward.
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                            double scale = 1.0) const {
     check(logits, labels);
     Tensor<T, S, D> dx(logits.extents(), logits.device_index());
-    const index_t n = logits.size(0);
-    kiln::detail::executor<D>::for_each(
-        n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), logits.size(1),
-                                       static_cast<compute_t<T>>(scale / static_cast<double>(n > 0 ? n : 1))});
+    const index_t n = logits.size(0), c = logits.size(1);
+    const auto per_row = static_cast<compute_t<T>>(scale / static_cast<double>(n > 0 ? n : 1));
+    if (!fusion_enabled()) {
+      Tensor<T, S, D> lsm(logits.extents(), logits.device_index()), g(logits.extents(), logits.device_index());
+      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
+      kiln::detail::executor<D>::for_each(n, detail::NllGradRows<T>{labels.data(), g.data(), c, per_row});
+      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
+      return dx;
+    }
+    kiln::detail::executor<D>::for_each(n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, per_row});
     return dx;
   }
 

@@ -17,6 +17,17 @@ namespace kiln::nn {
 namespace detail {
 struct PoolGeometry {
   index_t nc, h, w, k, stride, pad, ho, wo;
+  index_t inputs() const { return nc * h * w; }
+  index_t outputs() const { return nc * ho * wo; }
+  /// A pass that reads the input planes (type X), writes or reads the output planes (type Y) and, for
+  /// a max pool in training, the winners' taps (type I); one operation per window tap.
+  template <class X, class Y, class I = void>
+  Traffic traffic(bool with_index) const {
+    std::uint64_t b = kiln::detail::bytes_of<X>(inputs()) + kiln::detail::bytes_of<Y>(outputs());
+    if constexpr (!std::is_void_v<I>)
+      if (with_index) b += kiln::detail::bytes_of<I>(outputs());
+    return {b, static_cast<std::uint64_t>(outputs() * k * k)};
+  }
 };
 
 /// The index a MaxPool2d keeps per output for its backward pass: the winner's tap ki K + kj inside its
@@ -63,6 +74,7 @@ struct MaxPoolForward {
     y[i] = from_compute<T>(window_max<K, Stride, Padding>(x + plane * g.h * g.w, oh, ow, g, arg));
     if (idx) idx[i] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
   }
+  Traffic traffic(index_t) const { return g.traffic<T, T, I>(idx != nullptr); }
 };
 /// The same, one call per (n, c) plane: no division per element (CPU).
 template <class T, index_t K, index_t Stride, index_t Padding>
@@ -82,6 +94,7 @@ struct MaxPoolForwardPlanes {
         if (idx) idx[o + oh * g.wo + ow] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
       }
   }
+  Traffic traffic(index_t) const { return g.traffic<T, T, I>(idx != nullptr); }
 };
 /// dx = dy scattered to the winners, one call per plane (one thread owns a plane, so overlapping windows
 /// add without a race) (CPU).
@@ -105,6 +118,7 @@ struct MaxPoolBackwardPlanes {
         dxp[at] = from_compute<T>(to_compute(dxp[at]) + to_compute(dy[j]));
       }
   }
+  Traffic traffic(index_t) const { return g.traffic<T, T, I>(true); }
 };
 
 /// dx[i] = Σ dy over the windows that cover i and chose i (a gather: one write per input, no atomics)
@@ -131,6 +145,7 @@ struct MaxPoolBackward {
     }
     dx[i] = from_compute<T>(acc);
   }
+  Traffic traffic(index_t) const { return g.traffic<T, T, I>(true); }
 };
 
 /// y = mean over the K x K window, padding counted (count_include_pad=True).
@@ -153,6 +168,7 @@ struct AvgPoolForward {
     }
     y[i] = from_compute<T>(acc / static_cast<compute_t<T>>(g.k * g.k));
   }
+  Traffic traffic(index_t) const { return g.traffic<T, T>(false); }
 };
 template <class T>
 struct AvgPoolBackward {
@@ -173,6 +189,7 @@ struct AvgPoolBackward {
     }
     dx[i] = from_compute<T>(acc / static_cast<compute_t<T>>(g.k * g.k));
   }
+  Traffic traffic(index_t) const { return g.traffic<T, T>(false); }
 };
 
 template <bool Max, index_t K, index_t Stride, index_t Padding>

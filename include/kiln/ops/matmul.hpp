@@ -91,7 +91,11 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
     throw ShapeError("kiln::matmul: shape mismatch: op(A) [" + std::to_string(m) + ", " + std::to_string(k) +
                      "] x op(B) [" + std::to_string(kb2) + ", " + std::to_string(n) + "] into C " +
                      to_string(c.extents()));
-  detail::count_pass();
+  {  // A and B read, C written (and read when accumulating); 2 m n k operations
+    const std::uint64_t c_bytes = detail::bytes_of<TC>(m * n);
+    detail::count_pass({detail::bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0f ? 2 : 1),
+                        2 * static_cast<std::uint64_t>(m) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(k)});
+  }
   detail::gemm_backend<DC>::template run<TAB, TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1), b.data(),
                                              b.size(1), beta, c.data(), n, c.device_index());
 }

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
@@ -85,6 +86,13 @@ struct AdamStep {
     const M next = static_cast<M>(w + neg_step_size * mi / denom);
     p[i] = next;
     if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
+  }
+  /// p, m, v (and vmax) read and written, the gradient read, the working copy written; the arithmetic
+  /// above (the decay or L2 counted, the comparison for amsgrad).
+  Traffic traffic(index_t n) const {
+    const std::uint64_t arrays = 7 + (Amsgrad ? 2 : 0);
+    const std::uint64_t per = arrays * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
+    return {static_cast<std::uint64_t>(n) * per, static_cast<std::uint64_t>(n) * (15 + (Amsgrad ? 1 : 0))};
   }
 };
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/expr/assign.hpp"
@@ -68,6 +69,8 @@ struct UnscaleAndCheck {
     }
     grad[i] = g * inv_scale;
   }
+  /// The gradients read and written; a check and a multiply each.
+  Traffic traffic(index_t n) const { return {2 * kiln::detail::bytes_of<M>(n), 2 * static_cast<std::uint64_t>(n)}; }
 };
 
 template <class T>

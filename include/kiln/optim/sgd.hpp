@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
@@ -46,6 +47,14 @@ struct SgdStep {
     const M next = static_cast<M>(w - C(lr) * g);
     p[i] = next;
     if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
+  }
+  /// p read and written, the gradient read, the momentum buffer read (not on the first step) and
+  /// written, the working copy written.
+  Traffic traffic(index_t n) const {
+    const bool mom = momentum != 0.0f;
+    const std::uint64_t per = (3 + (mom ? (first ? 1 : 2) : 0)) * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
+    const std::uint64_t ops = 2 + (weight_decay != 0.0f ? 2 : 0) + (mom ? (first ? 0 : 4) + (nesterov ? 2 : 0) : 0);
+    return {static_cast<std::uint64_t>(n) * per, static_cast<std::uint64_t>(n) * ops};
   }
 };
 }  // namespace detail

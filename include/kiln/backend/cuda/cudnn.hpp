@@ -15,6 +15,7 @@
 #include "kiln/backend/cuda/check.hpp"
 #include "kiln/backend/cuda/device.hpp"
 #include "kiln/backend/cuda/memory.hpp"
+#include "kiln/core/counters.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
@@ -99,6 +100,10 @@ class ConvPlan {
     KILN_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, type, on, oc, oh, ow));
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, type, 1, oc, 1, 1));
+    x_count_ = n * c * h * w;
+    w_count_ = k * c * r * r;
+    y_count_ = static_cast<index_t>(on) * oc * oh * ow;
+    out_channels_ = oc;
     choose_algorithms();
   }
   ~ConvPlan() {
@@ -118,6 +123,7 @@ class ConvPlan {
     DeviceGuard g(device_);
     auto ws = workspace(fwd_bytes_);
     Scale a(1.0), b(beta);
+    count(x_count_ + w_count_ + y_count_ * (beta != 0 ? 2 : 1), gemm_ops());
     KILN_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(device_), a.get(), x_, x, w_, w, conv_, fwd_, ws.data(),
                                              fwd_bytes_, b.get(), y_, y));
   }
@@ -126,6 +132,7 @@ class ConvPlan {
     DeviceGuard g(device_);
     auto ws = workspace(bwd_data_bytes_);
     Scale a(1.0), b(0.0);
+    count(w_count_ + y_count_ + x_count_, gemm_ops());
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(device_), a.get(), w_, w, y_, dy, conv_, bwd_data_,
                                                   ws.data(), bwd_data_bytes_, b.get(), x_, dx));
   }
@@ -134,6 +141,7 @@ class ConvPlan {
     DeviceGuard g(device_);
     auto ws = workspace(bwd_filter_bytes_);
     Scale a(1.0), b(beta);
+    count(x_count_ + y_count_ + w_count_ * (beta != 0 ? 2 : 1), gemm_ops());
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(device_), a.get(), x_, x, y_, dy, conv_, bwd_filter_,
                                                     ws.data(), bwd_filter_bytes_, b.get(), w_, dw));
   }
@@ -141,6 +149,7 @@ class ConvPlan {
   void backward_bias(const T* dy, T* db) const {
     DeviceGuard g(device_);
     Scale a(1.0), b(1.0);
+    count(y_count_ + 2 * out_channels_, static_cast<std::uint64_t>(y_count_));
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_handle(device_), a.get(), y_, dy, b.get(), b_, db));
   }
 
@@ -197,8 +206,16 @@ class ConvPlan {
     }
   }
 
+  /// One cuDNN call as a pass (kiln/core/counters.hpp): `values` elements of T moved, `ops` operations.
+  static void count(index_t values, std::uint64_t ops) { kiln::detail::count_pass({kiln::detail::bytes_of<T>(values), ops}); }
+  /// 2 x (outputs) x (C R R): the multiply-adds of the convolution, the same for all three directions.
+  std::uint64_t gemm_ops() const {
+    return 2 * static_cast<std::uint64_t>(y_count_) * static_cast<std::uint64_t>(w_count_ / (out_channels_ > 0 ? out_channels_ : 1));
+  }
+
   index_t n_;
   int device_;
+  index_t x_count_ = 0, w_count_ = 0, y_count_ = 0, out_channels_ = 0;
   cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr, b_ = nullptr;
   cudnnFilterDescriptor_t w_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;

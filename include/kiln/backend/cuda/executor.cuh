@@ -25,6 +25,7 @@
 #include "kiln/backend/cuda/memory.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/expr/detail/traffic.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/policy/device.hpp"
 #include "kiln/tensor/storage.hpp"
@@ -84,7 +85,7 @@ struct executor<Cuda> {
   static void run(const Dst& dst, const E& e) {
     using namespace kiln::cuda;
     using namespace kiln::cuda::detail;
-    count_pass();
+    count_pass(assignment_traffic(dst, e));
     const index_t n = dst.size();
     if (n == 0) return;
     const int device = current_device();
@@ -110,7 +111,8 @@ struct executor<Cuda> {
   static void for_each(index_t n, const F& f, index_t /*work*/ = 1) {
     using namespace kiln::cuda;
     using namespace kiln::cuda::detail;
-    count_pass();
+    static_assert(counted_functor<F>, "kiln: a for_each functor says what it moves: Traffic traffic(index_t n) const");
+    count_pass(f.traffic(n));
     if (n == 0) return;
     const int device = current_device();
     constexpr ElementwiseTuning t = elementwise_tuning(4, false);
@@ -126,7 +128,7 @@ struct executor<Cuda> {
     using namespace kiln::cuda::detail;
     using V = typename E::value_type;
     using Op = ReduceOp<K, V>;
-    count_pass();
+    count_pass(reduction_traffic<Out>(e, outer * len * inner, outer * inner));
     const index_t count = outer * inner;
     if (count == 0) return;
     const int device = current_device();

@@ -139,10 +139,16 @@ template <class E, index_t Stride, class T, class W, class B>
 void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const ConvGeometry& g, index_t out) {
   using A = compute_t<T>;
   constexpr bool direct = std::is_same_v<T, A>;  // the GEMM writes NCHW output itself
-  kiln::detail::count_pass();
   ConvGeometry one = g;
   one.n = 1;
   const index_t patch = g.patch(), p = g.pixels();
+  {  // the images, weights and bias read, y (and z) written; the columns stay in this thread's cache
+    using kiln::detail::bytes_of;
+    const index_t outputs = g.n * out * p;
+    kiln::detail::count_pass({bytes_of<T>(g.n * g.image()) + bytes_of<W>(out * patch) + (bias ? bytes_of<B>(out) : 0) +
+                                  bytes_of<T>(outputs) * (z ? 2 : 1),
+                              static_cast<std::uint64_t>(outputs) * (2 * patch + (bias ? 1 : 0) + (E::identity ? 0 : 1))});
+  }
   const int threads = cpu_threads();
   // Narrow T: the image is widened once into the buffer (im2col reads each pixel K K times).
   const index_t per_thread = patch * p + (direct ? 0 : out * p + g.image());
@@ -183,10 +189,21 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
   using A = compute_t<T>;
   constexpr bool narrow = !std::is_same_v<T, A>;     // T is half or bfloat16
   constexpr bool wide_dz = !E::identity || narrow;  // dz goes through a per-thread buffer
-  kiln::detail::count_pass();
   ConvGeometry one = g;
   one.n = 1;
   const index_t patch = g.patch(), p = g.pixels();
+  {  // the images, dy (and the saved value) and the weights read; the weight and bias gradients read and
+     // written, dx written; the derivative, the bias sum, the weight-gradient GEMM (and the data GEMM
+     // and col2im's adds)
+    using kiln::detail::bytes_of;
+    const index_t outputs = g.n * out * p;
+    const std::uint64_t gemm = 2 * static_cast<std::uint64_t>(outputs) * static_cast<std::uint64_t>(patch);
+    kiln::detail::count_pass(
+        {bytes_of<T>(g.n * g.image()) * (dx ? 2 : 1) + bytes_of<T>(outputs) * (E::identity ? 1 : 2) +
+             (dx ? bytes_of<W>(out * patch) : 0) + 2 * bytes_of<G>(out * patch) + (gb ? 2 * bytes_of<G>(out) : 0),
+         (dx ? 2 * gemm + static_cast<std::uint64_t>(patch * p * g.n) : gemm) +
+             static_cast<std::uint64_t>(outputs) * ((E::identity ? 0 : 1) + (gb ? 1 : 0))});
+  }
   const index_t groups = std::min<index_t>(g.n, 32), per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
   const int threads = cpu_threads();
   const index_t per_thread =

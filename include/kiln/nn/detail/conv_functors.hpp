@@ -4,8 +4,10 @@
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/nn/epilogue.hpp"
 
 namespace kiln::nn::detail {
 
@@ -45,6 +47,10 @@ struct Im2colRows {
       out[ow] = (iw >= 0 && iw < g.w) ? in[iw] : T(0);
     }
   }
+  /// The images read, the columns written; no arithmetic.
+  Traffic traffic(index_t) const {
+    return {kiln::detail::bytes_of<T>(g.n * g.image()) + kiln::detail::bytes_of<T>(g.patch() * g.columns()), 0};
+  }
 };
 
 /// dx[n, c, ih, iw] = Σ over the kernel taps that read it of dcols[(c, ki, kj), (n, oh, ow)]: a gather,
@@ -73,6 +79,11 @@ struct Col2imRows {
       out[iw] = from_compute<T>(acc);
     }
   }
+  /// The column gradients read, the image gradients written; one add per column element.
+  Traffic traffic(index_t) const {
+    return {kiln::detail::bytes_of<T>(g.patch() * g.columns()) + kiln::detail::bytes_of<T>(g.n * g.image()),
+            static_cast<std::uint64_t>(g.patch() * g.columns())};
+  }
 };
 
 /// y[n, f, :] = E(yt[f, n P : (n + 1) P] + b[f]): the GEMM's [F, N P] result into NCHW with the bias and
@@ -98,6 +109,12 @@ struct ColumnsToNchw {
       dst[q] = from_compute<T>(E::forward(v));
     }
   }
+  /// The GEMM's result read, the bias read, y (and z) written; the add and the activation.
+  Traffic traffic(index_t) const {
+    const index_t n = f * np;
+    return {kiln::detail::bytes_of<S>(n) + (bias ? kiln::detail::bytes_of<B>(f) : 0) + kiln::detail::bytes_of<T>(n) * (z ? 2 : 1),
+            static_cast<std::uint64_t>(n) * ((bias ? 1 : 0) + (E::identity ? 0 : 1))};
+  }
 };
 
 /// dyt[f, n P : (n + 1) P] = E'(dy[n, f, :], saved[n, f, :]): NCHW gradients through the activation into
@@ -122,6 +139,12 @@ struct NchwToColumns {
       for (index_t q = 0; q < p; ++q) dst[q] = from_compute<O>(E::backward(to_compute(src[q]), to_compute(s[q])));
     }
   }
+  /// dy (and the saved value) read, the columns written; the derivative.
+  Traffic traffic(index_t) const {
+    const index_t n = f * np;
+    return {kiln::detail::bytes_of<T>(n) * (E::identity ? 1 : 2) + kiln::detail::bytes_of<O>(n),
+            E::identity ? 0 : static_cast<std::uint64_t>(n)};
+  }
 };
 
 }  // namespace kiln::nn::detail
@@ -142,6 +165,10 @@ struct ChannelBiasEpilogue {
     if (z != y) z[i] = from_compute<T>(v);
     y[i] = from_compute<T>(E::forward(v));
   }
+  Traffic traffic(index_t n) const {
+    const index_t c = channels > 0 ? channels : 1;
+    return bias_epilogue_traffic<T, B, E>(n / c, c, z, bias, y);
+  }
 };
 
 /// dz = E'(dy, saved) elementwise.
@@ -153,6 +180,7 @@ struct EpilogueGrad {
   KILN_HOST_DEVICE void operator()(index_t i) const {
     dz[i] = from_compute<T>(E::backward(to_compute(dy[i]), to_compute(saved[i])));
   }
+  Traffic traffic(index_t n) const { return {3 * kiln::detail::bytes_of<T>(n), static_cast<std::uint64_t>(n)}; }
 };
 
 }  // namespace kiln::nn::detail
