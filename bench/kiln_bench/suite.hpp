@@ -28,8 +28,11 @@
 #include <string>
 #include <vector>
 
+#include <cstring>
+#include <kiln/core/counters.hpp>
 #include <kiln/core/fusion.hpp>
 #include <kiln/nn/nn.hpp>
+#include <kiln/optim/adam.hpp>
 #if KILN_CUDA_COMPILER
 #include <kiln/cuda.hpp>
 #endif
@@ -45,8 +48,14 @@ struct StepResult {
   std::string model, precision, device, mode;  // mode: "train" or "infer"
   index_t batch = 0;
   bool fused = true;
-  Stats seconds;                 ///< per step
-  std::uint64_t passes = 0;      ///< passes over memory in one step (kiln::passes())
+  Stats seconds;   ///< per step (CUDA events on the GPU)
+  Counters work;   ///< passes, bytes and operations of one step (kiln::counters(), kiln/core/counters.hpp)
+  std::uint64_t passes() const { return work.passes; }
+  /// The time one step would take if memory were its only limit (its bytes at the measured copy
+  /// bandwidth, bytes per second) over the time it took: 1 = as fast as copying its bytes.
+  double fraction_of_bw_limit(double copy_bandwidth) const {
+    return seconds.median > 0 && copy_bandwidth > 0 ? static_cast<double>(work.bytes) / copy_bandwidth / seconds.median : 0;
+  }
 };
 
 /// What a registered model runs: `measure(device, precision, batch, mode, fused, warmup, repeat)`, and
@@ -70,6 +79,111 @@ void synchronize() {
 #if KILN_CUDA_COMPILER
   if constexpr (std::is_same_v<D, Cuda>) kiln::cuda::synchronize();
 #endif
+}
+
+/// Seconds f() takes: the host clock around f() on the CPU; CUDA events on kiln's current stream around
+/// it on the GPU (the launches are asynchronous; the events time the work, not the host's queueing).
+template <class D, class F>
+double time_once(F&& f) {
+#if KILN_CUDA_COMPILER
+  if constexpr (std::is_same_v<D, Cuda>) {
+    kiln::cuda::Event start(true), stop(true);
+    start.record();
+    f();
+    stop.record();
+    stop.synchronize();
+    return static_cast<double>(start.elapsed_ms(stop)) * 1e-3;
+  }
+#endif
+  const double t0 = now_seconds();
+  f();
+  synchronize<D>();
+  return now_seconds() - t0;
+}
+
+/// The machine's copy bandwidth in bytes per second (read + written, as kiln::counters() counts a copy):
+/// the best of `repeat` copies of `bytes` between two buffers after one untimed copy of each kind, over
+/// two kinds: the platform's copy (on the CPU std::memcpy over 1 MiB slices spread over the OpenMP
+/// threads, on the GPU cudaMemcpyAsync device to device) and kiln's own copy pass (b = a). The best, not
+/// the median: it is the limit the fraction is measured against.
+template <class D>
+double copy_bandwidth(std::size_t bytes, int repeat) {
+  const index_t n = static_cast<index_t>(bytes / sizeof(float));
+  Tensor<float, Shape<dyn>, D> a(n), b(n);
+  a.fill(1.0f);  // first touch by the threads that copy (and no lazily mapped pages in the timing)
+  b.fill(0.0f);
+  const auto platform_copy = [&] {
+#if KILN_CUDA_COMPILER
+    if constexpr (std::is_same_v<D, Cuda>) {
+      KILN_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), static_cast<std::size_t>(n) * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, kiln::cuda::current_stream()));
+      return;
+    }
+#endif
+    constexpr index_t slice = (1 << 20) / sizeof(float);
+    const index_t slices = (n + slice - 1) / slice;
+    float* dst = b.data();
+    const float* src = a.data();
+    KILN_PRAGMA_OMP(parallel for schedule(static))
+    for (index_t k = 0; k < slices; ++k)
+      std::memcpy(dst + k * slice, src + k * slice, static_cast<std::size_t>(std::min(slice, n - k * slice)) * sizeof(float));
+  };
+  const auto kiln_copy = [&] { kiln::assign(b, a); };
+  double best = 0;
+  for (const auto& copy : {std::function<void()>(platform_copy), std::function<void()>(kiln_copy)}) {
+    time_once<D>(copy);
+    for (int k = 0; k < std::max(repeat, 1); ++k)
+      best = std::max(best, 2.0 * static_cast<double>(n) * sizeof(float) / time_once<D>(copy));
+  }
+  return best;
+}
+
+/// Times f fused or unfused: warm-up, the counters of one run, then `repeat` timed runs.
+template <class D, class F>
+StepResult measure_pass(F&& f, bool fused, int warmup, int repeat) {
+  std::optional<Unfused> off;
+  if (!fused) off.emplace();
+  for (int w = 0; w < std::max(warmup, 1); ++w) f();
+  synchronize<D>();
+  StepResult r;
+  const auto c0 = counters();
+  f();
+  synchronize<D>();
+  r.work = counters() - c0;
+  std::vector<double> samples;
+  for (int k = 0; k < repeat; ++k) samples.push_back(time_once<D>(f));
+  r.seconds = summarize(samples);
+  r.fused = fused;
+  r.device = std::is_same_v<D, Cpu> ? "cpu" : "cuda";
+  return r;
+}
+
+/// Elementwise work alone, where memory is the only limit: `chain` is y = relu(1.5 x - 0.25) 2 + 0.5
+/// over n values of the precision's storage type (one pass fused, four unfused: bench_fusion's
+/// chain); `adam` is an Adam step over n fp32 parameters (one pass fused; torch's single-tensor order
+/// unfused).
+template <class Prec, class D>
+StepResult measure_elementwise(const std::string& workload, index_t n, bool fused, int warmup, int repeat) {
+  StepResult r;
+  if (workload == "adam") {
+    Tensor<float, Shape<dyn>, D> p(n), g(n);
+    p.fill(0.5f);
+    g.fill(0.01f);
+    optim::Adam<float, D> adam(p, g, {.lr = 1e-3f});
+    r = measure_pass<D>([&] { adam.step(); }, fused, warmup, repeat);
+  } else {
+    using T = typename Prec::storage;
+    Tensor<T, Shape<dyn>, D> x(n), y(n);
+    std::vector<T> h(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) h[static_cast<std::size_t>(i)] = static_cast<T>(static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f);
+    x.copy_from(std::span<const T>(h));
+    r = measure_pass<D>([&] { kiln::assign(y, kiln::relu(x * 1.5f - 0.25f) * 2.0f + 0.5f); }, fused, warmup, repeat);
+  }
+  r.model = workload;
+  r.mode = "pass";
+  r.batch = n;
+  r.precision = workload == "adam" ? "fp32" : std::string(Prec::name);
+  return r;
 }
 
 /// StepCase (bench/train_step/step_case.hpp) on kiln-bench's fixed inputs (a deterministic ramp in
@@ -170,29 +284,11 @@ class Suite {
       if (train) b.train_step();
       else b.infer_step();
     };
-    std::optional<Unfused> off;
-    if (!fused) off.emplace();
-    // At least one untimed step, so that the pass count is a steady one (the first forward of a mixed-
+    // At least one untimed step, so that the counts are steady ones (the first forward of a mixed-
     // precision model also converts the working copy).
-    for (int w = 0; w < std::max(warmup, 1); ++w) once();
-    detail::synchronize<D>();
-    const auto p0 = passes();
-    once();
-    detail::synchronize<D>();
-    StepResult r;
-    r.passes = passes() - p0;
-    std::vector<double> samples;
-    for (int k = 0; k < repeat; ++k) {
-      const double t0 = detail::now_seconds();
-      once();
-      detail::synchronize<D>();
-      samples.push_back(detail::now_seconds() - t0);
-    }
-    r.seconds = summarize(samples);
+    StepResult r = detail::measure_pass<D>(once, fused, warmup, repeat);
     r.batch = batch;
     r.mode = mode;
-    r.fused = fused;
-    r.device = std::is_same_v<D, Cpu> ? "cpu" : "cuda";
     r.precision = std::string(Prec::name);
     return r;
   }
@@ -243,46 +339,59 @@ inline double tolerance_of(const std::string& precision) {
 }
 }  // namespace detail
 
-/// Step time against batch size, fused and unfused, one SVG per model, precision and mode, drawn with
-/// gnuplot when it is installed (Debian: gnuplot-nox); the data and the script are written either way.
+/// Per model, precision and mode: step time against batch size (kiln fused, kiln unfused, PyTorch eager,
+/// torch.compile) and the fraction of the memory-bound limit against batch size (kiln fused and unfused;
+/// PyTorch's bytes are not counted), one SVG each, drawn with gnuplot when it is installed (Debian:
+/// gnuplot-nox); the data and the script are written either way.
 inline int write_plots(const nlohmann::json& out, const std::string& dir, const char* program) {
   std::filesystem::create_directories(dir);
-  // "model.prec.mode" -> batch -> {kiln fused, kiln unfused, torch eager, torch compile} ms (NaN: none)
-  std::map<std::string, std::map<long long, std::array<double, 4>>> series;
+  // "model.prec.mode" -> batch -> {kiln fused ms, kiln unfused ms, torch eager ms, torch compile ms,
+  // kiln fused fraction, kiln unfused fraction} (NaN: none)
+  constexpr std::size_t columns = 6;
+  std::map<std::string, std::map<long long, std::array<double, columns>>> series;
   for (const auto& r : out["rows"]) {
+    if (r["mode"] == "pass") continue;  // the elementwise workloads have one size
     const std::string name =
         r["model"].get<std::string>() + "." + r["precision"].get<std::string>() + "." + r["mode"].get<std::string>();
-    auto& cell = series[name].try_emplace(r["batch"].get<long long>(), std::array<double, 4>{NAN, NAN, NAN, NAN})
+    auto& cell = series[name].try_emplace(r["batch"].get<long long>(), std::array<double, columns>{NAN, NAN, NAN, NAN, NAN, NAN})
                      .first->second;
     const bool torch = r.value("framework", "kiln") == "torch";
     const std::size_t col = torch ? (r.value("variant", "eager") == "eager" ? 2 : 3) : (r["fused"].get<bool>() ? 0 : 1);
     cell[col] = r["median_ms"].get<double>();
+    if (!torch) cell[col + 4] = r["fraction_of_bw_limit"].get<double>();
   }
   std::ofstream gp(dir + "/kiln-bench.gp");
   gp << "# kiln-bench plots: gnuplot kiln-bench.gp (in this folder)\nset terminal svg size 640,400\n"
-        "set logscale xy\nset xlabel 'batch size'\nset ylabel 'step time (ms)'\nset key top left\n"
-        "set datafile missing 'nan'\n";
-  const char* titles[4] = {"kiln fused", "kiln unfused", "PyTorch eager", "PyTorch torch.compile"};
+        "set xlabel 'batch size'\nset key top left\nset datafile missing 'nan'\n";
+  const char* titles[columns] = {"kiln fused", "kiln unfused", "PyTorch eager", "PyTorch torch.compile", "kiln fused",
+                                 "kiln unfused"};
+  const std::string where = out["device"].get<std::string>();
   for (const auto& [name, by_batch] : series) {
     std::ofstream dat(dir + "/" + name + ".dat");
-    dat << "# batch kiln_fused_ms kiln_unfused_ms torch_eager_ms torch_compile_ms\n";
-    std::array<bool, 4> present{};
+    dat << "# batch kiln_fused_ms kiln_unfused_ms torch_eager_ms torch_compile_ms kiln_fused_fraction_of_bw_limit "
+           "kiln_unfused_fraction_of_bw_limit\n";
+    std::array<bool, columns> present{};
     for (const auto& [b, t] : by_batch) {
       dat << b;
-      for (std::size_t c = 0; c < 4; ++c) {
+      for (std::size_t c = 0; c < columns; ++c) {
         dat << ' ' << (std::isnan(t[c]) ? std::string("nan") : std::to_string(t[c]));
         present[c] = present[c] || !std::isnan(t[c]);
       }
       dat << '\n';
     }
-    gp << "set output '" << name << ".svg'\nset title '" << name << " (" << out["device"].get<std::string>() << ")'\nplot ";
-    bool first = true;
-    for (std::size_t c = 0; c < 4; ++c)
-      if (present[c]) {
-        gp << (first ? "" : ", ") << "'" << name << ".dat' using 1:" << c + 2 << " with linespoints title '" << titles[c] << "'";
-        first = false;
-      }
-    gp << '\n';
+    const auto plot = [&](const std::string& file, const char* ylabel, const char* scale, std::size_t c0, std::size_t c1) {
+      gp << "set output '" << file << "'\nset title '" << name << " (" << where << ")'\nset ylabel '" << ylabel << "'\n"
+         << scale << "\nplot ";
+      bool first = true;
+      for (std::size_t c = c0; c < c1; ++c)
+        if (present[c]) {
+          gp << (first ? "" : ", ") << "'" << name << ".dat' using 1:" << c + 2 << " with linespoints title '" << titles[c] << "'";
+          first = false;
+        }
+      gp << '\n';
+    };
+    plot(name + ".svg", "step time (ms)", "set logscale xy\nset yrange [*:*]", 0, 4);
+    plot(name + ".bw.svg", "fraction of the memory-bound limit", "unset logscale y\nset logscale x\nset yrange [0:*]", 4, 6);
   }
   gp.close();
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
@@ -295,7 +404,7 @@ inline int write_plots(const nlohmann::json& out, const std::string& dir, const 
     std::fprintf(stderr, "%s: gnuplot failed on %s/kiln-bench.gp\n", program, dir.c_str());
     return 1;
   }
-  std::printf("plots: %zu SVG files in %s\n", series.size(), dir.c_str());
+  std::printf("plots: %zu SVG files in %s\n", 2 * series.size(), dir.c_str());
   return 0;
 }
 
@@ -364,13 +473,17 @@ inline int Suite::main(int argc, char** argv) {
   std::vector<index_t> batches{32, 128, 512};
   std::string device = "cpu", json_path, plot_dir, torch = "yes";
   int repeat = 10, warmup = 2;
+  index_t elements = -1;  // -1: 2^24 on the CPU, 2^26 on the GPU
+  index_t copy_mib = 256;
   for (const auto& e : entries_) models.push_back(e.name);
   const auto usage = [&](FILE* f) {
     std::fprintf(f,
                  "usage: %s [--models a,b] [--batches 32,128,512] [--precisions fp32,bf16,fp16] [--device cpu|cuda]\n"
                  "          [--repeat 10] [--warmup 2] [--json FILE] [--plot DIR] [--torch yes|no]\n"
+                 "          [--elements 2^24 (GPU: 2^26); 0: none] [--copy-mib 256]\n"
                  "Times a training step and an inference step of each model, fused (kiln's default) and unfused\n"
-                 "(kiln::Unfused: one pass per operation), and checks that both give the same parameters.\nmodels:",
+                 "(kiln::Unfused: one pass per operation), counts their passes, bytes and operations, measures\n"
+                 "the copy bandwidth, and checks that both give the same gradients.\nmodels:",
                  argv[0]);
     for (const auto& e : entries_) std::fprintf(f, "  %s (%s)", e.name.c_str(), e.description.c_str());
     std::fprintf(f, "\n");
@@ -395,6 +508,8 @@ inline int Suite::main(int argc, char** argv) {
       else if (a == "--torch") torch = v;
       else if (a == "--repeat") repeat = std::stoi(v);
       else if (a == "--warmup") warmup = std::stoi(v);
+      else if (a == "--elements") elements = std::stoll(v);
+      else if (a == "--copy-mib") copy_mib = std::stoll(v);
       else if (a == "--batches") {
         batches.clear();
         for (const auto& b : detail::split_list(v)) batches.push_back(std::stoll(b));
@@ -427,10 +542,11 @@ inline int Suite::main(int argc, char** argv) {
     return 2;
   }
 #endif
-  if (repeat < 1 || warmup < 0 || batches.empty()) {
-    std::fprintf(stderr, "%s: --repeat must be >= 1, --warmup >= 0, --batches not empty\n", argv[0]);
+  if (repeat < 1 || warmup < 0 || batches.empty() || copy_mib < 1) {
+    std::fprintf(stderr, "%s: --repeat must be >= 1, --warmup >= 0, --copy-mib >= 1, --batches not empty\n", argv[0]);
     return 2;
   }
+  if (elements < 0) elements = device == "cuda" ? index_t(1) << 26 : index_t(1) << 24;
   std::vector<const Entry*> chosen;
   for (const auto& m : models) {
     const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.name == m; });
@@ -448,13 +564,54 @@ inline int Suite::main(int argc, char** argv) {
   out["machine"] = machine_info();
   out["threads"] = omp_threads();
   out["device"] = device;
-  out["config"] = {{"repeat", repeat}, {"warmup", warmup}};
+  out["config"] = {{"repeat", repeat}, {"warmup", warmup}, {"elements", elements}};
+  const double bw = dispatch(device, "fp32", [&]<class, class D>() {
+    return detail::copy_bandwidth<D>(static_cast<std::size_t>(copy_mib) << 20, std::max(repeat, 3));
+  });
+  out["copy_bandwidth_GBps"] = bw * 1e-9;
   nlohmann::json rows = nlohmann::json::array(), ratios = nlohmann::json::object();
+  const auto row_of = [&](const StepResult& r, const std::string& model) {
+    return nlohmann::json{{"framework", "kiln"},
+                          {"model", model},
+                          {"precision", r.precision},
+                          {"batch", r.batch},
+                          {"mode", r.mode},
+                          {"fused", r.fused},
+                          {"median_ms", r.seconds.median * 1e3},
+                          {"min_ms", r.seconds.min * 1e3},
+                          {"max_ms", r.seconds.max * 1e3},
+                          {"passes", r.work.passes},
+                          {"bytes", r.work.bytes},
+                          {"ops", r.work.ops},
+                          {"fraction_of_bw_limit", r.fraction_of_bw_limit(bw)},
+                          {"samples_per_s", static_cast<double>(r.batch) / r.seconds.median}};
+  };
+  // The ratios of one fused / unfused pair under `key`.
+  const auto pair_ratios = [&](const StepResult& f, const StepResult& u, const std::string& key) {
+    ratios["fused_over_unfused_step." + key] = u.seconds.median / f.seconds.median;
+    ratios["unfused_over_fused_passes." + key] =
+        static_cast<double>(u.work.passes) / static_cast<double>(std::max<std::uint64_t>(f.work.passes, 1));
+    ratios["unfused_over_fused_bytes." + key] =
+        static_cast<double>(u.work.bytes) / static_cast<double>(std::max<std::uint64_t>(f.work.bytes, 1));
+    ratios["fused_fraction_of_bw_limit." + key] = f.fraction_of_bw_limit(bw);
+    ratios["unfused_fraction_of_bw_limit." + key] = u.fraction_of_bw_limit(bw);
+  };
+  const auto print_pair = [&](const StepResult& f, const StepResult& u, const std::string& tail) {
+    std::printf("%-10s %-5s %8lld %-5s %10.3f %10.3f %7.2fx %5llu/%-5llu %9.3f/%-9.3f %9.1f %5.1f%% %5.1f%%%s\n",
+                f.model.c_str(), f.precision.c_str(), static_cast<long long>(f.batch), f.mode.c_str(), f.seconds.median * 1e3,
+                u.seconds.median * 1e3, u.seconds.median / f.seconds.median, static_cast<unsigned long long>(f.work.passes),
+                static_cast<unsigned long long>(u.work.passes), static_cast<double>(f.work.bytes) * 1e-6,
+                static_cast<double>(u.work.bytes) * 1e-6, static_cast<double>(f.work.ops) * 1e-6,
+                100 * f.fraction_of_bw_limit(bw), 100 * u.fraction_of_bw_limit(bw), tail.c_str());
+  };
   int status = 0;
-  std::printf("kiln-bench on %s (%d thread%s): median step time, passes over memory per step; unfused = one pass per operation\n",
-              device.c_str(), omp_threads(), omp_threads() == 1 ? "" : "s");
-  std::printf("%-10s %-5s %6s %-6s %12s %12s %8s %8s %9s %11s\n", "model", "prec", "batch", "mode", "fused ms",
-              "unfused ms", "passes", "unfused", "speedup", "agreement");
+  std::printf("kiln-bench on %s (%d thread%s), copy bandwidth %.1f GB/s: median step time; passes, MB moved and\n"
+              "Mop (fused) per step counted from the operands (fused/unfused); %%bw: the time the step's bytes take at\n"
+              "copy bandwidth over its time (100%% = memory-bound at copy speed); unfused = one pass per operation\n",
+              device.c_str(), omp_threads(), omp_threads() == 1 ? "" : "s", bw * 1e-9);
+  const char* header = "%-10s %-5s %8s %-5s %10s %10s %8s %11s %19s %9s %6s %6s %s\n";
+  std::printf(header, "model", "prec", "batch", "mode", "fused ms", "unfused ms", "speedup", "passes", "MB moved",
+              "Mop", "%bw f", "%bw u", "agreement");
   for (const Entry* e : chosen)
     for (const auto& p : precisions)
       for (const index_t b : batches) {
@@ -462,32 +619,33 @@ inline int Suite::main(int argc, char** argv) {
         const bool ok = agree <= detail::tolerance_of(p);
         if (!ok) status = 1;
         for (const std::string mode : {"train", "infer"}) {
-          const StepResult f = e->measure(device, p, b, mode, true, warmup, repeat);
-          const StepResult u = e->measure(device, p, b, mode, false, warmup, repeat);
-          const double speedup = u.seconds.median / f.seconds.median;
-          std::printf("%-10s %-5s %6lld %-6s %12.3f %12.3f %8llu %8llu %8.2fx %10.1e%s\n", e->name.c_str(), p.c_str(),
-                      static_cast<long long>(b), mode.c_str(), f.seconds.median * 1e3, u.seconds.median * 1e3,
-                      static_cast<unsigned long long>(f.passes), static_cast<unsigned long long>(u.passes), speedup, agree,
-                      ok ? "" : " DISAGREE");
-          for (const StepResult* r : {&f, &u})
-            rows.push_back({{"framework", "kiln"},
-                            {"model", e->name},
-                            {"precision", p},
-                            {"batch", b},
-                            {"mode", mode},
-                            {"fused", r->fused},
-                            {"median_ms", r->seconds.median * 1e3},
-                            {"min_ms", r->seconds.min * 1e3},
-                            {"max_ms", r->seconds.max * 1e3},
-                            {"passes", r->passes},
-                            {"samples_per_s", static_cast<double>(b) / r->seconds.median}});
-          const std::string key = e->name + "." + p + "." + std::to_string(b) + "." + mode;
-          ratios["fused_over_unfused_step." + key] = speedup;
-          ratios["unfused_over_fused_passes." + key] =
-              static_cast<double>(u.passes) / static_cast<double>(std::max<std::uint64_t>(f.passes, 1));
+          StepResult f = e->measure(device, p, b, mode, true, warmup, repeat);
+          StepResult u = e->measure(device, p, b, mode, false, warmup, repeat);
+          f.model = u.model = e->name;
+          char tail[64];
+          std::snprintf(tail, sizeof tail, " %9.1e%s", agree, ok ? "" : " DISAGREE");
+          print_pair(f, u, tail);
+          rows.push_back(row_of(f, e->name));
+          rows.push_back(row_of(u, e->name));
+          pair_ratios(f, u, e->name + "." + p + "." + std::to_string(b) + "." + mode);
         }
         ratios["fused_unfused_agreement." + e->name + "." + p + "." + std::to_string(b)] = agree;
       }
+  if (elements > 0) {
+    std::printf("\nelementwise work alone (batch = elements): chain = relu(1.5 x - 0.25) 2 + 0.5, adam = an Adam step\n");
+    for (const std::string w : {"chain", "adam"})
+      for (const auto& p : precisions) {
+        if (w == "adam" && p != precisions.front()) continue;  // fp32 master weights whatever the precision
+        const auto [f, u] = dispatch(device, p, [&]<class Prec, class D>() {
+          return std::pair{detail::measure_elementwise<Prec, D>(w, elements, true, warmup, repeat),
+                           detail::measure_elementwise<Prec, D>(w, elements, false, warmup, repeat)};
+        });
+        print_pair(f, u, "");
+        rows.push_back(row_of(f, w));
+        rows.push_back(row_of(u, w));
+        pair_ratios(f, u, w + "." + f.precision + "." + std::to_string(elements) + ".pass");
+      }
+  }
   std::fflush(stdout);
   if (torch == "yes") compare_with_torch(out, rows, ratios, models, batches, precisions, device, warmup, repeat);
   out["rows"] = rows;
