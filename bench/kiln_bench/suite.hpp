@@ -415,7 +415,7 @@ inline int write_plots(const nlohmann::json& out, const std::string& dir, const 
 inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohmann::json& ratios,
                                const std::vector<std::string>& models, const std::vector<index_t>& batches,
                                const std::vector<std::string>& precisions, const std::string& device, int warmup,
-                               int repeat) {
+                               int repeat, index_t elements) {
 #ifdef KILN_BENCH_DIR
   const auto join = [](const auto& v) {
     std::string s;
@@ -429,7 +429,7 @@ inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
   const std::string cmd = "/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/kiln_bench/torch_bench.py --models " +
                           join(models) + " --batches " + join(batches) + " --precisions " + join(precisions) +
                           " --device " + device + " --warmup " + std::to_string(warmup) + " --repeat " +
-                          std::to_string(repeat) + " 2>/dev/null";
+                          std::to_string(repeat) + " --elements " + std::to_string(elements) + " 2>/dev/null";
   const nlohmann::json t = run_json(cmd);
   if (!t.contains("rows")) {
     std::printf("PyTorch: not measured (/usr/bin/python3 with torch not found, or the script failed)\n");
@@ -444,7 +444,7 @@ inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
                  std::to_string(r["batch"].get<long long>()) + "." + r["mode"].get<std::string>()] = r["median_ms"];
   std::printf("\nagainst PyTorch %s (same models, batches, precisions; autocast for fp16/bf16)\n",
               t.value("torch", "?").c_str());
-  std::printf("%-10s %-5s %6s %-6s %-8s %12s %12s %10s\n", "model", "prec", "batch", "mode", "torch", "torch ms",
+  std::printf("%-10s %-5s %8s %-6s %-8s %12s %12s %10s\n", "model", "prec", "batch", "mode", "torch", "torch ms",
               "kiln ms", "kiln is");
   for (const auto& r : t["rows"]) {
     const std::string key = r["model"].get<std::string>() + "." + r["precision"].get<std::string>() + "." +
@@ -452,7 +452,7 @@ inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
     const auto it = kiln_fused.find(key);
     if (it == kiln_fused.end()) continue;
     const double torch_ms = r["median_ms"].get<double>(), ratio = torch_ms / it->second;
-    std::printf("%-10s %-5s %6lld %-6s %-8s %12.3f %12.3f %9.2fx\n", r["model"].get<std::string>().c_str(),
+    std::printf("%-10s %-5s %8lld %-6s %-8s %12.3f %12.3f %9.2fx\n", r["model"].get<std::string>().c_str(),
                 r["precision"].get<std::string>().c_str(), r["batch"].get<long long>(), r["mode"].get<std::string>().c_str(),
                 r["variant"].get<std::string>().c_str(), torch_ms, it->second, ratio);
     ratios["kiln_over_torch_" + r["variant"].get<std::string>() + "." + key] = ratio;
@@ -463,7 +463,8 @@ inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
   for (const auto& s : t.value("skipped", nlohmann::json::array())) std::printf("  (not measured: %s)\n", s.get<std::string>().c_str());
   std::fflush(stdout);
 #else
-  (void)out, (void)rows, (void)ratios, (void)models, (void)batches, (void)precisions, (void)device, (void)warmup, (void)repeat;
+  (void)out, (void)rows, (void)ratios, (void)models, (void)batches, (void)precisions, (void)device, (void)warmup, (void)repeat,
+      (void)elements;
   std::printf("PyTorch: not measured (built without KILN_BENCH_DIR)\n");
 #endif
 }
@@ -647,7 +648,7 @@ inline int Suite::main(int argc, char** argv) {
       }
   }
   std::fflush(stdout);
-  if (torch == "yes") compare_with_torch(out, rows, ratios, models, batches, precisions, device, warmup, repeat);
+  if (torch == "yes") compare_with_torch(out, rows, ratios, models, batches, precisions, device, warmup, repeat, elements);
   out["rows"] = rows;
   out["ratios"] = ratios;
   if (!json_path.empty()) {

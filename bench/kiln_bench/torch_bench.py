@@ -2,8 +2,12 @@
 """PyTorch's side of kiln-bench: the same built-in models (mlp, lenet, wide_mlp), batch sizes and
 precisions, the same training step (forward, loss, backward, Adam; under fp16/bf16 autocast with
 GradScaler for fp16) and inference step (torch.no_grad, eval), timed as medians after warm-up; in eager
-mode and, where this torch has it, with torch.compile. Prints one JSON object; kiln-bench --torch yes
-runs it with the same arguments and puts the times next to its own.
+mode and, where this torch has it, with torch.compile. With --elements N also the elementwise workloads
+kiln-bench times alone: `chain` (y = relu(1.5 x - 0.25) 2 + 0.5 over N values of each precision's dtype;
+eager runs it op by op, torch.compile fuses it) and `adam` (an Adam step over N fp32 parameters: torch's
+default implementation as "eager", and fused=True as "fused" where this torch has it for the device).
+Prints one JSON object; kiln-bench --torch yes runs it with the same arguments and puts the times next
+to its own.
 
     OMP_NUM_THREADS=2 /usr/bin/python3 bench/kiln_bench/torch_bench.py --models mlp,lenet --batches 32,128
 """
@@ -79,6 +83,41 @@ def measure(name, batch, precision, mode, compiled, device, warmup, repeat):
     return median_ms(step, warmup, repeat, sync)
 
 
+def measure_elementwise(workload, n, precision, variant, device, warmup, repeat):
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if workload == "adam":
+        p = torch.nn.Parameter(torch.full((n,), 0.5, device=device))
+        p.grad = torch.full((n,), 0.01, device=device)
+        opt = torch.optim.Adam([p], lr=1e-3, **({"fused": True} if variant == "fused" else {}))
+        step = opt.step
+    else:
+        x = (torch.arange(n, device=device) * 7919 % 2001).float().div(1000).sub(1).to(DTYPES.get(precision, torch.float32))
+
+        def chain(x):
+            return torch.relu(x * 1.5 - 0.25) * 2 + 0.5
+
+        f = torch.compile(chain) if variant == "compile" else chain
+
+        def step():
+            f(x)
+    with torch.no_grad():
+        return median_ms(step, max(warmup, 1), repeat, sync)
+
+
+def elementwise_rows(a, out):
+    n = a.elements
+    cases = [("chain", p, v) for p in a.precisions.split(",") for v in ["eager"] + (["compile"] if hasattr(torch, "compile") else [])]
+    cases += [("adam", "fp32", v) for v in ("eager", "fused")]
+    for workload, precision, variant in cases:
+        try:
+            ms = measure_elementwise(workload, n, precision, variant, a.device, a.warmup, a.repeat)
+        except Exception as e:  # fused Adam on a device this torch lacks it for, a compile that fails: say so
+            out["skipped"].append("%s %s %d %s: %s" % (workload, precision, n, variant, str(e).splitlines()[0][:120]))
+            continue
+        out["rows"].append({"model": workload, "precision": precision, "batch": n, "mode": "pass", "variant": variant,
+                            "median_ms": ms})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="mlp,lenet,wide_mlp")
@@ -87,6 +126,7 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--elements", type=int, default=0)
     a = ap.parse_args()
     torch.manual_seed(0)
     out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "rows": [], "skipped": []}
@@ -117,6 +157,8 @@ def main():
                             continue
                         out["rows"].append({"model": name, "precision": precision, "batch": batch, "mode": mode,
                                             "variant": variant, "median_ms": ms})
+    if a.elements > 0:
+        elementwise_rows(a, out)
     print(json.dumps(out))
 
 
