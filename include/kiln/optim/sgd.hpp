@@ -26,7 +26,10 @@ namespace detail {
 /// first step); g = nesterov ? g + momentum buf : buf; p -= lr g. Computed in float, or in double for
 /// double master weights (so they are never rounded through float). Under mixed precision (W, the
 /// working copy's type, differs from M) the same pass also rounds the new parameter into the working copy.
-template <class M, class W = M>
+/// Momentum, Decay (momentum, weight decay not 0), First (the first step) and Nesterov are template
+/// arguments, so the loop has no branch and vectorises (with them as run-time branches g++ left the step
+/// scalar when it also stores half: 9 ms against 1.6 ms for bf16 over 2 M parameters).
+template <class M, class W = M, bool Momentum = false, bool Decay = false, bool First = false, bool Nesterov = false>
 struct SgdStep {
   using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
   M* p;
@@ -34,15 +37,16 @@ struct SgdStep {
   M* buf;
   W* work;  // mixed precision only
   float lr, momentum, dampening, weight_decay;
-  bool nesterov, first;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     C g = static_cast<C>(grad[i]);
     const C w = static_cast<C>(p[i]);
-    if (weight_decay != 0.0f) g += C(weight_decay) * w;
-    if (momentum != 0.0f) {
-      const C b = first ? g : C(momentum) * static_cast<C>(buf[i]) + (C(1) - C(dampening)) * g;
+    if constexpr (Decay) g += C(weight_decay) * w;
+    if constexpr (Momentum) {
+      C b = g;
+      if constexpr (!First) b = C(momentum) * static_cast<C>(buf[i]) + (C(1) - C(dampening)) * g;
       buf[i] = static_cast<M>(b);
-      g = nesterov ? g + C(momentum) * b : b;
+      if constexpr (Nesterov) g = g + C(momentum) * b;
+      else g = b;
     }
     const M next = static_cast<M>(w - C(lr) * g);
     p[i] = next;
@@ -51,9 +55,8 @@ struct SgdStep {
   /// p read and written, the gradient read, the momentum buffer read (not on the first step) and
   /// written, the working copy written.
   Traffic traffic(index_t n) const {
-    const bool mom = momentum != 0.0f;
-    const std::uint64_t per = (3 + (mom ? (first ? 1 : 2) : 0)) * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
-    const std::uint64_t ops = 2 + (weight_decay != 0.0f ? 2 : 0) + (mom ? (first ? 0 : 4) + (nesterov ? 2 : 0) : 0);
+    const std::uint64_t per = (3 + (Momentum ? (First ? 1 : 2) : 0)) * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
+    const std::uint64_t ops = 2 + (Decay ? 2 : 0) + (Momentum ? (First ? 0 : 4) + (Nesterov ? 2 : 0) : 0);
     return {static_cast<std::uint64_t>(n) * per, static_cast<std::uint64_t>(n) * ops};
   }
 };
@@ -86,9 +89,20 @@ class SGD {
       first_ = false;
       return;
     }
-    kiln::detail::executor<D>::for_each(
-        p_.numel(), detail::SgdStep<M, W>{p_.data(), g_.data(), buf_.data(), work_, o_.lr, o_.momentum,
-                                          o_.dampening, o_.weight_decay, o_.nesterov, first_});
+    const auto run = [&](auto momentum, auto decay, auto first, auto nesterov) {
+      kiln::detail::executor<D>::for_each(
+          p_.numel(), detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
+                                      decltype(nesterov)::value>{p_.data(), g_.data(), buf_.data(), work_, o_.lr,
+                                                                 o_.momentum, o_.dampening, o_.weight_decay});
+    };
+    const auto with = [](bool b, auto f) {
+      if (b) f(std::true_type{});
+      else f(std::false_type{});
+    };
+    with(o_.weight_decay != 0.0f, [&](auto decay) {
+      if (o_.momentum == 0.0f) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
+      with(first_, [&](auto first) { with(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); }); });
+    });
     first_ = false;
   }
   void zero_grad() { g_.fill(M(0)); }
