@@ -142,6 +142,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fusion_saves_bytes_not_arithmetic, D, kiln::test::
   if constexpr (std::is_same_v<D, kiln::Cpu>) BOOST_TEST(unfused.bytes - fused.bytes == 2u * 64u * 16u * sizeof(float));
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv_relu_pool_forward_counts_the_arithmetic_on_every_device, D, kiln::test::devices) {
+  // Conv2d<3, 6, 5> + ReLU on [4, 3, 12, 12]: 4 x 6 x 8 x 8 outputs, each 2 x 3 x 5 x 5 operations of the
+  // convolution, the bias add and the ReLU (one fused pass on the CPU; cuDNN's call and the epilogue
+  // pass on CUDA: the same count); MaxPool2d<2>: 2 x 2 comparisons per output.
+  using Img = Shape<dyn, 3, 12, 12>;
+  knn::Model<knn::Sequential<knn::Conv2d<3, 6, 5>, knn::ReLU, knn::MaxPool2d<2>>, Img, kiln::Policy<kiln::Fp32, D>> model(3);
+  const Extents<Img> ext(4);
+  const auto x = kt::make_tensor<D>(kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, 71), ext);
+  (void)model.forward(x);  // the first forward may plan (cuDNN's algorithms)
+  const auto before = kiln::counters();
+  (void)model.forward(x);
+  const auto w = kiln::counters() - before;
+  constexpr std::uint64_t conv_outputs = 4 * 6 * 8 * 8, pooled = 4 * 6 * 4 * 4;
+  BOOST_TEST(w.ops == conv_outputs * (2 * 3 * 5 * 5 + 2) + pooled * 4);
+  // At least the input, the weights and the output once each.
+  BOOST_TEST(w.bytes >= (ext.numel() + 6 * 75 + conv_outputs) * sizeof(float));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_backward_unfused_runs_as_autograd_does, D, kiln::test::devices) {
   // Fused: one pass. Unfused: log_softmax, nll_loss's backward and log_softmax's backward, three passes
   // with the same gradient.
