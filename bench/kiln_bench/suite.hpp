@@ -50,7 +50,6 @@ struct StepResult {
   bool fused = true;
   Stats seconds;   ///< per step (CUDA events on the GPU)
   Counters work;   ///< passes, bytes and operations of one step (kiln::counters(), kiln/core/counters.hpp)
-  std::uint64_t passes() const { return work.passes; }
   /// The time one step would take if memory were its only limit (its bytes at the measured copy
   /// bandwidth, bytes per second) over the time it took: 1 = as fast as copying its bytes.
   double fraction_of_bw_limit(double copy_bandwidth) const {
@@ -618,9 +617,9 @@ inline int Suite::main(int argc, char** argv) {
   const double bw_before = measure_bandwidth();
   double bw = bw_before;
   nlohmann::json rows = nlohmann::json::array(), ratios = nlohmann::json::object();
-  const auto row_of = [&](const StepResult& r, const std::string& model) {
+  const auto row_of = [&](const StepResult& r) {
     return nlohmann::json{{"framework", "kiln"},
-                          {"model", model},
+                          {"model", r.model},
                           {"precision", r.precision},
                           {"batch", r.batch},
                           {"mode", r.mode},
@@ -704,8 +703,8 @@ inline int Suite::main(int argc, char** argv) {
     if (i == model_pairs)
       std::printf("\nelementwise work alone (batch = elements): chain = relu(1.5 x - 0.25) 2 + 0.5, adam = an Adam step\n");
     print_pair(f, u, tail);
-    rows.push_back(row_of(f, f.model));
-    rows.push_back(row_of(u, u.model));
+    rows.push_back(row_of(f));
+    rows.push_back(row_of(u));
     pair_ratios(f, u, f.model + "." + f.precision + "." + std::to_string(f.batch) + "." + f.mode);
   }
   std::fflush(stdout);
