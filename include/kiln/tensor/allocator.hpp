@@ -1,4 +1,5 @@
-/// A caching allocator like PyTorch's: freed blocks are kept and reused; statistics; empty_cache().
+/// A caching allocator like PyTorch's: freed blocks are kept and reused; statistics; empty_cache();
+/// private pools for CUDA graph capture.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -6,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "kiln/core/errors.hpp"
@@ -44,9 +46,19 @@ struct RawAllocator {
   const char* name = "cpu";  ///< "cpu", "cuda", "pinned"
 };
 
+/// A private pool's name (CachingAllocator::begin_pool); 0 is none.
+using PoolId = std::uint64_t;
+
 /// Reuses freed blocks instead of returning them. Thread-safe. Sizes are rounded up (512 B below
 /// 1 MiB; eighths of a power of two above), and a request takes the smallest cached block that fits
 /// within 25% of its size. Blocks are stream-ordered on the device's current stream.
+///
+/// Private pools (for kiln::cuda::Graph, like the pools of torch.cuda.graph): between begin_pool() and
+/// end_pool(), the thread that began the pool allocates from it, and every block that thread frees then
+/// (its own, or one allocated before) goes back to the pool, not to the shared cache: a captured graph
+/// replays into the same addresses, so no block it touched may be handed to anyone else while the graph
+/// lives. Blocks of a pool freed after end_pool() go back to the pool too; release_pool() hands the
+/// pool's free blocks to the shared cache, and its blocks still in use go there when they are freed.
 class CachingAllocator {
  public:
   CachingAllocator(RawAllocator raw, int device) : raw_(raw), device_(device) {}
@@ -60,24 +72,24 @@ class CachingAllocator {
     const std::size_t size = round_size(bytes);
     std::lock_guard lock(mutex_);
     ++stats_.num_requests;
-    if (auto it = free_.lower_bound(size); it != free_.end() && it->first <= size + size / 4) {
-      void* p = it->second;
-      live_.emplace(p, it->first);
-      stats_.allocated_bytes += it->first;
-      free_.erase(it);
-      ++stats_.num_cache_hits;
-      update_peaks();
+    Pool* pool = pool_of_this_thread();
+    if (pool != nullptr) {
+      if (void* p = take_cached(pool->free, size)) return p;
+    }
+    if (void* p = take_cached(free_, size)) {
+      if (pool != nullptr) owner_[p] = capturing_;  // a block of the shared cache joins the pool
       return p;
     }
     void* p = nullptr;
     if (limit_ == 0 || stats_.reserved_bytes + size <= limit_) p = raw_.allocate(size, device_);
-    if (p == nullptr) {  // release what is cached, then try once more
-      release_cache_locked();
+    if (p == nullptr && pool == nullptr) {  // release what is cached, then try once more (never while
+      release_cache_locked();               // capturing: freeing device memory would end the capture)
       if (limit_ == 0 || stats_.reserved_bytes + size <= limit_) p = raw_.allocate(size, device_);
     }
     if (p == nullptr) throw OutOfMemoryError(oom_message(bytes));
     ++stats_.num_device_allocs;
     live_.emplace(p, size);
+    if (pool != nullptr) owner_[p] = capturing_;
     stats_.allocated_bytes += size;
     stats_.reserved_bytes += size;
     update_peaks();
@@ -91,11 +103,64 @@ class CachingAllocator {
     auto it = live_.find(p);
     if (it == live_.end()) return;  // not ours: never free memory we did not hand out
     stats_.allocated_bytes -= it->second;
+    if (Pool* pool = pool_of_this_thread(); pool != nullptr && !owner_.contains(p))
+      owner_[p] = capturing_;  // allocated before the capture: the graph may read it, keep it
+    if (auto o = owner_.find(p); o != owner_.end()) {
+      if (auto pool = pools_.find(o->second); pool != pools_.end()) {
+        pool->second.free.emplace(it->second, p);
+        live_.erase(it);
+        return;
+      }
+      owner_.erase(o);  // its pool was released: the block goes to the shared cache
+    }
     free_.emplace(it->second, p);
     live_.erase(it);
   }
 
-  /// Returns every cached (unused) block to the device, like torch.cuda.empty_cache().
+  /// Starts a private pool: until end_pool(), this thread's allocations come from it and the blocks this
+  /// thread frees go to it. One pool at a time per allocator. Returns the pool's id for release_pool().
+  PoolId begin_pool() {
+    std::lock_guard lock(mutex_);
+    if (capturing_ != 0)
+      throw ValueError(std::string("kiln: ") + raw_.name + ":" + std::to_string(device_) +
+                       ": a private pool is already active (one graph capture at a time per device)");
+    capturing_ = ++last_pool_;
+    capture_thread_ = std::this_thread::get_id();
+    pools_[capturing_];
+    return capturing_;
+  }
+  /// Ends the active pool's routing; its blocks stay reserved for it until release_pool().
+  void end_pool() {
+    std::lock_guard lock(mutex_);
+    capturing_ = 0;
+  }
+  /// Gives a pool's free blocks to the shared cache; its blocks in use follow when they are freed.
+  void release_pool(PoolId id) {
+    std::lock_guard lock(mutex_);
+    if (id == capturing_) capturing_ = 0;
+    auto pool = pools_.find(id);
+    if (pool == pools_.end()) return;
+    for (auto& [size, p] : pool->second.free) {
+      owner_.erase(p);
+      free_.emplace(size, p);
+    }
+    pools_.erase(pool);
+  }
+  /// Bytes a pool holds, in use and free (0 once released).
+  std::size_t pool_bytes(PoolId id) const {
+    std::lock_guard lock(mutex_);
+    if (!pools_.contains(id)) return 0;
+    std::size_t n = 0;
+    for (const auto& [p, owner] : owner_)
+      if (owner == id) {
+        if (auto l = live_.find(p); l != live_.end()) n += l->second;
+      }
+    for (const auto& [size, p] : pools_.at(id).free) n += size;
+    return n;
+  }
+
+  /// Returns every cached (unused) block to the device, like torch.cuda.empty_cache(). Blocks kept for
+  /// a private pool (a captured graph) stay.
   void empty_cache() {
     std::lock_guard lock(mutex_);
     release_cache_locked();
@@ -135,6 +200,26 @@ class CachingAllocator {
   }
 
  private:
+  struct Pool {
+    std::multimap<std::size_t, void*> free;  // the pool's cached blocks by size
+  };
+  /// The active pool when the calling thread is the one that began it; null otherwise.
+  Pool* pool_of_this_thread() {
+    if (capturing_ == 0 || std::this_thread::get_id() != capture_thread_) return nullptr;
+    return &pools_[capturing_];
+  }
+  /// The smallest block of `cache` that fits `size` within 25 %, now live; null when none.
+  void* take_cached(std::multimap<std::size_t, void*>& cache, std::size_t size) {
+    auto it = cache.lower_bound(size);
+    if (it == cache.end() || it->first > size + size / 4) return nullptr;
+    void* p = it->second;
+    live_.emplace(p, it->first);
+    stats_.allocated_bytes += it->first;
+    cache.erase(it);
+    ++stats_.num_cache_hits;
+    update_peaks();
+    return p;
+  }
   void update_peaks() {
     if (stats_.allocated_bytes > stats_.peak_allocated_bytes) stats_.peak_allocated_bytes = stats_.allocated_bytes;
     if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
@@ -169,6 +254,10 @@ class CachingAllocator {
   std::unordered_map<void*, std::size_t> live_;  // handed-out blocks and their sizes
   MemoryStats stats_{};
   std::size_t limit_ = 0;
+  std::unordered_map<PoolId, Pool> pools_;       // private pools not yet released
+  std::unordered_map<void*, PoolId> owner_;      // blocks that belong to a pool, in use or free
+  PoolId capturing_ = 0, last_pool_ = 0;         // the active pool (0: none)
+  std::thread::id capture_thread_;
 };
 
 }  // namespace kiln

@@ -297,4 +297,94 @@ BOOST_AUTO_TEST_CASE(concurrent_allocations_keep_consistent_statistics) {
   CountingRaw::reset();
 }
 
+// Private pools (kiln::cuda::Graph captures into one): what the capturing thread frees stays in the
+// pool, other threads keep the shared cache, release_pool() hands the blocks back.
+BOOST_AUTO_TEST_CASE(a_pool_keeps_what_the_capturing_thread_frees_away_from_the_shared_cache) {
+  CountingRaw::reset();
+  {
+    CachingAllocator a(CountingRaw::raw(), 0);
+    void* before = a.allocate(4 * KiB);  // allocated before the capture, freed during it
+    const kiln::PoolId pool = a.begin_pool();
+    BOOST_TEST(pool != 0u);
+    void* tmp = a.allocate(2 * KiB);
+    a.deallocate(tmp);
+    void* again = a.allocate(2 * KiB);  // the pool's own free block is reused within the capture
+    BOOST_TEST(again == tmp);
+    a.deallocate(before);  // the graph may read it on a replay: the pool keeps it
+    BOOST_TEST(a.pool_bytes(pool) == 6 * KiB);
+    a.end_pool();
+
+    void* outside = a.allocate(4 * KiB);  // after the capture: the shared cache is empty, so a new block
+    BOOST_TEST(outside != before);
+    BOOST_TEST(CountingRaw::allocs == 3);
+    a.deallocate(again);  // a pool block freed after the capture returns to the pool
+    void* small = a.allocate(2 * KiB);
+    BOOST_TEST(small != tmp);
+    BOOST_TEST(CountingRaw::allocs == 4);
+
+    a.empty_cache();  // the pool's blocks are not the cache's to free
+    BOOST_TEST(CountingRaw::frees == 0);
+    BOOST_TEST(a.stats().reserved_bytes == 12 * KiB);
+
+    a.release_pool(pool);
+    BOOST_TEST(a.pool_bytes(pool) == 0u);
+    void* reused = a.allocate(4 * KiB);  // the released blocks serve everyone again
+    BOOST_TEST(reused == before);
+    BOOST_TEST(CountingRaw::allocs == 4);
+    for (void* p : {outside, small, reused}) a.deallocate(p);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == 4);
+    BOOST_TEST(a.stats().reserved_bytes == 0u);
+  }
+  CountingRaw::reset();
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_takes_shared_cached_blocks_and_keeps_blocks_in_use_until_they_are_freed) {
+  CountingRaw::reset();
+  {
+    CachingAllocator a(CountingRaw::raw(), 0);
+    a.deallocate(a.allocate(8 * KiB));  // one block in the shared cache
+    const kiln::PoolId pool = a.begin_pool();
+    void* out = a.allocate(8 * KiB);  // the graph's output: taken from the shared cache into the pool
+    BOOST_TEST(CountingRaw::allocs == 1);
+    void* other = nullptr;
+    std::thread([&] { other = a.allocate(8 * KiB); }).join();  // another thread is not capturing
+    BOOST_TEST(other != out);
+    BOOST_TEST(a.pool_bytes(pool) == 8 * KiB);
+    a.end_pool();
+    const kiln::PoolId next = a.begin_pool();  // ended: a new pool may start
+    BOOST_TEST(next != pool);
+    a.end_pool();
+    a.release_pool(next);
+
+    a.release_pool(pool);  // the output is still in use: it leaves the pool when it is freed
+    a.deallocate(out);
+    BOOST_TEST(a.allocate(8 * KiB) == out);
+    a.deallocate(out);
+    a.deallocate(other);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == CountingRaw::allocs);
+  }
+  CountingRaw::reset();
+}
+
+BOOST_AUTO_TEST_CASE(one_pool_at_a_time_and_no_cache_release_while_capturing) {
+  CountingRaw::reset();
+  {
+    CachingAllocator a(CountingRaw::raw(), 0);
+    a.deallocate(a.allocate(64 * KiB));  // cached; a full device would normally free it and retry
+    const kiln::PoolId pool = a.begin_pool();
+    BOOST_CHECK_THROW((void)a.begin_pool(), kiln::ValueError);
+    CountingRaw::full = true;
+    BOOST_CHECK_THROW((void)a.allocate(MiB), kiln::OutOfMemoryError);  // freeing would end a capture
+    BOOST_TEST(CountingRaw::frees == 0);
+    CountingRaw::full = false;
+    a.end_pool();
+    a.release_pool(pool);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == 1);
+  }
+  CountingRaw::reset();
+}
+
 BOOST_AUTO_TEST_SUITE_END()
