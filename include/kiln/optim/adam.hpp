@@ -2,6 +2,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 
@@ -31,6 +32,10 @@ struct AdamOptions {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
   bool amsgrad = false;
+  /// The step count and learning rate live on the device and each step derives its bias corrections
+  /// there (one extra one-thread pass), so a kiln::cuda::Graph that captured step() replays correct
+  /// steps (torch's capturable=True). step_count(), set_step_count() and set_lr() then copy one value.
+  bool capturable = false;
 };
 
 /// torch.optim.AdamW's options and defaults. weight_decay is decoupled: p *= 1 - lr * weight_decay.
@@ -40,9 +45,34 @@ struct AdamWOptions {
   float eps = 1e-8f;
   float weight_decay = 1e-2f;
   bool amsgrad = false;
+  bool capturable = false;  ///< as AdamOptions::capturable
 };
 
 namespace detail {
+
+/// A capturable Adam's device-resident scalars (doubles): the step count and learning rate it keeps,
+/// and what AdamPrepare derives from them for the step's pass.
+struct AdamScalars {
+  enum : int { step, lr, neg_step_size, bias_correction2_sqrt, decay, count };
+};
+
+/// A capturable step's first pass (one thread): t += 1, then the host's formulas in double,
+/// step_size = lr / (1 - beta1^t), sqrt(1 - beta2^t) and AdamW's 1 - lr wd.
+struct AdamPrepare {
+  double* s;
+  double beta1, beta2, weight_decay;
+  bool decoupled;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t) const {
+    const double t = s[AdamScalars::step] + 1.0;
+    const double lr = s[AdamScalars::lr];
+    s[AdamScalars::step] = t;
+    s[AdamScalars::neg_step_size] = -(lr / (1.0 - ops::detail::pow_(beta1, t)));
+    s[AdamScalars::bias_correction2_sqrt] = ops::detail::sqrt_(1.0 - ops::detail::pow_(beta2, t));
+    s[AdamScalars::decay] = decoupled ? 1.0 - lr * weight_decay : 1.0;
+  }
+  /// Two scalars read, four written; the arithmetic above.
+  Traffic traffic(index_t) const { return {6 * sizeof(double), 11}; }
+};
 
 /// One element of an Adam/AdamW step, in torch 1.13's single-tensor order:
 ///   AdamW: p *= 1 - lr wd          Adam: g += wd p
@@ -54,8 +84,10 @@ namespace detail {
 /// branch and vectorises (a branch on the decay left the loop scalar when it also stores half: g++ does
 /// not unswitch a body that large; the fp16 step was 5x slower than the bf16 one). Under
 /// mixed precision (W, the working copy's type, differs from M) the same pass also rounds the new
-/// parameter into the working copy.
-template <class M, bool Decoupled = false, bool Amsgrad = false, class W = M, bool L2 = !Decoupled>
+/// parameter into the working copy. Capturable takes the step's scalars that depend on the step count
+/// and the learning rate from the device (AdamScalars, written by AdamPrepare just before).
+template <class M, bool Decoupled = false, bool Amsgrad = false, class W = M, bool L2 = !Decoupled,
+          bool Capturable = false>
 struct AdamStep {
   using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
   M* p;
@@ -68,11 +100,18 @@ struct AdamStep {
   C l2;     // Adam's weight decay (0 for AdamW)
   C decay;  // AdamW's 1 - lr wd (1 for Adam)
   C neg_step_size, bias_correction2_sqrt, eps;
+  const double* scalars = nullptr;  // Capturable: AdamScalars on the device
 
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    C neg_step = neg_step_size, bc2_sqrt = bias_correction2_sqrt, dec = decay;
+    if constexpr (Capturable) {
+      neg_step = static_cast<C>(scalars[AdamScalars::neg_step_size]);
+      bc2_sqrt = static_cast<C>(scalars[AdamScalars::bias_correction2_sqrt]);
+      dec = static_cast<C>(scalars[AdamScalars::decay]);
+    }
     C w = static_cast<C>(p[i]);
     C g = static_cast<C>(grad[i]);
-    if constexpr (Decoupled) w = w * decay;
+    if constexpr (Decoupled) w = w * dec;
     else if constexpr (L2) g = g + l2 * w;
     const C mi = static_cast<C>(m[i]) * beta1 + one_minus_beta1 * g;
     const C vi = static_cast<C>(v[i]) * beta2 + one_minus_beta2 * g * g;
@@ -84,8 +123,8 @@ struct AdamStep {
       s = (old > vi || old != old) ? old : vi;  // torch.maximum: NaN propagates
       vmax[i] = static_cast<M>(s);
     }
-    const C denom = ops::detail::sqrt_(s) / bias_correction2_sqrt + eps;
-    const M next = static_cast<M>(w + neg_step_size * mi / denom);
+    const C denom = ops::detail::sqrt_(s) / bc2_sqrt + eps;
+    const M next = static_cast<M>(w + neg_step * mi / denom);
     p[i] = next;
     if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
   }
@@ -94,7 +133,7 @@ struct AdamStep {
   Traffic traffic(index_t n) const {
     const std::uint64_t arrays = 7 + (Amsgrad ? 2 : 0);
     const std::uint64_t per = arrays * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
-    return {static_cast<std::uint64_t>(n) * per,
+    return {static_cast<std::uint64_t>(n) * per + (Capturable ? 3 * sizeof(double) : 0),
             static_cast<std::uint64_t>(n) * (13 + (Decoupled ? 1 : L2 ? 2 : 0) + (Amsgrad ? 1 : 0))};
   }
 };
@@ -131,15 +170,29 @@ class AdamBase {
       vmax_ = arena_type(params.extents(), params.device_index());
       vmax_.fill(0.0f);
     }
+    if (o.capturable) {
+      scalars_ = scalar_type(Extents<Shape<dyn>>(index_t{AdamScalars::count}), params.device_index());
+      scalars_.fill(0.0);
+      write_scalar(AdamScalars::lr, o.lr);
+    }
   }
 
   /// One step over every parameter: one pass (one loop on the CPU, one kernel on the GPU); with fusion
-  /// off (kiln::Unfused), one pass per operation in torch's single-tensor order.
+  /// off (kiln::Unfused), one pass per operation in torch's single-tensor order. Capturable: one more
+  /// one-thread pass first, which advances the step count on the device.
   void step() {
-    ++steps_;
     using C = typename detail::AdamStep<M>::C;
     // Hyperparameters as torch sees them: its Python floats are these options widened to double.
     const double lr = o_.lr, b1 = o_.betas.beta1, b2 = o_.betas.beta2, wd = o_.weight_decay;
+    if (o_.capturable) {
+      kiln::detail::executor<D>::for_each(1, AdamPrepare{scalars_.data(), b1, b2, wd, Decoupled});
+      if (fusion_enabled()) {
+        run_fused<true>(C(0), C(0), C(0));
+        return;
+      }
+      steps_ = step_count() - 1;  // unfused: the host scalars from the device's count (a copy; a wait)
+    }
+    ++steps_;
     const double t = static_cast<double>(steps_);
     const double bias_correction1 = 1.0 - std::pow(b1, t);
     const double bias_correction2 = 1.0 - std::pow(b2, t);
@@ -150,22 +203,40 @@ class AdamBase {
                    static_cast<C>(std::sqrt(bias_correction2)), static_cast<C>(o_.eps));
       return;
     }
+    run_fused<false>(static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0), static_cast<C>(-step_size),
+                     static_cast<C>(std::sqrt(bias_correction2)));
+  }
+  /// Sets every gradient to 0 (one pass).
+  void zero_grad() { g_.fill(M(0)); }
+  /// The gradient arena a step reads (GradScaler unscales it in place).
+  arena_type& gradients() { return g_; }
+  const arena_type& gradients() const { return g_; }
+
+ private:
+  using scalar_type = Tensor<double, Shape<dyn>, D>;
+
+  /// The fused pass; Capturable reads decay, step size and bias correction from scalars_ instead.
+  template <bool Capturable, class C>
+  void run_fused(C decay, C neg_step_size, C bc2_sqrt) {
+    const double b1 = o_.betas.beta1, b2 = o_.betas.beta2, wd = o_.weight_decay;
     const auto run = [&](auto amsgrad, auto l2) {
-      const detail::AdamStep<M, Decoupled, decltype(amsgrad)::value, W, decltype(l2)::value> f{p_.data(),
-                                g_.data(),
-                                m_.data(),
-                                v_.data(),
-                                vmax_.data(),
-                                work_,
-                                static_cast<C>(b1),
-                                static_cast<C>(1.0 - b1),
-                                static_cast<C>(b2),
-                                static_cast<C>(1.0 - b2),
-                                static_cast<C>(Decoupled ? 0.0 : wd),
-                                static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0),
-                                static_cast<C>(-step_size),
-                                static_cast<C>(std::sqrt(bias_correction2)),
-                                static_cast<C>(o_.eps)};
+      const detail::AdamStep<M, Decoupled, decltype(amsgrad)::value, W, decltype(l2)::value, Capturable> f{
+          p_.data(),
+          g_.data(),
+          m_.data(),
+          v_.data(),
+          vmax_.data(),
+          work_,
+          static_cast<C>(b1),
+          static_cast<C>(1.0 - b1),
+          static_cast<C>(b2),
+          static_cast<C>(1.0 - b2),
+          static_cast<C>(Decoupled ? 0.0 : wd),
+          decay,
+          neg_step_size,
+          bc2_sqrt,
+          static_cast<C>(o_.eps),
+          scalars_.data()};
       kiln::detail::executor<D>::for_each(p_.numel(), f);
     };
     const auto with_decay = [&](auto amsgrad) {  // Adam's L2 term only when the decay is not 0 (as torch)
@@ -175,13 +246,18 @@ class AdamBase {
     if (o_.amsgrad) with_decay(std::true_type{});
     else with_decay(std::false_type{});
   }
-  /// Sets every gradient to 0 (one pass).
-  void zero_grad() { g_.fill(M(0)); }
-  /// The gradient arena a step reads (GradScaler unscales it in place).
-  arena_type& gradients() { return g_; }
-  const arena_type& gradients() const { return g_; }
+  /// Capturable: sets one of the device's scalars (a one-value copy on the current stream).
+  void write_scalar(int which, double value) {
+    auto cell = scalar_type::from_blob(scalars_.data() + which, Extents<Shape<dyn>>(1), scalars_.device_index());
+    cell.copy_from(std::span<const double>(&value, 1));
+  }
+  /// Capturable: reads one of the device's scalars (waits for the stream).
+  double read_scalar(int which) const {
+    auto cell = scalar_type::from_blob(const_cast<double*>(scalars_.data()) + which, Extents<Shape<dyn>>(1),
+                                       scalars_.device_index());
+    return cell.template to<Cpu>()[0];
+  }
 
- private:
   /// step() with fusion off, as torch.optim.Adam(foreach=False) runs it: p *= decay (AdamW); g + wd p
   /// into a new tensor (Adam's L2); m = m b1, m += (1 - b1) g; v = v b2, v += (1 - b2) g g;
   /// (amsgrad: vmax = max(vmax, v)); denom = sqrt(v), /= sqrt(bc2), += eps; p += (-step_size m) / denom;
@@ -212,12 +288,23 @@ class AdamBase {
 
  public:
   float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
+  /// A new learning rate for the next steps (schedulers call it; capturable: copied to the device, so a
+  /// captured step replays with it).
+  void set_lr(float lr) {
+    o_.lr = lr;
+    if (o_.capturable) write_scalar(AdamScalars::lr, lr);
+  }
   const Options& options() const { return o_; }
-  /// Steps taken so far (torch's state["step"]); bias correction uses it.
-  std::int64_t step_count() const { return steps_; }
+  /// Steps taken so far (torch's state["step"]); bias correction uses it. Capturable: read from the
+  /// device, replays of a captured step included.
+  std::int64_t step_count() const {
+    return o_.capturable ? static_cast<std::int64_t>(read_scalar(AdamScalars::step)) : steps_;
+  }
   /// Restores the step count from a checkpoint (with exp_avg() and exp_avg_sq()).
-  void set_step_count(std::int64_t n) { steps_ = n; }
+  void set_step_count(std::int64_t n) {
+    steps_ = n;
+    if (o_.capturable) write_scalar(AdamScalars::step, static_cast<double>(n));
+  }
   /// The first-moment arena (torch's state["exp_avg"]), for checkpoints.
   arena_type& exp_avg() { return m_; }
   const arena_type& exp_avg() const { return m_; }
@@ -233,6 +320,7 @@ class AdamBase {
   arena_type& g_;
   W* work_;  // mixed precision: the model's working copy; null otherwise
   arena_type m_, v_, vmax_;
+  scalar_type scalars_;  // capturable only: AdamScalars on the device
   Options o_;
   std::int64_t steps_ = 0;
 };
