@@ -13,6 +13,7 @@
 #include "kiln/backend/cuda/check.hpp"
 #include "kiln/backend/cuda/cublas.hpp"
 #include "kiln/backend/cuda/device.hpp"
+#include "kiln/backend/cuda/graph.hpp"
 #include "kiln/backend/cuda/memory.hpp"
 
 #include "kiln/backend/cuda/launch.cuh"

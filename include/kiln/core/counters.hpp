@@ -42,6 +42,13 @@ inline void count_pass(Traffic t = {}) {
   if (t.bytes) c.bytes.fetch_add(t.bytes, std::memory_order_relaxed);
   if (t.ops) c.ops.fetch_add(t.ops, std::memory_order_relaxed);
 }
+/// Work done again as a whole, counted once more: a CUDA graph's replay adds what its capture counted.
+inline void count_work(const Counters& w) {
+  auto& c = counter_cells();
+  c.passes.fetch_add(w.passes, std::memory_order_relaxed);
+  c.bytes.fetch_add(w.bytes, std::memory_order_relaxed);
+  c.ops.fetch_add(w.ops, std::memory_order_relaxed);
+}
 /// Bytes of n values of T, as the counters take them.
 template <class T>
 constexpr std::uint64_t bytes_of(std::int64_t n) {

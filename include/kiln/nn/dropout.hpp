@@ -66,6 +66,10 @@ struct Dropout {
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       active_ = ctx.training && P > 0.0f;
       if (!active_) return x;
+      if (kiln::detail::graph_capture<D>::active(x.device_index()))
+        throw ValueError("kiln::nn::Dropout: a training forward inside a CUDA graph capture would draw the same "
+                         "mask on every replay (the mask's counter is host state baked into the kernel); capture "
+                         "an evaluation-mode forward, or a model without dropout");
       ++call_;
       return apply(x);
     }

@@ -35,6 +35,19 @@ struct pinned_host_memory {
                                    "target to kiln::cuda");
 };
 
+/// Whether the calling thread is recording a CUDA graph on device `index`'s current stream
+/// (kiln::cuda::Graph). Layers whose kernels take host state that must change from call to call
+/// (Dropout's mask counter) refuse to be captured. The CPU never captures; the Cuda case is in
+/// kiln/backend/cuda/graph.hpp.
+template <class D>
+struct graph_capture {
+  static_assert(dependent_false<D>, "kiln: kiln::Cuda layers need kiln/cuda.hpp (it defines graph_capture<Cuda>)");
+};
+template <>
+struct graph_capture<Cpu> {
+  static bool active(int) { return false; }
+};
+
 /// Bytes from one device's memory to another's; asynchronous on the current stream when
 /// non_blocking and a GPU is involved. Specialised for CUDA pairs in kiln/backend/cuda/memory.hpp.
 template <class DstD, class SrcD>

@@ -45,10 +45,16 @@ class QuietDeviceGuard {
 
 /// cudaMalloc on `device`; nullptr when the device is full (the caching allocator then frees its
 /// cache and retries, then throws OutOfMemoryError). Blocks are 256-byte aligned.
+/// During a graph capture (kiln::cuda::Graph) the pool's new blocks come from here too: cudaMalloc is
+/// not captured, but a capture in the thread-local or global mode refuses it unless the calling thread's
+/// mode is relaxed for the call (as PyTorch's allocator does).
 inline void* raw_device_allocate(std::size_t bytes, int device) {
   QuietDeviceGuard g(device);
   void* p = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   const cudaError_t e = cudaMalloc(&p, bytes);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // not sticky: clear it so no later check reports it
     return nullptr;

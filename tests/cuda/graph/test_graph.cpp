@@ -1,0 +1,189 @@
+// CUDA graphs (kiln::cuda::Graph): a capture records without running and a replay runs; new input
+// copied into the captured tensor gives new output; the capture's private pool keeps its blocks from
+// later allocations until reset(); a model's inference step and a training step with a capturable Adam
+// replay to the same numbers as eager steps; what a graph cannot hold (a synchronisation, Dropout in
+// training) is refused with an error and leaves the allocator able to capture again.
+#include <kiln/cuda.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace {
+using kiln::Cuda;
+using kiln::dyn;
+using kiln::Extents;
+using kiln::index_t;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kc = kiln::cuda;
+namespace nn = kiln::nn;
+using Vec = Shape<dyn>;
+
+std::vector<float> ramp(std::size_t n, float scale) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * (static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f);
+  return v;
+}
+
+using Mlp = nn::Sequential<nn::Linear<13, 16>, nn::ReLU, nn::Linear<16, 32>, nn::ReLU, nn::Linear<32, 1>>;
+using MlpModel = nn::Model<Mlp, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, Cuda>>;
+using Batch = Tensor<float, Shape<dyn, 13>, Cuda>;
+using Targets = Tensor<float, Shape<dyn, 1>, Cuda>;
+
+Batch batch(index_t n, float scale) {
+  return Batch::from(std::span<const float>(ramp(static_cast<std::size_t>(n) * 13, scale)), Extents<Shape<dyn, 13>>(n));
+}
+
+/// One training step as a user writes it; Adam capturable so that replays advance its step count.
+struct Trainer {
+  MlpModel model{7};
+  kiln::optim::Adam<float, Cuda> opt{model, {.lr = 1e-2f, .capturable = true}};
+  nn::MSELoss loss{};
+  void step(const Batch& x, const Targets& y) {
+    opt.zero_grad();
+    const auto pred = model.forward(x);
+    model.backward(loss.backward(pred, y));
+  }
+  void train_step(const Batch& x, const Targets& y) {
+    step(x, y);
+    opt.step();
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(graph)
+
+BOOST_AUTO_TEST_CASE(a_capture_records_and_a_replay_runs_on_new_input) {
+  const index_t n = 100000;
+  auto x = Tensor<float, Vec, Cuda>::from(std::span<const float>(ramp(n, 1.0f)), Extents<Vec>(n));
+  Tensor<float, Vec, Cuda> y(n);
+  y.fill(-7.0f);
+  kc::Graph g;
+  BOOST_TEST(!g.captured());
+  BOOST_CHECK_THROW(g.replay(), kiln::ValueError);
+  const auto before = kiln::counters();
+  g.capture([&] { kiln::assign(y, kiln::relu(x * 2.0f) + 1.0f); });
+  BOOST_TEST(g.captured());
+  BOOST_TEST(g.nodes() == 1u);  // one fused kernel
+  BOOST_TEST(g.work().passes == 1u);
+  BOOST_TEST(g.work().bytes == 2u * n * sizeof(float));
+  BOOST_TEST(y.to_vector() == std::vector<float>(n, -7.0f), boost::test_tools::per_element());  // not run yet
+
+  const auto check = [&](float scale) {
+    const auto xv = ramp(n, scale);
+    const auto got = y.to_vector();
+    for (std::size_t i = 0; i < xv.size(); ++i)
+      if (got[i] != (xv[i] * 2.0f > 0.0f ? xv[i] * 2.0f : 0.0f) + 1.0f) return false;
+    return true;
+  };
+  g.replay();
+  BOOST_TEST(check(1.0f));
+  x.copy_from(std::span<const float>(ramp(n, -3.0f)));  // new data into the captured input
+  g.replay();
+  BOOST_TEST(check(-3.0f));
+  BOOST_TEST(kiln::counters().passes - before.passes == 3u, "the capture and two replays each count one pass");
+}
+
+BOOST_AUTO_TEST_CASE(the_pool_keeps_the_graphs_blocks_until_reset) {
+  auto& alloc = kiln::caching_allocator<Cuda>();
+  alloc.empty_cache();
+  const index_t n = 1 << 20;
+  Tensor<float, Vec, Cuda> x(n);
+  x.fill(1.0f);
+  Tensor<float, Vec, Cuda> y;
+  void* freed_inside = nullptr;
+  void* scratch = nullptr;
+  kc::Graph g;
+  {
+    Tensor<float, Vec, Cuda> before_capture(n);  // freed during the capture: the graph keeps it
+    freed_inside = before_capture.data();
+    g.capture([&, t = std::move(before_capture)]() mutable {
+      Tensor<float, Vec, Cuda> tmp(n);
+      kiln::assign(tmp, x * 3.0f);
+      scratch = tmp.data();
+      y = Tensor<float, Vec, Cuda>(n);
+      kiln::assign(y, tmp + 1.0f);
+      t = Tensor<float, Vec, Cuda>();
+    });
+  }
+  BOOST_TEST(g.pool_bytes() >= 3u * n * sizeof(float));
+  Tensor<float, Vec, Cuda> later(n);  // after the capture: never one of the graph's blocks
+  BOOST_TEST(static_cast<void*>(later.data()) != freed_inside);
+  BOOST_TEST(static_cast<void*>(later.data()) != static_cast<void*>(y.data()));
+  g.replay();
+  BOOST_TEST(y.to_vector() == std::vector<float>(n, 4.0f), boost::test_tools::per_element());
+  g.reset();
+  BOOST_TEST(g.pool_bytes() == 0u);
+  Tensor<float, Vec, Cuda> reused(n);  // the released blocks serve everyone again
+  BOOST_TEST((static_cast<void*>(reused.data()) == freed_inside || static_cast<void*>(reused.data()) == scratch));
+}
+
+BOOST_AUTO_TEST_CASE(an_inference_step_replays_to_the_eager_output) {
+  MlpModel model(3);
+  model.eval();
+  nn::NoGrad no_grad(model);
+  Batch x = batch(256, 1.0f);
+  (void)model.forward(x);  // warm-up: cuBLASLt plans, workspaces
+  Tensor<float, Shape<dyn, 1>, Cuda> y;
+  kc::Graph g;
+  g.capture([&] { y = model.forward(x); });
+  for (float scale : {0.5f, -2.0f}) {
+    const Batch fresh = batch(256, scale);
+    const auto want = model.forward(fresh).to_vector();
+    kiln::assign(x, fresh);  // new data into the captured input
+    g.replay();
+    BOOST_TEST(y.to_vector() == want, boost::test_tools::per_element());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_training_step_with_a_capturable_adam_replays_the_eager_steps) {
+  Trainer eager, graphed;
+  const Batch x = batch(128, 1.0f);
+  const auto yv = ramp(128, 0.5f);
+  const auto y = Targets::from(std::span<const float>(yv), Extents<Shape<dyn, 1>>(128));
+  for (int s = 0; s < 6; ++s) eager.train_step(x, y);
+
+  graphed.train_step(x, y);  // warm-up step, eager
+  kc::Graph g;
+  g.capture([&] { graphed.train_step(x, y); });
+  for (int s = 1; s < 6; ++s) g.replay();
+  BOOST_TEST(graphed.opt.step_count() == 6, "the step count advanced on the device");
+  const auto a = eager.model.parameters().to_vector(), b = graphed.model.parameters().to_vector();
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i] - b[i])));
+  BOOST_TEST(worst <= 1e-6, "largest parameter difference " << worst);
+  graphed.opt.set_lr(0.0f);  // a new learning rate reaches the replays: lr 0 leaves the parameters alone
+  g.replay();
+  BOOST_TEST(graphed.model.parameters().to_vector() == b, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(what_a_graph_cannot_hold_is_refused_and_capturing_works_after) {
+  Tensor<float, Vec, Cuda> x(1000);
+  x.fill(1.0f);
+  kc::Graph g;
+  BOOST_CHECK_THROW(g.capture([&] {
+    kiln::assign(x, x + 1.0f);
+    kc::synchronize_stream();
+  }),
+                    kiln::BackendError);
+  BOOST_TEST(!g.captured());
+
+  using Dropped = nn::Sequential<nn::Linear<13, 8>, nn::Dropout<0.5f>, nn::Linear<8, 1>>;
+  nn::Model<Dropped, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, Cuda>> model(1);
+  const Batch xb = batch(16, 1.0f);
+  (void)model.forward(xb);
+  BOOST_CHECK_THROW(g.capture([&] { (void)model.forward(xb); }), kiln::ValueError);
+  BOOST_TEST(!kc::is_capturing());
+
+  g.capture([&] { kiln::assign(x, x * 2.0f); });  // the allocator and the stream are usable again
+  g.replay();
+  BOOST_TEST(g.captured());
+  (void)x.to_vector();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
