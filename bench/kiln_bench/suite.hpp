@@ -48,6 +48,7 @@ struct StepResult {
   std::string model, precision, device, mode;  // mode: "train" or "infer"
   index_t batch = 0;
   bool fused = true;
+  bool graph = false;  ///< the step was captured once and replayed as a CUDA graph (kiln::cuda::Graph)
   Stats seconds;   ///< per step (CUDA events on the GPU)
   Counters work;   ///< passes, bytes and operations of one step (kiln::counters(), kiln/core/counters.hpp)
   /// The time one step would take if memory were its only limit (its bytes at the measured copy
@@ -57,13 +58,15 @@ struct StepResult {
   }
 };
 
-/// What a registered model runs: `measure(device, precision, batch, mode, fused, warmup, repeat)`, and
+/// What a registered model runs: `measure(device, precision, batch, mode, fused, graph, warmup, repeat)`
+/// (graph: replay the fused step as a CUDA graph where it can be captured), and
 /// `agreement(device, precision, batch)`: the largest difference of one backward's gradients fused and
 /// unfused from the same start, relative to the largest gradient.
 struct Entry {
   std::string name;
   std::string description;
-  std::function<StepResult(const std::string&, const std::string&, index_t, const std::string&, bool, int, int)> measure;
+  std::function<StepResult(const std::string&, const std::string&, index_t, const std::string&, bool, bool, int, int)>
+      measure;
   std::function<double(const std::string&, const std::string&, index_t)> agreement;
 };
 
@@ -189,8 +192,8 @@ StepResult measure_elementwise(const std::string& workload, index_t n, bool fuse
 /// [-1, 1]) and the registered targets.
 template <class Net, class In, class Prec, class D, class Loss, class Y, class SY>
 struct Bench : StepCase<Net, In, Prec, D, Loss, Y, SY> {
-  Bench(index_t batch, const std::function<std::vector<Y>(index_t)>& targets)
-      : StepCase<Net, In, Prec, D, Loss, Y, SY>(inputs(batch), labels(batch, targets)) {}
+  Bench(index_t batch, const std::function<std::vector<Y>(index_t)>& targets, bool capturable = false)
+      : StepCase<Net, In, Prec, D, Loss, Y, SY>(inputs(batch), labels(batch, targets), capturable) {}
   void train_step() { this->step(); }
 
  private:
@@ -238,9 +241,9 @@ class Suite {
     e.name = name;
     e.description = description.empty() ? name : description;
     e.measure = [targets](const std::string& device, const std::string& precision, index_t batch, const std::string& mode,
-                          bool fused, int warmup, int repeat) {
+                          bool fused, bool graph, int warmup, int repeat) {
       return dispatch(device, precision, [&]<class Prec, class D>() {
-        return measure_one<Net, In, Prec, D, Loss, Y, SY>(targets, batch, mode, fused, warmup, repeat);
+        return measure_one<Net, In, Prec, D, Loss, Y, SY>(targets, batch, mode, fused, graph, warmup, repeat);
       });
     };
     e.agreement = [targets](const std::string& device, const std::string& precision, index_t batch) {
@@ -276,13 +279,38 @@ class Suite {
 
   template <class Net, class In, class Prec, class D, class Loss, class Y, class SY>
   static StepResult measure_one(const std::function<std::vector<Y>(index_t)>& targets, index_t batch,
-                                const std::string& mode, bool fused, int warmup, int repeat) {
-    detail::Bench<Net, In, Prec, D, Loss, Y, SY> b(batch, targets);
+                                const std::string& mode, bool fused, bool graph, int warmup, int repeat) {
     const bool train = mode == "train";
+    // A CUDA graph for the fused step on the GPU: not unfused (one launch per operation is what it
+    // measures), not an fp16 training step (its GradScaler reads the inf/NaN flag on the host).
+    graph = graph && fused && std::is_same_v<D, Cuda> && !(train && Prec::loss_scaling);
+    detail::Bench<Net, In, Prec, D, Loss, Y, SY> b(batch, targets, /*capturable=*/graph && train);
     const auto once = [&] {
       if (train) b.train_step();
       else b.infer_step();
     };
+#if KILN_CUDA_COMPILER
+    if constexpr (std::is_same_v<D, Cuda>) {
+      if (graph) {
+        for (int w = 0; w < std::max(warmup, 1); ++w) once();  // plans, workspaces, the working copy
+        kiln::cuda::Graph g;
+        try {
+          g.capture(once);
+        } catch (const kiln::Error& e) {  // a library call that cannot be captured: time it op by op
+          std::fprintf(stderr, "kiln-bench: %s %s batch %lld: CUDA graph capture failed, timed without: %s\n",
+                       mode.c_str(), std::string(Prec::name).c_str(), static_cast<long long>(batch), e.what());
+        }
+        if (g.captured()) {
+          StepResult r = detail::measure_pass<D>([&] { g.replay(); }, true, warmup, repeat);
+          r.graph = true;
+          r.batch = batch;
+          r.mode = mode;
+          r.precision = std::string(Prec::name);
+          return r;
+        }
+      }
+    }
+#endif
     // At least one untimed step, so that the counts are steady ones (the first forward of a mixed-
     // precision model also converts the working copy).
     StepResult r = detail::measure_pass<D>(once, fused, warmup, repeat);
@@ -512,7 +540,7 @@ inline nlohmann::json report_goals(const nlohmann::json& ratios, const std::stri
 inline int Suite::main(int argc, char** argv) {
   std::vector<std::string> models, precisions{"fp32"};
   std::vector<index_t> batches{32, 128, 512};
-  std::string device = "cpu", json_path, plot_dir, torch = "yes";
+  std::string device = "cpu", json_path, plot_dir, torch = "yes", graphs = "yes";
   int repeat = 10, warmup = 2;
   index_t elements = -1;  // -1: 2^24 on the CPU, 2^26 on the GPU
   index_t copy_mib = 256;
@@ -521,10 +549,12 @@ inline int Suite::main(int argc, char** argv) {
     std::fprintf(f,
                  "usage: %s [--models a,b] [--batches 32,128,512] [--precisions fp32,bf16,fp16] [--device cpu|cuda]\n"
                  "          [--repeat 10] [--warmup 2] [--json FILE] [--plot DIR] [--torch yes|no]\n"
-                 "          [--elements 2^24 (GPU: 2^26); 0: none] [--copy-mib 256]\n"
+                 "          [--elements 2^24 (GPU: 2^26); 0: none] [--copy-mib 256] [--graphs yes|no]\n"
                  "Times a training step and an inference step of each model, fused (kiln's default) and unfused\n"
                  "(kiln::Unfused: one pass per operation), counts their passes, bytes and operations, measures\n"
-                 "the copy bandwidth, and checks that both give the same gradients.\nmodels:",
+                 "the copy bandwidth, and checks that both give the same gradients. On the GPU the fused step\n"
+                 "is captured once and replayed as a CUDA graph (--graphs no: launched op by op; fp16 training\n"
+                 "always is: its loss scaler reads a flag on the host).\nmodels:",
                  argv[0]);
     for (const auto& e : entries_) std::fprintf(f, "  %s (%s)", e.name.c_str(), e.description.c_str());
     std::fprintf(f, "\n");
@@ -547,6 +577,7 @@ inline int Suite::main(int argc, char** argv) {
       else if (a == "--json") json_path = v;
       else if (a == "--plot") plot_dir = v;
       else if (a == "--torch") torch = v;
+      else if (a == "--graphs") graphs = v;
       else if (a == "--repeat") repeat = std::stoi(v);
       else if (a == "--warmup") warmup = std::stoi(v);
       else if (a == "--elements") elements = std::stoll(v);
@@ -568,6 +599,10 @@ inline int Suite::main(int argc, char** argv) {
       std::fprintf(stderr, "%s: --precisions: unknown precision '%s' (fp32, fp16, bf16)\n", argv[0], p.c_str());
       return 2;
     }
+  if (graphs != "yes" && graphs != "no") {
+    std::fprintf(stderr, "%s: --graphs %s: give yes or no\n", argv[0], graphs.c_str());
+    return 2;
+  }
   if (device != "cpu" && device != "cuda") {
     std::fprintf(stderr, "%s: --device %s: give cpu or cuda\n", argv[0], device.c_str());
     return 2;
@@ -605,7 +640,7 @@ inline int Suite::main(int argc, char** argv) {
   out["machine"] = machine_info();
   out["threads"] = omp_threads();
   out["device"] = device;
-  out["config"] = {{"repeat", repeat}, {"warmup", warmup}, {"elements", elements}};
+  out["config"] = {{"repeat", repeat}, {"warmup", warmup}, {"elements", elements}, {"graphs", graphs == "yes"}};
   // The copy bandwidth is measured before and after the steps, and the better of the two is the limit:
   // on a shared machine one measurement can land in a busy moment (seen: 33 and 66 GB/s minutes apart).
   // The table is printed once both are known.
@@ -624,6 +659,7 @@ inline int Suite::main(int argc, char** argv) {
                           {"batch", r.batch},
                           {"mode", r.mode},
                           {"fused", r.fused},
+                          {"graph", r.graph},
                           {"median_ms", r.seconds.median * 1e3},
                           {"min_ms", r.seconds.min * 1e3},
                           {"max_ms", r.seconds.max * 1e3},
@@ -667,7 +703,9 @@ inline int Suite::main(int argc, char** argv) {
         char tail[64];
         std::snprintf(tail, sizeof tail, " %9.1e%s", agree, ok ? "" : " DISAGREE");
         for (const std::string mode : {"train", "infer"}) {
-          Pair pr{e->measure(device, p, b, mode, true, warmup, repeat), e->measure(device, p, b, mode, false, warmup, repeat), tail};
+          Pair pr{e->measure(device, p, b, mode, true, graphs == "yes", warmup, repeat),
+                  e->measure(device, p, b, mode, false, false, warmup, repeat), tail};
+          if (pr.fused.graph) pr.tail += " graph";
           pr.fused.model = pr.unfused.model = e->name;
           pairs.push_back(std::move(pr));
         }
@@ -693,7 +731,7 @@ inline int Suite::main(int argc, char** argv) {
   std::printf("kiln-bench on %s (%d thread%s), copy bandwidth %.1f GB/s (the better of %.1f before and %.1f after):\n"
               "median step time; passes, MB moved (fused/unfused) and Mop (fused) per step counted from the operands;\n"
               "%%bw: the time the step's bytes take at copy bandwidth over its time (100%% = memory-bound at copy\n"
-              "speed); unfused = one pass per operation\n",
+              "speed); unfused = one pass per operation; graph: the fused step replayed as a CUDA graph\n",
               device.c_str(), omp_threads(), omp_threads() == 1 ? "" : "s", bw * 1e-9, bw_before * 1e-9, bw_after * 1e-9);
   const char* header = "%-10s %-5s %8s %-5s %10s %10s %8s %11s %19s %9s %6s %6s %s\n";
   std::printf(header, "model", "prec", "batch", "mode", "fused ms", "unfused ms", "speedup", "passes", "MB moved",
