@@ -281,9 +281,9 @@ class Suite {
   static StepResult measure_one(const std::function<std::vector<Y>(index_t)>& targets, index_t batch,
                                 const std::string& mode, bool fused, bool graph, int warmup, int repeat) {
     const bool train = mode == "train";
-    // A CUDA graph for the fused step on the GPU: not unfused (one launch per operation is what it
-    // measures), not an fp16 training step (its GradScaler reads the inf/NaN flag on the host).
-    graph = graph && fused && std::is_same_v<D, Cuda> && !(train && Prec::loss_scaling);
+    // A CUDA graph for the fused step on the GPU, not unfused (one launch per operation is what that
+    // measures); the training step with Adam and the GradScaler in their capturable forms.
+    graph = graph && fused && std::is_same_v<D, Cuda>;
     detail::Bench<Net, In, Prec, D, Loss, Y, SY> b(batch, targets, /*capturable=*/graph && train);
     const auto once = [&] {
       if (train) b.train_step();
@@ -553,8 +553,7 @@ inline int Suite::main(int argc, char** argv) {
                  "Times a training step and an inference step of each model, fused (kiln's default) and unfused\n"
                  "(kiln::Unfused: one pass per operation), counts their passes, bytes and operations, measures\n"
                  "the copy bandwidth, and checks that both give the same gradients. On the GPU the fused step\n"
-                 "is captured once and replayed as a CUDA graph (--graphs no: launched op by op; fp16 training\n"
-                 "always is: its loss scaler reads a flag on the host).\nmodels:",
+                 "is captured once and replayed as a CUDA graph (--graphs no: launched op by op).\nmodels:",
                  argv[0]);
     for (const auto& e : entries_) std::fprintf(f, "  %s (%s)", e.name.c_str(), e.description.c_str());
     std::fprintf(f, "\n");

@@ -2,8 +2,8 @@
 // bench_train_step_cuda and kiln-bench time it: Adam(1e-3), a loss (cross entropy unless told), the
 // GradScaler loop (a pass-through for fp32 and bf16), inputs rounded to the storage type once (and
 // regression targets too); an inference step; and the activation memory of a training forward. Both
-// steps can be captured into a kiln::cuda::Graph (the training step with a capturable Adam, and not
-// under fp16: its GradScaler reads the inf/NaN flag on the host).
+// steps can be captured into a kiln::cuda::Graph (the training step with a capturable Adam and
+// GradScaler).
 #pragma once
 #include <cstdint>
 #include <kiln/nn/nn.hpp>
@@ -23,14 +23,17 @@ struct StepCase {
   using YT = std::conditional_t<std::is_floating_point_v<Y>, T, Y>;  // regression targets in the storage type
   kiln::nn::Model<Net, In, kiln::Policy<Prec, D>> model{0};
   kiln::optim::Adam<float, D, T> opt;
-  kiln::optim::GradScaler<D> scaler{{.enabled = Prec::loss_scaling}};
+  kiln::optim::GradScaler<D> scaler;
   kiln::Tensor<T, In, D> x;
   kiln::Tensor<YT, SY, D> y;  // shares the caller's targets unless they are converted
   Loss loss{};
 
-  /// capturable: Adam keeps its step count on the device, so a kiln::cuda::Graph can replay step().
+  /// capturable: Adam and the GradScaler keep their state on the device, so a kiln::cuda::Graph can
+  /// replay step().
   StepCase(const kiln::Tensor<float, In, D>& x32, const kiln::Tensor<Y, SY, D>& targets, bool capturable = false)
-      : opt(model, {.lr = 1e-3f, .capturable = capturable}), x(x32.extents(), x32.device_index()) {
+      : opt(model, {.lr = 1e-3f, .capturable = capturable}),
+        scaler({.enabled = Prec::loss_scaling, .capturable = capturable}),
+        x(x32.extents(), x32.device_index()) {
     kiln::assign(x, kiln::cast<T>(x32));
     if constexpr (std::is_same_v<YT, Y>) {
       y = targets;
@@ -42,7 +45,7 @@ struct StepCase {
   void step() {
     opt.zero_grad();
     const auto pred = model.forward(x);
-    model.backward(loss.backward(pred, y, scaler.scale()));
+    model.backward(loss.backward(pred, y, scaler.loss_scale()));
     scaler.step(opt);
     scaler.update();
   }

@@ -16,6 +16,48 @@
 
 namespace kiln::nn {
 
+/// The factor a loss's gradient is multiplied by (GradScaler's loss scale): a number from the host
+/// (`scaler.scale()`; 1 for a plain step), or a double on the device (a capturable GradScaler's
+/// `loss_scale()`), read by the gradient's own pass so that a captured step replays with the scale of
+/// the iteration it runs in.
+struct LossScale {
+  double value = 1.0;
+  const double* device = nullptr;
+  LossScale(double v = 1.0) : value(v) {}  // implicit: backward(pred, y, scaler.scale()) as before
+  static LossScale on_device(const double* p) {
+    LossScale s;
+    s.device = p;
+    return s;
+  }
+};
+
+namespace detail {
+/// A loss gradient's factor num * scale / den, rounded to V: computed once on the host, or for a device
+/// scale where it is read, with the host's formula (the same bits either way).
+template <class V>
+struct GradFactor {
+  V host;
+  const double* scale;
+  double num, den;
+  static GradFactor make(LossScale s, double num, double den) {
+    return {static_cast<V>(num * s.value / den), s.device, num, den};
+  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE V get() const { return scale ? static_cast<V>(num * *scale / den) : host; }
+};
+/// g = (pred - target) k, k from the device (MSELoss::backward with a device scale).
+template <class T>
+struct MseGrad {
+  const T* pred;
+  const T* target;
+  T* g;
+  GradFactor<compute_t<T>> factor;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    g[i] = from_compute<T>((to_compute(pred[i]) - to_compute(target[i])) * factor.get());
+  }
+  Traffic traffic(index_t n) const { return {3 * kiln::detail::bytes_of<T>(n), 2 * static_cast<std::uint64_t>(n)}; }
+};
+}  // namespace detail
+
 /// mean((pred - target)^2), as torch.nn.MSELoss(). Shapes: pred and target alike -> a scalar.
 /// Example:
 ///   kiln::nn::MSELoss mse;
@@ -27,12 +69,17 @@ struct MSELoss {
     const auto d = pred - target;
     return mean(d * d);  // one pass
   }
-  /// 2 (pred - target) / numel, times the loss's own gradient `scale` (1 for a plain step).
+  /// 2 (pred - target) / numel, times the loss's own gradient `scale` (1 for a plain step; a device
+  /// scale is read by the pass, which then stays one pass also with fusion off).
   template <class T, class S, class D>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, double scale = 1.0) const {
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
     Tensor<T, S, D> g(pred.extents(), pred.device_index());
-    const auto k = static_cast<compute_t<T>>(2.0 * scale / static_cast<double>(pred.numel()));
-    g = (pred - target) * k;
+    const auto f = detail::GradFactor<compute_t<T>>::make(scale, 2.0, static_cast<double>(pred.numel()));
+    if (scale.device == nullptr) {
+      g = (pred - target) * f.host;
+      return g;
+    }
+    kiln::detail::executor<D>::for_each(g.numel(), detail::MseGrad<T>{pred.data(), target.data(), g.data(), f});
     return g;
   }
 };
@@ -78,9 +125,10 @@ struct CrossEntropyGrad {
   const std::int64_t* y;
   T* dx;
   index_t c;
-  compute_t<T> scale;
+  GradFactor<compute_t<T>> factor;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
+    const V scale = factor.get();
     const T* row = x + n * c;
     const V lse = row_logsumexp(row, c);
     for (index_t j = 0; j < c; ++j) {
@@ -119,8 +167,9 @@ struct NllGradRows {
   const std::int64_t* y;
   T* g;
   index_t c;
-  compute_t<T> scale;
+  GradFactor<compute_t<T>> factor;
   KILN_HOST_DEVICE void operator()(index_t n) const {
+    const compute_t<T> scale = factor.get();
     const std::int64_t k = y[n];
     const bool bad = k < 0 || k >= c;
     for (index_t j = 0; j < c; ++j)
@@ -177,11 +226,11 @@ struct CrossEntropyLoss {
   /// backward, log_softmax's backward.
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
-                           double scale = 1.0) const {
+                           LossScale scale = {}) const {
     check(logits, labels);
     Tensor<T, S, D> dx(logits.extents(), logits.device_index());
     const index_t n = logits.size(0), c = logits.size(1);
-    const auto per_row = static_cast<compute_t<T>>(scale / static_cast<double>(n > 0 ? n : 1));
+    const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, static_cast<double>(n > 0 ? n : 1));
     if (!fusion_enabled()) {
       Tensor<T, S, D> lsm(logits.extents(), logits.device_index()), g(logits.extents(), logits.device_index());
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});

@@ -51,18 +51,23 @@ struct AdamWOptions {
 namespace detail {
 
 /// A capturable Adam's device-resident scalars (doubles): the step count and learning rate it keeps,
-/// and what AdamPrepare derives from them for the step's pass.
+/// and what AdamPrepare derives from them for the step's pass (skip: 1 when the step is skipped).
 struct AdamScalars {
-  enum : int { step, lr, neg_step_size, bias_correction2_sqrt, decay, count };
+  enum : int { step, lr, neg_step_size, bias_correction2_sqrt, decay, skip, count };
 };
 
 /// A capturable step's first pass (one thread): t += 1, then the host's formulas in double,
-/// step_size = lr / (1 - beta1^t), sqrt(1 - beta2^t) and AdamW's 1 - lr wd.
+/// step_size = lr / (1 - beta1^t), sqrt(1 - beta2^t) and AdamW's 1 - lr wd. When `skip_if` points to
+/// a nonzero flag (GradScaler found an inf/NaN), nothing advances and the update pass does nothing.
 struct AdamPrepare {
   double* s;
   double beta1, beta2, weight_decay;
   bool decoupled;
+  const std::int32_t* skip_if = nullptr;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t) const {
+    const bool skip = skip_if != nullptr && *skip_if != 0;
+    s[AdamScalars::skip] = skip ? 1.0 : 0.0;
+    if (skip) return;
     const double t = s[AdamScalars::step] + 1.0;
     const double lr = s[AdamScalars::lr];
     s[AdamScalars::step] = t;
@@ -70,8 +75,8 @@ struct AdamPrepare {
     s[AdamScalars::bias_correction2_sqrt] = ops::detail::sqrt_(1.0 - ops::detail::pow_(beta2, t));
     s[AdamScalars::decay] = decoupled ? 1.0 - lr * weight_decay : 1.0;
   }
-  /// Two scalars read, four written; the arithmetic above.
-  Traffic traffic(index_t) const { return {6 * sizeof(double), 11}; }
+  /// Two scalars read, five written; the arithmetic above.
+  Traffic traffic(index_t) const { return {7 * sizeof(double), 11}; }
 };
 
 /// One element of an Adam/AdamW step, in torch 1.13's single-tensor order:
@@ -105,6 +110,7 @@ struct AdamStep {
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     C neg_step = neg_step_size, bc2_sqrt = bias_correction2_sqrt, dec = decay;
     if constexpr (Capturable) {
+      if (scalars[AdamScalars::skip] != 0.0) return;
       neg_step = static_cast<C>(scalars[AdamScalars::neg_step_size]);
       bc2_sqrt = static_cast<C>(scalars[AdamScalars::bias_correction2_sqrt]);
       dec = static_cast<C>(scalars[AdamScalars::decay]);
@@ -133,7 +139,7 @@ struct AdamStep {
   Traffic traffic(index_t n) const {
     const std::uint64_t arrays = 7 + (Amsgrad ? 2 : 0);
     const std::uint64_t per = arrays * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
-    return {static_cast<std::uint64_t>(n) * per + (Capturable ? 3 * sizeof(double) : 0),
+    return {static_cast<std::uint64_t>(n) * per + (Capturable ? 4 * sizeof(double) : 0),
             static_cast<std::uint64_t>(n) * (13 + (Decoupled ? 1 : L2 ? 2 : 0) + (Amsgrad ? 1 : 0))};
   }
 };
@@ -180,17 +186,30 @@ class AdamBase {
   /// One step over every parameter: one pass (one loop on the CPU, one kernel on the GPU); with fusion
   /// off (kiln::Unfused), one pass per operation in torch's single-tensor order. Capturable: one more
   /// one-thread pass first, which advances the step count on the device.
-  void step() {
+  void step() { step_impl(nullptr); }
+  /// A capturable step that GradScaler skips on the device when `*found_inf` is nonzero (its
+  /// capturable form passes its flag); throws ValueError unless the optimizer is capturable.
+  void step_unless(const std::int32_t* found_inf) {
+    if (!o_.capturable)
+      throw ValueError("kiln::optim::Adam::step_unless: the optimizer is not capturable; construct it with "
+                       "{.capturable = true} to step under a capturable GradScaler");
+    step_impl(found_inf);
+  }
+
+ private:
+  void step_impl(const std::int32_t* skip_if) {
     using C = typename detail::AdamStep<M>::C;
     // Hyperparameters as torch sees them: its Python floats are these options widened to double.
     const double lr = o_.lr, b1 = o_.betas.beta1, b2 = o_.betas.beta2, wd = o_.weight_decay;
     if (o_.capturable) {
-      kiln::detail::executor<D>::for_each(1, AdamPrepare{scalars_.data(), b1, b2, wd, Decoupled});
+      kiln::detail::executor<D>::for_each(1, AdamPrepare{scalars_.data(), b1, b2, wd, Decoupled, skip_if});
       if (fusion_enabled()) {
         run_fused<true>(C(0), C(0), C(0));
         return;
       }
-      steps_ = step_count() - 1;  // unfused: the host scalars from the device's count (a copy; a wait)
+      // Unfused: the host scalars from the device's count and skip flag (copies; waits).
+      if (skip_if != nullptr && read_scalar(AdamScalars::skip) != 0.0) return;
+      steps_ = step_count() - 1;
     }
     ++steps_;
     const double t = static_cast<double>(steps_);
@@ -206,6 +225,8 @@ class AdamBase {
     run_fused<false>(static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0), static_cast<C>(-step_size),
                      static_cast<C>(std::sqrt(bias_correction2)));
   }
+
+ public:
   /// Sets every gradient to 0 (one pass).
   void zero_grad() { g_.fill(M(0)); }
   /// The gradient arena a step reads (GradScaler unscales it in place).

@@ -19,6 +19,7 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/expr/assign.hpp"
+#include "kiln/nn/loss.hpp"
 #include "kiln/policy/device.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -34,6 +35,12 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   std::int64_t growth_interval = 2000;
   bool enabled = true;
+  /// The scale, growth tracker, skip count and inf/NaN flag live on the device and update() runs there
+  /// (one one-thread pass), so no step reads anything back and a kiln::cuda::Graph can capture the whole
+  /// iteration (torch's capturable optimizers with GradScaler). Pass `loss_scale()` to the loss's
+  /// backward; the optimizer must skip on the device: Adam / AdamW with `capturable`. Reading scale(),
+  /// growth_tracker(), skipped_steps() or found_inf() then copies a value back (a wait).
+  bool capturable = false;
 };
 
 namespace detail {
@@ -58,7 +65,9 @@ struct UnscaleAndCheck {
   M* grad;
   M inv_scale;
   std::int32_t* found_inf;
+  const double* inv_scale_device = nullptr;  // capturable: ScalerState::inv_scale
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    const M inv = inv_scale_device ? static_cast<M>(*inv_scale_device) : inv_scale;
     const M g = grad[i];
     if (is_inf_or_nan(g)) {
 #if KILN_DEVICE_PASS
@@ -67,10 +76,41 @@ struct UnscaleAndCheck {
       __atomic_store_n(found_inf, 1, __ATOMIC_RELAXED);
 #endif
     }
-    grad[i] = g * inv_scale;
+    grad[i] = g * inv;
   }
   /// The gradients read and written; a check and a multiply each.
   Traffic traffic(index_t n) const { return {2 * kiln::detail::bytes_of<M>(n), 2 * static_cast<std::uint64_t>(n)}; }
+};
+
+/// A capturable scaler's state on the device (doubles holding float32 values where torch keeps float32).
+struct ScalerState {
+  enum : int { scale, inv_scale, tracker, skipped, count };
+};
+
+/// A capturable scaler's update() (one thread), torch's rule as GradScaler::update() runs it on the
+/// host: after an inf/NaN, scale *= backoff, the tracker restarts and the step counts as skipped;
+/// otherwise the tracker counts, and at the interval the scale grows unless that overflows float32.
+/// Then inv_scale = float(1 / scale) and the flag is cleared for the next iteration.
+struct ScaleUpdate {
+  double* s;
+  std::int32_t* found_inf;
+  double growth_factor, backoff_factor, growth_interval;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t) const {
+    float scale = static_cast<float>(s[ScalerState::scale]);
+    if (*found_inf != 0) {
+      scale = static_cast<float>(static_cast<double>(scale) * backoff_factor);
+      s[ScalerState::tracker] = 0;
+      s[ScalerState::skipped] += 1;
+    } else if ((s[ScalerState::tracker] += 1) >= growth_interval) {
+      const float grown = static_cast<float>(static_cast<double>(scale) * growth_factor);
+      if (!is_inf_or_nan(grown)) scale = grown;
+      s[ScalerState::tracker] = 0;
+    }
+    s[ScalerState::scale] = scale;
+    s[ScalerState::inv_scale] = static_cast<float>(1.0 / static_cast<double>(scale));
+    *found_inf = 0;
+  }
+  Traffic traffic(index_t) const { return {7 * sizeof(double) + 2 * sizeof(std::int32_t), 6}; }
 };
 
 template <class T>
@@ -182,17 +222,33 @@ class GradScaler {
       throw bad("invalid growth_interval " + std::to_string(o.growth_interval) +
                 "; give at least 1 step (default 2000)");
     scale_ = init;
+    if (o.capturable && o.enabled) {  // on the current device
+      device_.values = Tensor<double, Shape<dyn>, D>(Extents<Shape<dyn>>(index_t{detail::ScalerState::count}));
+      device_.found_inf = Tensor<std::int32_t, Shape<dyn>, D>(Extents<Shape<dyn>>(1));
+      device_.found_inf.fill(0);
+      write_state(init, 0, 0);
+    }
   }
 
   /// The factor to multiply the loss gradient by: `ce.backward(logits, y, scaler.scale())`. 1 when disabled.
-  /// Kept as a float32 value, as torch keeps its scale tensor.
-  double scale() const { return o_.enabled ? static_cast<double>(scale_) : 1.0; }
+  /// Kept as a float32 value, as torch keeps its scale tensor. Capturable: read from the device.
+  double scale() const {
+    if (!o_.enabled) return 1.0;
+    return capturable() ? read_state(detail::ScalerState::scale) : static_cast<double>(scale_);
+  }
+  /// The scale as the loss's backward takes it: `ce.backward(logits, y, scaler.loss_scale())`. The host
+  /// number scale() gives, or, capturable, the scale's place on the device, read by the gradient's pass.
+  nn::LossScale loss_scale() const {
+    if (capturable()) return nn::LossScale::on_device(device_.values.data() + detail::ScalerState::scale);
+    return nn::LossScale(scale());
+  }
 
   /// Divides the optimizer's gradient arena by scale() in place and records whether any gradient is inf
   /// or NaN, in one pass (one loop, or one kernel) plus one read-back of a flag. Call it before clipping
   /// or reading the gradients; step() then does not unscale again. Returns true when every gradient is
   /// finite (step() will run), false when one is not (step() will skip). Throws kiln::Error when called
   /// twice for one optimizer before update(), or after step(). Disabled: does nothing, returns true.
+  /// Capturable: the flag stays on the device and this returns true without looking.
   template <class Opt>
   bool unscale_(Opt& opt) {
     if constexpr (!detail::grad_scaler_accepts<typename detail::scaled_optimizer<Opt>::type, D>::value) {
@@ -217,6 +273,7 @@ class GradScaler {
   /// Unscales the gradients unless unscale_(opt) did already, then runs opt.step() only if every gradient
   /// is finite. Returns whether the optimizer stepped; a skipped step counts in skipped_steps(). Throws
   /// kiln::Error when called twice for one optimizer before update(). Disabled: opt.step(), returns true.
+  /// Capturable: `opt.step_unless(flag)` decides on the device (skips count in update()); returns true.
   template <class Opt>
   bool step(Opt& opt) {
     if constexpr (!detail::grad_scaler_accepts<typename detail::scaled_optimizer<Opt>::type, D>::value) {
@@ -236,6 +293,10 @@ class GradScaler {
         s.unscaled = true;
       }
       s.stepped = true;
+      if (capturable()) {
+        step_on_device(opt);
+        return true;
+      }
       if (s.found_inf) {
         ++skipped_;
         return false;
@@ -255,6 +316,13 @@ class GradScaler {
       throw Error(
           "kiln::optim::GradScaler::update: no inf/NaN check since the last update(); call scaler.step(opt) "
           "before update()");
+    if (capturable()) {
+      kiln::detail::executor<D>::for_each(
+          1, detail::ScaleUpdate{device_.values.data(), device_.found_inf.data(), o_.growth_factor, o_.backoff_factor,
+                                 static_cast<double>(o_.growth_interval)});
+      per_optimizer_.clear();
+      return;
+    }
     bool found = false;
     for (const PerOptimizer& s : per_optimizer_) found = found || s.found_inf;
     if (found) {
@@ -275,17 +343,27 @@ class GradScaler {
       throw ValueError("kiln::optim::GradScaler::update: invalid new_scale " + format(new_scale) +
                        "; give a positive, finite float32");
     scale_ = s;
+    if (capturable()) {
+      write_state(s, growth_tracker(), skipped_steps());
+      device_.found_inf.fill(0);
+    }
     per_optimizer_.clear();
   }
 
   bool is_enabled() const { return o_.enabled; }
   const GradScalerOptions& options() const { return o_; }
   /// Consecutive finite steps since the scale last changed (torch's _growth_tracker).
-  std::int64_t growth_tracker() const { return tracker_; }
+  std::int64_t growth_tracker() const {
+    return capturable() ? static_cast<std::int64_t>(read_state(detail::ScalerState::tracker)) : tracker_;
+  }
   /// Optimizer steps skipped because of an inf/NaN gradient, since construction (or as loaded).
-  std::int64_t skipped_steps() const { return skipped_; }
+  /// Capturable: counted by update(), once per iteration with an inf/NaN.
+  std::int64_t skipped_steps() const {
+    return capturable() ? static_cast<std::int64_t>(read_state(detail::ScalerState::skipped)) : skipped_;
+  }
   /// Whether an inf/NaN was found since the last update().
   bool found_inf() const {
+    if (capturable()) return device_.found_inf.item() != 0;
     for (const PerOptimizer& s : per_optimizer_)
       if (s.found_inf) return true;
     return false;
@@ -298,9 +376,9 @@ class GradScaler {
   std::map<std::string, std::string> state(std::string_view prefix = {}) const {
     if (!o_.enabled) return {};
     const std::string p(prefix);
-    return {{p + "scale", format(static_cast<double>(scale_))},
-            {p + "growth_tracker", std::to_string(tracker_)},
-            {p + "skipped_steps", std::to_string(skipped_)}};
+    return {{p + "scale", format(scale())},
+            {p + "growth_tracker", std::to_string(growth_tracker())},
+            {p + "skipped_steps", std::to_string(skipped_steps())}};
   }
   /// Restores what state(prefix) wrote; other keys are ignored. Throws kiln::ValueError naming the key
   /// when one is missing or its value is not a number in range; nothing changes then. Disabled: does
@@ -330,9 +408,32 @@ class GradScaler {
     scale_ = static_cast<float>(scale);
     tracker_ = tracker;
     skipped_ = skipped;
+    if (capturable()) write_state(scale_, tracker, skipped);
   }
 
  private:
+  bool capturable() const { return o_.capturable && o_.enabled; }
+  /// Capturable: the state's values on the device (one copy; inv_scale = float(1 / scale), as unscale
+  /// computes it).
+  void write_state(float scale, std::int64_t tracker, std::int64_t skipped) {
+    const double v[detail::ScalerState::count] = {static_cast<double>(scale),
+                                                  static_cast<float>(1.0 / static_cast<double>(scale)),
+                                                  static_cast<double>(tracker), static_cast<double>(skipped)};
+    device_.values.copy_from(std::span<const double>(v));
+  }
+  double read_state(int which) const { return device_.values.to_vector()[static_cast<std::size_t>(which)]; }
+  /// Capturable: the optimizer steps or skips on the device, by the flag the unscale pass set.
+  template <class Opt>
+  void step_on_device(Opt& opt) {
+    if constexpr (requires(const std::int32_t* f) { opt.step_unless(f); }) {
+      opt.step_unless(device_.found_inf.data());
+    } else {
+      throw ValueError(
+          "kiln::optim::GradScaler: a capturable scaler needs an optimizer that skips on the device: "
+          "Adam or AdamW with {.capturable = true} (DataParallel bundles and SGD are not capturable)");
+    }
+  }
+
   /// Where one optimizer is in the current iteration (torch's per-optimizer stage and found_inf).
   struct PerOptimizer {
     const void* optimizer;
@@ -354,6 +455,27 @@ class GradScaler {
     }
     Flag(Flag&&) = default;
     Flag& operator=(Flag&&) = default;
+  };
+  /// A capturable scaler's state and flag on the device; a copy of the scaler gets copies of its own.
+  struct DeviceState {
+    Tensor<double, Shape<dyn>, D> values;  // detail::ScalerState
+    Tensor<std::int32_t, Shape<dyn>, D> found_inf;
+    DeviceState() = default;
+    DeviceState(const DeviceState& o) { *this = o; }
+    DeviceState& operator=(const DeviceState& o) {
+      if (this == &o) return *this;
+      values = {};
+      found_inf = {};
+      if (!o.values.empty()) {
+        values = Tensor<double, Shape<dyn>, D>(o.values.extents(), o.values.device_index());
+        kiln::assign(values, o.values);
+        found_inf = Tensor<std::int32_t, Shape<dyn>, D>(o.found_inf.extents(), o.found_inf.device_index());
+        kiln::assign(found_inf, o.found_inf);
+      }
+      return *this;
+    }
+    DeviceState(DeviceState&&) = default;
+    DeviceState& operator=(DeviceState&&) = default;
   };
 
   PerOptimizer& state_of(const void* opt) {
@@ -379,6 +501,12 @@ class GradScaler {
   /// pass and one 4-byte read-back.
   template <class M>
   bool unscale_and_check(Tensor<M, Shape<dyn>, D>& grads) {
+    if (capturable()) {  // the flag stays on the device: update() reads and clears it
+      kiln::detail::executor<D>::for_each(
+          grads.numel(), detail::UnscaleAndCheck<M>{grads.data(), M(1), device_.found_inf.data(),
+                                                    device_.values.data() + detail::ScalerState::inv_scale});
+      return false;
+    }
     auto& flag = flag_.tensor;
     const int device = grads.device_index();
     if (flag.empty() || flag.device_index() != device) {
@@ -416,6 +544,7 @@ class GradScaler {
   std::int64_t skipped_ = 0;
   std::vector<PerOptimizer> per_optimizer_;
   Flag flag_;
+  DeviceState device_;  // capturable only
 };
 
 }  // namespace kiln::optim

@@ -1,8 +1,9 @@
 // CUDA graphs (kiln::cuda::Graph): a capture records without running and a replay runs; new input
 // copied into the captured tensor gives new output; the capture's private pool keeps its blocks from
 // later allocations until reset(); a model's inference step and a training step with a capturable Adam
-// replay to the same numbers as eager steps; what a graph cannot hold (a synchronisation, Dropout in
-// training) is refused with an error and leaves the allocator able to capture again.
+// (fp32, and fp16 with a capturable GradScaler) replay to the same numbers as eager steps; what a graph
+// cannot hold (a synchronisation, Dropout in training) is refused with an error and leaves the allocator
+// able to capture again.
 #include <kiln/cuda.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
@@ -160,6 +161,46 @@ BOOST_AUTO_TEST_CASE(a_training_step_with_a_capturable_adam_replays_the_eager_st
   graphed.opt.set_lr(0.0f);  // a new learning rate reaches the replays: lr 0 leaves the parameters alone
   g.replay();
   BOOST_TEST(graphed.model.parameters().to_vector() == b, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(an_fp16_training_step_with_a_capturable_scaler_replays_the_eager_steps) {
+  using Model16 = nn::Model<Mlp, Shape<dyn, 13>, kiln::Policy<kiln::MixedFp16, Cuda>>;
+  struct Fp16Trainer {
+    Model16 model{7};
+    kiln::optim::Adam<float, Cuda, kiln::half> opt{model, {.lr = 1e-2f, .capturable = true}};
+    kiln::optim::GradScaler<Cuda> scaler{{.init_scale = 1024.0, .growth_interval = 2, .capturable = true}};
+    nn::MSELoss loss{};
+    Tensor<kiln::half, Shape<dyn, 13>, Cuda> x;
+    Tensor<kiln::half, Shape<dyn, 1>, Cuda> y;
+    void step() {
+      opt.zero_grad();
+      const auto pred = model.forward(x);
+      model.backward(loss.backward(pred, y, scaler.loss_scale()));
+      scaler.step(opt);
+      scaler.update();
+    }
+  };
+  const Batch x32 = batch(64, 1.0f);
+  const auto y32 = Targets::from(std::span<const float>(ramp(64, 0.5f)), Extents<Shape<dyn, 1>>(64));
+  Fp16Trainer eager, graphed;
+  for (Fp16Trainer* t : {&eager, &graphed}) {
+    t->x = Tensor<kiln::half, Shape<dyn, 13>, Cuda>(x32.extents());
+    kiln::assign(t->x, kiln::cast<kiln::half>(x32));
+    t->y = Tensor<kiln::half, Shape<dyn, 1>, Cuda>(y32.extents());
+    kiln::assign(t->y, kiln::cast<kiln::half>(y32));
+  }
+  for (int s = 0; s < 5; ++s) eager.step();
+  graphed.step();  // warm-up
+  kc::Graph g;
+  g.capture([&] { graphed.step(); });
+  for (int s = 1; s < 5; ++s) g.replay();
+  BOOST_TEST(graphed.opt.step_count() == eager.opt.step_count());
+  BOOST_TEST(graphed.scaler.scale() == eager.scaler.scale(), "the scale grew on the device as on the host");
+  BOOST_TEST(eager.scaler.scale() == 4096.0);
+  const auto a = eager.model.parameters().to_vector(), b = graphed.model.parameters().to_vector();
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i] - b[i])));
+  BOOST_TEST(worst <= 1e-6, "largest parameter difference " << worst);
 }
 
 BOOST_AUTO_TEST_CASE(what_a_graph_cannot_hold_is_refused_and_capturing_works_after) {

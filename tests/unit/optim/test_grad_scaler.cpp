@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,7 +55,7 @@ struct Batch {
 
 /// Forward and backward with the loss gradient multiplied by `scale`.
 template <class D>
-void backward(Mlp<D>& model, const Batch<D>& b, double scale) {
+void backward(Mlp<D>& model, const Batch<D>& b, kiln::nn::LossScale scale) {
   kiln::nn::CrossEntropyLoss ce;
   model.zero_grad();
   const auto logits = model.forward(b.x);  // [6, 3]
@@ -454,6 +455,83 @@ BOOST_AUTO_TEST_CASE(invalid_options_are_rejected) {
   BOOST_TEST(throws_with<ValueError>([&] { scaler.update(0.0); }, "invalid new_scale"));
   BOOST_TEST(throws_with<ValueError>([&] { scaler.update(-1.0); }, "invalid new_scale"));
   BOOST_TEST(scaler.scale() == 65536.0);
+}
+
+// Capturable (kiln::cuda::Graph): the scale, tracker, skip count and flag on the device, Adam skipping
+// there; the same training as the host's state machine, bit for bit, through skips and growth.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_scaler_trains_as_the_host_one_through_skips_and_growth, D, kt::devices) {
+  Mlp<D> plain_model(/*seed=*/5), captured_model(/*seed=*/5);
+  const Batch<D> b;
+  kiln::optim::Adam plain_opt(plain_model, {.lr = 1e-2f});
+  kiln::optim::Adam captured_opt(captured_model, {.lr = 1e-2f, .capturable = true});
+  GradScaler<D> plain({.init_scale = 1024.0, .growth_interval = 3});
+  GradScaler<D> captured({.init_scale = 1024.0, .growth_interval = 3, .capturable = true});
+  BOOST_TEST(!GradScalerOptions{}.capturable);
+  BOOST_TEST(captured.scale() == 1024.0);
+  for (int step = 0; step < 10; ++step) {
+    BOOST_TEST_CONTEXT("step " << step) {
+      backward(plain_model, b, plain.scale());
+      backward(captured_model, b, captured.loss_scale());  // read on the device by the loss's pass
+      BOOST_TEST(plain_model.gradients().to_vector() == captured_model.gradients().to_vector(),
+                 boost::test_tools::per_element());
+      if (step == 2 || step == 6 || step == 7) {  // an overflow: both skip and back off
+        poison(plain_model.gradients(), 9, infinity);
+        poison(captured_model.gradients(), 9, infinity);
+      }
+      plain.step(plain_opt);
+      const auto before = kiln::passes();
+      BOOST_TEST(captured.step(captured_opt));  // decided on the device: reports true
+      BOOST_TEST(kiln::passes() - before == 3u, "unscale, Adam's prepare and update passes, also when skipped");
+      BOOST_TEST(captured.found_inf() == plain.found_inf());
+      plain.update();
+      captured.update();
+      BOOST_TEST(captured.scale() == plain.scale());
+      BOOST_TEST(captured.growth_tracker() == plain.growth_tracker());
+      BOOST_TEST(captured.skipped_steps() == plain.skipped_steps());
+    }
+  }
+  BOOST_TEST(plain.skipped_steps() == 3);
+  BOOST_TEST(plain.scale() != 1024.0);
+  BOOST_TEST(captured_opt.step_count() == plain_opt.step_count());
+  BOOST_TEST(plain_model.parameters().to_vector() == captured_model.parameters().to_vector(),
+             boost::test_tools::per_element());
+  BOOST_TEST(plain_opt.exp_avg_sq().to_vector() == captured_opt.exp_avg_sq().to_vector(),
+             boost::test_tools::per_element());
+
+  const auto meta = captured.state("s.");  // a checkpoint reads the device's state
+  BOOST_TEST(meta == plain.state("s."));
+  GradScaler<D> restored({.capturable = true});
+  restored.load_state(meta, "s.");
+  BOOST_TEST(restored.scale() == plain.scale());
+  BOOST_TEST(restored.skipped_steps() == 3);
+  restored.update(8.0);
+  BOOST_TEST(restored.scale() == 8.0);
+
+  kiln::optim::SGD sgd(captured_model, {.lr = 0.1f});  // only an optimizer that can skip on the device
+  backward(captured_model, b, captured.loss_scale());
+  BOOST_CHECK_THROW(captured.step(sgd), kiln::ValueError);
+  BOOST_CHECK_THROW(plain_opt.step_unless(nullptr), kiln::ValueError);  // not capturable
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_loss_gradient_scaled_on_the_device_equals_the_host_scaled_one, D, kt::devices) {
+  const Batch<D> b;
+  Mlp<D> model(/*seed=*/2);
+  const auto logits = model.forward(b.x);
+  Tensor<double, Shape<dyn>, D> s(Extents<Shape<dyn>>(1));
+  const double value = 3072.0 / 7.0;  // not a power of two: the rounding of scale / N shows
+  s.copy_from(std::span<const double>(&value, 1));
+  const auto on_device = kiln::nn::LossScale::on_device(s.data());
+  kiln::nn::CrossEntropyLoss ce;
+  kiln::nn::MSELoss mse;
+  const auto target = kt::make_tensor<D>(kt::random_values<float>(18, -1.0, 1.0, 5), Extents<Shape<dyn, 3>>(6));
+  for (const bool fused : {true, false}) {
+    std::optional<kiln::Unfused> off;
+    if (!fused) off.emplace();
+    BOOST_TEST(ce.backward(logits, b.y, value).to_vector() == ce.backward(logits, b.y, on_device).to_vector(),
+               boost::test_tools::per_element());
+    BOOST_TEST(mse.backward(logits, target, value).to_vector() == mse.backward(logits, target, on_device).to_vector(),
+               boost::test_tools::per_element());
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
