@@ -38,7 +38,7 @@ struct GradScalerOptions {
   /// The scale, growth tracker, skip count and inf/NaN flag live on the device and update() runs there
   /// (one one-thread pass), so no step reads anything back and a kiln::cuda::Graph can capture the whole
   /// iteration (torch's capturable optimizers with GradScaler). Pass `loss_scale()` to the loss's
-  /// backward; the optimizer must skip on the device: Adam / AdamW with `capturable`. Reading scale(),
+  /// backward; the optimizer must skip on the device: SGD / Adam / AdamW with `capturable`. Reading scale(),
   /// growth_tracker(), skipped_steps() or found_inf() then copies a value back (a wait).
   bool capturable = false;
 };
@@ -430,7 +430,7 @@ class GradScaler {
     } else {
       throw ValueError(
           "kiln::optim::GradScaler: a capturable scaler needs an optimizer that skips on the device: "
-          "Adam or AdamW with {.capturable = true} (DataParallel bundles and SGD are not capturable)");
+          "SGD, Adam or AdamW with {.capturable = true} (DataParallel bundles are not capturable)");
     }
   }
 

@@ -1,5 +1,7 @@
 /// SGD with momentum, dampening, Nesterov and weight decay (torch.optim.SGD), one fused pass per step.
 #pragma once
+#include <cstdint>
+#include <span>
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
@@ -19,17 +21,44 @@ struct SGDOptions {
   float dampening = 0.0f;
   float weight_decay = 0.0f;
   bool nesterov = false;
+  /// The learning rate and whether the momentum buffer is still empty live on the device, so a
+  /// kiln::cuda::Graph that captured step() replays correct steps (a one-thread pass first), and a
+  /// capturable GradScaler can skip a step there (step_unless). As AdamOptions::capturable.
+  bool capturable = false;
 };
 
 namespace detail {
+/// A capturable SGD's scalars on the device (doubles): the learning rate; `pending_first` until a step
+/// has run; `first` and `skip` for the step's pass (SgdPrepare writes them).
+struct SgdScalars {
+  enum : int { lr, pending_first, first, skip, count };
+};
+
+/// A capturable step's first pass (one thread): skip when `skip_if` points to a nonzero flag
+/// (GradScaler found an inf/NaN); otherwise this step is the first if none ran before.
+struct SgdPrepare {
+  double* s;
+  const std::int32_t* skip_if = nullptr;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t) const {
+    const bool skip = skip_if != nullptr && *skip_if != 0;
+    s[SgdScalars::skip] = skip ? 1.0 : 0.0;
+    if (skip) return;
+    s[SgdScalars::first] = s[SgdScalars::pending_first];
+    s[SgdScalars::pending_first] = 0.0;
+  }
+  Traffic traffic(index_t) const { return {4 * sizeof(double), 0}; }
+};
+
 /// One element of an SGD step: g = grad + wd p; buf = momentum buf + (1 - dampening) g (buf = g on the
 /// first step); g = nesterov ? g + momentum buf : buf; p -= lr g. Computed in float, or in double for
 /// double master weights (so they are never rounded through float). Under mixed precision (W, the
 /// working copy's type, differs from M) the same pass also rounds the new parameter into the working copy.
 /// Momentum, Decay (momentum, weight decay not 0), First (the first step) and Nesterov are template
 /// arguments, so the loop has no branch and vectorises (with them as run-time branches g++ left the step
-/// scalar when it also stores half: 9 ms against 1.6 ms for bf16 over 2 M parameters).
-template <class M, class W = M, bool Momentum = false, bool Decay = false, bool First = false, bool Nesterov = false>
+/// scalar when it also stores half: 9 ms against 1.6 ms for bf16 over 2 M parameters). Capturable reads
+/// the learning rate, the first-step flag and the skip flag from the device (SgdScalars).
+template <class M, class W = M, bool Momentum = false, bool Decay = false, bool First = false, bool Nesterov = false,
+          bool Capturable = false>
 struct SgdStep {
   using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
   M* p;
@@ -37,18 +66,26 @@ struct SgdStep {
   M* buf;
   W* work;  // mixed precision only
   float lr, momentum, dampening, weight_decay;
+  const double* scalars = nullptr;  // Capturable: SgdScalars on the device
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    bool first = First;
+    float rate = lr;
+    if constexpr (Capturable) {
+      if (scalars[SgdScalars::skip] != 0.0) return;
+      rate = static_cast<float>(scalars[SgdScalars::lr]);
+      first = scalars[SgdScalars::first] != 0.0;
+    }
     C g = static_cast<C>(grad[i]);
     const C w = static_cast<C>(p[i]);
     if constexpr (Decay) g += C(weight_decay) * w;
     if constexpr (Momentum) {
       C b = g;
-      if constexpr (!First) b = C(momentum) * static_cast<C>(buf[i]) + (C(1) - C(dampening)) * g;
+      if (!first) b = C(momentum) * static_cast<C>(buf[i]) + (C(1) - C(dampening)) * g;
       buf[i] = static_cast<M>(b);
       if constexpr (Nesterov) g = g + C(momentum) * b;
       else g = b;
     }
-    const M next = static_cast<M>(w - C(lr) * g);
+    const M next = static_cast<M>(w - C(rate) * g);
     p[i] = next;
     if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
   }
@@ -57,7 +94,8 @@ struct SgdStep {
   Traffic traffic(index_t n) const {
     const std::uint64_t per = (3 + (Momentum ? (First ? 1 : 2) : 0)) * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
     const std::uint64_t ops = 2 + (Decay ? 2 : 0) + (Momentum ? (First ? 0 : 4) + (Nesterov ? 2 : 0) : 0);
-    return {static_cast<std::uint64_t>(n) * per, static_cast<std::uint64_t>(n) * ops};
+    return {static_cast<std::uint64_t>(n) * per + (Capturable ? 3 * sizeof(double) : 0),
+            static_cast<std::uint64_t>(n) * ops};
   }
 };
 }  // namespace detail
@@ -76,24 +114,60 @@ class SGD {
     if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
       throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
     if (o.momentum != 0.0f) buf_ = arena_type(params.extents(), params.device_index());
+    if (o.capturable) {
+      scalars_ = Tensor<double, Shape<dyn>, D>(Extents<Shape<dyn>>(index_t{detail::SgdScalars::count}),
+                                               params.device_index());
+      const double v[detail::SgdScalars::count] = {o.lr, 1.0, 0.0, 0.0};
+      scalars_.copy_from(std::span<const double>(v));
+    }
   }
   template <class Model>
     requires requires(Model& m) { m.parameters(); m.gradients(); }
   SGD(Model& m, SGDOptions o = {}) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
   /// One pass over every parameter; with fusion off (kiln::Unfused), one pass per operation in torch's
-  /// single-tensor order.
-  void step() {
+  /// single-tensor order. Capturable: a one-thread pass first (the first-step flag on the device).
+  void step() { step_impl(nullptr); }
+  /// A capturable step that GradScaler skips on the device when `*found_inf` is nonzero; throws
+  /// ValueError unless the optimizer is capturable.
+  void step_unless(const std::int32_t* found_inf) {
+    if (!o_.capturable)
+      throw ValueError("kiln::optim::SGD::step_unless: the optimizer is not capturable; construct it with "
+                       "{.capturable = true} to step under a capturable GradScaler");
+    step_impl(found_inf);
+  }
+
+ private:
+  void step_impl(const std::int32_t* skip_if) {
+    if (o_.capturable) {
+      kiln::detail::executor<D>::for_each(1, detail::SgdPrepare{scalars_.data(), skip_if});
+      if (fusion_enabled()) {
+        run_fused<true>();
+        return;
+      }
+      // Unfused: the host's flags from the device's (copies; waits).
+      const auto s = scalars_.to_vector();
+      if (s[detail::SgdScalars::skip] != 0.0) return;
+      first_ = s[detail::SgdScalars::first] != 0.0;
+    }
     if (!fusion_enabled()) {
       step_unfused();
       first_ = false;
       return;
     }
+    run_fused<false>();
+    first_ = false;
+  }
+  /// The fused pass; Capturable takes the learning rate and the first-step flag from the device.
+  template <bool Capturable>
+  void run_fused() {
     const auto run = [&](auto momentum, auto decay, auto first, auto nesterov) {
       kiln::detail::executor<D>::for_each(
-          p_.numel(), detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
-                                      decltype(nesterov)::value>{p_.data(), g_.data(), buf_.data(), work_, o_.lr,
-                                                                 o_.momentum, o_.dampening, o_.weight_decay});
+          p_.numel(),
+          detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
+                          decltype(nesterov)::value, Capturable>{p_.data(), g_.data(), buf_.data(), work_, o_.lr,
+                                                                 o_.momentum, o_.dampening, o_.weight_decay,
+                                                                 scalars_.data()});
     };
     const auto with = [](bool b, auto f) {
       if (b) f(std::true_type{});
@@ -101,13 +175,26 @@ class SGD {
     };
     with(o_.weight_decay != 0.0f, [&](auto decay) {
       if (o_.momentum == 0.0f) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
-      with(first_, [&](auto first) { with(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); }); });
+      // Capturable: the first step is decided on the device (First = false, a run-time flag).
+      with(first_ && !Capturable, [&](auto first) {
+        with(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); });
+      });
     });
-    first_ = false;
   }
+
+ public:
   void zero_grad() { g_.fill(M(0)); }
   float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
+  /// A new learning rate for the next steps (capturable: copied to the device, so replays use it).
+  void set_lr(float lr) {
+    o_.lr = lr;
+    if (o_.capturable) {
+      auto cell = Tensor<double, Shape<dyn>, D>::from_blob(scalars_.data() + detail::SgdScalars::lr,
+                                                           Extents<Shape<dyn>>(1), scalars_.device_index());
+      const double v = lr;
+      cell.copy_from(std::span<const double>(&v, 1));
+    }
+  }
   const SGDOptions& options() const { return o_; }
   /// The momentum buffers (empty without momentum), for checkpoints.
   arena_type& momentum_buffer() { return buf_; }
@@ -154,6 +241,7 @@ class SGD {
   arena_type buf_;
   SGDOptions o_;
   bool first_ = true;
+  Tensor<double, Shape<dyn>, D> scalars_;  // capturable only: detail::SgdScalars
 };
 template <class Model>
 SGD(Model&, SGDOptions) -> SGD<typename Model::M, typename Model::D, typename Model::T>;

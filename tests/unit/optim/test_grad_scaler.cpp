@@ -507,7 +507,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_scaler_trains_as_the_host_one_through
   restored.update(8.0);
   BOOST_TEST(restored.scale() == 8.0);
 
-  kiln::optim::SGD sgd(captured_model, {.lr = 0.1f});  // only an optimizer that can skip on the device
+  kiln::optim::SGD sgd(captured_model, {.lr = 0.1f});  // not capturable: it cannot skip on the device
   backward(captured_model, b, captured.loss_scale());
   BOOST_CHECK_THROW(captured.step(sgd), kiln::ValueError);
   BOOST_CHECK_THROW(plain_opt.step_unless(nullptr), kiln::ValueError);  // not capturable

@@ -32,9 +32,10 @@ inline bool is_capturing() { return is_capturing(current_stream()); }
 /// - the capture allocates from a private pool of the device's caching allocator: blocks allocated or
 ///   freed during it (also a tensor allocated before it and freed during it) stay reserved for the graph
 ///   until reset() or the graph's destruction, so no later allocation can take memory a replay writes;
-/// - host state does not advance between replays: optimizers need their capturable form
-///   (AdamOptions::capturable keeps the step count and learning rate on the device), a fp16 GradScaler
-///   reads its inf/NaN flag on the host and cannot be captured, and Dropout refuses a training forward.
+/// - host state does not advance between replays: optimizers need their capturable form (SGD, Adam
+///   and AdamW with `.capturable = true` keep their step count, learning rate and flags on the device),
+///   so does an fp16 GradScaler (`.capturable = true`, its scale passed as `scaler.loss_scale()`), and
+///   Dropout refuses a training forward.
 /// kiln::counters() counts a replay as the work its capture counted.
 /// Example (an inference step):
 ///   model.eval(); (void)model.forward(x);               // warm-up: plans, workspaces
