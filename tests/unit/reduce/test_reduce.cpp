@@ -59,7 +59,8 @@ void check_axis(const Tensor<T, S, D>& x, const std::vector<T>& xv) {
   constexpr std::size_t axis =
       A < 0 ? static_cast<std::size_t>(A + static_cast<int>(S::rank)) : static_cast<std::size_t>(A);
   kt::ReduceDims d{1, static_cast<std::size_t>(x.size(axis)), 1};
-  for (std::size_t i = 0; i < axis; ++i) d.outer *= static_cast<std::size_t>(x.size(i));
+  // != rather than <: with axis 0, nvcc warns that i < 0 is a pointless comparison (#186).
+  for (std::size_t i = 0; i != axis; ++i) d.outer *= static_cast<std::size_t>(x.size(i));
   for (std::size_t i = axis + 1; i < S::rank; ++i) d.inner *= static_cast<std::size_t>(x.size(i));
   const auto xd = kt::to_doubles(xv);
   BOOST_TEST_CONTEXT(kiln::dtype_name<T>() << " " << kiln::to_string(x.extents()) << ", axis " << A) {
