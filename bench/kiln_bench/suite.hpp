@@ -377,7 +377,8 @@ inline int write_plots(const nlohmann::json& out, const std::string& dir, const 
   constexpr std::size_t columns = 6;
   std::map<std::string, std::map<long long, std::array<double, columns>>> series;
   for (const auto& r : out["rows"]) {
-    if (r["mode"] == "pass") continue;  // the elementwise workloads have one size
+    if (r["mode"] == "pass") continue;       // the elementwise workloads have one size
+    if (r.value("launched", false)) continue;  // a graph's fused step launched op by op: in the table only
     const std::string name =
         r["model"].get<std::string>() + "." + r["precision"].get<std::string>() + "." + r["mode"].get<std::string>();
     auto& cell = series[name].try_emplace(r["batch"].get<long long>(), std::array<double, columns>{NAN, NAN, NAN, NAN, NAN, NAN})
@@ -466,7 +467,7 @@ inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
   out["torch"] = {{"version", t.value("torch", "")}, {"skipped", t.value("skipped", nlohmann::json::array())}};
   std::map<std::string, double> kiln_fused;  // model.prec.batch.mode -> ms
   for (const auto& r : rows)
-    if (r["fused"].get<bool>())
+    if (r["fused"].get<bool>() && !r.value("launched", false))
       kiln_fused[r["model"].get<std::string>() + "." + r["precision"].get<std::string>() + "." +
                  std::to_string(r["batch"].get<long long>()) + "." + r["mode"].get<std::string>()] = r["median_ms"];
   std::printf("\nagainst PyTorch %s (same models, batches, precisions; autocast for fp16/bf16)\n",
@@ -689,7 +690,8 @@ inline int Suite::main(int argc, char** argv) {
   int status = 0;
   struct Pair {
     StepResult fused, unfused;
-    std::string tail;  // the agreement column
+    std::string tail;                   // the agreement column
+    std::optional<StepResult> launched;  // fused, op by op, when `fused` is a graph replay
   };
   std::vector<Pair> pairs;
   for (const Entry* e : chosen)
@@ -703,9 +705,15 @@ inline int Suite::main(int argc, char** argv) {
         std::snprintf(tail, sizeof tail, " %9.1e%s", agree, ok ? "" : " DISAGREE");
         for (const std::string mode : {"train", "infer"}) {
           Pair pr{e->measure(device, p, b, mode, true, graphs == "yes", warmup, repeat),
-                  e->measure(device, p, b, mode, false, false, warmup, repeat), tail};
-          if (pr.fused.graph) pr.tail += " graph";
+                  e->measure(device, p, b, mode, false, false, warmup, repeat), tail, std::nullopt};
           pr.fused.model = pr.unfused.model = e->name;
+          if (pr.fused.graph) {  // what the graph buys: the same fused step launched op by op
+            pr.launched = e->measure(device, p, b, mode, true, false, warmup, repeat);
+            pr.launched->model = e->name;
+            char g[48];
+            std::snprintf(g, sizeof g, " graph (%.2fx launched)", pr.launched->seconds.median / pr.fused.seconds.median);
+            pr.tail += g;
+          }
           pairs.push_back(std::move(pr));
         }
         ratios["fused_unfused_agreement." + e->name + "." + p + "." + std::to_string(b)] = agree;
@@ -720,7 +728,7 @@ inline int Suite::main(int argc, char** argv) {
           return std::pair{detail::measure_elementwise<Prec, D>(w, elements, true, warmup, repeat),
                            detail::measure_elementwise<Prec, D>(w, elements, false, warmup, repeat)};
         });
-        pairs.push_back({std::move(f), std::move(u), ""});
+        pairs.push_back({std::move(f), std::move(u), "", std::nullopt});
       }
   const double bw_after = measure_bandwidth();
   bw = std::max(bw_before, bw_after);
@@ -730,19 +738,27 @@ inline int Suite::main(int argc, char** argv) {
   std::printf("kiln-bench on %s (%d thread%s), copy bandwidth %.1f GB/s (the better of %.1f before and %.1f after):\n"
               "median step time; passes, MB moved (fused/unfused) and Mop (fused) per step counted from the operands;\n"
               "%%bw: the time the step's bytes take at copy bandwidth over its time (100%% = memory-bound at copy\n"
-              "speed); unfused = one pass per operation; graph: the fused step replayed as a CUDA graph\n",
+              "speed); unfused = one pass per operation; graph: the fused step replayed as a CUDA graph (and\n"
+              "how much faster that is than the same fused step launched op by op)\n",
               device.c_str(), omp_threads(), omp_threads() == 1 ? "" : "s", bw * 1e-9, bw_before * 1e-9, bw_after * 1e-9);
   const char* header = "%-10s %-5s %8s %-5s %10s %10s %8s %11s %19s %9s %6s %6s %s\n";
   std::printf(header, "model", "prec", "batch", "mode", "fused ms", "unfused ms", "speedup", "passes", "MB moved",
               "Mop", "%bw f", "%bw u", "agreement");
   for (std::size_t i = 0; i < pairs.size(); ++i) {
-    const auto& [f, u, tail] = pairs[i];
+    const auto& [f, u, tail, launched] = pairs[i];
     if (i == model_pairs)
       std::printf("\nelementwise work alone (batch = elements): chain = relu(1.5 x - 0.25) 2 + 0.5, adam = an Adam step\n");
     print_pair(f, u, tail);
     rows.push_back(row_of(f));
     rows.push_back(row_of(u));
-    pair_ratios(f, u, f.model + "." + f.precision + "." + std::to_string(f.batch) + "." + f.mode);
+    const std::string key = f.model + "." + f.precision + "." + std::to_string(f.batch) + "." + f.mode;
+    pair_ratios(f, u, key);
+    if (launched) {
+      auto row = row_of(*launched);
+      row["launched"] = true;  // the fused step without its graph, for graph_over_launched_step
+      rows.push_back(std::move(row));
+      ratios["graph_over_launched_step." + key] = launched->seconds.median / f.seconds.median;
+    }
   }
   std::fflush(stdout);
   if (torch == "yes") compare_with_torch(out, rows, ratios, models, batches, precisions, device, warmup, repeat, elements);
