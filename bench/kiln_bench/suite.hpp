@@ -289,31 +289,28 @@ class Suite {
       if (train) b.train_step();
       else b.infer_step();
     };
+    StepResult r;
 #if KILN_CUDA_COMPILER
+    kiln::cuda::Graph g;
     if constexpr (std::is_same_v<D, Cuda>) {
       if (graph) {
         for (int w = 0; w < std::max(warmup, 1); ++w) once();  // plans, workspaces, the working copy
-        kiln::cuda::Graph g;
         try {
           g.capture(once);
         } catch (const kiln::Error& e) {  // a library call that cannot be captured: time it op by op
           std::fprintf(stderr, "kiln-bench: %s %s batch %lld: CUDA graph capture failed, timed without: %s\n",
                        mode.c_str(), std::string(Prec::name).c_str(), static_cast<long long>(batch), e.what());
         }
-        if (g.captured()) {
-          StepResult r = detail::measure_pass<D>([&] { g.replay(); }, true, warmup, repeat);
-          r.graph = true;
-          r.batch = batch;
-          r.mode = mode;
-          r.precision = std::string(Prec::name);
-          return r;
-        }
       }
+    }
+    if (g.captured()) {
+      r = detail::measure_pass<D>([&] { g.replay(); }, true, warmup, repeat);
+      r.graph = true;
     }
 #endif
     // At least one untimed step, so that the counts are steady ones (the first forward of a mixed-
     // precision model also converts the working copy).
-    StepResult r = detail::measure_pass<D>(once, fused, warmup, repeat);
+    if (!r.graph) r = detail::measure_pass<D>(once, fused, warmup, repeat);
     r.batch = batch;
     r.mode = mode;
     r.precision = std::string(Prec::name);

@@ -2,7 +2,6 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <type_traits>
 
@@ -13,6 +12,7 @@
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
+#include "kiln/optim/device_scalars.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -177,9 +177,9 @@ class AdamBase {
       vmax_.fill(0.0f);
     }
     if (o.capturable) {
-      scalars_ = scalar_type(Extents<Shape<dyn>>(index_t{AdamScalars::count}), params.device_index());
-      scalars_.fill(0.0);
-      write_scalar(AdamScalars::lr, o.lr);
+      double initial[AdamScalars::count] = {};
+      initial[AdamScalars::lr] = o.lr;
+      scalars_ = DeviceScalars<D>(initial, params.device_index());
     }
   }
 
@@ -208,7 +208,7 @@ class AdamBase {
         return;
       }
       // Unfused: the host scalars from the device's count and skip flag (copies; waits).
-      if (skip_if != nullptr && read_scalar(AdamScalars::skip) != 0.0) return;
+      if (skip_if != nullptr && scalars_.get(AdamScalars::skip) != 0.0) return;
       steps_ = step_count() - 1;
     }
     ++steps_;
@@ -234,8 +234,6 @@ class AdamBase {
   const arena_type& gradients() const { return g_; }
 
  private:
-  using scalar_type = Tensor<double, Shape<dyn>, D>;
-
   /// The fused pass; Capturable reads decay, step size and bias correction from scalars_ instead.
   template <bool Capturable, class C>
   void run_fused(C decay, C neg_step_size, C bc2_sqrt) {
@@ -267,18 +265,6 @@ class AdamBase {
     if (o_.amsgrad) with_decay(std::true_type{});
     else with_decay(std::false_type{});
   }
-  /// Capturable: sets one of the device's scalars (a one-value copy on the current stream).
-  void write_scalar(int which, double value) {
-    auto cell = scalar_type::from_blob(scalars_.data() + which, Extents<Shape<dyn>>(1), scalars_.device_index());
-    cell.copy_from(std::span<const double>(&value, 1));
-  }
-  /// Capturable: reads one of the device's scalars (waits for the stream).
-  double read_scalar(int which) const {
-    auto cell = scalar_type::from_blob(const_cast<double*>(scalars_.data()) + which, Extents<Shape<dyn>>(1),
-                                       scalars_.device_index());
-    return cell.template to<Cpu>()[0];
-  }
-
   /// step() with fusion off, as torch.optim.Adam(foreach=False) runs it: p *= decay (AdamW); g + wd p
   /// into a new tensor (Adam's L2); m = m b1, m += (1 - b1) g; v = v b2, v += (1 - b2) g g;
   /// (amsgrad: vmax = max(vmax, v)); denom = sqrt(v), /= sqrt(bc2), += eps; p += (-step_size m) / denom;
@@ -313,18 +299,18 @@ class AdamBase {
   /// captured step replays with it).
   void set_lr(float lr) {
     o_.lr = lr;
-    if (o_.capturable) write_scalar(AdamScalars::lr, lr);
+    if (o_.capturable) scalars_.set(AdamScalars::lr, lr);
   }
   const Options& options() const { return o_; }
   /// Steps taken so far (torch's state["step"]); bias correction uses it. Capturable: read from the
   /// device, replays of a captured step included.
   std::int64_t step_count() const {
-    return o_.capturable ? static_cast<std::int64_t>(read_scalar(AdamScalars::step)) : steps_;
+    return o_.capturable ? static_cast<std::int64_t>(scalars_.get(AdamScalars::step)) : steps_;
   }
   /// Restores the step count from a checkpoint (with exp_avg() and exp_avg_sq()).
   void set_step_count(std::int64_t n) {
     steps_ = n;
-    if (o_.capturable) write_scalar(AdamScalars::step, static_cast<double>(n));
+    if (o_.capturable) scalars_.set(AdamScalars::step, static_cast<double>(n));
   }
   /// The first-moment arena (torch's state["exp_avg"]), for checkpoints.
   arena_type& exp_avg() { return m_; }
@@ -341,7 +327,7 @@ class AdamBase {
   arena_type& g_;
   W* work_;  // mixed precision: the model's working copy; null otherwise
   arena_type m_, v_, vmax_;
-  scalar_type scalars_;  // capturable only: AdamScalars on the device
+  DeviceScalars<D> scalars_;  // capturable only: AdamScalars
   Options o_;
   std::int64_t steps_ = 0;
 };

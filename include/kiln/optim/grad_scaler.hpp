@@ -20,6 +20,7 @@
 #include "kiln/core/index.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/nn/loss.hpp"
+#include "kiln/optim/device_scalars.hpp"
 #include "kiln/policy/device.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -222,11 +223,11 @@ class GradScaler {
       throw bad("invalid growth_interval " + std::to_string(o.growth_interval) +
                 "; give at least 1 step (default 2000)");
     scale_ = init;
-    if (o.capturable && o.enabled) {  // on the current device
-      device_.values = Tensor<double, Shape<dyn>, D>(Extents<Shape<dyn>>(index_t{detail::ScalerState::count}));
-      device_.found_inf = Tensor<std::int32_t, Shape<dyn>, D>(Extents<Shape<dyn>>(1));
-      device_.found_inf.fill(0);
-      write_state(init, 0, 0);
+    if (capturable()) {  // on the current device
+      const double initial[detail::ScalerState::count] = {init, static_cast<float>(1.0 / static_cast<double>(init)),
+                                                          0.0, 0.0};
+      state_ = detail::DeviceScalars<D>(initial, -1);
+      (void)capturable_flag(-1);
     }
   }
 
@@ -234,12 +235,12 @@ class GradScaler {
   /// Kept as a float32 value, as torch keeps its scale tensor. Capturable: read from the device.
   double scale() const {
     if (!o_.enabled) return 1.0;
-    return capturable() ? read_state(detail::ScalerState::scale) : static_cast<double>(scale_);
+    return capturable() ? state_.get(detail::ScalerState::scale) : static_cast<double>(scale_);
   }
   /// The scale as the loss's backward takes it: `ce.backward(logits, y, scaler.loss_scale())`. The host
   /// number scale() gives, or, capturable, the scale's place on the device, read by the gradient's pass.
   nn::LossScale loss_scale() const {
-    if (capturable()) return nn::LossScale::on_device(device_.values.data() + detail::ScalerState::scale);
+    if (capturable()) return nn::LossScale::on_device(state_.data() + detail::ScalerState::scale);
     return nn::LossScale(scale());
   }
 
@@ -318,7 +319,7 @@ class GradScaler {
           "before update()");
     if (capturable()) {
       kiln::detail::executor<D>::for_each(
-          1, detail::ScaleUpdate{device_.values.data(), device_.found_inf.data(), o_.growth_factor, o_.backoff_factor,
+          1, detail::ScaleUpdate{state_.data(), flag_.tensor.data(), o_.growth_factor, o_.backoff_factor,
                                  static_cast<double>(o_.growth_interval)});
       per_optimizer_.clear();
       return;
@@ -344,8 +345,8 @@ class GradScaler {
                        "; give a positive, finite float32");
     scale_ = s;
     if (capturable()) {
-      write_state(s, growth_tracker(), skipped_steps());
-      device_.found_inf.fill(0);
+      write_state(s);
+      flag_.tensor.fill(0);
     }
     per_optimizer_.clear();
   }
@@ -354,16 +355,16 @@ class GradScaler {
   const GradScalerOptions& options() const { return o_; }
   /// Consecutive finite steps since the scale last changed (torch's _growth_tracker).
   std::int64_t growth_tracker() const {
-    return capturable() ? static_cast<std::int64_t>(read_state(detail::ScalerState::tracker)) : tracker_;
+    return capturable() ? static_cast<std::int64_t>(state_.get(detail::ScalerState::tracker)) : tracker_;
   }
   /// Optimizer steps skipped because of an inf/NaN gradient, since construction (or as loaded).
   /// Capturable: counted by update(), once per iteration with an inf/NaN.
   std::int64_t skipped_steps() const {
-    return capturable() ? static_cast<std::int64_t>(read_state(detail::ScalerState::skipped)) : skipped_;
+    return capturable() ? static_cast<std::int64_t>(state_.get(detail::ScalerState::skipped)) : skipped_;
   }
   /// Whether an inf/NaN was found since the last update().
   bool found_inf() const {
-    if (capturable()) return device_.found_inf.item() != 0;
+    if (capturable()) return !flag_.tensor.empty() && flag_.tensor.item() != 0;
     for (const PerOptimizer& s : per_optimizer_)
       if (s.found_inf) return true;
     return false;
@@ -408,25 +409,35 @@ class GradScaler {
     scale_ = static_cast<float>(scale);
     tracker_ = tracker;
     skipped_ = skipped;
-    if (capturable()) write_state(scale_, tracker, skipped);
+    if (capturable()) {
+      write_state(scale_);
+      state_.set(detail::ScalerState::tracker, static_cast<double>(tracker));
+      state_.set(detail::ScalerState::skipped, static_cast<double>(skipped));
+    }
   }
 
  private:
   bool capturable() const { return o_.capturable && o_.enabled; }
-  /// Capturable: the state's values on the device (one copy; inv_scale = float(1 / scale), as unscale
-  /// computes it).
-  void write_state(float scale, std::int64_t tracker, std::int64_t skipped) {
-    const double v[detail::ScalerState::count] = {static_cast<double>(scale),
-                                                  static_cast<float>(1.0 / static_cast<double>(scale)),
-                                                  static_cast<double>(tracker), static_cast<double>(skipped)};
-    device_.values.copy_from(std::span<const double>(v));
+  /// Capturable: a new scale on the device, with inv_scale = float(1 / scale) as unscale computes it.
+  void write_state(float scale) {
+    state_.set(detail::ScalerState::scale, scale);
+    state_.set(detail::ScalerState::inv_scale, static_cast<float>(1.0 / static_cast<double>(scale)));
   }
-  double read_state(int which) const { return device_.values.to_vector()[static_cast<std::size_t>(which)]; }
+  /// Capturable: the inf/NaN flag on `device`, zeroed by a kernel when new (a copy of the scaler makes
+  /// its own; the kernel, unlike a host copy, may be captured); update() clears it after that.
+  std::int32_t* capturable_flag(int device) {
+    auto& flag = flag_.tensor;
+    if (flag.empty() || (device >= 0 && flag.device_index() != device)) {
+      flag = Tensor<std::int32_t, Shape<dyn>, D>(Extents<Shape<dyn>>(1), device);
+      flag.fill(0);
+    }
+    return flag.data();
+  }
   /// Capturable: the optimizer steps or skips on the device, by the flag the unscale pass set.
   template <class Opt>
   void step_on_device(Opt& opt) {
     if constexpr (requires(const std::int32_t* f) { opt.step_unless(f); }) {
-      opt.step_unless(device_.found_inf.data());
+      opt.step_unless(flag_.tensor.data());
     } else {
       throw ValueError(
           "kiln::optim::GradScaler: a capturable scaler needs an optimizer that skips on the device: "
@@ -456,28 +467,6 @@ class GradScaler {
     Flag(Flag&&) = default;
     Flag& operator=(Flag&&) = default;
   };
-  /// A capturable scaler's state and flag on the device; a copy of the scaler gets copies of its own.
-  struct DeviceState {
-    Tensor<double, Shape<dyn>, D> values;  // detail::ScalerState
-    Tensor<std::int32_t, Shape<dyn>, D> found_inf;
-    DeviceState() = default;
-    DeviceState(const DeviceState& o) { *this = o; }
-    DeviceState& operator=(const DeviceState& o) {
-      if (this == &o) return *this;
-      values = {};
-      found_inf = {};
-      if (!o.values.empty()) {
-        values = Tensor<double, Shape<dyn>, D>(o.values.extents(), o.values.device_index());
-        kiln::assign(values, o.values);
-        found_inf = Tensor<std::int32_t, Shape<dyn>, D>(o.found_inf.extents(), o.found_inf.device_index());
-        kiln::assign(found_inf, o.found_inf);
-      }
-      return *this;
-    }
-    DeviceState(DeviceState&&) = default;
-    DeviceState& operator=(DeviceState&&) = default;
-  };
-
   PerOptimizer& state_of(const void* opt) {
     for (PerOptimizer& s : per_optimizer_)
       if (s.optimizer == opt) return s;
@@ -503,8 +492,8 @@ class GradScaler {
   bool unscale_and_check(Tensor<M, Shape<dyn>, D>& grads) {
     if (capturable()) {  // the flag stays on the device: update() reads and clears it
       kiln::detail::executor<D>::for_each(
-          grads.numel(), detail::UnscaleAndCheck<M>{grads.data(), M(1), device_.found_inf.data(),
-                                                    device_.values.data() + detail::ScalerState::inv_scale});
+          grads.numel(), detail::UnscaleAndCheck<M>{grads.data(), M(1), capturable_flag(grads.device_index()),
+                                                    state_.data() + detail::ScalerState::inv_scale});
       return false;
     }
     auto& flag = flag_.tensor;
@@ -544,7 +533,7 @@ class GradScaler {
   std::int64_t skipped_ = 0;
   std::vector<PerOptimizer> per_optimizer_;
   Flag flag_;
-  DeviceState device_;  // capturable only
+  detail::DeviceScalars<D> state_;  // capturable only: detail::ScalerState (the flag is flag_'s tensor)
 };
 
 }  // namespace kiln::optim

@@ -1,7 +1,6 @@
 /// SGD with momentum, dampening, Nesterov and weight decay (torch.optim.SGD), one fused pass per step.
 #pragma once
 #include <cstdint>
-#include <span>
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
@@ -9,6 +8,7 @@
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/optim/device_scalars.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -115,10 +115,8 @@ class SGD {
       throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
     if (o.momentum != 0.0f) buf_ = arena_type(params.extents(), params.device_index());
     if (o.capturable) {
-      scalars_ = Tensor<double, Shape<dyn>, D>(Extents<Shape<dyn>>(index_t{detail::SgdScalars::count}),
-                                               params.device_index());
-      const double v[detail::SgdScalars::count] = {o.lr, 1.0, 0.0, 0.0};
-      scalars_.copy_from(std::span<const double>(v));
+      const double initial[detail::SgdScalars::count] = {o.lr, 1.0, 0.0, 0.0};
+      scalars_ = detail::DeviceScalars<D>(initial, params.device_index());
     }
   }
   template <class Model>
@@ -146,9 +144,8 @@ class SGD {
         return;
       }
       // Unfused: the host's flags from the device's (copies; waits).
-      const auto s = scalars_.to_vector();
-      if (s[detail::SgdScalars::skip] != 0.0) return;
-      first_ = s[detail::SgdScalars::first] != 0.0;
+      if (scalars_.get(detail::SgdScalars::skip) != 0.0) return;
+      first_ = scalars_.get(detail::SgdScalars::first) != 0.0;
     }
     if (!fusion_enabled()) {
       step_unfused();
@@ -188,12 +185,7 @@ class SGD {
   /// A new learning rate for the next steps (capturable: copied to the device, so replays use it).
   void set_lr(float lr) {
     o_.lr = lr;
-    if (o_.capturable) {
-      auto cell = Tensor<double, Shape<dyn>, D>::from_blob(scalars_.data() + detail::SgdScalars::lr,
-                                                           Extents<Shape<dyn>>(1), scalars_.device_index());
-      const double v = lr;
-      cell.copy_from(std::span<const double>(&v, 1));
-    }
+    if (o_.capturable) scalars_.set(detail::SgdScalars::lr, lr);
   }
   const SGDOptions& options() const { return o_; }
   /// The momentum buffers (empty without momentum), for checkpoints.
@@ -241,7 +233,7 @@ class SGD {
   arena_type buf_;
   SGDOptions o_;
   bool first_ = true;
-  Tensor<double, Shape<dyn>, D> scalars_;  // capturable only: detail::SgdScalars
+  detail::DeviceScalars<D> scalars_;  // capturable only: detail::SgdScalars
 };
 template <class Model>
 SGD(Model&, SGDOptions) -> SGD<typename Model::M, typename Model::D, typename Model::T>;

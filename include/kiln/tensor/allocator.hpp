@@ -102,19 +102,23 @@ class CachingAllocator {
     std::lock_guard lock(mutex_);
     auto it = live_.find(p);
     if (it == live_.end()) return;  // not ours: never free memory we did not hand out
-    stats_.allocated_bytes -= it->second;
-    if (Pool* pool = pool_of_this_thread(); pool != nullptr && !owner_.contains(p))
-      owner_[p] = capturing_;  // allocated before the capture: the graph may read it, keep it
-    if (auto o = owner_.find(p); o != owner_.end()) {
-      if (auto pool = pools_.find(o->second); pool != pools_.end()) {
-        pool->second.free.emplace(it->second, p);
-        live_.erase(it);
-        return;
-      }
-      owner_.erase(o);  // its pool was released: the block goes to the shared cache
-    }
-    free_.emplace(it->second, p);
+    const std::size_t size = it->second;
+    stats_.allocated_bytes -= size;
     live_.erase(it);
+    if (!owner_.empty() || capturing_ != 0) {  // only while private pools exist: is it a pool's block?
+      PoolId id = 0;
+      if (auto o = owner_.find(p); o != owner_.end()) id = o->second;
+      // Allocated before the capture and freed during it: a replay may still read it, so the pool keeps it.
+      else if (pool_of_this_thread() != nullptr) id = owner_[p] = capturing_;
+      if (id != 0) {
+        if (auto pool = pools_.find(id); pool != pools_.end()) {
+          pool->second.free.emplace(size, p);
+          return;
+        }
+        owner_.erase(p);  // its pool was released: the block goes to the shared cache
+      }
+    }
+    free_.emplace(size, p);
   }
 
   /// Starts a private pool: until end_pool(), this thread's allocations come from it and the blocks this
