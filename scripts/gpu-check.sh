@@ -68,6 +68,9 @@ for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' | sort); do
 done
 # Distributed<Nccl> (issue #6): one rank per GPU under mpiexec (one GPU: world size 1).
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # only the visible ones get a rank
+  gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+fi
 [ "${gpus:-0}" -ge 1 ] || gpus=1
 launch=(mpiexec --allow-run-as-root --oversubscribe -n "$gpus")
 if ! command -v mpiexec >/dev/null; then  # a bare machine: an MPI singleton (world size 1)

@@ -20,9 +20,14 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
   return d;
 }
 
+/// The smallest batch of at least `want` rows that `size` ranks share equally.
+inline index_t batch_for(int size, index_t want) { return (want + size - 1) / size * size; }
+
 /// Rank `rank`'s equal share (of `size`) of a host tensor's rows, copied to device D.
 template <class D = Cpu, class E, class S>
 Tensor<E, S, D> share(const Tensor<E, S>& t, int rank, int size) {
+  BOOST_REQUIRE_MESSAGE(t.size(0) % size == 0, "the test's batch of " << t.size(0) << " rows does not split equally over "
+                                                                       << size << " ranks (use batch_for)");
   const index_t n = t.size(0) / size, row = t.numel() / t.size(0);
   Extents<S> e = t.extents();
   e[0] = n;

@@ -200,9 +200,9 @@ struct Conv2d {
    private:
 #if KILN_WITH_CUDNN
     static constexpr bool use_cudnn = std::is_same_v<D, Cuda>;
-    /// cuDNN's descriptors and algorithms for this batch size (rebuilt when it changes).
+    /// cuDNN's descriptors and algorithms for this batch size and device (rebuilt when either changes).
     const kiln::cuda::ConvPlan<T>& plan(index_t n, int device) {
-      if (!plan_ || plan_->batch() != n)
+      if (!plan_ || plan_->batch() != n || plan_->device() != device)
         plan_ = std::make_shared<kiln::cuda::ConvPlan<T>>(n, In, H, W, Out, K, Stride, Padding, device);
       return *plan_;
     }

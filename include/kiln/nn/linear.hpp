@@ -162,19 +162,19 @@ struct Linear {
     /// the GEMM and kiln's epilogue kernel).
     bool lt_forward(const Tensor<T, S, D>& x, Tensor<T, output_shape, D>& y, bool relu) {
       const float* b = bias().data();  // 16-byte aligned (checked by the caller)
-      if (!lt_plan_ || lt_relu_ != relu || !lt_plan_->matches(x.size(0), x.data(), weight().data(), y.data())) {
+      const int device = x.device_index();
+      if (!lt_plan_ || lt_relu_ != relu || !lt_plan_->matches(x.size(0), x.data(), weight().data(), b, y.data(), device)) {
         lt_plan_ = std::make_shared<kiln::cuda::LinearEpiloguePlan>(x.size(0), In, Out, relu, x.data(), weight().data(),
-                                                                   y.data(), x.device_index());
+                                                                   b, y.data(), device);
         lt_relu_ = relu;
       }
-      if (!lt_plan_->usable()) return false;
+      if (!lt_plan_->usable() || !lt_plan_->run(x.data(), weight().data(), b, y.data())) return false;
       {  // x, W and the bias read, y written; the GEMM, the bias add and the ReLU
         using kiln::detail::bytes_of;
         const index_t rows = x.size(0);
         kiln::detail::count_pass({bytes_of<T>(rows * In + In * Out + rows * Out) + bytes_of<float>(Out),
                                   static_cast<std::uint64_t>(rows) * Out * (2 * In + 1 + (relu ? 1 : 0))});
       }
-      lt_plan_->run(x.data(), weight().data(), b, y.data());
       return true;
     }
     std::shared_ptr<kiln::cuda::LinearEpiloguePlan> lt_plan_;

@@ -91,6 +91,10 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
     throw ShapeError("kiln::matmul: shape mismatch: op(A) [" + std::to_string(m) + ", " + std::to_string(k) +
                      "] x op(B) [" + std::to_string(kb2) + ", " + std::to_string(n) + "] into C " +
                      to_string(c.extents()));
+  if (a.device_index() != c.device_index() || b.device_index() != c.device_index())
+    throw ValueError("kiln::matmul: A, B and C must be on one device; A is on device " +
+                     std::to_string(a.device_index()) + ", B on " + std::to_string(b.device_index()) + ", C on " +
+                     std::to_string(c.device_index()) + " (copy with .to(device) first)");
   {  // A and B read, C written (and read when accumulating); 2 m n k operations
     const std::uint64_t c_bytes = detail::bytes_of<TC>(m * n);
     detail::count_pass({detail::bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0f ? 2 : 1),

@@ -208,6 +208,9 @@ class AdamBase {
         return;
       }
       // Unfused: the host scalars from the device's count and skip flag (copies; waits).
+      if (kiln::detail::graph_capture<D>::active(m_.device_index()))
+        throw ValueError("kiln::optim::Adam: a capturable step with fusion switched off (kiln::Unfused) reads its "
+                         "step count back to the host, which a CUDA graph capture cannot hold; capture the fused step");
       if (skip_if != nullptr && scalars_.get(AdamScalars::skip) != 0.0) return;
       steps_ = step_count() - 1;
     }

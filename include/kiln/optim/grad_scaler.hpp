@@ -490,6 +490,7 @@ class GradScaler {
   /// pass and one 4-byte read-back.
   template <class M>
   bool unscale_and_check(Tensor<M, Shape<dyn>, D>& grads) {
+    const kiln::detail::device_scope<D> on(grads.device_index());  // a replica's arena on another GPU
     if (capturable()) {  // the flag stays on the device: update() reads and clears it
       kiln::detail::executor<D>::for_each(
           grads.numel(), detail::UnscaleAndCheck<M>{grads.data(), M(1), capturable_flag(grads.device_index()),

@@ -144,6 +144,9 @@ class SGD {
         return;
       }
       // Unfused: the host's flags from the device's (copies; waits).
+      if (kiln::detail::graph_capture<D>::active(g_.device_index()))
+        throw ValueError("kiln::optim::SGD: a capturable step with fusion switched off (kiln::Unfused) reads its "
+                         "flags back to the host, which a CUDA graph capture cannot hold; capture the fused step");
       if (scalars_.get(detail::SgdScalars::skip) != 0.0) return;
       first_ = scalars_.get(detail::SgdScalars::first) != 0.0;
     }

@@ -155,6 +155,7 @@ struct ReplicaDevices<Cpu> {
   void bind_worker(int) {}                     // once, on replica r's thread: its device and stream
   struct Scope {};
   Scope caller_scope() { return {}; }          // replica 0's device and stream on the caller, for a call
+  Scope scope(int) { return {}; }              // replica r's device and stream on the caller, for a scope
   void finish(int) {}                          // replica r's queued work is done
   void synchronize() {}                        // every replica's is
 };
@@ -186,9 +187,11 @@ class DataParallel {
   /// `replicas` models initialised from `seed` (identically). On the CPU each replica's OpenMP loops use
   /// an equal share of the threads (at least one); on CUDA replica r lives on device r.
   explicit DataParallel(int replicas, std::uint64_t seed = 0) : devices_(check_count(replicas)) {
-    for (int r = 0; r < replicas; ++r)
+    for (int r = 0; r < replicas; ++r) {
+      [[maybe_unused]] const auto on = devices_.scope(r);  // its kernels (zeroing the gradients) on its GPU
       models_.push_back(std::make_unique<model_type>(seed, std::is_same_v<D, Cpu> ? -1 : r));
-    devices_.synchronize();  // the initialisation is done before the replicas' streams start
+    }
+    devices_.synchronize();  // the initialisation is done before the replicas' threads start
 #if KILN_HAS_OPENMP
     threads_per_replica_ = std::max(1, omp_get_max_threads() / replicas);
 #endif
@@ -215,7 +218,11 @@ class DataParallel {
   auto make_optimizers(Make make) {
     using Opt = std::invoke_result_t<Make&, model_type&>;
     std::vector<std::unique_ptr<Opt>> opts;
-    for (auto& m : models_) opts.push_back(std::make_unique<Opt>(make(*m)));
+    for (int r = 0; r < size(); ++r) {
+      [[maybe_unused]] const auto on = devices_.scope(r);  // its state is created (zeroed) on its GPU
+      opts.push_back(std::make_unique<Opt>(make(replica(r))));
+    }
+    devices_.synchronize();
     return Optimizers<Opt>(this, std::move(opts));
   }
 

@@ -49,10 +49,29 @@ class ProcessGroup<Nccl> {
     settle("creating the NCCL communicator");
     mpi_.agree("", "creating the NCCL communicator");
   }
+  /// Finalizes the communicator (waiting, within the timeout, for its outstanding work; ncclCommDestroy
+  /// on a non-blocking communicator then never blocks) or, after a failure or a timeout, aborts it and
+  /// marks the job failed (the rank's exit then aborts the job instead of hanging in MPI_Finalize).
   ~ProcessGroup() {
     if (comm_ == nullptr) return;
-    if (failed_) (void)ncclCommAbort(comm_);
-    else (void)ncclCommDestroy(comm_);
+    if (failed_) {
+      (void)ncclCommAbort(comm_);
+      return;
+    }
+    if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
+    const auto deadline = std::chrono::steady_clock::now() + mpi_.options().timeout;
+    ncclResult_t rc = ncclCommFinalize(comm_), state = rc;
+    while (rc == ncclSuccess || rc == ncclInProgress) {
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+      if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if ((rc == ncclSuccess || rc == ncclInProgress) && state == ncclSuccess) {
+      (void)ncclCommDestroy(comm_);
+    } else {
+      (void)ncclCommAbort(comm_);
+      detail::MpiRuntime::get().failed = true;
+    }
   }
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -117,16 +136,20 @@ class ProcessGroup<Nccl> {
     settle(what);
   }
   void wait_all_named(const std::string& what) {
-    done_.record(stream_->get());
     const auto deadline = std::chrono::steady_clock::now() + mpi_.options().timeout;
-    for (long spins = 0; !done_.query(); ++spins) {
-      ncclResult_t async = ncclSuccess;
-      check(ncclCommGetAsyncError(comm_, &async), what);
-      if (async != ncclSuccess && async != ncclInProgress) check(async, what);
-      if (std::chrono::steady_clock::now() >= deadline) fail(timeout_message(what));
-      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    try {  // a CUDA error here fails the job too (abort, not a hang in the other ranks)
+      done_.record(stream_->get());
+      for (long spins = 0; !done_.query(); ++spins) {
+        ncclResult_t async = ncclSuccess;
+        check(ncclCommGetAsyncError(comm_, &async), what);
+        if (async != ncclSuccess && async != ncclInProgress) check(async, what);
+        if (std::chrono::steady_clock::now() >= deadline) fail(timeout_message(what));
+        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), done_.get(), 0));
+    } catch (const BackendError& e) {
+      fail(what + ": " + e.what());
     }
-    KILN_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), done_.get(), 0));
   }
   /// A non-blocking communicator's call has returned ncclInProgress until it is issued: wait for that.
   void settle(const std::string& what) {

@@ -56,6 +56,9 @@ struct ReplicaDevices<Cuda> {
   }
   /// Replica 0's GPU and stream current on the calling thread for a scope.
   cuda::StreamGuard caller_scope() { return cuda::StreamGuard(streams.front()); }
+  /// Replica r's GPU and stream current on the calling thread for a scope (kernels launch on the
+  /// current device: work for replica r's memory must run there).
+  cuda::StreamGuard scope(int r) { return cuda::StreamGuard(streams[static_cast<std::size_t>(r)]); }
   void finish(int r) { streams[static_cast<std::size_t>(r)].synchronize(); }
   void synchronize() {
     for (int r = 0; r < static_cast<int>(comms.size()); ++r) {

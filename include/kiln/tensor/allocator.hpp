@@ -9,6 +9,8 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/errors.hpp"
 
@@ -44,6 +46,14 @@ struct RawAllocator {
   /// Free and total bytes of the device, if known (for the out-of-memory message); may be null.
   bool (*device_memory)(int device, std::size_t* free, std::size_t* total) = nullptr;
   const char* name = "cpu";  ///< "cpu", "cuda", "pinned"
+  /// Optional (CUDA): the calling thread's current stream on `device`, as a key. A freed block is reused
+  /// only by requests on the stream it was allocated on: that stream runs its kernels in order, so its
+  /// later work cannot overtake a kernel still using the block (as PyTorch's allocator). Null: one stream.
+  std::uintptr_t (*stream)(int device) = nullptr;
+  /// Optional (CUDA): a marker of the work queued so far on `device`'s current stream (an event), and
+  /// whether a marker has been reached (the marker is gone then). See CachingAllocator::record_use.
+  void* (*record_marker)(int device) = nullptr;
+  bool (*marker_reached)(void* marker) = nullptr;
 };
 
 /// A private pool's name (CachingAllocator::begin_pool); 0 is none.
@@ -51,7 +61,9 @@ using PoolId = std::uint64_t;
 
 /// Reuses freed blocks instead of returning them. Thread-safe. Sizes are rounded up (512 B below
 /// 1 MiB; eighths of a power of two above), and a request takes the smallest cached block that fits
-/// within 25% of its size. Blocks are stream-ordered on the device's current stream.
+/// within 25% of its size. On CUDA a block is reused only on the stream it was allocated on (each
+/// thread's default stream is its own); a block that another stream also used needs record_use(),
+/// like torch's Tensor.record_stream (kiln's asynchronous copies from and to pinned memory do it).
 ///
 /// Private pools (for kiln::cuda::Graph, like the pools of torch.cuda.graph): between begin_pool() and
 /// end_pool(), the thread that began the pool allocates from it, and every block that thread frees then
@@ -70,13 +82,15 @@ class CachingAllocator {
   void* allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;
     const std::size_t size = round_size(bytes);
+    const std::uintptr_t stream = raw_.stream ? raw_.stream(device_) : 0;
     std::lock_guard lock(mutex_);
     ++stats_.num_requests;
+    if (!pending_.empty()) collect_pending_locked();
     Pool* pool = pool_of_this_thread();
     if (pool != nullptr) {
-      if (void* p = take_cached(pool->free, size)) return p;
+      if (void* p = take_cached(pool->free, stream, size)) return p;
     }
-    if (void* p = take_cached(free_, size)) {
+    if (void* p = take_cached(free_, stream, size)) {
       if (pool != nullptr) owner_[p] = capturing_;  // a block of the shared cache joins the pool
       return p;
     }
@@ -88,7 +102,7 @@ class CachingAllocator {
     }
     if (p == nullptr) throw OutOfMemoryError(oom_message(bytes));
     ++stats_.num_device_allocs;
-    live_.emplace(p, size);
+    live_.emplace(p, Block{size, stream});
     if (pool != nullptr) owner_[p] = capturing_;
     stats_.allocated_bytes += size;
     stats_.reserved_bytes += size;
@@ -102,23 +116,37 @@ class CachingAllocator {
     std::lock_guard lock(mutex_);
     auto it = live_.find(p);
     if (it == live_.end()) return;  // not ours: never free memory we did not hand out
-    const std::size_t size = it->second;
+    const Block b = it->second;
+    const std::size_t size = b.size;
     stats_.allocated_bytes -= size;
     live_.erase(it);
-    if (!owner_.empty() || capturing_ != 0) {  // only while private pools exist: is it a pool's block?
-      PoolId id = 0;
-      if (auto o = owner_.find(p); o != owner_.end()) id = o->second;
-      // Allocated before the capture and freed during it: a replay may still read it, so the pool keeps it.
-      else if (pool_of_this_thread() != nullptr) id = owner_[p] = capturing_;
-      if (id != 0) {
-        if (auto pool = pools_.find(id); pool != pools_.end()) {
-          pool->second.free.emplace(size, p);
+    if (!markers_.empty()) {
+      if (auto m = markers_.find(p); m != markers_.end()) {  // a stream may still use it: not before its markers
+        if (drop_reached(m->second)) {
+          markers_.erase(m);
+        } else {
+          pending_.push_back({p, b});
           return;
         }
-        owner_.erase(p);  // its pool was released: the block goes to the shared cache
       }
     }
-    free_.emplace(size, p);
+    cache_locked(p, b);
+  }
+
+  /// The work queued so far on `device`'s current stream uses the block that holds p (an asynchronous
+  /// copy from or to it, say): once freed, the block is not reused before that work is done. Does
+  /// nothing for memory this allocator did not hand out, or without marker hooks (the CPU).
+  void record_use(const void* p, int device) {
+    if (p == nullptr || raw_.record_marker == nullptr || raw_.marker_reached == nullptr) return;
+    std::lock_guard lock(mutex_);
+    auto it = live_.upper_bound(const_cast<void*>(p));
+    if (it == live_.begin()) return;
+    --it;
+    const auto* base = static_cast<const char*>(it->first);
+    if (static_cast<const char*>(p) >= base + it->second.size) return;  // not inside a live block
+    std::vector<void*>& m = markers_[it->first];
+    drop_reached(m);  // a buffer used again and again keeps only its unfinished markers
+    m.push_back(raw_.record_marker(device));
   }
 
   /// Starts a private pool: until end_pool(), this thread's allocations come from it and the blocks this
@@ -144,9 +172,9 @@ class CachingAllocator {
     if (id == capturing_) capturing_ = 0;
     auto pool = pools_.find(id);
     if (pool == pools_.end()) return;
-    for (auto& [size, p] : pool->second.free) {
+    for (auto& [key, p] : pool->second.free) {
       owner_.erase(p);
-      free_.emplace(size, p);
+      free_.emplace(key, p);
     }
     pools_.erase(pool);
   }
@@ -157,14 +185,15 @@ class CachingAllocator {
     std::size_t n = 0;
     for (const auto& [p, owner] : owner_)
       if (owner == id) {
-        if (auto l = live_.find(p); l != live_.end()) n += l->second;
+        if (auto l = live_.find(p); l != live_.end()) n += l->second.size;
       }
-    for (const auto& [size, p] : pools_.at(id).free) n += size;
+    for (const auto& [key, p] : pools_.at(id).free) n += key.second;
     return n;
   }
 
   /// Returns every cached (unused) block to the device, like torch.cuda.empty_cache(). Blocks kept for
-  /// a private pool (a captured graph) stay.
+  /// a private pool (a captured graph), blocks a stream may still use (record_use) and, while a graph
+  /// is being captured, every block stay (freeing device memory would end the capture).
   void empty_cache() {
     std::lock_guard lock(mutex_);
     release_cache_locked();
@@ -204,21 +233,31 @@ class CachingAllocator {
   }
 
  private:
+  using Key = std::pair<std::uintptr_t, std::size_t>;  // (stream, size)
+  using Cache = std::multimap<Key, void*>;             // cached blocks by stream, then size
+  struct Block {
+    std::size_t size;
+    std::uintptr_t stream;  // the stream it was allocated on (0: the only one)
+  };
+  struct Pending {
+    void* p;
+    Block block;
+  };
   struct Pool {
-    std::multimap<std::size_t, void*> free;  // the pool's cached blocks by size
+    Cache free;  // the pool's cached blocks
   };
   /// The active pool when the calling thread is the one that began it; null otherwise.
   Pool* pool_of_this_thread() {
     if (capturing_ == 0 || std::this_thread::get_id() != capture_thread_) return nullptr;
     return &pools_[capturing_];
   }
-  /// The smallest block of `cache` that fits `size` within 25 %, now live; null when none.
-  void* take_cached(std::multimap<std::size_t, void*>& cache, std::size_t size) {
-    auto it = cache.lower_bound(size);
-    if (it == cache.end() || it->first > size + size / 4) return nullptr;
+  /// The smallest block of `cache` on `stream` that fits `size` within 25 %, now live; null when none.
+  void* take_cached(Cache& cache, std::uintptr_t stream, std::size_t size) {
+    auto it = cache.lower_bound(Key{stream, size});
+    if (it == cache.end() || it->first.first != stream || it->first.second > size + size / 4) return nullptr;
     void* p = it->second;
-    live_.emplace(p, it->first);
-    stats_.allocated_bytes += it->first;
+    live_.emplace(p, Block{it->first.second, stream});
+    stats_.allocated_bytes += it->first.second;
     cache.erase(it);
     ++stats_.num_cache_hits;
     update_peaks();
@@ -228,10 +267,48 @@ class CachingAllocator {
     if (stats_.allocated_bytes > stats_.peak_allocated_bytes) stats_.peak_allocated_bytes = stats_.allocated_bytes;
     if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
   }
+  /// Drops the reached markers of a list; true when none is left.
+  bool drop_reached(std::vector<void*>& markers) {
+    std::erase_if(markers, [&](void* m) { return raw_.marker_reached(m); });
+    return markers.empty();
+  }
+  /// Freed blocks whose markers have all been reached join the cache.
+  void collect_pending_locked() {
+    std::erase_if(pending_, [&](const Pending& q) {
+      auto m = markers_.find(q.p);
+      if (m != markers_.end()) {
+        if (!drop_reached(m->second)) return false;
+        markers_.erase(m);
+      }
+      cache_locked(q.p, q.block);
+      return true;
+    });
+  }
+  /// A freed block joins its pool's cache or the shared one.
+  void cache_locked(void* p, const Block& b) {
+    const std::size_t size = b.size;
+    if (!owner_.empty() || capturing_ != 0) {  // only while private pools exist: is it a pool's block?
+      PoolId id = 0;
+      if (auto o = owner_.find(p); o != owner_.end()) id = o->second;
+      // Allocated before the capture and freed during it: a replay may still read it, so the pool keeps it.
+      else if (pool_of_this_thread() != nullptr) id = owner_[p] = capturing_;
+      if (id != 0) {
+        if (auto pool = pools_.find(id); pool != pools_.end()) {
+          pool->second.free.emplace(Key{b.stream, size}, p);
+          return;
+        }
+        owner_.erase(p);  // its pool was released: the block goes to the shared cache
+      }
+    }
+    free_.emplace(Key{b.stream, size}, p);
+  }
+
   void release_cache_locked() {
-    for (auto& [size, p] : free_) {
+    if (capturing_ != 0) return;  // a cudaFree now would end the capture (and synchronise the device)
+    if (!pending_.empty()) collect_pending_locked();
+    for (auto& [key, p] : free_) {
       raw_.deallocate(p, device_);
-      stats_.reserved_bytes -= size;
+      stats_.reserved_bytes -= key.second;
       ++stats_.num_device_frees;
     }
     free_.clear();
@@ -254,8 +331,10 @@ class CachingAllocator {
   RawAllocator raw_;
   int device_;
   mutable std::mutex mutex_;
-  std::multimap<std::size_t, void*> free_;     // cached blocks by size
-  std::unordered_map<void*, std::size_t> live_;  // handed-out blocks and their sizes
+  Cache free_;                                   // cached blocks
+  std::map<void*, Block> live_;                  // handed-out blocks (ordered: record_use finds the block of a pointer)
+  std::vector<Pending> pending_;                 // freed, but a stream may still use them (record_use)
+  std::unordered_map<void*, std::vector<void*>> markers_;  // blocks' unreached markers
   MemoryStats stats_{};
   std::size_t limit_ = 0;
   std::unordered_map<PoolId, Pool> pools_;       // private pools not yet released

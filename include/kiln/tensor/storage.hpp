@@ -48,6 +48,17 @@ struct graph_capture<Cpu> {
   static bool active(int) { return false; }
 };
 
+/// Makes device `index` current for a scope: kernels launch on the current device, so a pass over a
+/// tensor of another GPU runs under one. Nothing on the CPU; the Cuda case is in kiln/backend/cuda/memory.hpp.
+template <class D>
+struct device_scope {
+  static_assert(dependent_false<D>, "kiln: tensors on kiln::Cuda need the CUDA runtime: link your target to kiln::cuda");
+};
+template <>
+struct device_scope<Cpu> {
+  explicit device_scope(int) {}
+};
+
 /// Bytes from one device's memory to another's; asynchronous on the current stream when
 /// non_blocking and a GPU is involved. Specialised for CUDA pairs in kiln/backend/cuda/memory.hpp.
 template <class DstD, class SrcD>

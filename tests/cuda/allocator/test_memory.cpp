@@ -1,6 +1,7 @@
 // GPU memory: the per-device caching allocator reuses freed blocks, empty_cache() gives the cache back,
-// statistics and peaks move as expected, a memory limit turns into a helpful OutOfMemoryError, and
-// pinned memory with non-blocking copies round-trips.
+// statistics and peaks move as expected, a memory limit turns into a helpful OutOfMemoryError,
+// pinned memory with non-blocking copies round-trips, a pinned block is not reused while a copy still
+// uses it, and a block freed on one thread's stream is not handed to another thread's.
 #include <kiln/cuda.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -151,6 +153,85 @@ BOOST_AUTO_TEST_CASE(pinned_memory_and_non_blocking_copies_round_trip) {
   BOOST_TEST(!d2.shares_storage_with(d1));
   BOOST_TEST(d2.to<kiln::Cpu>().to_vector() == v);
   BOOST_TEST(d2.to_vector() == v);
+}
+
+namespace {
+/// Keeps the current stream busy for about `ms` milliseconds (so that work queued after it waits).
+__global__ void spin(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+void keep_stream_busy(int ms) {
+  int khz = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, kc::current_device()));
+  spin<<<1, 1, 0, kc::current_stream()>>>(static_cast<long long>(khz) * ms);
+  KILN_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_pinned_block_is_not_reused_before_its_non_blocking_copy_has_run) {
+  // The loader's idiom: a pinned batch copied without blocking, then dropped while the copy still
+  // waits in the stream; the next batch is pinned at once. It must not land in the first one's block.
+  const index_t n = 1 << 20;
+  std::vector<float> first(static_cast<std::size_t>(n), 1.0f), second(static_cast<std::size_t>(n), 2.0f);
+  kiln::detail::pinned_host_memory<kiln::Cpu>::allocator().empty_cache();  // no older block of this size
+  keep_stream_busy(200);  // the copy below cannot start for a while
+  Tensor<float, Vec, Cuda> dev;
+  const void* dropped = nullptr;
+  {
+    const auto pinned = Tensor<float, Vec>::from(std::span<const float>(first), Extents<Vec>(n)).pin_memory();
+    dropped = pinned.data();
+    dev = pinned.to<Cuda>(-1, /*non_blocking=*/true);
+  }
+  const auto next = Tensor<float, Vec>::from(std::span<const float>(second), Extents<Vec>(n)).pin_memory();
+  BOOST_TEST(static_cast<const void*>(next.data()) != dropped, "the dropped batch's block was handed out again");
+  kc::synchronize_stream();
+  BOOST_TEST(dev.to_vector() == first);
+  {  // once the copy has run, the block is reused as usual
+    const auto later = Tensor<float, Vec>(Extents<Vec>(n)).pin_memory();
+    BOOST_TEST(static_cast<const void*>(later.data()) == dropped);
+  }
+
+  // The other way: a non-blocking copy into a pinned tensor that is dropped before the stream gets there.
+  Tensor<float, Vec, Cuda> src(n);
+  src.fill(3.0f);
+  keep_stream_busy(200);
+  const void* target = nullptr;
+  {
+    auto back = Tensor<float, Vec>(Extents<Vec>(n)).pin_memory();
+    target = back.data();
+    kiln::detail::device_copy<kiln::Cpu, Cuda>::run(back.data(), 0, src.data(), src.device_index(), src.nbytes(),
+                                                   /*non_blocking=*/true);
+  }
+  auto reuse = Tensor<float, Vec>::from(std::span<const float>(second), Extents<Vec>(n)).pin_memory();
+  BOOST_TEST(static_cast<const void*>(reuse.data()) != target);
+  kc::synchronize_stream();
+  BOOST_TEST(reuse.to_vector() == second, "the copy overwrote a block handed out again");
+}
+
+BOOST_AUTO_TEST_CASE(a_block_freed_by_one_thread_is_not_handed_to_another_threads_stream) {
+  // Each thread has its own default stream: a block freed on one, with a kernel still queued there,
+  // must not go to another thread's stream (which does not wait for that kernel).
+  const index_t n = 1 << 18;
+  kc::synchronize_stream();
+  kc::empty_cache();  // no older block of this size
+  const void* freed = nullptr;
+  {
+    Tensor<float, Vec, Cuda> t(n);
+    keep_stream_busy(50);
+    t.fill(1.0f);  // queued behind the spin
+    freed = t.data();
+  }
+  const void* other = nullptr;
+  std::thread([&] {
+    Tensor<float, Vec, Cuda> u(n);
+    other = u.data();
+  }).join();
+  BOOST_TEST(other != freed);
+  Tensor<float, Vec, Cuda> same(n);  // this thread's stream: its later work follows the fill
+  BOOST_TEST(static_cast<const void*>(same.data()) == freed);
+  kc::synchronize_stream();
 }
 
 BOOST_AUTO_TEST_CASE(memory_fraction_caps_reservations) {

@@ -225,6 +225,36 @@ BOOST_AUTO_TEST_CASE(what_a_graph_cannot_hold_is_refused_and_capturing_works_aft
   g.replay();
   BOOST_TEST(g.captured());
   (void)x.to_vector();
+
+  Trainer unfused;  // a capturable step with fusion off reads its step count back: refused, clearly
+  const auto yv = ramp(16, 0.5f);
+  const auto y = Targets::from(std::span<const float>(yv), Extents<Shape<dyn, 1>>(16));
+  unfused.train_step(xb, y);
+  {
+    kiln::Unfused off;
+    BOOST_CHECK_THROW(g.capture([&] { unfused.opt.step(); }), kiln::ValueError);
+  }
+  BOOST_TEST(!kc::is_capturing());
+}
+
+BOOST_AUTO_TEST_CASE(empty_cache_during_a_capture_frees_nothing_and_the_capture_holds) {
+  Tensor<float, Vec, Cuda> x(1 << 16);
+  x.fill(1.0f);
+  { Tensor<float, Vec, Cuda> cached(1 << 18); }  // a cached block that empty_cache() would free
+  const std::size_t reserved = kc::memory_reserved();
+  kc::Graph g;
+  std::size_t during = 0;
+  g.capture([&] {
+    kiln::assign(x, x + 1.0f);
+    kc::empty_cache();  // a cudaFree here would end the capture
+    during = kc::memory_reserved();
+  });
+  BOOST_TEST(g.captured());
+  BOOST_TEST(during >= reserved);
+  g.replay();
+  const auto v = x.to_vector();
+  BOOST_TEST(v.front() == 2.0f);
+  BOOST_TEST(v.back() == 2.0f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -44,27 +44,30 @@ BOOST_AUTO_TEST_CASE(each_rank_has_its_gpu) {
 }
 
 BOOST_AUTO_TEST_CASE(ranks_train_the_mlp_like_one_gpu) {
-  const auto targets = kt::random_values<float>(64, -2, 2, 7);
-  const double d = kt::train_both<Mlp, Row, kiln::Nccl, kiln::Cuda>(group(), 20, Extents<Row>(64), targets,
-                                                                     Extents<Shape<dyn, 1>>(64), knn::MSELoss{});
+  const kiln::index_t n = kt::batch_for(group().size(), 64);  // 64 on 1, 2, 4 or 8 GPUs
+  const auto targets = kt::random_values<float>(static_cast<std::size_t>(n), -2, 2, 7);
+  const double d = kt::train_both<Mlp, Row, kiln::Nccl, kiln::Cuda>(group(), 20, Extents<Row>(n), targets,
+                                                                     Extents<Shape<dyn, 1>>(n), knn::MSELoss{});
   BOOST_TEST_MESSAGE("rank " << group().rank() << ": MLP, 20 steps: largest parameter difference " << d);
   BOOST_TEST(d <= 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(ranks_train_a_small_lenet_like_one_gpu) {
-  std::vector<std::int64_t> labels(32);
+  const kiln::index_t n = kt::batch_for(group().size(), 32);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
-  const double d = kt::train_both<LeNet, Image, kiln::Nccl, kiln::Cuda>(group(), 20, Extents<Image>(32), labels,
-                                                                         Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  const double d = kt::train_both<LeNet, Image, kiln::Nccl, kiln::Cuda>(group(), 20, Extents<Image>(n), labels,
+                                                                         Extents<Shape<dyn>>(n), knn::CrossEntropyLoss{});
   BOOST_TEST_MESSAGE("rank " << group().rank() << ": LeNet, 20 steps: largest parameter difference " << d);
   BOOST_TEST(d <= 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(averaged_gradients_equal_one_gpu_for_every_bucket_size) {
-  std::vector<std::int64_t> labels(16);
+  const kiln::index_t n = kt::batch_for(group().size(), 16);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 7) % 10);
   const double d = kt::bucketed_gradient_error<LeNet, Image, kiln::Nccl, kiln::Cuda>(
-      group(), Extents<Image>(16), labels, Extents<Shape<dyn>>(16), knn::CrossEntropyLoss{});
+      group(), Extents<Image>(n), labels, Extents<Shape<dyn>>(n), knn::CrossEntropyLoss{});
   BOOST_TEST(d <= 1e-6);
 }
 

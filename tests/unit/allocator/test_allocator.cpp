@@ -2,6 +2,7 @@
 // statistics, empty_cache, and the out-of-memory message; through kiln::caching_allocator<D>() so the
 // same checks run on the GPU. A private allocator over a counting raw allocator checks the policy.
 #include <boost/test/unit_test.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -379,12 +380,100 @@ BOOST_AUTO_TEST_CASE(one_pool_at_a_time_and_no_cache_release_while_capturing) {
     BOOST_CHECK_THROW((void)a.allocate(MiB), kiln::OutOfMemoryError);  // freeing would end a capture
     BOOST_TEST(CountingRaw::frees == 0);
     CountingRaw::full = false;
+    a.empty_cache();  // also asked for: nothing is freed until the capture ends
+    BOOST_TEST(CountingRaw::frees == 0);
+    BOOST_TEST(a.stats().reserved_bytes == 64 * KiB);
     a.end_pool();
     a.release_pool(pool);
     a.empty_cache();
     BOOST_TEST(CountingRaw::frees == 1);
   }
   CountingRaw::reset();
+}
+
+namespace {
+// Streams and stream markers as a CUDA allocator sees them, simulated: the current stream is a number
+// the test sets; a marker is reached once the test says its stream has got that far.
+struct FakeStreams {
+  static inline std::uintptr_t current = 1;
+  static inline int recorded = 0;
+  static inline std::vector<bool> reached;  // by marker number - 1
+  static std::uintptr_t stream(int) { return current; }
+  static void* record(int) {
+    reached.push_back(false);
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(++recorded));
+  }
+  static bool is_reached(void* m) { return reached.at(reinterpret_cast<std::uintptr_t>(m) - 1); }
+  static kiln::RawAllocator raw() {
+    kiln::RawAllocator r = CountingRaw::raw();
+    r.stream = &stream;
+    r.record_marker = &record;
+    r.marker_reached = &is_reached;
+    return r;
+  }
+  static void reset() {
+    current = 1, recorded = 0;
+    reached.clear();
+    CountingRaw::reset();
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_freed_block_is_reused_only_on_the_stream_it_was_allocated_on) {
+  FakeStreams::reset();
+  {
+    CachingAllocator a(FakeStreams::raw(), 0);
+    void* p = a.allocate(64 * KiB);  // stream 1
+    a.deallocate(p);
+    FakeStreams::current = 2;  // another thread's stream: stream 1 may still be running a kernel on p
+    void* q = a.allocate(64 * KiB);
+    BOOST_TEST(q != p);
+    BOOST_TEST(CountingRaw::allocs == 2);
+    FakeStreams::current = 1;  // stream 1's own later work runs after that kernel: p is free for it
+    void* r = a.allocate(64 * KiB);
+    BOOST_TEST(r == p);
+    BOOST_TEST(CountingRaw::allocs == 2);
+    a.deallocate(q);
+    a.deallocate(r);
+    CountingRaw::full = true;  // a full device: the other stream's cached blocks are freed, then retried
+    FakeStreams::current = 3;
+    BOOST_CHECK_THROW((void)a.allocate(64 * KiB), kiln::OutOfMemoryError);
+    BOOST_TEST(CountingRaw::frees == 2);
+  }
+  FakeStreams::reset();
+}
+
+BOOST_AUTO_TEST_CASE(a_block_waits_for_its_recorded_uses_before_it_is_handed_out_again) {
+  FakeStreams::reset();
+  {
+    CachingAllocator a(FakeStreams::raw(), 0);
+    auto* p = static_cast<char*>(a.allocate(64 * KiB));
+    a.record_use(p + 1000, 0);  // an asynchronous copy from inside the block
+    a.record_use(p + 64 * KiB + 5000, 0);  // not inside any block: ignored
+    BOOST_TEST(FakeStreams::recorded == 1);
+    a.deallocate(p);
+    void* q = a.allocate(64 * KiB);  // the copy has not run yet: p is not handed out
+    BOOST_TEST(q != static_cast<void*>(p));
+    a.empty_cache();  // nor freed
+    BOOST_TEST(CountingRaw::frees == 0);
+    FakeStreams::reached[0] = true;  // the copy is done
+    void* r = a.allocate(64 * KiB);
+    BOOST_TEST(r == static_cast<void*>(p));
+    // A buffer used again and again keeps only its unreached markers.
+    for (int i = 0; i < 5; ++i) {
+      a.record_use(r, 0);
+      FakeStreams::reached.back() = true;
+    }
+    a.deallocate(r);
+    void* again = a.allocate(64 * KiB);  // every use reached: reused at once
+    BOOST_TEST(again == r);
+    a.deallocate(again);
+    a.deallocate(q);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == 2);
+    BOOST_TEST(a.stats().reserved_bytes == 0u);
+  }
+  FakeStreams::reset();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,9 @@
 #include <boost/test/unit_test.hpp>
 #include <kiln/core/fusion.hpp>
 #include <kiln/nn/nn.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -94,6 +97,62 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fused_pairs_match_the_modules_run_one_by_one, D, k
   using Img = Shape<dyn, 3, 12, 10>;
   check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 5>, knn::ReLU>, Img, D>(Extents<Img>(5), 43);
   check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 3, 2, 1>, knn::GELU>, Img, D>(Extents<Img>(5), 44);
+}
+
+namespace {
+/// y = act(x Wᵀ + b) of a model's first Linear, in double on the host from its parameters.
+template <class Model>
+std::vector<double> linear_reference(Model& model, const std::vector<float>& x, kiln::index_t n, bool relu) {
+  auto& lin = model.net().template layer<0>();
+  const auto w = lin.weight().to_vector(), b = lin.bias().to_vector();
+  const std::size_t out = b.size(), in = w.size() / out;
+  std::vector<double> y(static_cast<std::size_t>(n) * out);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r)
+    for (std::size_t o = 0; o < out; ++o) {
+      double z = b[o];
+      for (std::size_t i = 0; i < in; ++i) z += static_cast<double>(x[r * in + i]) * w[o * in + i];
+      y[r * out + o] = relu ? (z < 0 ? 0.0 : z) : z;
+    }
+  return y;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_forward_matches_a_double_reference_with_and_without_relu, D, kiln::test::devices) {
+  // On CUDA a float Linear with a bias runs as one cuBLASLt call (BIAS or RELU_BIAS epilogue): its
+  // operand layout, the axis the bias runs along and the activation, against the host in double, for
+  // batch sizes that each need a new plan.
+  using Row = Shape<dyn, 13>;
+  knn::Model<knn::Sequential<knn::Linear<13, 16>>, Row, kiln::Policy<kiln::Fp32, D>> plain(3);
+  knn::Model<knn::Sequential<knn::Linear<13, 16>, knn::ReLU>, Row, kiln::Policy<kiln::Fp32, D>> relu(3);
+  for (const kiln::index_t n : {1, 3, 33, 3}) {
+    const auto xv = kt::random_values<float>(static_cast<std::size_t>(n) * 13, -2, 2, 60 + static_cast<std::uint32_t>(n));
+    const auto x = kt::make_tensor<D>(xv, Extents<Row>(n));
+    BOOST_TEST(kt::all_close(plain.forward(x).to_vector(), linear_reference(plain, xv, n, false), 1e-6, 1e-6));
+    BOOST_TEST(kt::all_close(relu.forward(x).to_vector(), linear_reference(relu, xv, n, true), 1e-6, 1e-6));
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_nan_input_stays_nan_through_linear_and_relu_as_in_torch, D, kiln::test::devices) {
+  // torch.relu(nan) is nan: a diverging run must show in the loss, fused (on CUDA: cuBLASLt's
+  // RELU_BIAS epilogue) or not.
+  using Row = Shape<dyn, 13>;
+  knn::Model<knn::Sequential<knn::Linear<13, 16>, knn::ReLU>, Row, kiln::Policy<kiln::Fp32, D>> model(3);
+  auto xv = kt::random_values<float>(4 * 13, -2, 2, 70);
+  xv[2 * 13 + 5] = std::numeric_limits<float>::quiet_NaN();  // row 2
+  const auto x = kt::make_tensor<D>(xv, Extents<Row>(4));
+  for (const bool fused : {true, false}) {
+    std::vector<float> y;
+    if (fused) {
+      y = model.forward(x).to_vector();
+    } else {
+      kiln::Unfused off;
+      y = model.forward(x).to_vector();
+    }
+    for (std::size_t o = 0; o < 16; ++o) {
+      BOOST_TEST(std::isnan(y[2 * 16 + o]), "fused " << fused << ": output " << o << " of the NaN row is " << y[2 * 16 + o]);
+      BOOST_TEST(!std::isnan(y[1 * 16 + o]));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(linear_relu_step_pass_count, D, kiln::test::devices) {

@@ -1,6 +1,7 @@
 /// GPU GEMM through cuBLAS (host code): one handle per thread and device, row-major like the CPU's CBLAS.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -58,7 +59,9 @@ namespace kiln::detail {
 /// backend::cpu::gemm. cuBLAS is column-major, so it computes Cᵀ = op(B)ᵀ op(A)ᵀ: a row-major matrix
 /// read column-major is its transpose, so B and A swap places and keep their transpose flags.
 /// float: cublasSgemm (fp32); double: cublasDgemm; half/bfloat16: cublasGemmEx with fp32 accumulation
-/// (CUBLAS_COMPUTE_32F; tensor cores allowed), C in the same type or in float (TC = float).
+/// (CUBLAS_COMPUTE_32F; tensor cores allowed), C in the same type or in float (TC = float). As in PyTorch's
+/// default (allow_fp16/bf16_reduced_precision_reduction), cuBLAS may add split-K partial sums of a 16-bit
+/// C in C's type. k == 0 gives C = beta C (the BLAS convention), done here rather than left to cuBLAS.
 template <>
 struct gemm_backend<Cuda> {
   template <class T, class TC = T>
@@ -67,6 +70,10 @@ struct gemm_backend<Cuda> {
     if (m == 0 || n == 0) return;
     cuda::DeviceGuard g(device);
     cublasHandle_t h = cuda::cublas_handle(device);
+    if (k == 0) {
+      scale_c(h, m, n, beta, c, ldc, device);
+      return;
+    }
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // first cuBLAS operand: B
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // second: A
     // cuBLAS wants ld >= max(1, rows); an operand with no elements (k == 0) has ld 0 in row-major.
@@ -91,6 +98,32 @@ struct gemm_backend<Cuda> {
       static_assert(dependent_false<T>, "kiln::matmul on kiln::Cuda supports float, double, kiln::half and "
                                         "kiln::bfloat16; cast<float>() integer operands first");
     }
+  }
+
+ private:
+  /// C[M, N] (row stride ldc) = beta C: an empty product (k == 0). beta 1 leaves C; beta 0 zeroes it (no
+  /// 0 x NaN); otherwise cublasScalEx row by row (one call when the rows are contiguous).
+  template <class TC>
+  static void scale_c(cublasHandle_t h, index_t m, index_t n, float beta, TC* c, index_t ldc, int device) {
+    if (beta == 1.0f) return;
+    if (beta == 0.0f) {
+      KILN_CUDA_CHECK(cudaMemset2DAsync(c, static_cast<std::size_t>(ldc) * sizeof(TC), 0,
+                                        static_cast<std::size_t>(n) * sizeof(TC), static_cast<std::size_t>(m),
+                                        cuda::current_stream(device)));
+      return;
+    }
+    constexpr bool is_double = std::is_same_v<TC, double>;
+    constexpr cudaDataType_t type = is_double ? CUDA_R_64F
+                                    : std::is_same_v<TC, float> ? CUDA_R_32F
+                                    : std::is_same_v<TC, half>  ? CUDA_R_16F
+                                                                : CUDA_R_16BF;
+    const double beta_d = beta;
+    const void* alpha = is_double ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta);
+    const cudaDataType_t scalar = is_double ? CUDA_R_64F : CUDA_R_32F;
+    const bool contiguous = ldc == n;
+    for (index_t i = 0; i < (contiguous ? 1 : m); ++i)
+      KILN_CUBLAS_CHECK(cublasScalEx_64(h, contiguous ? std::int64_t{m} * n : std::int64_t{n}, alpha, scalar,
+                                        c + i * ldc, type, 1, scalar));
   }
 };
 

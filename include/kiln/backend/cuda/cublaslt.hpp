@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <type_traits>
 
 #include "kiln/backend/cuda/check.hpp"
 #include "kiln/backend/cuda/device.hpp"
@@ -58,75 +60,108 @@ inline cublasLtHandle_t cublaslt_handle(int device = -1) {
   return h;
 }
 
+namespace detail {
+/// Owns one cuBLASLt descriptor: destroyed with the plan, also when a later step of its constructor throws.
+template <class H, cublasStatus_t (*Destroy)(H)>
+struct LtDestroy {
+  void operator()(H h) const { (void)Destroy(h); }
+};
+template <class H, cublasStatus_t (*Destroy)(H)>
+using LtOwned = std::unique_ptr<std::remove_pointer_t<H>, LtDestroy<H, Destroy>>;
+}  // namespace detail
+
 /// y[N, Out] = act(x[N, In] Wᵀ + b) for row-major float x, W [Out, In], b [Out], y, as one cuBLASLt
 /// matmul with the BIAS or RELU_BIAS epilogue (full fp32: CUBLAS_COMPUTE_32F, no TF32). Built for one
-/// batch size and one set of operand alignments; `matches` says whether it can serve another call.
+/// device, batch size and set of operand alignments (the bias's too: cuBLASLt's heuristic reads the bias
+/// pointer for its alignment); `matches` says whether it can serve another call.
 class LinearEpiloguePlan {
  public:
-  LinearEpiloguePlan(index_t n, index_t in, index_t out, bool relu, const float* x, const float* w, const float* y,
-                     int device)
-      : n_(n), device_(device), ax_(detail::alignment_of(x)), aw_(detail::alignment_of(w)), ay_(detail::alignment_of(y)) {
+  LinearEpiloguePlan(index_t n, index_t in, index_t out, bool relu, const float* x, const float* w, const float* bias,
+                     const float* y, int device)
+      : n_(n),
+        device_(device),
+        ax_(detail::alignment_of(x)),
+        aw_(detail::alignment_of(w)),
+        ab_(detail::alignment_of(bias)),
+        ay_(detail::alignment_of(y)) {
     DeviceGuard g(device);
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasLtMatmulDesc_t op = nullptr;
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    op_.reset(op);
     // Column-major view of the row-major operands: yᵀ [Out, N] = W [Out, In] · xᵀ [In, N], where the
-    // stored W reads as Wᵀ [In, Out] (so transa = T) and the stored x as xᵀ [In, N].
+    // stored W reads as Wᵀ [In, Out] (so transa = T) and the stored x as xᵀ [In, N]. The bias runs along
+    // yᵀ's rows (Out), as cuBLASLt's bias vector does.
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     const cublasLtEpilogue_t ep = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, static_cast<std::uint64_t>(in),
-                                                 static_cast<std::uint64_t>(out), in));
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, static_cast<std::uint64_t>(in),
-                                                 static_cast<std::uint64_t>(n), in));
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, static_cast<std::uint64_t>(out),
-                                                 static_cast<std::uint64_t>(n), out));
-    cublasLtMatmulPreference_t pref = nullptr;
-    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const std::uint64_t ws = workspace_bytes;
-    (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw_, sizeof aw_);
-    (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax_, sizeof ax_);
-    (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay_, sizeof ay_);
-    (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay_, sizeof ay_);
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    a_ = layout(in, out, in);
+    b_ = layout(in, n, in);
+    d_ = layout(out, n, out);
+    cublasLtMatmulPreference_t pref_raw = nullptr;
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
+    const detail::LtOwned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref(pref_raw);
+    const std::uint64_t ws = max_workspace_bytes;
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw_, sizeof aw_));
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax_, sizeof ax_));
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay_, sizeof ay_));
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay_, sizeof ay_));
     int returned = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(device), op_, a_, b_, d_, d_, pref, 1, &heuristic_, &returned);
-    (void)cublasLtMatmulPreferenceDestroy(pref);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(device), op, a_.get(), b_.get(), d_.get(),
+                                                             d_.get(), pref_raw, 1, &heuristic_, &returned);
     usable_ = st == CUBLAS_STATUS_SUCCESS && returned > 0;
   }
-  ~LinearEpiloguePlan() {
-    if (d_) (void)cublasLtMatrixLayoutDestroy(d_);
-    if (b_) (void)cublasLtMatrixLayoutDestroy(b_);
-    if (a_) (void)cublasLtMatrixLayoutDestroy(a_);
-    if (op_) (void)cublasLtMatmulDescDestroy(op_);
-  }
-  LinearEpiloguePlan(const LinearEpiloguePlan&) = delete;
-  LinearEpiloguePlan& operator=(const LinearEpiloguePlan&) = delete;
 
   /// cuBLASLt has an algorithm for this shape and epilogue (else the caller takes its other path).
   bool usable() const { return usable_; }
-  /// Whether this plan can run a call with these operands (same batch, alignments no weaker).
-  bool matches(index_t n, const float* x, const float* w, const float* y) const {
-    return n == n_ && detail::alignment_of(x) >= ax_ && detail::alignment_of(w) >= aw_ && detail::alignment_of(y) >= ay_;
+  /// Whether this plan can run a call with these operands (same device and batch, alignments no weaker).
+  bool matches(index_t n, const float* x, const float* w, const float* bias, const float* y, int device) const {
+    return device == device_ && n == n_ && detail::alignment_of(x) >= ax_ && detail::alignment_of(w) >= aw_ &&
+           detail::alignment_of(bias) >= ab_ && detail::alignment_of(y) >= ay_;
   }
-  void run(const float* x, const float* w, const float* bias, float* y) const {
+  /// Runs the matmul on the device's current stream. False, with nothing written and the plan marked
+  /// unusable, when cuBLASLt refuses the call after all (its heuristic's success does not promise that
+  /// the algorithm runs); other failures throw BackendError.
+  bool run(const float* x, const float* w, const float* bias, float* y) {
     DeviceGuard g(device_);
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    Tensor<float, Shape<dyn>, Cuda> ws(Extents<Shape<dyn>>(static_cast<index_t>(workspace_bytes / sizeof(float))), device_);
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    const std::size_t ws_bytes = heuristic_.workspaceSize;
+    Tensor<float, Shape<dyn>, Cuda> ws;
+    if (ws_bytes > 0)
+      ws = Tensor<float, Shape<dyn>, Cuda>(Extents<Shape<dyn>>(static_cast<index_t>((ws_bytes + 3) / 4)), device_);
     const float alpha = 1.0f, beta = 0.0f;
-    KILN_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(device_), op_, &alpha, w, a_, x, b_, &beta, y, d_, y, d_,
-                                     &heuristic_.algo, ws.data(), workspace_bytes, current_stream(device_)));
+    const cublasStatus_t st =
+        cublasLtMatmul(cublaslt_handle(device_), op_.get(), &alpha, w, a_.get(), x, b_.get(), &beta, y, d_.get(), y,
+                       d_.get(), &heuristic_.algo, ws_bytes > 0 ? ws.data() : nullptr, ws_bytes, current_stream(device_));
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE || st == CUBLAS_STATUS_ARCH_MISMATCH) {
+      usable_ = false;
+      return false;
+    }
+    KILN_CUBLAS_CHECK(st);
+    return true;
   }
 
-  static constexpr std::size_t workspace_bytes = std::size_t{4} << 20;
+  /// The most workspace an algorithm may ask for; a call allocates what its algorithm needs (often none).
+  static constexpr std::size_t max_workspace_bytes = std::size_t{4} << 20;
 
  private:
+  using Layout = detail::LtOwned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+  /// A column-major float matrix of rows x cols with leading dimension ld.
+  static Layout layout(index_t rows, index_t cols, index_t ld) {
+    cublasLtMatrixLayout_t l = nullptr;
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, static_cast<std::uint64_t>(rows),
+                                                 static_cast<std::uint64_t>(cols), ld));
+    return Layout(l);
+  }
+
   index_t n_;
   int device_;
-  std::uint32_t ax_, aw_, ay_;
-  cublasLtMatmulDesc_t op_ = nullptr;
-  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  std::uint32_t ax_, aw_, ab_, ay_;
+  detail::LtOwned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> op_;
+  Layout a_, b_, d_;
   cublasLtMatmulHeuristicResult_t heuristic_{};
   bool usable_ = false;
 };

@@ -4,7 +4,9 @@
 /// cuDNN 9's legacy convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter): still
 /// supported in 9.x and what a fixed NCHW convolution needs; algorithms come from cuDNN's heuristics
 /// (the _v7 queries), restricted to full-precision math for float and double (no TF32: the same numbers
-/// as the CPU to 1e-5, like torch.backends.cudnn.allow_tf32 = False).
+/// as the CPU to 1e-5, like torch.backends.cudnn.allow_tf32 = False), deterministic ones first (the same
+/// gradients run to run, like torch.backends.cudnn.deterministic = True) and only those whose workspace
+/// fits in the device's free memory.
 #pragma once
 #include <cudnn.h>
 
@@ -32,9 +34,13 @@ struct CudnnHandles {
   CudnnHandles() = default;
   CudnnHandles(const CudnnHandles&) = delete;
   CudnnHandles& operator=(const CudnnHandles&) = delete;
-  ~CudnnHandles() {
+  ~CudnnHandles() {  // on their device, unbound from a stream that may be gone (a Graph's side stream)
     for (int d = 0; d < max_devices; ++d)
-      if (handle[d]) (void)cudnnDestroy(handle[d]);
+      if (handle[d]) {
+        QuietDeviceGuard g(d);
+        (void)cudnnSetStream(handle[d], nullptr);
+        (void)cudnnDestroy(handle[d]);
+      }
   }
 };
 
@@ -51,11 +57,20 @@ template <class T>
 constexpr cudnnDataType_t cudnn_compute_type() {
   return std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
-/// Whether an algorithm's math type is allowed for T: tensor cores only for 16-bit types.
+/// Whether an algorithm's math type is allowed for T: tensor cores only for 16-bit types; float and
+/// double take FMA math only (CUDNN_DEFAULT_MATH would let float run as TF32).
 template <class T>
 constexpr bool math_allowed(cudnnMathType_t m) {
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return true;
-  else return m == CUDNN_DEFAULT_MATH || m == CUDNN_FMA_MATH;
+  else return m == CUDNN_FMA_MATH;
+}
+/// Bytes a workspace may take on `device`: the driver's free memory plus kiln's cached, unused blocks
+/// (the allocator returns those before it gives up); no limit when the driver cannot say.
+inline std::size_t workspace_cap(int device) {
+  std::size_t free = 0, total = 0;
+  if (!raw_device_memory(device, &free, &total)) return static_cast<std::size_t>(-1);
+  const MemoryStats st = kiln::caching_allocator<Cuda>(device).stats();
+  return free + (st.reserved_bytes > st.allocated_bytes ? st.reserved_bytes - st.allocated_bytes : 0);
 }
 }  // namespace detail
 
@@ -117,10 +132,12 @@ class ConvPlan {
   ConvPlan& operator=(const ConvPlan&) = delete;
 
   index_t batch() const { return n_; }
+  int device() const { return device_; }
 
   /// y = conv(x, w) (beta = 0) or y += conv(x, w) (beta = 1).
   void forward(const T* x, const T* w, T* y, double beta = 0) const {
     DeviceGuard g(device_);
+    use_math(fwd_math_);
     auto ws = workspace(fwd_bytes_);
     Scale a(1.0), b(beta);
     count(x_count_ + w_count_ + y_count_ * (beta != 0 ? 2 : 1), gemm_ops());
@@ -130,6 +147,7 @@ class ConvPlan {
   /// dx = convᵀ(w, dy).
   void backward_data(const T* w, const T* dy, T* dx) const {
     DeviceGuard g(device_);
+    use_math(bwd_data_math_);
     auto ws = workspace(bwd_data_bytes_);
     Scale a(1.0), b(0.0);
     count(w_count_ + y_count_ + x_count_, gemm_ops());
@@ -139,6 +157,7 @@ class ConvPlan {
   /// dw = x ⋆ dy + beta dw (beta = 1 accumulates, as gradients do).
   void backward_filter(const T* x, const T* dy, T* dw, double beta = 1) const {
     DeviceGuard g(device_);
+    use_math(bwd_filter_math_);
     auto ws = workspace(bwd_filter_bytes_);
     Scale a(1.0), b(beta);
     count(x_count_ + y_count_ + w_count_ * (beta != 0 ? 2 : 1), gemm_ops());
@@ -167,42 +186,66 @@ class ConvPlan {
     return Tensor<float, Shape<dyn>, Cuda>(Extents<Shape<dyn>>(static_cast<index_t>((bytes + 3) / 4)), device_);
   }
 
+  /// 16-bit types: the descriptor takes the chosen algorithm's math type before each call (cuDNN may
+  /// otherwise run a slower kernel); float and double keep FMA math.
+  void use_math(cudnnMathType_t m) const {
+    if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>)
+      KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, m));
+    else
+      (void)m;
+  }
+
+  /// The first of cuDNN's candidates (best first) that succeeded, has an allowed math type and a
+  /// workspace within `cap`: a deterministic one when any qualifies, else any. False when none does.
+  template <class Perf, class Algo, class WorkspaceSize>
+  static bool pick(const Perf* perf, int found, std::size_t cap, WorkspaceSize&& workspace_size, Algo& algo,
+                   std::size_t& bytes, cudnnMathType_t& math) {
+    for (int pass = 0; pass < 2; ++pass)
+      for (int k = 0; k < found; ++k) {
+        const Perf& p = perf[k];
+        if (p.status != CUDNN_STATUS_SUCCESS || !detail::math_allowed<T>(p.mathType)) continue;
+        if (pass == 0 && p.determinism != CUDNN_DETERMINISTIC) continue;
+        std::size_t b = 0;
+        if (workspace_size(p.algo, &b) != CUDNN_STATUS_SUCCESS || b > cap) continue;
+        algo = p.algo, bytes = b, math = p.mathType;
+        return true;
+      }
+    return false;
+  }
+
   void choose_algorithms() {
     cudnnHandle_t h = cudnn_handle(device_);
     constexpr int max_algos = 16;
+    const std::size_t cap = detail::workspace_cap(device_);
+    const auto none = [](const char* direction) {
+      return BackendError(std::string("kiln::cuda::ConvPlan: cuDNN offers no ") + direction +
+                          " algorithm for this convolution that fits in the device's free memory");
+    };
     int found = 0;
     {
       cudnnConvolutionFwdAlgoPerf_t perf[max_algos];
       KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, max_algos, &found, perf));
-      bool ok = false;
-      for (int k = 0; k < found && !ok; ++k)
-        if (perf[k].status == CUDNN_STATUS_SUCCESS && detail::math_allowed<T>(perf[k].mathType) &&
-            cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, perf[k].algo, &fwd_bytes_) ==
-                CUDNN_STATUS_SUCCESS)
-          fwd_ = perf[k].algo, ok = true;
-      if (!ok) throw BackendError("kiln::cuda::ConvPlan: cuDNN offers no forward algorithm for this convolution");
+      const auto size = [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
+        return cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, a, b);
+      };
+      if (!pick(perf, found, cap, size, fwd_, fwd_bytes_, fwd_math_)) throw none("forward");
     }
     {
       cudnnConvolutionBwdDataAlgoPerf_t perf[max_algos];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, max_algos, &found, perf));
-      bool ok = false;
-      for (int k = 0; k < found && !ok; ++k)
-        if (perf[k].status == CUDNN_STATUS_SUCCESS && detail::math_allowed<T>(perf[k].mathType) &&
-            cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, perf[k].algo, &bwd_data_bytes_) ==
-                CUDNN_STATUS_SUCCESS)
-          bwd_data_ = perf[k].algo, ok = true;
-      if (!ok) throw BackendError("kiln::cuda::ConvPlan: cuDNN offers no backward-data algorithm for this convolution");
+      const auto size = [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t* b) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, a, b);
+      };
+      if (!pick(perf, found, cap, size, bwd_data_, bwd_data_bytes_, bwd_data_math_)) throw none("backward-data");
     }
     {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[max_algos];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, max_algos, &found, perf));
-      bool ok = false;
-      for (int k = 0; k < found && !ok; ++k)
-        if (perf[k].status == CUDNN_STATUS_SUCCESS && detail::math_allowed<T>(perf[k].mathType) &&
-            cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, perf[k].algo, &bwd_filter_bytes_) ==
-                CUDNN_STATUS_SUCCESS)
-          bwd_filter_ = perf[k].algo, ok = true;
-      if (!ok) throw BackendError("kiln::cuda::ConvPlan: cuDNN offers no backward-filter algorithm for this convolution");
+      const auto size = [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t* b) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, a, b);
+      };
+      if (!pick(perf, found, cap, size, bwd_filter_, bwd_filter_bytes_, bwd_filter_math_))
+        throw none("backward-filter");
     }
   }
 
@@ -223,6 +266,7 @@ class ConvPlan {
   cudnnConvolutionBwdDataAlgo_t bwd_data_{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_{};
   std::size_t fwd_bytes_ = 0, bwd_data_bytes_ = 0, bwd_filter_bytes_ = 0;
+  cudnnMathType_t fwd_math_ = CUDNN_FMA_MATH, bwd_data_math_ = CUDNN_FMA_MATH, bwd_filter_math_ = CUDNN_FMA_MATH;
 };
 
 }  // namespace kiln::cuda

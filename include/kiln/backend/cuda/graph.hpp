@@ -50,7 +50,8 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
   Graph(Graph&& o) noexcept
       : graph_(std::exchange(o.graph_, nullptr)), exec_(std::exchange(o.exec_, nullptr)),
-        pool_(std::exchange(o.pool_, 0)), device_(o.device_), work_(o.work_) {}
+        pool_(std::exchange(o.pool_, 0)), device_(o.device_), work_(o.work_),
+        replayed_(std::exchange(o.replayed_, nullptr)) {}
   Graph& operator=(Graph&& o) noexcept {
     if (this != &o) {
       reset();
@@ -59,6 +60,7 @@ class Graph {
       pool_ = std::exchange(o.pool_, 0);
       device_ = o.device_;
       work_ = o.work_;
+      replayed_ = std::exchange(o.replayed_, nullptr);
     }
     return *this;
   }
@@ -123,13 +125,22 @@ class Graph {
     if (exec_ == nullptr)
       throw ValueError("kiln::cuda::Graph::replay: nothing is captured; call capture() first");
     DeviceGuard g(device_);
+    if (replayed_ == nullptr) KILN_CUDA_CHECK(cudaEventCreateWithFlags(&replayed_, cudaEventDisableTiming));
     KILN_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)));
+    KILN_CUDA_CHECK(cudaEventRecord(replayed_, current_stream(device_)));
     kiln::detail::count_work(work_);
   }
 
   /// Drops the graph and gives its pool's free blocks back to the device's cache (blocks still held by
-  /// tensors follow when those are freed). Work already launched still completes in stream order.
+  /// tensors follow when those are freed), after the last replay has finished: a replay still running
+  /// writes those blocks.
   void reset() noexcept {
+    if (replayed_ != nullptr) {
+      (void)cudaEventSynchronize(replayed_);
+      (void)cudaEventDestroy(replayed_);
+      (void)cudaGetLastError();
+      replayed_ = nullptr;
+    }
     if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
     if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
     exec_ = nullptr;
@@ -173,6 +184,7 @@ class Graph {
   PoolId pool_ = 0;
   int device_ = 0;
   Counters work_{};
+  cudaEvent_t replayed_ = nullptr;  // recorded after each replay's launch
 };
 
 }  // namespace kiln::cuda

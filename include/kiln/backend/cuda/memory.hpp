@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -94,6 +95,44 @@ inline void raw_pinned_deallocate(void* p, int) {
   (void)cudaGetLastError();
 }
 
+/// The calling thread's current stream on `device` as the caching allocator's key. The per-thread
+/// default stream (cudaStreamPerThread) is a different stream on every thread, so it is keyed by thread.
+inline std::uintptr_t allocation_stream(int device) {
+  const cudaStream_t s = current_stream(device);
+  if (s == cudaStreamPerThread) {
+    thread_local const char self = 0;
+    return reinterpret_cast<std::uintptr_t>(&self);
+  }
+  return reinterpret_cast<std::uintptr_t>(s);
+}
+
+/// An event recorded on `device`'s current stream: the caching allocator's marker (record_use).
+inline void* record_stream_marker(int device) {
+  DeviceGuard g(device);
+  cudaEvent_t e = nullptr;
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  const cudaError_t rc = cudaEventRecord(e, current_stream(device));
+  if (rc != cudaSuccess) {
+    (void)cudaEventDestroy(e);
+    KILN_CUDA_CHECK(rc);
+  }
+  return e;
+}
+
+/// Whether the stream has reached a marker (then the event is destroyed). An error (a failed stream)
+/// counts as reached: nothing will run there any more.
+inline bool stream_marker_reached(void* marker) {
+  const auto e = static_cast<cudaEvent_t>(marker);
+  const cudaError_t rc = cudaEventQuery(e);
+  if (rc == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  (void)cudaEventDestroy(e);
+  (void)cudaGetLastError();
+  return true;
+}
+
 }  // namespace kiln::cuda::detail
 
 namespace kiln::detail {
@@ -115,7 +154,8 @@ struct device_memory<Cuda> {
       a = slots[static_cast<std::size_t>(index)].load(std::memory_order_relaxed);
       if (a == nullptr) {
         a = new CachingAllocator(RawAllocator{&cuda::detail::raw_device_allocate, &cuda::detail::raw_device_deallocate,
-                                              &cuda::detail::raw_device_memory, "cuda"},
+                                              &cuda::detail::raw_device_memory, "cuda", &cuda::detail::allocation_stream,
+                                              &cuda::detail::record_stream_marker, &cuda::detail::stream_marker_reached},
                                  index);
         slots[static_cast<std::size_t>(index)].store(a, std::memory_order_release);
       }
@@ -124,13 +164,29 @@ struct device_memory<Cuda> {
   }
 };
 
-/// Page-locked host memory for asynchronous copies (Tensor::pin_memory()).
+template <>
+struct device_scope<Cuda> : cuda::DeviceGuard {
+  explicit device_scope(int index) : cuda::DeviceGuard(index) {}
+};
+
+/// Page-locked host memory for asynchronous copies (Tensor::pin_memory()). A pinned block that an
+/// asynchronous copy reads or writes is not handed out again before the copy is done (as PyTorch's
+/// CachingHostAllocator), so a batch freed right after `to<Cuda>(0, true)` is safe.
 template <>
 struct pinned_host_memory<Cpu> {
   static CachingAllocator& allocator() {
     static CachingAllocator* a = new CachingAllocator(
-        RawAllocator{&cuda::detail::raw_pinned_allocate, &cuda::detail::raw_pinned_deallocate, nullptr, "pinned"}, 0);
+        RawAllocator{&cuda::detail::raw_pinned_allocate, &cuda::detail::raw_pinned_deallocate, nullptr, "pinned",
+                     nullptr, &cuda::detail::record_stream_marker, &cuda::detail::stream_marker_reached},
+        0);
     return *a;
+  }
+  /// An asynchronous copy on `device`'s current stream `s` uses host memory p: if p is pinned, its block
+  /// waits for the copy before reuse. Not during a capture (a replay copies later, on its own schedule).
+  static void record_use(const void* p, int device, cudaStream_t s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+    if (status == cudaStreamCaptureStatusNone) allocator().record_use(p, device);
   }
 };
 
@@ -144,6 +200,7 @@ struct device_copy<Cuda, Cpu> {
     const cudaStream_t s = cuda::current_stream(dst_dev);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
     if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+    else pinned_host_memory<Cpu>::record_use(src, dst_dev, s);
   }
 };
 
@@ -157,6 +214,7 @@ struct device_copy<Cpu, Cuda> {
     const cudaStream_t s = cuda::current_stream(src_dev);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
     if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+    else pinned_host_memory<Cpu>::record_use(dst, src_dev, s);
   }
 };
 
