@@ -112,19 +112,21 @@ struct Conv2d {
       if constexpr (Bias) b = bias().data();
       if constexpr (std::is_same_v<D, Cpu>) {
         detail::conv2d_forward_cpu<E, Stride>(x.data(), weight_operand().data(), b, z.data(), y.data(), g, Out);
-      } else if constexpr (use_cudnn) {  // cuDNN writes NCHW; then one pass for bias + activation
-        T* out = E::saves_output ? y.data() : z.data();
-        if (x.size(0) > 0) {
-          plan(x.size(0), x.device_index()).forward(x.data(), weight_operand().data(), out);
+      } else {
+        bool ran = false;
+#if KILN_WITH_CUDNN
+        if (x.size(0) == 0) {
+          ran = true;
+        } else if (const auto* p = plan(x.size(0), x.device_index())) {  // NCHW; then one pass for bias + activation
+          T* out = E::saves_output ? y.data() : z.data();
+          p->forward(x.data(), weight_operand().data(), out);
           if constexpr (!E::identity || Bias)
             kiln::detail::executor<D>::for_each(
                 y.numel(), detail::ChannelBiasEpilogue<T, M, E>{out, b, y.data(), Out, Ho * Wo});
+          ran = true;
         }
-      } else {
-        auto cols = im2col(x, g);          // [In K K, N Ho Wo]
-        auto yt = matmul(weight_operand(), cols);  // [Out, N Ho Wo]
-        kiln::detail::executor<D>::for_each(
-            x.size(0) * Out, detail::ColumnsToNchw<T, M, E>{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
+#endif
+        if (!ran) forward_im2col<E>(x, g, b, z, y);
       }
       x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
       if constexpr (!E::identity) saved_ = ctx.grad ? (E::saves_output ? y : z) : Tensor<T, output_shape, D>();
@@ -145,15 +147,18 @@ struct Conv2d {
         if constexpr (Bias) gb = bias_grad().data();
         detail::conv2d_backward_cpu<E, Stride>(x_.data(), dy.data(), saved_.data(), weight_operand().data(),
                                                weight_grad().data(), gb, dx.data(), g, Out);
-      } else if constexpr (use_cudnn) {  // dZ = E'(dY) in one pass; then cuDNN's bias, filter, data
-        Tensor<T, output_shape, D> dz = E::identity ? Tensor<T, output_shape, D>(dy) : Tensor<T, output_shape, D>(dy.extents(), dy.device_index());
-        if (dy.numel() > 0) {
+      } else {
+        bool ran = false;
+#if KILN_WITH_CUDNN
+        const auto* p = dy.numel() > 0 ? plan(dy.size(0), dy.device_index()) : nullptr;
+        ran = dy.numel() == 0 || p != nullptr;
+        if (p != nullptr) {  // dZ = E'(dY) in one pass; then cuDNN's bias, filter, data
+          Tensor<T, output_shape, D> dz = E::identity ? Tensor<T, output_shape, D>(dy) : Tensor<T, output_shape, D>(dy.extents(), dy.device_index());
           if constexpr (!E::identity)
             kiln::detail::executor<D>::for_each(dy.numel(), detail::EpilogueGrad<T, E>{dy.data(), saved_.data(), dz.data()});
-          const auto& p = plan(dy.size(0), dy.device_index());
           if constexpr (std::is_same_v<T, M>) {
-            if constexpr (Bias) p.backward_bias(dz.data(), bias_grad().data());
-            p.backward_filter(x_.data(), dz.data(), weight_grad().data());
+            if constexpr (Bias) p->backward_bias(dz.data(), bias_grad().data());
+            p->backward_filter(x_.data(), dz.data(), weight_grad().data());
           } else {  // mixed: cuDNN's weight gradient in T (as autocast's), added to the fp32 arena
             if constexpr (Bias) {  // Σ over pixels, then over images, accumulated in fp32
               auto planes = Tensor<T, Shape<dyn, Ho * Wo>, D>::from_blob(
@@ -165,13 +170,36 @@ struct Conv2d {
               gb += sum<0>(rows);
             }
             Tensor<T, Shape<Out, Patch>, D> gw_low(Extents<Shape<Out, Patch>>{}, dy.device_index());
-            p.backward_filter(x_.data(), dz.data(), gw_low.data(), 0.0);
+            p->backward_filter(x_.data(), dz.data(), gw_low.data(), 0.0);
             auto gw = weight_grad();
             gw += cast<M>(gw_low);
           }
-          if (input_grad) p.backward_data(weight_operand().data(), dz.data(), dx.data());
+          if (input_grad) p->backward_data(weight_operand().data(), dz.data(), dx.data());
         }
-      } else {
+#endif
+        if (!ran) backward_im2col<E>(dy, g, input_grad, dx);
+      }
+      x_ = Tensor<T, S, D>();
+      saved_ = Tensor<T, output_shape, D>();
+      return dx;
+    }
+   private:
+    /// im2col + one GEMM for the whole batch, then one pass for bias + activation (CUDA without cuDNN).
+    template <class E>
+    void forward_im2col(const Tensor<T, S, D>& x, const detail::ConvGeometry& g, const M* b,
+                        Tensor<T, output_shape, D>& z, Tensor<T, output_shape, D>& y) {
+      {
+        auto cols = im2col(x, g);          // [In K K, N Ho Wo]
+        auto yt = matmul(weight_operand(), cols);  // [Out, N Ho Wo]
+        kiln::detail::executor<D>::for_each(
+            x.size(0) * Out, detail::ColumnsToNchw<T, M, E>{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
+      }
+    }
+    /// The im2col path's backward (CUDA without cuDNN): dZ in columns, db, dW += dZ colsᵀ, col2im(Wᵀ dZ).
+    template <class E>
+    void backward_im2col(const Tensor<T, output_shape, D>& dy, const detail::ConvGeometry& g, bool input_grad,
+                         Tensor<T, S, D>& dx) {
+      {
         Extents<Shape<Out, dyn>> te;
         te[1] = g.columns();
         Tensor<T, Shape<Out, dyn>, D> dyt(te, dy.device_index());  // [Out, N Ho Wo]
@@ -192,23 +220,18 @@ struct Conv2d {
           kiln::detail::executor<D>::for_each(Col2im::count(g), Col2im{dcols.data(), dx.data(), g}, g.w);
         }
       }
-      x_ = Tensor<T, S, D>();
-      saved_ = Tensor<T, output_shape, D>();
-      return dx;
     }
 
-   private:
 #if KILN_WITH_CUDNN
-    static constexpr bool use_cudnn = std::is_same_v<D, Cuda>;
-    /// cuDNN's descriptors and algorithms for this batch size and device (rebuilt when either changes).
-    const kiln::cuda::ConvPlan<T>& plan(index_t n, int device) {
+    /// cuDNN's descriptors and algorithms for this batch size and device (rebuilt when either changes),
+    /// or null when cuDNN has no algorithm for this convolution in T within the device's free memory:
+    /// then im2col + cuBLAS run, as in builds without cuDNN.
+    const kiln::cuda::ConvPlan<T>* plan(index_t n, int device) {
       if (!plan_ || plan_->batch() != n || plan_->device() != device)
         plan_ = std::make_shared<kiln::cuda::ConvPlan<T>>(n, In, H, W, Out, K, Stride, Padding, device);
-      return *plan_;
+      return plan_->usable() ? plan_.get() : nullptr;
     }
     std::shared_ptr<kiln::cuda::ConvPlan<T>> plan_;
-#else
-    static constexpr bool use_cudnn = false;
 #endif
     static detail::ConvGeometry geometry(index_t n) { return {n, In, H, W, K, Stride, Padding, Ho, Wo}; }
     Tensor<T, Shape<Patch, dyn>, D> im2col(const Tensor<T, S, D>& x, const detail::ConvGeometry& g) const {

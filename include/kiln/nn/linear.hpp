@@ -163,6 +163,7 @@ struct Linear {
     bool lt_forward(const Tensor<T, S, D>& x, Tensor<T, output_shape, D>& y, bool relu) {
       const float* b = bias().data();  // 16-byte aligned (checked by the caller)
       const int device = x.device_index();
+      if (relu && !kiln::cuda::relu_epilogue_keeps_nan(device)) return false;  // torch's ReLU keeps NaN
       if (!lt_plan_ || lt_relu_ != relu || !lt_plan_->matches(x.size(0), x.data(), weight().data(), b, y.data(), device)) {
         lt_plan_ = std::make_shared<kiln::cuda::LinearEpiloguePlan>(x.size(0), In, Out, relu, x.data(), weight().data(),
                                                                    b, y.data(), device);

@@ -37,6 +37,8 @@ class DeviceScalars {
   DeviceScalars& operator=(DeviceScalars&&) = default;
 
   bool empty() const { return values_.empty(); }
+  /// The device the values live on.
+  int device() const { return values_.device_index(); }
   double* data() { return values_.data(); }
   const double* data() const { return values_.data(); }
   void set(int which, double value) { cell(which).copy_from(std::span<const double>(&value, 1)); }

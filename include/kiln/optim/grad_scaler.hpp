@@ -491,7 +491,11 @@ class GradScaler {
   template <class M>
   bool unscale_and_check(Tensor<M, Shape<dyn>, D>& grads) {
     const kiln::detail::device_scope<D> on(grads.device_index());  // a replica's arena on another GPU
-    if (capturable()) {  // the flag stays on the device: update() reads and clears it
+    if (capturable()) {
+      if (grads.device_index() != state_.device())
+        throw ValueError("kiln::optim::GradScaler: a capturable scaler keeps its state on device " +
+                         std::to_string(state_.device()) + ", but these gradients are on device " +
+                         std::to_string(grads.device_index()) + "; create the scaler with their device current");  // the flag stays on the device: update() reads and clears it
       kiln::detail::executor<D>::for_each(
           grads.numel(), detail::UnscaleAndCheck<M>{grads.data(), M(1), capturable_flag(grads.device_index()),
                                                     state_.data() + detail::ScalerState::inv_scale});

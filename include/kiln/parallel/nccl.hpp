@@ -147,6 +147,8 @@ class ProcessGroup<Nccl> {
         if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
       KILN_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), done_.get(), 0));
+    } catch (const DistributedError&) {  // already failed (the abort is done): as it is
+      throw;
     } catch (const BackendError& e) {
       fail(what + ": " + e.what());
     }

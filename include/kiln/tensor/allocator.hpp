@@ -82,12 +82,16 @@ class CachingAllocator {
   void* allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;
     const std::size_t size = round_size(bytes);
-    const std::uintptr_t stream = raw_.stream ? raw_.stream(device_) : 0;
+    std::uintptr_t stream = raw_.stream ? raw_.stream(device_) : 0;
     std::lock_guard lock(mutex_);
     ++stats_.num_requests;
     if (!pending_.empty()) collect_pending_locked();
     Pool* pool = pool_of_this_thread();
     if (pool != nullptr) {
+      // A capture's blocks belong to the stream the pool was begun on: its side stream starts after that
+      // stream's queued work, and replays run there, so that stream's cached blocks serve the capture and
+      // the pool's blocks serve that stream once the graph is released.
+      stream = pool->home;
       if (void* p = take_cached(pool->free, stream, size)) return p;
     }
     if (void* p = take_cached(free_, stream, size)) {
@@ -158,7 +162,7 @@ class CachingAllocator {
                        ": a private pool is already active (one graph capture at a time per device)");
     capturing_ = ++last_pool_;
     capture_thread_ = std::this_thread::get_id();
-    pools_[capturing_];
+    pools_[capturing_].home = raw_.stream ? raw_.stream(device_) : 0;
     return capturing_;
   }
   /// Ends the active pool's routing; its blocks stay reserved for it until release_pool().
@@ -203,6 +207,13 @@ class CachingAllocator {
     std::lock_guard lock(mutex_);
     return stats_;
   }
+  /// Bytes of the shared cache: what empty_cache() (or an out-of-memory retry) can give back now.
+  std::size_t cached_bytes() const {
+    std::lock_guard lock(mutex_);
+    std::size_t n = 0;
+    for (const auto& [key, p] : free_) n += key.second;
+    return n;
+  }
   /// Peaks restart from the current values (torch.cuda.reset_peak_memory_stats).
   void reset_peak_stats() {
     std::lock_guard lock(mutex_);
@@ -244,7 +255,8 @@ class CachingAllocator {
     Block block;
   };
   struct Pool {
-    Cache free;  // the pool's cached blocks
+    Cache free;                // the pool's cached blocks
+    std::uintptr_t home = 0;   // the stream begin_pool() was called on
   };
   /// The active pool when the calling thread is the one that began it; null otherwise.
   Pool* pool_of_this_thread() {

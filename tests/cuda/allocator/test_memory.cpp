@@ -173,16 +173,19 @@ void keep_stream_busy(int ms) {
 BOOST_AUTO_TEST_CASE(a_pinned_block_is_not_reused_before_its_non_blocking_copy_has_run) {
   // The loader's idiom: a pinned batch copied without blocking, then dropped while the copy still
   // waits in the stream; the next batch is pinned at once. It must not land in the first one's block.
+  // Every allocation that may synchronise (cudaHostAlloc, cudaMalloc) happens before the stream is
+  // held up, so the copy is still queued when the next batch is pinned.
   const index_t n = 1 << 20;
   std::vector<float> first(static_cast<std::size_t>(n), 1.0f), second(static_cast<std::size_t>(n), 2.0f);
   kiln::detail::pinned_host_memory<kiln::Cpu>::allocator().empty_cache();  // no older block of this size
-  keep_stream_busy(200);  // the copy below cannot start for a while
-  Tensor<float, Vec, Cuda> dev;
+  Tensor<float, Vec, Cuda> dev(n);
   const void* dropped = nullptr;
   {
     const auto pinned = Tensor<float, Vec>::from(std::span<const float>(first), Extents<Vec>(n)).pin_memory();
     dropped = pinned.data();
-    dev = pinned.to<Cuda>(-1, /*non_blocking=*/true);
+    keep_stream_busy(200);  // the copy below cannot start for a while
+    kiln::detail::device_copy<Cuda, kiln::Cpu>::run(dev.data(), dev.device_index(), pinned.data(), 0, pinned.nbytes(),
+                                                   /*non_blocking=*/true);
   }
   const auto next = Tensor<float, Vec>::from(std::span<const float>(second), Extents<Vec>(n)).pin_memory();
   BOOST_TEST(static_cast<const void*>(next.data()) != dropped, "the dropped batch's block was handed out again");
@@ -196,11 +199,11 @@ BOOST_AUTO_TEST_CASE(a_pinned_block_is_not_reused_before_its_non_blocking_copy_h
   // The other way: a non-blocking copy into a pinned tensor that is dropped before the stream gets there.
   Tensor<float, Vec, Cuda> src(n);
   src.fill(3.0f);
-  keep_stream_busy(200);
   const void* target = nullptr;
   {
     auto back = Tensor<float, Vec>(Extents<Vec>(n)).pin_memory();
     target = back.data();
+    keep_stream_busy(200);
     kiln::detail::device_copy<kiln::Cpu, Cuda>::run(back.data(), 0, src.data(), src.device_index(), src.nbytes(),
                                                    /*non_blocking=*/true);
   }

@@ -443,6 +443,36 @@ BOOST_AUTO_TEST_CASE(a_freed_block_is_reused_only_on_the_stream_it_was_allocated
   FakeStreams::reset();
 }
 
+BOOST_AUTO_TEST_CASE(a_capture_on_a_side_stream_uses_and_returns_blocks_of_the_stream_it_began_on) {
+  // kiln::cuda::Graph begins the pool on the caller's stream, then captures on a fresh side stream
+  // (which waits for the caller's queued work): the warm-up's cached blocks serve the capture, and the
+  // graph's blocks serve the caller's stream again once it is released.
+  FakeStreams::reset();
+  {
+    CachingAllocator a(FakeStreams::raw(), 0);
+    void* warm = a.allocate(64 * KiB);  // the warm-up, on stream 1
+    a.deallocate(warm);
+    const kiln::PoolId pool = a.begin_pool();  // on stream 1
+    FakeStreams::current = 7;                  // the capture's side stream
+    void* in_capture = a.allocate(64 * KiB);
+    BOOST_TEST(in_capture == warm);
+    void* fresh = a.allocate(64 * KiB);
+    a.deallocate(in_capture);
+    a.end_pool();
+    FakeStreams::current = 1;
+    a.release_pool(pool);
+    a.deallocate(fresh);  // a graph output freed after the release
+    void* after = a.allocate(64 * KiB);
+    void* after2 = a.allocate(64 * KiB);
+    BOOST_TEST(((after == warm && after2 == fresh) || (after == fresh && after2 == warm)));
+    BOOST_TEST(CountingRaw::allocs == 2);
+    a.deallocate(after);
+    a.deallocate(after2);
+    BOOST_TEST(a.cached_bytes() == 128 * KiB);
+  }
+  FakeStreams::reset();
+}
+
 BOOST_AUTO_TEST_CASE(a_block_waits_for_its_recorded_uses_before_it_is_handed_out_again) {
   FakeStreams::reset();
   {

@@ -8,9 +8,15 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <span>
+#include <vector>
 #include <string>
 #include <type_traits>
 
@@ -165,5 +171,37 @@ class LinearEpiloguePlan {
   cublasLtMatmulHeuristicResult_t heuristic_{};
   bool usable_ = false;
 };
+
+/// Whether cuBLASLt's RELU_BIAS epilogue keeps NaN as torch.relu does (relu(nan) = nan) on `device`,
+/// asked of the device once per process: a small matmul whose first row holds a NaN. An fmax-style
+/// epilogue would give 0, hiding a diverging fp32 run behind a finite loss; Linear then runs ReLU in
+/// kiln's epilogue kernel instead. Not asked during a graph capture (the probe reads back): false there.
+inline bool relu_epilogue_keeps_nan(int device) {
+  static std::array<std::atomic<int>, max_devices> known{};  // 0 not asked yet, 1 keeps NaN, 2 does not
+  if (device < 0) device = current_device();
+  std::atomic<int>& k = known.at(static_cast<std::size_t>(device));
+  if (const int v = k.load(std::memory_order_acquire); v != 0) return v == 1;
+  DeviceGuard g(device);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &status));
+  if (status != cudaStreamCaptureStatusNone) return false;
+  constexpr index_t n = 4, in = 16, out = 16;
+  std::vector<float> xv(n * in, 0.0f), wv(out * in, 1.0f), bv(out, 0.0f);
+  xv[0] = std::numeric_limits<float>::quiet_NaN();
+  using Vec = Tensor<float, Shape<dyn>, Cuda>;
+  Vec x(Extents<Shape<dyn>>(n * in), device), w(Extents<Shape<dyn>>(out * in), device), b(Extents<Shape<dyn>>(out), device),
+      y(Extents<Shape<dyn>>(n * out), device);
+  x.copy_from(std::span<const float>(xv));
+  w.copy_from(std::span<const float>(wv));
+  b.copy_from(std::span<const float>(bv));
+  LinearEpiloguePlan plan(n, in, out, true, x.data(), w.data(), b.data(), y.data(), device);
+  bool keeps = true;  // no cuBLASLt path at all: nothing to avoid
+  if (plan.usable() && plan.run(x.data(), w.data(), b.data(), y.data())) {
+    const std::vector<float> yv = y.to_vector();
+    keeps = std::isnan(yv[0]) && std::isnan(yv[out - 1]) && yv[out] == 0.0f;
+  }
+  k.store(keeps ? 1 : 2, std::memory_order_release);
+  return keeps;
+}
 
 }  // namespace kiln::cuda

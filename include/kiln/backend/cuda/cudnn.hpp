@@ -4,12 +4,13 @@
 /// cuDNN 9's legacy convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter): still
 /// supported in 9.x and what a fixed NCHW convolution needs; algorithms come from cuDNN's heuristics
 /// (the _v7 queries), restricted to full-precision math for float and double (no TF32: the same numbers
-/// as the CPU to 1e-5, like torch.backends.cudnn.allow_tf32 = False), deterministic ones first (the same
-/// gradients run to run, like torch.backends.cudnn.deterministic = True) and only those whose workspace
-/// fits in the device's free memory.
+/// as the CPU to 1e-5, like torch.backends.cudnn.allow_tf32 = False), in the heuristics' order, and only
+/// those whose workspace fits in the device's free memory; set_cudnn_deterministic(true) keeps only
+/// deterministic ones (torch.backends.cudnn.deterministic). Without an algorithm the caller falls back.
 #pragma once
 #include <cudnn.h>
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -64,15 +65,24 @@ constexpr bool math_allowed(cudnnMathType_t m) {
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return true;
   else return m == CUDNN_FMA_MATH;
 }
-/// Bytes a workspace may take on `device`: the driver's free memory plus kiln's cached, unused blocks
-/// (the allocator returns those before it gives up); no limit when the driver cannot say.
+/// Bytes a workspace may take on `device`: the driver's free memory plus kiln's shared cache (the
+/// allocator gives that back before it gives up); no limit when the driver cannot say.
 inline std::size_t workspace_cap(int device) {
   std::size_t free = 0, total = 0;
   if (!raw_device_memory(device, &free, &total)) return static_cast<std::size_t>(-1);
-  const MemoryStats st = kiln::caching_allocator<Cuda>(device).stats();
-  return free + (st.reserved_bytes > st.allocated_bytes ? st.reserved_bytes - st.allocated_bytes : 0);
+  return free + kiln::caching_allocator<Cuda>(device).cached_bytes();
+}
+inline std::atomic<bool>& cudnn_deterministic_flag() {
+  static std::atomic<bool> on{false};
+  return on;
 }
 }  // namespace detail
+
+/// Only deterministic convolution algorithms from now on (the same gradients run to run), like
+/// torch.backends.cudnn.deterministic = True; off by default, as in PyTorch. Applies to plans made
+/// after the call (a Conv2d makes one per batch size and device).
+inline void set_cudnn_deterministic(bool on) { detail::cudnn_deterministic_flag().store(on); }
+inline bool cudnn_deterministic() { return detail::cudnn_deterministic_flag().load(); }
 
 /// The calling thread's cuDNN handle for `device` (< 0: the current one), bound to its current stream.
 inline cudnnHandle_t cudnn_handle(int device = -1) {
@@ -119,7 +129,7 @@ class ConvPlan {
     w_count_ = k * c * r * r;
     y_count_ = static_cast<index_t>(on) * oc * oh * ow;
     out_channels_ = oc;
-    choose_algorithms();
+    usable_ = choose_algorithms();
   }
   ~ConvPlan() {
     if (conv_) (void)cudnnDestroyConvolutionDescriptor(conv_);
@@ -133,6 +143,9 @@ class ConvPlan {
 
   index_t batch() const { return n_; }
   int device() const { return device_; }
+  /// Whether cuDNN offers an algorithm for every direction (else the caller takes its im2col path: the
+  /// legacy API may have none for bf16, or none within the free memory).
+  bool usable() const { return usable_; }
 
   /// y = conv(x, w) (beta = 0) or y += conv(x, w) (beta = 1).
   void forward(const T* x, const T* w, T* y, double beta = 0) const {
@@ -195,32 +208,31 @@ class ConvPlan {
       (void)m;
   }
 
-  /// The first of cuDNN's candidates (best first) that succeeded, has an allowed math type and a
-  /// workspace within `cap`: a deterministic one when any qualifies, else any. False when none does.
+  /// The first of cuDNN's candidates (best first) that succeeded, has an allowed math type (set on the
+  /// descriptor before its workspace is sized, as it will run), a workspace within `cap` and, when
+  /// asked for, is deterministic. False when none qualifies.
   template <class Perf, class Algo, class WorkspaceSize>
-  static bool pick(const Perf* perf, int found, std::size_t cap, WorkspaceSize&& workspace_size, Algo& algo,
-                   std::size_t& bytes, cudnnMathType_t& math) {
-    for (int pass = 0; pass < 2; ++pass)
-      for (int k = 0; k < found; ++k) {
-        const Perf& p = perf[k];
-        if (p.status != CUDNN_STATUS_SUCCESS || !detail::math_allowed<T>(p.mathType)) continue;
-        if (pass == 0 && p.determinism != CUDNN_DETERMINISTIC) continue;
-        std::size_t b = 0;
-        if (workspace_size(p.algo, &b) != CUDNN_STATUS_SUCCESS || b > cap) continue;
-        algo = p.algo, bytes = b, math = p.mathType;
-        return true;
-      }
+  bool pick(const Perf* perf, int found, std::size_t cap, WorkspaceSize&& workspace_size, Algo& algo,
+            std::size_t& bytes, cudnnMathType_t& math) const {
+    const bool deterministic = cudnn_deterministic();
+    for (int k = 0; k < found; ++k) {
+      const Perf& p = perf[k];
+      if (p.status != CUDNN_STATUS_SUCCESS || !detail::math_allowed<T>(p.mathType)) continue;
+      if (deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
+      use_math(p.mathType);
+      std::size_t b = 0;
+      if (workspace_size(p.algo, &b) != CUDNN_STATUS_SUCCESS || b > cap) continue;
+      algo = p.algo, bytes = b, math = p.mathType;
+      return true;
+    }
     return false;
   }
 
-  void choose_algorithms() {
+  /// Forward, backward-data and backward-filter algorithms; false when a direction has none.
+  bool choose_algorithms() {
     cudnnHandle_t h = cudnn_handle(device_);
     constexpr int max_algos = 16;
     const std::size_t cap = detail::workspace_cap(device_);
-    const auto none = [](const char* direction) {
-      return BackendError(std::string("kiln::cuda::ConvPlan: cuDNN offers no ") + direction +
-                          " algorithm for this convolution that fits in the device's free memory");
-    };
     int found = 0;
     {
       cudnnConvolutionFwdAlgoPerf_t perf[max_algos];
@@ -228,7 +240,7 @@ class ConvPlan {
       const auto size = [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, a, b);
       };
-      if (!pick(perf, found, cap, size, fwd_, fwd_bytes_, fwd_math_)) throw none("forward");
+      if (!pick(perf, found, cap, size, fwd_, fwd_bytes_, fwd_math_)) return false;
     }
     {
       cudnnConvolutionBwdDataAlgoPerf_t perf[max_algos];
@@ -236,7 +248,7 @@ class ConvPlan {
       const auto size = [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, a, b);
       };
-      if (!pick(perf, found, cap, size, bwd_data_, bwd_data_bytes_, bwd_data_math_)) throw none("backward-data");
+      if (!pick(perf, found, cap, size, bwd_data_, bwd_data_bytes_, bwd_data_math_)) return false;
     }
     {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[max_algos];
@@ -244,8 +256,7 @@ class ConvPlan {
       const auto size = [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, a, b);
       };
-      if (!pick(perf, found, cap, size, bwd_filter_, bwd_filter_bytes_, bwd_filter_math_))
-        throw none("backward-filter");
+      return pick(perf, found, cap, size, bwd_filter_, bwd_filter_bytes_, bwd_filter_math_);
     }
   }
 
@@ -267,6 +278,7 @@ class ConvPlan {
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_{};
   std::size_t fwd_bytes_ = 0, bwd_data_bytes_ = 0, bwd_filter_bytes_ = 0;
   cudnnMathType_t fwd_math_ = CUDNN_FMA_MATH, bwd_data_math_ = CUDNN_FMA_MATH, bwd_filter_math_ = CUDNN_FMA_MATH;
+  bool usable_ = false;
 };
 
 }  // namespace kiln::cuda

@@ -106,9 +106,23 @@ inline std::uintptr_t allocation_stream(int device) {
   return reinterpret_cast<std::uintptr_t>(s);
 }
 
+/// The calling thread's capture mode relaxed for a scope: the allocator's event calls may run on a thread
+/// that is capturing a graph (in the thread-local mode an event query would end the capture).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 /// An event recorded on `device`'s current stream: the caching allocator's marker (record_use).
 inline void* record_stream_marker(int device) {
   DeviceGuard g(device);
+  const RelaxedCaptureMode relaxed;
   cudaEvent_t e = nullptr;
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   const cudaError_t rc = cudaEventRecord(e, current_stream(device));
@@ -123,6 +137,7 @@ inline void* record_stream_marker(int device) {
 /// counts as reached: nothing will run there any more.
 inline bool stream_marker_reached(void* marker) {
   const auto e = static_cast<cudaEvent_t>(marker);
+  const RelaxedCaptureMode relaxed;
   const cudaError_t rc = cudaEventQuery(e);
   if (rc == cudaErrorNotReady) {
     (void)cudaGetLastError();
