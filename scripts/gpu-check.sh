@@ -61,6 +61,10 @@ run() {  # run NAME TIMEOUT CMD...: record passed / failed / skipped (exit 77)
   rows+=("$(printf '%-40s %-12s %6ss  %s' "$name" "$status" "$secs" "$summary")")
 }
 
+skip() {  # skip NAME WHY: a row that says why it did not run
+  rows+=("$(printf '%-40s %-12s %6ss  %s' "$1" skipped 0.0 "$2")")
+}
+
 kinfo=$(find "$bin" -type f -name kiln-info -perm -u+x | head -1)
 [ -n "$kinfo" ] && run kiln-info 30 "$kinfo"
 for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' | sort); do
@@ -73,28 +77,50 @@ if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # only the visible ones get a rank
 fi
 [ "${gpus:-0}" -ge 1 ] || gpus=1
 launch=(mpiexec --allow-run-as-root --oversubscribe -n "$gpus")
+mpi=yes
 if ! command -v mpiexec >/dev/null; then  # a bare machine: an MPI singleton (world size 1)
   gpus=1
   launch=()
+  # Open MPI 4's singleton MPI_Init starts orted: without it (and its plugins) MPI cannot start here.
+  command -v orted >/dev/null || mpi="no Open MPI runtime on this machine (no mpiexec, no orted)"
 fi
 for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_nccl_test_*' | sort); do
-  run "$(basename "$exe")_np$gpus" 180 "${launch[@]}" "$exe" \
-    --color_output=no --report_level=short --log_level=test_suite
+  if [ "$mpi" = yes ]; then
+    run "$(basename "$exe")_np$gpus" 180 "${launch[@]}" "$exe" \
+      --color_output=no --report_level=short --log_level=test_suite
+  else
+    skip "$(basename "$exe")" "$mpi"
+  fi
 done
 job_ddp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
 boston=$(find "$bin" -name boston_fixture.csv | head -1)
 if [ -n "$job_ddp" ] && [ -n "$boston" ]; then
-  run "mlp_boston_ddp_np$gpus" 120 "${launch[@]}" "$job_ddp" \
-    --device cuda --parallel ddp --data "$boston" --epochs 30
+  if [ "$mpi" = yes ]; then
+    run "mlp_boston_ddp_np$gpus" 120 "${launch[@]}" "$job_ddp" \
+      --device cuda --parallel ddp --data "$boston" --epochs 30
+  else
+    skip mlp_boston_ddp "$mpi"
+  fi
 fi
 for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' ! -name 'bench_distributed_cuda' | sort); do
   run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json"
 done
 kb=$(find "$bin" -type f -perm -u+x -name kiln-bench | head -1)  # issue #7: fused vs unfused on the GPU
-[ -n "$kb" ] && run kiln-bench 240 "$kb" --device cuda --precisions fp32,fp16,bf16 --batches 128,1024 \
-  --repeat 10 --json "$out/kiln-bench.json" --plot "$out/kiln-bench-plots"
+if [ -n "$kb" ]; then
+  run kiln-bench 240 "$kb" --device cuda --precisions fp32,fp16,bf16 --batches 128,1024 \
+    --repeat 10 --torch no --json "$out/kiln-bench.json" --plot "$out/kiln-bench-plots"
+  # Next to PyTorch eager and torch.compile (each configuration a fresh compile: fewer of them).
+  run kiln-bench-vs-torch 300 "$kb" --device cuda --models lenet,mlp --precisions fp32,fp16 --batches 128 \
+    --repeat 10 --elements 0 --json "$out/kiln-bench-vs-torch.json"
+fi
 dist=$(find "$bin" -type f -perm -u+x -name bench_distributed_cuda | head -1)
-[ -n "$dist" ] && run "bench_distributed_cuda_np$gpus" 180 "${launch[@]}" "$dist" --json "$out/bench_distributed_cuda.json"
+if [ -n "$dist" ]; then
+  if [ "$mpi" = yes ]; then
+    run "bench_distributed_cuda_np$gpus" 180 "${launch[@]}" "$dist" --json "$out/bench_distributed_cuda.json"
+  else
+    skip bench_distributed_cuda "$mpi"
+  fi
+fi
 job_dp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
 if [ -n "$job_dp" ] && [ -n "${boston:-}" ]; then  # DataParallel's GPU replicas (every GPU of the machine)
   run mlp_boston_dp_gpus 120 "$job_dp" --device cuda --parallel dp --data "$boston" --epochs 30

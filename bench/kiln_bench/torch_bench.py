@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_step"))
-from torch_step import lenet, mlp, wide_mlp  # noqa: E402  the models bench_train_step compares with
+from torch_step import grad_scaler, lenet, mlp, wide_mlp  # noqa: E402  the models bench_train_step compares with
 
 MODELS = {  # name: (constructor, input shape after the batch, regression?)
     "mlp": (mlp, (13,), True),
@@ -49,7 +49,8 @@ def measure(name, batch, precision, mode, compiled, device, warmup, repeat):
     make, shape, regression = MODELS[name]
     model = make().to(device)
     if compiled:
-        model = torch.compile(model)
+        torch._dynamo.reset()  # a fresh compile per configuration (the recompile limit would fall back to eager)
+        model = torch.compile(model, dynamic=False)
     x = torch.randn(batch, *shape, device=device)
     y = torch.randn(batch, 1, device=device) if regression else torch.randint(0, 10, (batch,), device=device)
     loss_fn = nn.MSELoss() if regression else nn.CrossEntropyLoss()
@@ -58,7 +59,7 @@ def measure(name, batch, precision, mode, compiled, device, warmup, repeat):
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if mode == "train":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16" and device == "cuda")
+        scaler = grad_scaler(precision == "fp16" and device == "cuda")
 
         def step():
             opt.zero_grad()

@@ -124,10 +124,11 @@ int main(int argc, char** argv) {
   lenet.backward(ce.backward(lenet.forward(lx), ly));
   lenet_opt.step();
   kiln::cuda::synchronize();
-  h.info("lenet_step_passes", static_cast<double>(kiln::passes() - p0));
+  const auto step_passes = kiln::passes() - p0;  // one step's
+  h.info("lenet_step_passes", static_cast<double>(step_passes));
   h.run();
   std::printf("kiln LeNet step: %.3f ms, %llu kernel launches / library calls per step\n",
-              h.median("kiln_lenet_step") * 1e3, static_cast<unsigned long long>(kiln::passes() - p0));
+              h.median("kiln_lenet_step") * 1e3, static_cast<unsigned long long>(step_passes));
   std::printf("kiln LeNet fp32 / fp16 / bf16 step: %.3f / %.3f / %.3f ms; wide MLP %.3f / %.3f / %.3f ms\n",
               h.median("kiln_lenet_step") * 1e3, h.median("kiln_lenet_step_fp16") * 1e3,
               h.median("kiln_lenet_step_bf16") * 1e3, h.median("kiln_wide_mlp_step") * 1e3,

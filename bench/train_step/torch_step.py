@@ -14,6 +14,14 @@ import torch
 import torch.nn as nn
 
 
+def grad_scaler(enabled):
+    """torch.amp.GradScaler("cuda") where this torch has it (2.3 and later, where torch.cuda.amp.GradScaler
+    is deprecated); torch.cuda.amp.GradScaler before."""
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
 def mlp():
     return nn.Sequential(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
 
@@ -43,7 +51,7 @@ def median_seconds(step, warmup, repeat):
 def time_amp_steps(model, x, y, dtype, warmup, repeat):
     """The autocast training step: torch.autocast(dtype) around forward and loss; GradScaler for fp16."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    scaler = torch.cuda.amp.GradScaler(enabled=dtype == torch.float16)
+    scaler = grad_scaler(dtype == torch.float16)
     loss_fn = nn.CrossEntropyLoss()
 
     def step():

@@ -13,13 +13,12 @@
 
 namespace examples {
 
-/// The batch's tensor on device D (the CPU batch itself on the CPU).
+/// The batch's tensor on device D (the CPU batch itself on the CPU): on the current device, which is
+/// the rank's GPU under DistributedDataParallel (ProcessGroup<Nccl> makes it current).
 template <class D, class T, class S>
 auto to_device(const kiln::Tensor<T, S, kiln::Cpu>& t) {
   if constexpr (std::is_same_v<D, kiln::Cpu>) return t;
-  // Blocking: the host batch is released at the end of the loop body, and its pinned block may be reused
-  // by a loader worker at once (the caching allocator does not wait for copies in flight).
-  else return t.template to<D>(0, false);
+  else return t.template to<D>(-1, false);  // blocking: the loss is read on the host right after
 }
 
 /// A batch's tensor on device D, float features as the model's storage type T (fp16 / bf16: one
