@@ -188,37 +188,33 @@ struct Conv2d {
     template <class E>
     void forward_im2col(const Tensor<T, S, D>& x, const detail::ConvGeometry& g, const M* b,
                         Tensor<T, output_shape, D>& z, Tensor<T, output_shape, D>& y) {
-      {
-        auto cols = im2col(x, g);          // [In K K, N Ho Wo]
-        auto yt = matmul(weight_operand(), cols);  // [Out, N Ho Wo]
-        kiln::detail::executor<D>::for_each(
-            x.size(0) * Out, detail::ColumnsToNchw<T, M, E>{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
-      }
+      auto cols = im2col(x, g);                  // [In K K, N Ho Wo]
+      auto yt = matmul(weight_operand(), cols);  // [Out, N Ho Wo]
+      kiln::detail::executor<D>::for_each(
+          x.size(0) * Out, detail::ColumnsToNchw<T, M, E>{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
     }
     /// The im2col path's backward (CUDA without cuDNN): dZ in columns, db, dW += dZ colsᵀ, col2im(Wᵀ dZ).
     template <class E>
     void backward_im2col(const Tensor<T, output_shape, D>& dy, const detail::ConvGeometry& g, bool input_grad,
                          Tensor<T, S, D>& dx) {
+      Extents<Shape<Out, dyn>> te;
+      te[1] = g.columns();
+      Tensor<T, Shape<Out, dyn>, D> dyt(te, dy.device_index());  // [Out, N Ho Wo]
+      kiln::detail::executor<D>::for_each(
+          dy.size(0) * Out, detail::NchwToColumns<T, E>{dy.data(), saved_.data(), dyt.data(), Out, Ho * Wo, g.columns()});
+      if constexpr (Bias) {
+        auto gb = bias_grad();
+        gb += sum<1>(dyt);  // [Out]
+      }
       {
-        Extents<Shape<Out, dyn>> te;
-        te[1] = g.columns();
-        Tensor<T, Shape<Out, dyn>, D> dyt(te, dy.device_index());  // [Out, N Ho Wo]
-        kiln::detail::executor<D>::for_each(
-            dy.size(0) * Out, detail::NchwToColumns<T, E>{dy.data(), saved_.data(), dyt.data(), Out, Ho * Wo, g.columns()});
-        if constexpr (Bias) {
-          auto gb = bias_grad();
-          gb += sum<1>(dyt);  // [Out]
-        }
-        {
-          auto cols = im2col(x_, g);
-          auto gw = weight_grad();
-          matmul_into(gw, dyt, transposed(cols), 1.0f, 1.0f);  // [Out, In K K]
-        }
-        if (input_grad) {
-          auto dcols = matmul(transposed(weight_operand()), dyt);  // [In K K, N Ho Wo]
-          using Col2im = detail::Col2imRows<T, Stride>;
-          kiln::detail::executor<D>::for_each(Col2im::count(g), Col2im{dcols.data(), dx.data(), g}, g.w);
-        }
+        auto cols = im2col(x_, g);
+        auto gw = weight_grad();
+        matmul_into(gw, dyt, transposed(cols), 1.0f, 1.0f);  // [Out, In K K]
+      }
+      if (input_grad) {
+        auto dcols = matmul(transposed(weight_operand()), dyt);  // [In K K, N Ho Wo]
+        using Col2im = detail::Col2imRows<T, Stride>;
+        kiln::detail::executor<D>::for_each(Col2im::count(g), Col2im{dcols.data(), dx.data(), g}, g.w);
       }
     }
 

@@ -149,31 +149,34 @@ struct CrossEntropyGrad {
 /// out[n, :] = x[n, :] - lse(x[n]).
 template <class T>
 struct LogSoftmaxRows {
+  using C = compute_t<T>;  // kept in the compute type, as autocast runs log_softmax in fp32
   const T* x;
-  T* out;
+  C* out;
   index_t c;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     const T* row = x + n * c;
-    const compute_t<T> lse = row_logsumexp(row, c);
-    for (index_t j = 0; j < c; ++j) out[n * c + j] = from_compute<T>(to_compute(row[j]) - lse);
+    const C lse = row_logsumexp(row, c);
+    for (index_t j = 0; j < c; ++j) out[n * c + j] = to_compute(row[j]) - lse;
   }
   Traffic traffic(index_t rows) const {
-    return {2 * kiln::detail::bytes_of<T>(rows * c), static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(5 * c + 1)};
+    return {kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<C>(rows * c),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(5 * c + 1)};
   }
 };
 /// g[n, :] = -scale at the label, 0 elsewhere (NaN rows for a label outside [0, C)).
 template <class T>
 struct NllGradRows {
+  using C = compute_t<T>;
   const std::int64_t* y;
-  T* g;
+  C* g;
   index_t c;
-  GradFactor<compute_t<T>> factor;
+  GradFactor<C> factor;
   KILN_HOST_DEVICE void operator()(index_t n) const {
-    const compute_t<T> scale = factor.get();
+    const C scale = factor.get();
     const std::int64_t k = y[n];
     const bool bad = k < 0 || k >= c;
     for (index_t j = 0; j < c; ++j)
-      g[n * c + j] = from_compute<T>(bad ? static_cast<compute_t<T>>(NAN) : (j == k ? -scale : compute_t<T>(0)));
+      g[n * c + j] = bad ? static_cast<C>(NAN) : (j == k ? -scale : C(0));
   }
   Traffic traffic(index_t rows) const {
     return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<T>(rows * c), 0};
@@ -182,18 +185,19 @@ struct NllGradRows {
 /// dx[n, :] = g[n, :] - exp(lsm[n, :]) Σ_j g[n, j].
 template <class T>
 struct LogSoftmaxGradRows {
-  const T* lsm;
-  const T* g;
-  T* dx;
+  using C = compute_t<T>;
+  const C* lsm;
+  const C* g;
+  T* dx;  // rounded to T once, as autocast's gradient reaches the half logits
   index_t c;
   KILN_HOST_DEVICE void operator()(index_t n) const {
-    compute_t<T> sum = 0;
-    for (index_t j = 0; j < c; ++j) sum += to_compute(g[n * c + j]);
-    for (index_t j = 0; j < c; ++j)
-      dx[n * c + j] = from_compute<T>(to_compute(g[n * c + j]) - ops::detail::exp_(to_compute(lsm[n * c + j])) * sum);
+    C sum = 0;
+    for (index_t j = 0; j < c; ++j) sum += g[n * c + j];
+    for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(g[n * c + j] - ops::detail::exp_(lsm[n * c + j]) * sum);
   }
   Traffic traffic(index_t rows) const {
-    return {3 * kiln::detail::bytes_of<T>(rows * c), static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c)};
+    return {2 * kiln::detail::bytes_of<C>(rows * c) + kiln::detail::bytes_of<T>(rows * c),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c)};
   }
 };
 }  // namespace detail
@@ -232,7 +236,8 @@ struct CrossEntropyLoss {
     const index_t n = logits.size(0), c = logits.size(1);
     const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, static_cast<double>(n > 0 ? n : 1));
     if (!fusion_enabled()) {
-      Tensor<T, S, D> lsm(logits.extents(), logits.device_index()), g(logits.extents(), logits.device_index());
+      // log_softmax and nll_loss's gradient in the compute type (fp32 for 16-bit logits, as autocast).
+      Tensor<compute_t<T>, S, D> lsm(logits.extents(), logits.device_index()), g(logits.extents(), logits.device_index());
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
       kiln::detail::executor<D>::for_each(n, detail::NllGradRows<T>{labels.data(), g.data(), c, per_row});
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
