@@ -2,7 +2,10 @@
 // under every precision), Adam's moments and step count, the loss scaler's state (fp16) and the epoch
 // reached, in one safetensors file written atomically.
 #pragma once
+#include <charconv>
+#include <climits>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <span>
 #include <string>
@@ -33,6 +36,23 @@ void save_training_state(const std::string& path, const Model& model, const Opti
   kiln::save_checkpoint(path, model, std::move(extra), meta);
 }
 
+/// A count (epochs, steps) from a checkpoint's metadata: a whole number >= 0, or a CheckpointError that
+/// names the file, the key and what it held.
+inline long long count_from(const std::map<std::string, std::string>& meta, const std::string& key,
+                            const std::string& path) {
+  const auto it = meta.find(key);
+  if (it == meta.end())
+    throw kiln::CheckpointError("kiln: " + path + ": no '" + key + "' metadata: not a training state written by a kiln "
+                                "example");
+  long long value = -1;
+  const std::string& text = it->second;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > INT_MAX)
+    throw kiln::CheckpointError("kiln: " + path + ": metadata '" + key + "' is '" + text +
+                                "'; expected a whole number from 0 to " + std::to_string(INT_MAX));
+  return value;
+}
+
 /// Restores what save_training_state wrote; returns the epochs already done. A checkpoint without a
 /// scaler state (written in fp32 or bf16) leaves the scaler at its initial scale.
 template <class Model, class Optimizer, class Scaler>
@@ -42,20 +62,20 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
   auto rest = kiln::load_checkpoint(path, model, &meta);
   for (const char* name : {"optimizer.exp_avg", "optimizer.exp_avg_sq"}) {
     const auto it = rest.find(name);
-    if (it == rest.end() || it->second.bytes.size() != static_cast<std::size_t>(model.parameter_count) * sizeof(M))
+    if (it == rest.end() || it->second.dtype != kiln::safetensors_dtype<M>() ||
+        it->second.bytes.size() != static_cast<std::size_t>(model.parameter_count) * sizeof(M))
       throw kiln::CheckpointError("kiln: " + path + ": missing or wrong-sized '" + name + "' (" +
-                                  std::to_string(model.parameter_count) + " values expected)");
+                                  std::to_string(model.parameter_count) + " values of " + kiln::safetensors_dtype<M>() +
+                                  " expected)");
     std::vector<M> host(static_cast<std::size_t>(model.parameter_count));
     std::memcpy(host.data(), it->second.bytes.data(), it->second.bytes.size());
     auto& arena = std::string(name) == "optimizer.exp_avg" ? opt.exp_avg() : opt.exp_avg_sq();
     arena.copy_from(std::span<const M>(host));
   }
-  if (!meta.count("epoch") || !meta.count("step"))
-    throw kiln::CheckpointError("kiln: " + path + ": no 'epoch' / 'step' metadata: not a training state written by "
-                                "a kiln example");
-  opt.set_step_count(std::stoll(meta["step"]));
+  const long long step = count_from(meta, "step", path), epochs = count_from(meta, "epoch", path);
+  opt.set_step_count(step);
   if (meta.count("grad_scaler.scale")) scaler.load_state(meta, "grad_scaler.");
-  return std::stoi(meta["epoch"]);
+  return static_cast<int>(epochs);
 }
 
 /// DataParallel (--parallel dp): the first replica and its optimizer are saved (all replicas are the same);

@@ -1,6 +1,7 @@
 // Replays saved fuzz inputs through a fuzz target without libFuzzer: linked with one of fuzz_idx.cpp,
-// fuzz_cifar10.cpp, fuzz_csv.cpp (one executable each: kiln_fuzz_replay_<target>), it feeds every file
-// named on the command line, or found in a folder named there, to that target's LLVMFuzzerTestOneInput.
+// fuzz_cifar10.cpp, fuzz_csv.cpp, fuzz_safetensors.cpp (one executable each: kiln_fuzz_replay_<target>),
+// it feeds every file named on the command line, or found in a folder named there, to that target's
+// LLVMFuzzerTestOneInput.
 // CTest runs it over tests/fuzz/regressions/<target>/ (label cpu): the crashers the fuzzer found, kept so
 // that a fix that is reverted fails the suite. A file that makes a reader throw anything but a kiln::Error
 // fails the run (exit 1); a broken invariant or a crash aborts it; no file at all is a failure too.

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# run-fuzz.sh: fuzz kiln's dataset readers (IDX/MNIST, CIFAR-10, CSV) with libFuzzer for a bounded time.
+# run-fuzz.sh: fuzz kiln's file readers (IDX/MNIST, CIFAR-10, CSV, safetensors checkpoints) with libFuzzer
+# for a bounded time.
 #
-#   tests/fuzz/run-fuzz.sh [--time SECONDS] [--only idx|cifar10|csv]... [BUILD_DIR]
+#   tests/fuzz/run-fuzz.sh [--time SECONDS] [--only idx|cifar10|csv|safetensors]... [BUILD_DIR]
 #
 #   BUILD_DIR       where the fuzzers, seeds, corpora and logs go (default /tmp/kiln-fuzz); the corpora
 #                   grow there from run to run
 #   --time SECONDS  how long each target runs (default 60; libFuzzer's -max_total_time)
-#   --only TARGET   fuzz only this target (repeatable; default: idx cifar10 csv)
+#   --only TARGET   fuzz only this target (repeatable; default: idx cifar10 csv safetensors)
 #   -h, --help      this text
 #
 # Builds tests/fuzz/fuzz_<target>.cpp with clang++ (-O1 -g -fsanitize=fuzzer,address,undefined, zlib),
 # seeds each corpus with small valid files it writes (IDX images, labels and a .gz; CIFAR-10 batches; CSV
-# tables) plus tests/fuzz/regressions/<target>/*, then runs each target with -rss_limit_mb=2048
+# tables; safetensors files) plus tests/fuzz/regressions/<target>/*, then runs each target with -rss_limit_mb=2048
 # -timeout=10. A crash, a leak, a hang, an allocation over 2 GiB or an exception other than kiln::Error
 # is a finding: its input is copied into tests/fuzz/regressions/<target>/ (kept as a regression test:
 # CTest replays that folder with g++, no clang needed) and the script exits 1 naming it.
@@ -39,9 +40,9 @@ while (($#)); do
   esac
 done
 [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { echo "run-fuzz.sh: --time wants a positive number of seconds, got $seconds" >&2; exit 2; }
-((${#targets[@]})) || targets=(idx cifar10 csv)
+((${#targets[@]})) || targets=(idx cifar10 csv safetensors)
 for t in "${targets[@]}"; do
-  case "$t" in idx|cifar10|csv) ;; *) echo "run-fuzz.sh: no target $t (idx, cifar10, csv)" >&2; exit 2 ;; esac
+  case "$t" in idx|cifar10|csv|safetensors) ;; *) echo "run-fuzz.sh: no target $t (idx, cifar10, csv, safetensors)" >&2; exit 2 ;; esac
 done
 build="${build:-/tmp/kiln-fuzz}"
 mkdir -p "$build"
@@ -87,9 +88,21 @@ seed_csv() {
   printf '\xef\xbb\xbfa, "b ""x""" ,MEDV,c\r\n1,-1.5e-3, +2 ,4\r\n\r\n5,6,7,8' >"$d/quoted-crlf"
   printf 'x,y\n1,2\n3,4\n' >"$d/two-columns"
 }
+seed_safetensors() {
+  local d="$build/seeds/safetensors"; mkdir -p "$d"
+  # A file = 8-byte little-endian header size, the JSON header, the tensors' bytes.
+  st_file() {  # st_file NAME HEADER DATA-BYTES
+    local n=${#2} i le=""
+    for ((i = 0; i < 8; i++)); do le+=$(printf '\\x%02x' $(((n >> (8 * i)) & 255))); done
+    { printf "$le"; printf '%s' "$2"; bytes "$3" 63; } >"$d/$1"
+  }
+  st_file two-tensors '{"__metadata__":{"epoch":"3","format":"pt"},"0.bias":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"0.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[8,32]}}' 32
+  st_file half-and-int '{"a":{"dtype":"F16","shape":[3],"data_offsets":[0,6]},"b":{"dtype":"I64","shape":[],"data_offsets":[6,14]},"c":{"dtype":"BF16","shape":[0,4],"data_offsets":[14,14]}} ' 14
+  st_file empty '{}      ' 0
+}
 
 # ---- Run ---------------------------------------------------------------------------------------------
-declare -A max_len=([idx]=8192 [cifar10]=9300 [csv]=4096)
+declare -A max_len=([idx]=8192 [cifar10]=9300 [csv]=4096 [safetensors]=4096)
 export TMPDIR="$build/tmp"
 mkdir -p "$TMPDIR"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

@@ -137,4 +137,73 @@ BOOST_AUTO_TEST_CASE(missing_truncated_and_corrupt_files_are_rejected_with_the_p
   BOOST_TEST(rejects(dir / "dtype.safetensors", [](const std::string& s) { return contains(s, "is F64, expected F32"); }));
 }
 
+/// A safetensors file of the given header text followed by `data` bytes.
+void write_raw(const fs::path& file, const std::string& header, std::size_t data) {
+  std::ofstream f(file, std::ios::binary);
+  const std::uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << header << std::string(data, '\x3f');
+}
+
+/// read_safetensors of a file with this header rejects it with a CheckpointError that names the file and
+/// holds `part`.
+bool header_rejected(const fs::path& dir, const std::string& header, std::size_t data, const std::string& part) {
+  const auto file = dir / "raw.safetensors";
+  write_raw(file, header, data);
+  try {
+    kiln::read_safetensors(file);
+  } catch (const kiln::CheckpointError& e) {
+    const std::string msg = e.what();
+    BOOST_TEST_MESSAGE(msg);
+    return contains(msg, file.string()) && contains(msg, part);
+  }
+  return false;
+}
+
+BOOST_AUTO_TEST_CASE(every_header_field_of_the_wrong_kind_is_a_checkpoint_error_naming_it) {
+  // Each of these once escaped as nlohmann::json's own exception, or was taken (tests/fuzz/fuzz_safetensors).
+  const auto dir = scratch("fields");
+  const std::string ok_offsets = R"("data_offsets":[0,8]}})";
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":7,"shape":[2],)" + ok_offsets, 8, "tensor 'w': dtype must be a string"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":{"a":2},)" + ok_offsets, 8, "shape must be an array"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[2.0],)" + ok_offsets, 8, "shape entries must be integers"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[-2],)" + ok_offsets, 8, "shape entries must be integers"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[2],"data_offsets":["0",8]}})", 8, "data_offsets must be [begin, end]"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0.5,8]}})", 8, "data_offsets must be [begin, end]"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[2]}})", 8, "no \"data_offsets\""));
+  BOOST_TEST(header_rejected(dir, R"({"w":[1,2]})", 8, "expected an object with dtype, shape and data_offsets"));
+  BOOST_TEST(header_rejected(dir, R"({"__metadata__":{"epoch":3}})", 0, "must map names to strings"));
+  BOOST_TEST(header_rejected(dir, R"(null)", 0, "must be a JSON object"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[1e400],)" + ok_offsets, 8, "header JSON"));
+  // A shape whose product wraps around 64 bits to the bytes given is not taken for them.
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[4611686018427387904,4,1],"data_offsets":[0,0]}})", 0,
+                             "needs more than the 0 data bytes"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[4611686018427387904,2],)" + ok_offsets, 8,
+                             "needs more than the 8 data bytes"));
+  // A zero extent makes an empty tensor, whatever the others are.
+  write_raw(dir / "empty.safetensors", R"({"w":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]}})", 0);
+  BOOST_TEST(kiln::read_safetensors(dir / "empty.safetensors").at("w").bytes.empty());
+}
+
+BOOST_AUTO_TEST_CASE(every_whole_byte_dtype_reads_and_no_tensors_round_trip) {
+  // PyTorch checkpoints may carry int8 or bool buffers next to the parameters: they read (as bytes).
+  const auto dir = scratch("dtypes");
+  write_raw(dir / "mixed.safetensors",
+            R"({"b":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]},"q":{"dtype":"I8","shape":[1],"data_offsets":[3,4]},)"
+            R"("u":{"dtype":"U16","shape":[2],"data_offsets":[4,8]}})",
+            8);
+  const auto t = kiln::read_safetensors(dir / "mixed.safetensors");
+  BOOST_TEST(t.size() == 3u);
+  BOOST_TEST(t.at("u").bytes.size() == 4u);
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", 1, "unsupported dtype \"F4\""));
+  // No tensors: the header is {} (it was null, which no reader takes).
+  kiln::write_safetensors(dir / "none.safetensors", {});
+  BOOST_TEST(kiln::read_safetensors(dir / "none.safetensors").empty());
+  std::map<std::string, std::string> meta;
+  kiln::write_safetensors(dir / "meta.safetensors", {}, {{"epoch", "3"}});
+  BOOST_TEST(kiln::read_safetensors(dir / "meta.safetensors", &meta).empty());
+  BOOST_TEST(meta.at("epoch") == "3");
+  BOOST_TEST(!fs::exists(dir / "meta.safetensors.tmp"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
