@@ -285,7 +285,11 @@ class Stream {
  private:
   void reset() noexcept {
     if (stream_) {
-      (void)cudaStreamDestroy(stream_);  // queued work still completes
+      // Waits for the queued work first: the caching allocator keys freed blocks by stream handle, and
+      // a new stream may get this handle back while the old work still uses a block freed here.
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaStreamDestroy(stream_);
+      (void)cudaGetLastError();
       stream_ = nullptr;
     }
   }

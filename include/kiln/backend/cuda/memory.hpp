@@ -37,6 +37,19 @@ class QuietDeviceGuard {
   bool changed_ = false;
 };
 
+/// The calling thread's capture mode relaxed for a scope: the allocator's cudaMalloc and event calls may
+/// run on a thread that is capturing a graph (in the thread-local or global mode they would end it).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 [[noreturn]] inline void throw_allocation_error(const char* call, cudaError_t e, std::size_t bytes, int device) {
   (void)cudaGetLastError();
   throw BackendError(kiln::detail::backend_message("CUDA", call, __FILE__, __LINE__, static_cast<int>(e),
@@ -52,10 +65,11 @@ class QuietDeviceGuard {
 inline void* raw_device_allocate(std::size_t bytes, int device) {
   QuietDeviceGuard g(device);
   void* p = nullptr;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
-  const cudaError_t e = cudaMalloc(&p, bytes);
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t e;
+  {
+    const RelaxedCaptureMode relaxed;
+    e = cudaMalloc(&p, bytes);
+  }
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // not sticky: clear it so no later check reports it
     return nullptr;
@@ -96,28 +110,19 @@ inline void raw_pinned_deallocate(void* p, int) {
 }
 
 /// The calling thread's current stream on `device` as the caching allocator's key. The per-thread
-/// default stream (cudaStreamPerThread) is a different stream on every thread, so it is keyed by thread.
+/// default stream (cudaStreamPerThread) is a different stream on every thread, so it is keyed by thread,
+/// with a number no other thread ever gets (a thread-local's address may come back in a later thread
+/// while the first one's work still runs). The numbers are odd and >= 3: never a stream handle
+/// (pointers, or the special handles 1 and 2).
 inline std::uintptr_t allocation_stream(int device) {
   const cudaStream_t s = current_stream(device);
   if (s == cudaStreamPerThread) {
-    thread_local const char self = 0;
-    return reinterpret_cast<std::uintptr_t>(&self);
+    static std::atomic<std::uintptr_t> threads{0};
+    thread_local const std::uintptr_t self = ((threads.fetch_add(1, std::memory_order_relaxed) + 1) << 1) | 1;
+    return self;
   }
   return reinterpret_cast<std::uintptr_t>(s);
 }
-
-/// The calling thread's capture mode relaxed for a scope: the allocator's event calls may run on a thread
-/// that is capturing a graph (in the thread-local mode an event query would end the capture).
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
 
 /// An event recorded on `device`'s current stream: the caching allocator's marker (record_use).
 inline void* record_stream_marker(int device) {
@@ -203,6 +208,17 @@ struct pinned_host_memory<Cpu> {
     KILN_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
     if (status == cudaStreamCaptureStatusNone) allocator().record_use(p, device);
   }
+  /// record_use for a copy already queued on s; if the marker cannot be recorded, waits for the copy
+  /// (the block must not be handed out while the copy may still use it), then rethrows.
+  static void record_use_or_wait(const void* p, int device, cudaStream_t s) {
+    try {
+      record_use(p, device, s);
+    } catch (...) {
+      (void)cudaStreamSynchronize(s);
+      (void)cudaGetLastError();
+      throw;
+    }
+  }
 };
 
 /// Host -> GPU on the destination device's current stream; waits for it unless non_blocking (which is
@@ -215,7 +231,7 @@ struct device_copy<Cuda, Cpu> {
     const cudaStream_t s = cuda::current_stream(dst_dev);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
     if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
-    else pinned_host_memory<Cpu>::record_use(src, dst_dev, s);
+    else pinned_host_memory<Cpu>::record_use_or_wait(src, dst_dev, s);
   }
 };
 
@@ -229,7 +245,7 @@ struct device_copy<Cpu, Cuda> {
     const cudaStream_t s = cuda::current_stream(src_dev);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
     if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
-    else pinned_host_memory<Cpu>::record_use(dst, src_dev, s);
+    else pinned_host_memory<Cpu>::record_use_or_wait(dst, src_dev, s);
   }
 };
 
