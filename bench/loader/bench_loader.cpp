@@ -3,6 +3,8 @@
 //
 //   loader_over_train        samples/s of the loader (2 workers, Normalize) / samples/s of training
 //                            (LeNet step, batch 128): target >= 5, so the loader is never the bottleneck
+//   bytes_loader_over_train  the same for the examples' path: bytes through the loader (2 workers), then
+//                            DeviceLoader<Cpu> (ToTensor + Normalize in one pass per batch): target >= 5
 //   epoch_speedup_vs_torch   PyTorch's epoch (its fastest path: pre-normalised tensors gathered by
 //                            shuffled index, bench/loader/torch_epoch.py) / kiln's epoch (DataLoader with
 //                            2 workers + training): target >= 1 (when /usr/bin/python3 has torch)
@@ -62,6 +64,18 @@ int main(int argc, char** argv) {
     });
   }
 
+  // The examples' path: bytes through the loader (2 workers), ToTensor + Normalize in one pass where the
+  // batch lands (DeviceLoader<Cpu>: one OpenMP loop per batch on the consuming thread).
+  const kiln::data::Bytes bytes(train);
+  kiln::data::DataLoader byte_loader(bytes, {.batch_size = batch, .shuffle = true, .num_workers = 2, .seed = 1});
+  kiln::data::DeviceLoader<kiln::Cpu, decltype(byte_loader)> device_loader(byte_loader, {255.0f, {0.5f}, {0.5f}});
+  h.add("loader_bytes_2_workers", 0, "one epoch: bytes, DeviceLoader<Cpu> (ToTensor + Normalize, 1 pass per batch)",
+        [&] {
+          double sum = 0;
+          for (const auto& b : device_loader) sum += b.x.data()[0];
+          (void)sum;
+        });
+
   Model<LeNet, Shape<dyn, 1, 28, 28>> model(0);
   kiln::optim::Adam opt(model, {.lr = 1e-3f});
   CrossEntropyLoss ce;
@@ -89,9 +103,13 @@ int main(int argc, char** argv) {
   for (int workers : {0, 1, 2})
     h.info("loader_" + std::to_string(workers) + "_workers_samples_per_s",
            samples / h.median("loader_" + std::to_string(workers) + "_workers"));
+  h.info("loader_bytes_2_workers_samples_per_s", samples / h.median("loader_bytes_2_workers"));
   h.info("train_samples_per_s", train_rate);
-  std::printf("samples/s: loader 0/1/2 workers %.0f / %.0f / %.0f, training %.0f\n", samples / h.median("loader_0_workers"),
-              samples / h.median("loader_1_workers"), samples / h.median("loader_2_workers"), train_rate);
+  std::printf("samples/s: loader 0/1/2 workers %.0f / %.0f / %.0f, bytes + DeviceLoader (2 workers) %.0f, training %.0f\n",
+              samples / h.median("loader_0_workers"), samples / h.median("loader_1_workers"),
+              samples / h.median("loader_2_workers"), samples / h.median("loader_bytes_2_workers"), train_rate);
+  h.ratio("bytes_loader_over_train", samples / h.median("loader_bytes_2_workers") / train_rate, 5.0,
+          "bytes + DeviceLoader (2 workers) / training step, samples per second");
   h.ratio("loader_over_train", samples / h.median("loader_2_workers") / train_rate, 5.0,
           "loader with 2 workers / training step, samples per second");
   if (epoch) {

@@ -5,8 +5,10 @@
 //   1. A network is a type: the seeds' LeNet with the first convolution padded by 2, so that 28 x 28
 //      images reach the same 16 x 5 x 5 features as CIFAR-10's 32 x 32 ones.
 //   2. Data: Debian's dataset-fashion-mnist (the IDX .gz files in /usr/share/datasets/fashion-mnist),
-//      decoded once into memory, Normalize(0.5, 0.5), shuffled with a seed every epoch, collated by
-//      worker threads ahead of the training step (DataLoader).
+//      decoded once into memory, shuffled with a seed every epoch, collated as bytes by worker threads
+//      ahead of the training step (DataLoader over Bytes), then moved to the device (on a GPU: pinned,
+//      on a copy stream, one batch ahead) and scaled and normalised there in one pass, ToTensor +
+//      Normalize(0.5, 0.5) (DeviceLoader).
 //   3. Training: Adam(1e-3), cross entropy, batch 128, optional gradient accumulation (--accumulate K:
 //      K micro-batches, one step); each epoch ends with an evaluation without gradients (NoGrad +
 //      eval()), a JSON line in --metrics and an atomic checkpoint in --checkpoint (--resume continues).
@@ -50,13 +52,14 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   using P = kiln::Policy<Precision, D>;
   const auto t_start = examples::Clock::now();
   const kiln::data::FashionMnist train(o.data, true, o.limit), test(o.data, false);
-  const kiln::data::Normalize normalize{{0.5f}, {0.5f}};
+  // The loaders collate the images' bytes (a quarter of floats' traffic, pinned for the GPU); where the
+  // batches land they become floats, ToTensor + Normalize(0.5, 0.5), in one pass (one kernel on a GPU).
+  const kiln::data::Bytes train_bytes(train), test_bytes(test);
+  const kiln::data::ScaleNormalize to_float{255.0f, {0.5f}, {0.5f}};
   const bool pin = std::is_same_v<D, kiln::Cuda>;
-  kiln::data::DataLoader train_loader(train,
-                                      {.batch_size = o.batch_size, .shuffle = true, .num_workers = o.workers,
-                                       .pin_memory = pin, .seed = o.seed},
-                                      normalize);
-  kiln::data::DataLoader test_loader(test, {.batch_size = 1000, .num_workers = o.workers, .pin_memory = pin}, normalize);
+  kiln::data::DataLoader train_loader(train_bytes, {.batch_size = o.batch_size, .shuffle = true,
+                                                    .num_workers = o.workers, .pin_memory = pin, .seed = o.seed});
+  kiln::data::DataLoader test_loader(test_bytes, {.batch_size = 1000, .num_workers = o.workers, .pin_memory = pin});
 
   // Resume, the run's line, then per epoch (examples/common/classify.hpp): cross entropy, the step every
   // --accumulate batches, evaluation without gradients (NoGrad + eval()), the epoch's line, --metrics,
@@ -71,7 +74,9 @@ int run(const examples::TrainOptions& o, const std::string& device) {
                 static_cast<long long>(Model<LeNet, Image, P>::parameter_count), where.c_str(), threads, threads == 1 ? "" : "s",
                 o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
     if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
-    const auto r = examples::classification::fit(o, trained, opt, scaler, train_loader, test_loader, start);
+    auto train_batches = examples::device_batches(trained, train_loader, to_float);  // on the GPU: a copy stream
+    auto test_batches = examples::device_batches(trained, test_loader, to_float);
+    const auto r = examples::classification::fit(o, trained, opt, scaler, train_batches, test_batches, start);
     return examples::classification::report_result(r, o.epochs, t_start, device, o.precision);
   };
   return examples::with_trainer<LeNet, Image, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);

@@ -5,8 +5,10 @@
 //   1. A network is a type: the seeds' LeNet exactly, Conv2d<3, 6, 5> ... Linear<84, 10> on
 //      [N, 3, 32, 32]; every shape in between is checked when the program compiles.
 //   2. Data: kiln::data::Cifar10 reads the binary version (data_batch_1..5.bin, test_batch.bin), decoded
-//      once into memory as bytes; ToTensor scaling in read(), Normalize(0.5, 0.5) per channel in the
-//      loader, shuffled with a seed every epoch, collated by worker threads ahead of the training step.
+//      once into memory as bytes, shuffled with a seed every epoch, collated as bytes by worker threads
+//      ahead of the training step (DataLoader over Bytes), then moved to the device (on a GPU: pinned, on
+//      a copy stream, one batch ahead) and scaled and normalised there in one pass, ToTensor +
+//      Normalize(0.5, 0.5) per channel (DeviceLoader).
 //   3. Training: Adam(1e-3), cross entropy, batch 128, 10 epochs, optional gradient accumulation
 //      (--accumulate K); each epoch ends with an evaluation on the test split in batches of 100, without
 //      gradients, a JSON line in --metrics and an atomic checkpoint in --checkpoint (--resume continues).
@@ -68,13 +70,14 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   }
   const kiln::data::Cifar10 train_split(o.data, true), test(o.data, false);  // [3, 32, 32] in [0, 1], class
   const examples::classification::FirstSamples train(train_split, o.limit);  // --limit N: the first N images
-  const kiln::data::Normalize normalize{{0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};  // per channel: [-1, 1]
+  // Bytes through the loaders; floats in [-1, 1] per channel where the batches land (ToTensor + Normalize
+  // in one pass: one kernel on a GPU).
+  const kiln::data::Bytes train_bytes(train), test_bytes(test);
+  const kiln::data::ScaleNormalize to_float{255.0f, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
   const bool pin = std::is_same_v<D, kiln::Cuda>;
-  kiln::data::DataLoader train_loader(train,
-                                      {.batch_size = o.batch_size, .shuffle = true, .num_workers = o.workers,
-                                       .pin_memory = pin, .seed = o.seed},
-                                      normalize);
-  kiln::data::DataLoader test_loader(test, {.batch_size = 100, .num_workers = o.workers, .pin_memory = pin}, normalize);
+  kiln::data::DataLoader train_loader(train_bytes, {.batch_size = o.batch_size, .shuffle = true,
+                                                    .num_workers = o.workers, .pin_memory = pin, .seed = o.seed});
+  kiln::data::DataLoader test_loader(test_bytes, {.batch_size = 100, .num_workers = o.workers, .pin_memory = pin});
 
   // Resume, the run's line, then per epoch (examples/common/classify.hpp): cross entropy, the step every
   // --accumulate batches, evaluation without gradients (NoGrad + eval()), the epoch's line, --metrics,
@@ -89,7 +92,9 @@ int run(const examples::TrainOptions& o, const std::string& device) {
                 train_split.directory().c_str(), static_cast<long long>(Model<LeNet, Image, P>::parameter_count), where.c_str(), threads,
                 threads == 1 ? "" : "s", o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
     if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
-    const auto r = examples::classification::fit(o, trained, opt, scaler, train_loader, test_loader, start);
+    auto train_batches = examples::device_batches(trained, train_loader, to_float);  // on the GPU: a copy stream
+    auto test_batches = examples::device_batches(trained, test_loader, to_float);
+    const auto r = examples::classification::fit(o, trained, opt, scaler, train_batches, test_batches, start);
     return examples::classification::report_result(r, o.epochs, t_start, device, o.precision);
   };
   return examples::with_trainer<LeNet, Image, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);

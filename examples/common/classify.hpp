@@ -34,6 +34,7 @@ template <kiln::data::dataset D>
 class FirstSamples {
  public:
   using sample_shape = typename D::sample_shape;
+  using sample_type = kiln::data::sample_type_t<D>;
   using target_type = typename D::target_type;
   using target_shape = typename D::target_shape;
 
@@ -43,7 +44,12 @@ class FirstSamples {
                                                                         : base.size()) {}
   FirstSamples(const D&&, long long) = delete;  // a temporary base would dangle
   kiln::index_t size() const { return size_; }
-  void read(kiln::index_t i, std::span<float> x, std::span<target_type> y) const { base_->read(i, x, y); }
+  void read(kiln::index_t i, std::span<sample_type> x, std::span<target_type> y) const { base_->read(i, x, y); }
+  void read_bytes(kiln::index_t i, std::span<std::uint8_t> x, std::span<target_type> y) const
+    requires kiln::data::byte_dataset<D>
+  {
+    base_->read_bytes(i, x, y);
+  }
 
  private:
   const D* base_;

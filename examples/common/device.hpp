@@ -1,8 +1,12 @@
-// What every training example needs of the device: batches moved to it, and the CPU thread count.
+// What every training example needs of the device: batches moved to it (a DeviceLoader, or one tensor at a
+// time), and the CPU thread count.
 #pragma once
 #include <type_traits>
+#include <utility>
 
 #include <kiln/core/config.hpp>
+#include <kiln/data/device_loader.hpp>
+#include <kiln/parallel/data_parallel.hpp>
 #include <kiln/policy/device.hpp>
 #include <kiln/expr/cast.hpp>
 #include <kiln/tensor/tensor.hpp>
@@ -18,13 +22,21 @@ namespace examples {
 template <class D, class T, class S>
 auto to_device(const kiln::Tensor<T, S, kiln::Cpu>& t) {
   if constexpr (std::is_same_v<D, kiln::Cpu>) return t;
-  else return t.template to<D>(-1, false);  // blocking: the loss is read on the host right after
+  else return t.template to<D>(-1, t.is_pinned());  // from pinned memory, ordered on the stream, not waited for
+}
+
+/// A tensor already on the GPU (a DeviceLoader's batch) as it is.
+template <class D, class T, class S>
+  requires(!std::is_same_v<D, kiln::Cpu>)
+auto to_device(const kiln::Tensor<T, S, D>& t) {
+  return t;
 }
 
 /// A batch's tensor on device D, float features as the model's storage type T (fp16 / bf16: one
 /// conversion pass on the device) and anything else (int64 labels) as it is.
-template <class D, class T, class E, class S>
-auto to_model_input(const kiln::Tensor<E, S, kiln::Cpu>& t) {
+template <class D, class T, class E, class S, class From>
+auto to_model_input(const kiln::Tensor<E, S, From>& t) {
+  static_assert(std::is_same_v<From, kiln::Cpu> || std::is_same_v<From, D>, "a batch on another device");
   if constexpr (!std::is_same_v<E, float> || std::is_same_v<T, float>) {
     return to_device<D>(t);
   } else {
@@ -33,6 +45,24 @@ auto to_model_input(const kiln::Tensor<E, S, kiln::Cpu>& t) {
     kiln::assign(out, kiln::cast<T>(on_device));
     return out;
   }
+}
+
+/// The device a trained model takes its batches on: a model's (or a DistributedDataParallel rank's)
+/// own; DataParallel splits host batches across its replicas itself.
+template <class Trained>
+struct batch_device {
+  using type = typename Trained::D;
+};
+template <class Net, class In, class Prec, class D>
+struct batch_device<kiln::parallel::DataParallel<Net, In, Prec, D>> {
+  using type = kiln::Cpu;
+};
+
+/// `loader`'s batches where `trained` takes them (kiln::data::DeviceLoader: on the GPU, copied on a copy
+/// stream ahead of use), scaled and normalised there by `t`. `loader` must outlive the result.
+template <class Trained, class Loader>
+auto device_batches(const Trained&, Loader& loader, kiln::data::ScaleNormalize t) {
+  return kiln::data::DeviceLoader<typename batch_device<Trained>::type, Loader>(loader, std::move(t));
 }
 
 /// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).

@@ -1,5 +1,6 @@
 /// Cifar10: the CIFAR-10 binary version, decoded once into memory (torchvision.datasets.CIFAR10 + ToTensor).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -99,6 +100,16 @@ class Cifar10 {
                        " targets; expected 3072 inputs ([3, 32, 32]) and 1 target");
     const std::uint8_t* src = images_.data() + static_cast<std::size_t>(i) * image_bytes;
     for (std::size_t k = 0; k < image_bytes; ++k) x[k] = static_cast<float>(src[k]) / 255.0f;
+    y[0] = static_cast<target_type>(labels_[static_cast<std::size_t>(i)]);
+  }
+  /// Image i as its stored bytes (0-255; Bytes<Cifar10> reads through this), its label into y.
+  void read_bytes(index_t i, std::span<std::uint8_t> x, std::span<target_type> y) const {
+    if (i < 0 || i >= size() || x.size() != image_bytes || y.size() != 1)
+      throw ValueError("kiln::data::Cifar10::read_bytes: index " + std::to_string(i) + " of " +
+                       std::to_string(size()) + ", spans of " + std::to_string(x.size()) + " and " +
+                       std::to_string(y.size()) + "; expected 0 <= i < size(), 3072 bytes and 1 target");
+    const std::uint8_t* src = images_.data() + static_cast<std::size_t>(i) * image_bytes;
+    std::copy(src, src + image_bytes, x.begin());
     y[0] = static_cast<target_type>(labels_[static_cast<std::size_t>(i)]);
   }
 

@@ -1,8 +1,9 @@
-/// kiln::data in one include: datasets, readers, transforms, samplers and the loader.
+/// kiln::data in one include: datasets, readers, transforms, samplers, the loader and DeviceLoader.
 #pragma once
 #include "kiln/data/cifar10.hpp"
 #include "kiln/data/csv.hpp"
 #include "kiln/data/dataset.hpp"
+#include "kiln/data/device_loader.hpp"
 #include "kiln/data/error.hpp"
 #include "kiln/data/idx.hpp"
 #include "kiln/data/loader.hpp"

@@ -13,17 +13,35 @@
 
 namespace kiln::data {
 
+namespace detail {
+template <class D>
+struct sample_type_of {
+  using type = float;
+};
+template <class D>
+  requires requires { typename D::sample_type; }
+struct sample_type_of<D> {
+  using type = typename D::sample_type;
+};
+}  // namespace detail
+
+/// The element type of a dataset's inputs: D::sample_type where D has one (std::uint8_t for Bytes<...>),
+/// else float.
+template <class D>
+using sample_type_t = typename detail::sample_type_of<D>::type;
+
 /// A dataset of `size()` samples. Sample i is read into caller-provided memory (a slot of the batch being
 /// collated, so nothing is allocated per sample):
 ///   D::sample_shape    the shape of one input, without the batch (Shape<1, 28, 28>, Shape<13>)
 ///   D::target_type     std::int64_t (a class index) or float (a regression target)
 ///   D::target_shape    Shape<> for a class index, Shape<1> (or more) for regression targets
+///   D::sample_type     optional: the inputs' element type (default float; std::uint8_t for raw bytes)
 ///   d.size()           the number of samples
-///   d.read(i, x, y)    writes sample i's input into x (sample_shape's numel floats, row-major) and its
+///   d.read(i, x, y)    writes sample i's input into x (sample_shape's numel values, row-major) and its
 ///                      target into y (target_shape's numel values); const and thread-safe
 /// Like torch.utils.data.Dataset's __len__ / __getitem__.
 template <class D>
-concept dataset = requires(const D& d, index_t i, std::span<float> x, std::span<typename D::target_type> y) {
+concept dataset = requires(const D& d, index_t i, std::span<sample_type_t<D>> x, std::span<typename D::target_type> y) {
   typename D::sample_shape;
   typename D::target_shape;
   typename D::target_type;
@@ -48,7 +66,7 @@ using batched_t = typename detail::batched<S>::type;
 /// One sample as values (for inspection and tests; loaders read into batch slots instead).
 template <class D>
 struct Example {
-  std::vector<float> x;
+  std::vector<sample_type_t<D>> x;
   std::vector<typename D::target_type> y;
 };
 
@@ -58,9 +76,37 @@ Example<D> get(const D& d, index_t i) {
   Example<D> e;
   e.x.resize(static_cast<std::size_t>(D::sample_shape::static_numel()));
   e.y.resize(static_cast<std::size_t>(D::target_shape::static_numel()));
-  d.read(i, std::span<float>(e.x), std::span<typename D::target_type>(e.y));
+  d.read(i, std::span<sample_type_t<D>>(e.x), std::span<typename D::target_type>(e.y));
   return e;
 }
+
+/// A dataset whose samples are kept as bytes (Mnist, Cifar10: `read_bytes(i, x, y)` with x the sample's
+/// stored bytes, 0-255).
+template <class D>
+concept byte_dataset = dataset<D> && requires(const D& d, index_t i, std::span<std::uint8_t> x,
+                                              std::span<typename D::target_type> y) { d.read_bytes(i, x, y); };
+
+/// The samples of a byte dataset as their stored bytes (std::uint8_t, 0-255) instead of floats in [0, 1]:
+/// a loader over it collates and copies a quarter of the bytes, and a DeviceLoader scales and normalises
+/// them where they land (on the GPU, one kernel per batch). Keeps `ds` by reference.
+///   const kiln::data::Bytes bytes(train);                  // train: a FashionMnist
+///   kiln::data::DataLoader loader(bytes, {.batch_size = 128, .pin_memory = true});
+template <byte_dataset Ds>
+class Bytes {
+ public:
+  using sample_type = std::uint8_t;
+  using sample_shape = typename Ds::sample_shape;
+  using target_type = typename Ds::target_type;
+  using target_shape = typename Ds::target_shape;
+
+  explicit Bytes(const Ds& ds) : ds_(&ds) {}
+  index_t size() const { return ds_->size(); }
+  void read(index_t i, std::span<std::uint8_t> x, std::span<target_type> y) const { ds_->read_bytes(i, x, y); }
+  const Ds& dataset() const { return *ds_; }
+
+ private:
+  const Ds* ds_;
+};
 
 /// Samples held in memory: inputs [N, sample...] as float, targets [N, target...]
 /// (torch.utils.data.TensorDataset).

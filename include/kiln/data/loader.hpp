@@ -46,10 +46,11 @@ struct LoaderOptions {
   std::uint64_t seed = 0;   ///< shuffling and random transforms
 };
 
-/// One batch: inputs [B, sample...] and targets [B, target...] on the CPU, and its index in the epoch.
+/// One batch: inputs [B, sample...] (floats, or bytes for a Bytes<...> dataset) and targets [B, target...]
+/// on the CPU, and its index in the epoch.
 template <dataset Ds>
 struct Batch {
-  Tensor<float, batched_t<typename Ds::sample_shape>, Cpu> x;
+  Tensor<sample_type_t<Ds>, batched_t<typename Ds::sample_shape>, Cpu> x;
   Tensor<typename Ds::target_type, batched_t<typename Ds::target_shape>, Cpu> y;
   index_t index = 0;
   index_t size() const { return x.size(0); }
@@ -71,7 +72,9 @@ class DataLoader {
  public:
   using batch_type = Batch<Ds>;
   using sample_shape = typename Ds::sample_shape;
+  using sample_type = sample_type_t<Ds>;
   using target_type = typename Ds::target_type;
+  using target_shape = typename Ds::target_shape;
   static constexpr index_t sample_numel = sample_shape::static_numel();
   static constexpr index_t target_numel = Ds::target_shape::static_numel();
 
@@ -111,7 +114,7 @@ class DataLoader {
     out.y = decltype(out.y)(Extents<batched_t<typename Ds::target_shape>>(b));
     out.index = k;
     for (index_t i = 0; i < b; ++i) {
-      const std::span<float> x(out.x.data() + i * sample_numel, static_cast<std::size_t>(sample_numel));
+      const std::span<sample_type> x(out.x.data() + i * sample_numel, static_cast<std::size_t>(sample_numel));
       const std::span<target_type> y(out.y.data() + i * target_numel, static_cast<std::size_t>(target_numel));
       ds_->read(order[static_cast<std::size_t>(begin + i)], x, y);
       SampleRng rng(detail::mix(detail::mix(o_.seed, epoch), static_cast<std::uint64_t>(begin + i)));
@@ -135,28 +138,30 @@ class DataLoader {
       if (workers > 0) {
         window_ = static_cast<index_t>(workers) * std::max(1, l_->o_.prefetch_factor);
         slots_.resize(static_cast<std::size_t>(window_));
-        for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { work(); });
+#if KILN_WITH_CUDA
+        if (l_->pin_) device_ = kiln::cuda::current_device();  // pinning workers call CUDA: on this GPU
+#endif
+        try {
+          for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { work(); });
+        } catch (...) {  // a thread that could not start: stop and join those that did
+          stop_and_join();
+          throw;
+        }
       }
     }
-    ~Epoch() {
-      {
-        std::lock_guard lock(m_);
-        stop_ = true;
-      }
-      cv_.notify_all();
-      for (auto& t : threads_) t.join();
-    }
+    ~Epoch() { stop_and_join(); }
     Epoch(const Epoch&) = delete;
     Epoch& operator=(const Epoch&) = delete;
 
     index_t batches() const { return batches_; }
-    /// Batch k (in order; k = the number taken so far). Rethrows a worker's exception.
+    /// Batch k (in order; k = the number taken so far). Rethrows a worker's exception once the batches
+    /// before the one that failed have been taken.
     batch_type take(index_t k) {
       if (threads_.empty()) return l_->collate(order_, k, epoch_);
       std::unique_lock lock(m_);
       Slot& s = slots_[static_cast<std::size_t>(k % window_)];
       cv_.wait(lock, [&] { return (s.ready && s.index == k) || error_; });
-      if (error_) std::rethrow_exception(error_);
+      if (!(s.ready && s.index == k)) std::rethrow_exception(error_);
       batch_type b = std::move(s.batch);
       s.ready = false;
       taken_ = k + 1;
@@ -171,7 +176,26 @@ class DataLoader {
       index_t index = -1;
       bool ready = false;
     };
+    void stop_and_join() {
+      {
+        std::lock_guard lock(m_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      for (auto& t : threads_) t.join();
+    }
     void work() {
+#if KILN_WITH_CUDA
+      if (device_ >= 0 && cudaSetDevice(device_) != cudaSuccess) {  // a new thread starts on GPU 0
+        std::lock_guard lock(m_);
+        if (!error_)
+          error_ = std::make_exception_ptr(BackendError("kiln::data::DataLoader: a worker could not use GPU " +
+                                                        std::to_string(device_) + " for pinned memory"));
+        (void)cudaGetLastError();
+        cv_.notify_all();
+        return;
+      }
+#endif
       for (;;) {
         index_t k;
         {
@@ -199,6 +223,7 @@ class DataLoader {
     std::uint64_t epoch_;
     std::vector<index_t> order_;
     index_t batches_ = 0, window_ = 0, next_ = 0, taken_ = 0;
+    int device_ = -1;  // the GPU pinning workers use (the constructing thread's current one)
     std::vector<Slot> slots_;
     std::vector<std::thread> threads_;
     std::mutex m_;

@@ -55,6 +55,12 @@ class Mnist {
     for (index_t k = 0; k < pixels; ++k) x[static_cast<std::size_t>(k)] = static_cast<float>(p[k]) / 255.0f;  // as ToTensor: div(255)
     y[0] = labels_[static_cast<std::size_t>(i)];
   }
+  /// Sample i as its stored bytes (0-255; Bytes<Mnist> reads through this).
+  void read_bytes(index_t i, std::span<std::uint8_t> x, std::span<std::int64_t> y) const {
+    const std::uint8_t* p = images_.data() + i * pixels;
+    for (index_t k = 0; k < pixels; ++k) x[static_cast<std::size_t>(k)] = p[k];
+    y[0] = labels_[static_cast<std::size_t>(i)];
+  }
   /// The raw bytes: images [N, 28, 28] and labels [N].
   const std::vector<std::uint8_t>& images() const { return images_; }
   const std::vector<std::uint8_t>& labels() const { return labels_; }

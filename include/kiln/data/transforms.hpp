@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -29,12 +30,14 @@ class SampleRng {
 };
 
 /// A transform T on samples of shape S ([C, H, W] or [F]): `t.template apply<S>(x, rng)` changes x in
-/// place (x holds S's numel floats). Compose them with Compose<...>.
+/// place (x holds S's numel values: floats, or bytes for a Bytes<...> dataset, where the flips and crops
+/// work alike and Normalize moves to the device: DeviceLoader's ScaleNormalize). Compose them with
+/// Compose<...>.
 
 /// Does nothing (the loader's default).
 struct Identity {
-  template <class S>
-  void apply(std::span<float>, SampleRng&) const {}
+  template <class S, class E>
+  void apply(std::span<E>, SampleRng&) const {}
 };
 
 /// x[c] = (x[c] - mean[c]) / std[c] per channel (dimension 0 of the sample), as
@@ -42,8 +45,11 @@ struct Identity {
 struct Normalize {
   std::vector<float> mean;
   std::vector<float> std;
-  template <class S>
-  void apply(std::span<float> x, SampleRng&) const {
+  template <class S, class E>
+  void apply(std::span<E> x, SampleRng&) const {
+    static_assert(std::is_same_v<E, float>,
+                  "kiln::data::Normalize works on float samples; a Bytes<...> dataset's batches are scaled and "
+                  "normalised where they land: DeviceLoader(loader, ScaleNormalize{255, mean, std})");
     const index_t channels = S::extents[0];
     const auto n = static_cast<index_t>(x.size()), plane = n / channels;
     if ((mean.size() != 1 && static_cast<index_t>(mean.size()) != channels) || mean.size() != std.size())
@@ -62,13 +68,13 @@ struct Normalize {
 /// Flips the image left-right with probability p (torchvision.transforms.RandomHorizontalFlip).
 struct RandomHorizontalFlip {
   double p = 0.5;
-  template <class S>
-  void apply(std::span<float> x, SampleRng& rng) const {
+  template <class S, class E>
+  void apply(std::span<E> x, SampleRng& rng) const {
     static_assert(S::rank == 3, "kiln::data::RandomHorizontalFlip: samples must be images [C, H, W]");
     if (rng.uniform() >= p) return;
     constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
     for (index_t r = 0; r < C * H; ++r) {
-      float* row = x.data() + r * W;
+      E* row = x.data() + r * W;
       for (index_t i = 0, j = W - 1; i < j; ++i, --j) std::swap(row[i], row[j]);
     }
   }
@@ -78,19 +84,19 @@ struct RandomHorizontalFlip {
 /// (torchvision.transforms.RandomCrop(size = the image's, padding)).
 struct RandomCrop {
   index_t padding = 4;
-  template <class S>
-  void apply(std::span<float> x, SampleRng& rng) const {
+  template <class S, class E>
+  void apply(std::span<E> x, SampleRng& rng) const {
     static_assert(S::rank == 3, "kiln::data::RandomCrop: samples must be images [C, H, W]");
     constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
     const index_t dy = rng.below(2 * padding + 1) - padding, dx = rng.below(2 * padding + 1) - padding;
     if (dy == 0 && dx == 0) return;
-    std::vector<float> src(x.begin(), x.end());
+    std::vector<E> src(x.begin(), x.end());
     for (index_t c = 0; c < C; ++c)
       for (index_t h = 0; h < H; ++h)
         for (index_t w = 0; w < W; ++w) {
           const index_t sh = h + dy, sw = w + dx;  // the window's (h, w) in the unpadded image
           x[static_cast<std::size_t>((c * H + h) * W + w)] =
-              (sh >= 0 && sh < H && sw >= 0 && sw < W) ? src[static_cast<std::size_t>((c * H + sh) * W + sw)] : 0.0f;
+              (sh >= 0 && sh < H && sw >= 0 && sw < W) ? src[static_cast<std::size_t>((c * H + sh) * W + sw)] : E{};
         }
   }
 };
@@ -101,8 +107,8 @@ struct Compose {
   std::tuple<Ts...> steps;
   Compose() = default;
   explicit Compose(Ts... ts) : steps(std::move(ts)...) {}
-  template <class S>
-  void apply(std::span<float> x, SampleRng& rng) const {
+  template <class S, class E>
+  void apply(std::span<E> x, SampleRng& rng) const {
     std::apply([&](const auto&... t) { (t.template apply<S>(x, rng), ...); }, steps);
   }
 };

@@ -160,6 +160,14 @@ BOOST_AUTO_TEST_CASE(read_scales_bytes_by_255_in_channel_row_column_order) {
   }
   BOOST_TEST(saw_zero);
   BOOST_TEST(saw_one);
+  // read_bytes (Bytes<Cifar10>): the stored bytes in the same order.
+  std::vector<std::uint8_t> raw(3072);
+  d.read_bytes(4, raw, y);
+  BOOST_TEST(y[0] == 3);
+  BOOST_TEST(raw[0] == 124);
+  BOOST_TEST(raw[1024] == 209);
+  BOOST_TEST(raw[2048 + 31 * 32 + 31] == 30);
+  BOOST_CHECK_THROW(d.read_bytes(d.size(), raw, y), kiln::ValueError);
 }
 
 BOOST_AUTO_TEST_CASE(get_returns_one_sample_as_values) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <kiln/data/data.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support/temp_dir.hpp"
@@ -91,6 +92,14 @@ BOOST_AUTO_TEST_CASE(mnist_split_reads_images_scaled_and_labels) {
   BOOST_TEST(e.x.size() == 784u);
   BOOST_TEST(e.x[5 * 28 + 6] == pixel(2, 5, 6) / 255.0f);
   BOOST_TEST(kiln::data::Mnist(dir.path().string(), true, 2).size() == 2);  // limit
+  // Bytes<Mnist>: the same samples as their stored bytes.
+  const kiln::data::Bytes bytes(train);
+  static_assert(std::is_same_v<kiln::data::sample_type_t<decltype(bytes)>, std::uint8_t>);
+  const auto b = kiln::data::get(bytes, 2);
+  BOOST_TEST(b.y[0] == 9);
+  bool same = b.x.size() == e.x.size();
+  for (std::size_t k = 0; same && k < b.x.size(); ++k) same = static_cast<float>(b.x[k]) / 255.0f == e.x[k];
+  BOOST_TEST(same, "Bytes<Mnist> sample 2 is not read()'s sample times 255");
 }
 
 BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {

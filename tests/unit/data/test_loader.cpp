@@ -7,6 +7,7 @@
 #include <kiln/data/data.hpp>
 #include <numeric>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -162,21 +163,21 @@ BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
   std::iota(x.begin(), x.end(), 0.0f);
   kd::SampleRng rng(1);
   auto n = x;
-  kd::Normalize{{1.0f, 2.0f}, {2.0f, 4.0f}}.apply<S>(n, rng);
+  kd::Normalize{{1.0f, 2.0f}, {2.0f, 4.0f}}.apply<S>(std::span<float>(n), rng);
   BOOST_TEST(n[0] == -0.5f);           // (0 - 1) / 2
   BOOST_TEST(n[12] == (12.0f - 2.0f) / 4.0f);
   auto f = x;
-  kd::RandomHorizontalFlip{.p = 1.0}.apply<S>(f, rng);
+  kd::RandomHorizontalFlip{.p = 1.0}.apply<S>(std::span<float>(f), rng);
   BOOST_TEST(f[0] == 3.0f);
   BOOST_TEST(f[4 * 5 + 1] == 22.0f);  // row 5, column 1 <- column 2
-  BOOST_CHECK_THROW((kd::Normalize{{1, 2, 3}, {1, 1, 1}}.apply<S>(n, rng)), kiln::ValueError);
+  BOOST_CHECK_THROW((kd::Normalize{{1, 2, 3}, {1, 1, 1}}.apply<S>(std::span<float>(n), rng)), kiln::ValueError);
   // RandomCrop(padding 1): the output is the input shifted by some (dy, dx) in [-1, 1]^2, zeros outside,
   // and over many draws every shift appears.
   std::set<std::pair<int, int>> shifts;
   for (std::uint64_t seed = 0; seed < 200; ++seed) {
     auto c = x;
     kd::SampleRng r(seed);
-    kd::RandomCrop{.padding = 1}.apply<S>(c, r);
+    kd::RandomCrop{.padding = 1}.apply<S>(std::span<float>(c), r);
     int found = 0;
     for (int dy = -1; dy <= 1; ++dy)
       for (int dx = -1; dx <= 1; ++dx) {
