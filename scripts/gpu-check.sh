@@ -65,7 +65,11 @@ skip() {  # skip NAME WHY: a row that says why it did not run
   rows+=("$(printf '%-40s %-12s %6ss  %s' "$1" skipped 0.0 "$2")")
 }
 
-kinfo=$(find "$bin" -type f -name kiln-info -perm -u+x | head -1)
+# Where nvidia-smi lists a GPU, a CUDA test that finds none fails (exit 1) instead of reporting itself
+# skipped (exit 77): a broken driver or runtime must not pass the check (tests/support/main_cuda.cpp).
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then export KILN_REQUIRE_GPU=1; fi
+
+kinfo=$(find "$bin" -type f -name kiln-info -perm -u+x -not -path '*/consumer/*' | head -1)
 [ -n "$kinfo" ] && run kiln-info 30 "$kinfo"
 for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' | sort); do
   run "$(basename "$exe")" 180 "$exe" --color_output=no --report_level=short --log_level=test_suite
@@ -83,6 +87,9 @@ if ! command -v mpiexec >/dev/null; then  # a bare machine: an MPI singleton (wo
   launch=()
   # Open MPI 4's singleton MPI_Init starts orted: without it (and its plugins) MPI cannot start here.
   command -v orted >/dev/null || mpi="no Open MPI runtime on this machine (no mpiexec, no orted)"
+elif ! timeout 60 "${launch[@]}" true >"$out/mpiexec-probe.log" 2>&1; then
+  # An mpiexec that cannot start processes here (another Open MPI than the staged libmpi, say).
+  mpi="mpiexec -n $gpus cannot start processes here (see mpiexec-probe.log)"
 fi
 for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_nccl_test_*' | sort); do
   if [ "$mpi" = yes ]; then
@@ -102,8 +109,13 @@ if [ -n "$job_ddp" ] && [ -n "$boston" ]; then
     skip mlp_boston_ddp "$mpi"
   fi
 fi
+# Fashion-MNIST: staged by gpu-stage, or Debian's package when built here.
+data="$bin/fashion-mnist"
+[ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
 for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' ! -name 'bench_distributed_cuda' | sort); do
-  run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json"
+  extra=()
+  [ "$(basename "$exe")" = bench_loader_cuda ] && extra=(--data "$data")
+  run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json" "${extra[@]}"
 done
 kb=$(find "$bin" -type f -perm -u+x -name kiln-bench | head -1)  # issue #7: fused vs unfused on the GPU
 if [ -n "$kb" ]; then
@@ -125,10 +137,8 @@ job_dp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
 if [ -n "$job_dp" ] && [ -n "${boston:-}" ]; then  # DataParallel's GPU replicas (every GPU of the machine)
   run mlp_boston_dp_gpus 120 "$job_dp" --device cuda --parallel dp --data "$boston" --epochs 30
 fi
-# The main job, one epoch on the GPU (the data: staged by gpu-stage, or Debian's package when built here).
+# The main job, one epoch on the GPU.
 job=$(find "$bin" -type f -perm -u+x -name lenet_fashion_mnist | head -1)
-data="$bin/fashion-mnist"
-[ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
 if [ -n "$job" ] && [ -d "$data" ]; then
   run lenet_fashion_mnist 180 "$job" --device cuda --epochs 1 --data "$data" --metrics "$out/lenet_fashion_mnist.jsonl"
   for p in fp16 bf16; do  # mixed precision (issue #5): the same epoch, tensor cores

@@ -157,7 +157,9 @@ BOOST_AUTO_TEST_CASE(a_training_step_with_a_capturable_adam_replays_the_eager_st
   const auto a = eager.model.parameters().to_vector(), b = graphed.model.parameters().to_vector();
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i] - b[i])));
-  BOOST_TEST(worst <= 1e-6, "largest parameter difference " << worst);
+  // Not bit for bit: the captured GEMMs run on the capture's stream, where cuBLAS may choose another
+  // algorithm (its reproducibility holds per stream). A step lost or doubled would differ by ~lr = 1e-2.
+  BOOST_TEST(worst <= 1e-5, "largest parameter difference " << worst);
   graphed.opt.set_lr(0.0f);  // a new learning rate reaches the replays: lr 0 leaves the parameters alone
   g.replay();
   BOOST_TEST(graphed.model.parameters().to_vector() == b, boost::test_tools::per_element());
@@ -200,7 +202,9 @@ BOOST_AUTO_TEST_CASE(an_fp16_training_step_with_a_capturable_scaler_replays_the_
   const auto a = eager.model.parameters().to_vector(), b = graphed.model.parameters().to_vector();
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i] - b[i])));
-  BOOST_TEST(worst <= 1e-6, "largest parameter difference " << worst);
+  // fp16 activations: another GEMM algorithm on the capture's stream may move one by a half-precision
+  // step (~5e-4 relative), an Adam update by ~lr x 1e-3; a lost or skipped step would move ~lr = 1e-2.
+  BOOST_TEST(worst <= 1e-4, "largest parameter difference " << worst);
 }
 
 BOOST_AUTO_TEST_CASE(what_a_graph_cannot_hold_is_refused_and_capturing_works_after) {

@@ -11,6 +11,7 @@
 #include <kiln/parallel/nccl_replicas.hpp>
 #include <vector>
 
+#include "support/deterministic_cudnn.hpp"
 #include "support/parallel_models.hpp"
 #include "support/reference.hpp"
 
@@ -68,6 +69,7 @@ BOOST_AUTO_TEST_CASE(gpu_replicas_train_the_mlp_like_one_gpu) {
 }
 
 BOOST_AUTO_TEST_CASE(gpu_replicas_train_a_small_lenet_like_one_gpu) {
+  const kiln::test::DeterministicCudnn deterministic;  // no atomics in either training's convolutions
   std::vector<std::int64_t> labels(32);
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
   const double d = train_both<LeNet>(20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});

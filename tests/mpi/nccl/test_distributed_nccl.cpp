@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mpi/ddp_support.hpp"
+#include "support/deterministic_cudnn.hpp"
 #include "support/parallel_models.hpp"
 #include "support/reference.hpp"
 
@@ -53,6 +54,7 @@ BOOST_AUTO_TEST_CASE(ranks_train_the_mlp_like_one_gpu) {
 }
 
 BOOST_AUTO_TEST_CASE(ranks_train_a_small_lenet_like_one_gpu) {
+  const kiln::test::DeterministicCudnn deterministic;  // no atomics in either training's convolutions
   const kiln::index_t n = kt::batch_for(group().size(), 32);
   std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
@@ -63,6 +65,7 @@ BOOST_AUTO_TEST_CASE(ranks_train_a_small_lenet_like_one_gpu) {
 }
 
 BOOST_AUTO_TEST_CASE(averaged_gradients_equal_one_gpu_for_every_bucket_size) {
+  const kiln::test::DeterministicCudnn deterministic;  // no atomics in either training's convolutions
   const kiln::index_t n = kt::batch_for(group().size(), 16);
   std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 7) % 10);
