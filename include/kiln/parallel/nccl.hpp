@@ -16,14 +16,16 @@
 #include "kiln/parallel/nccl_replicas.hpp"
 #include "kiln/parallel/mpi.hpp"
 #include "kiln/parallel/process_group.hpp"
+#include "kiln/parallel/watchdog.hpp"
 #include "kiln/policy/policy.hpp"
 
 namespace kiln::parallel {
 
 /// The job's ranks, one GPU each (device local_rank(), made the current device), over a non-blocking NCCL communicator, so that
 /// every wait can give up: a collective that has not finished within the timeout, or an asynchronous
-/// NCCL error (a peer gone), aborts the communicator (ncclCommAbort) and throws DistributedError; the job
-/// is then aborted when the rank exits, so mpirun ends the others.
+/// NCCL error (a peer gone), aborts the communicator (ncclCommAbort; if that blocks past the timeout
+/// too, the rank exits with status 1) and throws DistributedError; the job is then aborted when the rank
+/// exits, so mpirun ends the others.
 template <>
 class ProcessGroup<Nccl> {
  public:
@@ -55,7 +57,7 @@ class ProcessGroup<Nccl> {
   ~ProcessGroup() {
     if (comm_ == nullptr) return;
     if (failed_) {
-      (void)ncclCommAbort(comm_);
+      abort_communicator();
       return;
     }
     if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
@@ -69,8 +71,8 @@ class ProcessGroup<Nccl> {
     if ((rc == ncclSuccess || rc == ncclInProgress) && state == ncclSuccess) {
       (void)ncclCommDestroy(comm_);
     } else {
-      (void)ncclCommAbort(comm_);
       detail::MpiRuntime::get().failed = true;
+      abort_communicator();
     }
   }
   ProcessGroup(const ProcessGroup&) = delete;
@@ -126,6 +128,12 @@ class ProcessGroup<Nccl> {
   bool failed() const { return failed_; }
 
  private:
+  /// ncclCommAbort, which can block when a peer died inside a collective (NCCL issue #863): past the
+  /// group's timeout this rank ends (exit status 1) and mpirun ends the others, instead of a hang.
+  void abort_communicator() {
+    detail::run_or_exit([&] { (void)ncclCommAbort(comm_); }, mpi_.options().timeout,
+                        detail::rank_prefix(rank(), size()), "ncclCommAbort");
+  }
   /// The group's stream waits for what the current stream has queued so far.
   void after_compute() {
     ready_.record(cuda::current_stream(device_));
@@ -175,10 +183,10 @@ class ProcessGroup<Nccl> {
     fail(what + ": NCCL failed: " + ncclGetErrorString(rc) + (last && *last ? std::string(" (") + last + ")" : ""));
   }
   [[noreturn]] void fail(const std::string& message) {
-    if (!failed_ && comm_ != nullptr) (void)ncclCommAbort(comm_);
+    detail::MpiRuntime::get().failed = true;
+    if (!failed_ && comm_ != nullptr) abort_communicator();
     comm_ = nullptr;
     failed_ = true;
-    detail::MpiRuntime::get().failed = true;
     throw DistributedError(detail::rank_prefix(rank(), size()) + message);
   }
 

@@ -1,6 +1,7 @@
 # Runs tests/mpi/failures/rank_failure.cpp under mpiexec -n 2 with rank 1 failing (MODE: kill, hang,
 # throw) and checks that the job ends with a non-zero status within LIMIT seconds (no hang), with the
-# message that says why (EXPECT, a regex over stdout + stderr).
+# message that says why (EXPECT, a regex over stdout + stderr). MPIEXEC=none runs PROGRAM MODE alone
+# (watchdog_exit.cpp: a process that must end itself).
 #   cmake -DMPIEXEC=... -DPROGRAM=... -DMODE=... -DLIMIT=... -DEXPECT=... -P check.cmake
 foreach(v IN ITEMS MPIEXEC PROGRAM MODE LIMIT EXPECT)
   if(NOT DEFINED ${v})
@@ -8,12 +9,16 @@ foreach(v IN ITEMS MPIEXEC PROGRAM MODE LIMIT EXPECT)
   endif()
 endforeach()
 string(TIMESTAMP start "%s" UTC)
-execute_process(COMMAND ${MPIEXEC} -n 2 ${PROGRAM} ${MODE}
+set(launch ${MPIEXEC} -n 2)
+if(MPIEXEC STREQUAL "none")
+  set(launch "")
+endif()
+execute_process(COMMAND ${launch} ${PROGRAM} ${MODE}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out TIMEOUT ${LIMIT})
 string(TIMESTAMP stop "%s" UTC)
 math(EXPR elapsed "${stop} - ${start}")
 message("${out}")
-message("mpiexec -n 2 ${PROGRAM} ${MODE}: status '${rc}' after ${elapsed} s")
+message("${launch} ${PROGRAM} ${MODE}: status '${rc}' after ${elapsed} s")
 if(rc MATCHES "timeout")
   message(FATAL_ERROR "the job still ran after ${LIMIT} s: a failed rank left the others hanging")
 endif()
