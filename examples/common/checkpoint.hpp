@@ -1,6 +1,6 @@
 // Checkpoints of a training example: the model's parameters (PyTorch's state_dict names; float32 masters
-// under every precision), Adam's moments and step count, the loss scaler's state (fp16) and the epoch
-// reached, in one safetensors file written atomically.
+// under every precision), Adam's moments and step count (kiln::optimizer_state), the loss scaler's state
+// (fp16) and the epoch reached, in one safetensors file written atomically.
 #pragma once
 #include <charconv>
 #include <climits>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <kiln/core/config.hpp>
+#include <kiln/io/optimizer_state.hpp>
 #include <kiln/io/safetensors.hpp>
 #include <kiln/parallel/data_parallel.hpp>
 #if KILN_WITH_MPI
@@ -23,17 +24,11 @@ namespace examples {
 template <class Model, class Optimizer, class Scaler>
 void save_training_state(const std::string& path, const Model& model, const Optimizer& opt, const Scaler& scaler,
                          int epochs_done) {
-  using M = typename Model::M;
-  const auto m = opt.exp_avg().to_vector(), v = opt.exp_avg_sq().to_vector();
-  const std::vector<kiln::index_t> shape{static_cast<kiln::index_t>(m.size())};
-  std::map<std::string, kiln::SafetensorsEntry> extra;
-  extra["optimizer.exp_avg"] = kiln::make_entry<M>(std::span<const M>(m), shape);
-  extra["optimizer.exp_avg_sq"] = kiln::make_entry<M>(std::span<const M>(v), shape);
-  auto meta = scaler.state("grad_scaler.");  // empty unless loss scaling is on
-  meta.insert({{"epoch", std::to_string(epochs_done)},
-               {"step", std::to_string(opt.step_count())},
-               {"format", "kiln training state"}});
-  kiln::save_checkpoint(path, model, std::move(extra), meta);
+  kiln::OptimizerState state = kiln::optimizer_state(opt);  // Adam's moments and step count
+  auto meta = scaler.state("grad_scaler.");                 // empty unless loss scaling is on
+  meta.insert(state.metadata.begin(), state.metadata.end());
+  meta.insert({{"epoch", std::to_string(epochs_done)}, {"format", "kiln training state"}});
+  kiln::save_checkpoint(path, model, std::move(state.entries), meta);
 }
 
 /// A count (epochs, steps) from a checkpoint's metadata: a whole number >= 0, or a CheckpointError that
@@ -57,23 +52,10 @@ inline long long count_from(const std::map<std::string, std::string>& meta, cons
 /// scaler state (written in fp32 or bf16) leaves the scaler at its initial scale.
 template <class Model, class Optimizer, class Scaler>
 int load_training_state(const std::string& path, Model& model, Optimizer& opt, Scaler& scaler) {
-  using M = typename Model::M;
   std::map<std::string, std::string> meta;
-  auto rest = kiln::load_checkpoint(path, model, &meta);
-  for (const char* name : {"optimizer.exp_avg", "optimizer.exp_avg_sq"}) {
-    const auto it = rest.find(name);
-    if (it == rest.end() || it->second.dtype != kiln::safetensors_dtype<M>() ||
-        it->second.bytes.size() != static_cast<std::size_t>(model.parameter_count) * sizeof(M))
-      throw kiln::CheckpointError("kiln: " + path + ": missing or wrong-sized '" + name + "' (" +
-                                  std::to_string(model.parameter_count) + " values of " + kiln::safetensors_dtype<M>() +
-                                  " expected)");
-    std::vector<M> host(static_cast<std::size_t>(model.parameter_count));
-    std::memcpy(host.data(), it->second.bytes.data(), it->second.bytes.size());
-    auto& arena = std::string(name) == "optimizer.exp_avg" ? opt.exp_avg() : opt.exp_avg_sq();
-    arena.copy_from(std::span<const M>(host));
-  }
-  const long long step = count_from(meta, "step", path), epochs = count_from(meta, "epoch", path);
-  opt.set_step_count(step);
+  const auto rest = kiln::load_checkpoint(path, model, &meta);
+  const long long epochs = count_from(meta, "epoch", path);
+  kiln::load_optimizer_state(opt, rest, meta, path);
   if (meta.count("grad_scaler.scale")) scaler.load_state(meta, "grad_scaler.");
   return static_cast<int>(epochs);
 }

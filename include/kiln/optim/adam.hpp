@@ -152,6 +152,8 @@ class AdamBase {
   using arena_type = Tensor<M, Shape<dyn>, D>;
   using working_arena_type = Tensor<W, Shape<dyn>, D>;
   using options_type = Options;
+  /// AdamW (true) or Adam (false).
+  static constexpr bool decoupled_weight_decay = Decoupled;
 
   AdamBase(arena_type& params, arena_type& grads, Options o, const char* who, working_arena_type* work)
       : p_(params), g_(grads), work_(detail::working_copy(params, work, who)), o_(o) {

@@ -191,8 +191,19 @@ class SGD {
     if (o_.capturable) scalars_.set(detail::SgdScalars::lr, lr);
   }
   const SGDOptions& options() const { return o_; }
-  /// The momentum buffers (empty without momentum), for checkpoints.
+  /// The momentum buffers (torch's state["momentum_buffer"]; empty without momentum), for checkpoints.
   arena_type& momentum_buffer() { return buf_; }
+  const arena_type& momentum_buffer() const { return buf_; }
+  /// Whether a step has filled the momentum buffers (torch: the state holds a momentum_buffer). Until
+  /// then a step starts them from the gradient, so a checkpoint restores this with the buffers (else the
+  /// next step would overwrite them). Capturable: read from / written to the device.
+  bool momentum_initialized() const {
+    return o_.capturable ? scalars_.get(detail::SgdScalars::pending_first) == 0.0 : !first_;
+  }
+  void set_momentum_initialized(bool on) {
+    first_ = !on;
+    if (o_.capturable) scalars_.set(detail::SgdScalars::pending_first, on ? 0.0 : 1.0);
+  }
   /// The gradient arena a step reads (GradScaler unscales it in place).
   arena_type& gradients() { return g_; }
   const arena_type& gradients() const { return g_; }

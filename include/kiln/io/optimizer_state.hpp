@@ -1,0 +1,137 @@
+/// Optimizer state in checkpoints: torch.optim's state_dict() as safetensors entries and metadata.
+#pragma once
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/io/safetensors.hpp"
+
+namespace kiln {
+
+/// An optimizer's state, ready for save_checkpoint(path, model, state.entries, state.metadata). kiln's
+/// optimizers keep each kind of state in one arena over all parameters (in the model's parameter order),
+/// so each is one entry, and the scalars are metadata:
+///   Adam, AdamW   "optimizer.exp_avg", "optimizer.exp_avg_sq" (+ "optimizer.max_exp_avg_sq" with amsgrad);
+///                 metadata "optimizer.step" (torch's state["step"])
+///   SGD           "optimizer.momentum_buffer" (with momentum); metadata "optimizer.momentum_initialized"
+///                 ("1" once a step has filled it)
+/// and "optimizer.type" (Adam, AdamW, SGD). The learning rate and hyperparameters are the program's (as
+/// torch's param_groups, they are set when the optimizer is made; a scheduler's epoch sets the lr).
+struct OptimizerState {
+  std::map<std::string, SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+namespace detail {
+template <class Opt>
+concept adam_like = requires(const Opt& o) {
+  o.exp_avg();
+  o.exp_avg_sq();
+  o.max_exp_avg_sq();
+  o.step_count();
+};
+template <class Opt>
+concept sgd_like = requires(const Opt& o) {
+  o.momentum_buffer();
+  o.momentum_initialized();
+};
+
+template <class Opt>
+std::string optimizer_type() {
+  if constexpr (adam_like<Opt>) return Opt::decoupled_weight_decay ? "AdamW" : "Adam";
+  else return "SGD";
+}
+
+template <class Arena>
+void add_arena(OptimizerState& s, const std::string& name, const Arena& a) {
+  using M = typename Arena::element_type;
+  const std::vector<M> host = a.to_vector();
+  s.entries[name] = make_entry<M>(std::span<const M>(host), {static_cast<index_t>(host.size())});
+}
+
+template <class Arena>
+void load_arena(Arena& a, const std::map<std::string, SafetensorsEntry>& entries, const std::string& name,
+                const std::string& path) {
+  using M = typename Arena::element_type;
+  const auto it = entries.find(name);
+  const std::size_t n = static_cast<std::size_t>(a.numel());
+  if (it == entries.end() || it->second.dtype != safetensors_dtype<M>() || it->second.bytes.size() != n * sizeof(M))
+    throw CheckpointError("kiln: " + path + ": " + (it == entries.end() ? "no" : "a wrong-sized or wrong-typed") +
+                          " optimizer state '" + name + "'; expected " + std::to_string(n) + " values of " +
+                          safetensors_dtype<M>() + " (the optimizer's parameters)");
+  std::vector<M> host(n);
+  std::memcpy(host.data(), it->second.bytes.data(), it->second.bytes.size());
+  a.copy_from(std::span<const M>(host));
+}
+
+inline std::int64_t count_in(const std::map<std::string, std::string>& meta, const std::string& key,
+                             const std::string& path) {
+  const auto it = meta.find(key);
+  std::int64_t v = -1;
+  if (it != meta.end()) {
+    const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+    if (ec != std::errc() || end != it->second.data() + it->second.size()) v = -1;
+  }
+  if (v < 0)
+    throw CheckpointError("kiln: " + path + ": metadata '" + key + "' is " +
+                          (it == meta.end() ? std::string("missing") : "'" + it->second + "'") +
+                          "; expected a whole number >= 0");
+  return v;
+}
+}  // namespace detail
+
+/// The state of `opt` (Adam, AdamW or SGD) as entries and metadata (copies from the device).
+template <class Opt>
+OptimizerState optimizer_state(const Opt& opt) {
+  static_assert(detail::adam_like<Opt> || detail::sgd_like<Opt>, "kiln::optimizer_state: Adam, AdamW or SGD");
+  OptimizerState s;
+  s.metadata["optimizer.type"] = detail::optimizer_type<Opt>();
+  if constexpr (detail::adam_like<Opt>) {
+    detail::add_arena(s, "optimizer.exp_avg", opt.exp_avg());
+    detail::add_arena(s, "optimizer.exp_avg_sq", opt.exp_avg_sq());
+    if (opt.options().amsgrad) detail::add_arena(s, "optimizer.max_exp_avg_sq", opt.max_exp_avg_sq());
+    s.metadata["optimizer.step"] = std::to_string(opt.step_count());
+  } else {
+    if (opt.options().momentum != 0.0f) {
+      detail::add_arena(s, "optimizer.momentum_buffer", opt.momentum_buffer());
+      s.metadata["optimizer.momentum_initialized"] = opt.momentum_initialized() ? "1" : "0";
+    }
+  }
+  return s;
+}
+
+/// Restores what optimizer_state wrote, from the entries and metadata load_checkpoint gave (`path` for
+/// the messages). Throws CheckpointError when the checkpoint holds another optimizer's state, or a state
+/// is missing or of another size or dtype (a checkpoint of another model, say).
+template <class Opt>
+void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
+                          const std::map<std::string, std::string>& metadata, const std::string& path) {
+  static_assert(detail::adam_like<Opt> || detail::sgd_like<Opt>, "kiln::load_optimizer_state: Adam, AdamW or SGD");
+  const auto type = metadata.find("optimizer.type");
+  const std::string expected = detail::optimizer_type<Opt>();
+  if (type == metadata.end() || type->second != expected)
+    throw CheckpointError("kiln: " + path + ": " +
+                          (type == metadata.end() ? std::string("no optimizer state (metadata 'optimizer.type')")
+                                                  : "the optimizer state is " + type->second + "'s") +
+                          "; expected " + expected + "'s");
+  if constexpr (detail::adam_like<Opt>) {
+    const std::int64_t step = detail::count_in(metadata, "optimizer.step", path);
+    detail::load_arena(opt.exp_avg(), entries, "optimizer.exp_avg", path);
+    detail::load_arena(opt.exp_avg_sq(), entries, "optimizer.exp_avg_sq", path);
+    if (opt.options().amsgrad) detail::load_arena(opt.max_exp_avg_sq(), entries, "optimizer.max_exp_avg_sq", path);
+    opt.set_step_count(step);
+  } else {
+    if (opt.options().momentum != 0.0f) {
+      const std::int64_t on = detail::count_in(metadata, "optimizer.momentum_initialized", path);
+      detail::load_arena(opt.momentum_buffer(), entries, "optimizer.momentum_buffer", path);
+      opt.set_momentum_initialized(on != 0);
+    }
+  }
+}
+
+}  // namespace kiln

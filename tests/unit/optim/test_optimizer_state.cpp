@@ -1,0 +1,143 @@
+// Optimizer state in checkpoints (kiln/io/optimizer_state.hpp): SGD (momentum, Nesterov, capturable),
+// Adam (amsgrad, capturable) and AdamW stopped after 3 steps, saved to a safetensors file and restored
+// into a fresh optimizer continue bit for bit as if they had never stopped, as torch's
+// optimizer.load_state_dict does. A restored SGD momentum buffer is used, not restarted from the gradient.
+#include <boost/test/unit_test.hpp>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <kiln/io/optimizer_state.hpp>
+#include <kiln/optim/optim.hpp>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+namespace kt = kiln::test;
+using kiln::dyn;
+using kiln::Shape;
+using kiln::Tensor;
+constexpr kiln::index_t n = 1031;
+
+template <class D>
+Tensor<float, Shape<dyn>, D> arena(const std::vector<float>& v) {
+  return Tensor<float, Shape<dyn>, D>::from(std::span<const float>(v),
+                                            kiln::Extents<Shape<dyn>>(static_cast<kiln::index_t>(v.size())));
+}
+std::vector<float> gradient(std::uint32_t step) { return kt::random_values<float>(n, -1, 1, 700 + step); }
+
+/// 5 steps in one go against 3 steps, a checkpoint (the parameters and optimizer_state in one file), a
+/// fresh optimizer restored from it, and 2 more steps: the same parameters, bit for bit.
+template <class Opt, class D, class Options>
+void resumes_as_if_never_stopped(Options o, const std::string& name) {
+  const auto start = kt::random_values<float>(n, -1, 1, 699);
+  auto pa = arena<D>(start);
+  Tensor<float, Shape<dyn>, D> ga(n);
+  Opt a(pa, ga, o);
+  for (std::uint32_t s = 0; s < 5; ++s) {
+    ga.copy_from(std::span<const float>(gradient(s)));
+    a.step();
+  }
+
+  const kt::TempDir dir;
+  const auto file = dir.path() / (name + ".safetensors");
+  {
+    auto pb = arena<D>(start);
+    Tensor<float, Shape<dyn>, D> gb(n);
+    Opt b(pb, gb, o);
+    for (std::uint32_t s = 0; s < 3; ++s) {
+      gb.copy_from(std::span<const float>(gradient(s)));
+      b.step();
+    }
+    kiln::OptimizerState state = kiln::optimizer_state(b);
+    const auto p = pb.to_vector();
+    state.entries["params"] = kiln::make_entry<float>(std::span<const float>(p), {n});
+    kiln::write_safetensors(file, state.entries, state.metadata);
+  }
+
+  std::map<std::string, std::string> meta;
+  const auto entries = kiln::read_safetensors(file, &meta);
+  const auto& saved = entries.at("params").bytes;
+  std::vector<float> p(static_cast<std::size_t>(n));
+  std::memcpy(p.data(), saved.data(), saved.size());
+  auto pc = arena<D>(p);
+  Tensor<float, Shape<dyn>, D> gc(n);
+  Opt c(pc, gc, o);
+  kiln::load_optimizer_state(c, entries, meta, file.string());
+  for (std::uint32_t s = 3; s < 5; ++s) {
+    gc.copy_from(std::span<const float>(gradient(s)));
+    c.step();
+  }
+  BOOST_TEST(pc.to_vector() == pa.to_vector(), boost::test_tools::per_element());
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(optim)
+BOOST_AUTO_TEST_SUITE(optimizer_state)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sgd_momentum_resumes_from_a_checkpoint_as_if_never_stopped, D, kiln::test::devices) {
+  using Sgd = kiln::optim::SGD<float, D>;
+  resumes_as_if_never_stopped<Sgd, D>(
+      kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-3f}, "sgd");
+  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .nesterov = true},
+                                      "nesterov");
+  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .capturable = true},
+                                      "sgd_capturable");
+  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f}, "sgd_plain");  // no state at all
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(adam_and_adamw_resume_from_a_checkpoint_as_if_never_stopped, D, kiln::test::devices) {
+  resumes_as_if_never_stopped<kiln::optim::Adam<float, D>, D>(
+      kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 1e-3f, .amsgrad = true}, "adam");
+  resumes_as_if_never_stopped<kiln::optim::Adam<float, D>, D>(kiln::optim::AdamOptions{.lr = 1e-2f, .capturable = true},
+                                                              "adam_capturable");
+  resumes_as_if_never_stopped<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2f}, "adamw");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next_step, D, kiln::test::devices) {
+  // momentum_initialized: until a step fills them, the next step starts the buffers from the gradient
+  // (torch: no momentum_buffer in the state yet); restored, the next step uses them.
+  auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
+  auto g = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 1.0f));
+  kiln::optim::SGD<float, D> opt(p, g, {.lr = 1.0f, .momentum = 0.5f});
+  BOOST_TEST(!opt.momentum_initialized());
+  opt.momentum_buffer().fill(4.0f);
+  opt.set_momentum_initialized(true);
+  opt.step();  // buf = 0.5 * 4 + 1 = 3; p = 0 - 1 * 3
+  BOOST_TEST(p.to_vector()[0] == -3.0f);
+  opt.momentum_buffer().fill(4.0f);
+  opt.set_momentum_initialized(false);
+  opt.step();  // buf = g = 1; p = -3 - 1
+  BOOST_TEST(p.to_vector()[0] == -4.0f);
+  BOOST_TEST(opt.momentum_initialized());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(another_optimizers_state_is_refused_with_what_it_is, D, kiln::test::devices) {
+  auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
+  Tensor<float, Shape<dyn>, D> g(n);
+  kiln::optim::SGD<float, D> sgd(p, g, {.momentum = 0.9f});
+  kiln::optim::Adam<float, D> adam(p, g);
+  const auto state = kiln::optimizer_state(sgd);
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(adam, state.entries, state.metadata, "ckpt.safetensors"),
+                        kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+                          return std::string(e.what()) ==
+                                 "kiln: ckpt.safetensors: the optimizer state is SGD's; expected Adam's";
+                        });
+  auto adam_state = kiln::optimizer_state(adam);
+  adam_state.entries.erase("optimizer.exp_avg_sq");
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(adam, adam_state.entries, adam_state.metadata, "f"),
+                        kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+                          return std::string(e.what()).find("no optimizer state 'optimizer.exp_avg_sq'; expected 1031 "
+                                                            "values of F32") != std::string::npos;
+                        });
+  adam_state = kiln::optimizer_state(adam);
+  adam_state.metadata["optimizer.step"] = "-1";
+  BOOST_CHECK_THROW(kiln::load_optimizer_state(adam, adam_state.entries, adam_state.metadata, "f"), kiln::CheckpointError);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
