@@ -72,7 +72,8 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   const examples::classification::FirstSamples train(train_split, o.limit);  // --limit N: the first N images
   // Bytes through the loaders; floats in [-1, 1] per channel where the batches land (ToTensor + Normalize
   // in one pass: one kernel on a GPU).
-  const kiln::data::Bytes train_bytes(train), test_bytes(test);
+  const kiln::data::Bytes train_bytes(train);  // Bytes<FirstSamples<Cifar10>>
+  const kiln::data::Bytes test_bytes(test);    // Bytes<Cifar10>
   const kiln::data::ScaleNormalize to_float{255.0f, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
   const bool pin = std::is_same_v<D, kiln::Cuda>;
   kiln::data::DataLoader train_loader(train_bytes, {.batch_size = o.batch_size, .shuffle = true,
