@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch-parity fixtures for kiln's optimizers, schedulers and gradient clipping.
+"""PyTorch-parity fixtures for kiln's layers, losses, optimizers, schedulers, gradient clipping and a
+whole LeNet (forward, gradients, three optimizer steps).
 
 Run (Debian's python3-torch 1.13, CPU; it imports only from /usr/bin/python3):
 
@@ -51,6 +52,34 @@ clip.json
   grad            tensor  the concatenated gradients before clipping, shape [total]
   cases           [ {max_norm: float, norm_type: float | "inf",
                      total_norm: float (what clip_grad_norm_ returned), clipped: tensor} ]
+
+layers.json
+  torch_version   str
+  cases           [ {name: str, torch: str (the module, inside a one-layer Sequential, so its
+                     parameters are "0.weight" / "0.bias"),
+                     state_dict: {name: tensor} (empty for layers without parameters),
+                     input: tensor, grad_output: tensor (dL/dy, drawn at random),
+                     output: tensor (module(input)), grad_input: tensor (dL/dx),
+                     grad: {name: tensor} (each parameter's dL/dp)} ]
+                  every module in eval() mode (Dropout: the identity)
+
+losses.json
+  torch_version   str
+  mse             {input: tensor, target: tensor, loss: float, grad: tensor}    MSELoss(), mean
+  cross_entropy   {input: tensor [N, C] (logits, one row of large ones), target: [int] (labels),
+                   loss: float, grad: tensor}                                     CrossEntropyLoss(), mean
+
+lenet.json
+  torch_version   str
+  layers          str     the seeds' LeNet on [N, 3, 32, 32]
+  state_dict      {name: tensor}
+  input           tensor  [4, 3, 32, 32]
+  target          [int]   4 labels
+  output          tensor  [4, 10] logits
+  loss            float   CrossEntropyLoss()(output, target)
+  grad            {name: tensor}
+  optimizers      as in mlp.json: SGD (momentum) and Adam (eps 1e-4), 3 steps on the same batch from
+                  state_dict
 """
 import json
 import math
@@ -193,6 +222,104 @@ def clip_fixture():
             "grad": tensor(torch.cat([g.reshape(-1) for g in grads])), "cases": cases}
 
 
+def layer_case(name, module, shape, seed):
+    """A one-layer Sequential's forward and backward on a random input and a random dL/dy."""
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(module)
+    net.eval()
+    x = torch.randn(*shape, requires_grad=True)
+    y = net(x)
+    dy = torch.randn(*y.shape)
+    y.backward(dy)
+    return {"name": name, "torch": repr(module),
+            "state_dict": {k: tensor(v) for k, v in net.state_dict().items()},
+            "input": tensor(x), "grad_output": tensor(dy), "output": tensor(y), "grad_input": tensor(x.grad),
+            "grad": {k: tensor(p.grad) for k, p in net.named_parameters()}}
+
+
+def layers_fixture():
+    nn = torch.nn
+    cases = [
+        layer_case("linear", nn.Linear(5, 4), (3, 5), 11),
+        layer_case("linear_no_bias", nn.Linear(5, 4, bias=False), (3, 5), 12),
+        layer_case("conv2d", nn.Conv2d(2, 3, 5), (2, 2, 9, 9), 13),
+        layer_case("conv2d_stride_padding", nn.Conv2d(3, 4, 3, stride=2, padding=1), (2, 3, 7, 7), 14),
+        layer_case("max_pool2d", nn.MaxPool2d(2), (2, 3, 6, 6), 15),
+        layer_case("avg_pool2d", nn.AvgPool2d(2), (2, 3, 6, 6), 16),
+        layer_case("relu", nn.ReLU(), (4, 6), 17),
+        layer_case("sigmoid", nn.Sigmoid(), (4, 6), 18),
+        layer_case("tanh", nn.Tanh(), (4, 6), 19),
+        layer_case("gelu", nn.GELU(), (4, 6), 20),
+        layer_case("softmax", nn.Softmax(dim=1), (4, 6), 21),
+        layer_case("log_softmax", nn.LogSoftmax(dim=1), (4, 6), 22),
+        layer_case("flatten", nn.Flatten(), (2, 3, 2, 2), 23),
+        layer_case("dropout_eval", nn.Dropout(0.5), (4, 6), 24),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
+def losses_fixture():
+    torch.manual_seed(SEED + 2)
+    pred = torch.randn(5, 3, requires_grad=True)
+    target = torch.randn(5, 3)
+    mse = torch.nn.MSELoss()(pred, target)
+    mse.backward()
+    logits = torch.randn(6, 10)
+    logits[2] *= 40.0  # a row of large logits: the log-softmax must stay finite
+    logits.requires_grad_(True)
+    labels = torch.tensor([3, 0, 9, 9, 1, 5])
+    ce = torch.nn.CrossEntropyLoss()(logits, labels)
+    ce.backward()
+    return {"torch_version": torch.__version__,
+            "mse": {"input": tensor(pred), "target": tensor(target), "loss": f32([mse.item()])[0],
+                    "grad": tensor(pred.grad)},
+            "cross_entropy": {"input": tensor(logits), "target": labels.tolist(), "loss": f32([ce.item()])[0],
+                              "grad": tensor(logits.grad)}}
+
+
+def make_lenet():
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84),
+                         nn.ReLU(), nn.Linear(84, 10))
+
+
+def lenet_fixture():
+    torch.manual_seed(SEED + 3)
+    model = make_lenet()
+    x = torch.randn(4, 3, 32, 32)
+    target = torch.tensor([1, 7, 3, 3])
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    loss_fn = torch.nn.CrossEntropyLoss()
+    out = model(x)
+    loss = loss_fn(out, target)
+    loss.backward()
+    optimizers = []
+    for name, kind, options in [("sgd_momentum", "SGD", dict(lr=0.05, momentum=0.9, dampening=0.0,
+                                                              weight_decay=1e-4, nesterov=False)),
+                                # eps 1e-4, not 1e-8: with 1e-8 an element whose gradient is ~1e-8 (half of
+                                # 7.weight: dead units) still steps by ~lr, so the fp32 rounding of that
+                                # tiny gradient, not the formula, decides its step (mlp.json checks eps 1e-8)
+                                ("adam", "Adam", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-4, weight_decay=0.0,
+                                                      amsgrad=False))]:
+        m = make_lenet()
+        m.load_state_dict(initial)
+        opt = getattr(torch.optim, kind)(m.parameters(), foreach=False, **options)
+        for _ in range(STEPS):
+            opt.zero_grad()
+            loss_fn(m(x), target).backward()
+            opt.step()
+        opts = dict(options)
+        if "betas" in opts:
+            opts["betas"] = list(opts["betas"])
+        optimizers.append({"name": name, "type": kind, "options": opts, "steps": STEPS,
+                           "parameters": {k: tensor(v) for k, v in m.state_dict().items()}})
+    return {"torch_version": torch.__version__, "layers": repr(model),
+            "state_dict": {k: tensor(v) for k, v in initial.items()}, "input": tensor(x),
+            "target": target.tolist(), "output": tensor(out), "loss": f32([loss.item()])[0],
+            "grad": {k: tensor(p.grad) for k, p in model.named_parameters()}, "optimizers": optimizers}
+
+
 def write(name, data):
     path = os.path.join(OUT, name)
     with open(path, "w") as f:
@@ -209,6 +336,9 @@ def main():
     write("mlp.json", mlp_fixture())
     write("schedulers.json", schedulers_fixture())
     write("clip.json", clip_fixture())
+    write("layers.json", layers_fixture())
+    write("losses.json", losses_fixture())
+    write("lenet.json", lenet_fixture())
     return 0
 
 

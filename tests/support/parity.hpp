@@ -104,6 +104,27 @@ double scale_floor(std::span<const B> want) {
   return 1e-2 * m;
 }
 
+/// A model's parameter arena (host values, in named_parameters() order) from a PyTorch state_dict
+/// fixture ({name: tensor}); throws std::runtime_error naming the parameter when a name is missing or a
+/// shape or size differs, or the state_dict has names the model does not.
+template <class Model>
+std::vector<float> arena_from_state_dict(const Model& m, const nlohmann::json& state_dict) {
+  std::vector<float> host(static_cast<std::size_t>(m.parameters().numel()));
+  const auto params = m.named_parameters();
+  if (params.size() != state_dict.size())
+    throw std::runtime_error("kiln parity: the model has " + std::to_string(params.size()) + " parameters, the " +
+                             "state_dict " + std::to_string(state_dict.size()));
+  for (const auto& p : params) {
+    if (!state_dict.contains(p.name)) throw std::runtime_error("kiln parity: no '" + p.name + "' in the state_dict");
+    const auto& t = state_dict.at(p.name);
+    const auto v = values(t);
+    if (std::vector<long long>(p.shape.begin(), p.shape.end()) != shape(t) || static_cast<long long>(v.size()) != p.count)
+      throw std::runtime_error("kiln parity: '" + p.name + "' has another shape in the state_dict");
+    std::copy(v.begin(), v.end(), host.begin() + p.offset);
+  }
+  return host;
+}
+
 inline std::string describe(const Difference& d) {
   std::ostringstream os;
   os.precision(9);

@@ -1,0 +1,200 @@
+// PyTorch parity of every layer, both losses and a whole LeNet (tests/parity/fixtures/layers.json,
+// losses.json, lenet.json, written by tests/parity/make_fixtures.py with torch 1.13): the same weights
+// and inputs give the same outputs, input gradients and parameter gradients, and LeNet the same
+// parameters after three steps of SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to
+// each element, floored at 1% of its tensor's scale: parity::scale_floor). Both devices.
+#include <boost/test/unit_test.hpp>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+
+#include "support/parity.hpp"
+#include "support/policies.hpp"
+
+namespace {
+namespace parity = kiln::test::parity;
+namespace knn = kiln::nn;
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+using nlohmann::json;
+
+constexpr double rtol = 1e-5;  // the bound: fp32, relative
+
+const json& fixture(const std::string& file) {
+  static std::map<std::string, json> cache;
+  auto it = cache.find(file);
+  if (it == cache.end()) it = cache.emplace(file, parity::load(file)).first;
+  return it->second;
+}
+const json& layer_case(const std::string& name) {
+  for (const auto& c : fixture("layers.json").at("cases"))
+    if (c.at("name") == name) return c;
+  throw std::runtime_error("layers.json: no case " + name);
+}
+
+/// got against the fixture tensor want, within rtol relative to each element, floored at `floor` times
+/// want's scale (1%, as for the MLP: parity::scale_floor).
+void check(const std::vector<float>& got, const json& want, const std::string& what, double floor = 1.0) {
+  const auto w = parity::values(want);
+  const auto d = parity::compare(std::span<const float>(got), std::span<const float>(w),
+                                 floor * parity::scale_floor(std::span<const float>(w)));
+  BOOST_TEST(d.max_rel <= rtol, what << ": " << parity::describe(d));
+}
+
+/// Each named slice of a model's arena (gradients, or parameters) against the fixture's {name: tensor}.
+template <class Model>
+void check_named(const Model& m, const std::vector<float>& arena, const json& want, const std::string& what,
+                 double floor = 1.0) {
+  BOOST_TEST(m.named_parameters().size() == want.size());
+  for (const auto& p : m.named_parameters()) {
+    const auto first = arena.begin() + p.offset;
+    check(std::vector<float>(first, first + p.count), want.at(p.name), what + " " + p.name, floor);
+  }
+}
+
+template <class S, class D>
+Tensor<float, S, D> tensor_of(const json& t, const Extents<S>& ext) {
+  const auto v = parity::values(t);
+  return Tensor<float, S, D>::from(std::span<const float>(v), ext);
+}
+
+/// A one-layer model's forward and backward against the fixture case `name` (In: the input's shape).
+template <class Layer, class In, class D>
+void check_layer(const std::string& name) {
+  BOOST_TEST_CONTEXT("layer " << name) {
+    const json& c = layer_case(name);
+    knn::Model<knn::Sequential<Layer>, In, kiln::Policy<kiln::Fp32, D>> m(0);
+    m.train(false);  // torch's module is in eval() mode (Dropout: the identity)
+    m.parameters().copy_from(std::span<const float>(parity::arena_from_state_dict(m, c.at("state_dict"))));
+    const auto x = tensor_of<In, D>(c.at("input"), Extents<In>(parity::shape(c.at("input"))[0]));
+    const auto y = m.forward(x);
+    using Y = std::remove_cvref_t<decltype(y)>;
+    std::vector<long long> y_shape;
+    for (std::size_t i = 0; i < Y::rank; ++i) y_shape.push_back(y.size(i));
+    BOOST_TEST(parity::shape(c.at("output")) == y_shape, boost::test_tools::per_element());
+    check(y.to_vector(), c.at("output"), "output");
+    const auto dy = tensor_of<typename Y::shape_type, D>(c.at("grad_output"), y.extents());
+    const auto dx = m.backward_input(dy);
+    check(dx.to_vector(), c.at("grad_input"), "grad_input");
+    check_named(m, m.gradients().to_vector(), c.at("grad"), "grad");
+  }
+}
+
+using LeNet = knn::Sequential<knn::Conv2d<3, 6, 5>, knn::ReLU, knn::MaxPool2d<2>, knn::Conv2d<6, 16, 5>, knn::ReLU,
+                             knn::MaxPool2d<2>, knn::Flatten, knn::Linear<400, 120>, knn::ReLU, knn::Linear<120, 84>,
+                             knn::ReLU, knn::Linear<84, 10>>;
+using Image = Shape<dyn, 3, 32, 32>;
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(torch_parity)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, D, kiln::test::devices) {
+  check_layer<knn::Linear<5, 4>, Shape<dyn, 5>, D>("linear");
+  check_layer<knn::Linear<5, 4, false>, Shape<dyn, 5>, D>("linear_no_bias");
+  check_layer<knn::Conv2d<2, 3, 5>, Shape<dyn, 2, 9, 9>, D>("conv2d");
+  check_layer<knn::Conv2d<3, 4, 3, 2, 1>, Shape<dyn, 3, 7, 7>, D>("conv2d_stride_padding");
+  check_layer<knn::MaxPool2d<2>, Shape<dyn, 3, 6, 6>, D>("max_pool2d");
+  check_layer<knn::AvgPool2d<2>, Shape<dyn, 3, 6, 6>, D>("avg_pool2d");
+  check_layer<knn::ReLU, Shape<dyn, 6>, D>("relu");
+  check_layer<knn::Sigmoid, Shape<dyn, 6>, D>("sigmoid");
+  check_layer<knn::Tanh, Shape<dyn, 6>, D>("tanh");
+  check_layer<knn::GELU, Shape<dyn, 6>, D>("gelu");
+  check_layer<knn::Softmax, Shape<dyn, 6>, D>("softmax");
+  check_layer<knn::LogSoftmax, Shape<dyn, 6>, D>("log_softmax");
+  check_layer<knn::Flatten, Shape<dyn, 3, 2, 2>, D>("flatten");
+  check_layer<knn::Dropout<0.5f>, Shape<dyn, 6>, D>("dropout_eval");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test::devices) {
+  const json& f = fixture("losses.json");
+  {
+    const json& c = f.at("mse");
+    const Extents<Shape<dyn, 3>> ext(parity::shape(c.at("input"))[0]);
+    const auto pred = tensor_of<Shape<dyn, 3>, D>(c.at("input"), ext);
+    const auto target = tensor_of<Shape<dyn, 3>, D>(c.at("target"), ext);
+    knn::MSELoss mse;
+    check({mse(pred, target).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, "mse loss");
+    check(mse.backward(pred, target).to_vector(), c.at("grad"), "mse grad");
+  }
+  {
+    const json& c = f.at("cross_entropy");
+    const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
+    const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
+    const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
+    const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(
+        std::span<const std::int64_t>(labels_v), Extents<Shape<dyn>>(static_cast<kiln::index_t>(labels_v.size())));
+    knn::CrossEntropyLoss ce;
+    check({ce(logits, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, "cross entropy loss");
+    check(ce.backward(logits, labels).to_vector(), c.at("grad"), "cross entropy grad");
+  }
+}
+
+// A whole LeNet: each element is compared relative to itself but floored at 10% of its tensor's scale
+// (1% for single layers): its sums run over 75 to 400 terms through five layers, so an element that
+// cancels to far below its tensor's scale keeps the fp32 rounding of the large terms (measured: at most
+// 7e-7 of the scale for any gradient, 3e-7 for the parameters after three steps).
+constexpr double lenet_floor = 10.0;
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(lenet_matches_pytorch_forward_gradients_and_three_steps, D, kiln::test::devices) {
+  const json& f = fixture("lenet.json");
+  using Model = knn::Model<LeNet, Image, kiln::Policy<kiln::Fp32, D>>;
+  const auto initial = [&](Model& m) {
+    m.parameters().copy_from(std::span<const float>(parity::arena_from_state_dict(m, f.at("state_dict"))));
+  };
+  const Extents<Image> ext(parity::shape(f.at("input"))[0]);
+  const auto x = tensor_of<Image, D>(f.at("input"), ext);
+  const auto labels_v = f.at("target").get<std::vector<std::int64_t>>();
+  const auto y = Tensor<std::int64_t, Shape<dyn>, D>::from(
+      std::span<const std::int64_t>(labels_v), Extents<Shape<dyn>>(static_cast<kiln::index_t>(labels_v.size())));
+  knn::CrossEntropyLoss ce;
+  {
+    Model m(0);
+    initial(m);
+    const auto logits = m.forward(x);
+    check(logits.to_vector(), f.at("output"), "logits", lenet_floor);
+    check({ce(logits, y).item()}, json{{"shape", {1}}, {"values", {f.at("loss")}}}, "loss");
+    m.backward(ce.backward(logits, y));
+    check_named(m, m.gradients().to_vector(), f.at("grad"), "grad", lenet_floor);
+  }
+  for (const json& o : f.at("optimizers")) {
+    BOOST_TEST_CONTEXT("optimizer " << o.at("name").get<std::string>()) {
+      Model m(0);
+      initial(m);
+      const json& opt = o.at("options");
+      const auto run = [&](auto& optimizer) {
+        for (int s = 0; s < o.at("steps").get<int>(); ++s) {
+          optimizer.zero_grad();
+          const auto logits = m.forward(x);
+          m.backward(ce.backward(logits, y));
+          optimizer.step();
+        }
+      };
+      if (o.at("type") == "SGD") {
+        kiln::optim::SGD sgd(m, {.lr = opt.at("lr").get<float>(), .momentum = opt.at("momentum").get<float>(),
+                                 .dampening = opt.at("dampening").get<float>(),
+                                 .weight_decay = opt.at("weight_decay").get<float>(),
+                                 .nesterov = opt.at("nesterov").get<bool>()});
+        run(sgd);
+      } else {
+        kiln::optim::Adam adam(m, {.lr = opt.at("lr").get<float>(),
+                                   .betas = {opt.at("betas")[0].get<float>(), opt.at("betas")[1].get<float>()},
+                                   .eps = opt.at("eps").get<float>(), .weight_decay = opt.at("weight_decay").get<float>()});
+        run(adam);
+      }
+      check_named(m, m.parameters().to_vector(), o.at("parameters"), "parameters", lenet_floor);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
