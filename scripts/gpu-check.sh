@@ -124,6 +124,12 @@ if [ -n "$kb" ]; then
   # Next to PyTorch eager and torch.compile (each configuration a fresh compile: fewer of them).
   run kiln-bench-vs-torch 300 "$kb" --device cuda --models lenet,mlp --precisions fp32,fp16 --batches 128 \
     --repeat 10 --elements 0 --json "$out/kiln-bench-vs-torch.json"
+  # A comparison that measured no PyTorch is a failed row, not a quiet pass.
+  if grep -q "PyTorch: not measured" "$out/kiln-bench-vs-torch.log" 2>/dev/null; then
+    rows[${#rows[@]}-1]="$(printf '%-40s %-12s %6ss  %s' kiln-bench-vs-torch "FAILED(torch)" - \
+      "PyTorch not measured: see kiln-bench-vs-torch.log")"
+    failed=1
+  fi
 fi
 dist=$(find "$bin" -type f -perm -u+x -name bench_distributed_cuda | head -1)
 if [ -n "$dist" ]; then

@@ -451,13 +451,18 @@ inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
     }
     return s;
   };
-  const std::string cmd = "/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/kiln_bench/torch_bench.py --models " +
+  // The interpreter with torch: $KILN_TORCH_PYTHON, else Debian's /usr/bin/python3 on the CPU (the only one
+  // its python3-torch imports from) and the `python3` on PATH on the GPU (the GPU machines' CUDA torch).
+  const char* chosen = std::getenv("KILN_TORCH_PYTHON");
+  const std::string python = chosen && *chosen ? chosen : device == "cuda" ? "python3" : "/usr/bin/python3";
+  const std::string cmd = python + " " + std::string(KILN_BENCH_DIR) + "/kiln_bench/torch_bench.py --models " +
                           join(models) + " --batches " + join(batches) + " --precisions " + join(precisions) +
                           " --device " + device + " --warmup " + std::to_string(warmup) + " --repeat " +
                           std::to_string(repeat) + " --elements " + std::to_string(elements) + " 2>/dev/null";
   const nlohmann::json t = run_json(cmd);
   if (!t.contains("rows")) {
-    std::printf("PyTorch: not measured (/usr/bin/python3 with torch not found, or the script failed)\n");
+    std::printf("PyTorch: not measured (%s with torch not found, or the script failed; KILN_TORCH_PYTHON picks "
+                "another interpreter)\n", python.c_str());
     out["torch"] = {{"error", "not measured"}};
     return;
   }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/expr/cast.hpp"
@@ -26,6 +27,13 @@ namespace kiln::nn {
 ///   auto dx = model.backward_input(dy); // the same, and returns dL/dx
 template <class Net, class In, policy P = Policy<>>
 class Model {
+  // >>> Stopped here? A Model is one device's network; data parallelism wraps it. <<<
+  static_assert(std::is_same_v<typename P::parallel, SingleDevice>,
+                "kiln::nn::Model: the Policy's parallel axis must be SingleDevice (a Model is one device's "
+                "network); for data parallelism wrap the network instead: "
+                "kiln::parallel::DataParallel<Net, In, Precision, Device> or "
+                "kiln::parallel::DistributedDataParallel<Net, In, Backend, Precision, Device> (docs/parallel.md)");
+
  public:
   using network = typename Net::template module<In, P>;
   using T = typename P::precision::storage;
