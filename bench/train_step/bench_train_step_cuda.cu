@@ -1,7 +1,8 @@
 // bench_train_step_cuda: one training step (forward, backward, Adam) of the seeds' LeNet at batch 128 on
 // the GPU, with cuDNN convolutions and fused epilogues, against PyTorch eager on the same GPU when
-// `python3` (or $KILN_TORCH_PYTHON) has a CUDA-enabled torch (ratio lenet_speedup_vs_torch, target >= 3; the target
-// assumes the step is also captured in a CUDA graph, which kiln does not do yet: see docs/gpu-results.md).
+// `python3` (or $KILN_TORCH_PYTHON) has a CUDA-enabled torch (ratio lenet_speedup_vs_torch, target >= 3). These
+// steps are launched op by op; the same steps captured in a CUDA graph and replayed (kiln::cuda::Graph, the
+// issue's recipe for a launch-bound model) are kiln-bench's GPU rows, next to PyTorch eager and torch.compile.
 // Also the MLP step. Times are per step over --inner back-to-back steps, measured with CUDA events.
 //
 // Precision (issue #5): LeNet (batch 128) and a wide MLP (1024-1024-1024-10, batch 1024) in fp32, mixed

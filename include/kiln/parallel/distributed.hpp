@@ -79,6 +79,9 @@ class DistributedDataParallel {
   int rank() const { return group_.rank(); }
   int world_size() const { return group_.size(); }
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  /// How many buckets the last synchronised backward() started while layers were still left to
+  /// differentiate (their averages overlapped the rest of backward); the others started at its end.
+  std::size_t buckets_started_during_backward() const { return started_early_; }
 
   Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) { return model_.forward(x); }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
@@ -91,6 +94,7 @@ class DistributedDataParallel {
       return;
     }
     next_bucket_ = 0;
+    started_early_ = 0;
     model_.backward(dy, ready_);  // ready_ starts each bucket's average as its gradients are done
     group_.wait_all();
     if (next_bucket_ != buckets_.size())
@@ -158,7 +162,10 @@ class DistributedDataParallel {
     }
   }
   void on_ready(index_t offset) {
-    while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= offset) start(next_bucket_++);
+    while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= offset) {
+      if (offset > 0) ++started_early_;  // offset 0: the first layer's gradients, backward's last
+      start(next_bucket_++);
+    }
     group_.progress();
   }
   void start(std::size_t b) {
@@ -196,6 +203,7 @@ class DistributedDataParallel {
   std::vector<std::string> labels_;  // per bucket, for error messages
   nn::GradientsReady ready_;
   std::size_t next_bucket_ = 0;
+  std::size_t started_early_ = 0;
   bool sync_ = true;
 };
 
