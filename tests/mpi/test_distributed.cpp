@@ -88,21 +88,21 @@ BOOST_AUTO_TEST_CASE(averaged_gradients_equal_one_device_for_every_bucket_size) 
 }
 
 BOOST_AUTO_TEST_CASE(buckets_start_while_backward_is_still_running) {
-  // With small buckets (LeNet's last layers fill several), every bucket but the one holding the first
-  // layer starts before backward reaches that layer: the averaging overlaps the rest of backward, as
-  // DDP's does. Holding the buckets to the end would give the same gradients, so only this tells.
+  // With a bucket per parameter, every bucket after the first layer's starts before backward reaches
+  // that layer: the averaging overlaps the rest of backward, as DDP's does. Holding the buckets to the
+  // end would give the same gradients, so only this tells.
   Group group({.timeout = test_timeout});
-  Ddp<LeNet, Image> ddp(group, 3, {.bucket_cap_mb = 0.01, .first_bucket_mb = 0.01});
-  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 3 * 32 * 32, -1, 1, 8), Extents<Image>(4));
+  Ddp<LeNet, Image> ddp(group, 3, {.bucket_cap_mb = 1e-6, .first_bucket_mb = 1e-6});  // 1 byte: one each
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 8 * 8, -1, 1, 8), Extents<Image>(4));
   std::vector<std::int64_t> labels{1, 2, 3, 4};
   const auto y = Tensor<std::int64_t, Shape<dyn>>::from(std::span<const std::int64_t>(labels), Extents<Shape<dyn>>(4));
   knn::CrossEntropyLoss ce;
   ddp.backward(ce.backward(ddp.forward(x), y));
   // A bucket can start before backward's end when its parameters all come after the first layer's:
-  // it begins at or after the second layer with parameters ("3.weight").
+  // it begins at or after the second layer with parameters ("4.weight").
   index_t second_layer = 0;
   for (const auto& p : ddp.module().named_parameters())
-    if (p.name == "3.weight") second_layer = p.offset;
+    if (p.name == "4.weight") second_layer = p.offset;
   std::size_t early = 0;
   for (const auto& b : ddp.buckets()) early += b.begin >= second_layer ? 1 : 0;
   BOOST_TEST_MESSAGE(ddp.buckets().size() << " buckets, " << ddp.buckets_started_during_backward()
