@@ -124,6 +124,9 @@ if [ -n "$kb" ]; then
   # Next to PyTorch eager and torch.compile (each configuration a fresh compile: fewer of them).
   run kiln-bench-vs-torch 300 "$kb" --device cuda --models lenet,mlp --precisions fp32,fp16 --batches 128 \
     --repeat 10 --elements 0 --json "$out/kiln-bench-vs-torch.json"
+  # The tables for docs/benchmarks.md (paste them there with the date and machine).
+  python3 "$root/scripts/bench-table" "$out/kiln-bench.json" "$out/kiln-bench-vs-torch.json" \
+    >"$out/kiln-bench.md" 2>>"$out/kiln-bench.log" || true
   # A comparison that measured no PyTorch is a failed row, not a quiet pass.
   if grep -q "PyTorch: not measured" "$out/kiln-bench-vs-torch.log" 2>/dev/null; then
     rows[${#rows[@]}-1]="$(printf '%-40s %-12s %6ss  %s' kiln-bench-vs-torch "FAILED(torch)" - \
