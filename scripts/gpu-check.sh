@@ -137,6 +137,13 @@ fi
 dist=$(find "$bin" -type f -perm -u+x -name bench_distributed_cuda | head -1)
 if [ -n "$dist" ]; then
   if [ "$mpi" = yes ]; then
+    # Scaling per device count (issue #6): 2, 4, ... ranks up to every GPU; each job times one GPU alone too.
+    for n in 2 4 8; do
+      if [ "$n" -lt "$gpus" ]; then
+        run "bench_distributed_cuda_np$n" 180 mpiexec --allow-run-as-root --oversubscribe -n "$n" "$dist" \
+          --json "$out/bench_distributed_cuda_np$n.json"
+      fi
+    done
     run "bench_distributed_cuda_np$gpus" 180 "${launch[@]}" "$dist" --json "$out/bench_distributed_cuda.json"
   else
     skip bench_distributed_cuda "$mpi"
