@@ -67,7 +67,7 @@ skip() {  # skip NAME WHY: a row that says why it did not run
 
 # Where nvidia-smi lists a GPU, a CUDA test that finds none fails (exit 1) instead of reporting itself
 # skipped (exit 77): a broken driver or runtime must not pass the check (tests/support/main_cuda.cpp).
-if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then export KILN_REQUIRE_GPU=1; fi
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -gt 0 ]; then export KILN_REQUIRE_GPU=1; fi  # not grep -q: SIGPIPE under pipefail
 
 kinfo=$(find "$bin" -type f -name kiln-info -perm -u+x -not -path '*/consumer/*' | head -1)
 [ -n "$kinfo" ] && run kiln-info 30 "$kinfo"

@@ -100,6 +100,7 @@ class Bytes {
   using target_shape = typename Ds::target_shape;
 
   explicit Bytes(const Ds& ds) : ds_(&ds) {}
+  Bytes(const Ds&&) = delete;  // a temporary dataset would dangle
   index_t size() const { return ds_->size(); }
   void read(index_t i, std::span<std::uint8_t> x, std::span<target_type> y) const { ds_->read_bytes(i, x, y); }
   const Ds& dataset() const { return *ds_; }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -109,6 +110,8 @@ class DeviceLoader {
   static constexpr index_t plane = sample_shape::static_numel() / channels;  // values per channel and sample
   static_assert(std::is_same_v<sample_type, float> || std::is_same_v<sample_type, std::uint8_t>,
                 "kiln::data::DeviceLoader: the loader's samples must be float or bytes (Bytes<...>)");
+  static_assert(channels <= 1024, "kiln::data::DeviceLoader: at most 1024 channels (features of a flat sample): "
+                                  "their means and scales travel as kernel arguments");
 
   /// One batch on D: float inputs [B, sample...], targets [B, target...], its index in the epoch.
   struct batch_type {
@@ -172,16 +175,22 @@ class DeviceLoader {
     /// with this one).
     void advance() {
       current_.reset();
+      if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
       if (!next_) return;
       current_ = l_->finish(std::move(*next_));
       next_.reset();
-      ++host_;
-      if (host_ != std::default_sentinel) next_ = l_->stage(*host_);
+      try {
+        ++host_;
+        if (host_ != std::default_sentinel) next_ = l_->stage(*host_);
+      } catch (...) {  // the batch in hand is handed out first, as the loader would
+        error_ = std::current_exception();
+      }
     }
     DeviceLoader* l_;
     typename Loader::iterator host_;
     std::optional<Staged> next_;
     std::optional<batch_type> current_;
+    std::exception_ptr error_;
   };
   iterator begin() { return iterator(this); }
   std::default_sentinel_t end() { return {}; }
@@ -237,17 +246,29 @@ class DeviceLoader {
       s.raw.emplace(h.x.extents(), device_);
       in = s.raw->data();
     }
-    cuda::Event compute_done;
+    cuda::Event compute_done(false);
     compute_done.record(cuda::current_stream(device_));
     copy_stream_->wait(compute_done);
-    {
-      const cuda::StreamGuard on_copy_stream(*copy_stream_);  // device_copy and the pass use it
-      const bool async = h.x.is_pinned() && h.y.is_pinned();
-      kiln::detail::device_copy<Cuda, Cpu>::run(const_cast<sample_type*>(in), device_, h.x.data(), 0, h.x.nbytes(), async);
-      kiln::detail::device_copy<Cuda, Cpu>::run(s.out.y.data(), device_, h.y.data(), 0, h.y.nbytes(), async);
+    const cuda::StreamGuard on_copy_stream(*copy_stream_);  // device_copy, the pass and the markers use it
+    try {
+      // From pinned memory the copies are asynchronous (a pageable copy synchronises its stream first).
+      kiln::detail::device_copy<Cuda, Cpu>::run(const_cast<sample_type*>(in), device_, h.x.data(), 0, h.x.nbytes(),
+                                                h.x.is_pinned());
+      kiln::detail::device_copy<Cuda, Cpu>::run(s.out.y.data(), device_, h.y.data(), 0, h.y.nbytes(), h.y.is_pinned());
       run_pass(n, detail::scale_normalize_into<sample_type, channels, plane>(transform_, in, s.out.x.data()));
-      s.ready.emplace();
+      s.ready.emplace(false);
       s.ready->record(*copy_stream_);
+      // The device blocks belong to the current stream's cache but are written on this one: like torch's
+      // record_stream, each waits for this stream's work before that cache hands it out again, also when
+      // the batch is dropped without being handed out (an early break, an exception).
+      CachingAllocator& cache = kiln::caching_allocator<Cuda>(device_);
+      cache.record_use(s.out.x.data(), device_);
+      cache.record_use(s.out.y.data(), device_);
+      if (s.raw) cache.record_use(s.raw->data(), device_);
+    } catch (...) {  // some work may be queued on blocks about to be freed: let it finish first
+      (void)cudaStreamSynchronize(copy_stream_->get());
+      (void)cudaGetLastError();
+      throw;
     }
   }
 #endif
@@ -258,7 +279,6 @@ class DeviceLoader {
     if constexpr (std::is_same_v<D, Cuda>) {
       cuda::DeviceGuard guard(device_);
       KILN_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), s.ready->get(), 0));
-      // The raw bytes go back to the cache of the current stream, which now comes after the copy.
     }
 #endif
     return std::move(s.out);

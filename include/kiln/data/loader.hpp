@@ -160,7 +160,8 @@ class DataLoader {
       if (threads_.empty()) return l_->collate(order_, k, epoch_);
       std::unique_lock lock(m_);
       Slot& s = slots_[static_cast<std::size_t>(k % window_)];
-      cv_.wait(lock, [&] { return (s.ready && s.index == k) || error_; });
+      // Batches claimed before the failing one are still finished by their workers (claims are in order).
+      cv_.wait(lock, [&] { return (s.ready && s.index == k) || (error_ && k >= error_batch_); });
       if (!(s.ready && s.index == k)) std::rethrow_exception(error_);
       batch_type b = std::move(s.batch);
       s.ready = false;
@@ -188,9 +189,9 @@ class DataLoader {
 #if KILN_WITH_CUDA
       if (device_ >= 0 && cudaSetDevice(device_) != cudaSuccess) {  // a new thread starts on GPU 0
         std::lock_guard lock(m_);
-        if (!error_)
-          error_ = std::make_exception_ptr(BackendError("kiln::data::DataLoader: a worker could not use GPU " +
-                                                        std::to_string(device_) + " for pinned memory"));
+        error_ = std::make_exception_ptr(BackendError("kiln::data::DataLoader: a worker could not use GPU " +
+                                                      std::to_string(device_) + " for pinned memory"));
+        error_batch_ = 0;  // before any batch: the loop sees it at once
         (void)cudaGetLastError();
         cv_.notify_all();
         return;
@@ -213,7 +214,10 @@ class DataLoader {
           s.ready = true;
         } catch (...) {
           std::lock_guard lock(m_);
-          if (!error_) error_ = std::current_exception();
+          if (!error_ || k < error_batch_) {  // the first failing batch in order is the one reported
+            error_ = std::current_exception();
+            error_batch_ = k;
+          }
         }
         cv_.notify_all();
       }
@@ -230,6 +234,7 @@ class DataLoader {
     std::condition_variable cv_;
     bool stop_ = false;
     std::exception_ptr error_;
+    index_t error_batch_ = 0;  // the batch whose collation failed (error_)
   };
 
   /// An input iterator over one epoch's batches.

@@ -54,9 +54,10 @@ void add_arena(OptimizerState& s, const std::string& name, const Arena& a) {
   s.entries[name] = make_entry<M>(std::span<const M>(host), {static_cast<index_t>(host.size())});
 }
 
+/// The entry `name` for arena `a`: present, of a's dtype and length; else a CheckpointError.
 template <class Arena>
-void load_arena(Arena& a, const std::map<std::string, SafetensorsEntry>& entries, const std::string& name,
-                const std::string& path) {
+const SafetensorsEntry& entry_for(const Arena& a, const std::map<std::string, SafetensorsEntry>& entries,
+                                  const std::string& name, const std::string& path) {
   using M = typename Arena::element_type;
   const auto it = entries.find(name);
   const std::size_t n = static_cast<std::size_t>(a.numel());
@@ -64,8 +65,13 @@ void load_arena(Arena& a, const std::map<std::string, SafetensorsEntry>& entries
     throw CheckpointError("kiln: " + path + ": " + (it == entries.end() ? "no" : "a wrong-sized or wrong-typed") +
                           " optimizer state '" + name + "'; expected " + std::to_string(n) + " values of " +
                           safetensors_dtype<M>() + " (the optimizer's parameters)");
-  std::vector<M> host(n);
-  std::memcpy(host.data(), it->second.bytes.data(), it->second.bytes.size());
+  return it->second;
+}
+template <class Arena>
+void load_arena(Arena& a, const SafetensorsEntry& e) {
+  using M = typename Arena::element_type;
+  std::vector<M> host(static_cast<std::size_t>(a.numel()));
+  std::memcpy(host.data(), e.bytes.data(), e.bytes.size());
   a.copy_from(std::span<const M>(host));
 }
 
@@ -119,16 +125,23 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
                           (type == metadata.end() ? std::string("no optimizer state (metadata 'optimizer.type')")
                                                   : "the optimizer state is " + type->second + "'s") +
                           "; expected " + expected + "'s");
+  // Everything is checked before anything is written: a bad checkpoint leaves the optimizer as it was.
   if constexpr (detail::adam_like<Opt>) {
     const std::int64_t step = detail::count_in(metadata, "optimizer.step", path);
-    detail::load_arena(opt.exp_avg(), entries, "optimizer.exp_avg", path);
-    detail::load_arena(opt.exp_avg_sq(), entries, "optimizer.exp_avg_sq", path);
-    if (opt.options().amsgrad) detail::load_arena(opt.max_exp_avg_sq(), entries, "optimizer.max_exp_avg_sq", path);
+    const auto& m = detail::entry_for(opt.exp_avg(), entries, "optimizer.exp_avg", path);
+    const auto& v = detail::entry_for(opt.exp_avg_sq(), entries, "optimizer.exp_avg_sq", path);
+    const SafetensorsEntry* vmax =
+        opt.options().amsgrad ? &detail::entry_for(opt.max_exp_avg_sq(), entries, "optimizer.max_exp_avg_sq", path)
+                              : nullptr;
+    detail::load_arena(opt.exp_avg(), m);
+    detail::load_arena(opt.exp_avg_sq(), v);
+    if (vmax) detail::load_arena(opt.max_exp_avg_sq(), *vmax);
     opt.set_step_count(step);
   } else {
     if (opt.options().momentum != 0.0f) {
       const std::int64_t on = detail::count_in(metadata, "optimizer.momentum_initialized", path);
-      detail::load_arena(opt.momentum_buffer(), entries, "optimizer.momentum_buffer", path);
+      const auto& buf = detail::entry_for(opt.momentum_buffer(), entries, "optimizer.momentum_buffer", path);
+      detail::load_arena(opt.momentum_buffer(), buf);
       opt.set_momentum_initialized(on != 0);
     }
   }

@@ -8,7 +8,9 @@ namespace kiln {
 
 /// Precision x device x parallel strategy, each an empty type chosen at compile time.
 /// Example:
-///   using GpuMixed = kiln::Policy<kiln::MixedFp16, kiln::Cuda, kiln::Distributed<kiln::Nccl>>;
+///   using GpuMixed = kiln::Policy<kiln::MixedFp16, kiln::Cuda>;  // a Model's: one device
+/// A Model's policy is single-device; the strategies are carried out by the wrappers around one Model per
+/// device (kiln::parallel::DataParallel, DistributedDataParallel), which take precision and device.
 template <precision_policy P = Fp32, device_policy D = Cpu, parallel_policy X = SingleDevice>
 struct Policy {
   using precision = P;

@@ -1,8 +1,7 @@
 // DeviceLoader on the GPU (kiln_cuda_test_data). The device-generic cases of tests/unit/data (bytes
 // scaled and normalised on the device equal the host's Normalize bit for bit, one kernel per batch, an
 // early exit) compiled for kiln::Cuda, and what only a GPU has: batches copied from pinned memory on the
-// DeviceLoader's copy stream arrive whole while the current stream is busy, and the copy stream is not
-// the current one.
+// DeviceLoader's copy stream arrive whole while the current stream is busy.
 #include "unit/data/test_device_loader.cpp"
 
 #include <kiln/cuda.hpp>

@@ -2,6 +2,8 @@
 // that do not depend on num_workers for a seed, worker errors reach the reader, an early break does not
 // hang; DistributedSampler pads and splits as PyTorch's (also set on a running loader); transforms do what torchvision's do.
 #include <boost/test/unit_test.hpp>
+#include <thread>
+#include <chrono>
 #include <algorithm>
 #include <cstdint>
 #include <kiln/data/data.hpp>
@@ -51,10 +53,48 @@ struct Throws {  // a dataset whose sample 13 cannot be read
     y[0] = i;
   }
 };
+
+/// Throws, with sample 0 slow to read: another worker reaches the broken batch first.
+struct SlowThenThrows : Throws {
+  void read(index_t i, std::span<float> x, std::span<std::int64_t> y) const {
+    if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Throws::read(i, x, y);
+  }
+};
+
+/// The batches a loop over `loader` sees before it throws kd::DataError (-1: it did not throw).
+template <class L>
+int batches_before_the_error(L& loader) {
+  int seen = 0;
+  try {
+    for (const auto& b : loader) {
+      BOOST_TEST(b.index == seen);
+      ++seen;
+    }
+  } catch (const kd::DataError&) {
+    return seen;
+  }
+  return -1;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(data)
 BOOST_AUTO_TEST_SUITE(loader)
+
+BOOST_AUTO_TEST_CASE(every_batch_before_a_failing_one_is_handed_out_first) {
+  // Sample 13 is in batch 3 (batches of 4): batches 0, 1 and 2 reach the loop, then the error, whatever
+  // the worker count, even when a worker fails while batch 0 is still being read; the DeviceLoader too.
+  const SlowThenThrows ds;
+  for (int workers : {0, 1, 2, 3}) {
+    BOOST_TEST_CONTEXT(workers << " workers") {
+      kd::DataLoader loader(ds, {.batch_size = 4, .num_workers = workers});
+      BOOST_TEST(batches_before_the_error(loader) == 3);
+      kd::DataLoader again(ds, {.batch_size = 4, .num_workers = workers});
+      kd::DeviceLoader<kiln::Cpu, decltype(again)> on_device(again);
+      BOOST_TEST(batches_before_the_error(on_device) == 3);
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
   const auto ds = images(10);

@@ -134,6 +134,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(another_optimizers_state_is_refused_with_what_it_i
                           return std::string(e.what()).find("no optimizer state 'optimizer.exp_avg_sq'; expected 1031 "
                                                             "values of F32") != std::string::npos;
                         });
+  // Nothing is restored from a bad state: exp_avg was valid but stays as it was.
+  adam.exp_avg().fill(0.0f);
+  auto changed = kiln::optimizer_state(adam);
+  std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
+  changed.entries["optimizer.exp_avg"] = kiln::make_entry<float>(std::span<const float>(ones), {n});
+  changed.entries.erase("optimizer.exp_avg_sq");
+  BOOST_CHECK_THROW(kiln::load_optimizer_state(adam, changed.entries, changed.metadata, "f"), kiln::CheckpointError);
+  BOOST_TEST(adam.exp_avg().to_vector()[0] == 0.0f);
   adam_state = kiln::optimizer_state(adam);
   adam_state.metadata["optimizer.step"] = "-1";
   BOOST_CHECK_THROW(kiln::load_optimizer_state(adam, adam_state.entries, adam_state.metadata, "f"), kiln::CheckpointError);
