@@ -113,6 +113,25 @@ def make_mlp():
         torch.nn.Linear(32, 1))
 
 
+def optimizer_runs(make_model, initial, configs, loss_fn, x, target):
+    """Each (name, torch.optim class name, options): STEPS steps on (x, target) from `initial`."""
+    runs = []
+    for name, kind, options in configs:
+        m = make_model()
+        m.load_state_dict(initial)
+        opt = getattr(torch.optim, kind)(m.parameters(), foreach=False, **options)
+        for _ in range(STEPS):
+            opt.zero_grad()
+            loss_fn(m(x), target).backward()
+            opt.step()
+        opts = dict(options)
+        if "betas" in opts:
+            opts["betas"] = list(opts["betas"])
+        runs.append({"name": name, "type": kind, "options": opts, "steps": STEPS,
+                     "parameters": {k: tensor(v) for k, v in m.state_dict().items()}})
+    return runs
+
+
 def mlp_fixture():
     torch.manual_seed(SEED)
     model = make_mlp()
@@ -134,20 +153,7 @@ def mlp_fixture():
         ("adam_l2_amsgrad", "Adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-8, weight_decay=1e-2, amsgrad=True)),
         ("adamw_amsgrad", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=True)),
     ]
-    optimizers = []
-    for name, kind, options in configs:
-        m = make_mlp()
-        m.load_state_dict(initial)
-        opt = getattr(torch.optim, kind)(m.parameters(), foreach=False, **options)
-        for _ in range(STEPS):
-            opt.zero_grad()
-            loss_fn(m(x), target).backward()
-            opt.step()
-        opts = dict(options)
-        if "betas" in opts:
-            opts["betas"] = list(opts["betas"])
-        optimizers.append({"name": name, "type": kind, "options": opts, "steps": STEPS,
-                           "parameters": {k: tensor(v) for k, v in m.state_dict().items()}})
+    optimizers = optimizer_runs(make_mlp, initial, configs, loss_fn, x, target)
 
     return {
         "torch_version": torch.__version__,
@@ -294,26 +300,14 @@ def lenet_fixture():
     out = model(x)
     loss = loss_fn(out, target)
     loss.backward()
-    optimizers = []
-    for name, kind, options in [("sgd_momentum", "SGD", dict(lr=0.05, momentum=0.9, dampening=0.0,
-                                                              weight_decay=1e-4, nesterov=False)),
-                                # eps 1e-4, not 1e-8: with 1e-8 an element whose gradient is ~1e-8 (half of
-                                # 7.weight: dead units) still steps by ~lr, so the fp32 rounding of that
-                                # tiny gradient, not the formula, decides its step (mlp.json checks eps 1e-8)
-                                ("adam", "Adam", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-4, weight_decay=0.0,
-                                                      amsgrad=False))]:
-        m = make_lenet()
-        m.load_state_dict(initial)
-        opt = getattr(torch.optim, kind)(m.parameters(), foreach=False, **options)
-        for _ in range(STEPS):
-            opt.zero_grad()
-            loss_fn(m(x), target).backward()
-            opt.step()
-        opts = dict(options)
-        if "betas" in opts:
-            opts["betas"] = list(opts["betas"])
-        optimizers.append({"name": name, "type": kind, "options": opts, "steps": STEPS,
-                           "parameters": {k: tensor(v) for k, v in m.state_dict().items()}})
+    configs = [
+        ("sgd_momentum", "SGD", dict(lr=0.05, momentum=0.9, dampening=0.0, weight_decay=1e-4, nesterov=False)),
+        # eps 1e-4, not 1e-8: with 1e-8 an element whose gradient is ~1e-8 (half of 7.weight: dead units)
+        # still steps by ~lr, so the fp32 rounding of that tiny gradient, not the formula, decides its step
+        # (mlp.json checks eps 1e-8)
+        ("adam", "Adam", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-4, weight_decay=0.0, amsgrad=False)),
+    ]
+    optimizers = optimizer_runs(make_lenet, initial, configs, loss_fn, x, target)
     return {"torch_version": torch.__version__, "layers": repr(model),
             "state_dict": {k: tensor(v) for k, v in initial.items()}, "input": tensor(x),
             "target": target.tolist(), "output": tensor(out), "loss": f32([loss.item()])[0],
