@@ -2,7 +2,6 @@
 // under every precision), Adam's moments and step count (kiln::optimizer_state), the loss scaler's state
 // (fp16) and the epoch reached, in one safetensors file written atomically.
 #pragma once
-#include <charconv>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -31,30 +30,16 @@ void save_training_state(const std::string& path, const Model& model, const Opti
   kiln::save_checkpoint(path, model, std::move(state.entries), meta);
 }
 
-/// A count (epochs, steps) from a checkpoint's metadata: a whole number >= 0, or a CheckpointError that
-/// names the file, the key and what it held.
-inline long long count_from(const std::map<std::string, std::string>& meta, const std::string& key,
-                            const std::string& path) {
-  const auto it = meta.find(key);
-  if (it == meta.end())
-    throw kiln::CheckpointError("kiln: " + path + ": no '" + key + "' metadata: not a training state written by a kiln "
-                                "example");
-  long long value = -1;
-  const std::string& text = it->second;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > INT_MAX)
-    throw kiln::CheckpointError("kiln: " + path + ": metadata '" + key + "' is '" + text +
-                                "'; expected a whole number from 0 to " + std::to_string(INT_MAX));
-  return value;
-}
-
 /// Restores what save_training_state wrote; returns the epochs already done. A checkpoint without a
 /// scaler state (written in fp32 or bf16) leaves the scaler at its initial scale.
 template <class Model, class Optimizer, class Scaler>
 int load_training_state(const std::string& path, Model& model, Optimizer& opt, Scaler& scaler) {
   std::map<std::string, std::string> meta;
   const auto rest = kiln::load_checkpoint(path, model, &meta);
-  const long long epochs = count_from(meta, "epoch", path);
+  const std::int64_t epochs = kiln::metadata_count(meta, "epoch", path);
+  if (epochs > INT_MAX)
+    throw kiln::CheckpointError("kiln: " + path + ": metadata 'epoch' is " + std::to_string(epochs) +
+                                "; expected at most " + std::to_string(INT_MAX));
   kiln::load_optimizer_state(opt, rest, meta, path);
   if (meta.count("grad_scaler.scale")) scaler.load_state(meta, "grad_scaler.");
   return static_cast<int>(epochs);

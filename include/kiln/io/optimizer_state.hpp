@@ -1,6 +1,5 @@
 /// Optimizer state in checkpoints: torch.optim's state_dict() as safetensors entries and metadata.
 #pragma once
-#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -75,20 +74,6 @@ void load_arena(Arena& a, const SafetensorsEntry& e) {
   a.copy_from(std::span<const M>(host));
 }
 
-inline std::int64_t count_in(const std::map<std::string, std::string>& meta, const std::string& key,
-                             const std::string& path) {
-  const auto it = meta.find(key);
-  std::int64_t v = -1;
-  if (it != meta.end()) {
-    const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-    if (ec != std::errc() || end != it->second.data() + it->second.size()) v = -1;
-  }
-  if (v < 0)
-    throw CheckpointError("kiln: " + path + ": metadata '" + key + "' is " +
-                          (it == meta.end() ? std::string("missing") : "'" + it->second + "'") +
-                          "; expected a whole number >= 0");
-  return v;
-}
 }  // namespace detail
 
 /// The state of `opt` (Adam, AdamW or SGD) as entries and metadata (copies from the device).
@@ -127,7 +112,7 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
                           "; expected " + expected + "'s");
   // Everything is checked before anything is written: a bad checkpoint leaves the optimizer as it was.
   if constexpr (detail::adam_like<Opt>) {
-    const std::int64_t step = detail::count_in(metadata, "optimizer.step", path);
+    const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
     const auto& m = detail::entry_for(opt.exp_avg(), entries, "optimizer.exp_avg", path);
     const auto& v = detail::entry_for(opt.exp_avg_sq(), entries, "optimizer.exp_avg_sq", path);
     const SafetensorsEntry* vmax =
@@ -139,7 +124,7 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
     opt.set_step_count(step);
   } else {
     if (opt.options().momentum != 0.0f) {
-      const std::int64_t on = detail::count_in(metadata, "optimizer.momentum_initialized", path);
+      const std::int64_t on = metadata_count(metadata, "optimizer.momentum_initialized", path);
       const auto& buf = detail::entry_for(opt.momentum_buffer(), entries, "optimizer.momentum_buffer", path);
       detail::load_arena(opt.momentum_buffer(), buf);
       opt.set_momentum_initialized(on != 0);

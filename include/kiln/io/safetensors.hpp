@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -244,6 +245,23 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   if (expect != data_size)
     throw CheckpointError(where + ": " + std::to_string(data_size - expect) + " bytes after the last tensor");
   return out;
+}
+
+/// A count (a step, an epoch) from a checkpoint's string metadata (read_safetensors' `metadata`): a whole
+/// number >= 0, or a CheckpointError naming the file, the key and what it held (or that it is missing).
+inline std::int64_t metadata_count(const std::map<std::string, std::string>& meta, const std::string& key,
+                                   const std::string& path) {
+  const auto it = meta.find(key);
+  std::int64_t v = -1;
+  if (it != meta.end()) {
+    const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+    if (ec != std::errc() || end != it->second.data() + it->second.size()) v = -1;
+  }
+  if (v < 0)
+    throw CheckpointError("kiln: " + path + ": metadata '" + key + "' is " +
+                          (it == meta.end() ? std::string("missing") : "'" + it->second + "'") +
+                          "; expected a whole number >= 0");
+  return v;
 }
 
 /// A host vector as an entry.

@@ -30,6 +30,15 @@ Tensor<float, Shape<dyn>, D> arena(const std::vector<float>& v) {
 }
 std::vector<float> gradient(std::uint32_t step) { return kt::random_values<float>(n, -1, 1, 700 + step); }
 
+/// Steps [first, last) of the run, each from its own gradient.
+template <class Opt, class G>
+void steps(Opt& opt, G& g, std::uint32_t first, std::uint32_t last) {
+  for (std::uint32_t s = first; s < last; ++s) {
+    g.copy_from(std::span<const float>(gradient(s)));
+    opt.step();
+  }
+}
+
 /// 5 steps in one go against 3 steps, a checkpoint (the parameters and optimizer_state in one file), a
 /// fresh optimizer restored from it, and 2 more steps: the same parameters, bit for bit.
 template <class Opt, class D, class Options>
@@ -38,10 +47,7 @@ void resumes_as_if_never_stopped(Options o, const std::string& name) {
   auto pa = arena<D>(start);
   Tensor<float, Shape<dyn>, D> ga(n);
   Opt a(pa, ga, o);
-  for (std::uint32_t s = 0; s < 5; ++s) {
-    ga.copy_from(std::span<const float>(gradient(s)));
-    a.step();
-  }
+  steps(a, ga, 0, 5);
 
   const kt::TempDir dir;
   const auto file = dir.path() / (name + ".safetensors");
@@ -49,10 +55,7 @@ void resumes_as_if_never_stopped(Options o, const std::string& name) {
     auto pb = arena<D>(start);
     Tensor<float, Shape<dyn>, D> gb(n);
     Opt b(pb, gb, o);
-    for (std::uint32_t s = 0; s < 3; ++s) {
-      gb.copy_from(std::span<const float>(gradient(s)));
-      b.step();
-    }
+    steps(b, gb, 0, 3);
     kiln::OptimizerState state = kiln::optimizer_state(b);
     const auto p = pb.to_vector();
     state.entries["params"] = kiln::make_entry<float>(std::span<const float>(p), {n});
@@ -68,10 +71,7 @@ void resumes_as_if_never_stopped(Options o, const std::string& name) {
   Tensor<float, Shape<dyn>, D> gc(n);
   Opt c(pc, gc, o);
   kiln::load_optimizer_state(c, entries, meta, file.string());
-  for (std::uint32_t s = 3; s < 5; ++s) {
-    gc.copy_from(std::span<const float>(gradient(s)));
-    c.step();
-  }
+  steps(c, gc, 3, 5);
   BOOST_TEST(pc.to_vector() == pa.to_vector(), boost::test_tools::per_element());
 }
 }  // namespace
