@@ -68,6 +68,8 @@ losses.json
   mse             {input: tensor, target: tensor, loss: float, grad: tensor}    MSELoss(), mean
   cross_entropy   {input: tensor [N, C] (logits, one row of large ones), target: [int] (labels),
                    loss: float, grad: tensor}                                     CrossEntropyLoss(), mean
+  cross_entropy_ignore_index   the same keys, three rows labelled -100 (ignored: the mean runs over
+                   the other three, their gradient rows are 0)
 
 lenet.json
   torch_version   str
@@ -276,11 +278,17 @@ def losses_fixture():
     labels = torch.tensor([3, 0, 9, 9, 1, 5])
     ce = torch.nn.CrossEntropyLoss()(logits, labels)
     ce.backward()
+    ignoring = torch.randn(6, 10, requires_grad=True)
+    ignored_labels = torch.tensor([7, -100, 2, -100, -100, 4])
+    ce_ignoring = torch.nn.CrossEntropyLoss()(ignoring, ignored_labels)  # ignore_index=-100
+    ce_ignoring.backward()
     return {"torch_version": torch.__version__,
             "mse": {"input": tensor(pred), "target": tensor(target), "loss": f32([mse.item()])[0],
                     "grad": tensor(pred.grad)},
             "cross_entropy": {"input": tensor(logits), "target": labels.tolist(), "loss": f32([ce.item()])[0],
-                              "grad": tensor(logits.grad)}}
+                              "grad": tensor(logits.grad)},
+            "cross_entropy_ignore_index": {"input": tensor(ignoring), "target": ignored_labels.tolist(),
+                                           "loss": f32([ce_ignoring.item()])[0], "grad": tensor(ignoring.grad)}}
 
 
 def make_lenet():

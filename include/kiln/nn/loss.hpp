@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "kiln/core/config.hpp"
@@ -32,17 +33,35 @@ struct LossScale {
 };
 
 namespace detail {
-/// A loss gradient's factor num * scale / den, rounded to V: computed once on the host, or for a device
-/// scale where it is read, with the host's formula (the same bits either way).
+/// What a mean divides by: a number known on the host, or a count on the device that the pass reads
+/// (CrossEntropyLoss's rows that are not ignored, counted by a reduction on the GPU).
+struct Denominator {
+  double host = 1.0;
+  const std::int64_t* device = nullptr;
+  Denominator(double d = 1.0) : host(d) {}  // implicit: a host number
+  static Denominator on_device(const std::int64_t* p) {
+    Denominator d;
+    d.device = p;
+    return d;
+  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE double get() const { return device ? static_cast<double>(*device) : host; }
+};
+/// A loss gradient's factor num * scale / den, rounded to V: computed once on the host, or, where the
+/// scale or the denominator lives on the device, where it is read, with the host's formula (the same
+/// bits either way).
 template <class V>
 struct GradFactor {
   V host;
   const double* scale;
-  double num, den;
-  static GradFactor make(LossScale s, double num, double den) {
-    return {static_cast<V>(num * s.value / den), s.device, num, den};
+  Denominator den;
+  double value, num;
+  static GradFactor make(LossScale s, double num, Denominator den) {
+    return {static_cast<V>(num * s.value / den.host), s.device, den, s.value, num};
   }
-  KILN_HOST_DEVICE KILN_FORCEINLINE V get() const { return scale ? static_cast<V>(num * *scale / den) : host; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE V get() const {
+    if (scale == nullptr && den.device == nullptr) return host;
+    return static_cast<V>(num * (scale ? *scale : value) / den.get());
+  }
 };
 /// g = (pred - target) k, k from the device (MSELoss::backward with a device scale).
 template <class T>
@@ -98,42 +117,66 @@ KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> row_logsumexp(const T* x, index_t
   for (index_t j = 0; j < c; ++j) s += ops::detail::exp_(to_compute(x[j]) - m);
   return m + ops::detail::log_(s);
 }
-/// loss[n] = lse(x[n]) - x[n, y[n]]; NaN for a label outside [0, C).
+/// How row n's label counts: ignored (== ignore_index: no loss, no gradient), outside [0, C) (NaN), or
+/// a class.
+enum class LabelKind { ignored, bad, valid };
+KILN_HOST_DEVICE KILN_FORCEINLINE LabelKind label_kind(std::int64_t k, std::int64_t ignore, index_t c) {
+  return k == ignore ? LabelKind::ignored : (k < 0 || k >= c) ? LabelKind::bad : LabelKind::valid;
+}
+/// loss[n] = (lse(x[n]) - x[n, y[n]]) / den, den the rows not ignored (so that the sum of the rows is the
+/// mean); 0 for an ignored row (NaN when every row is, as torch's 0 / 0); NaN for a label outside [0, C).
 template <class T>
 struct CrossEntropyRows {
   const T* x;
   const std::int64_t* y;
   compute_t<T>* loss;
   index_t c;
+  std::int64_t ignore;
+  Denominator den;
   KILN_HOST_DEVICE void operator()(index_t n) const {
+    using V = compute_t<T>;
     const T* row = x + n * c;
     const std::int64_t k = y[n];
-    loss[n] = (k < 0 || k >= c) ? static_cast<compute_t<T>>(NAN) : row_logsumexp(row, c) - to_compute(row[k]);
+    const double d = den.get();
+    switch (label_kind(k, ignore, c)) {
+      case LabelKind::ignored: loss[n] = d == 0 ? static_cast<V>(NAN) : V(0); break;
+      case LabelKind::bad: loss[n] = static_cast<V>(NAN); break;
+      default: loss[n] = (row_logsumexp(row, c) - to_compute(row[k])) / static_cast<V>(d);
+    }
   }
   /// The logits and labels read, one loss per row written; the log-sum-exp (a max, a subtract, an exp
-  /// and an add per logit) and the row's last two.
+  /// and an add per logit) and the row's last three.
   Traffic traffic(index_t rows) const {
     return {kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<std::int64_t>(rows) +
                 kiln::detail::bytes_of<compute_t<T>>(rows),
-            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c + 2)};
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c + 3)};
   }
 };
-/// dx[n, j] = scale (softmax(x[n])_j - [j == y[n]]) for row n.
+/// dx[n, j] = scale (softmax(x[n])_j - [j == y[n]]) / den for row n; 0 for an ignored row, NaN for a
+/// label outside [0, C).
 template <class T>
 struct CrossEntropyGrad {
   const T* x;
   const std::int64_t* y;
   T* dx;
   index_t c;
+  std::int64_t ignore;
   GradFactor<compute_t<T>> factor;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
-    const V scale = factor.get();
     const T* row = x + n * c;
+    const std::int64_t k = y[n];
+    const LabelKind kind = label_kind(k, ignore, c);
+    if (kind != LabelKind::valid) {
+      const V fill = kind == LabelKind::ignored ? V(0) : static_cast<V>(NAN);
+      for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(fill);
+      return;
+    }
+    const V scale = factor.get();
     const V lse = row_logsumexp(row, c);
     for (index_t j = 0; j < c; ++j) {
       const V p = ops::detail::exp_(to_compute(row[j]) - lse);
-      dx[n * c + j] = from_compute<T>(scale * (p - (j == y[n] ? V(1) : V(0))));
+      dx[n * c + j] = from_compute<T>(scale * (p - (j == k ? V(1) : V(0))));
     }
   }
   /// The logits and labels read, the gradient written; the log-sum-exp, then a subtract, an exp, the
@@ -163,20 +206,26 @@ struct LogSoftmaxRows {
             static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(5 * c + 1)};
   }
 };
-/// g[n, :] = -scale at the label, 0 elsewhere (NaN rows for a label outside [0, C)).
+/// g[n, :] = -scale / den at the label, 0 elsewhere (0 for an ignored row, NaN for a label outside
+/// [0, C)).
 template <class T>
 struct NllGradRows {
   using C = compute_t<T>;
   const std::int64_t* y;
   C* g;
   index_t c;
+  std::int64_t ignore;
   GradFactor<C> factor;
   KILN_HOST_DEVICE void operator()(index_t n) const {
-    const C scale = factor.get();
     const std::int64_t k = y[n];
-    const bool bad = k < 0 || k >= c;
-    for (index_t j = 0; j < c; ++j)
-      g[n * c + j] = bad ? static_cast<C>(NAN) : (j == k ? -scale : C(0));
+    const LabelKind kind = label_kind(k, ignore, c);
+    if (kind != LabelKind::valid) {
+      const C fill = kind == LabelKind::ignored ? C(0) : static_cast<C>(NAN);
+      for (index_t j = 0; j < c; ++j) g[n * c + j] = fill;
+      return;
+    }
+    const C scale = factor.get();
+    for (index_t j = 0; j < c; ++j) g[n * c + j] = j == k ? -scale : C(0);
   }
   Traffic traffic(index_t rows) const {
     return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<T>(rows * c), 0};
@@ -202,59 +251,93 @@ struct LogSoftmaxGradRows {
 };
 }  // namespace detail
 
-/// Cross entropy of logits [N, C] against integer class labels [N] (int64), mean over the batch:
-/// torch.nn.CrossEntropyLoss() = log-softmax + NLL in one stable pass (logits of 1e4 are fine).
-/// A label outside [0, C) throws kiln::ValueError on the CPU and yields a NaN loss on the GPU.
+/// Cross entropy of logits [N, C] against integer class labels [N] (int64), mean over the rows whose
+/// label is not `ignore_index`: torch.nn.CrossEntropyLoss() = log-softmax + NLL in one stable pass
+/// (logits of 1e4 are fine). As torch's, `ignore_index` defaults to -100: such rows get no loss and no
+/// gradient, and the mean divides by the others (NaN when every row is ignored).
+/// A label outside [0, C) that is not ignore_index throws kiln::ValueError on the CPU (which counts the
+/// labels on the host) and makes the loss and that row's gradient NaN on the GPU (which counts them with
+/// one reduction before each direction's pass).
 /// Example:
-///   kiln::nn::CrossEntropyLoss ce;
+///   kiln::nn::CrossEntropyLoss ce;                // or ce{.ignore_index = 0}
 ///   auto loss = ce(logits, labels);               // rank-0 tensor
 ///   auto dlogits = ce.backward(logits, labels);  // [N, C]
 struct CrossEntropyLoss {
+  std::int64_t ignore_index = -100;
+
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
                                               const Tensor<std::int64_t, SL, D>& labels) const {
-    check(logits, labels);
+    const auto den = count(logits, labels);
     Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), logits.device_index());
     kiln::detail::executor<D>::for_each(
-        logits.size(0), detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1)});
-    if constexpr (std::is_same_v<D, Cpu>) {
-      for (index_t n = 0; n < rows.numel(); ++n)
-        if (std::isnan(rows[n]) && (labels[n] < 0 || labels[n] >= logits.size(1)))
-          throw ValueError("kiln::nn::CrossEntropyLoss: label " + std::to_string(labels[n]) + " at index " +
-                           std::to_string(n) + " is outside [0, " + std::to_string(logits.size(1)) + ")");
-    }
-    return mean(rows);
+        logits.size(0),
+        detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den});
+    return sum(rows);
   }
-  /// dL/dlogits = (softmax(logits) - onehot(labels)) / N, times `scale` (1 for a plain step). One pass;
-  /// with fusion off (kiln::Unfused) three, as PyTorch's autograd runs it: log_softmax, nll_loss's
-  /// backward, log_softmax's backward.
+  /// dL/dlogits = (softmax(logits) - onehot(labels)) / (rows not ignored), times `scale` (1 for a plain
+  /// step); ignored rows 0. One pass; with fusion off (kiln::Unfused) three, as PyTorch's autograd runs
+  /// it: log_softmax, nll_loss's backward, log_softmax's backward (plus the count on the GPU).
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                            LossScale scale = {}) const {
-    check(logits, labels);
+    const auto den = count(logits, labels);
     Tensor<T, S, D> dx(logits.extents(), logits.device_index());
     const index_t n = logits.size(0), c = logits.size(1);
-    const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, static_cast<double>(n > 0 ? n : 1));
+    const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, den.den);
     if (!fusion_enabled()) {
       // log_softmax and nll_loss's gradient in the compute type (fp32 for 16-bit logits, as autocast).
       Tensor<compute_t<T>, S, D> lsm(logits.extents(), logits.device_index()), g(logits.extents(), logits.device_index());
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
-      kiln::detail::executor<D>::for_each(n, detail::NllGradRows<T>{labels.data(), g.data(), c, per_row});
+      kiln::detail::executor<D>::for_each(n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row});
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
       return dx;
     }
-    kiln::detail::executor<D>::for_each(n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, per_row});
+    kiln::detail::executor<D>::for_each(
+        n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, ignore_index, per_row});
     return dx;
   }
 
+  /// The rows the mean divides by: the labels [N] (on the host) that are not ignore_index. DataParallel
+  /// weighs each replica's share of a batch by it.
+  template <class SL>
+  index_t counted(const Tensor<std::int64_t, SL, Cpu>& labels) const {
+    index_t counted = 0;
+    for (index_t n = 0; n < labels.numel(); ++n) counted += labels[n] != ignore_index ? 1 : 0;
+    return counted;
+  }
+
  private:
+  /// The rows the mean divides by: counted on the host on the CPU, by one reduction on the GPU, whose
+  /// device scalar `keep` holds while the passes read it.
+  template <class D>
+  struct Count {
+    detail::Denominator den;
+    std::optional<Tensor<std::int64_t, Shape<>, D>> keep;
+  };
+
   template <class T, class S, class SL, class D>
-  static void check(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) {
+  auto count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) const {
     static_assert(S::rank == 2, "kiln::nn::CrossEntropyLoss: logits must be [N, C]");
     static_assert(SL::rank == 1, "kiln::nn::CrossEntropyLoss: labels must be [N] class indices (int64)");
     if (labels.size(0) != logits.size(0))
       throw ShapeError("kiln::nn::CrossEntropyLoss: " + std::to_string(logits.size(0)) + " rows of logits " +
                        to_string(logits.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
+    Count<D> r;
+    if constexpr (std::is_same_v<D, Cpu>) {
+      for (index_t n = 0; n < labels.numel(); ++n) {
+        const std::int64_t k = labels[n];
+        if (detail::label_kind(k, ignore_index, logits.size(1)) == detail::LabelKind::bad)
+          throw ValueError("kiln::nn::CrossEntropyLoss: label " + std::to_string(k) + " at index " + std::to_string(n) +
+                           " is outside [0, " + std::to_string(logits.size(1)) + ") and is not ignore_index (" +
+                           std::to_string(ignore_index) + ")");
+      }
+      r.den = static_cast<double>(counted(labels));
+    } else {
+      r.keep.emplace(sum(ne(labels, ignore_index)));
+      r.den = detail::Denominator::on_device(r.keep->data());
+    }
+    return r;
   }
 };
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -173,8 +174,9 @@ struct ReplicaDevices<Cpu> {
 ///   opt.zero_grad();
 ///   double loss = dp.train_step(x, y, mse);  // split, forward + backward per replica, gradients summed
 ///   opt.step();                              // every replica steps
-/// Replica r's loss gradient is weighted by its share of the batch (count_r / n), so the summed gradient
-/// is the full batch's mean gradient, whatever the split. Dropout draws its mask from each replica's own
+/// Replica r's loss gradient is weighted by its share of the batch (count_r / n; for CrossEntropyLoss,
+/// of the rows it does not ignore), so the summed gradient is the full batch's mean gradient, whatever
+/// the split. Dropout draws its mask from each replica's own
 /// element indices, so a model with Dropout does not reproduce single-device training mask for mask.
 template <class Net, class In, precision_policy Prec = Fp32, device_policy D = Cpu>
 class DataParallel {
@@ -238,23 +240,37 @@ class DataParallel {
                        std::to_string(y.size(0)) + " targets");
     const index_t n = x.size(0);
     const Split split = Split::of(n, size());
+    const double counted = counted_rows(loss, y);
     std::vector<double> losses(models_.size(), 0.0);
     run_replicas([&](int r) {
       const index_t count = split.count[static_cast<std::size_t>(r)];
       if (count == 0) return;
       const index_t off = split.offset[static_cast<std::size_t>(r)];
+      const auto yh = rows(y, off, count);
+      const double mine = counted_rows(loss, yh);
       const auto xr = to_replica(rows(x, off, count), r);
-      const auto yr = to_replica(rows(y, off, count), r);
+      const auto yr = to_replica(yh, r);
       model_type& m = replica(r);
       const auto pred = m.forward(xr);
-      const double share = static_cast<double>(count) / static_cast<double>(n);
-      losses[static_cast<std::size_t>(r)] = share * static_cast<double>(loss(pred, yr).item());
+      const double share = counted > 0 ? mine / counted : 0.0;
+      if (mine > 0) losses[static_cast<std::size_t>(r)] = share * static_cast<double>(loss(pred, yr).item());
       m.backward(loss.backward(pred, yr, scale * share));
     });
     all_reduce_gradients();
+    if (counted == 0) return std::numeric_limits<double>::quiet_NaN();  // torch's mean over no rows
     double total = 0;
     for (double l : losses) total += l;
     return total;
+  }
+
+  /// The rows a mean-reduced loss divides by: the labels it does not ignore for a loss that says
+  /// (CrossEntropyLoss's ignore_index), else every row.
+  template <class Loss, class Y, class SY>
+  static double counted_rows(const Loss& loss, const Tensor<Y, SY, Cpu>& y) {
+    if constexpr (requires { loss.counted(y); })
+      return static_cast<double>(loss.counted(y));
+    else
+      return static_cast<double>(y.size(0));
   }
 
   /// Sums the gradient arenas of all replicas, element by element, into every one (a shared-memory

@@ -126,16 +126,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test
     check({mse(pred, target).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, "mse loss");
     check(mse.backward(pred, target).to_vector(), c.at("grad"), "mse grad");
   }
-  {
-    const json& c = f.at("cross_entropy");
+  for (const char* key : {"cross_entropy", "cross_entropy_ignore_index"}) {  // the second: ignore_index -100
+    const json& c = f.at(key);
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
     const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(
         std::span<const std::int64_t>(labels_v), Extents<Shape<dyn>>(static_cast<kiln::index_t>(labels_v.size())));
     knn::CrossEntropyLoss ce;
-    check({ce(logits, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, "cross entropy loss");
-    check(ce.backward(logits, labels).to_vector(), c.at("grad"), "cross entropy grad");
+    check({ce(logits, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
+    check(ce.backward(logits, labels).to_vector(), c.at("grad"), std::string(key) + " grad");
   }
 }
 

@@ -1,8 +1,10 @@
 // Softmax, LogSoftmax and CrossEntropyLoss: float64 finite-difference gradients, stability on large
-// logits, and the values of torch.nn.functional on a fixed case.
+// logits, the values of torch.nn.functional on a fixed case, ignore_index, and labels out of range.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <kiln/nn/nn.hpp>
 #include <vector>
 
@@ -90,26 +92,110 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_matches_torch_and_survives_large_log
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_is_one_pass_per_direction_plus_the_mean, D, kiln::test::devices) {
+  // The CPU counts the labels that are not ignore_index on the host (checking them); the GPU with one
+  // reduction per direction.
   const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(70, -2.0, 2.0, 4), kiln::Extents<Rows>(10));
   const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>(10, 3), kiln::Extents<Shape<dyn>>(10));
+  const unsigned counting = std::is_same_v<D, kiln::Cpu> ? 0u : 1u;
   kiln::nn::CrossEntropyLoss ce;
   auto before = kiln::passes();
   (void)ce(x, y);
-  BOOST_TEST(kiln::passes() - before == 2u);  // rows + mean
+  BOOST_TEST(kiln::passes() - before == 2u + counting);  // rows + sum
   before = kiln::passes();
   (void)ce.backward(x, y);
-  BOOST_TEST(kiln::passes() - before == 1u);
+  BOOST_TEST(kiln::passes() - before == 1u + counting);
 }
 
-BOOST_AUTO_TEST_CASE(cross_entropy_rejects_labels_outside_the_classes) {
-  const auto x = kiln::test::make_tensor<kiln::Cpu>(std::vector<float>(6, 0.0f), kiln::Extents<Shape<dyn, 3>>(2));
-  const auto y = kiln::test::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 3}, kiln::Extents<Shape<dyn>>(2));
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_skips_rows_labelled_ignore_index, D, kiln::test::devices) {
+  // As torch.nn.CrossEntropyLoss(ignore_index=-100): the mean runs over the other rows, and ignored rows
+  // get a zero gradient. The same as the loss of the kept rows alone, fused and unfused.
+  constexpr kiln::index_t n = 7, kept = 4;
+  const auto v = kiln::test::random_values<float>(n * 7, -3.0, 3.0, 5);
+  const std::vector<std::int64_t> labels{2, -100, 6, -100, 0, -100, 4};
+  const std::vector<std::size_t> kept_rows{0, 2, 4, 6};
+  std::vector<float> kv;
+  std::vector<std::int64_t> kl;
+  for (std::size_t r : kept_rows) {
+    kv.insert(kv.end(), v.begin() + static_cast<std::ptrdiff_t>(r * 7), v.begin() + static_cast<std::ptrdiff_t>(r * 7 + 7));
+    kl.push_back(labels[r]);
+  }
+  const auto x = kiln::test::make_tensor<D>(v, kiln::Extents<Rows>(n));
+  const auto y = kiln::test::make_tensor<D>(labels, kiln::Extents<Shape<dyn>>(n));
+  const auto xk = kiln::test::make_tensor<D>(kv, kiln::Extents<Rows>(kept));
+  const auto yk = kiln::test::make_tensor<D>(kl, kiln::Extents<Shape<dyn>>(kept));
+  const kiln::nn::CrossEntropyLoss ce;
+  BOOST_TEST(ce(x, y).item() == ce(xk, yk).item(), boost::test_tools::tolerance(1e-6f));
+  const auto want = ce.backward(xk, yk, 3.0).to_vector();
+  for (const bool fused : {true, false}) {
+    BOOST_TEST_CONTEXT((fused ? "fused" : "unfused")) {
+      std::vector<float> g;
+      if (fused) {
+        g = ce.backward(x, y, 3.0).to_vector();
+      } else {
+        kiln::Unfused off;
+        g = ce.backward(x, y, 3.0).to_vector();
+      }
+      for (std::size_t r = 0, k = 0; r < labels.size(); ++r)
+        for (std::size_t j = 0; j < 7; ++j) {
+          if (labels[r] == -100) {
+            BOOST_TEST(g[r * 7 + j] == 0.0f);
+          } else {
+            BOOST_TEST(g[r * 7 + j] == want[k * 7 + j], boost::test_tools::tolerance(1e-6f));
+          }
+          if (j == 6 && labels[r] != -100) ++k;
+        }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_with_ignored_rows_matches_numeric, D, kiln::test::devices) {
+  const kiln::Extents<Rows> ext(6);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(42, -4.0, 4.0, 6), ext);
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0, 3, 3, 5, 1, 3}, kiln::Extents<Shape<dyn>>(6));
+  const kiln::nn::CrossEntropyLoss ce{.ignore_index = 3};  // an ignored class inside [0, C)
+  auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return ce(in, y).item(); };
+  const auto g = ce.backward(x, y);
+  BOOST_TEST(kiln::test::gradcheck(f, x, g));
+  const auto gv = g.to_vector();
+  for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(gv[7 + j] == 0.0);  // row 1 is labelled 3
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_of_only_ignored_rows_is_nan_with_a_zero_gradient, D, kiln::test::devices) {
+  // torch: the mean over no rows is 0 / 0; nothing reaches the logits.
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(14, -1.0, 1.0, 7), kiln::Extents<Rows>(2));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{-100, -100}, kiln::Extents<Shape<dyn>>(2));
+  const kiln::nn::CrossEntropyLoss ce;
+  BOOST_TEST(std::isnan(ce(x, y).item()));
+  for (float g : ce.backward(x, y).to_vector()) BOOST_TEST(g == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_rejects_labels_outside_the_classes, D, kiln::test::devices) {
+  // The CPU throws and names the label; the GPU (which does not read the labels back) gives a NaN loss
+  // and NaN in that row's gradient, which a GradScaler then skips.
+  const auto x = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), kiln::Extents<Shape<dyn, 3>>(2));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0, 3}, kiln::Extents<Shape<dyn>>(2));
   kiln::nn::CrossEntropyLoss ce;
-  BOOST_CHECK_EXCEPTION((void)ce(x, y), kiln::ValueError, [](const kiln::ValueError& e) {
-    const std::string m = e.what();
-    return m.find("label 3 at index 1") != std::string::npos && m.find("[0, 3)") != std::string::npos;
-  });
-  const auto short_labels = kiln::test::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0}, kiln::Extents<Shape<dyn>>(1));
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    for (const bool backward : {false, true}) {
+      BOOST_CHECK_EXCEPTION(backward ? (void)ce.backward(x, y) : (void)ce(x, y), kiln::ValueError,
+                            [](const kiln::ValueError& e) {
+                              const std::string m = e.what();
+                              return m.find("label 3 at index 1") != std::string::npos &&
+                                     m.find("[0, 3)") != std::string::npos &&
+                                     m.find("ignore_index (-100)") != std::string::npos;
+                            });
+    }
+    const auto minus_one = kiln::test::make_tensor<D>(std::vector<std::int64_t>{-1, 0}, kiln::Extents<Shape<dyn>>(2));
+    BOOST_CHECK_THROW((void)ce(x, minus_one), kiln::ValueError);
+  } else {
+    BOOST_TEST(std::isnan(ce(x, y).item()));
+    const auto g = ce.backward(x, y).to_vector();
+    for (std::size_t j = 0; j < 3; ++j) {
+      BOOST_TEST(std::isfinite(g[j]));
+      BOOST_TEST(std::isnan(g[3 + j]));
+    }
+  }
+  const auto short_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0}, kiln::Extents<Shape<dyn>>(1));
   BOOST_CHECK_THROW((void)ce(x, short_labels), kiln::ShapeError);
 }
 

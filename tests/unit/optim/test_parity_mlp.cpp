@@ -5,6 +5,7 @@
 // relative to each element, floored at 1% of its tensor's scale: see parity::scale_floor).
 #include <boost/test/unit_test.hpp>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,24 +35,11 @@ const json& fixture() {
   return j;
 }
 
-/// Copies a PyTorch state_dict (names -> shape + values) into the model's arena through named_parameters().
+/// Copies a PyTorch state_dict (names -> shape + values) into the model's arena by name
+/// (parity::arena_from_state_dict throws for a missing name or another shape).
 template <class Model>
 void load_state_dict(Model& m, const json& state_dict) {
-  std::vector<float> host(static_cast<std::size_t>(m.parameters().numel()));
-  const auto params = m.named_parameters();
-  BOOST_TEST_REQUIRE(params.size() == state_dict.size());
-  for (const auto& p : params) {
-    BOOST_TEST_CONTEXT("parameter " << p.name) {
-      BOOST_TEST_REQUIRE(state_dict.contains(p.name));
-      const auto& t = state_dict.at(p.name);
-      const auto shape = parity::shape(t);
-      BOOST_TEST(std::vector<long long>(p.shape.begin(), p.shape.end()) == shape, boost::test_tools::per_element());
-      const auto v = parity::values(t);
-      BOOST_TEST_REQUIRE(static_cast<kiln::index_t>(v.size()) == p.count);
-      std::copy(v.begin(), v.end(), host.begin() + p.offset);
-    }
-  }
-  m.parameters().copy_from(std::span<const float>(host));
+  m.parameters().copy_from(std::span<const float>(parity::arena_from_state_dict(m, state_dict)));
 }
 
 /// Compares every named slice of an arena (parameters or gradients) with the fixture's tensors, relative

@@ -1,7 +1,8 @@
 // DataParallel with CPU replicas: torch.chunk's split; replicas stay identical; 2 replicas train like one
 // device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5); an
 // uneven split (7 samples on 3 replicas, 2 on 3) is weighted so the summed gradient is the batch's; bf16
-// replicas follow one bf16 device; fp16 replicas step through one GradScaler like one fp16 device (skips
+// replicas follow one bf16 device; CrossEntropyLoss's ignored labels weigh each replica by the rows that
+// count; fp16 replicas step through one GradScaler like one fp16 device (skips
 // counted once); an error on a replica's thread reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -92,6 +93,21 @@ BOOST_AUTO_TEST_CASE(two_replicas_train_a_small_lenet_like_one_device) {
       train_both<LeNet>(2, 20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
   BOOST_TEST_MESSAGE("LeNet, 2 replicas, 20 steps: largest parameter difference " << d);
   BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(ignored_labels_are_weighted_like_the_whole_batch) {
+  // CrossEntropyLoss's ignore_index: each replica's share is its rows that count, so a replica whose
+  // rows are all ignored (the first four here) adds nothing and the mean is over the batch's four others.
+  const std::vector<std::int64_t> labels{-100, -100, -100, -100, 1, 2, -100, 7};
+  const double d = train_both<LeNet>(2, 5, Extents<Image>(8), labels, Extents<Shape<dyn>>(8), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("LeNet, 2 replicas, half the labels ignored: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+  DataParallel<LeNet, Image> dp(2, 5);
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 11), Extents<Image>(4));
+  const auto none = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>(4, -100), Extents<Shape<dyn>>(4));
+  for (int r = 0; r < dp.size(); ++r) dp.replica(r).zero_grad();
+  BOOST_TEST(std::isnan(dp.train_step(x, none, knn::CrossEntropyLoss{})));  // torch's mean over no rows
+  for (float g : dp.module().gradients().to_vector()) BOOST_TEST_REQUIRE(g == 0.0f);
 }
 
 BOOST_AUTO_TEST_CASE(an_uneven_split_is_weighted_like_the_whole_batch) {
