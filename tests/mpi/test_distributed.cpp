@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <kiln/io/safetensors.hpp>
 #include <kiln/nn/nn.hpp>
@@ -47,6 +48,16 @@ constexpr auto test_timeout = std::chrono::seconds(60);
 
 BOOST_AUTO_TEST_SUITE(parallel)
 BOOST_AUTO_TEST_SUITE(distributed_mpi)
+
+// Run by the CTest kiln.mpi.launcher_env.LOCAL_RANK (mpiexec -x LOCAL_RANK=5, which neither rank's own
+// local rank is), not in the plain run: a launcher's LOCAL_RANK (torchrun's; on GPUs the device a rank
+// binds) wins over Open MPI's local rank.
+BOOST_AUTO_TEST_CASE(a_launchers_local_rank_wins, *boost::unit_test::disabled()) {
+  const char* local = std::getenv("LOCAL_RANK");
+  BOOST_TEST_REQUIRE(local != nullptr);
+  Group group({.timeout = test_timeout});
+  BOOST_TEST(group.local_rank() == std::stoi(local));
+}
 
 BOOST_AUTO_TEST_CASE(the_job_has_two_ranks) {
   Group group({.timeout = test_timeout});
