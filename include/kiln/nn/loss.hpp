@@ -152,8 +152,9 @@ struct CrossEntropyRows {
             static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c + 3)};
   }
 };
-/// dx[n, j] = scale (softmax(x[n])_j - [j == y[n]]) / den for row n; 0 for an ignored row, NaN for a
-/// label outside [0, C).
+/// dx[n, j] = scale (softmax(x[n])_j - [j == y[n]]) / den for row n; NaN for a label outside [0, C).
+/// An ignored row gets 0 - softmax(x[n])_j * 0, as autograd's log_softmax backward gives it: 0, or NaN
+/// when its logits are not finite (so that a GradScaler skips such a step, as torch's).
 template <class T>
 struct CrossEntropyGrad {
   const T* x;
@@ -167,13 +168,16 @@ struct CrossEntropyGrad {
     const T* row = x + n * c;
     const std::int64_t k = y[n];
     const LabelKind kind = label_kind(k, ignore, c);
-    if (kind != LabelKind::valid) {
-      const V fill = kind == LabelKind::ignored ? V(0) : static_cast<V>(NAN);
-      for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(fill);
+    if (kind == LabelKind::bad) {
+      for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(static_cast<V>(NAN));
+      return;
+    }
+    const V lse = row_logsumexp(row, c);
+    if (kind == LabelKind::ignored) {
+      for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(V(0) - ops::detail::exp_(to_compute(row[j]) - lse) * V(0));
       return;
     }
     const V scale = factor.get();
-    const V lse = row_logsumexp(row, c);
     for (index_t j = 0; j < c; ++j) {
       const V p = ops::detail::exp_(to_compute(row[j]) - lse);
       dx[n * c + j] = from_compute<T>(scale * (p - (j == k ? V(1) : V(0))));
@@ -273,7 +277,7 @@ struct CrossEntropyLoss {
     kiln::detail::executor<D>::for_each(
         logits.size(0),
         detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den});
-    return sum(rows);
+    return logits.size(0) == 0 ? mean(rows) : sum(rows);  // no rows: torch's 0 / 0
   }
   /// dL/dlogits = (softmax(logits) - onehot(labels)) / (rows not ignored), times `scale` (1 for a plain
   /// step); ignored rows 0. One pass; with fusion off (kiln::Unfused) three, as PyTorch's autograd runs

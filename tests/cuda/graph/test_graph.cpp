@@ -1,7 +1,8 @@
 // CUDA graphs (kiln::cuda::Graph): a capture records without running and a replay runs; new input
 // copied into the captured tensor gives new output; the capture's private pool keeps its blocks from
 // later allocations until reset(); a model's inference step and a training step with a capturable Adam
-// (fp32, and fp16 with a capturable GradScaler) replay to the same numbers as eager steps; what a graph
+// (fp32, and fp16 with a capturable GradScaler) replay to the same numbers as eager steps; a captured
+// cross entropy recounts its ignored labels on every replay; what a graph
 // cannot hold (a synchronisation, Dropout in training) is refused with an error and leaves the allocator
 // able to capture again.
 #include <kiln/cuda.hpp>
@@ -163,6 +164,40 @@ BOOST_AUTO_TEST_CASE(a_training_step_with_a_capturable_adam_replays_the_eager_st
   graphed.opt.set_lr(0.0f);  // a new learning rate reaches the replays: lr 0 leaves the parameters alone
   g.replay();
   BOOST_TEST(graphed.model.parameters().to_vector() == b, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_captured_cross_entropy_recounts_its_ignored_labels_on_every_replay) {
+  // The rows CrossEntropyLoss divides by (those not labelled ignore_index) are counted by a reduction on
+  // the device, inside the graph: a replay with other labels in the captured tensor uses their count.
+  constexpr index_t n = 64, c = 5;
+  using Logits = Tensor<float, Shape<dyn, c>, Cuda>;
+  using Labels = Tensor<std::int64_t, Vec, Cuda>;
+  const Logits logits = Logits::from(std::span<const float>(ramp(n * c, 3.0f)), Extents<Shape<dyn, c>>(n));
+  std::vector<std::int64_t> first(n), second(n);
+  for (index_t i = 0; i < n; ++i) {
+    first[static_cast<std::size_t>(i)] = i % 3 == 0 ? -100 : i % c;         // 22 ignored
+    second[static_cast<std::size_t>(i)] = i % 4 == 1 ? (i * 3) % c : -100;  // 48 ignored
+  }
+  Labels labels = Labels::from(std::span<const std::int64_t>(first), Extents<Vec>(n));
+  const nn::CrossEntropyLoss ce;
+  (void)ce(logits, labels);  // warm-up, eager
+  (void)ce.backward(logits, labels);
+  Tensor<float, Shape<>, Cuda> loss;
+  Logits grad;
+  kc::Graph g;
+  g.capture([&] {
+    loss = ce(logits, labels);
+    grad = ce.backward(logits, labels);
+  });
+  for (const auto* chosen : {&second, &first}) {
+    const Labels fresh = Labels::from(std::span<const std::int64_t>(*chosen), Extents<Vec>(n));
+    const float want_loss = ce(logits, fresh).item();
+    const auto want_grad = ce.backward(logits, fresh).to_vector();
+    kiln::assign(labels, fresh);  // new labels into the captured tensor
+    g.replay();
+    BOOST_TEST(loss.item() == want_loss, boost::test_tools::tolerance(1e-6f));
+    BOOST_TEST(grad.to_vector() == want_grad, boost::test_tools::per_element());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(an_fp16_training_step_with_a_capturable_scaler_replays_the_eager_steps) {

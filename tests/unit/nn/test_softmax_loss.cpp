@@ -167,6 +167,36 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_of_only_ignored_rows_is_nan_with_a_z
   const kiln::nn::CrossEntropyLoss ce;
   BOOST_TEST(std::isnan(ce(x, y).item()));
   for (float g : ce.backward(x, y).to_vector()) BOOST_TEST(g == 0.0f);
+  // An empty batch: torch's 0 / 0 as well.
+  const auto none = kiln::test::make_tensor<D>(std::vector<float>{}, kiln::Extents<Rows>(0));
+  const auto no_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{}, kiln::Extents<Shape<dyn>>(0));
+  BOOST_TEST(std::isnan(ce(none, no_labels).item()));
+  BOOST_TEST(ce.backward(none, no_labels).numel() == 0);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_ignored_row_of_infinite_logits_still_poisons_the_gradient, D, kiln::test::devices) {
+  // As autograd's log_softmax backward: 0 - softmax * 0, which for a row with a +inf logit is NaN in
+  // every element (torch 1.13: the whole row), so that a GradScaler skips the step; fused and unfused
+  // alike. The loss ignores the row.
+  std::vector<float> v = kiln::test::random_values<float>(14, -1.0, 1.0, 8);
+  v[7 + 2] = INFINITY;  // row 1, ignored
+  const auto x = kiln::test::make_tensor<D>(v, kiln::Extents<Rows>(2));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{4, -100}, kiln::Extents<Shape<dyn>>(2));
+  const kiln::nn::CrossEntropyLoss ce;
+  BOOST_TEST(std::isfinite(ce(x, y).item()));
+  for (const bool fused : {true, false}) {
+    BOOST_TEST_CONTEXT((fused ? "fused" : "unfused")) {
+      std::vector<float> g;
+      if (fused) {
+        g = ce.backward(x, y).to_vector();
+      } else {
+        kiln::Unfused off;
+        g = ce.backward(x, y).to_vector();
+      }
+      for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(std::isfinite(g[j]));
+      for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(std::isnan(g[7 + j]));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_rejects_labels_outside_the_classes, D, kiln::test::devices) {
