@@ -13,7 +13,7 @@ int main() {
   x.fill(1.0f);
   auto y = model.forward(x);
   model.backward(y);
-  kiln::optim::SGD opt(model);
+  kiln::optim::SGD opt(model, {.lr = 0.1f});
   opt.step();
   (void)model.summary(4);
 }

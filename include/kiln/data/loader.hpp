@@ -41,7 +41,7 @@ struct LoaderOptions {
   bool shuffle = false;     ///< a fresh permutation every epoch (RandomSampler with `seed`)
   bool drop_last = false;   ///< drop the last batch when it is short
   int num_workers = 0;      ///< 0: batches are collated on the calling thread when asked for
-  int prefetch_factor = 2;  ///< batches each worker collates ahead
+  int prefetch_factor = 2;  ///< batches each worker collates ahead (>= 1; only with num_workers > 0)
   bool pin_memory = false;  ///< batches in page-locked memory (needs kiln::cuda and a GPU; else ignored)
   std::uint64_t seed = 0;   ///< shuffling and random transforms
 };
@@ -87,6 +87,9 @@ class DataLoader {
   }
   DataLoader(const Ds& ds, Sampler sampler, LoaderOptions o, Transform t = {})
       : ds_(&ds), o_(o), t_(std::move(t)), sampler_(std::move(sampler)) {
+    if (o_.shuffle)  // as torch: the sampler decides the order
+      throw ValueError("kiln::data::DataLoader: a sampler and shuffle = true were both given; the sampler "
+                       "decides the order (shuffle it: RandomSampler, DistributedSampler{.shuffle = true})");
     check();
   }
 
@@ -136,7 +139,7 @@ class DataLoader {
                                   : (static_cast<index_t>(order_.size()) + l_->o_.batch_size - 1) / l_->o_.batch_size;
       const int workers = l_->o_.num_workers;
       if (workers > 0) {
-        window_ = static_cast<index_t>(workers) * std::max(1, l_->o_.prefetch_factor);
+        window_ = static_cast<index_t>(workers) * l_->o_.prefetch_factor;
         slots_.resize(static_cast<std::size_t>(window_));
 #if KILN_WITH_CUDA
         if (l_->pin_) device_ = kiln::cuda::current_device();  // pinning workers call CUDA: on this GPU
@@ -276,6 +279,12 @@ class DataLoader {
       throw ValueError("kiln::data::DataLoader: batch_size is " + std::to_string(o_.batch_size) + "; it must be >= 1");
     if (o_.num_workers < 0)
       throw ValueError("kiln::data::DataLoader: num_workers is " + std::to_string(o_.num_workers) + "; it must be >= 0");
+    if (o_.prefetch_factor < 1)
+      throw ValueError("kiln::data::DataLoader: prefetch_factor is " + std::to_string(o_.prefetch_factor) +
+                       "; it must be >= 1");
+    if (o_.num_workers == 0 && o_.prefetch_factor != 2)  // as torch 1.13
+      throw ValueError("kiln::data::DataLoader: prefetch_factor " + std::to_string(o_.prefetch_factor) +
+                       " needs worker threads (num_workers > 0); without them batches are made when asked for");
     pin_ = o_.pin_memory && pinning_available();
   }
   static bool pinning_available() {

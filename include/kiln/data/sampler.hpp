@@ -53,14 +53,20 @@ struct RandomSampler {
 /// same seed and epoch on every rank) indices are padded by repeating from the start to a multiple of
 /// `world_size` (or truncated with drop_last), then rank r takes every world_size-th from r. Call
 /// set_epoch on every rank before each epoch, or pass the epoch through the loader (it does).
+/// world_size and rank must be given (torch reads them from its process group; kiln's is an object):
+///   DistributedSampler{.world_size = ddp.world_size(), .rank = ddp.rank(), .seed = seed}
 struct DistributedSampler {
-  int world_size = 1;
-  int rank = 0;
+  int world_size = 0;  ///< required
+  int rank = -1;       ///< required
   bool shuffle = true;
   std::uint64_t seed = 0;
   bool drop_last = false;
 
   std::vector<index_t> indices(index_t n, std::uint64_t epoch) const {
+    if (world_size == 0 || rank == -1)
+      throw ValueError("kiln::data::DistributedSampler: world_size and rank are required "
+                       "({.world_size = group.size(), .rank = group.rank()}); this one has world_size " +
+                       std::to_string(world_size) + ", rank " + std::to_string(rank));
     if (world_size < 1 || rank < 0 || rank >= world_size)
       throw ValueError("kiln::data::DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " +
                        std::to_string(world_size) + ")");

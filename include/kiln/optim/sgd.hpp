@@ -1,6 +1,9 @@
 /// SGD with momentum, dampening, Nesterov and weight decay (torch.optim.SGD), one fused pass per step.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
@@ -14,9 +17,9 @@
 
 namespace kiln::optim {
 
-/// torch.optim.SGD's options and defaults (lr has no default there; 0.01 here).
+/// torch.optim.SGD's options and defaults. lr has none there, and none here: an SGD without one throws.
 struct SGDOptions {
-  float lr = 0.01f;
+  float lr = std::numeric_limits<float>::quiet_NaN();  ///< required: {.lr = 0.01f}
   float momentum = 0.0f;
   float dampening = 0.0f;
   float weight_decay = 0.0f;
@@ -111,6 +114,14 @@ class SGD {
   using working_arena_type = Tensor<W, Shape<dyn>, D>;
   SGD(arena_type& params, arena_type& grads, SGDOptions o = {}, working_arena_type* work = nullptr)
       : p_(params), g_(grads), work_(detail::working_copy(params, work, "SGD")), o_(o) {
+    // torch.optim.SGD's checks, in its words.
+    if (std::isnan(o.lr))
+      throw ValueError("kiln::optim::SGD: no learning rate; it has no default (as torch.optim.SGD): "
+                       "SGD(model, {.lr = 0.01f})");
+    if (o.lr < 0.0f) throw ValueError("kiln::optim::SGD: invalid learning rate: " + std::to_string(o.lr));
+    if (!(o.momentum >= 0.0f)) throw ValueError("kiln::optim::SGD: invalid momentum value: " + std::to_string(o.momentum));
+    if (!(o.weight_decay >= 0.0f))
+      throw ValueError("kiln::optim::SGD: invalid weight_decay value: " + std::to_string(o.weight_decay));
     if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
       throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
     if (o.momentum != 0.0f) buf_ = arena_type(params.extents(), params.device_index());

@@ -163,6 +163,23 @@ BOOST_AUTO_TEST_CASE(a_worker_error_reaches_the_reader_and_an_early_break_does_n
   BOOST_CHECK_THROW(kd::DataLoader(ok, {.batch_size = 0}), kiln::ValueError);
 }
 
+BOOST_AUTO_TEST_CASE(options_torch_rejects_are_rejected) {
+  // As torch.utils.data.DataLoader: a sampler and shuffle together, prefetch_factor below 1, and (torch
+  // 1.13) a prefetch_factor without worker threads.
+  const auto ds = images(8);
+  const auto says = [](std::string part) {
+    return [part](const kiln::ValueError& e) { return std::string(e.what()).find(part) != std::string::npos; };
+  };
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, kd::RandomSampler{3}, {.batch_size = 2, .shuffle = true}), kiln::ValueError,
+                        says("a sampler and shuffle = true"));
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, {.batch_size = 2, .num_workers = 2, .prefetch_factor = 0}), kiln::ValueError,
+                        says("prefetch_factor is 0; it must be >= 1"));
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, {.batch_size = 2, .prefetch_factor = 4}), kiln::ValueError,
+                        says("needs worker threads"));
+  kd::DataLoader fine(ds, kd::RandomSampler{3}, {.batch_size = 2});
+  BOOST_TEST(fine.size() == 4);
+}
+
 BOOST_AUTO_TEST_CASE(pin_memory_without_a_gpu_is_ignored) {
   const auto ds = images(6);
   kd::DataLoader loader(ds, {.batch_size = 4, .pin_memory = true});
@@ -184,6 +201,12 @@ BOOST_AUTO_TEST_CASE(distributed_sampler_pads_and_splits_like_pytorch) {
   const auto dropped = kd::DistributedSampler{.world_size = 3, .rank = 2, .shuffle = false, .drop_last = true}.indices(10, 0);
   BOOST_TEST(dropped == (std::vector<index_t>{2, 5, 8}), boost::test_tools::per_element());
   BOOST_CHECK_THROW(kd::DistributedSampler({.world_size = 2, .rank = 2}).indices(4, 0), kiln::ValueError);
+  // No silent "one rank of one": torch reads both from its process group, kiln needs them given.
+  for (const auto& unset : {kd::DistributedSampler{}, kd::DistributedSampler{.world_size = 2},
+                            kd::DistributedSampler{.rank = 0, .seed = 1}})
+    BOOST_CHECK_EXCEPTION(unset.indices(4, 0), kiln::ValueError, [](const kiln::ValueError& e) {
+      return std::string(e.what()).find("world_size and rank are required") != std::string::npos;
+    });
   // Through a loader: each rank's batches hold its share.
   const auto ds = images(10);
   kd::DataLoader loader(ds, kd::DistributedSampler{.world_size = 3, .rank = 1, .shuffle = false}, {.batch_size = 3});

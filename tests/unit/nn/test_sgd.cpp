@@ -118,6 +118,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nesterov_needs_momentum_and_no_dampening, D, kiln:
   BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .nesterov = true}),
                         kiln::ValueError, kt::message_contains({"Nesterov", "dampening"}));
   BOOST_CHECK_THROW(SGD(model, {.lr = 0.1f, .nesterov = true}), kiln::ValueError);
+  // torch.optim.SGD's other checks: lr is required, and none of lr, momentum, weight_decay is negative.
+  BOOST_CHECK_EXCEPTION(SGD(model, {.momentum = 0.9f}), kiln::ValueError,
+                        kt::message_contains({"no learning rate", "{.lr = 0.01f}"}));
+  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = -0.1f}), kiln::ValueError, kt::message_contains({"invalid learning rate"}));
+  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1f, .momentum = -0.5f}), kiln::ValueError,
+                        kt::message_contains({"invalid momentum"}));
+  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1f, .weight_decay = -1e-4f}), kiln::ValueError,
+                        kt::message_contains({"invalid weight_decay"}));
   SGD opt(model, {.lr = 0.1f});
   BOOST_TEST(opt.momentum_buffer().empty(), "no momentum: no buffer");
   opt.set_lr(0.5f);

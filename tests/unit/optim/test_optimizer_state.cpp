@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next
 BOOST_AUTO_TEST_CASE_TEMPLATE(another_optimizers_state_is_refused_with_what_it_is, D, kiln::test::devices) {
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
   Tensor<float, Shape<dyn>, D> g(n);
-  kiln::optim::SGD<float, D> sgd(p, g, {.momentum = 0.9f});
+  kiln::optim::SGD<float, D> sgd(p, g, {.lr = 0.01f, .momentum = 0.9f});
   kiln::optim::Adam<float, D> adam(p, g);
   const auto state = kiln::optimizer_state(sgd);
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(adam, state.entries, state.metadata, "ckpt.safetensors"),

@@ -81,7 +81,7 @@ std::uint64_t train_step(M& model, Opt& opt, const Data& d) {
 template <class P, class Opt>
 void check_optimizer_rewrites_working_copy() {
   Model<P> model(3);
-  Opt opt(model);
+  Opt opt(model, {.lr = 1e-3f});
   const Data d(12, 1);
   for (int i = 0; i < 3; ++i) {
     BOOST_TEST(train_step(model, opt, d) == 1u);  // masters and working copy in one pass
