@@ -2,9 +2,13 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <system_error>
 
 #include <kiln/core/config.hpp>
 #if KILN_CUDA_COMPILER
@@ -47,21 +51,50 @@ struct TrainOptions {
   std::string target;             // regression examples: the target column
 };
 
+/// A flag's number checked before it is converted, with a message that says what it expects (CLI11's
+/// PositiveNumber says "Value 0 not in range 0.000000 to 1797...", and nothing about integers):
+///   --epochs: expected an integer >= 1, got 'abc'
+inline CLI::Validator integer_at_least(long long least) {
+  const std::string expected = "an integer >= " + std::to_string(least);
+  return CLI::Validator(
+      [least, expected](std::string& text) -> std::string {
+        long long v = 0;
+        const char* end = text.data() + text.size();
+        const auto [at, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc::result_out_of_range) return "expected " + expected + " that fits in 64 bits, got '" + text + "'";
+        if (ec != std::errc{} || at != end || v < least) return "expected " + expected + ", got '" + text + "'";
+        return {};
+      },
+      "INT>=" + std::to_string(least));
+}
+/// A positive, finite real number (a learning rate): --lr: expected a number > 0, got '-1'.
+inline CLI::Validator positive_real() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v <= 0)
+          return "expected a number > 0, got '" + text + "'";
+        return {};
+      },
+      "REAL>0");
+}
+
 /// Adds the shared flags to `app` with the example's defaults already in `o`.
 inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data, "dataset directory or file")->capture_default_str();
-  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", o.batch_size, "samples per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(integer_at_least(1));
+  app.add_option("--batch-size", o.batch_size, "samples per step")->capture_default_str()->check(integer_at_least(1));
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(positive_real());
   app.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--precision", o.precision, "fp32, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--parallel", o.parallel, "single, dp or ddp")->capture_default_str()->check(CLI::IsMember({"single", "dp", "ddp"}));
   app.add_option("--devices", o.devices,
                  "--parallel dp: CPU replicas (default 2); --parallel ddp: the number of ranks mpirun must start "
                  "(default: any)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
+  app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(integer_at_least(0));
+  app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(integer_at_least(1));
   app.add_option("--seed", o.seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
   app.add_option("--limit", o.limit, "use only the first N training samples")->capture_default_str();
   app.add_option("--checkpoint", o.checkpoint, "safetensors file written (atomically) after every epoch");
