@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
+#include <limits>
 #include <string>
 #include <system_error>
 
@@ -51,30 +51,36 @@ struct TrainOptions {
   std::string target;             // regression examples: the target column
 };
 
-/// A flag's number checked before it is converted, with a message that says what it expects (CLI11's
-/// PositiveNumber says "Value 0 not in range 0.000000 to 1797...", and nothing about integers):
-///   --epochs: expected an integer >= 1, got 'abc'
-inline CLI::Validator integer_at_least(long long least) {
-  const std::string expected = "an integer >= " + std::to_string(least);
+/// A flag's number checked before CLI11 converts it into a T, with a message that says what it expects
+/// (CLI11's PositiveNumber says "Value 0 not in range 0.000000 to 1797...", and nothing about integers):
+///   --epochs: expected an integer from 1 to 2147483647, got 'abc'
+/// Decimal digits only (CLI11 would read a leading 0 as octal: 010 epochs would be 8).
+template <class T>
+CLI::Validator integer_at_least(T least) {
+  const std::string expected = "an integer from " + std::to_string(least) + " to " +
+                               std::to_string(std::numeric_limits<T>::max());
   return CLI::Validator(
       [least, expected](std::string& text) -> std::string {
-        long long v = 0;
+        T v{};
         const char* end = text.data() + text.size();
         const auto [at, ec] = std::from_chars(text.data(), end, v);
-        if (ec == std::errc::result_out_of_range) return "expected " + expected + " that fits in 64 bits, got '" + text + "'";
-        if (ec != std::errc{} || at != end || v < least) return "expected " + expected + ", got '" + text + "'";
+        const bool octal_looking = text.size() > 1 && text[0] == '0';
+        if (ec != std::errc{} || at != end || v < least || octal_looking)
+          return "expected " + expected + ", got '" + text + "'";
         return {};
       },
       "INT>=" + std::to_string(least));
 }
-/// A positive, finite real number (a learning rate): --lr: expected a number > 0, got '-1'.
-inline CLI::Validator positive_real() {
+/// A learning rate: a float that is finite and > 0 once rounded to float (the examples' optimizers take
+/// floats), e.g. --lr: expected a number > 0 that fits in a float, got '1e39'.
+inline CLI::Validator positive_float() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v <= 0)
-          return "expected a number > 0, got '" + text + "'";
+        float v = 0;
+        const char* end = text.data() + text.size();
+        const auto [at, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc{} || at != end || !std::isfinite(v) || !(v > 0))
+          return "expected a number > 0 that fits in a float, got '" + text + "'";
         return {};
       },
       "REAL>0");
@@ -85,7 +91,7 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data, "dataset directory or file")->capture_default_str();
   app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(integer_at_least(1));
   app.add_option("--batch-size", o.batch_size, "samples per step")->capture_default_str()->check(integer_at_least(1));
-  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(positive_real());
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(positive_float());
   app.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--precision", o.precision, "fp32, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--parallel", o.parallel, "single, dp or ddp")->capture_default_str()->check(CLI::IsMember({"single", "dp", "ddp"}));
@@ -95,8 +101,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(integer_at_least(1));
   app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(integer_at_least(0));
   app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(integer_at_least(1));
-  app.add_option("--seed", o.seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
-  app.add_option("--limit", o.limit, "use only the first N training samples")->capture_default_str();
+  app.add_option("--seed", o.seed, "initialisation, shuffling and augmentation seed")
+      ->capture_default_str()
+      ->check(integer_at_least<std::uint64_t>(0));
+  app.add_option("--limit", o.limit, "use only the first N training samples")->check(integer_at_least<long long>(1));
   app.add_option("--checkpoint", o.checkpoint, "safetensors file written (atomically) after every epoch");
   app.add_flag("--resume", o.resume, "continue from --checkpoint (parameters, optimizer state, epoch)");
   app.add_option("--metrics", o.metrics, "append one JSON line per epoch to this file");

@@ -78,11 +78,13 @@ class DataLoader {
   static constexpr index_t sample_numel = sample_shape::static_numel();
   static constexpr index_t target_numel = Ds::target_shape::static_numel();
 
-  DataLoader(const Ds& ds, LoaderOptions o = {}, Transform t = {}) : ds_(&ds), o_(o), t_(std::move(t)) {
-    if constexpr (std::is_same_v<Sampler, AnySampler>) {
-      if (o_.shuffle) sampler_ = RandomSampler{o_.seed};
-      else sampler_ = SequentialSampler{};
-    }
+  /// The sampler from the options (shuffle: RandomSampler{seed}, else sequential); with a sampler type of
+  /// your own, pass the sampler.
+  DataLoader(const Ds& ds, LoaderOptions o = {}, Transform t = {})
+    requires std::is_same_v<Sampler, AnySampler>
+      : ds_(&ds), o_(o), t_(std::move(t)) {
+    if (o_.shuffle) sampler_ = RandomSampler{o_.seed};
+    else sampler_ = SequentialSampler{};
     check();
   }
   DataLoader(const Ds& ds, Sampler sampler, LoaderOptions o, Transform t = {})
@@ -102,7 +104,10 @@ class DataLoader {
   /// Replaces the sampler from the next epoch on (DataLoader(..., sampler=...) in PyTorch); with the
   /// default sampler type, any of sequential, random or distributed:
   ///   loader.set_sampler(DistributedSampler{.world_size = 2, .rank = r, .seed = seed});
-  void set_sampler(Sampler s) { sampler_ = std::move(s); }
+  void set_sampler(Sampler s) {
+    check_sampler(s);
+    sampler_ = std::move(s);
+  }
   const Sampler& sampler() const { return sampler_; }
   /// The epoch the next iteration runs (DistributedSampler.set_epoch).
   void set_epoch(std::uint64_t e) { epoch_ = e; }
@@ -282,10 +287,20 @@ class DataLoader {
     if (o_.prefetch_factor < 1)
       throw ValueError("kiln::data::DataLoader: prefetch_factor is " + std::to_string(o_.prefetch_factor) +
                        "; it must be >= 1");
+    check_sampler(sampler_);
     if (o_.num_workers == 0 && o_.prefetch_factor != 2)  // as torch 1.13
       throw ValueError("kiln::data::DataLoader: prefetch_factor " + std::to_string(o_.prefetch_factor) +
                        " needs worker threads (num_workers > 0); without them batches are made when asked for");
     pin_ = o_.pin_memory && pinning_available();
+  }
+  /// A DistributedSampler without world_size and rank (or with a rank outside it) throws here, not at
+  /// the first epoch.
+  static void check_sampler(const Sampler& s) {
+    if constexpr (std::is_same_v<Sampler, AnySampler>) {
+      if (const auto* d = std::get_if<DistributedSampler>(&s)) d->check();
+    } else if constexpr (std::is_same_v<Sampler, DistributedSampler>) {
+      s.check();
+    }
   }
   static bool pinning_available() {
 #if KILN_WITH_CUDA

@@ -62,7 +62,9 @@ struct DistributedSampler {
   std::uint64_t seed = 0;
   bool drop_last = false;
 
-  std::vector<index_t> indices(index_t n, std::uint64_t epoch) const {
+  /// Throws kiln::ValueError unless world_size and rank were given and rank is in [0, world_size) (a
+  /// DataLoader checks when it gets the sampler).
+  void check() const {
     if (world_size == 0 || rank == -1)
       throw ValueError("kiln::data::DistributedSampler: world_size and rank are required "
                        "({.world_size = group.size(), .rank = group.rank()}); this one has world_size " +
@@ -70,6 +72,9 @@ struct DistributedSampler {
     if (world_size < 1 || rank < 0 || rank >= world_size)
       throw ValueError("kiln::data::DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " +
                        std::to_string(world_size) + ")");
+  }
+  std::vector<index_t> indices(index_t n, std::uint64_t epoch) const {
+    check();
     std::vector<index_t> all = shuffle ? detail::permutation(n, detail::mix(seed, epoch)) : SequentialSampler{}.indices(n, epoch);
     const index_t w = world_size;
     const index_t per_rank = drop_last ? n / w : (n + w - 1) / w;

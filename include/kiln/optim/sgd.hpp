@@ -17,7 +17,8 @@
 
 namespace kiln::optim {
 
-/// torch.optim.SGD's options and defaults. lr has none there, and none here: an SGD without one throws.
+/// torch.optim.SGD's options and defaults. lr has none there, and none here: `SGD opt(model)` does not
+/// compile, and options without an lr throw.
 struct SGDOptions {
   float lr = std::numeric_limits<float>::quiet_NaN();  ///< required: {.lr = 0.01f}
   float momentum = 0.0f;
@@ -112,16 +113,18 @@ class SGD {
  public:
   using arena_type = Tensor<M, Shape<dyn>, D>;
   using working_arena_type = Tensor<W, Shape<dyn>, D>;
-  SGD(arena_type& params, arena_type& grads, SGDOptions o = {}, working_arena_type* work = nullptr)
+  SGD(arena_type& params, arena_type& grads, SGDOptions o, working_arena_type* work = nullptr)
       : p_(params), g_(grads), work_(detail::working_copy(params, work, "SGD")), o_(o) {
-    // torch.optim.SGD's checks, in its words.
+    // torch.optim.SGD's checks (a NaN is refused too), in Adam's words.
     if (std::isnan(o.lr))
-      throw ValueError("kiln::optim::SGD: no learning rate; it has no default (as torch.optim.SGD): "
-                       "SGD(model, {.lr = 0.01f})");
-    if (o.lr < 0.0f) throw ValueError("kiln::optim::SGD: invalid learning rate: " + std::to_string(o.lr));
-    if (!(o.momentum >= 0.0f)) throw ValueError("kiln::optim::SGD: invalid momentum value: " + std::to_string(o.momentum));
+      throw ValueError("kiln::optim::SGD: no learning rate (lr not given, or NaN); it has no default, as in "
+                       "torch.optim.SGD: SGD(model, {.lr = 0.01f})");
+    if (o.lr < 0.0f) throw ValueError("kiln::optim::SGD: invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
+    if (!(o.momentum >= 0.0f))
+      throw ValueError("kiln::optim::SGD: invalid momentum " + std::to_string(o.momentum) + "; give momentum >= 0");
     if (!(o.weight_decay >= 0.0f))
-      throw ValueError("kiln::optim::SGD: invalid weight_decay value: " + std::to_string(o.weight_decay));
+      throw ValueError("kiln::optim::SGD: invalid weight_decay " + std::to_string(o.weight_decay) +
+                       "; give weight_decay >= 0");
     if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
       throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
     if (o.momentum != 0.0f) buf_ = arena_type(params.extents(), params.device_index());
@@ -132,7 +135,7 @@ class SGD {
   }
   template <class Model>
     requires requires(Model& m) { m.parameters(); m.gradients(); }
-  SGD(Model& m, SGDOptions o = {}) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+  SGD(Model& m, SGDOptions o) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
   /// One pass over every parameter; with fusion off (kiln::Unfused), one pass per operation in torch's
   /// single-tensor order. Capturable: a one-thread pass first (the first-step flag on the device).
@@ -262,7 +265,5 @@ class SGD {
 };
 template <class Model>
 SGD(Model&, SGDOptions) -> SGD<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
-SGD(Model&) -> SGD<typename Model::M, typename Model::D, typename Model::T>;
 
 }  // namespace kiln::optim

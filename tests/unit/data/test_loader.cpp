@@ -201,12 +201,20 @@ BOOST_AUTO_TEST_CASE(distributed_sampler_pads_and_splits_like_pytorch) {
   const auto dropped = kd::DistributedSampler{.world_size = 3, .rank = 2, .shuffle = false, .drop_last = true}.indices(10, 0);
   BOOST_TEST(dropped == (std::vector<index_t>{2, 5, 8}), boost::test_tools::per_element());
   BOOST_CHECK_THROW(kd::DistributedSampler({.world_size = 2, .rank = 2}).indices(4, 0), kiln::ValueError);
-  // No silent "one rank of one": torch reads both from its process group, kiln needs them given.
+  // No silent "one rank of one": torch reads both from its process group, kiln needs them given, and a
+  // loader says so when it gets the sampler.
+  const auto required = [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("world_size and rank are required") != std::string::npos;
+  };
   for (const auto& unset : {kd::DistributedSampler{}, kd::DistributedSampler{.world_size = 2},
                             kd::DistributedSampler{.rank = 0, .seed = 1}})
-    BOOST_CHECK_EXCEPTION(unset.indices(4, 0), kiln::ValueError, [](const kiln::ValueError& e) {
-      return std::string(e.what()).find("world_size and rank are required") != std::string::npos;
-    });
+    BOOST_CHECK_EXCEPTION(unset.indices(4, 0), kiln::ValueError, required);
+  const auto eight = images(8);
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(eight, kd::DistributedSampler{.seed = 1}, {.batch_size = 2}), kiln::ValueError,
+                        required);
+  kd::DataLoader switching(eight, {.batch_size = 2});
+  BOOST_CHECK_EXCEPTION(switching.set_sampler(kd::DistributedSampler{.world_size = 2}), kiln::ValueError, required);
+  BOOST_TEST(switching.size() == 4);  // the old sampler stays
   // Through a loader: each rank's batches hold its share.
   const auto ds = images(10);
   kd::DataLoader loader(ds, kd::DistributedSampler{.world_size = 3, .rank = 1, .shuffle = false}, {.batch_size = 3});

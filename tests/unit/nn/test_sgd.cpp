@@ -6,6 +6,7 @@
 #include <kiln/nn/nn.hpp>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support/policies.hpp"
@@ -121,6 +122,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nesterov_needs_momentum_and_no_dampening, D, kiln:
   // torch.optim.SGD's other checks: lr is required, and none of lr, momentum, weight_decay is negative.
   BOOST_CHECK_EXCEPTION(SGD(model, {.momentum = 0.9f}), kiln::ValueError,
                         kt::message_contains({"no learning rate", "{.lr = 0.01f}"}));
+  static_assert(!std::is_constructible_v<SGD<float, D>, MlpModel<D>&>, "SGD(model) without options must not compile");
   BOOST_CHECK_EXCEPTION(SGD(model, {.lr = -0.1f}), kiln::ValueError, kt::message_contains({"invalid learning rate"}));
   BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1f, .momentum = -0.5f}), kiln::ValueError,
                         kt::message_contains({"invalid momentum"}));
