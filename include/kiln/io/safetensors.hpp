@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/core/errors.hpp"
@@ -288,8 +289,10 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model,
 
 /// Loads parameters saved by save_checkpoint or by PyTorch (safetensors.torch.save_file(model.state_dict())).
 /// Every parameter must be present with the right dtype and shape; the first difference is reported with
-/// the file, the name, and both shapes or dtypes. Returns the entries that are not parameters (optimizer
-/// state) for the caller.
+/// the file, the name, and both shapes or dtypes. As torch's load_state_dict(strict=True), an entry named
+/// like a parameter (`*.weight`, `*.bias`) that the model does not have is an error too: the checkpoint
+/// is of another (deeper, wider) model. Returns the other entries (optimizer state, the caller's own
+/// extras).
 template <class Model>
 std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::path& path, Model& model,
                                                         std::map<std::string, std::string>* metadata = nullptr) {
@@ -311,6 +314,15 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
     std::memcpy(host.data() + p.offset, e.bytes.data(), e.bytes.size());
     entries.erase(it);
   }
+  std::string unexpected;
+  for (const auto& [name, e] : entries) {
+    const auto ends_with = [&](std::string_view s) { return name.size() > s.size() && name.ends_with(s); };
+    if (name.starts_with("optimizer.") || !(ends_with(".weight") || ends_with(".bias"))) continue;
+    unexpected += (unexpected.empty() ? "'" : ", '") + name + "' " + detail::shape_text(e.shape);
+  }
+  if (!unexpected.empty())
+    throw CheckpointError("kiln: " + path.string() + ": unexpected parameters " + unexpected +
+                          ": the model has none of that name; the checkpoint is of another model");
   model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
   return entries;
 }

@@ -1,5 +1,6 @@
 // Checkpoints: PyTorch weights load into kiln and reproduce PyTorch's logits; save/load round trips
-// atomically; every malformed or mismatched file is rejected with a message naming what is wrong.
+// atomically; every malformed or mismatched file (another model's, a deeper one's) is rejected with a
+// message naming what is wrong.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -97,6 +98,23 @@ BOOST_AUTO_TEST_CASE(a_model_of_another_shape_is_rejected_with_both_shapes) {
   BOOST_TEST(rejects(dir / "other.safetensors", [](const std::string& m) {
     return contains(m, "'0.weight'") && contains(m, "[8, 13]") && contains(m, "[16, 13]");
   }));
+}
+
+BOOST_AUTO_TEST_CASE(a_deeper_models_checkpoint_is_rejected_naming_the_extra_parameters) {
+  // Every parameter of the MLP is in the file with its shape; 6.weight and 6.bias are not the MLP's
+  // (torch's strict load_state_dict: "Unexpected key(s)"). Entries not named like parameters stay the
+  // caller's.
+  const auto dir = scratch("deeper");
+  using Deeper = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>, ReLU, Linear<1, 2>>;
+  kiln::nn::Model<Deeper, Shape<dyn, 13>> deeper(0);
+  const std::vector<float> one{1.0f};
+  kiln::save_checkpoint(dir / "deeper.safetensors", deeper, {{"my.note", kiln::make_entry<float>(one, {1})}});
+  BOOST_TEST(rejects(dir / "deeper.safetensors", [](const std::string& m) {
+    return contains(m, "unexpected parameters '6.bias' [2], '6.weight' [2, 1]") && contains(m, "another model");
+  }));
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> mlp(0);
+  kiln::save_checkpoint(dir / "mlp.safetensors", mlp, {{"my.note", kiln::make_entry<float>(one, {1})}});
+  BOOST_TEST(kiln::load_checkpoint(dir / "mlp.safetensors", mlp).count("my.note") == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(missing_truncated_and_corrupt_files_are_rejected_with_the_position) {
