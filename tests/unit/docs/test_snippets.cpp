@@ -1,0 +1,342 @@
+// The C++ of README.md and docs/*.md, compiled and run as the pages show it: each snippet
+// (`#include "<page>.<name>.inc"`, written from the page by cmake/KilnDocSnippets.cmake) sits in a test
+// case that declares what the page leaves to the reader (`model`, `x`, `batches`, a file path, ...), and
+// the case checks what the page says it does. A page that drifts from the library breaks this build, with
+// the error at the page's line (each .inc starts with #line). GPU snippets: tests/cuda/docs.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <kiln/data/data.hpp>
+#include <kiln/io/optimizer_state.hpp>
+#include <kiln/io/safetensors.hpp>
+#include <kiln/kiln.hpp>
+#include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
+#include <kiln/parallel/data_parallel.hpp>
+#if KILN_WITH_MPI
+#include <kiln/parallel/distributed.hpp>
+#include <kiln/parallel/mpi.hpp>
+#endif
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/reference.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+
+template <class S>
+Tensor<float, S, kiln::Cpu> random_batch(kiln::index_t n, std::uint32_t stream) {
+  const auto ext = Extents<S>(n);
+  return kiln::test::make_tensor<kiln::Cpu>(kiln::test::random_values<float>(ext.numel(), -1.0, 1.0, stream), ext);
+}
+
+Tensor<std::int64_t, Shape<dyn>, kiln::Cpu> random_labels(kiln::index_t n, int classes, std::uint32_t stream) {
+  return kiln::test::make_tensor<kiln::Cpu>(kiln::test::random_integers<std::int64_t>(n, 0, classes - 1, stream),
+                                            Extents<Shape<dyn>>(n));
+}
+
+/// Runs f with the working directory in a fresh temporary directory (snippets that write "x.safetensors").
+template <class F>
+void in_temp_dir(const kiln::test::TempDir& dir, F f) {
+  const auto before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  try {
+    f();
+  } catch (...) {
+    std::filesystem::current_path(before);
+    throw;
+  }
+  std::filesystem::current_path(before);
+}
+
+double param_change(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+  return d;
+}
+
+using LeNetNet = kiln::nn::Sequential<kiln::nn::Conv2d<3, 6, 5>, kiln::nn::ReLU, kiln::nn::MaxPool2d<2>,
+                                      kiln::nn::Conv2d<6, 16, 5>, kiln::nn::ReLU, kiln::nn::MaxPool2d<2>,
+                                      kiln::nn::Flatten, kiln::nn::Linear<400, 120>, kiln::nn::ReLU,
+                                      kiln::nn::Linear<120, 84>, kiln::nn::ReLU, kiln::nn::Linear<84, 10>>;
+using Image = Shape<dyn, 3, 32, 32>;
+
+/// `batches` of the training-loop snippets: (x, y) pairs.
+template <class X, class Y>
+std::vector<std::pair<X, Y>> two_batches(const X& x, const Y& y) {
+  return {{x, y}, {x, y}};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(docs)
+
+// readme.quick_start.inc is a whole program: tests/CMakeLists.txt builds it as one (kiln.docs.readme_quick_start).
+
+BOOST_AUTO_TEST_CASE(readme_lenet_steps_once) {
+  const auto x = random_batch<Image>(4, 1);
+  const auto labels = random_labels(4, 10, 2);
+  std::vector<float> before, after;
+  {
+#include "readme.lenet.inc"
+    static_assert(decltype(model)::parameter_count == 62006);  // the page's comment
+    after = model.parameters().to_vector();
+    kiln::nn::Model<LeNet, kiln::Shape<kiln::dyn, 3, 32, 32>> fresh(0);
+    before = fresh.parameters().to_vector();
+  }
+  BOOST_TEST(param_change(before, after) > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(design_tree_runs_in_one_pass) {
+  using namespace kiln;
+  const index_t n = 3;
+  std::uint64_t passes = 0;
+  std::vector<float> x_values, y_values;
+  {
+    const auto start = kiln::passes();
+#include "design.tree.inc"
+    passes = kiln::passes() - start;
+    x_values = x.to_vector();  // uninitialised, as torch.empty: whatever the allocator held
+    y_values = y.to_vector();
+  }
+  BOOST_TEST(passes == 1u);
+  BOOST_REQUIRE(y_values.size() == 12u);
+  for (std::size_t i = 0; i < y_values.size(); ++i) BOOST_TEST(y_values[i] == std::max(x_values[i] * 2.0f - 1.0f, 0.0f));
+}
+
+BOOST_AUTO_TEST_CASE(design_matmul_bias_relu_and_a_fused_mean) {
+  const auto x = random_batch<Shape<dyn, 3>>(2, 3);
+  auto w = kiln::eval(kiln::Tensor<float, Shape<3, 4>>::from({1, 0, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1}) * 1.0f);
+  const auto bias = kiln::Tensor<float, Shape<4>>::from({0.5f, -0.5f, 0.0f, 0.25f});
+  Tensor<float, Shape<dyn, 4>> y(2);
+  float mean = 0;
+  {
+#include "design.matmul.inc"
+    mean = loss.item();
+  }
+  const auto xv = x.to_vector(), yv = y.to_vector();
+  const float b[4] = {0.5f, -0.5f, 0.0f, 0.25f};
+  double expect = 0;
+  for (int r = 0; r < 2; ++r) {
+    const float h[4] = {xv[r * 3], xv[r * 3 + 1], xv[r * 3 + 2], xv[r * 3] + xv[r * 3 + 1] + xv[r * 3 + 2]};
+    for (int c = 0; c < 4; ++c) {
+      const float want = std::max(h[c] + b[c], 0.0f);
+      BOOST_TEST(std::abs(yv[r * 4 + c] - want) < 1e-5f);
+      expect += std::exp(static_cast<double>(want) - 1.0) / 8.0;
+    }
+  }
+  BOOST_TEST(std::abs(mean - expect) < 1e-5 * expect);
+}
+
+BOOST_AUTO_TEST_CASE(models_train_loop_accumulation_and_schedule) {
+  kiln::nn::Model<LeNetNet, Image> model(0);
+  const auto x0 = random_batch<Image>(4, 4);
+  const auto y0 = random_labels(4, 10, 5);
+  const auto batches = two_batches(x0, y0);
+  const auto start = model.parameters().to_vector();
+  {
+#include "models.train_loop.inc"
+  }
+  BOOST_TEST(param_change(start, model.parameters().to_vector()) > 0.0);
+
+  kiln::nn::CrossEntropyLoss ce;
+  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  const int k = 2, b = 2;
+  const auto& x = x0;
+  const auto& y = y0;
+  {
+#include "models.accumulation.inc"
+  }
+  const auto accumulated = model.gradients().to_vector();
+  model.zero_grad();
+  model.backward(ce.backward(model.forward(x), y));  // (after the step: only the shapes are compared)
+  BOOST_TEST(accumulated.size() == model.gradients().to_vector().size());
+}
+
+BOOST_AUTO_TEST_CASE(models_checkpoint_and_resume_round_trip) {
+  kiln::test::TempDir dir;
+  kiln::nn::Model<LeNetNet, Image> model(0);
+  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  const auto x = random_batch<Image>(2, 6);
+  const auto y = random_labels(2, 10, 7);
+  model.backward(kiln::nn::CrossEntropyLoss{}.backward(model.forward(x), y));
+  opt.step();
+  in_temp_dir(dir, [&] {
+    {
+#include "models.checkpoint.inc"
+      BOOST_TEST(rest.empty());  // parameters only
+    }
+    {
+#include "models.resume.inc"
+    }
+  });
+  BOOST_TEST(std::filesystem::exists(dir.file("lenet.safetensors")));
+  BOOST_TEST(std::filesystem::exists(dir.file("run.safetensors")));
+  BOOST_TEST(opt.step_count() == 1);  // restored from run.safetensors
+}
+
+BOOST_AUTO_TEST_CASE(models_mlp_with_clipping) {
+  using S13 = Shape<dyn, 13>;
+  const auto batches = two_batches(random_batch<S13>(8, 8), random_batch<Shape<dyn, 1>>(8, 9));
+  double moved = 0;
+  {
+#include "models.mlp.inc"
+    kiln::nn::Model<Net, kiln::Shape<kiln::dyn, 13>> fresh(0);
+    moved = param_change(fresh.parameters().to_vector(), model.parameters().to_vector());
+  }
+  BOOST_TEST(moved > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(models_schedule_ends_at_eta_min) {
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<2, 1>>;
+  kiln::nn::Model<Net, Shape<dyn, 2>> model(0);
+  int epochs_trained = 0;
+  const auto train_one_epoch = [&](auto&, auto&) { ++epochs_trained; };
+  double last = 0;
+  {
+#include "models.schedule.inc"
+    last = sched.get_last_lr();
+  }
+  BOOST_TEST(epochs_trained == 100);
+  BOOST_TEST(std::abs(last - 1e-4) < 1e-12);  // 5 warm-up epochs, then 95 of cosine down to eta_min
+}
+
+BOOST_AUTO_TEST_CASE(data_fashion_mnist_five_epochs) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    BOOST_TEST_MESSAGE("skipped: no /usr/share/datasets/fashion-mnist (Debian: dataset-fashion-mnist)");
+    return;
+  }
+  struct CountingModel {  // the page's `model`: counts the samples it sees
+    std::int64_t samples = 0;
+    int forward(const Tensor<float, Shape<dyn, 1, 28, 28>>& x) {
+      samples += x.size(0);
+      return 0;
+    }
+  } model;
+  {
+#include "data.fashion_mnist.inc"
+  }
+  BOOST_TEST(model.samples == 5 * 60000);
+}
+
+BOOST_AUTO_TEST_CASE(data_cifar10_sample_and_class_name) {
+  kiln::test::TempDir dir;
+  std::vector<std::uint8_t> records;
+  for (int r = 0; r < 3; ++r) {  // labels 7, 8, 9; pixels r
+    records.push_back(static_cast<std::uint8_t>(7 + r));
+    records.insert(records.end(), 3072, static_cast<std::uint8_t>(r));
+  }
+  dir.write("test_batch.bin", records);
+  const std::string root = dir.path().string();
+  {
+#include "data.cifar10.inc"
+    BOOST_TEST(e.x.size() == 3072u);
+    BOOST_TEST(std::string(name) == "truck");  // class 9
+  }
+}
+
+BOOST_AUTO_TEST_CASE(data_csv_and_split) {
+  kiln::test::TempDir dir;
+  {
+    std::ofstream out(dir.file("boston.csv"));
+    out << "CRIM,ZN,INDUS,CHAS,NOX,RM,AGE,DIS,RAD,TAX,PTRATIO,B,LSTAT,MEDV\n";
+    for (int r = 0; r < 5; ++r) {
+      for (int c = 0; c < 13; ++c) out << r + c * 0.5 << ',';
+      out << 20 + r << '\n';
+    }
+  }
+  {
+    const std::string path = dir.file("boston.csv");
+#include "data.csv.inc"
+    BOOST_TEST(boston.size() == 5);
+    BOOST_TEST(same.size() == 5);
+  }
+  {
+    std::ofstream out(dir.file("table.csv"));
+    out << "a,b,MEDV\n";
+    for (int r = 0; r < 10; ++r) out << r << ',' << 2 * r << ',' << r % 3 << '\n';
+  }
+  {
+    const std::string path = dir.file("table.csv");
+#include "data.split.inc"
+    BOOST_TEST(parts[0].size() == 8);  // the page: 8 + 2
+    BOOST_TEST(parts[1].size() == 2);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(parallel_data_parallel_step) {
+  const auto x = random_batch<Shape<dyn, 13>>(6, 10);
+  const auto y = random_batch<Shape<dyn, 1>>(6, 11);
+  double value = 0;
+  {
+#include "parallel.data_parallel.inc"
+    value = loss;
+  }
+  BOOST_TEST(std::isfinite(value));
+  BOOST_TEST(value > 0.0);
+}
+
+#if KILN_WITH_MPI
+// Compiled, not called: it needs mpiexec (tests/mpi runs the same calls over 2 ranks).
+[[maybe_unused]] void parallel_ddp_compiles() {
+  using Mlp = kiln::nn::Sequential<kiln::nn::Linear<13, 16>, kiln::nn::ReLU, kiln::nn::Linear<16, 1>>;
+  const kiln::data::TensorDataset<Shape<13>, float, Shape<1>> train(std::vector<float>(4 * 13, 0.5f),
+                                                                    std::vector<float>(4, 1.0f));
+  const int epochs = 1;
+  kiln::nn::MSELoss mse;
+#include "parallel.ddp.inc"
+}
+#endif
+
+BOOST_AUTO_TEST_CASE(precision_unscale_clip_on_the_cpu) {
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<4, 8>, kiln::nn::ReLU, kiln::nn::Linear<8, 3>>;
+  kiln::nn::Model<Net, Shape<dyn, 4>> model(0);
+  const auto x = random_batch<Shape<dyn, 4>>(6, 12);
+  const auto y = random_labels(6, 3, 13);
+  const auto start = model.parameters().to_vector();
+  {
+#include "precision.unscale_clip.inc"
+    BOOST_TEST(scaler.scale() == 65536.0);  // a finite step: no back-off
+  }
+  BOOST_TEST(param_change(start, model.parameters().to_vector()) > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(precision_scaler_state_in_a_checkpoint) {
+  kiln::test::TempDir dir;
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<4, 3>>;
+  kiln::nn::Model<Net, Shape<dyn, 4>> model(0);
+  kiln::optim::GradScaler<kiln::Cpu> scaler({.init_scale = 1024.0});
+  const int epoch = 3;
+  const std::string path = dir.file("run.safetensors");
+  std::map<std::string, kiln::SafetensorsEntry> extra;
+  {
+#include "precision.scaler_state.inc"
+    BOOST_TEST(read.at("epoch") == "3");
+    BOOST_TEST(scaler.scale() == 1024.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(benchmarks_counters_of_a_forward) {
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<4, 8>, kiln::nn::ReLU, kiln::nn::Linear<8, 3>>;
+  kiln::nn::Model<Net, Shape<dyn, 4>> model(0);
+  const auto x = random_batch<Shape<dyn, 4>>(2, 14);
+  {
+#include "benchmarks.counters.inc"
+    BOOST_TEST(step.passes > 0u);
+    BOOST_TEST(step.bytes > 0u);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
