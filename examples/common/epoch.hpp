@@ -46,7 +46,8 @@ std::string scaler_note(const Scaler& scaler) {
 }
 
 /// The epoch loop every trainer shares: `batch(b, weight)` runs forward and backward of batch b with its
-/// loss gradient times `weight` (1 / accumulate) and returns the batch's mean loss; `step()` runs every
+/// loss gradient times `weight` (1 / accumulate: the examples' losses are mean-reduced) and returns the
+/// batch's mean loss; `step()` runs every
 /// `accumulate` batches and after the last. Shows the progress bar.
 template <class Loader, class Batch, class Step>
 EpochResult run_epoch(Loader& loader, int accumulate, int epoch, int epochs, Batch batch, Step step) {

@@ -70,6 +70,10 @@ losses.json
                    loss: float, grad: tensor}                                     CrossEntropyLoss(), mean
   cross_entropy_ignore_index   the same keys, three rows labelled -100 (ignored: the mean runs over
                    the other three, their gradient rows are 0)
+  mse_sum         the keys of mse                                                MSELoss(reduction='sum')
+  cross_entropy_label_smoothing   the keys of cross_entropy, rows 1 and 4 labelled -100
+                                                    CrossEntropyLoss(label_smoothing=0.1), mean
+  cross_entropy_sum   the same input and labels    CrossEntropyLoss(reduction='sum', label_smoothing=0.1)
 
 lenet.json
   torch_version   str
@@ -282,7 +286,23 @@ def losses_fixture():
     ignored_labels = torch.tensor([7, -100, 2, -100, -100, 4])
     ce_ignoring = torch.nn.CrossEntropyLoss()(ignoring, ignored_labels)  # ignore_index=-100
     ce_ignoring.backward()
+    pred_sum = pred.detach().clone().requires_grad_(True)
+    mse_sum = torch.nn.MSELoss(reduction="sum")(pred_sum, target)
+    mse_sum.backward()
+    smoothing_in = torch.randn(6, 10)
+    smoothing_in[2] *= 40.0
+    smoothing_labels = torch.tensor([3, -100, 9, 0, -100, 5])
+    smoothed = {}
+    for key, reduction in (("cross_entropy_label_smoothing", "mean"), ("cross_entropy_sum", "sum")):
+        logits_s = smoothing_in.clone().requires_grad_(True)
+        loss_s = torch.nn.CrossEntropyLoss(reduction=reduction, label_smoothing=0.1)(logits_s, smoothing_labels)
+        loss_s.backward()
+        smoothed[key] = {"input": tensor(logits_s), "target": smoothing_labels.tolist(),
+                         "loss": f32([loss_s.item()])[0], "grad": tensor(logits_s.grad)}
     return {"torch_version": torch.__version__,
+            "mse_sum": {"input": tensor(pred_sum), "target": tensor(target), "loss": f32([mse_sum.item()])[0],
+                        "grad": tensor(pred_sum.grad)},
+            **smoothed,
             "mse": {"input": tensor(pred), "target": tensor(target), "loss": f32([mse.item()])[0],
                     "grad": tensor(pred.grad)},
             "cross_entropy": {"input": tensor(logits), "target": labels.tolist(), "loss": f32([ce.item()])[0],

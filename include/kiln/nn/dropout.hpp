@@ -22,7 +22,8 @@ KILN_HOST_DEVICE KILN_FORCEINLINE float uniform_at(std::uint64_t seed, std::uint
   z ^= z >> 31;
   return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
 }
-/// out[i] = in[i] * keep(i) / (1 - p)
+/// out[i] = in[i] * keep(i) / (1 - p); p = 1 keeps nothing (+0 everywhere, never 0 * inf; torch
+/// multiplies by 0, so its -0 and NaN for negative and non-finite inputs differ)
 template <class T>
 struct DropoutApply {
   const T* in;
@@ -39,12 +40,13 @@ struct DropoutApply {
 }  // namespace detail
 
 /// torch.nn.Dropout(p): in training each element is zeroed with probability P (default 0.5) and the
-/// others scaled by 1 / (1 - P); in evaluation it is the identity (no pass). Masks are drawn from a
+/// others scaled by 1 / (1 - P) (P = 1: zeros and a zero gradient, like torch's); in evaluation it is
+/// the identity (no pass). Masks are drawn from a
 /// counter-based generator seeded by the model's seed, so runs are reproducible on every device.
 /// Shapes: any -> the same. Example: `Sequential<Linear<400, 120>, ReLU, Dropout<0.1f>, Linear<120, 84>>`.
 template <float P = 0.5f>
 struct Dropout {
-  static_assert(P >= 0.0f && P < 1.0f, "kiln::nn::Dropout<P>: P must be in [0, 1)");
+  static_assert(P >= 0.0f && P <= 1.0f, "kiln::nn::Dropout<P>: P must be in [0, 1]");
   template <class S>
   static constexpr bool accepts = true;
   template <class S>

@@ -1,4 +1,4 @@
-/// Losses with mean reduction: MSELoss and CrossEntropyLoss (value, and gradient w.r.t. the input).
+/// Losses: MSELoss and CrossEntropyLoss (value, and gradient w.r.t. the input), mean or sum reduction.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -16,6 +16,11 @@
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::nn {
+
+/// How a loss reduces its terms (MSELoss: the elements; CrossEntropyLoss: the rows) to the scalar it
+/// returns: torch's reduction='mean' (the default) or 'sum'. torch's 'none' has no counterpart here: a
+/// kiln loss returns a scalar.
+enum class Reduction { mean, sum };
 
 /// The factor a loss's gradient is multiplied by (GradScaler's loss scale): a number from the host
 /// (`scaler.scale()`; 1 for a plain step), or a double on the device (a capturable GradScaler's
@@ -77,23 +82,27 @@ struct MseGrad {
 };
 }  // namespace detail
 
-/// mean((pred - target)^2), as torch.nn.MSELoss(). Shapes: pred and target alike -> a scalar.
+/// mean((pred - target)^2), as torch.nn.MSELoss(); with `.reduction = Reduction::sum`, the sum
+/// (torch's reduction='sum'). Shapes: pred and target alike -> a scalar.
 /// Example:
-///   kiln::nn::MSELoss mse;
-///   auto loss = mse(pred, target);          // rank-0 tensor: loss.item()
+///   kiln::nn::MSELoss mse;                    // or mse{.reduction = kiln::nn::Reduction::sum}
+///   auto loss = mse(pred, target);            // rank-0 tensor: loss.item()
 ///   auto dpred = mse.backward(pred, target);  // dL/dpred, [N, 1]
 struct MSELoss {
+  Reduction reduction = Reduction::mean;
+
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
     const auto d = pred - target;
-    return mean(d * d);  // one pass
+    return reduction == Reduction::sum ? sum(d * d) : mean(d * d);  // one pass
   }
-  /// 2 (pred - target) / numel, times the loss's own gradient `scale` (1 for a plain step; a device
-  /// scale is read by the pass, which then stays one pass also with fusion off).
+  /// 2 (pred - target) / numel (sum: 2 (pred - target)), times the loss's own gradient `scale` (1 for
+  /// a plain step; a device scale is read by the pass, which then stays one pass also with fusion off).
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
     Tensor<T, S, D> g(pred.extents(), pred.device_index());
-    const auto f = detail::GradFactor<compute_t<T>>::make(scale, 2.0, static_cast<double>(pred.numel()));
+    const double den = reduction == Reduction::sum ? 1.0 : static_cast<double>(pred.numel());
+    const auto f = detail::GradFactor<compute_t<T>>::make(scale, 2.0, den);
     if (scale.device == nullptr) {
       g = (pred - target) * f.host;
       return g;
@@ -123,8 +132,10 @@ enum class LabelKind { ignored, bad, valid };
 KILN_HOST_DEVICE KILN_FORCEINLINE LabelKind label_kind(std::int64_t k, std::int64_t ignore, index_t c) {
   return k == ignore ? LabelKind::ignored : (k < 0 || k >= c) ? LabelKind::bad : LabelKind::valid;
 }
-/// loss[n] = (lse(x[n]) - x[n, y[n]]) / den, den the rows not ignored (so that the sum of the rows is the
-/// mean); 0 for an ignored row (NaN when every row is, as torch's 0 / 0); NaN for a label outside [0, C).
+/// loss[n] = ((1 - eps) (lse(x[n]) - x[n, y[n]]) + eps Σ_j (lse(x[n]) - x[n, j]) / C) / den (eps:
+/// label smoothing), den the rows not ignored for a mean (so that the sum of the rows is the mean), 1 for
+/// a sum; 0 for an ignored row (NaN when every row is and den counts none, as torch's 0 / 0); NaN for a
+/// label outside [0, C).
 template <class T>
 struct CrossEntropyRows {
   const T* x;
@@ -133,6 +144,7 @@ struct CrossEntropyRows {
   index_t c;
   std::int64_t ignore;
   Denominator den;
+  compute_t<T> eps;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
     const T* row = x + n * c;
@@ -141,18 +153,33 @@ struct CrossEntropyRows {
     switch (label_kind(k, ignore, c)) {
       case LabelKind::ignored: loss[n] = d == 0 ? static_cast<V>(NAN) : V(0); break;
       case LabelKind::bad: loss[n] = static_cast<V>(NAN); break;
-      default: loss[n] = (row_logsumexp(row, c) - to_compute(row[k])) / static_cast<V>(d);
+      default: {
+        const V lse = row_logsumexp(row, c);
+        V l = lse - to_compute(row[k]);
+        if (eps != V(0)) {  // (eps = 0 adds nothing, not even 0 * inf)
+          V smooth = 0;
+          for (index_t j = 0; j < c; ++j) smooth += lse - to_compute(row[j]);
+          l = (V(1) - eps) * l + eps * smooth / static_cast<V>(c);
+        }
+        loss[n] = l / static_cast<V>(d);
+      }
     }
   }
   /// The logits and labels read, one loss per row written; the log-sum-exp (a max, a subtract, an exp
-  /// and an add per logit) and the row's last three.
+  /// and an add per logit) and the row's last three (smoothed: a subtract and an add per logit, and four).
   Traffic traffic(index_t rows) const {
     return {kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<std::int64_t>(rows) +
                 kiln::detail::bytes_of<compute_t<T>>(rows),
-            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c + 3)};
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c + 3 + (eps != 0 ? 2 * c + 4 : 0))};
   }
 };
-/// dx[n, j] = scale (softmax(x[n])_j - [j == y[n]]) / den for row n; NaN for a label outside [0, C).
+/// The smoothed one-hot target of a valid row: (1 - eps) [j == k] + eps / C (exactly 1 and 0 for eps = 0).
+template <class V>
+KILN_HOST_DEVICE KILN_FORCEINLINE V smoothed_target(index_t j, std::int64_t k, V eps, index_t c) {
+  return (j == k ? V(1) - eps : V(0)) + eps / static_cast<V>(c);
+}
+/// dx[n, j] = scale (softmax(x[n])_j - t_j) / den for row n, t the smoothed one-hot target; NaN for a
+/// label outside [0, C).
 /// An ignored row gets 0 - softmax(x[n])_j * 0, as autograd's log_softmax backward gives it: 0, or NaN
 /// when its logits are not finite (so that a GradScaler skips such a step, as torch's).
 template <class T>
@@ -163,6 +190,7 @@ struct CrossEntropyGrad {
   index_t c;
   std::int64_t ignore;
   GradFactor<compute_t<T>> factor;
+  compute_t<T> eps;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
     const T* row = x + n * c;
@@ -180,7 +208,7 @@ struct CrossEntropyGrad {
     const V scale = factor.get();
     for (index_t j = 0; j < c; ++j) {
       const V p = ops::detail::exp_(to_compute(row[j]) - lse);
-      dx[n * c + j] = from_compute<T>(scale * (p - (j == k ? V(1) : V(0))));
+      dx[n * c + j] = from_compute<T>(scale * (p - smoothed_target(j, k, eps, c)));
     }
   }
   /// The logits and labels read, the gradient written; the log-sum-exp, then a subtract, an exp, the
@@ -210,8 +238,8 @@ struct LogSoftmaxRows {
             static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(5 * c + 1)};
   }
 };
-/// g[n, :] = -scale / den at the label, 0 elsewhere (0 for an ignored row, NaN for a label outside
-/// [0, C)).
+/// g[n, :] = -scale t / den, t the smoothed one-hot target (0 for an ignored row, NaN for a label
+/// outside [0, C)).
 template <class T>
 struct NllGradRows {
   using C = compute_t<T>;
@@ -220,6 +248,7 @@ struct NllGradRows {
   index_t c;
   std::int64_t ignore;
   GradFactor<C> factor;
+  C eps;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     const std::int64_t k = y[n];
     const LabelKind kind = label_kind(k, ignore, c);
@@ -229,7 +258,10 @@ struct NllGradRows {
       return;
     }
     const C scale = factor.get();
-    for (index_t j = 0; j < c; ++j) g[n * c + j] = j == k ? -scale : C(0);
+    for (index_t j = 0; j < c; ++j) {
+      const C t = smoothed_target(j, k, eps, c);
+      g[n * c + j] = t == C(0) ? C(0) : -scale * t;  // +0 off the label, as without smoothing
+    }
   }
   Traffic traffic(index_t rows) const {
     return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<T>(rows * c), 0};
@@ -258,16 +290,21 @@ struct LogSoftmaxGradRows {
 /// Cross entropy of logits [N, C] against integer class labels [N] (int64), mean over the rows whose
 /// label is not `ignore_index`: torch.nn.CrossEntropyLoss() = log-softmax + NLL in one stable pass
 /// (logits of 1e4 are fine). As torch's, `ignore_index` defaults to -100: such rows get no loss and no
-/// gradient, and the mean divides by the others (NaN when every row is ignored).
+/// gradient, and the mean divides by the others (NaN when every row is ignored). `reduction =
+/// Reduction::sum` sums the rows instead (0 when every row is ignored); `label_smoothing` (eps in [0, 1],
+/// default 0) mixes the target with the uniform distribution, (1 - eps) onehot + eps / C, as torch's.
+/// torch's class `weight` and probability targets are not offered.
 /// A label outside [0, C) that is not ignore_index throws kiln::ValueError on the CPU (which counts the
-/// labels on the host) and makes the loss and that row's gradient NaN on the GPU (which counts them with
-/// one reduction before each direction's pass).
+/// labels on the host) and makes the loss and that row's gradient NaN on the GPU (which, for a mean,
+/// counts them with one reduction before each direction's pass).
 /// Example:
-///   kiln::nn::CrossEntropyLoss ce;                // or ce{.ignore_index = 0}
+///   kiln::nn::CrossEntropyLoss ce;                // or ce{.ignore_index = 0, .label_smoothing = 0.1f}
 ///   auto loss = ce(logits, labels);               // rank-0 tensor
 ///   auto dlogits = ce.backward(logits, labels);  // [N, C]
 struct CrossEntropyLoss {
   std::int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+  double label_smoothing = 0.0;
 
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
@@ -276,12 +313,14 @@ struct CrossEntropyLoss {
     Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), logits.device_index());
     kiln::detail::executor<D>::for_each(
         logits.size(0),
-        detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den});
-    return logits.size(0) == 0 ? mean(rows) : sum(rows);  // no rows: torch's 0 / 0
+        detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den,
+                                    eps<T>()});
+    return logits.size(0) == 0 && reduction == Reduction::mean ? mean(rows) : sum(rows);  // no rows: 0 / 0
   }
-  /// dL/dlogits = (softmax(logits) - onehot(labels)) / (rows not ignored), times `scale` (1 for a plain
-  /// step); ignored rows 0. One pass; with fusion off (kiln::Unfused) three, as PyTorch's autograd runs
-  /// it: log_softmax, nll_loss's backward, log_softmax's backward (plus the count on the GPU).
+  /// dL/dlogits = (softmax(logits) - target) / (rows not ignored; 1 for a sum), target the one-hot labels
+  /// (smoothed), times `scale` (1 for a plain step); ignored rows 0. One pass; with fusion off
+  /// (kiln::Unfused) three, as PyTorch's autograd runs it: log_softmax, nll_loss's backward,
+  /// log_softmax's backward (plus the count of a mean on the GPU).
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                            LossScale scale = {}) const {
@@ -293,16 +332,16 @@ struct CrossEntropyLoss {
       // log_softmax and nll_loss's gradient in the compute type (fp32 for 16-bit logits, as autocast).
       Tensor<compute_t<T>, S, D> lsm(logits.extents(), logits.device_index()), g(logits.extents(), logits.device_index());
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
-      kiln::detail::executor<D>::for_each(n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row});
+      kiln::detail::executor<D>::for_each(n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row, eps<T>()});
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
       return dx;
     }
     kiln::detail::executor<D>::for_each(
-        n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, ignore_index, per_row});
+        n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, ignore_index, per_row, eps<T>()});
     return dx;
   }
 
-  /// The rows the mean divides by: the labels [N] (on the host) that are not ignore_index. DataParallel
+  /// The rows a mean divides by: the labels [N] (on the host) that are not ignore_index. DataParallel
   /// weighs each replica's share of a batch by it.
   template <class SL>
   index_t counted(const Tensor<std::int64_t, SL, Cpu>& labels) const {
@@ -312,8 +351,11 @@ struct CrossEntropyLoss {
   }
 
  private:
-  /// The rows the mean divides by: counted on the host on the CPU, by one reduction on the GPU, whose
-  /// device scalar `keep` holds while the passes read it.
+  template <class T>
+  compute_t<T> eps() const { return static_cast<compute_t<T>>(label_smoothing); }
+
+  /// What the rows' sum is divided by: for a mean the rows not ignored, counted on the host on the CPU,
+  /// by one reduction on the GPU, whose device scalar `keep` holds while the passes read it; 1 for a sum.
   template <class D>
   struct Count {
     detail::Denominator den;
@@ -327,6 +369,9 @@ struct CrossEntropyLoss {
     if (labels.size(0) != logits.size(0))
       throw ShapeError("kiln::nn::CrossEntropyLoss: " + std::to_string(logits.size(0)) + " rows of logits " +
                        to_string(logits.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
+    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // (torch 1.13 checks only > 1)
+      throw ValueError("kiln::nn::CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0. Got: " +
+                       std::to_string(label_smoothing));
     Count<D> r;
     if constexpr (std::is_same_v<D, Cpu>) {
       for (index_t n = 0; n < labels.numel(); ++n) {
@@ -336,7 +381,9 @@ struct CrossEntropyLoss {
                            " is outside [0, " + std::to_string(logits.size(1)) + ") and is not ignore_index (" +
                            std::to_string(ignore_index) + ")");
       }
-      r.den = static_cast<double>(counted(labels));
+      r.den = reduction == Reduction::sum ? 1.0 : static_cast<double>(counted(labels));
+    } else if (reduction == Reduction::sum) {
+      r.den = 1.0;
     } else {
       r.keep.emplace(sum(ne(labels, ignore_index)));
       r.den = detail::Denominator::on_device(r.keep->data());

@@ -16,6 +16,7 @@
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
+#include "kiln/nn/loss.hpp"
 #include "kiln/nn/model.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -168,15 +169,16 @@ struct ReplicaDevices<Cpu> {
 /// and each runs the same optimizer update. Unlike torch.nn.DataParallel, nothing is gathered onto the
 /// first device and the parameters are never re-broadcast.
 ///
-/// A step, for a mean-reduced loss (CrossEntropyLoss, MSELoss):
+/// A step, for a loss such as CrossEntropyLoss or MSELoss:
 ///   kiln::parallel::DataParallel<Net, kiln::Shape<kiln::dyn, 13>> dp(/*replicas=*/2, /*seed=*/0);
 ///   auto opt = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-3f}); });
 ///   opt.zero_grad();
 ///   double loss = dp.train_step(x, y, mse);  // split, forward + backward per replica, gradients summed
 ///   opt.step();                              // every replica steps
-/// Replica r's loss gradient is weighted by its share of the batch (count_r / n; for CrossEntropyLoss,
-/// of the rows it does not ignore), so the summed gradient is the full batch's mean gradient, whatever
-/// the split. Dropout draws its mask from each replica's own
+/// For a mean-reduced loss (the default) replica r's loss gradient is weighted by its share of the batch
+/// (count_r / n; for CrossEntropyLoss, of the rows it does not ignore), so the summed gradient is the full
+/// batch's mean gradient, whatever the split; for `reduction = Reduction::sum` each weighs 1, and the
+/// summed gradient is the full batch's sum's. Dropout draws its mask from each replica's own
 /// element indices, so a model with Dropout does not reproduce single-device training mask for mask.
 template <class Net, class In, precision_policy Prec = Fp32, device_policy D = Cpu>
 class DataParallel {
@@ -231,7 +233,8 @@ class DataParallel {
   /// Forward and backward of one global batch: x [n, ...] and its targets (labels [n] or values [n, ...]),
   /// on the host for CUDA replicas (each replica's chunk is copied to its device). Each replica computes
   /// its chunk's loss on its own host thread and accumulates its parameter gradients; then the
-  /// gradients are summed across replicas (in place, on every replica). Returns the batch's mean loss.
+  /// gradients are summed across replicas (in place, on every replica). Returns the batch's loss (its
+  /// mean, or its sum for a sum-reduced loss).
   /// `scale` multiplies every loss gradient (a GradScaler's scale).
   template <class Y, class SY, class Loss>
   double train_step(const Tensor<T, In, Cpu>& x, const Tensor<Y, SY, Cpu>& y, const Loss& loss, double scale = 1.0) {
@@ -240,6 +243,7 @@ class DataParallel {
                        std::to_string(y.size(0)) + " targets");
     const index_t n = x.size(0);
     const Split split = Split::of(n, size());
+    const bool summed = sums(loss);
     const double counted = counted_rows(loss, y);
     std::vector<double> losses(models_.size(), 0.0);
     run_replicas([&](int r) {
@@ -252,15 +256,24 @@ class DataParallel {
       const auto yr = to_replica(yh, r);
       model_type& m = replica(r);
       const auto pred = m.forward(xr);
-      const double share = counted > 0 ? mine / counted : 0.0;
+      const double share = summed ? 1.0 : counted > 0 ? mine / counted : 0.0;
       if (mine > 0) losses[static_cast<std::size_t>(r)] = share * static_cast<double>(loss(pred, yr).item());
       m.backward(loss.backward(pred, yr, scale * share));
     });
     all_reduce_gradients();
-    if (counted == 0) return std::numeric_limits<double>::quiet_NaN();  // torch's mean over no rows
+    if (counted == 0 && !summed) return std::numeric_limits<double>::quiet_NaN();  // torch's mean over no rows
     double total = 0;
     for (double l : losses) total += l;
     return total;
+  }
+
+  /// Whether the loss sums its terms (reduction = Reduction::sum) rather than averaging them.
+  template <class Loss>
+  static bool sums(const Loss& loss) {
+    if constexpr (requires { loss.reduction == nn::Reduction::sum; })
+      return loss.reduction == nn::Reduction::sum;
+    else
+      return false;
   }
 
   /// The rows a mean-reduced loss divides by: the labels it does not ignore for a loss that says
@@ -276,8 +289,8 @@ class DataParallel {
   /// Sums the gradient arenas of all replicas, element by element, into every one (a shared-memory
   /// all-reduce: replica thread r sums slice r of the arena over all replicas and writes it back to all).
   void all_reduce_gradients() {
-    if (size() == 1) return;
     if constexpr (std::is_same_v<D, Cpu>) {
+      if (size() == 1) return;
       const index_t count = model_type::parameter_count;
       const index_t per = (count + size() - 1) / size();
       run_replicas([&](int r) {
@@ -291,6 +304,8 @@ class DataParallel {
         }
       });
     } else {
+      // Also with one GPU (an all-reduce of one communicator: a copy in place), so that a one-GPU machine
+      // runs the grouped NCCL path too.
       std::vector<M*> g;
       for (auto& m : models_) g.push_back(m->gradients().data());
       devices_.all_reduce(g, model_type::parameter_count);  // grouped ncclAllReduce, one stream per GPU

@@ -1,4 +1,4 @@
-// Dropout (keep rate, scaling, reproducibility, backward uses the forward's mask, identity in eval) and
+// Dropout (keep rate, scaling, p = 1, reproducibility, backward uses the forward's mask, identity in eval) and
 // GELU (values of torch.nn.functional.gelu, float64 finite-difference gradient).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -55,6 +55,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dropout_is_the_identity_in_eval_mode, D, kiln::tes
   const auto before = kiln::passes();
   BOOST_TEST(m.forward(x).to_vector() == xs);
   BOOST_TEST(kiln::passes() == before);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dropout_with_p_1_zeroes_everything_and_its_gradient, D, kiln::test::devices) {
+  // torch.nn.Dropout(p=1.0) in training: zeros, and a zero gradient (not 0 * inf = NaN).
+  using Model = kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Dropout<1.0f>>, Flat, kiln::Policy<kiln::Fp32, D>>;
+  Model m(3);
+  const auto xs = kiln::test::random_values<float>(2 * 1001, -1.0, 1.0, 6);
+  const auto x = kiln::test::make_tensor<D>(xs, kiln::Extents<Flat>(2));
+  const std::vector<float> zeros(xs.size(), 0.0f);
+  BOOST_TEST(m.forward(x).to_vector() == zeros, boost::test_tools::per_element());
+  BOOST_TEST(m.backward_input(x).to_vector() == zeros, boost::test_tools::per_element());
+  m.eval();
+  BOOST_TEST(m.forward(x).to_vector() == xs, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(gelu_matches_torch_and_its_gradient_is_exact, D, kiln::test::devices) {

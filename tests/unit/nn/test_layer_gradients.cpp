@@ -1,7 +1,8 @@
 // Layer gradients: every backward (Linear with and without bias, ReLU, Sigmoid, Tanh, Flatten, a whole
-// Sequential, MSELoss) matches central finite differences in float64, w.r.t. the input and every
+// Sequential, MSELoss mean and sum) matches central finite differences in float64, w.r.t. the input and every
 // parameter of the model's arena (perturbed through a host copy).
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstdint>
 #include <kiln/nn/nn.hpp>
 #include <type_traits>
@@ -102,6 +103,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_loss_value_and_gradient_match_reference_and_nu
   std::vector<double> scaled = mse.backward(pred, target).to_vector();
   for (auto& g : scaled) g *= 0.25;
   BOOST_TEST(kt::all_close(mse.backward(pred, target, 0.25).to_vector(), scaled));
+  // reduction = sum: 15 times the mean, and its gradient.
+  const knn::MSELoss summed{.reduction = knn::Reduction::sum};
+  BOOST_TEST(kt::close(summed(pred, target).item(), 15.0 * want, 1e-14, 0));
+  const auto fs = [&](const Tensor<double, S, D>& p) { return summed(p, target).item(); };
+  BOOST_TEST(kt::gradcheck(fs, pred, summed.backward(pred, target), kt::tight));
+  const auto empty = kt::make_tensor<D>(std::vector<double>{}, Extents<S>(0));
+  BOOST_TEST(summed(empty, empty).item() == 0.0);  // torch: a sum over nothing is 0, a mean NaN
+  BOOST_TEST(std::isnan(mse(empty, empty).item()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

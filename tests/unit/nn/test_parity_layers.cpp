@@ -1,4 +1,5 @@
-// PyTorch parity of every layer, both losses and a whole LeNet (tests/parity/fixtures/layers.json,
+// PyTorch parity of every layer, both losses (mean and sum; cross entropy also with label smoothing,
+// fused and unfused) and a whole LeNet (tests/parity/fixtures/layers.json,
 // losses.json, lenet.json, written by tests/parity/make_fixtures.py with torch 1.13): the same weights
 // and inputs give the same outputs, input gradients and parameter gradients, and LeNet the same
 // parameters after three steps of SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to
@@ -6,10 +7,12 @@
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <kiln/nn/nn.hpp>
@@ -117,25 +120,33 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test::devices) {
   const json& f = fixture("losses.json");
-  {
-    const json& c = f.at("mse");
+  for (const auto& [key, mse] : {std::pair{"mse", knn::MSELoss{}},
+                                 std::pair{"mse_sum", knn::MSELoss{.reduction = knn::Reduction::sum}}}) {
+    const json& c = f.at(key);
     const Extents<Shape<dyn, 3>> ext(parity::shape(c.at("input"))[0]);
     const auto pred = tensor_of<Shape<dyn, 3>, D>(c.at("input"), ext);
     const auto target = tensor_of<Shape<dyn, 3>, D>(c.at("target"), ext);
-    knn::MSELoss mse;
-    check({mse(pred, target).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, "mse loss");
-    check(mse.backward(pred, target).to_vector(), c.at("grad"), "mse grad");
+    check({mse(pred, target).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
+    check(mse.backward(pred, target).to_vector(), c.at("grad"), std::string(key) + " grad");
   }
-  for (const char* key : {"cross_entropy", "cross_entropy_ignore_index"}) {  // the second: ignore_index -100
+  const std::pair<const char*, knn::CrossEntropyLoss> ces[] = {
+      {"cross_entropy", {}},
+      {"cross_entropy_ignore_index", {}},  // rows labelled -100
+      {"cross_entropy_label_smoothing", {.label_smoothing = 0.1}},
+      {"cross_entropy_sum", {.reduction = knn::Reduction::sum, .label_smoothing = 0.1}}};
+  for (const auto& [key, ce] : ces) {
     const json& c = f.at(key);
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
     const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(
         std::span<const std::int64_t>(labels_v), Extents<Shape<dyn>>(static_cast<kiln::index_t>(labels_v.size())));
-    knn::CrossEntropyLoss ce;
     check({ce(logits, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
-    check(ce.backward(logits, labels).to_vector(), c.at("grad"), std::string(key) + " grad");
+    for (const bool fused : {true, false}) {  // unfused: log_softmax, nll_loss's backward, log_softmax's
+      std::optional<kiln::Unfused> off;
+      if (!fused) off.emplace();
+      check(ce.backward(logits, labels).to_vector(), c.at("grad"), std::string(key) + (fused ? " grad" : " grad, unfused"));
+    }
   }
 }
 

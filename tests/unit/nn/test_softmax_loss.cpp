@@ -1,5 +1,6 @@
 // Softmax, LogSoftmax and CrossEntropyLoss: float64 finite-difference gradients, stability on large
-// logits, the values of torch.nn.functional on a fixed case, ignore_index, and labels out of range.
+// logits, the values of torch.nn.functional on a fixed case, ignore_index, label smoothing and sum
+// reduction, and labels out of range.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -227,6 +228,71 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_rejects_labels_outside_the_classes, 
   }
   const auto short_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0}, kiln::Extents<Shape<dyn>>(1));
   BOOST_CHECK_THROW((void)ce(x, short_labels), kiln::ShapeError);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(smoothed_and_summed_cross_entropy_match_numeric_fused_and_unfused, D, kiln::test::devices) {
+  // torch's label_smoothing and reduction='sum', with ignored rows and a row of large logits: the
+  // gradient is the finite difference of the loss, and the unfused passes give the same gradient.
+  const kiln::Extents<Rows> ext(6);
+  auto v = kiln::test::random_values<double>(42, -4.0, 4.0, 9);
+  for (std::size_t j = 0; j < 7; ++j) v[14 + j] *= 50.0;  // row 2
+  const auto x = kiln::test::make_tensor<D>(v, ext);
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0, -100, 3, 6, -100, 1}, kiln::Extents<Shape<dyn>>(6));
+  using R = kiln::nn::Reduction;
+  for (const auto reduction : {R::mean, R::sum}) {
+    for (const double eps : {0.0, 0.25, 1.0}) {
+      BOOST_TEST_CONTEXT((reduction == R::sum ? "sum" : "mean") << ", label_smoothing " << eps) {
+        const kiln::nn::CrossEntropyLoss ce{.reduction = reduction, .label_smoothing = eps};
+        auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return ce(in, y).item(); };
+        const auto g = ce.backward(x, y);
+        BOOST_TEST(kiln::test::gradcheck(f, x, g));
+        const auto gv = g.to_vector();
+        for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(gv[7 + j] == 0.0);  // row 1 is ignored
+        kiln::Unfused off;
+        BOOST_TEST(kiln::test::all_close(ce.backward(x, y).to_vector(), gv));
+      }
+    }
+  }
+  // The sum is the mean times the rows that count (4), smoothed or not.
+  const kiln::nn::CrossEntropyLoss mean{.label_smoothing = 0.25}, sum{.reduction = R::sum, .label_smoothing = 0.25};
+  BOOST_TEST(sum(x, y).item() == 4.0 * mean(x, y).item(), boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_summed_cross_entropy_counts_nothing_and_sums_no_rows_to_zero, D, kiln::test::devices) {
+  // No count of the labels on the GPU (its denominator is 1); the sum over no rows, or over only ignored
+  // ones, is 0 (torch's), not NaN.
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(70, -2.0, 2.0, 10), kiln::Extents<Rows>(10));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>(10, 3), kiln::Extents<Shape<dyn>>(10));
+  const kiln::nn::CrossEntropyLoss ce{.reduction = kiln::nn::Reduction::sum};
+  auto before = kiln::passes();
+  (void)ce(x, y);
+  BOOST_TEST(kiln::passes() - before == 2u);  // rows + sum
+  before = kiln::passes();
+  (void)ce.backward(x, y);
+  BOOST_TEST(kiln::passes() - before == 1u);
+  const auto ignored = kiln::test::make_tensor<D>(std::vector<std::int64_t>(10, -100), kiln::Extents<Shape<dyn>>(10));
+  BOOST_TEST(ce(x, ignored).item() == 0.0f);
+  for (float g : ce.backward(x, ignored).to_vector()) BOOST_TEST_REQUIRE(g == 0.0f);
+  const auto none = kiln::test::make_tensor<D>(std::vector<float>{}, kiln::Extents<Rows>(0));
+  const auto no_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{}, kiln::Extents<Shape<dyn>>(0));
+  BOOST_TEST(ce(none, no_labels).item() == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(label_smoothing_outside_0_1_is_refused, D, kiln::test::devices) {
+  // torch 1.13 refuses eps > 1 with this message (and ignores a negative one); kiln refuses NaN and
+  // negative ones as well.
+  const auto x = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), kiln::Extents<Shape<dyn, 3>>(2));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0, 2}, kiln::Extents<Shape<dyn>>(2));
+  for (const double eps : {-0.1, 1.5, static_cast<double>(NAN)}) {
+    const kiln::nn::CrossEntropyLoss ce{.label_smoothing = eps};
+    for (const bool backward : {false, true}) {
+      BOOST_CHECK_EXCEPTION(backward ? (void)ce.backward(x, y) : (void)ce(x, y), kiln::ValueError,
+                            [](const kiln::ValueError& e) {
+                              return std::string(e.what()).find("label_smoothing must be between 0.0 and 1.0. Got: ") !=
+                                     std::string::npos;
+                            });
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,7 +2,7 @@
 // device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5); an
 // uneven split (7 samples on 3 replicas, 2 on 3) is weighted so the summed gradient is the batch's; bf16
 // replicas follow one bf16 device; CrossEntropyLoss's ignored labels weigh each replica by the rows that
-// count; fp16 replicas step through one GradScaler like one fp16 device (skips
+// count; sum-reduced and label-smoothed losses train like one device; fp16 replicas step through one GradScaler like one fp16 device (skips
 // counted once); an error on a replica's thread reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -108,6 +108,27 @@ BOOST_AUTO_TEST_CASE(ignored_labels_are_weighted_like_the_whole_batch) {
   for (int r = 0; r < dp.size(); ++r) dp.replica(r).zero_grad();
   BOOST_TEST(std::isnan(dp.train_step(x, none, knn::CrossEntropyLoss{})));  // torch's mean over no rows
   for (float g : dp.module().gradients().to_vector()) BOOST_TEST_REQUIRE(g == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(sum_reduced_and_smoothed_losses_train_like_one_device) {
+  // reduction = sum: each replica's gradient weighs 1 (its rows' sum), and the step returns the batch's
+  // sum; label smoothing changes nothing in the split. Also with ignored rows, and a sum over none is 0.
+  const auto targets = kt::random_values<float>(20, -2, 2, 12);
+  const double mlp = train_both<Mlp>(3, 10, Extents<Row>(20), targets, Extents<Shape<dyn, 1>>(20),
+                                     knn::MSELoss{.reduction = knn::Reduction::sum});
+  BOOST_TEST(mlp <= 1e-5);
+  const std::vector<std::int64_t> labels{-100, 3, 4, -100, 1, 2, -100, 7};
+  const double lenet = train_both<LeNet>(
+      2, 5, Extents<Image>(8), labels, Extents<Shape<dyn>>(8),
+      knn::CrossEntropyLoss{.reduction = knn::Reduction::sum, .label_smoothing = 0.2});
+  BOOST_TEST(lenet <= 1e-5);
+  const double smoothed = train_both<LeNet>(2, 5, Extents<Image>(8), labels, Extents<Shape<dyn>>(8),
+                                            knn::CrossEntropyLoss{.label_smoothing = 0.2});
+  BOOST_TEST(smoothed <= 1e-5);
+  DataParallel<LeNet, Image> dp(2, 5);
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 13), Extents<Image>(4));
+  const auto none = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>(4, -100), Extents<Shape<dyn>>(4));
+  BOOST_TEST(dp.train_step(x, none, knn::CrossEntropyLoss{.reduction = knn::Reduction::sum}) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(an_uneven_split_is_weighted_like_the_whole_batch) {
