@@ -80,7 +80,9 @@ if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # only the visible ones get a rank
   gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
 fi
 [ "${gpus:-0}" -ge 1 ] || gpus=1
-launch=(mpiexec --allow-run-as-root --oversubscribe -n "$gpus")
+# Each rank's OpenMP gets its share of the cores (by default every rank would take them all).
+omp=$(( $(nproc) / gpus )); [ "$omp" -ge 1 ] || omp=1
+launch=(mpiexec --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS="$omp" -n "$gpus")
 mpi=yes
 if ! command -v mpiexec >/dev/null; then  # a bare machine: an MPI singleton (world size 1)
   gpus=1
@@ -147,7 +149,9 @@ if [ -n "$dist" ]; then
     # Scaling per device count (issue #6): 2, 4, ... ranks up to every GPU; each job times one GPU alone too.
     for n in 2 4 8; do
       if [ "$n" -lt "$gpus" ]; then
-        run "bench_distributed_cuda_np$n" 180 mpiexec --allow-run-as-root --oversubscribe -n "$n" "$dist" \
+        run "bench_distributed_cuda_np$n" 180 mpiexec --allow-run-as-root --oversubscribe \
+          -x OMP_NUM_THREADS="$(( $(nproc) / n > 0 ? $(nproc) / n : 1 ))" \
+          -n "$n" "$dist" \
           --json "$out/bench_distributed_cuda_np$n.json"
       fi
     done

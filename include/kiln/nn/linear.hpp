@@ -89,6 +89,11 @@ struct Linear {
     Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
       // A non-const prvalue, so x_ is rebound to x's storage: `ctx.grad ? x : Tensor()` is a const one,
       // which copy-assigns the values (an extra pass, and a ShapeError once the batch size changes).
+      if constexpr (S::extents[1] == dyn)  // checked first, before any path (cuBLASLt reads In columns)
+        if (x.size(1) != In)
+          throw ShapeError("kiln::nn::Linear<" + std::to_string(In) + ", " + std::to_string(Out) + ">: input " +
+                           to_string(x.extents()) + " has " + std::to_string(x.size(1)) + " features, expected " +
+                           std::to_string(In));
       x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
 #if KILN_WITH_CUDA
       if constexpr (std::is_same_v<D, Cuda> && std::is_same_v<T, float> && std::is_same_v<M, float> && Bias &&

@@ -29,7 +29,8 @@ inline std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t h 
 /// This rank's model of Net (input shape In, precision Prec, device D), kept identical to every other
 /// rank's: rank 0's initial parameters are broadcast at construction, and every backward() leaves each
 /// rank holding the gradients averaged over all ranks, so the same optimizer step keeps them identical.
-/// Backend: Mpi (CPU models) or Nccl (CUDA models, one GPU per rank: device local_rank()).
+/// Backend: Mpi (CPU models) or Nccl (CUDA models, one GPU per rank: the group's device(), which is
+/// local_rank(), or 0 where each rank sees only its own GPU).
 ///
 ///   kiln::parallel::ProcessGroup<kiln::Mpi> group;                 // mpirun -np 2 ./train
 ///   kiln::parallel::DistributedDataParallel<Mlp, kiln::Shape<kiln::dyn, 13>, kiln::Mpi> ddp(group, 0);
@@ -55,12 +56,12 @@ class DistributedDataParallel {
   using output_shape = typename model_type::output_shape;
   using group_type = ProcessGroup<Backend>;
 
-  /// The model on this rank's device (CPU, or GPU local_rank()), initialised from `seed` and then
+  /// The model on this rank's device (CPU, or the group's GPU), initialised from `seed` and then
   /// overwritten with rank 0's parameters. Every rank must build the same network: otherwise every rank
   /// throws DistributedError naming the layouts.
   DistributedDataParallel(group_type& group, std::uint64_t seed = 0, const BucketOptions& buckets = {})
       : group_(group),
-        model_(seed, std::is_same_v<D, Cpu> ? -1 : group.local_rank()),
+        model_(seed, model_device(group)),
         buckets_(plan_buckets(model_.named_parameters(), sizeof(M), buckets)) {
     check_same_model();
     group_.broadcast(model_.parameters().data(), model_type::parameter_count, 0, "broadcasting rank 0's parameters");
@@ -152,6 +153,12 @@ class DistributedDataParallel {
   }
 
  private:
+  /// Where this rank's model lives: -1 (the CPU), or the GPU the NCCL group made current.
+  static int model_device(group_type& group) {
+    if constexpr (std::is_same_v<D, Cpu>) return -1;
+    else if constexpr (requires { group.device(); }) return group.device();
+    else return group.local_rank();
+  }
   template <class F>
   static std::string attempt(F& f) {
     try {

@@ -55,11 +55,15 @@ struct MpiRuntime {
   void ensure_initialized() {
     int initialized = 0;
     mpi_check(MPI_Initialized(&initialized), "MPI_Initialized", __FILE__, __LINE__);
-    if (initialized) return;
+    if (initialized) return;  // the program's own MPI_Init(_thread): its thread level is its choice
     int provided = 0;  // FUNNELED: only the main thread calls MPI (OpenMP threads compute)
     mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", __FILE__, __LINE__);
     owned = true;
     std::atexit(&at_exit);
+    if (provided < MPI_THREAD_FUNNELED)
+      throw DistributedError("kiln: MPI_Init_thread gave thread level " + std::to_string(provided) +
+                             ", below MPI_THREAD_FUNNELED, which kiln needs (OpenMP threads run beside the main "
+                             "thread's MPI calls); use an MPI built with thread support (Debian's Open MPI is)");
   }
   static void at_exit() {
     MpiRuntime& r = get();

@@ -21,7 +21,8 @@
 
 namespace kiln::parallel {
 
-/// The job's ranks, one GPU each (device local_rank(), made the current device), over a non-blocking NCCL communicator, so that
+/// The job's ranks, one GPU each (device local_rank(), or 0 where a rank sees one GPU; made the current
+/// device), over a non-blocking NCCL communicator, so that
 /// every wait can give up: a collective that has not finished within the timeout, or an asynchronous
 /// NCCL error (a peer gone), aborts the communicator (ncclCommAbort; if that blocks past the timeout
 /// too, the rank exits with status 1) and throws DistributedError; the job is then aborted when the rank
@@ -33,11 +34,13 @@ class ProcessGroup<Nccl> {
     // Every rank needs its GPU before any of them enters NCCL.
     const int visible = cuda::device_count();
     std::string problem;
-    if (local_rank() >= visible)
+    // One visible GPU: a launcher gave each rank its own (SLURM --gpus-per-task=1, a CUDA_VISIBLE_DEVICES
+    // per rank), so it is device 0 whatever the local rank; if the ranks share it, NCCL says so.
+    if (visible != 1 && local_rank() >= visible)
       problem = "local rank " + std::to_string(local_rank()) + " needs GPU " + std::to_string(local_rank()) + " but " +
                 std::to_string(visible) + " are visible (one rank per GPU: mpirun -np <GPUs per node>)";
     mpi_.agree(problem, "finding this rank's GPU");
-    device_ = local_rank();
+    device_ = visible == 1 ? 0 : local_rank();
     KILN_CUDA_CHECK(cudaSetDevice(device_));  // the rank's GPU is its current device from here on
     stream_.emplace(device_);
 
@@ -193,7 +196,7 @@ class ProcessGroup<Nccl> {
   ProcessGroup<Mpi> mpi_;
   int device_ = 0;
   std::optional<cuda::Stream> stream_;  // created on this rank's GPU once it is known
-  cuda::Event ready_, done_;
+  cuda::Event ready_{false}, done_{false};  // ordering only: no timestamps
   ncclComm_t comm_ = nullptr;
   std::string last_what_;
   bool failed_ = false;

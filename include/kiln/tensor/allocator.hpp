@@ -54,6 +54,9 @@ struct RawAllocator {
   /// whether a marker has been reached (the marker is gone then). See CachingAllocator::record_use.
   void* (*record_marker)(int device) = nullptr;
   bool (*marker_reached)(void* marker) = nullptr;
+  /// Optional (CUDA): waits for everything queued on `device`, before cached blocks are given back
+  /// (their last kernels may still be running; cudaFree only "may" synchronise).
+  void (*synchronize)(int device) = nullptr;
 };
 
 /// A private pool's name (CachingAllocator::begin_pool); 0 is none.
@@ -129,6 +132,12 @@ class CachingAllocator {
         if (drop_reached(m->second)) {
           markers_.erase(m);
         } else {
+          // Freed during a capture: the capture's pool gets it when its uses are done, even after the
+          // capture has ended (cache_locked no longer knows it was freed then).
+          if (pool_of_this_thread() != nullptr) {
+            auto o = owner_.find(p);
+            if (o == owner_.end() || !pools_.contains(o->second)) owner_[p] = capturing_;
+          }
           pending_.push_back({p, b});
           return;
         }
@@ -301,15 +310,16 @@ class CachingAllocator {
     const std::size_t size = b.size;
     if (!owner_.empty() || capturing_ != 0) {  // only while private pools exist: is it a pool's block?
       PoolId id = 0;
-      if (auto o = owner_.find(p); o != owner_.end()) id = o->second;
-      // Allocated before the capture and freed during it: a replay may still read it, so the pool keeps it.
-      else if (pool_of_this_thread() != nullptr) id = owner_[p] = capturing_;
+      if (auto o = owner_.find(p); o != owner_.end()) {
+        if (pools_.contains(o->second)) id = o->second;
+        else owner_.erase(o);  // its pool was released: the shared cache's, unless a capture takes it
+      }
+      // Freed during a capture (allocated before it, or by a graph since released): a replay may read
+      // it, so the capture's pool keeps it.
+      if (id == 0 && pool_of_this_thread() != nullptr) id = owner_[p] = capturing_;
       if (id != 0) {
-        if (auto pool = pools_.find(id); pool != pools_.end()) {
-          pool->second.free.emplace(Key{b.stream, size}, p);
-          return;
-        }
-        owner_.erase(p);  // its pool was released: the block goes to the shared cache
+        pools_.at(id).free.emplace(Key{b.stream, size}, p);
+        return;
       }
     }
     free_.emplace(Key{b.stream, size}, p);
@@ -318,6 +328,7 @@ class CachingAllocator {
   void release_cache_locked() {
     if (capturing_ != 0) return;  // a cudaFree now would end the capture (and synchronise the device)
     if (!pending_.empty()) collect_pending_locked();
+    if (!free_.empty() && raw_.synchronize != nullptr) raw_.synchronize(device_);
     for (auto& [key, p] : free_) {
       raw_.deallocate(p, device_);
       stats_.reserved_bytes -= key.second;

@@ -391,6 +391,30 @@ BOOST_AUTO_TEST_CASE(one_pool_at_a_time_and_no_cache_release_while_capturing) {
   CountingRaw::reset();
 }
 
+BOOST_AUTO_TEST_CASE(a_released_graphs_block_freed_during_a_new_capture_stays_in_the_new_pool) {
+  // A graph's output outlives the graph (release_pool) and is freed while the next graph is being
+  // captured, which may have read it: the new pool keeps it, not the shared cache.
+  CountingRaw::reset();
+  {
+    CachingAllocator a(CountingRaw::raw(), 0);
+    const kiln::PoolId first = a.begin_pool();
+    void* out = a.allocate(8 * KiB);
+    a.end_pool();
+    a.release_pool(first);
+    const kiln::PoolId second = a.begin_pool();
+    a.deallocate(out);
+    BOOST_TEST(a.pool_bytes(second) == 8 * KiB);
+    a.end_pool();
+    void* eager = a.allocate(8 * KiB);  // not the block the second graph may read on a replay
+    BOOST_TEST(eager != out);
+    a.release_pool(second);
+    a.deallocate(eager);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == CountingRaw::allocs);
+  }
+  CountingRaw::reset();
+}
+
 namespace {
 // Streams and stream markers as a CUDA allocator sees them, simulated: the current stream is a number
 // the test sets; a marker is reached once the test says its stream has got that far.
@@ -504,6 +528,50 @@ BOOST_AUTO_TEST_CASE(a_block_waits_for_its_recorded_uses_before_it_is_handed_out
     BOOST_TEST(a.stats().reserved_bytes == 0u);
   }
   FakeStreams::reset();
+}
+
+BOOST_AUTO_TEST_CASE(a_block_freed_during_a_capture_while_still_in_use_joins_the_pool_when_its_uses_end) {
+  // Freed during the capture with a copy still queued: it waits (pending), and once the copy is done
+  // (after the capture ended) it goes to the capture's pool, not to the shared cache.
+  FakeStreams::reset();
+  {
+    CachingAllocator a(FakeStreams::raw(), 0);
+    void* p = a.allocate(64 * KiB);
+    a.record_use(p, 0);
+    const kiln::PoolId pool = a.begin_pool();
+    a.deallocate(p);
+    a.end_pool();
+    FakeStreams::reached[0] = true;
+    void* q = a.allocate(64 * KiB);  // collects p: into the pool
+    BOOST_TEST(q != p);
+    BOOST_TEST(a.pool_bytes(pool) == 64 * KiB);
+    a.release_pool(pool);
+    a.deallocate(q);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == 2);
+  }
+  FakeStreams::reset();
+}
+
+BOOST_AUTO_TEST_CASE(empty_cache_waits_for_the_device_before_it_frees) {
+  // The CUDA allocator's synchronize hook runs before cached blocks go back (cudaFree is not documented
+  // to wait for the kernels that used them), and only when there is something to free.
+  static int syncs = 0, frees_at_sync = -1;
+  syncs = 0;
+  CountingRaw::reset();
+  {
+    kiln::RawAllocator raw = CountingRaw::raw();
+    raw.synchronize = [](int) { ++syncs, frees_at_sync = CountingRaw::frees; };
+    CachingAllocator a(raw, 0);
+    a.empty_cache();
+    BOOST_TEST(syncs == 0);
+    a.deallocate(a.allocate(4 * KiB));
+    a.empty_cache();
+    BOOST_TEST(syncs == 1);
+    BOOST_TEST(frees_at_sync == 0);
+    BOOST_TEST(CountingRaw::frees == 1);
+  }
+  CountingRaw::reset();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -173,6 +173,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backward_after_no_grad_forward_throws, D, kiln::te
   BOOST_CHECK_THROW(model.backward(dy), kiln::Error);  // the saved activations were used up
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_checks_a_dynamic_feature_count_at_run_time, D, kiln::test::devices) {
+  // Shape<dyn, dyn> is accepted by Linear<5, 4> at compile time; a width other than 5 is a ShapeError on
+  // every path (on the GPU before cuBLASLt, which would read 5 columns of each row).
+  using Wide = Shape<dyn, dyn>;
+  knn::Model<knn::Sequential<knn::Linear<5, 4>, knn::ReLU>, Wide, kiln::Policy<kiln::Fp32, D>> model(0);
+  const auto bad = kt::make_tensor<D>(kt::random_values<float>(3 * 6, -1, 1, 33), Extents<Wide>(3, 6));
+  BOOST_CHECK_EXCEPTION(model.forward(bad), kiln::ShapeError, kt::message_contains({"Linear<5, 4>", "expected 5"}));
+  const auto good = kt::make_tensor<D>(kt::random_values<float>(3 * 5, -1, 1, 34), Extents<Wide>(3, 5));
+  BOOST_TEST(model.forward(good).size(1) == 4);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(training_forward_saves_its_input_without_a_copy_for_any_batch, D, kiln::test::devices) {
   // Linear keeps its input for backward by sharing it: a training forward costs the passes of a
   // no-grad one (GEMM + bias), and the batch may change from call to call.

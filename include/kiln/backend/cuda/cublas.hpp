@@ -10,6 +10,7 @@
 
 #include "kiln/backend/cuda/check.hpp"
 #include "kiln/backend/cuda/device.hpp"
+#include "kiln/backend/cuda/memory.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/core/type_list.hpp"
@@ -25,9 +26,13 @@ struct CublasHandles {
   CublasHandles() = default;
   CublasHandles(const CublasHandles&) = delete;
   CublasHandles& operator=(const CublasHandles&) = delete;
-  ~CublasHandles() {
+  ~CublasHandles() {  // on their device, unbound from a stream that may be gone (a Graph's side stream)
     for (int d = 0; d < max_devices; ++d)
-      if (handle[d]) (void)cublasDestroy(handle[d]);
+      if (handle[d]) {
+        QuietDeviceGuard g(d);
+        (void)cublasSetStream(handle[d], nullptr);
+        (void)cublasDestroy(handle[d]);
+      }
   }
 };
 }  // namespace detail

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -58,12 +59,14 @@ template <class T>
 constexpr cudnnDataType_t cudnn_compute_type() {
   return std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
-/// Whether an algorithm's math type is allowed for T: tensor cores only for 16-bit types; float and
-/// double take FMA math only (CUDNN_DEFAULT_MATH would let float run as TF32).
+/// Whether an algorithm's math type is allowed for T: any for 16-bit types; for float and double not the
+/// tensor-core ones (TF32 for float). Their descriptor stays at CUDNN_FMA_MATH, which is what runs, so an
+/// algorithm the heuristics label CUDNN_DEFAULT_MATH is fine (PyTorch rejects only tensor-op math
+/// there too).
 template <class T>
 constexpr bool math_allowed(cudnnMathType_t m) {
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return true;
-  else return m == CUDNN_FMA_MATH;
+  else return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
 }
 /// Bytes a workspace may take on `device`: the driver's free memory plus kiln's shared cache (the
 /// allocator gives that back before it gives up); no limit when the driver cannot say.
@@ -108,43 +111,22 @@ class ConvPlan {
  public:
   ConvPlan(index_t n, index_t c, index_t h, index_t w, index_t k, index_t r, index_t stride, index_t pad, int device)
       : n_(n), device_(device) {
-    DeviceGuard g(device);
-    constexpr cudnnDataType_t type = detail::cudnn_type<T>();
-    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
-    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
-    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&b_));
-    KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
-    KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv_));
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, type, i(n), i(c), i(h), i(w)));
-    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, type, CUDNN_TENSOR_NCHW, i(k), i(c), i(r), i(r)));
-    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_, i(pad), i(pad), i(stride), i(stride), 1, 1,
-                                                     CUDNN_CROSS_CORRELATION, detail::cudnn_compute_type<T>()));
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(
-        conv_, std::is_same_v<T, float> || std::is_same_v<T, double> ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
-    int on = 0, oc = 0, oh = 0, ow = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, type, on, oc, oh, ow));
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, type, 1, oc, 1, 1));
-    x_count_ = n * c * h * w;
-    w_count_ = k * c * r * r;
-    y_count_ = static_cast<index_t>(on) * oc * oh * ow;
-    out_channels_ = oc;
-    usable_ = choose_algorithms();
+    try {
+      build(n, c, h, w, k, r, stride, pad);
+    } catch (...) {
+      destroy();  // the descriptors created so far
+      throw;
+    }
   }
-  ~ConvPlan() {
-    if (conv_) (void)cudnnDestroyConvolutionDescriptor(conv_);
-    if (w_) (void)cudnnDestroyFilterDescriptor(w_);
-    if (b_) (void)cudnnDestroyTensorDescriptor(b_);
-    if (y_) (void)cudnnDestroyTensorDescriptor(y_);
-    if (x_) (void)cudnnDestroyTensorDescriptor(x_);
-  }
+  ~ConvPlan() { destroy(); }
   ConvPlan(const ConvPlan&) = delete;
   ConvPlan& operator=(const ConvPlan&) = delete;
 
   index_t batch() const { return n_; }
   int device() const { return device_; }
   /// Whether cuDNN offers an algorithm for every direction (else the caller takes its im2col path: the
-  /// legacy API may have none for bf16, or none within the free memory).
+  /// legacy API may have none for bf16, or none within the free memory, and cuDNN's descriptors take
+  /// int dimensions and 2^31 elements at most).
   bool usable() const { return usable_; }
 
   /// y = conv(x, w) (beta = 0) or y += conv(x, w) (beta = 1).
@@ -187,6 +169,42 @@ class ConvPlan {
 
  private:
   static int i(index_t v) { return static_cast<int>(v); }
+  /// The descriptors, then the algorithms (usable_); cuDNN's int dimensions bound what it can take.
+  void build(index_t n, index_t c, index_t h, index_t w, index_t k, index_t r, index_t stride, index_t pad) {
+    const index_t limit = std::numeric_limits<int>::max();
+    if (n > limit || n * c * h * w > limit || k * c * r * r > limit) return;  // usable_ stays false
+    DeviceGuard g(device_);
+    constexpr cudnnDataType_t type = detail::cudnn_type<T>();
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&b_));
+    KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
+    KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv_));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, type, i(n), i(c), i(h), i(w)));
+    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, type, CUDNN_TENSOR_NCHW, i(k), i(c), i(r), i(r)));
+    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_, i(pad), i(pad), i(stride), i(stride), 1, 1,
+                                                     CUDNN_CROSS_CORRELATION, detail::cudnn_compute_type<T>()));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(
+        conv_, std::is_same_v<T, float> || std::is_same_v<T, double> ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    KILN_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, type, on, oc, oh, ow));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, type, 1, oc, 1, 1));
+    x_count_ = n * c * h * w;
+    w_count_ = k * c * r * r;
+    y_count_ = static_cast<index_t>(on) * oc * oh * ow;
+    out_channels_ = oc;
+    usable_ = y_count_ <= limit && choose_algorithms();
+  }
+  void destroy() {
+    if (conv_) (void)cudnnDestroyConvolutionDescriptor(conv_);
+    if (w_) (void)cudnnDestroyFilterDescriptor(w_);
+    if (b_) (void)cudnnDestroyTensorDescriptor(b_);
+    if (y_) (void)cudnnDestroyTensorDescriptor(y_);
+    if (x_) (void)cudnnDestroyTensorDescriptor(x_);
+    conv_ = nullptr, w_ = nullptr, b_ = nullptr, y_ = nullptr, x_ = nullptr;
+  }
+
   /// alpha / beta as cuDNN reads them: double for double data, float otherwise.
   struct Scale {
     std::conditional_t<std::is_same_v<T, double>, double, float> v;
@@ -228,7 +246,8 @@ class ConvPlan {
     return false;
   }
 
-  /// Forward, backward-data and backward-filter algorithms; false when a direction has none.
+  /// Forward, backward-data and backward-filter algorithms; false when a direction has none, or when
+  /// cuDNN cannot rank them for this type (a heuristics query that fails: the caller falls back).
   bool choose_algorithms() {
     cudnnHandle_t h = cudnn_handle(device_);
     constexpr int max_algos = 16;
@@ -236,7 +255,9 @@ class ConvPlan {
     int found = 0;
     {
       cudnnConvolutionFwdAlgoPerf_t perf[max_algos];
-      KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, max_algos, &found, perf));
+      use_math(CUDNN_TENSOR_OP_MATH);  // what the heuristics may offer depends on it (pick() changed it)
+      if (cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, max_algos, &found, perf) != CUDNN_STATUS_SUCCESS)
+        return false;
       const auto size = [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, a, b);
       };
@@ -244,7 +265,10 @@ class ConvPlan {
     }
     {
       cudnnConvolutionBwdDataAlgoPerf_t perf[max_algos];
-      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, max_algos, &found, perf));
+      use_math(CUDNN_TENSOR_OP_MATH);
+      if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, max_algos, &found, perf) !=
+          CUDNN_STATUS_SUCCESS)
+        return false;
       const auto size = [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, a, b);
       };
@@ -252,7 +276,10 @@ class ConvPlan {
     }
     {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[max_algos];
-      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, max_algos, &found, perf));
+      use_math(CUDNN_TENSOR_OP_MATH);
+      if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, max_algos, &found, perf) !=
+          CUDNN_STATUS_SUCCESS)
+        return false;
       const auto size = [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, a, b);
       };

@@ -1,6 +1,8 @@
 /// CUDA graphs (host code): record a sequence of kiln calls once and replay it with one launch, like
 /// torch.cuda.CUDAGraph with torch.cuda.graph(g).
 #pragma once
+#include <array>
+#include <memory>
 #include <utility>
 
 #include <cuda_runtime_api.h>
@@ -22,6 +24,17 @@ inline bool is_capturing(cudaStream_t stream) {
 }
 /// Whether the current stream of the current device is being recorded.
 inline bool is_capturing() { return is_capturing(current_stream()); }
+
+namespace detail {
+/// The calling thread's capture stream on `device`, created once and kept (as torch.cuda.graph's default
+/// capture stream): the cuBLAS and cuDNN handles a capture binds to it stay bound to a live stream.
+inline Stream& capture_stream(int device) {
+  thread_local std::array<std::unique_ptr<Stream>, max_devices> streams;
+  std::unique_ptr<Stream>& s = streams.at(static_cast<std::size_t>(device));
+  if (!s) s = std::make_unique<Stream>(device);
+  return *s;
+}
+}  // namespace detail
 
 /// A captured sequence of GPU work, replayed with one launch. What it records is fixed: the kernels,
 /// their arguments (host scalars included) and every address. So:
@@ -75,7 +88,7 @@ class Graph {
     reset();
     device_ = current_device();
     CachingAllocator& alloc = kiln::caching_allocator<Cuda>(device_);
-    Stream side(device_);
+    Stream& side = detail::capture_stream(device_);
     Event ready(false);
     ready.record(current_stream(device_));
     side.wait(ready);  // the capture's inputs are ready before anything it records

@@ -78,11 +78,19 @@ inline void* raw_device_allocate(std::size_t bytes, int device) {
   return p;
 }
 
-/// cudaFree (synchronises the device, so no queued kernel still uses the block).
+/// cudaFree; the caching allocator has synchronised the device first (raw_device_synchronize), so no
+/// queued kernel still uses the block.
 inline void raw_device_deallocate(void* p, int device) {
   QuietDeviceGuard g(device);
   (void)cudaFree(p);
   (void)cudaGetLastError();
+}
+
+/// Waits for `device`'s queued work before cached blocks go back to the driver (empty_cache, or a
+/// retry after out of memory): cudaFree "may" synchronise, but is not documented to.
+inline void raw_device_synchronize(int device) {
+  QuietDeviceGuard g(device);
+  (void)cudaDeviceSynchronize();  // an error here is a kernel's, sticky: the next checked call reports it
 }
 
 inline bool raw_device_memory(int device, std::size_t* free, std::size_t* total) {
@@ -175,7 +183,8 @@ struct device_memory<Cuda> {
       if (a == nullptr) {
         a = new CachingAllocator(RawAllocator{&cuda::detail::raw_device_allocate, &cuda::detail::raw_device_deallocate,
                                               &cuda::detail::raw_device_memory, "cuda", &cuda::detail::allocation_stream,
-                                              &cuda::detail::record_stream_marker, &cuda::detail::stream_marker_reached},
+                                              &cuda::detail::record_stream_marker, &cuda::detail::stream_marker_reached,
+                                              &cuda::detail::raw_device_synchronize},
                                  index);
         slots[static_cast<std::size_t>(index)].store(a, std::memory_order_release);
       }
