@@ -165,6 +165,22 @@ BOOST_AUTO_TEST_CASE(models_train_loop_accumulation_and_schedule) {
   BOOST_TEST(accumulated.size() == model.gradients().to_vector().size());
 }
 
+BOOST_AUTO_TEST_CASE(models_loss_options_are_torchs_reduction_and_label_smoothing) {
+  kiln::nn::Model<LeNetNet, Image> model(0);
+  const auto logits = model.forward(random_batch<Image>(4, 8));
+  const auto y = random_labels(4, 10, 9);
+  const double mean = kiln::nn::CrossEntropyLoss{}(logits, y).item();
+  {
+#include "models.loss_options.inc"
+    BOOST_TEST(static_cast<double>(loss) == 4.0 * mean, boost::test_tools::tolerance(1e-5));
+    BOOST_TEST(static_cast<double>(smoothed(logits, y).item()) != mean);
+    BOOST_TEST((mse_sum.reduction == kiln::nn::Reduction::sum));
+  }
+  bool any = false;
+  for (float g : model.gradients().to_vector()) any = any || g != 0.0f;
+  BOOST_TEST(any);  // the smoothed gradient reached the parameters
+}
+
 BOOST_AUTO_TEST_CASE(models_checkpoint_and_resume_round_trip) {
   kiln::test::TempDir dir;
   kiln::nn::Model<LeNetNet, Image> model(0);
