@@ -59,13 +59,20 @@ template <class T>
 constexpr cudnnDataType_t cudnn_compute_type() {
   return std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
-/// Whether an algorithm's math type is allowed for T: any for 16-bit types; for float and double not the
-/// tensor-core ones (TF32 for float). Their descriptor stays at CUDNN_FMA_MATH, which is what runs, so an
-/// algorithm the heuristics label CUDNN_DEFAULT_MATH is fine (PyTorch rejects only tensor-op math
-/// there too).
+/// The math type the heuristics are asked with: tensor cores for 16-bit types, FMA for float (no TF32:
+/// the CPU's numbers to 1e-5) and double.
+template <class T>
+constexpr cudnnMathType_t query_math() {
+  return std::is_same_v<T, half> || std::is_same_v<T, bfloat16> ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+}
+/// Whether an algorithm's math type is allowed for T (the descriptor takes it before the algorithm
+/// runs, as PyTorch does): any for 16-bit types; FMA only for float (PyTorch asserts the same without
+/// TF32); FMA or DEFAULT for double (on Hopper DEFAULT may mean FP64 tensor cores, which are exact
+/// IEEE FMAs, and a double algorithm labelled DEFAULT must not leave double without any).
 template <class T>
 constexpr bool math_allowed(cudnnMathType_t m) {
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return true;
+  else if constexpr (std::is_same_v<T, float>) return m == CUDNN_FMA_MATH;
   else return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
 }
 /// Bytes a workspace may take on `device`: the driver's free memory plus kiln's shared cache (the
@@ -184,8 +191,7 @@ class ConvPlan {
     KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, type, CUDNN_TENSOR_NCHW, i(k), i(c), i(r), i(r)));
     KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_, i(pad), i(pad), i(stride), i(stride), 1, 1,
                                                      CUDNN_CROSS_CORRELATION, detail::cudnn_compute_type<T>()));
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(
-        conv_, std::is_same_v<T, float> || std::is_same_v<T, double> ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, detail::query_math<T>()));
     int on = 0, oc = 0, oh = 0, ow = 0;
     KILN_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, type, on, oc, oh, ow));
@@ -217,14 +223,9 @@ class ConvPlan {
     return Tensor<float, Shape<dyn>, Cuda>(Extents<Shape<dyn>>(static_cast<index_t>((bytes + 3) / 4)), device_);
   }
 
-  /// 16-bit types: the descriptor takes the chosen algorithm's math type before each call (cuDNN may
-  /// otherwise run a slower kernel); float and double keep FMA math.
-  void use_math(cudnnMathType_t m) const {
-    if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>)
-      KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, m));
-    else
-      (void)m;
-  }
+  /// The descriptor takes the chosen algorithm's math type before each call, as PyTorch sets it (cuDNN
+  /// picks kernels by algorithm and math type; float's is always FMA, see math_allowed).
+  void use_math(cudnnMathType_t m) const { KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, m)); }
 
   /// The first of cuDNN's candidates (best first) that succeeded, has an allowed math type (set on the
   /// descriptor before its workspace is sized, as it will run), a workspace within `cap` and, when
@@ -255,7 +256,7 @@ class ConvPlan {
     int found = 0;
     {
       cudnnConvolutionFwdAlgoPerf_t perf[max_algos];
-      use_math(CUDNN_TENSOR_OP_MATH);  // what the heuristics may offer depends on it (pick() changed it)
+      use_math(detail::query_math<T>());  // what the heuristics offer depends on it (pick() changed it)
       if (cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, max_algos, &found, perf) != CUDNN_STATUS_SUCCESS)
         return false;
       const auto size = [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
@@ -265,7 +266,7 @@ class ConvPlan {
     }
     {
       cudnnConvolutionBwdDataAlgoPerf_t perf[max_algos];
-      use_math(CUDNN_TENSOR_OP_MATH);
+      use_math(detail::query_math<T>());
       if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, max_algos, &found, perf) !=
           CUDNN_STATUS_SUCCESS)
         return false;
@@ -276,7 +277,7 @@ class ConvPlan {
     }
     {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[max_algos];
-      use_math(CUDNN_TENSOR_OP_MATH);
+      use_math(detail::query_math<T>());
       if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, max_algos, &found, perf) !=
           CUDNN_STATUS_SUCCESS)
         return false;
