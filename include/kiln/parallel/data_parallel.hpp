@@ -289,8 +289,8 @@ class DataParallel {
   /// Sums the gradient arenas of all replicas, element by element, into every one (a shared-memory
   /// all-reduce: replica thread r sums slice r of the arena over all replicas and writes it back to all).
   void all_reduce_gradients() {
+    if (size() == 1) return;
     if constexpr (std::is_same_v<D, Cpu>) {
-      if (size() == 1) return;
       const index_t count = model_type::parameter_count;
       const index_t per = (count + size() - 1) / size();
       run_replicas([&](int r) {
@@ -304,8 +304,6 @@ class DataParallel {
         }
       });
     } else {
-      // Also with one GPU (an all-reduce of one communicator: a copy in place), so that a one-GPU machine
-      // runs the grouped NCCL path too.
       std::vector<M*> g;
       for (auto& m : models_) g.push_back(m->gradients().data());
       devices_.all_reduce(g, model_type::parameter_count);  // grouped ncclAllReduce, one stream per GPU

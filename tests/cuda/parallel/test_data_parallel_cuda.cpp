@@ -1,6 +1,7 @@
 // DataParallel with CUDA replicas (one per GPU, ncclCommInitAll, grouped ncclAllReduce): on as many GPUs
 // as the machine has (at most 4; one GPU: one replica), 20 Adam steps of the seeds' MLP and a small LeNet
-// on the same global batches as one GPU end within 1e-5 of its parameters, with the replicas identical.
+// on the same global batches as one GPU end within 1e-5 of its parameters, with the replicas identical;
+// the grouped all-reduce itself, called directly (also on one GPU).
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -75,6 +76,26 @@ BOOST_AUTO_TEST_CASE(gpu_replicas_train_a_small_lenet_like_one_gpu) {
   const double d = train_both<LeNet>(20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
   BOOST_TEST_MESSAGE(gpus() << " GPU replica(s), LeNet, 20 steps: largest parameter difference " << d);
   BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(the_grouped_all_reduce_sums_over_every_gpu) {
+  // DataParallel skips the all-reduce with one replica; called directly it runs on a one-GPU machine
+  // too: ncclGroupStart/End, the datatype and the element count (an odd one) over gpus() communicators.
+  const int n = gpus();
+  kiln::parallel::detail::ReplicaDevices<kiln::Cuda> devices(n);
+  const kiln::index_t count = 1001;
+  std::vector<kiln::Tensor<float, Shape<dyn>, kiln::Cuda>> grads;
+  std::vector<float*> ptrs;
+  for (int r = 0; r < n; ++r) {
+    const auto on = devices.scope(r);
+    grads.push_back(kt::make_tensor<kiln::Cpu>(std::vector<float>(count, static_cast<float>(r + 1)), Extents<Shape<dyn>>(count))
+                        .to<kiln::Cuda>(r));
+    ptrs.push_back(grads.back().data());
+  }
+  devices.synchronize();
+  devices.all_reduce(ptrs, count);
+  const float want = static_cast<float>(n * (n + 1) / 2);
+  for (const auto& g : grads) BOOST_TEST(kt::all_equal(g.to_vector(), std::vector<float>(count, want)));
 }
 
 BOOST_AUTO_TEST_CASE(more_replicas_than_gpus_is_an_error) {
