@@ -138,26 +138,61 @@ struct BiasEpilogue {
   }
   Traffic traffic(index_t n) const { return bias_epilogue_traffic<T, B, E>(n / cols, cols, z, bias, y); }
 };
-/// dz[:, j] = E'(dy[:, j], s[:, j]) and db[j] += Σ_r dz[r, j], one call per column (rows x cols
-/// row-major): the activation backward and the bias-gradient reduction in one pass. db may be null.
+/// How many chunks of rows the GPU's activation-backward pass splits a [rows, cols] gradient into:
+/// enough threads (splits x cols) to fill the device's `resident` threads, each chunk at least
+/// `min_rows` long so that the partial sums stay a small part of the traffic. 1 (one thread per column
+/// over every row, no partial sums) when that is already enough or the batch is short.
+constexpr index_t epilogue_grad_splits(index_t rows, index_t cols, index_t resident, index_t min_rows = 32) {
+  if (cols <= 0 || rows < 2 * min_rows) return 1;
+  const index_t want = (resident + cols - 1) / cols, most = rows / min_rows;
+  return want < 1 ? 1 : (want < most ? want : most);
+}
+/// dz[r, j] = E'(dy[r, j], s[r, j]) over rows [c * chunk, (c + 1) * chunk) of column j, one call per
+/// (chunk c, column j) at index c * cols + j (consecutive calls read consecutive columns: coalesced on
+/// a GPU), with the column's sum of dz going to partial[c * cols + j], or with one chunk (partial null)
+/// straight to db[j] += Σ_r dz[r, j]. db and partial may both be null (no bias).
 template <class T, class B, class E>
-struct EpilogueGradColumns {
+struct EpilogueGradChunks {
   const T* dy;
   const T* saved;
   T* dz;
   B* db;
-  index_t rows, cols;
-  KILN_HOST_DEVICE void operator()(index_t j) const {
+  compute_t<T>* partial;
+  index_t rows, cols, chunk;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t c = i / cols, j = i - c * cols;
+    const index_t r0 = c * chunk, r1 = rows < r0 + chunk ? rows : r0 + chunk;
     compute_t<T> acc = 0;
-    for (index_t r = 0; r < rows; ++r) {
-      const index_t i = r * cols + j;
-      const compute_t<T> g = E::backward(to_compute(dy[i]), to_compute(saved[i]));
-      dz[i] = from_compute<T>(g);
+    for (index_t r = r0; r < r1; ++r) {
+      const index_t k = r * cols + j;
+      const compute_t<T> g = E::backward(to_compute(dy[k]), to_compute(saved[k]));
+      dz[k] = from_compute<T>(g);
       acc += g;
     }
-    if (db) db[j] = static_cast<B>(static_cast<compute_t<T>>(to_compute(db[j])) + acc);
+    if (partial) partial[i] = acc;
+    else if (db) db[j] = static_cast<B>(static_cast<compute_t<T>>(to_compute(db[j])) + acc);
   }
-  Traffic traffic(index_t) const { return epilogue_grad_traffic<T, B>(rows, cols, db); }
+  Traffic traffic(index_t n) const {
+    if (!partial) return epilogue_grad_traffic<T, B>(rows, cols, db);
+    return {kiln::detail::bytes_of<T>(rows * cols) * 3 + kiln::detail::bytes_of<compute_t<T>>(n),
+            static_cast<std::uint64_t>(rows) * cols * 2};
+  }
+};
+/// db[j] += Σ_c partial[c * cols + j], the chunks added in order (deterministic), one call per column.
+template <class C, class B>
+struct AddChunkSums {
+  const C* partial;
+  B* db;
+  index_t chunks, cols;
+  KILN_HOST_DEVICE void operator()(index_t j) const {
+    C acc = 0;
+    for (index_t c = 0; c < chunks; ++c) acc += partial[c * cols + j];
+    db[j] = static_cast<B>(static_cast<C>(to_compute(db[j])) + acc);
+  }
+  Traffic traffic(index_t) const {
+    return {kiln::detail::bytes_of<C>(chunks * cols) + 2 * kiln::detail::bytes_of<B>(cols),
+            static_cast<std::uint64_t>(chunks) * cols};
+  }
 };
 /// The same over a block of up to J columns per call, row by row (CPU: contiguous, vectorised inner loop).
 template <class T, class B, class E, index_t J = 16>

@@ -148,9 +148,18 @@ struct Linear {
           using F = detail::EpilogueGradColumnBlocks<T, M, E>;
           kiln::detail::executor<D>::for_each(F::count(Out), F{dy.data(), saved_.data(), dz.data(), db, dy.size(0), Out},
                                               dy.size(0) * Out / F::count(Out));
-        } else {
-          kiln::detail::executor<D>::for_each(
-              Out, detail::EpilogueGradColumns<T, M, E>{dy.data(), saved_.data(), dz.data(), db, dy.size(0), Out});
+        } else {  // a thread per (chunk of rows, column); the chunks' sums added in a second, small pass
+          using C = compute_t<T>;
+          const index_t rows = dy.size(0);
+          const index_t chunks =
+              detail::epilogue_grad_splits(rows, Out, kiln::detail::executor<D>::resident_threads(dy.device_index()));
+          const index_t chunk = (rows + chunks - 1) / chunks;
+          Tensor<C, Shape<dyn>, D> part;
+          if (chunks > 1 && db) part = Tensor<C, Shape<dyn>, D>(Extents<Shape<dyn>>(chunks * Out), dy.device_index());
+          kiln::detail::executor<D>::for_each(chunks * Out, detail::EpilogueGradChunks<T, M, E>{dy.data(), saved_.data(), dz.data(), db,
+                                                                                               part.data(), rows, Out, chunk});
+          if (part.data())
+            kiln::detail::executor<D>::for_each(Out, detail::AddChunkSums<C, M>{part.data(), db, chunks, Out});
         }
         saved_ = Tensor<T, output_shape, D>();
       }

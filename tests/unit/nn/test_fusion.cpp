@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +20,7 @@
 namespace {
 using kiln::dyn;
 using kiln::Extents;
+using kiln::index_t;
 using kiln::Shape;
 using kiln::Tensor;
 namespace kt = kiln::test;
@@ -159,10 +161,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(linear_relu_step_pass_count, D, kiln::test::device
   // Forward: the GEMM and one epilogue pass (bias + ReLU) on the CPU; on CUDA one cuBLASLt call with the
   // RELU_BIAS epilogue. Backward: one pass for ReLU's derivative and the bias gradient, the weight-gradient
   // GEMM, and the input-gradient GEMM only when asked for.
-  unsigned forward_passes = std::is_same_v<D, kiln::Cpu> ? 2u : 1u;
+  // On CUDA a long batch splits the backward pass's rows into chunks, whose bias-gradient sums a second
+  // small pass adds (epilogue_grad_splits).
+  unsigned forward_passes = std::is_same_v<D, kiln::Cpu> ? 2u : 1u, chunk_passes = 0;
 #if KILN_WITH_CUDA
   // cuBLASLt's RELU_BIAS only where it keeps NaN as torch's ReLU does; else the GEMM and kiln's pass.
   if (std::is_same_v<D, kiln::Cuda> && !kiln::cuda::relu_epilogue_keeps_nan(0)) forward_passes = 2;
+  if constexpr (std::is_same_v<D, kiln::Cuda>)
+    chunk_passes = knn::detail::epilogue_grad_splits(64, 16, kiln::detail::executor<D>::resident_threads(0)) > 1 ? 1u : 0u;
 #endif
   knn::Model<knn::Sequential<knn::Linear<8, 16>, knn::ReLU>, Shape<dyn, 8>, kiln::Policy<kiln::Fp32, D>> model(1);
   Tensor<float, Shape<dyn, 8>, D> x(64);
@@ -174,11 +180,56 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(linear_relu_step_pass_count, D, kiln::test::device
   BOOST_TEST(kiln::passes() - before == forward_passes);
   before = kiln::passes();
   model.backward(dy);
-  BOOST_TEST(kiln::passes() - before == 2u);
+  BOOST_TEST(kiln::passes() - before == 2u + chunk_passes);
   (void)model.forward(x);
   before = kiln::passes();
   (void)model.backward_input(dy);
-  BOOST_TEST(kiln::passes() - before == 3u);
+  BOOST_TEST(kiln::passes() - before == 3u + chunk_passes);
+}
+
+BOOST_AUTO_TEST_CASE(chunked_activation_backward_matches_one_pass_per_column) {
+  // The GPU's activation backward (a thread per chunk of rows and column, then the chunks' sums added in
+  // order) run on the CPU: dz is the same bit for bit as the CPU's column blocks, the bias gradient the
+  // same sums in another order. And how many chunks a shape gets.
+  BOOST_TEST(knn::detail::epilogue_grad_splits(63, 16, 1 << 18) == 1);  // too short to split
+  BOOST_TEST(knn::detail::epilogue_grad_splits(64, 16, 1 << 18) == 2);  // chunks of at least 32 rows
+  BOOST_TEST(knn::detail::epilogue_grad_splits(4096, 1024, 1 << 18) == 128);
+  BOOST_TEST(knn::detail::epilogue_grad_splits(4096, 1 << 18, 1 << 18) == 1);  // the columns fill the device
+  BOOST_TEST(knn::detail::epilogue_grad_splits(100, 0, 1 << 18) == 1);
+  using E = knn::epilogue::Relu;
+  using Exec = kiln::detail::executor<kiln::Cpu>;
+  const std::tuple<index_t, index_t, index_t> shapes[] = {{200, 37, 1 << 12}, {64, 16, 1 << 18}, {97, 5, 1 << 18}, {31, 8, 64}};
+  for (const auto& [rows, cols, resident] : shapes) {
+    BOOST_TEST_CONTEXT(rows << " x " << cols << ", " << resident << " resident threads") {
+      const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+      const auto dy = kt::random_values<float>(n, -1, 1, 91), saved = kt::random_values<float>(n, -1, 1, 92);
+      const auto db0 = kt::random_values<float>(static_cast<std::size_t>(cols), -1, 1, 93);
+      std::vector<float> dz_ref(n), db_ref = db0, dz(n), db = db0;
+      using Blocks = knn::detail::EpilogueGradColumnBlocks<float, float, E>;
+      Exec::for_each(Blocks::count(cols), Blocks{dy.data(), saved.data(), dz_ref.data(), db_ref.data(), rows, cols});
+      const index_t chunks = knn::detail::epilogue_grad_splits(rows, cols, resident);
+      const index_t chunk = (rows + chunks - 1) / chunks;
+      std::vector<float> part(static_cast<std::size_t>(chunks * cols));
+      float* p = chunks > 1 ? part.data() : nullptr;
+      Exec::for_each(chunks * cols,
+                     knn::detail::EpilogueGradChunks<float, float, E>{dy.data(), saved.data(), dz.data(), db.data(), p, rows, cols, chunk});
+      if (p) Exec::for_each(cols, knn::detail::AddChunkSums<float, float>{p, db.data(), chunks, cols});
+      BOOST_TEST(dz == dz_ref);
+      std::vector<double> db_exact(db0.begin(), db0.end());  // the float64 sums
+      for (std::size_t i = 0; i < n; ++i)
+        db_exact[i % static_cast<std::size_t>(cols)] += dz_ref[i];
+      for (std::size_t j = 0; j < static_cast<std::size_t>(cols); ++j) {
+        // up to 200 float additions of terms below 1 (absolute: a sum near 0 has no relative accuracy)
+        BOOST_TEST(std::abs(db[j] - db_exact[j]) < 5e-5);
+        BOOST_TEST(std::abs(db[j] - db_ref[j]) < 5e-5f);
+      }
+      if (chunks > 1) {  // the sums really went through the chunks: chunk 0's sum is its rows' alone
+        double first = 0;
+        for (index_t r = 0; r < chunk; ++r) first += dz_ref[static_cast<std::size_t>(r * cols)];
+        BOOST_TEST(part[0] == first, boost::test_tools::tolerance(1e-5));
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(fusion_saves_bytes_not_arithmetic, D, kiln::test::devices) {

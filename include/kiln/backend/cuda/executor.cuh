@@ -106,6 +106,12 @@ struct executor<Cuda> {
            e, n);
   }
 
+  /// How many threads device `device` runs at once (2048 per multiprocessor): the work a pass needs
+  /// to fill it.
+  static index_t resident_threads(int device) {
+    return static_cast<index_t>(kiln::cuda::detail::multiprocessor_count(device)) * 2048;
+  }
+
   /// f(i) for every i in [0, n): one launch (a fused pass with several outputs, e.g. an optimizer step).
   template <class F>
   static void for_each(index_t n, const F& f, index_t /*work*/ = 1) {
