@@ -29,6 +29,8 @@ ncclDataType_t nccl_type() {
 /// DataParallel's CUDA replicas: replica r on GPU r with a stream of its own (its thread's current
 /// stream, so its forward, backward and optimizer step queue there), and one NCCL communicator per GPU
 /// from ncclCommInitAll; the gradient sum is one grouped ncclAllReduce issued on the replicas' streams.
+/// The streams come from kiln::cuda::pooled_stream and outlive the DataParallel: the caller's cuBLAS
+/// handle stays bound to replica 0's stream after a call, and freed blocks stay keyed by it.
 template <>
 struct ReplicaDevices<Cuda> {
   explicit ReplicaDevices(int n) : comms(static_cast<std::size_t>(n), nullptr) {
@@ -39,7 +41,7 @@ struct ReplicaDevices<Cuda> {
     std::vector<int> devices(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
       devices[static_cast<std::size_t>(r)] = r;
-      streams.emplace_back(r);
+      streams.push_back(&cuda::pooled_stream(r));
     }
     check(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
   }
@@ -52,14 +54,14 @@ struct ReplicaDevices<Cuda> {
 
   void bind_worker(int r) {
     KILN_CUDA_CHECK(cudaSetDevice(r));
-    cuda::set_current_stream(streams[static_cast<std::size_t>(r)].get(), r);
+    cuda::set_current_stream(streams[static_cast<std::size_t>(r)]->get(), r);
   }
   /// Replica 0's GPU and stream current on the calling thread for a scope.
-  cuda::StreamGuard caller_scope() { return cuda::StreamGuard(streams.front()); }
+  cuda::StreamGuard caller_scope() { return cuda::StreamGuard(*streams.front()); }
   /// Replica r's GPU and stream current on the calling thread for a scope (kernels launch on the
   /// current device: work for replica r's memory must run there).
-  cuda::StreamGuard scope(int r) { return cuda::StreamGuard(streams[static_cast<std::size_t>(r)]); }
-  void finish(int r) { streams[static_cast<std::size_t>(r)].synchronize(); }
+  cuda::StreamGuard scope(int r) { return cuda::StreamGuard(*streams[static_cast<std::size_t>(r)]); }
+  void finish(int r) { streams[static_cast<std::size_t>(r)]->synchronize(); }
   void synchronize() {
     for (int r = 0; r < static_cast<int>(comms.size()); ++r) {
       cuda::DeviceGuard guard(r);
@@ -72,7 +74,7 @@ struct ReplicaDevices<Cuda> {
     check(ncclGroupStart(), "ncclGroupStart");
     for (std::size_t r = 0; r < grads.size(); ++r) {
       const ncclResult_t rc = ncclAllReduce(grads[r], grads[r], static_cast<std::size_t>(count), nccl_type<E>(), ncclSum,
-                                            comms[r], streams[r].get());
+                                            comms[r], streams[r]->get());
       if (rc != ncclSuccess) {
         (void)ncclGroupEnd();
         check(rc, "ncclAllReduce");
@@ -86,7 +88,7 @@ struct ReplicaDevices<Cuda> {
       throw BackendError(std::string("kiln::parallel::DataParallel: ") + call + " failed: " + ncclGetErrorString(rc));
   }
 
-  std::vector<cuda::Stream> streams;
+  std::vector<const cuda::Stream*> streams;  // pooled: never destroyed
   std::vector<ncclComm_t> comms;
 };
 }  // namespace detail

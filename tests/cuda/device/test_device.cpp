@@ -128,6 +128,31 @@ BOOST_AUTO_TEST_CASE(streams_are_current_for_a_scope) {
   BOOST_TEST(s.get() == nullptr);
 }
 
+BOOST_AUTO_TEST_CASE(pooled_streams_are_handed_out_in_turn_and_kept) {
+  // Four streams per device, in turn: the fifth call gives the first one back, on its device.
+  std::vector<cudaStream_t> got;
+  for (int k = 0; k < 8; ++k) {
+    const kc::Stream& s = kc::pooled_stream(0);
+    BOOST_TEST(s.device() == 0);
+    got.push_back(s.get());
+  }
+  for (int k = 0; k < 4; ++k) {
+    BOOST_TEST(got[static_cast<std::size_t>(k)] == got[static_cast<std::size_t>(k + 4)]);
+    for (int m = k + 1; m < 4; ++m) BOOST_TEST(got[static_cast<std::size_t>(k)] != got[static_cast<std::size_t>(m)]);
+  }
+  // Usable as any stream, and still alive after its user's scope ends.
+  const kc::Stream& s = kc::pooled_stream();
+  Tensor<float, Vec, Cuda> x(1000);
+  {
+    kc::StreamGuard g(s);
+    x.fill(2.0f);
+  }
+  s.synchronize();
+  BOOST_TEST(s.query());
+  BOOST_TEST(x.to_vector()[999] == 2.0f);
+  BOOST_CHECK_THROW((void)kc::pooled_stream(kc::max_devices), kiln::ValueError);
+}
+
 BOOST_AUTO_TEST_CASE(events_time_work_and_order_streams) {
   const index_t n = index_t{1} << 22;
   Tensor<float, Vec, Cuda> x(n), y(n);

@@ -1,7 +1,10 @@
 /// CUDA devices and streams (host code): availability, properties, the current device and stream, events.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -296,6 +299,31 @@ class Stream {
   cudaStream_t stream_ = nullptr;
   int device_ = 0;
 };
+
+/// A stream from device `device`'s pool (< 0: the current device), like PyTorch's stream pool:
+/// non-blocking streams created at the first call and kept until the process ends (never destroyed),
+/// handed out in turn. For work whose owner may go away while a thread's cuBLAS or cuDNN handle is
+/// still bound to its stream, or the caching allocator still keys blocks by it (DataParallel's replicas).
+inline const Stream& pooled_stream(int device = -1) {
+  constexpr int per_device = 4;
+  struct Pool {
+    std::once_flag made;
+    Stream* streams[per_device] = {};
+    std::atomic<unsigned> next{0};
+  };
+  static Pool pools[max_devices];
+  if (device < 0) device = current_device();
+  if (device >= max_devices)
+    throw ValueError("kiln::cuda::pooled_stream: device index " + std::to_string(device) + " exceeds kiln's limit of " +
+                     std::to_string(max_devices) + " devices");
+  Pool& p = pools[device];
+  std::call_once(p.made, [&] {  // a throw leaves the flag unset: the next call tries again
+    std::unique_ptr<Stream> made[per_device];
+    for (auto& s : made) s = std::make_unique<Stream>(device);
+    for (int k = 0; k < per_device; ++k) p.streams[k] = made[k].release();  // kept for the process's life
+  });
+  return *p.streams[p.next.fetch_add(1, std::memory_order_relaxed) % per_device];
+}
 
 /// Makes a stream current for a scope, then restores the previous one (torch.cuda.stream(s)).
 class StreamGuard {
