@@ -58,23 +58,26 @@ KILN_HOST_DEVICE KILN_FORCEINLINE bool is_inf_or_nan(M x) {
 }
 
 /// One element of the unscale pass: g *= inv_scale, and a shared flag set to 1 when g (still scaled) is
-/// inf or NaN, as torch's _amp_foreach_non_finite_check_and_unscale_. Every writer stores the same 1,
-/// so a relaxed atomic store on the host and a plain store on the GPU suffice; the flag is read back
-/// once, after the pass.
+/// inf or NaN, as torch's _amp_foreach_non_finite_check_and_unscale_ (capturable: the optimizer's own
+/// flag and `any`, every optimizer's). Every writer stores the same 1, so a relaxed atomic store on the
+/// host and a plain store on the GPU suffice; the flag is read back once, after the pass.
 template <class M>
 struct UnscaleAndCheck {
   M* grad;
   M inv_scale;
   std::int32_t* found_inf;
   const double* inv_scale_device = nullptr;  // capturable: ScalerState::inv_scale
+  std::int32_t* any = nullptr;               // capturable: the flag of every optimizer
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     const M inv = inv_scale_device ? static_cast<M>(*inv_scale_device) : inv_scale;
     const M g = grad[i];
     if (is_inf_or_nan(g)) {
 #if KILN_DEVICE_PASS
       *static_cast<volatile std::int32_t*>(found_inf) = 1;
+      if (any) *static_cast<volatile std::int32_t*>(any) = 1;
 #else
       __atomic_store_n(found_inf, 1, __ATOMIC_RELAXED);
+      if (any) __atomic_store_n(any, 1, __ATOMIC_RELAXED);
 #endif
     }
     grad[i] = g * inv;
@@ -91,11 +94,13 @@ struct ScalerState {
 /// A capturable scaler's update() (one thread), torch's rule as GradScaler::update() runs it on the
 /// host: after an inf/NaN, scale *= backoff, the tracker restarts and the step counts as skipped;
 /// otherwise the tracker counts, and at the interval the scale grows unless that overflows float32.
-/// Then inv_scale = float(1 / scale) and the flag is cleared for the next iteration.
+/// Then inv_scale = float(1 / scale) and the flags (found_inf[0], any optimizer's, then each
+/// optimizer's) are cleared for the next iteration.
 struct ScaleUpdate {
   double* s;
   std::int32_t* found_inf;
   double growth_factor, backoff_factor, growth_interval;
+  index_t flags = 1;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t) const {
     float scale = static_cast<float>(s[ScalerState::scale]);
     if (*found_inf != 0) {
@@ -109,9 +114,11 @@ struct ScaleUpdate {
     }
     s[ScalerState::scale] = scale;
     s[ScalerState::inv_scale] = static_cast<float>(1.0 / static_cast<double>(scale));
-    *found_inf = 0;
+    for (index_t k = 0; k < flags; ++k) found_inf[k] = 0;
   }
-  Traffic traffic(index_t) const { return {7 * sizeof(double) + 2 * sizeof(std::int32_t), 6}; }
+  Traffic traffic(index_t) const {
+    return {7 * sizeof(double) + static_cast<std::uint64_t>(1 + flags) * sizeof(std::int32_t), 6};
+  }
 };
 
 template <class T>
@@ -318,9 +325,10 @@ class GradScaler {
           "kiln::optim::GradScaler::update: no inf/NaN check since the last update(); call scaler.step(opt) "
           "before update()");
     if (capturable()) {
+      const kiln::detail::device_scope<D> on(state_.device());
       kiln::detail::executor<D>::for_each(
           1, detail::ScaleUpdate{state_.data(), flag_.tensor.data(), o_.growth_factor, o_.backoff_factor,
-                                 static_cast<double>(o_.growth_interval)});
+                                 static_cast<double>(o_.growth_interval), flag_.tensor.numel()});
       per_optimizer_.clear();
       return;
     }
@@ -364,7 +372,7 @@ class GradScaler {
   }
   /// Whether an inf/NaN was found since the last update().
   bool found_inf() const {
-    if (capturable()) return !flag_.tensor.empty() && flag_.tensor.item() != 0;
+    if (capturable()) return !flag_.tensor.empty() && flag_.tensor.slice(0, 1).item() != 0;
     for (const PerOptimizer& s : per_optimizer_)
       if (s.found_inf) return true;
     return false;
@@ -423,21 +431,39 @@ class GradScaler {
     state_.set(detail::ScalerState::scale, scale);
     state_.set(detail::ScalerState::inv_scale, static_cast<float>(1.0 / static_cast<double>(scale)));
   }
-  /// Capturable: the inf/NaN flag on `device`, zeroed by a kernel when new (a copy of the scaler makes
-  /// its own; the kernel, unlike a host copy, may be captured); update() clears it after that.
+  /// Capturable: the inf/NaN flags on `device`: any optimizer's, then one per optimizer (torch keeps a
+  /// found_inf per optimizer, so one optimizer's overflow does not skip another's step). Zeroed by a
+  /// kernel when new (a copy of the scaler makes its own; the kernel, unlike a host copy, may be
+  /// captured); update() clears them after that.
   std::int32_t* capturable_flag(int device) {
     auto& flag = flag_.tensor;
     if (flag.empty() || (device >= 0 && flag.device_index() != device)) {
-      flag = Tensor<std::int32_t, Shape<dyn>, D>(Extents<Shape<dyn>>(1), device);
+      flag = Tensor<std::int32_t, Shape<dyn>, D>(Extents<Shape<dyn>>(1 + max_capturable_optimizers), device);
       flag.fill(0);
+      flag_.slots.clear();
     }
     return flag.data();
   }
-  /// Capturable: the optimizer steps or skips on the device, by the flag the unscale pass set.
+  /// Capturable: optimizer opt's own flag, in a slot it keeps across iterations (a captured graph keeps
+  /// its address).
+  std::int32_t* optimizer_flag(const void* opt) {
+    std::int32_t* flags = capturable_flag(state_.device());
+    auto& slots = flag_.slots;
+    std::size_t k = 0;
+    while (k < slots.size() && slots[k] != opt) ++k;
+    if (k == slots.size()) {
+      if (k == static_cast<std::size_t>(max_capturable_optimizers))
+        throw ValueError("kiln::optim::GradScaler: a capturable scaler serves at most " +
+                         std::to_string(max_capturable_optimizers) + " optimizers; use another scaler for more");
+      slots.push_back(opt);
+    }
+    return flags + 1 + k;
+  }
+  /// Capturable: the optimizer steps or skips on the device, by its flag, which the unscale pass set.
   template <class Opt>
   void step_on_device(Opt& opt) {
     if constexpr (requires(const std::int32_t* f) { opt.step_unless(f); }) {
-      opt.step_unless(flag_.tensor.data());
+      opt.step_unless(optimizer_flag(&opt));
     } else {
       throw ValueError(
           "kiln::optim::GradScaler: a capturable scaler needs an optimizer that skips on the device: "
@@ -452,16 +478,19 @@ class GradScaler {
     bool stepped = false;
     bool found_inf = false;
   };
-  /// The one-element inf/NaN flag on the device, and whether it is known to hold 0. A copy of the
-  /// scaler gets its own flag (allocated at its first pass): a shared one could hold another copy's 1.
+  /// The inf/NaN flag on the device (capturable: any optimizer's, then each optimizer's, in the slots
+  /// `slots` gives them), and whether it is known to hold 0. A copy of the scaler gets its own flag
+  /// (allocated at its first pass): a shared one could hold another copy's 1.
   struct Flag {
     Tensor<std::int32_t, Shape<dyn>, D> tensor;
     bool clear = false;
+    std::vector<const void*> slots;
     Flag() = default;
     Flag(const Flag&) {}
     Flag& operator=(const Flag&) {
       tensor = {};
       clear = false;
+      slots.clear();
       return *this;
     }
     Flag(Flag&&) = default;
@@ -479,26 +508,28 @@ class GradScaler {
   bool unscale_and_check_all(Opt& opt) {
     if constexpr (detail::optimizer_bundle<Opt>) {
       bool found = false;
-      for (int r = 0; r < static_cast<int>(opt.size()); ++r) found = unscale_and_check(opt.replica(r).gradients()) || found;
+      for (int r = 0; r < static_cast<int>(opt.size()); ++r)
+        found = unscale_and_check(opt.replica(r).gradients(), &opt) || found;
       return found;
     } else {
-      return unscale_and_check(opt.gradients());
+      return unscale_and_check(opt.gradients(), &opt);
     }
   }
   /// The fused pass: grads *= 1 / scale, and whether a gradient was inf/NaN. The flag is 0 whenever no
   /// pass is running (it is cleared only after a pass found something), so the usual iteration costs one
   /// pass and one 4-byte read-back.
   template <class M>
-  bool unscale_and_check(Tensor<M, Shape<dyn>, D>& grads) {
+  bool unscale_and_check(Tensor<M, Shape<dyn>, D>& grads, const void* opt) {
     const kiln::detail::device_scope<D> on(grads.device_index());  // a replica's arena on another GPU
     if (capturable()) {
       if (grads.device_index() != state_.device())
         throw ValueError("kiln::optim::GradScaler: a capturable scaler keeps its state on device " +
                          std::to_string(state_.device()) + ", but these gradients are on device " +
                          std::to_string(grads.device_index()) + "; create the scaler with their device current");  // the flag stays on the device: update() reads and clears it
+      std::int32_t* any = capturable_flag(grads.device_index());
       kiln::detail::executor<D>::for_each(
-          grads.numel(), detail::UnscaleAndCheck<M>{grads.data(), M(1), capturable_flag(grads.device_index()),
-                                                    state_.data() + detail::ScalerState::inv_scale});
+          grads.numel(), detail::UnscaleAndCheck<M>{grads.data(), M(1), optimizer_flag(opt),
+                                                    state_.data() + detail::ScalerState::inv_scale, any});
       return false;
     }
     auto& flag = flag_.tensor;
@@ -532,6 +563,7 @@ class GradScaler {
     return r.ec == std::errc() && r.ptr == s.data() + s.size() && !s.empty();
   }
 
+  static constexpr int max_capturable_optimizers = 16;
   GradScalerOptions o_;
   float scale_ = 0.0f;
   std::int64_t tracker_ = 0;

@@ -323,6 +323,34 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(several_optimizers_share_one_scaler, D, kt::device
   BOOST_TEST(scaler.skipped_steps() == 1);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(several_optimizers_share_one_capturable_scaler, D, kt::devices) {
+  // Each optimizer skips on its own flag (torch's found_inf per optimizer): b's overflow, found first,
+  // does not skip a's step; update() backs off once and clears every flag.
+  auto p1 = arena<D>({1.0f, 2.0f}), g1 = arena<D>({4.0f, 8.0f});
+  auto p2 = arena<D>({1.0f, 2.0f}), g2 = arena<D>({4.0f, infinity});
+  kiln::optim::SGD<float, D> a(p1, g1, {.lr = 1.0f, .capturable = true}), b(p2, g2, {.lr = 1.0f, .capturable = true});
+  GradScaler<D> scaler({.init_scale = 4.0, .capturable = true});
+  scaler.unscale_(b);
+  BOOST_TEST(scaler.found_inf());
+  scaler.step(a);
+  scaler.step(b);
+  scaler.update();
+  BOOST_TEST(p1.to_vector() == (std::vector<float>{0.0f, 0.0f}), boost::test_tools::per_element());
+  BOOST_TEST(p2.to_vector() == (std::vector<float>{1.0f, 2.0f}), boost::test_tools::per_element());
+  BOOST_TEST(scaler.scale() == 2.0);
+  BOOST_TEST(scaler.skipped_steps() == 1);
+  BOOST_TEST(!scaler.found_inf());
+  // The next iteration: b's flag was cleared, so both step.
+  g1.copy_from(std::vector<float>{2.0f, 2.0f});
+  g2.copy_from(std::vector<float>{2.0f, 2.0f});
+  scaler.step(b);
+  scaler.step(a);
+  scaler.update();
+  BOOST_TEST(p1.to_vector() == (std::vector<float>{-1.0f, -1.0f}), boost::test_tools::per_element());
+  BOOST_TEST(p2.to_vector() == (std::vector<float>{0.0f, 1.0f}), boost::test_tools::per_element());
+  BOOST_TEST(scaler.skipped_steps() == 1);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(state_round_trips_through_checkpoint_metadata, D, kt::devices) {
   auto p = arena<D>({1.0f}), g = arena<D>({1.0f});
   kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.01f});
