@@ -7,6 +7,7 @@
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/expr/overlap.hpp"
 #include "kiln/expr/unfused.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -24,6 +25,9 @@ void assign_valid(Tensor<T, S, D>& dst, const Src& src) {
     if constexpr (std::is_arithmetic_v<Src>) return Scalar<compute_t<T>>{static_cast<compute_t<T>>(src)};
     else return as_expr(src);
   }();
+  check_no_partial_overlap(dst.view(), e);  // before any pass, fused or not
+  (void)sizeof(executor<D>);  // its message first when a Cuda expression is in a file nvcc does not compile
+  const device_scope<D> on(dst.storage() ? dst.device_index() : -1);  // dst's GPU, whichever is current
   if constexpr (op_count<decltype(e)>::value > 1) {
     if (!fusion_enabled()) {
       Temporaries keep;

@@ -66,22 +66,30 @@ class Model {
 
   /// Forward pass; keeps what backward needs unless in no-grad mode.
   Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) {
+    const kiln::detail::device_scope<D> on(params_.device_index());  // the model's GPU, whichever is current
     refresh_working_copy();
     return net_.forward(x, ctx_);
   }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
   /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
   /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
-  void backward(const Tensor<T, output_shape, D>& dy) { (void)net_.backward(dy, false); }
+  void backward(const Tensor<T, output_shape, D>& dy) {
+    const kiln::detail::device_scope<D> on(params_.device_index());
+    (void)net_.backward(dy, false);
+  }
   /// The same, telling `ready` as the gradients become final (see GradientsReady): once per layer with
   /// parameters, from the last, and ready(0) at the end.
   void backward(const Tensor<T, output_shape, D>& dy, const GradientsReady& ready) {
+    const kiln::detail::device_scope<D> on(params_.device_index());
     if constexpr (requires { net_.backward(dy, false, &ready); }) (void)net_.backward(dy, false, &ready);
     else (void)net_.backward(dy, false);
     if (ready) ready(0);
   }
   /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad).
-  Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) { return net_.backward(dy, true); }
+  Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) {
+    const kiln::detail::device_scope<D> on(params_.device_index());
+    return net_.backward(dy, true);
+  }
 
   void zero_grad() { grads_.fill(M(0)); }
   /// Training mode (dropout active) or evaluation mode, like module.train() / module.eval().

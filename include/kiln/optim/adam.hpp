@@ -201,6 +201,7 @@ class AdamBase {
  private:
   void step_impl(const std::int32_t* skip_if) {
     using C = typename detail::AdamStep<M>::C;
+    const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     // Hyperparameters as torch sees them: its Python floats are these options widened to double.
     const double lr = o_.lr, b1 = o_.betas.beta1, b2 = o_.betas.beta2, wd = o_.weight_decay;
     if (o_.capturable) {

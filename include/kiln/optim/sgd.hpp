@@ -151,6 +151,7 @@ class SGD {
 
  private:
   void step_impl(const std::int32_t* skip_if) {
+    const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     if (o_.capturable) {
       kiln::detail::executor<D>::for_each(1, detail::SgdPrepare{scalars_.data(), skip_if});
       if (fusion_enabled()) {

@@ -53,6 +53,7 @@ struct graph_capture<Cpu> {
 template <class D>
 struct device_scope {
   static_assert(dependent_false<D>, "kiln: tensors on kiln::Cuda need the CUDA runtime: link your target to kiln::cuda");
+  explicit device_scope(int) {}  // no second error after the assertion's
 };
 template <>
 struct device_scope<Cpu> {
