@@ -141,11 +141,12 @@ struct BiasEpilogue {
 /// How many chunks of rows the GPU's activation-backward pass splits a [rows, cols] gradient into:
 /// enough threads (splits x cols) to fill the device's `resident` threads, each chunk at least
 /// `min_rows` long so that the partial sums stay a small part of the traffic. 1 (one thread per column
-/// over every row, no partial sums) when that is already enough or the batch is short.
+/// over every row, no partial sums, no second pass) when the columns alone fill a quarter of the device
+/// or the batch is shorter than 8 chunks: there the second pass would cost more than it saves.
 constexpr index_t epilogue_grad_splits(index_t rows, index_t cols, index_t resident, index_t min_rows = 32) {
-  if (cols <= 0 || rows < 2 * min_rows) return 1;
+  if (cols <= 0 || rows < 8 * min_rows || 4 * cols > resident) return 1;
   const index_t want = (resident + cols - 1) / cols, most = rows / min_rows;
-  return want < 1 ? 1 : (want < most ? want : most);
+  return want < most ? want : most;
 }
 /// dz[r, j] = E'(dy[r, j], s[r, j]) over rows [c * chunk, (c + 1) * chunk) of column j, one call per
 /// (chunk c, column j) at index c * cols + j (consecutive calls read consecutive columns: coalesced on

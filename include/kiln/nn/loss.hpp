@@ -93,7 +93,7 @@ struct MSELoss {
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    const kiln::detail::device_scope<D> on(pred.device_index());  // pred's GPU, whichever is current
+    const kiln::detail::device_scope<D> on(pred.storage() ? pred.device_index() : -1);  // pred's GPU, whichever is current
     const auto d = pred - target;
     return reduction == Reduction::sum ? sum(d * d) : mean(d * d);  // one pass
   }
@@ -101,7 +101,7 @@ struct MSELoss {
   /// a plain step; a device scale is read by the pass, which then stays one pass also with fusion off).
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
-    const kiln::detail::device_scope<D> on(pred.device_index());
+    const kiln::detail::device_scope<D> on(pred.storage() ? pred.device_index() : -1);
     Tensor<T, S, D> g(pred.extents(), pred.device_index());
     const double den = reduction == Reduction::sum ? 1.0 : static_cast<double>(pred.numel());
     const auto f = detail::GradFactor<compute_t<T>>::make(scale, 2.0, den);
@@ -311,7 +311,7 @@ struct CrossEntropyLoss {
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
                                               const Tensor<std::int64_t, SL, D>& labels) const {
-    const kiln::detail::device_scope<D> on(logits.device_index());  // the logits' GPU, whichever is current
+    const kiln::detail::device_scope<D> on(logits.storage() ? logits.device_index() : -1);  // the logits' GPU, whichever is current
     const auto den = count(logits, labels);
     Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), logits.device_index());
     kiln::detail::executor<D>::for_each(
@@ -327,7 +327,7 @@ struct CrossEntropyLoss {
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                            LossScale scale = {}) const {
-    const kiln::detail::device_scope<D> on(logits.device_index());
+    const kiln::detail::device_scope<D> on(logits.storage() ? logits.device_index() : -1);
     const auto den = count(logits, labels);
     Tensor<T, S, D> dx(logits.extents(), logits.device_index());
     const index_t n = logits.size(0), c = logits.size(1);

@@ -27,6 +27,7 @@ double clip_grad_norm(Tensor<M, Shape<dyn>, D>& grads, double max_norm, double n
     throw ValueError("kiln::optim::clip_grad_norm: norm_type " + std::to_string(norm_type) +
                      " is not a norm; give 2, 1, another p > 0, or std::numeric_limits<double>::infinity()");
   if (grads.numel() == 0) return 0.0;
+  const kiln::detail::device_scope<D> on(grads.device_index());  // the reductions on the gradients' GPU
   using C = compute_t<M>;
   C total;
   if (std::isinf(norm_type)) {

@@ -454,7 +454,9 @@ class GradScaler {
     if (k == slots.size()) {
       if (k == static_cast<std::size_t>(max_capturable_optimizers))
         throw ValueError("kiln::optim::GradScaler: a capturable scaler serves at most " +
-                         std::to_string(max_capturable_optimizers) + " optimizers; use another scaler for more");
+                         std::to_string(max_capturable_optimizers) +
+                         " optimizers (distinct objects over its life: a slot stays with its optimizer's address); "
+                         "use another scaler for more");
       slots.push_back(opt);
     }
     return flags + 1 + k;

@@ -267,7 +267,8 @@ class Tensor {
   /// Sets every element to v (one pass).
   void fill(value_type v) { assign(*this, v); }
 
-  /// Wraps memory owned by someone else (row-major, device D); the tensor never frees it.
+  /// Wraps memory owned by someone else (row-major, device D); the tensor never frees it. On a GPU,
+  /// `index` must be the device the memory is on (default cuda:0): kiln's passes over it run there.
   static Tensor from_blob(T* p, const Extents<S>& ext, int index = 0) {
     auto s = std::make_shared<Storage>();
     s->ptr = p;

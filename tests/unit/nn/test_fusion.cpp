@@ -191,14 +191,15 @@ BOOST_AUTO_TEST_CASE(chunked_activation_backward_matches_one_pass_per_column) {
   // The GPU's activation backward (a thread per chunk of rows and column, then the chunks' sums added in
   // order) run on the CPU: dz is the same bit for bit as the CPU's column blocks, the bias gradient the
   // same sums in another order. And how many chunks a shape gets.
-  BOOST_TEST(knn::detail::epilogue_grad_splits(63, 16, 1 << 18) == 1);  // too short to split
-  BOOST_TEST(knn::detail::epilogue_grad_splits(64, 16, 1 << 18) == 2);  // chunks of at least 32 rows
+  BOOST_TEST(knn::detail::epilogue_grad_splits(255, 16, 1 << 18) == 1);  // shorter than 8 chunks of 32 rows
+  BOOST_TEST(knn::detail::epilogue_grad_splits(256, 16, 1 << 18) == 8);  // chunks of at least 32 rows
   BOOST_TEST(knn::detail::epilogue_grad_splits(4096, 1024, 1 << 18) == 128);
-  BOOST_TEST(knn::detail::epilogue_grad_splits(4096, 1 << 18, 1 << 18) == 1);  // the columns fill the device
-  BOOST_TEST(knn::detail::epilogue_grad_splits(100, 0, 1 << 18) == 1);
+  BOOST_TEST(knn::detail::epilogue_grad_splits(4096, 1 << 16, 1 << 18) == 4);
+  BOOST_TEST(knn::detail::epilogue_grad_splits(4096, (1 << 16) + 1, 1 << 18) == 1);  // a quarter of the device
+  BOOST_TEST(knn::detail::epilogue_grad_splits(1000, 0, 1 << 18) == 1);
   using E = knn::epilogue::Relu;
   using Exec = kiln::detail::executor<kiln::Cpu>;
-  const std::tuple<index_t, index_t, index_t> shapes[] = {{200, 37, 1 << 12}, {64, 16, 1 << 18}, {97, 5, 1 << 18}, {31, 8, 64}};
+  const std::tuple<index_t, index_t, index_t> shapes[] = {{300, 37, 1 << 12}, {257, 5, 1 << 18}, {97, 5, 1 << 18}, {31, 8, 64}};
   for (const auto& [rows, cols, resident] : shapes) {
     BOOST_TEST_CONTEXT(rows << " x " << cols << ", " << resident << " resident threads") {
       const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
@@ -219,9 +220,9 @@ BOOST_AUTO_TEST_CASE(chunked_activation_backward_matches_one_pass_per_column) {
       for (std::size_t i = 0; i < n; ++i)
         db_exact[i % static_cast<std::size_t>(cols)] += dz_ref[i];
       for (std::size_t j = 0; j < static_cast<std::size_t>(cols); ++j) {
-        // up to 200 float additions of terms below 1 (absolute: a sum near 0 has no relative accuracy)
-        BOOST_TEST(std::abs(db[j] - db_exact[j]) < 5e-5);
-        BOOST_TEST(std::abs(db[j] - db_ref[j]) < 5e-5f);
+        // up to 300 float additions of terms below 1 (absolute: a sum near 0 has no relative accuracy)
+        BOOST_TEST(std::abs(db[j] - db_exact[j]) < 1e-4);
+        BOOST_TEST(std::abs(db[j] - db_ref[j]) < 1e-4f);
       }
       if (chunks > 1) {  // the sums really went through the chunks: chunk 0's sum is its rows' alone
         double first = 0;
