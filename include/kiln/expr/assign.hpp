@@ -7,6 +7,7 @@
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/expr/detail/operand_device.hpp"
 #include "kiln/expr/overlap.hpp"
 #include "kiln/expr/unfused.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -27,11 +28,14 @@ void assign_valid(Tensor<T, S, D>& dst, const Src& src) {
   }();
   check_no_partial_overlap(dst.view(), e);  // before any pass, fused or not
   (void)sizeof(executor<D>);  // its message first when a Cuda expression is in a file nvcc does not compile
-  const device_scope<D> on(dst.storage() ? dst.device_index() : -1);  // dst's GPU, whichever is current
+  const int operands = operand_device<D>(e, "kiln::assign");  // -1 unless several GPUs
+  check_same_device("kiln::assign", pass_device(dst), operands);
+  const int device = dst.storage() ? dst.device_index() : operands;  // an empty dst is made on its operands' GPU
+  const device_scope<D> on(device);  // that GPU, whichever is current
   if constexpr (op_count<decltype(e)>::value > 1) {
     if (!fusion_enabled()) {
       Temporaries keep;
-      assign_expr(dst, split_below_root<D>(e, keep, dst.device_index()));
+      assign_expr(dst, split_below_root<D>(e, keep, device));
       return;
     }
   }
@@ -87,7 +91,7 @@ auto eval(const X& x) {
   using E = decltype(e);
   using V = typename E::value_type;
   using D = std::conditional_t<std::is_void_v<typename E::device>, Cpu, typename E::device>;
-  Tensor<V, typename E::shape_type, D> t(e.extents());
+  Tensor<V, typename E::shape_type, D> t(e.extents(), detail::operand_device<D>(e, "kiln::eval"));  // its operands' GPU
   assign(t, e);
   return t;
 }

@@ -7,6 +7,7 @@
 
 #include "kiln/expr/assign.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/expr/detail/operand_device.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln {
@@ -28,6 +29,15 @@ using reduce_result_t = std::conditional_t<
 template <class X>
 using device_of_t = std::conditional_t<std::is_void_v<typename node_t<X>::device>, Cpu, typename node_t<X>::device>;
 
+/// The GPU a reduction of x runs on (and makes its result on): x's, whichever is current; -1 (the
+/// current one) when it cannot differ. Operands on different GPUs are refused.
+template <ReduceKind K, class X, class E>
+int reduction_device(const X& x, const E& e) {
+  constexpr const char* names[] = {"kiln::sum", "kiln::mean", "kiln::max", "kiln::min", "kiln::argmax"};
+  if constexpr (tensor<X>) return pass_device(x);
+  else return operand_device<device_of_t<X>>(e, names[static_cast<int>(K)]);
+}
+
 template <ReduceKind K, class X>
 auto reduce_all(const X& x) {
   auto e = as_expr(x);
@@ -36,6 +46,7 @@ auto reduce_all(const X& x) {
   const index_t n = e.extents().numel();
   if ((K == ReduceKind::max || K == ReduceKind::min || K == ReduceKind::argmax) && n == 0)
     throw ValueError("kiln::max/min/argmax: the input is empty; a maximum needs at least one element");
+  const device_scope<device_of_t<X>> on(reduction_device<K>(x, e));
   Tensor<Out, Shape<>, device_of_t<X>> out(Extents<Shape<>>{});
   executor<device_of_t<X>>::template reduce<K>(out.data(), e, 1, n, 1);
   return out;
@@ -62,6 +73,7 @@ auto reduce_axis(const X& x) {
   Extents<R> re;
   for (std::size_t d = 0, k = 0; d != S::rank; ++d)
     if (d != axis) re[k++] = ext[d];
+  const device_scope<device_of_t<X>> on(reduction_device<K>(x, e));
   Tensor<Out, R, device_of_t<X>> out(re);
   if (out.numel() > 0) executor<device_of_t<X>>::template reduce<K>(out.data(), e, outer, len, inner);
   return out;

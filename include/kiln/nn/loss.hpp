@@ -93,7 +93,8 @@ struct MSELoss {
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    const kiln::detail::device_scope<D> on(pred.storage() ? pred.device_index() : -1);  // pred's GPU, whichever is current
+    kiln::detail::check_same_device("kiln::nn::MSELoss", pred, target);
+    const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));  // pred's GPU, whichever is current
     const auto d = pred - target;
     return reduction == Reduction::sum ? sum(d * d) : mean(d * d);  // one pass
   }
@@ -101,8 +102,9 @@ struct MSELoss {
   /// a plain step; a device scale is read by the pass, which then stays one pass also with fusion off).
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
-    const kiln::detail::device_scope<D> on(pred.storage() ? pred.device_index() : -1);
-    Tensor<T, S, D> g(pred.extents(), pred.device_index());
+    kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, target);
+    const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));
+    Tensor<T, S, D> g(pred.extents(), kiln::detail::pass_device(pred));
     const double den = reduction == Reduction::sum ? 1.0 : static_cast<double>(pred.numel());
     const auto f = detail::GradFactor<compute_t<T>>::make(scale, 2.0, den);
     if (scale.device == nullptr) {
@@ -311,9 +313,10 @@ struct CrossEntropyLoss {
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
                                               const Tensor<std::int64_t, SL, D>& labels) const {
-    const kiln::detail::device_scope<D> on(logits.storage() ? logits.device_index() : -1);  // the logits' GPU, whichever is current
+    kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss", logits, labels);
+    const kiln::detail::device_scope<D> on(kiln::detail::pass_device(logits));  // the logits' GPU, whichever is current
     const auto den = count(logits, labels);
-    Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), logits.device_index());
+    Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), kiln::detail::pass_device(logits));
     kiln::detail::executor<D>::for_each(
         logits.size(0),
         detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den,
@@ -327,14 +330,16 @@ struct CrossEntropyLoss {
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                            LossScale scale = {}) const {
-    const kiln::detail::device_scope<D> on(logits.storage() ? logits.device_index() : -1);
+    kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::backward", logits, labels);
+    const int device = kiln::detail::pass_device(logits);
+    const kiln::detail::device_scope<D> on(device);
     const auto den = count(logits, labels);
-    Tensor<T, S, D> dx(logits.extents(), logits.device_index());
+    Tensor<T, S, D> dx(logits.extents(), device);
     const index_t n = logits.size(0), c = logits.size(1);
     const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, den.den);
     if (!fusion_enabled()) {
       // log_softmax and nll_loss's gradient in the compute type (fp32 for 16-bit logits, as autocast).
-      Tensor<compute_t<T>, S, D> lsm(logits.extents(), logits.device_index()), g(logits.extents(), logits.device_index());
+      Tensor<compute_t<T>, S, D> lsm(logits.extents(), device), g(logits.extents(), device);
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
       kiln::detail::executor<D>::for_each(n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row, eps<T>()});
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});

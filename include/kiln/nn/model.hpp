@@ -66,6 +66,8 @@ class Model {
 
   /// Forward pass; keeps what backward needs unless in no-grad mode.
   Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) {
+    kiln::detail::check_same_device("kiln::nn::Model::forward (the model, its input)", params_.device_index(),
+                                    kiln::detail::pass_device(x));
     const kiln::detail::device_scope<D> on(params_.device_index());  // the model's GPU, whichever is current
     refresh_working_copy();
     return net_.forward(x, ctx_);
@@ -74,12 +76,16 @@ class Model {
   /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
   /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
   void backward(const Tensor<T, output_shape, D>& dy) {
+    kiln::detail::check_same_device("kiln::nn::Model::backward (the model, dy)", params_.device_index(),
+                                    kiln::detail::pass_device(dy));
     const kiln::detail::device_scope<D> on(params_.device_index());
     (void)net_.backward(dy, false);
   }
   /// The same, telling `ready` as the gradients become final (see GradientsReady): once per layer with
   /// parameters, from the last, and ready(0) at the end.
   void backward(const Tensor<T, output_shape, D>& dy, const GradientsReady& ready) {
+    kiln::detail::check_same_device("kiln::nn::Model::backward (the model, dy)", params_.device_index(),
+                                    kiln::detail::pass_device(dy));
     const kiln::detail::device_scope<D> on(params_.device_index());
     if constexpr (requires { net_.backward(dy, false, &ready); }) (void)net_.backward(dy, false, &ready);
     else (void)net_.backward(dy, false);
@@ -87,6 +93,8 @@ class Model {
   }
   /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad).
   Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) {
+    kiln::detail::check_same_device("kiln::nn::Model::backward_input (the model, dy)", params_.device_index(),
+                                    kiln::detail::pass_device(dy));
     const kiln::detail::device_scope<D> on(params_.device_index());
     return net_.backward(dy, true);
   }

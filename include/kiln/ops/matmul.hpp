@@ -91,10 +91,8 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
     throw ShapeError("kiln::matmul: shape mismatch: op(A) [" + std::to_string(m) + ", " + std::to_string(k) +
                      "] x op(B) [" + std::to_string(kb2) + ", " + std::to_string(n) + "] into C " +
                      to_string(c.extents()));
-  if (a.device_index() != c.device_index() || b.device_index() != c.device_index())
-    throw ValueError("kiln::matmul: A, B and C must be on one device; A is on device " +
-                     std::to_string(a.device_index()) + ", B on " + std::to_string(b.device_index()) + ", C on " +
-                     std::to_string(c.device_index()) + " (copy with .to(device) first)");
+  detail::check_same_device("kiln::matmul (A and C)", detail::pass_device(a), detail::pass_device(c));
+  detail::check_same_device("kiln::matmul (B and C)", detail::pass_device(b), detail::pass_device(c));
   {  // A and B read, C written (and read when accumulating); 2 m n k operations
     const std::uint64_t c_bytes = detail::bytes_of<TC>(m * n);
     detail::count_pass({detail::bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0f ? 2 : 1),
@@ -122,7 +120,7 @@ auto matmul(const A& a, const B& b) {
   Extents<SC> e;
   e[0] = OA::trans ? x.size(1) : x.size(0);
   e[1] = OB::trans ? y.size(0) : y.size(1);
-  Tensor<typename TA::element_type, SC, typename TA::device> c(e, x.device_index());
+  Tensor<typename TA::element_type, SC, typename TA::device> c(e, detail::pass_device(x));
   matmul_into(c, a, b);
   return c;
 }

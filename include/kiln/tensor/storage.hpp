@@ -12,7 +12,17 @@
 namespace kiln {
 
 namespace detail {
-/// Memory services of device D: `allocator(index)` (index < 0: the current device).
+/// Memory services of device D:
+/// - `allocator(index)`: its caching allocator (index < 0: the current device);
+/// - `indexed`: whether D has several devices (cuda:N) at all; the rest is asked only if so;
+/// - `pointer_device(p)`: the device memory p belongs to, as libtorch's getDeviceFromPtr (-1: memory
+///   the runtime does not know, or no driver);
+/// - `resident_device(p)`: the device p's memory is on if only that device reads it (-1 for memory
+///   every device reads: managed, pinned host);
+/// - `several_in_use()`: whether tensors of D have been made on more than one device in this process
+///   (only then can two operands differ; a process that uses one GPU of several never asks), and
+///   `device_in_use()`, the first (while not several, the only one; -1: none); `note_device(index)`
+///   records a device tensors are made on.
 /// Cpu is defined here; Cuda in kiln/backend/cuda/memory.hpp (needs kiln::cuda).
 template <class D>
 struct device_memory {
@@ -20,10 +30,18 @@ struct device_memory {
   static_assert(dependent_false<D>,
                 "kiln: tensors on kiln::Cuda need the CUDA runtime: link your target to kiln::cuda "
                 "(find_package(kiln COMPONENTS cuda)), which defines KILN_WITH_CUDA");
+  static constexpr bool indexed = false;  // declarations only: no second error after the assertion's
+  static CachingAllocator& allocator(int);
+  static int pointer_device(const void*);
+  static int resident_device(const void*);
+  static bool several_in_use();
+  static int device_in_use();
+  static void note_device(int);
 };
 
 template <>
 struct device_memory<Cpu> {
+  static constexpr bool indexed = false;
   static CachingAllocator& allocator(int) { return backend::cpu::allocator(); }
 };
 

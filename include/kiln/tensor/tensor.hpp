@@ -268,8 +268,22 @@ class Tensor {
   void fill(value_type v) { assign(*this, v); }
 
   /// Wraps memory owned by someone else (row-major, device D); the tensor never frees it. On a GPU,
-  /// `index` must be the device the memory is on (default cuda:0): kiln's passes over it run there.
-  static Tensor from_blob(T* p, const Extents<S>& ext, int index = 0) {
+  /// `index` is the device the memory belongs to (kiln's passes over it run there); by default the
+  /// runtime says which, as libtorch's from_blob (device, managed, pinned host memory), and memory no
+  /// GPU knows is refused (ValueError).
+  static Tensor from_blob(T* p, const Extents<S>& ext, int index = -1) {
+    if constexpr (detail::device_memory<D>::indexed) {
+      if (index < 0) index = detail::device_memory<D>::pointer_device(p);
+      if (index >= 0)
+        detail::device_memory<D>::note_device(index);
+      else if (p != nullptr && ext.numel() > 0)
+        throw ValueError("kiln::Tensor::from_blob: the memory at p belongs to no GPU (plain host memory, or no "
+                         "CUDA driver); pass its device index, or wrap host memory in a kiln::Cpu tensor");
+      else
+        index = 0;  // nothing to read
+    } else {
+      index = 0;
+    }
     auto s = std::make_shared<Storage>();
     s->ptr = p;
     s->bytes = static_cast<std::size_t>(ext.numel()) * sizeof(T);
@@ -340,6 +354,25 @@ namespace detail {
 /// The node type of a tensor, expression or number.
 template <class X>
 using node_t = decltype(as_expr(std::declval<const X&>()));
+
+/// The device a pass over t runs on: its memory's, or -1 (the current device) for a tensor without memory.
+template <class T, class S, class D>
+int pass_device(const Tensor<T, S, D>& t) {
+  return t.storage() ? t.device_index() : -1;
+}
+
+/// Throws ValueError when devices a and b (each -1: not known) differ, as torch's "Expected all
+/// tensors to be on the same device". Only GPU indices can differ: a CPU tensor's is always 0.
+inline void check_same_device(const char* what, int a, int b) {
+  if (a >= 0 && b >= 0 && a != b)
+    throw ValueError(std::string(what) + ": expected all tensors to be on the same device, but found at least "
+                     "two devices, cuda:" + std::to_string(a) + " and cuda:" + std::to_string(b) +
+                     "; move them to one with .to<kiln::Cuda>(index) first");
+}
+template <class TA, class SA, class TB, class SB, class D>
+void check_same_device(const char* what, const Tensor<TA, SA, D>& a, const Tensor<TB, SB, D>& b) {
+  check_same_device(what, pass_device(a), pass_device(b));
+}
 }  // namespace detail
 
 }  // namespace kiln

@@ -186,10 +186,61 @@ struct device_memory<Cuda> {
                                               &cuda::detail::record_stream_marker, &cuda::detail::stream_marker_reached,
                                               &cuda::detail::raw_device_synchronize},
                                  index);
+        note_device(index);  // before any thread can allocate there
         slots[static_cast<std::size_t>(index)].store(a, std::memory_order_release);
       }
     }
     return *a;
+  }
+  static constexpr bool indexed = true;
+  /// The GPU that memory p belongs to (cudaPointerGetAttributes, a host call without synchronisation),
+  /// as libtorch's getDeviceFromPtr: device, managed and pinned or registered host memory say which;
+  /// -1 for memory the runtime does not know (plain host memory) or without a driver.
+  static int pointer_device(const void* p) {
+    const cudaPointerAttributes a = attributes(p);
+    return a.type == cudaMemoryTypeUnregistered ? -1 : a.device;
+  }
+  /// The GPU p's memory is on when only that GPU reads it (cudaMalloc'd); -1 for memory every GPU
+  /// reads (managed, pinned host) or that the runtime does not know.
+  static int resident_device(const void* p) {
+    const cudaPointerAttributes a = attributes(p);
+    return a.type == cudaMemoryTypeDevice ? a.device : -1;
+  }
+  /// Whether kiln has made or wrapped tensors on more than one GPU in this process (allocators of two
+  /// devices, or a from_blob on another one); until then no operand can be on another GPU.
+  static bool several_in_use() { return several().load(std::memory_order_acquire); }
+  /// The first GPU kiln made or wrapped a tensor on (the only one while !several_in_use()); -1: none yet.
+  static int device_in_use() { return first().load(std::memory_order_acquire); }
+  /// Records that tensors live on GPU `index`.
+  static void note_device(int index) {
+    if (index < 0 || several_in_use()) return;
+    int seen = first().load(std::memory_order_acquire);
+    if (seen == index) return;  // the common case: loads only
+    if (seen < 0 && first().compare_exchange_strong(seen, index)) return;
+    if (seen != index) several().store(true, std::memory_order_release);
+  }
+
+ private:
+  static std::atomic<int>& first() {
+    static std::atomic<int> f{-1};
+    return f;
+  }
+  static std::atomic<bool>& several() {
+    static std::atomic<bool> b{false};
+    return b;
+  }
+  static cudaPointerAttributes attributes(const void* p) {
+    cudaPointerAttributes a{};
+    a.type = cudaMemoryTypeUnregistered;
+    a.device = -1;
+    if (p == nullptr) return a;
+    const cuda::detail::RelaxedCaptureMode relaxed;  // a query, allowed while a graph is captured
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();
+      a.type = cudaMemoryTypeUnregistered;
+      a.device = -1;
+    }
+    return a;
   }
 };
 
