@@ -279,8 +279,8 @@ class Tensor {
       else if (p != nullptr && ext.numel() > 0)
         throw ValueError("kiln::Tensor::from_blob: the memory at p belongs to no GPU (plain host memory, or no "
                          "CUDA driver); pass its device index, or wrap host memory in a kiln::Cpu tensor");
-      else
-        index = 0;  // nothing to read
+      else  // nothing to read: the GPU in use, so no check refuses it
+        index = std::max(detail::device_memory<D>::device_in_use(), 0);
     } else {
       index = 0;
     }

@@ -105,6 +105,8 @@ BOOST_AUTO_TEST_CASE(from_blob_finds_the_gpu_of_its_memory) {
   BOOST_TEST(cudaFreeHost(pinned) == cudaSuccess);
 
   using Memory = kiln::detail::device_memory<Cuda>;
+  BOOST_TEST(GpuVec::from_blob(nullptr, Extents<Shape<dyn>>(0)).device_index() == Memory::device_in_use());  // nothing to read
+  (void)GpuVec::from_blob(host.data(), Extents<Shape<dyn>>(8), kc::device_count() + 1);  // no such GPU: not recorded
   if (kc::device_count() == 1) {
     BOOST_TEST(!Memory::several_in_use());
     BOOST_TEST(Memory::device_in_use() == 0);

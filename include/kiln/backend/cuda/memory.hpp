@@ -206,16 +206,18 @@ struct device_memory<Cuda> {
     const cudaPointerAttributes a = attributes(p);
     return a.type == cudaMemoryTypeDevice ? a.device : -1;
   }
-  /// Whether kiln has made or wrapped tensors on more than one GPU in this process (allocators of two
-  /// devices, or a from_blob on another one); until then no operand can be on another GPU.
+  /// Whether kiln has used more than one GPU in this process: created the caching allocators of two
+  /// (an allocation, or a memory statistic, asked of each) or wrapped memory of another (from_blob).
+  /// Until then no operand can be on another GPU than device_in_use().
   static bool several_in_use() { return several().load(std::memory_order_acquire); }
-  /// The first GPU kiln made or wrapped a tensor on (the only one while !several_in_use()); -1: none yet.
+  /// The first GPU kiln used (the only one while !several_in_use()); -1: none yet.
   static int device_in_use() { return first().load(std::memory_order_acquire); }
-  /// Records that tensors live on GPU `index`.
+  /// Records that tensors may live on GPU `index` (one that this machine has).
   static void note_device(int index) {
     if (index < 0 || several_in_use()) return;
     int seen = first().load(std::memory_order_acquire);
     if (seen == index) return;  // the common case: loads only
+    if (index >= cuda::device_count()) return;  // not a GPU: nothing can run there
     if (seen < 0 && first().compare_exchange_strong(seen, index)) return;
     if (seen != index) several().store(true, std::memory_order_release);
   }
