@@ -29,8 +29,9 @@ using reduce_result_t = std::conditional_t<
 template <class X>
 using device_of_t = std::conditional_t<std::is_void_v<typename node_t<X>::device>, Cpu, typename node_t<X>::device>;
 
-/// The GPU a reduction of x runs on (and makes its result on): x's, whichever is current; -1 (the
-/// current one) when it cannot differ. Operands on different GPUs are refused.
+/// The GPU a reduction of x runs on (and makes its result on): x's, whichever is current (a tensor's
+/// own index; for an expression, operand_device's answer); -1 (the current one) on the CPU or before
+/// any GPU is used. Operands on different GPUs are refused.
 template <ReduceKind K, class X, class E>
 int reduction_device(const X& x, const E& e) {
   constexpr const char* names[] = {"kiln::sum", "kiln::mean", "kiln::max", "kiln::min", "kiln::argmax"};

@@ -19,10 +19,10 @@ namespace detail {
 ///   the runtime does not know, or no driver);
 /// - `resident_device(p)`: the device p's memory is on if only that device reads it (-1 for memory
 ///   every device reads: managed, pinned host);
-/// - `several_in_use()`: whether tensors of D have been made on more than one device in this process
-///   (only then can two operands differ; a process that uses one GPU of several never asks), and
-///   `device_in_use()`, the first (while not several, the only one; -1: none); `note_device(index)`
-///   records a device tensors are made on.
+/// - `several_in_use()`: whether this process has used more than one device of D (allocators created,
+///   memory wrapped; only then can two operands differ, so a process that uses one GPU of several never
+///   asks), and `device_in_use()`, the first (while not several, the only one; -1: none);
+///   `note_device(index)` records a device as used.
 /// Cpu is defined here; Cuda in kiln/backend/cuda/memory.hpp (needs kiln::cuda).
 template <class D>
 struct device_memory {
