@@ -50,8 +50,12 @@ clip.json
   torch_version   str
   parts           [[shape], ...]   the gradients' shapes; kiln sees them concatenated (one arena)
   grad            tensor  the concatenated gradients before clipping, shape [total]
-  cases           [ {max_norm: float, norm_type: float | "inf",
+  cases           [ {max_norm: float, norm_type: float | "inf" | "-inf",
                      total_norm: float (what clip_grad_norm_ returned), clipped: tensor} ]
+  order_zero      norm_type 0 (torch counts each parameter's nonzero elements, then the parameters
+                  with any): {grad: tensor with some zeros, single: [ {max_norm, total_norm, clipped} ]
+                  over that one parameter, model: {torch: str, grad: {name: tensor} ("2.bias" all zero),
+                  cases: [ {max_norm, norm_type, total_norm, clipped: {name: tensor}} ]}}
 
 layers.json
   torch_version   str
@@ -230,8 +234,46 @@ def clip_fixture():
         clipped = torch.cat([p.grad.reshape(-1) for p in params])
         cases.append({"max_norm": max_norm, "norm_type": "inf" if math.isinf(norm_type) else norm_type,
                       "total_norm": f32([total.item()])[0], "clipped": tensor(clipped)})
+    # Orders below 1: the smallest |g| (-inf) and p = -2 (both the norm of all elements, as for p > 0).
+    for max_norm, norm_type in [(1e-3, -math.inf), (1.0, -math.inf), (1e-3, -2.0)]:
+        params = [torch.nn.Parameter(torch.zeros(*s)) for s in parts]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+        clipped = torch.cat([p.grad.reshape(-1) for p in params])
+        cases.append({"max_norm": max_norm, "norm_type": "-inf" if math.isinf(norm_type) else norm_type,
+                      "total_norm": f32([total.item()])[0], "clipped": tensor(clipped)})
     return {"torch_version": torch.__version__, "parts": parts,
-            "grad": tensor(torch.cat([g.reshape(-1) for g in grads])), "cases": cases}
+            "grad": tensor(torch.cat([g.reshape(-1) for g in grads])), "cases": cases,
+            "order_zero": clip_order_zero_fixture(grads)}
+
+
+def clip_order_zero_fixture(grads):
+    """norm_type 0: torch counts each parameter's nonzero elements, then the parameters with any (so
+    one parameter, kiln's gradient tensor, gives 0 or 1), and a model's four (one of them all zero)."""
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    flat[[0, 7, 21, 40, 58]] = 0.0
+    single = []
+    for max_norm in [100.0, 10.0]:
+        p = torch.nn.Parameter(torch.zeros_like(flat))
+        p.grad = flat.clone()
+        total = torch.nn.utils.clip_grad_norm_([p], max_norm, 0.0)
+        single.append({"max_norm": max_norm, "total_norm": f32([total.item()])[0], "clipped": tensor(p.grad)})
+    with torch.random.fork_rng():  # the fixtures written after this one draw what they drew before
+        torch.manual_seed(SEED + 2)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 4))
+        model_grads = {k: torch.randn(*p.shape) for k, p in model.named_parameters()}
+    model_grads["2.bias"].zero_()
+    model_cases = []
+    for max_norm, norm_type in [(2.0, 0.0), (10.0, 0.0), (1.0, 2.0)]:
+        for k, p in model.named_parameters():
+            p.grad = model_grads[k].clone()
+        total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)
+        model_cases.append({"max_norm": max_norm, "norm_type": norm_type, "total_norm": f32([total.item()])[0],
+                            "clipped": {k: tensor(p.grad) for k, p in model.named_parameters()}})
+    return {"grad": tensor(flat), "single": single,
+            "model": {"torch": "Sequential(Linear(6, 5), ReLU(), Linear(5, 4))",
+                      "grad": {k: tensor(g) for k, g in model_grads.items()}, "cases": model_cases}}
 
 
 def layer_case(name, module, shape, seed):

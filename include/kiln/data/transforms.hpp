@@ -2,6 +2,7 @@
 /// sample from (seed, epoch, position) so that batches do not depend on the worker count.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <tuple>
@@ -80,24 +81,70 @@ struct RandomHorizontalFlip {
   }
 };
 
-/// Pads the image by `padding` zeros on every side and crops an H x W window at a random place
-/// (torchvision.transforms.RandomCrop(size = the image's, padding)).
+/// How RandomCrop fills its padding, as torchvision's padding_mode: `constant` (the value `fill`),
+/// `edge` (the nearest edge pixel), `reflect` (mirrored without the edge: 2 1 | 0 1 2 3; padding below
+/// the size), `symmetric` (mirrored with the edge: 1 0 | 0 1 2 3; padding up to the size).
+enum class PaddingMode { constant, edge, reflect, symmetric };
+
+/// Pads the image by `padding` pixels on every side and crops an H x W window at a random place
+/// (torchvision.transforms.RandomCrop(size = the image's, padding, fill = 0, padding_mode = "constant")).
+/// The default padding 0 crops the whole image, as RandomCrop(size) of an image of that size; CIFAR's
+/// augmentation is `RandomCrop{.padding = 4}`. `fill` is in the sample's units (bytes: 0 to 255, as
+/// torchvision pads before ToTensor). A negative padding, or one too large for reflect / symmetric,
+/// throws ValueError.
 struct RandomCrop {
-  index_t padding = 4;
+  index_t padding = 0;
+  double fill = 0.0;
+  PaddingMode padding_mode = PaddingMode::constant;
+
   template <class S, class E>
   void apply(std::span<E> x, SampleRng& rng) const {
     static_assert(S::rank == 3, "kiln::data::RandomCrop: samples must be images [C, H, W]");
     constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
+    check<E>(H, W);
     const index_t dy = rng.below(2 * padding + 1) - padding, dx = rng.below(2 * padding + 1) - padding;
     if (dy == 0 && dx == 0) return;
+    const E fill_value = static_cast<E>(fill);
     std::vector<E> src(x.begin(), x.end());
     for (index_t c = 0; c < C; ++c)
-      for (index_t h = 0; h < H; ++h)
+      for (index_t h = 0; h < H; ++h) {
+        const index_t sh = source(h + dy, H);  // the window's row in the unpadded image (-1: fill)
         for (index_t w = 0; w < W; ++w) {
-          const index_t sh = h + dy, sw = w + dx;  // the window's (h, w) in the unpadded image
+          const index_t sw = source(w + dx, W);
           x[static_cast<std::size_t>((c * H + h) * W + w)] =
-              (sh >= 0 && sh < H && sw >= 0 && sw < W) ? src[static_cast<std::size_t>((c * H + sh) * W + sw)] : E{};
+              sh >= 0 && sw >= 0 ? src[static_cast<std::size_t>((c * H + sh) * W + sw)] : fill_value;
         }
+      }
+  }
+
+ private:
+  /// Where position i of the padded axis (0 at the first unpadded pixel) reads from, or -1 for `fill`.
+  index_t source(index_t i, index_t n) const {
+    if (i >= 0 && i < n) return i;
+    switch (padding_mode) {
+      case PaddingMode::constant: return -1;
+      case PaddingMode::edge: return i < 0 ? 0 : n - 1;
+      case PaddingMode::reflect: return i < 0 ? -i : 2 * (n - 1) - i;
+      case PaddingMode::symmetric: return i < 0 ? -i - 1 : 2 * n - 1 - i;
+    }
+    return -1;
+  }
+  template <class E>
+  void check(index_t h, index_t w) const {
+    const auto fail = [&](const std::string& why) {
+      throw ValueError("kiln::data::RandomCrop: " + why + " (padding " + std::to_string(padding) + ", image " +
+                       std::to_string(h) + " x " + std::to_string(w) + ")");
+    };
+    if (padding < 0) fail("the padding must be >= 0");
+    if (padding_mode == PaddingMode::reflect && (padding >= h || padding >= w))
+      fail("reflect padding must be smaller than the image's height and width");
+    if (padding_mode == PaddingMode::symmetric && (padding > h || padding > w))
+      fail("symmetric padding must be at most the image's height and width");
+    if constexpr (std::is_integral_v<E>) {
+      if (!(fill >= static_cast<double>(std::numeric_limits<E>::min()) &&
+            fill <= static_cast<double>(std::numeric_limits<E>::max()) && fill == static_cast<double>(static_cast<E>(fill))))
+        fail("fill " + std::to_string(fill) + " is not a value of the samples' integer type");
+    }
   }
 };
 

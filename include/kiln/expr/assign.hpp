@@ -29,8 +29,9 @@ void assign_valid(Tensor<T, S, D>& dst, const Src& src) {
   check_no_partial_overlap(dst.view(), e);  // before any pass, fused or not
   (void)sizeof(executor<D>);  // its message first when a Cuda expression is in a file nvcc does not compile
   const int operands = operand_device<D>(e, "kiln::assign");  // the GPU in use, or asked when several are
-  check_same_device("kiln::assign", pass_device(dst), operands);
-  const int device = dst.storage() ? dst.device_index() : operands;  // an empty dst is made on its operands' GPU
+  const int mine = pass_device(dst);
+  check_same_device("kiln::assign", mine, operands);
+  const int device = mine >= 0 ? mine : operands;  // an empty dst is made on its operands' GPU
   const device_scope<D> on(device);  // that GPU, whichever is current
   if constexpr (op_count<decltype(e)>::value > 1) {
     if (!fusion_enabled()) {

@@ -103,8 +103,9 @@ struct MSELoss {
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
     kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, target);
-    const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));
-    Tensor<T, S, D> g(pred.extents(), kiln::detail::pass_device(pred));
+    const int device = kiln::detail::pass_device(pred);
+    const kiln::detail::device_scope<D> on(device);
+    Tensor<T, S, D> g(pred.extents(), device);
     const double den = reduction == Reduction::sum ? 1.0 : static_cast<double>(pred.numel());
     const auto f = detail::GradFactor<compute_t<T>>::make(scale, 2.0, den);
     if (scale.device == nullptr) {
@@ -314,9 +315,10 @@ struct CrossEntropyLoss {
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
                                               const Tensor<std::int64_t, SL, D>& labels) const {
     kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss", logits, labels);
-    const kiln::detail::device_scope<D> on(kiln::detail::pass_device(logits));  // the logits' GPU, whichever is current
+    const int device = kiln::detail::pass_device(logits);
+    const kiln::detail::device_scope<D> on(device);  // the logits' GPU, whichever is current
     const auto den = count(logits, labels);
-    Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), kiln::detail::pass_device(logits));
+    Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), device);
     kiln::detail::executor<D>::for_each(
         logits.size(0),
         detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den,

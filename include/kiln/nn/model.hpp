@@ -76,16 +76,14 @@ class Model {
   /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
   /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
   void backward(const Tensor<T, output_shape, D>& dy) {
-    kiln::detail::check_same_device("kiln::nn::Model::backward (the model, dy)", params_.device_index(),
-                                    kiln::detail::pass_device(dy));
+    check_dy("kiln::nn::Model::backward (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
     (void)net_.backward(dy, false);
   }
   /// The same, telling `ready` as the gradients become final (see GradientsReady): once per layer with
   /// parameters, from the last, and ready(0) at the end.
   void backward(const Tensor<T, output_shape, D>& dy, const GradientsReady& ready) {
-    kiln::detail::check_same_device("kiln::nn::Model::backward (the model, dy)", params_.device_index(),
-                                    kiln::detail::pass_device(dy));
+    check_dy("kiln::nn::Model::backward (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
     if constexpr (requires { net_.backward(dy, false, &ready); }) (void)net_.backward(dy, false, &ready);
     else (void)net_.backward(dy, false);
@@ -93,8 +91,7 @@ class Model {
   }
   /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad).
   Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) {
-    kiln::detail::check_same_device("kiln::nn::Model::backward_input (the model, dy)", params_.device_index(),
-                                    kiln::detail::pass_device(dy));
+    check_dy("kiln::nn::Model::backward_input (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
     return net_.backward(dy, true);
   }
@@ -135,6 +132,10 @@ class Model {
   std::string summary(index_t batch = 1) const { return net_.summary(batch); }
 
  private:
+  /// dy on the model's GPU (a ValueError naming both otherwise).
+  void check_dy(const char* what, const Tensor<T, output_shape, D>& dy) const {
+    kiln::detail::check_same_device(what, params_.device_index(), kiln::detail::pass_device(dy));
+  }
   void refresh_working_copy() {
     if constexpr (has_working_copy) {
       if (!stale_) return;

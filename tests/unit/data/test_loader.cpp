@@ -267,5 +267,76 @@ BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
   BOOST_TEST(shifts.size() == 9u);
 }
 
+// RandomCrop's padding modes against numpy.pad(np.arange(12).reshape(3, 4), 2, mode) (the padded
+// images torchvision crops from; constant with fill 7): every output is a 3 x 4 window of them, every
+// window appears, and the defaults (padding 0) leave the image as it is.
+BOOST_AUTO_TEST_CASE(random_crop_pads_like_torchvision) {
+  using S = Shape<1, 3, 4>;
+  std::vector<float> x(12);
+  std::iota(x.begin(), x.end(), 0.0f);
+  const std::pair<kd::PaddingMode, std::vector<float>> padded[] = {
+      {kd::PaddingMode::constant, {7, 7, 7, 7, 7, 7, 7, 7,  7, 7, 7, 7, 7, 7, 7, 7,  7, 7, 0, 1, 2,  3,  7, 7,
+                                   7, 7, 4, 5, 6, 7, 7, 7,  7, 7, 8, 9, 10, 11, 7, 7,  7, 7, 7, 7, 7,  7,  7, 7,
+                                   7, 7, 7, 7, 7, 7, 7, 7}},
+      {kd::PaddingMode::edge, {0, 0, 0, 1, 2,  3,  3,  3,  0, 0, 0, 1, 2,  3,  3,  3,  0, 0, 0, 1, 2,  3,  3,  3,
+                               4, 4, 4, 5, 6,  7,  7,  7,  8, 8, 8, 9, 10, 11, 11, 11, 8, 8, 8, 9, 10, 11, 11, 11,
+                               8, 8, 8, 9, 10, 11, 11, 11}},
+      {kd::PaddingMode::reflect, {10, 9, 8, 9, 10, 11, 10, 9, 6,  5, 4, 5, 6, 7,  6, 5, 2, 1, 0, 1, 2,  3,  2,  1,
+                                  6,  5, 4, 5, 6,  7,  6,  5, 10, 9, 8, 9, 10, 11, 10, 9, 6, 5, 4, 5, 6, 7, 6, 5,
+                                  2,  1, 0, 1, 2,  3,  2,  1}},
+      {kd::PaddingMode::symmetric, {5, 4, 4, 5, 6,  7,  7,  6,  1, 0, 0, 1, 2,  3,  3,  2,  1, 0, 0, 1, 2, 3, 3, 2,
+                                    5, 4, 4, 5, 6,  7,  7,  6,  9, 8, 8, 9, 10, 11, 11, 10, 9, 8, 8, 9, 10, 11, 11, 10,
+                                    5, 4, 4, 5, 6,  7,  7,  6}},
+  };
+  for (const auto& [mode, pad] : padded) {
+    BOOST_TEST_CONTEXT("padding mode " << static_cast<int>(mode)) {
+      const kd::RandomCrop crop{.padding = 2, .fill = 7.0, .padding_mode = mode};
+      std::set<std::pair<int, int>> windows;
+      for (std::uint64_t seed = 0; seed < 400; ++seed) {
+        auto c = x;
+        kd::SampleRng r(seed);
+        crop.apply<S>(std::span<float>(c), r);
+        int found = 0;
+        for (int top = 0; top <= 4; ++top)
+          for (int left = 0; left <= 4; ++left) {
+            bool same = true;
+            for (int h = 0; h < 3 && same; ++h)
+              for (int w = 0; w < 4 && same; ++w) same = c[h * 4 + w] == pad[(top + h) * 8 + left + w];
+            if (same) windows.insert({top, left}), ++found;
+          }
+        BOOST_TEST(found >= 1);  // a window of the padded image (reflections may repeat one)
+      }
+      BOOST_TEST(windows.size() == 25u);  // every one of the 5 x 5 windows over the draws
+    }
+  }
+  // Bytes pad with a byte fill; a fill the bytes cannot hold, a negative padding, or a reflection wider
+  // than the image throws.
+  std::vector<std::uint8_t> b(12, 1);
+  kd::SampleRng r(3);
+  bool saw_fill = false;
+  for (std::uint64_t seed = 0; seed < 50 && !saw_fill; ++seed) {
+    auto c = b;
+    kd::SampleRng rs(seed);
+    kd::RandomCrop{.padding = 1, .fill = 200.0}.apply<S>(std::span<std::uint8_t>(c), rs);
+    saw_fill = std::find(c.begin(), c.end(), std::uint8_t{200}) != c.end();
+  }
+  BOOST_TEST(saw_fill);
+  BOOST_CHECK_THROW((kd::RandomCrop{.padding = 1, .fill = 256.0}.apply<S>(std::span<std::uint8_t>(b), r)), kiln::ValueError);
+  BOOST_CHECK_THROW((kd::RandomCrop{.padding = 1, .fill = 0.5}.apply<S>(std::span<std::uint8_t>(b), r)), kiln::ValueError);
+  BOOST_CHECK_THROW((kd::RandomCrop{.padding = -1}.apply<S>(std::span<float>(x), r)), kiln::ValueError);
+  BOOST_CHECK_THROW((kd::RandomCrop{.padding = 3, .padding_mode = kd::PaddingMode::reflect}.apply<S>(std::span<float>(x), r)),
+                    kiln::ValueError);
+  BOOST_CHECK_THROW((kd::RandomCrop{.padding = 4, .padding_mode = kd::PaddingMode::symmetric}.apply<S>(std::span<float>(x), r)),
+                    kiln::ValueError);
+  BOOST_CHECK_NO_THROW((kd::RandomCrop{.padding = 3, .padding_mode = kd::PaddingMode::symmetric}.apply<S>(std::span<float>(x), r)));
+  // The defaults: torchvision's RandomCrop(size) of an image of that size, the image itself.
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    auto c = x;
+    kd::SampleRng rs(seed);
+    kd::RandomCrop{}.apply<S>(std::span<float>(c), rs);
+    BOOST_TEST(c == x, boost::test_tools::per_element());
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,7 +1,9 @@
 // clip_grad_norm against torch.nn.utils.clip_grad_norm_ (tests/parity/fixtures/clip.json): the returned
-// norm and the clipped gradients within 1e-5 relative for norms 2, inf, 1 and 3, with and without
-// clipping; a reduction plus one scaling pass; a model's gradient arena clipped as one vector.
+// norm and the clipped gradients within 1e-5 relative for norms 2, inf, 1, 3, -inf and -2, with and
+// without clipping; a reduction plus one scaling pass; a model's gradient arena clipped as one vector;
+// the order 0 counting parameters (one tensor, a model's four); error_if_nonfinite.
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -27,6 +29,17 @@ const json& fixture() {
   static const json j = parity::load("clip.json");
   return j;
 }
+
+double norm_of(const json& v) {
+  if (!v.is_string()) return v.get<double>();
+  const double inf = std::numeric_limits<double>::infinity();
+  return v.get<std::string>() == "-inf" ? -inf : inf;
+}
+
+template <class D>
+Tensor<float, Shape<dyn>, D> vector_of(const std::vector<float>& v) {
+  return Tensor<float, Shape<dyn>, D>::from(std::span<const float>(v), Extents<Shape<dyn>>(static_cast<kiln::index_t>(v.size())));
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(optim)
@@ -35,8 +48,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_matches_pytorch, D, kiln::test::dev
   const auto grad = parity::values(fixture().at("grad"));
   for (const auto& c : fixture().at("cases")) {
     const double max_norm = c.at("max_norm").get<double>();
-    const double norm_type = c.at("norm_type").is_string() ? std::numeric_limits<double>::infinity()
-                                                           : c.at("norm_type").get<double>();
+    const double norm_type = norm_of(c.at("norm_type"));
     BOOST_TEST_CONTEXT("max_norm " << max_norm << ", norm_type " << norm_type) {
       auto g = Tensor<float, Shape<dyn>, D>::from(std::span<const float>(grad),
                                                   Extents<Shape<dyn>>(static_cast<kiln::index_t>(grad.size())));
@@ -78,13 +90,94 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_of_a_model_is_the_global_norm, D, k
   BOOST_TEST(m.gradients().to_vector() == kept, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_of_order_zero_counts_parameters_like_pytorch, D, kiln::test::devices) {
+  const json& oz = fixture().at("order_zero");
+  // One tensor is one parameter: torch's norm 0 of [its count of nonzeros] is 1.
+  const auto grad = parity::values(oz.at("grad"));
+  for (const auto& c : oz.at("single")) {
+    const double max_norm = c.at("max_norm").get<double>();
+    BOOST_TEST_CONTEXT("one tensor, max_norm " << max_norm) {
+      auto g = vector_of<D>(grad);
+      const double total = kiln::optim::clip_grad_norm(g, max_norm, 0.0);
+      BOOST_TEST(total == c.at("total_norm").get<double>());
+      const auto got = g.to_vector();
+      const auto want = parity::values(c.at("clipped"));
+      const auto d = parity::compare(std::span<const float>(got), std::span<const float>(want));
+      BOOST_TEST(d.max_rel <= rtol, "clipped: " << parity::describe(d));
+    }
+  }
+  auto zeros = vector_of<D>(std::vector<float>(5, 0.0f));
+  BOOST_TEST(kiln::optim::clip_grad_norm(zeros, 1.0, 0.0) == 0.0);  // no nonzero: 0, nothing clipped
+  BOOST_TEST(zeros.to_vector() == std::vector<float>(5, 0.0f), boost::test_tools::per_element());
+
+  // A model's parameters, one of them with a zero gradient: 3 counted (and norm 2 for comparison).
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<6, 5>, kiln::nn::ReLU, kiln::nn::Linear<5, 4>>;
+  kiln::nn::Model<Net, Shape<dyn, 6>, kiln::Policy<kiln::Fp32, D>> m(/*seed=*/1);
+  const json& model = oz.at("model");
+  for (const auto& c : model.at("cases")) {
+    const double max_norm = c.at("max_norm").get<double>(), norm_type = c.at("norm_type").get<double>();
+    BOOST_TEST_CONTEXT("model, max_norm " << max_norm << ", norm_type " << norm_type) {
+      std::vector<float> arena(static_cast<std::size_t>(m.gradients().numel()), 0.0f);
+      const auto params = m.named_parameters();
+      BOOST_TEST(params.size() == model.at("grad").size());
+      for (const auto& p : params) {
+        const auto v = parity::values(model.at("grad").at(p.name));
+        BOOST_TEST_REQUIRE(v.size() == static_cast<std::size_t>(p.count));
+        std::copy(v.begin(), v.end(), arena.begin() + p.offset);
+      }
+      m.gradients().copy_from(std::span<const float>(arena));
+      const double total = kiln::optim::clip_grad_norm(m, max_norm, norm_type);
+      const double want_total = c.at("total_norm").get<double>();
+      BOOST_TEST(std::abs(total - want_total) <= rtol * want_total, "norm " << total << " vs torch " << want_total);
+      const auto got = m.gradients().to_vector();
+      for (const auto& p : params) {
+        const auto want = parity::values(c.at("clipped").at(p.name));
+        const auto d = parity::compare(std::span<const float>(got).subspan(static_cast<std::size_t>(p.offset), want.size()),
+                                       std::span<const float>(want));
+        BOOST_TEST(d.max_rel <= rtol, p.name << ": " << parity::describe(d));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_handles_empty_and_rejects_bad_norms, D, kiln::test::devices) {
   Tensor<float, Shape<dyn>, D> empty(Extents<Shape<dyn>>(0));
   BOOST_TEST(kiln::optim::clip_grad_norm(empty, 1.0) == 0.0);
   Tensor<float, Shape<dyn>, D> g(Extents<Shape<dyn>>(3));
   g.fill(1.0f);
-  BOOST_CHECK_THROW(kiln::optim::clip_grad_norm(g, 1.0, 0.0), kiln::ValueError);
-  BOOST_CHECK_THROW(kiln::optim::clip_grad_norm(g, 1.0, -2.0), kiln::ValueError);
+  BOOST_CHECK_THROW(kiln::optim::clip_grad_norm(g, 1.0, std::numeric_limits<double>::quiet_NaN()), kiln::ValueError);
+  // p = -2 over ones: (3 * 1)^(-1/2); p = 0.5: 3^2.
+  BOOST_TEST(kiln::optim::clip_grad_norm(g, 10.0, -2.0) == 1.0 / std::sqrt(3.0), boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(kiln::optim::clip_grad_norm(g, 10.0, 0.5) == 9.0, boost::test_tools::tolerance(1e-6));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_non_finite_norm_throws_with_error_if_nonfinite_and_spreads_without, D,
+                              kiln::test::devices) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const double norm_type : {2.0, 1.0, std::numeric_limits<double>::infinity(), 3.0}) {
+    BOOST_TEST_CONTEXT("norm_type " << norm_type) {
+      const std::vector<float> v{0.5f, inf, -2.0f};
+      auto g = vector_of<D>(v);
+      try {
+        kiln::optim::clip_grad_norm(g, 1.0, norm_type, /*error_if_nonfinite=*/true);
+        BOOST_ERROR("no exception for an infinite gradient");
+      } catch (const kiln::ValueError& e) {
+        const std::string what = e.what();
+        BOOST_TEST(what.find("non-finite") != std::string::npos, what);
+        BOOST_TEST(what.find("error_if_nonfinite") != std::string::npos, what);
+      }
+      BOOST_TEST(g.to_vector() == v, boost::test_tools::per_element());  // left as they were
+      // Without the flag torch multiplies by max_norm / (inf + 1e-6) = 0: finite ones become 0, inf NaN.
+      BOOST_TEST(std::isinf(kiln::optim::clip_grad_norm(g, 1.0, norm_type)));
+      const auto after = g.to_vector();
+      BOOST_TEST(after[0] == 0.0f);
+      BOOST_TEST(std::isnan(after[1]));
+      BOOST_TEST(after[2] == 0.0f);
+    }
+  }
+  // A finite norm passes with the flag.
+  auto g = vector_of<D>({3.0f, 4.0f});
+  BOOST_TEST(kiln::optim::clip_grad_norm(g, 1.0, 2.0, true) == 5.0, boost::test_tools::tolerance(1e-6));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
