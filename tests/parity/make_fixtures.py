@@ -226,22 +226,16 @@ def clip_fixture():
     parts = [[5, 6], [20], [3, 3]]
     grads = [torch.randn(*s) * 0.7 for s in parts]
     cases = []
-    for max_norm, norm_type in [(1.0, 2.0), (100.0, 2.0), (0.5, math.inf), (2.0, 1.0), (1.5, 3.0)]:
+    # Orders below 1 too: the smallest |g| (-inf) and p = -2 (the norm of all elements, as for p > 0).
+    for max_norm, norm_type in [(1.0, 2.0), (100.0, 2.0), (0.5, math.inf), (2.0, 1.0), (1.5, 3.0),
+                                (1e-3, -math.inf), (1.0, -math.inf), (1e-3, -2.0)]:
         params = [torch.nn.Parameter(torch.zeros(*s)) for s in parts]
         for p, g in zip(params, grads):
             p.grad = g.clone()
         total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
         clipped = torch.cat([p.grad.reshape(-1) for p in params])
-        cases.append({"max_norm": max_norm, "norm_type": "inf" if math.isinf(norm_type) else norm_type,
-                      "total_norm": f32([total.item()])[0], "clipped": tensor(clipped)})
-    # Orders below 1: the smallest |g| (-inf) and p = -2 (both the norm of all elements, as for p > 0).
-    for max_norm, norm_type in [(1e-3, -math.inf), (1.0, -math.inf), (1e-3, -2.0)]:
-        params = [torch.nn.Parameter(torch.zeros(*s)) for s in parts]
-        for p, g in zip(params, grads):
-            p.grad = g.clone()
-        total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
-        clipped = torch.cat([p.grad.reshape(-1) for p in params])
-        cases.append({"max_norm": max_norm, "norm_type": "-inf" if math.isinf(norm_type) else norm_type,
+        name = norm_type if not math.isinf(norm_type) else "inf" if norm_type > 0 else "-inf"
+        cases.append({"max_norm": max_norm, "norm_type": name,
                       "total_norm": f32([total.item()])[0], "clipped": tensor(clipped)})
     return {"torch_version": torch.__version__, "parts": parts,
             "grad": tensor(torch.cat([g.reshape(-1) for g in grads])), "cases": cases,

@@ -29,6 +29,9 @@
 #include "support/reference.hpp"
 #include "support/temp_dir.hpp"
 
+// The pages name values the reader goes on to use (a loss to print, logits to score): not warnings here.
+#pragma GCC diagnostic ignored "-Wunused-variable"
+
 namespace {
 
 using kiln::dyn;
