@@ -2,6 +2,7 @@
 #pragma once
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,12 +16,10 @@ namespace kiln::optim {
 
 namespace detail {
 
-inline std::string norm_name(double norm_type) {
-  if (std::isinf(norm_type)) return norm_type > 0 ? "inf" : "-inf";
-  std::string s = std::to_string(norm_type);
-  s.erase(s.find_last_not_of('0') + 1);  // 2.000000 -> 2.
-  if (!s.empty() && s.back() == '.') s.pop_back();
-  return s;
+inline std::string norm_name(double norm_type) {  // 2, 0.5, 1e-07, inf, -inf
+  std::ostringstream os;
+  os << norm_type;
+  return os.str();
 }
 
 /// The norm of order p over `grads`, whose parameters are `parts` (offset, count) for the order 0: torch

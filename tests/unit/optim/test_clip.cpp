@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_non_finite_norm_throws_with_error_if_nonfinite_a
         const std::string what = e.what();
         BOOST_TEST(what.find("non-finite") != std::string::npos, what);
         BOOST_TEST(what.find("error_if_nonfinite") != std::string::npos, what);
+        std::ostringstream order;
+        order << "of order " << norm_type << " ";  // 2, 1, inf, 3
+        BOOST_TEST(what.find(order.str()) != std::string::npos, what);
       }
       BOOST_TEST(g.to_vector() == v, boost::test_tools::per_element());  // left as they were
       // Without the flag torch multiplies by max_norm / (inf + 1e-6) = 0: finite ones become 0, inf NaN.
