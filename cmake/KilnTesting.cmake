@@ -3,8 +3,9 @@
 #   kiln_add_test_module(<module> SOURCES <.cpp>... [CUDA_SOURCES <.cpp>...] [LABELS <label>...])
 #       kiln_cpu_test_<module>   -> ctest kiln.cpu.test.<module>   (label cpu)
 #       kiln_cuda_test_<module>  -> ctest kiln.cuda.test.<module>  (label cuda, skipped = exit 77 without a
-#       device), with CUDA only: SOURCES + CUDA_SOURCES, each compiled by nvcc through a generated .cu that
-#       includes the .cpp, with KILN_TEST_CUDA=1 (support/policies.hpp then lists kiln::Cuda).
+#       device), with CUDA only: SOURCES + CUDA_SOURCES, compiled by nvcc through a generated .cu that
+#       includes the .cpp files, with KILN_TEST_CUDA=1 (support/policies.hpp then lists kiln::Cuda).
+#       KILN_TEST_UNITY (default ON): each executable's sources are one translation unit.
 #   kiln_add_cuda_test(<name> SOURCES <.cpp>... [LABELS ...])       the CUDA half alone (tests/cuda/)
 #   kiln_add_mpi_test(<name> SOURCES <.cpp>... [RANKS <n>] [LABELS ...])
 #       kiln_mpi_test_<name> run as `mpiexec -n <n>` (default 2) -> ctest kiln.mpi.test.<name> (label mpi)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh: build kiln for sm_90, run every CUDA test and the GPU benches, print a short table.
 #
-#   scripts/gpu-check.sh                 # configure + build (preset ci: sm_90 + PTX) here, then run
+#   scripts/gpu-check.sh                 # configure + build (preset cuda: sm_90 + PTX) here, then run
 #   scripts/gpu-check.sh --prebuilt DIR  # run executables staged by scripts/gpu-stage (no build):
 #     tar xJf .gpu/stage.tar.xz -C /tmp && scripts/gpu-check.sh --prebuilt /tmp/stage
 #
@@ -37,9 +37,9 @@ if [ -n "$prebuilt" ]; then
   done
   export LD_LIBRARY_PATH
 else
-  cmake --preset ci -DKILN_BUILD_BENCH=ON >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-  cmake --build build/ci -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -m20 -A5 error "$out/build.log"; exit 1; }
-  bin=$root/build/ci
+  cmake --preset cuda -DKILN_BUILD_BENCH=ON >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  cmake --build build/cuda -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -m20 -A5 error "$out/build.log"; exit 1; }
+  bin=$root/build/cuda
 fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>/dev/null | tee "$out/nvidia-smi.csv"
