@@ -4,10 +4,12 @@ whole LeNet (forward, gradients, three optimizer steps).
 
 Run (Debian's python3-torch 1.13, CPU; it imports only from /usr/bin/python3):
 
-    /usr/bin/python3 tests/parity/make_fixtures.py
+    /usr/bin/python3 tests/parity/make_fixtures.py [losses.json ...]
 
-It rewrites tests/parity/fixtures/*.json. Everything is deterministic (torch.manual_seed, float32,
-single-tensor optimizer code paths: foreach=False), so running it again gives the same files. The C++
+It rewrites tests/parity/fixtures/*.json (or only the files named). Everything is deterministic
+(torch.manual_seed, float32, single-tensor optimizer code paths: foreach=False), so running it again
+with the same torch gives the same files; another torch build may differ in the last bits of some
+(layers.json, lenet.json, mlp.json), so rewrite only the fixtures a change needs. The C++
 tests (tests/unit/optim/) read the committed files; CI does not need torch.
 
 Fixture schema
@@ -78,6 +80,15 @@ losses.json
   cross_entropy_label_smoothing   the keys of cross_entropy, rows 1 and 4 labelled -100
                                                     CrossEntropyLoss(label_smoothing=0.1), mean
   cross_entropy_sum   the same input and labels    CrossEntropyLoss(reduction='sum', label_smoothing=0.1)
+  mse_none        the keys of mse, plus grad_output: tensor (dL/dloss, drawn at random); loss: tensor
+                  (each squared error)                                           MSELoss(reduction='none')
+  cross_entropy_none   the input and labels of cross_entropy, plus grad_output: tensor [N]; loss: tensor [N]
+                                                    CrossEntropyLoss(reduction='none')
+  cross_entropy_none_smoothing   the input and labels of cross_entropy_label_smoothing (rows labelled -100),
+                  the same keys as cross_entropy_none  CrossEntropyLoss(reduction='none', label_smoothing=0.1)
+  cross_entropy_weight   the input and labels of cross_entropy_ignore_index, plus weight: [float] (one per
+                  class); loss: float, grad: tensor   CrossEntropyLoss(weight=weight), mean (divided by the
+                  weights of the rows that count); kiln gets it from its unreduced rows (docs/models.md)
 
 lenet.json
   torch_version   str
@@ -335,6 +346,29 @@ def losses_fixture():
         loss_s.backward()
         smoothed[key] = {"input": tensor(logits_s), "target": smoothing_labels.tolist(),
                          "loss": f32([loss_s.item()])[0], "grad": tensor(logits_s.grad)}
+    # reduction='none' (drawn after everything above, so that the other cases keep their values)
+    unreduced = {}
+    pred_none = pred.detach().clone().requires_grad_(True)
+    mse_none = torch.nn.MSELoss(reduction="none")(pred_none, target)
+    upstream = torch.randn(mse_none.shape)
+    mse_none.backward(upstream)
+    unreduced["mse_none"] = {"input": tensor(pred_none), "target": tensor(target), "grad_output": tensor(upstream),
+                             "loss": tensor(mse_none), "grad": tensor(pred_none.grad)}
+    for key, source, source_labels, eps in (("cross_entropy_none", logits, labels, 0.0),
+                                            ("cross_entropy_none_smoothing", smoothing_in, smoothing_labels, 0.1)):
+        logits_n = source.detach().clone().requires_grad_(True)
+        loss_n = torch.nn.CrossEntropyLoss(reduction="none", label_smoothing=eps)(logits_n, source_labels)
+        upstream = torch.randn(loss_n.shape)
+        loss_n.backward(upstream)
+        unreduced[key] = {"input": tensor(logits_n), "target": source_labels.tolist(), "grad_output": tensor(upstream),
+                          "loss": tensor(loss_n), "grad": tensor(logits_n.grad)}
+    weight = torch.rand(10) + 0.5
+    logits_w = ignoring.detach().clone().requires_grad_(True)
+    loss_w = torch.nn.CrossEntropyLoss(weight=weight)(logits_w, ignored_labels)
+    loss_w.backward()
+    unreduced["cross_entropy_weight"] = {"input": tensor(logits_w), "target": ignored_labels.tolist(),
+                                         "weight": f32(weight), "loss": f32([loss_w.item()])[0],
+                                         "grad": tensor(logits_w.grad)}
     return {"torch_version": torch.__version__,
             "mse_sum": {"input": tensor(pred_sum), "target": tensor(target), "loss": f32([mse_sum.item()])[0],
                         "grad": tensor(pred_sum.grad)},
@@ -344,7 +378,8 @@ def losses_fixture():
             "cross_entropy": {"input": tensor(logits), "target": labels.tolist(), "loss": f32([ce.item()])[0],
                               "grad": tensor(logits.grad)},
             "cross_entropy_ignore_index": {"input": tensor(ignoring), "target": ignored_labels.tolist(),
-                                           "loss": f32([ce_ignoring.item()])[0], "grad": tensor(ignoring.grad)}}
+                                           "loss": f32([ce_ignoring.item()])[0], "grad": tensor(ignoring.grad)},
+            **unreduced}
 
 
 def make_lenet():
@@ -386,19 +421,27 @@ def write(name, data):
     print(f"{path}: {os.path.getsize(path)} bytes")
 
 
-def main():
+FIXTURES = {"mlp.json": lambda: mlp_fixture(), "schedulers.json": lambda: schedulers_fixture(),
+            "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
+            "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture()}
+
+
+def main(names):
+    """Writes the fixtures named (all of them without arguments): `make_fixtures.py losses.json`
+    rewrites one file and leaves the others as they are (torch builds differ in the last bits of some)."""
+    unknown = [n for n in names if n not in FIXTURES]
+    if unknown:
+        print(f"make_fixtures.py: unknown fixture {', '.join(unknown)}; expected some of {', '.join(FIXTURES)}",
+              file=sys.stderr)
+        return 2
     torch.set_default_dtype(torch.float32)
     torch.set_num_threads(1)  # the same summation order every run
     warnings.simplefilter("ignore", UserWarning)
     os.makedirs(OUT, exist_ok=True)
-    write("mlp.json", mlp_fixture())
-    write("schedulers.json", schedulers_fixture())
-    write("clip.json", clip_fixture())
-    write("layers.json", layers_fixture())
-    write("losses.json", losses_fixture())
-    write("lenet.json", lenet_fixture())
+    for name in names or FIXTURES:
+        write(name, FIXTURES[name]())
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

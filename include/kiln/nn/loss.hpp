@@ -1,4 +1,5 @@
-/// Losses: MSELoss and CrossEntropyLoss (value, and gradient w.r.t. the input), mean or sum reduction.
+/// Losses: MSELoss and CrossEntropyLoss (value, and gradient w.r.t. the input), mean or sum reduction,
+/// or unreduced (torch's reduction='none') with the upstream gradient given.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -18,8 +19,8 @@
 namespace kiln::nn {
 
 /// How a loss reduces its terms (MSELoss: the elements; CrossEntropyLoss: the rows) to the scalar it
-/// returns: torch's reduction='mean' (the default) or 'sum'. torch's 'none' has no counterpart here: a
-/// kiln loss returns a scalar.
+/// returns: torch's reduction='mean' (the default) or 'sum'. torch's 'none' is a loss's `unreduced()`,
+/// whose gradient is `backward(..., dloss)` with the upstream gradient of each term.
 enum class Reduction { mean, sum };
 
 /// The factor a loss's gradient is multiplied by (GradScaler's loss scale): a number from the host
@@ -83,7 +84,8 @@ struct MseGrad {
 }  // namespace detail
 
 /// mean((pred - target)^2), as torch.nn.MSELoss(); with `.reduction = Reduction::sum`, the sum
-/// (torch's reduction='sum'). Shapes: pred and target alike -> a scalar.
+/// (torch's reduction='sum'). Shapes: pred and target alike -> a scalar. `unreduced` is torch's
+/// reduction='none': the squared errors themselves, and `backward(pred, target, dloss)` their gradient.
 /// Example:
 ///   kiln::nn::MSELoss mse;                    // or mse{.reduction = kiln::nn::Reduction::sum}
 ///   auto loss = mse(pred, target);            // rank-0 tensor: loss.item()
@@ -113,6 +115,36 @@ struct MSELoss {
       return g;
     }
     kiln::detail::executor<D>::for_each(g.numel(), detail::MseGrad<T>{pred.data(), target.data(), g.data(), f});
+    return g;
+  }
+
+  /// (pred - target)^2 elementwise, in the compute type (fp32 for 16-bit operands, as autocast runs
+  /// mse_loss): torch's MSELoss(reduction='none'). One pass; `reduction` is not used.
+  template <class T, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    kiln::detail::check_same_device("kiln::nn::MSELoss::unreduced", pred, target);
+    const int device = kiln::detail::pass_device(pred);
+    const kiln::detail::device_scope<D> on(device);
+    Tensor<compute_t<T>, S, D> out(pred.extents(), device);
+    const auto d = pred - target;
+    out = d * d;
+    return out;
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` (dL/d of each squared error, the
+  /// shape of pred): 2 (pred - target) dloss, as autograd's for reduction='none'. One pass. A loss
+  /// scale, a mean or weights go into dloss (`dloss = w * (scaler.scale() / n)`).
+  template <class T, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+                           const Tensor<compute_t<T>, S, D>& dloss) const {
+    kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, target);
+    kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, dloss);
+    if (!(dloss.extents() == pred.extents()))
+      throw ShapeError("kiln::nn::MSELoss::backward: dloss " + to_string(dloss.extents()) +
+                       " must have the shape of pred " + to_string(pred.extents()));
+    const int device = kiln::detail::pass_device(pred);
+    const kiln::detail::device_scope<D> on(device);
+    Tensor<T, S, D> g(pred.extents(), device);
+    g = (pred - target) * static_cast<compute_t<T>>(2) * dloss;
     return g;
   }
 };
@@ -183,8 +215,8 @@ template <class V>
 KILN_HOST_DEVICE KILN_FORCEINLINE V smoothed_target(index_t j, std::int64_t k, V eps, index_t c) {
   return (j == k ? V(1) - eps : V(0)) + eps / static_cast<V>(c);
 }
-/// dx[n, j] = scale (softmax(x[n])_j - t_j) / den for row n, t the smoothed one-hot target; NaN for a
-/// label outside [0, C).
+/// dx[n, j] = scale (softmax(x[n])_j - t_j) / den for row n, t the smoothed one-hot target, times the
+/// row's upstream gradient dloss[n] where one is given (reduction='none'); NaN for a label outside [0, C).
 /// An ignored row gets 0 - softmax(x[n])_j * 0, as autograd's log_softmax backward gives it: 0, or NaN
 /// when its logits are not finite (so that a GradScaler skips such a step, as torch's).
 template <class T>
@@ -196,6 +228,7 @@ struct CrossEntropyGrad {
   std::int64_t ignore;
   GradFactor<compute_t<T>> factor;
   compute_t<T> eps;
+  const compute_t<T>* upstream = nullptr;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
     const T* row = x + n * c;
@@ -210,17 +243,18 @@ struct CrossEntropyGrad {
       for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(V(0) - ops::detail::exp_(to_compute(row[j]) - lse) * V(0));
       return;
     }
-    const V scale = factor.get();
+    const V scale = upstream ? factor.get() * upstream[n] : factor.get();
     for (index_t j = 0; j < c; ++j) {
       const V p = ops::detail::exp_(to_compute(row[j]) - lse);
       dx[n * c + j] = from_compute<T>(scale * (p - smoothed_target(j, k, eps, c)));
     }
   }
-  /// The logits and labels read, the gradient written; the log-sum-exp, then a subtract, an exp, the
-  /// one-hot subtract and the scale per logit.
+  /// The logits, labels (and upstream gradients) read, the gradient written; the log-sum-exp, then a
+  /// subtract, an exp, the one-hot subtract and the scale per logit.
   Traffic traffic(index_t rows) const {
-    return {2 * kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<std::int64_t>(rows),
-            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(8 * c + 1)};
+    return {2 * kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<std::int64_t>(rows) +
+                (upstream ? kiln::detail::bytes_of<compute_t<T>>(rows) : 0),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(8 * c + 1 + (upstream ? 1 : 0))};
   }
 };
 
@@ -243,8 +277,8 @@ struct LogSoftmaxRows {
             static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(5 * c + 1)};
   }
 };
-/// g[n, :] = -scale t / den, t the smoothed one-hot target (0 for an ignored row, NaN for a label
-/// outside [0, C)).
+/// g[n, :] = -scale t / den, t the smoothed one-hot target, times dloss[n] where given (0 for an ignored
+/// row, NaN for a label outside [0, C)).
 template <class T>
 struct NllGradRows {
   using C = compute_t<T>;
@@ -254,6 +288,7 @@ struct NllGradRows {
   std::int64_t ignore;
   GradFactor<C> factor;
   C eps;
+  const C* upstream = nullptr;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     const std::int64_t k = y[n];
     const LabelKind kind = label_kind(k, ignore, c);
@@ -262,14 +297,16 @@ struct NllGradRows {
       for (index_t j = 0; j < c; ++j) g[n * c + j] = fill;
       return;
     }
-    const C scale = factor.get();
+    const C scale = upstream ? factor.get() * upstream[n] : factor.get();
     for (index_t j = 0; j < c; ++j) {
       const C t = smoothed_target(j, k, eps, c);
       g[n * c + j] = t == C(0) ? C(0) : -scale * t;  // +0 off the label, as without smoothing
     }
   }
   Traffic traffic(index_t rows) const {
-    return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<T>(rows * c), 0};
+    return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<C>(rows * c) +
+                (upstream ? kiln::detail::bytes_of<C>(rows) : 0),
+            0};
   }
 };
 /// dx[n, :] = g[n, :] - exp(lsm[n, :]) Σ_j g[n, j].
@@ -298,7 +335,9 @@ struct LogSoftmaxGradRows {
 /// gradient, and the mean divides by the others (NaN when every row is ignored). `reduction =
 /// Reduction::sum` sums the rows instead (0 when every row is ignored); `label_smoothing` (eps in [0, 1],
 /// default 0) mixes the target with the uniform distribution, (1 - eps) onehot + eps / C, as torch's.
-/// torch's class `weight` and probability targets are not offered.
+/// `unreduced` is torch's reduction='none' (each row's loss, [N]) and `backward(logits, labels, dloss)`
+/// its gradient; torch's class `weight` is those rows with dloss[n] = weight[y[n]] / Σ_m weight[y[m]]
+/// (docs/models.md). Probability targets are not offered.
 /// A label outside [0, C) that is not ignore_index throws kiln::ValueError on the CPU (which counts the
 /// labels on the host) and makes the loss and that row's gradient NaN on the GPU (which, for a mean,
 /// counts them with one reduction before each direction's pass).
@@ -317,7 +356,7 @@ struct CrossEntropyLoss {
     kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss", logits, labels);
     const int device = kiln::detail::pass_device(logits);
     const kiln::detail::device_scope<D> on(device);  // the logits' GPU, whichever is current
-    const auto den = count(logits, labels);
+    const auto den = count(logits, labels, reduction);
     Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), device);
     kiln::detail::executor<D>::for_each(
         logits.size(0),
@@ -333,23 +372,39 @@ struct CrossEntropyLoss {
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                            LossScale scale = {}) const {
     kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::backward", logits, labels);
+    return gradient(logits, labels, scale, reduction, nullptr);
+  }
+
+  /// Each row's loss [N] (the labels' shape) in the compute type (fp32 for 16-bit logits, as autocast):
+  /// torch's CrossEntropyLoss(reduction='none'), ignored rows 0, smoothing as above. One pass and no
+  /// count; `reduction` is not used. A label outside [0, C) throws on the CPU, gives NaN on the GPU.
+  template <class T, class S, class SL, class D>
+  Tensor<compute_t<T>, SL, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) const {
+    kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::unreduced", logits, labels);
     const int device = kiln::detail::pass_device(logits);
     const kiln::detail::device_scope<D> on(device);
-    const auto den = count(logits, labels);
-    Tensor<T, S, D> dx(logits.extents(), device);
-    const index_t n = logits.size(0), c = logits.size(1);
-    const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, den.den);
-    if (!fusion_enabled()) {
-      // log_softmax and nll_loss's gradient in the compute type (fp32 for 16-bit logits, as autocast).
-      Tensor<compute_t<T>, S, D> lsm(logits.extents(), device), g(logits.extents(), device);
-      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
-      kiln::detail::executor<D>::for_each(n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row, eps<T>()});
-      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
-      return dx;
-    }
+    const auto den = count(logits, labels, Reduction::sum);
+    Tensor<compute_t<T>, SL, D> rows(labels.extents(), device);
     kiln::detail::executor<D>::for_each(
-        n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, ignore_index, per_row, eps<T>()});
-    return dx;
+        logits.size(0),
+        detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den,
+                                    eps<T>()});
+    return rows;
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` [N] (dL/d of each row's loss):
+  /// dloss[n] (softmax(logits[n]) - target[n]) per row, ignored rows 0, as autograd's for
+  /// reduction='none'. One pass (three with fusion off, as the other backward). A loss scale, a mean or
+  /// per-sample weights go into dloss (`dloss = w * (scaler.scale() / n)`).
+  template <class T, class S, class SL, class SG, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
+                           const Tensor<compute_t<T>, SG, D>& dloss) const {
+    static_assert(SG::rank == 1, "kiln::nn::CrossEntropyLoss::backward: dloss must be [N], one gradient per row");
+    kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::backward", logits, labels);
+    kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::backward", logits, dloss);
+    if (dloss.size(0) != logits.size(0))
+      throw ShapeError("kiln::nn::CrossEntropyLoss::backward: dloss " + to_string(dloss.extents()) + " for " +
+                       std::to_string(logits.size(0)) + " rows of logits " + to_string(logits.extents()));
+    return gradient(logits, labels, LossScale{}, Reduction::sum, dloss.data());
   }
 
   /// The rows a mean divides by: the labels [N] (on the host) that are not ignore_index. DataParallel
@@ -365,8 +420,33 @@ struct CrossEntropyLoss {
   template <class T>
   compute_t<T> eps() const { return static_cast<compute_t<T>>(label_smoothing); }
 
-  /// What the rows' sum is divided by: for a mean the rows not ignored, counted on the host on the CPU,
-  /// by one reduction on the GPU, whose device scalar `keep` holds while the passes read it; 1 for a sum.
+  /// dL/dlogits for `how` (sum for the unreduced rows), times `upstream[n]` per row where given.
+  template <class T, class S, class SL, class D>
+  Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels, LossScale scale,
+                           Reduction how, const compute_t<T>* upstream) const {
+    const int device = kiln::detail::pass_device(logits);
+    const kiln::detail::device_scope<D> on(device);
+    const auto den = count(logits, labels, how);
+    Tensor<T, S, D> dx(logits.extents(), device);
+    const index_t n = logits.size(0), c = logits.size(1);
+    const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, den.den);
+    if (!fusion_enabled()) {
+      // log_softmax and nll_loss's gradient in the compute type (fp32 for 16-bit logits, as autocast).
+      Tensor<compute_t<T>, S, D> lsm(logits.extents(), device), g(logits.extents(), device);
+      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
+      kiln::detail::executor<D>::for_each(
+          n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row, eps<T>(), upstream});
+      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
+      return dx;
+    }
+    kiln::detail::executor<D>::for_each(n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c,
+                                                                        ignore_index, per_row, eps<T>(), upstream});
+    return dx;
+  }
+
+  /// What the rows' sum is divided by for reduction `how`: for a mean the rows not ignored, counted on the
+  /// host on the CPU, by one reduction on the GPU, whose device scalar `keep` holds while the passes read
+  /// it; 1 for a sum. The CPU checks the labels either way.
   template <class D>
   struct Count {
     detail::Denominator den;
@@ -374,7 +454,7 @@ struct CrossEntropyLoss {
   };
 
   template <class T, class S, class SL, class D>
-  auto count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) const {
+  auto count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels, Reduction how) const {
     static_assert(S::rank == 2, "kiln::nn::CrossEntropyLoss: logits must be [N, C]");
     static_assert(SL::rank == 1, "kiln::nn::CrossEntropyLoss: labels must be [N] class indices (int64)");
     if (labels.size(0) != logits.size(0))
@@ -392,8 +472,8 @@ struct CrossEntropyLoss {
                            " is outside [0, " + std::to_string(logits.size(1)) + ") and is not ignore_index (" +
                            std::to_string(ignore_index) + ")");
       }
-      r.den = reduction == Reduction::sum ? 1.0 : static_cast<double>(counted(labels));
-    } else if (reduction == Reduction::sum) {
+      r.den = how == Reduction::sum ? 1.0 : static_cast<double>(counted(labels));
+    } else if (how == Reduction::sum) {
       r.den = 1.0;
     } else {
       r.keep.emplace(sum(ne(labels, ignore_index)));

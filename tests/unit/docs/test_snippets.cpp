@@ -184,6 +184,24 @@ BOOST_AUTO_TEST_CASE(models_loss_options_are_torchs_reduction_and_label_smoothin
   BOOST_TEST(any);  // the smoothed gradient reached the parameters
 }
 
+BOOST_AUTO_TEST_CASE(models_unreduced_rows_with_unit_weights_are_the_mean) {
+  // With every weight 1 the weighted mean is CrossEntropyLoss's mean, and so is its gradient.
+  kiln::nn::Model<LeNetNet, Image> model(0);
+  const auto x = random_batch<Image>(4, 8);
+  const auto y = random_labels(4, 10, 9);
+  const auto w = kiln::test::make_tensor<kiln::Cpu>(std::vector<float>(4, 1.0f), kiln::Extents<Shape<dyn>>(4));
+  model.backward(kiln::nn::CrossEntropyLoss{}.backward(model.forward(x), y));
+  const auto mean_grad = model.gradients().to_vector();
+  const std::vector<double> want(mean_grad.begin(), mean_grad.end());
+  model.zero_grad();
+  const auto logits = model.forward(x);
+  {
+#include "models.unreduced.inc"
+    BOOST_TEST(loss == kiln::nn::CrossEntropyLoss{}(logits, y).item(), boost::test_tools::tolerance(1e-6f));
+  }
+  BOOST_TEST(kiln::test::all_close(model.gradients().to_vector(), want));
+}
+
 BOOST_AUTO_TEST_CASE(models_checkpoint_and_resume_round_trip) {
   kiln::test::TempDir dir;
   kiln::nn::Model<LeNetNet, Image> model(0);

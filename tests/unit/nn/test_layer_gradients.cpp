@@ -1,5 +1,5 @@
 // Layer gradients: every backward (Linear with and without bias, ReLU, Sigmoid, Tanh, Flatten, a whole
-// Sequential, MSELoss mean and sum) matches central finite differences in float64, w.r.t. the input and every
+// Sequential, MSELoss mean, sum and unreduced) matches central finite differences in float64, w.r.t. the input and every
 // parameter of the model's arena (perturbed through a host copy).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -111,6 +111,56 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_loss_value_and_gradient_match_reference_and_nu
   const auto empty = kt::make_tensor<D>(std::vector<double>{}, Extents<S>(0));
   BOOST_TEST(summed(empty, empty).item() == 0.0);  // torch: a sum over nothing is 0, a mean NaN
   BOOST_TEST(std::isnan(mse(empty, empty).item()));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_mse_loss_and_its_gradient_match_reference_and_numeric, D, kiln::test::devices) {
+  // torch's reduction='none': each squared error; L = Σ w ⊙ unreduced for fixed w, so backward(p, t, w)
+  // is its gradient, and w = 1 / numel gives the mean's. One pass each way.
+  using S = Shape<dyn, 3>;
+  const Extents<S> ext(5);
+  const auto pv = kt::random_values<double>(15, -2, 2, 22);
+  const auto tv = kt::random_values<double>(15, -2, 2, 23);
+  const auto pred = kt::make_tensor<D>(pv, ext);
+  const auto target = kt::make_tensor<D>(tv, ext);
+  const auto w = kt::make_tensor<D>(kt::random_values<double>(15, -1, 1, 24), ext);
+  const knn::MSELoss mse;
+  auto before = kiln::passes();
+  const auto terms = mse.unreduced(pred, target);
+  BOOST_TEST(kiln::passes() - before == 1u);
+  const auto got = terms.to_vector();
+  for (std::size_t i = 0; i < pv.size(); ++i) BOOST_TEST(got[i] == (pv[i] - tv[i]) * (pv[i] - tv[i]));
+  const auto f = [&](const Tensor<double, S, D>& p) { return kiln::sum(mse.unreduced(p, target) * w).item(); };
+  before = kiln::passes();
+  const auto g = mse.backward(pred, target, w);
+  BOOST_TEST(kiln::passes() - before == 1u);
+  BOOST_TEST(kt::gradcheck(f, pred, g, kt::tight));
+  const auto mean_w = kt::make_tensor<D>(std::vector<double>(15, 1.0 / 15.0), ext);
+  BOOST_TEST(kt::all_close(mse.backward(pred, target, mean_w).to_vector(), mse.backward(pred, target).to_vector()));
+  const auto short_w = kt::make_tensor<D>(std::vector<double>(12, 1.0), Extents<S>(4));
+  BOOST_CHECK_EXCEPTION((void)mse.backward(pred, target, short_w), kiln::ShapeError, [](const kiln::ShapeError& e) {
+    return std::string(e.what()).find("dloss [4, 3] must have the shape of pred [5, 3]") != std::string::npos;
+  });
+}
+
+BOOST_AUTO_TEST_CASE(unreduced_losses_of_16_bit_operands_are_fp32) {
+  // As autocast runs mse_loss and cross_entropy in fp32: the terms are float, the gradients half.
+  using S = Shape<dyn, 3>;
+  const auto pred = kt::make_tensor<kiln::Cpu>(std::vector<kiln::half>{kiln::half(1.0f), kiln::half(2.0f), kiln::half(-1.0f)},
+                                               Extents<S>(1));
+  const auto target = kt::make_tensor<kiln::Cpu>(std::vector<kiln::half>(3, kiln::half(0.5f)), Extents<S>(1));
+  const auto terms = knn::MSELoss{}.unreduced(pred, target);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(terms)>, Tensor<float, S, kiln::Cpu>>);
+  BOOST_TEST(terms.to_vector() == (std::vector<float>{0.25f, 2.25f, 2.25f}), boost::test_tools::per_element());
+  const auto labels = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{2}, Extents<Shape<dyn>>(1));
+  const auto rows = knn::CrossEntropyLoss{}.unreduced(pred, labels);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(rows)>, Tensor<float, Shape<dyn>, kiln::Cpu>>);
+  // log(e^1 + e^2 + e^-1) + 1 = 3.3490167
+  BOOST_TEST(rows.item() == 3.3490167f, boost::test_tools::tolerance(1e-5f));
+  const auto dx = knn::CrossEntropyLoss{}.backward(pred, labels, kt::make_tensor<kiln::Cpu>(std::vector<float>{2.0f}, Extents<Shape<dyn>>(1)));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dx)>, Tensor<kiln::half, S, kiln::Cpu>>);
+  const auto grad = knn::MSELoss{}.backward(pred, target, terms);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad)>, Tensor<kiln::half, S, kiln::Cpu>>);
+  BOOST_TEST(static_cast<float>(grad.to_vector()[1]) == 2.0f * 1.5f * 2.25f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,5 +1,5 @@
-// PyTorch parity of every layer, both losses (mean and sum; cross entropy also with label smoothing,
-// fused and unfused) and a whole LeNet (tests/parity/fixtures/layers.json,
+// PyTorch parity of every layer, both losses (mean, sum and unreduced; cross entropy also with label
+// smoothing, fused and unfused) and a whole LeNet (tests/parity/fixtures/layers.json,
 // losses.json, lenet.json, written by tests/parity/make_fixtures.py with torch 1.13): the same weights
 // and inputs give the same outputs, input gradients and parameter gradients, and LeNet the same
 // parameters after three steps of SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to
@@ -147,6 +147,61 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test
       if (!fused) off.emplace();
       check(ce.backward(logits, labels).to_vector(), c.at("grad"), std::string(key) + (fused ? " grad" : " grad, unfused"));
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::devices) {
+  // torch's reduction='none': each term's loss, and the gradient of a random upstream dL/dloss through it.
+  const json& f = fixture("losses.json");
+  {
+    const json& c = f.at("mse_none");
+    const Extents<Shape<dyn, 3>> ext(parity::shape(c.at("input"))[0]);
+    const auto pred = tensor_of<Shape<dyn, 3>, D>(c.at("input"), ext);
+    const auto target = tensor_of<Shape<dyn, 3>, D>(c.at("target"), ext);
+    const auto dloss = tensor_of<Shape<dyn, 3>, D>(c.at("grad_output"), ext);
+    const knn::MSELoss mse;
+    check(mse.unreduced(pred, target).to_vector(), c.at("loss"), "mse_none loss");
+    check(mse.backward(pred, target, dloss).to_vector(), c.at("grad"), "mse_none grad");
+  }
+  const std::pair<const char*, knn::CrossEntropyLoss> ces[] = {
+      {"cross_entropy_none", {}},  // a row of large logits
+      {"cross_entropy_none_smoothing", {.label_smoothing = 0.1}}};  // rows labelled -100
+  for (const auto& [key, ce] : ces) {
+    const json& c = f.at(key);
+    const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
+    const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
+    const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
+    const Extents<Shape<dyn>> rows(static_cast<kiln::index_t>(labels_v.size()));
+    const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(std::span<const std::int64_t>(labels_v), rows);
+    const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), rows);
+    check(ce.unreduced(logits, labels).to_vector(), c.at("loss"), std::string(key) + " loss");
+    for (const bool fused : {true, false}) {
+      std::optional<kiln::Unfused> off;
+      if (!fused) off.emplace();
+      check(ce.backward(logits, labels, dloss).to_vector(), c.at("grad"),
+            std::string(key) + (fused ? " grad" : " grad, unfused"));
+    }
+  }
+  {
+    // torch's CrossEntropyLoss(weight=w), mean, through the unreduced rows as docs/models.md shows it:
+    // dloss[n] = w[y_n] / Σ_m w[y_m] over the rows that count (ignored rows: 0).
+    const json& c = f.at("cross_entropy_weight");
+    const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
+    const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
+    const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
+    const auto weight = c.at("weight").get<std::vector<float>>();
+    std::vector<float> dloss_v(labels_v.size(), 0.0f);
+    float total = 0.0f;
+    for (std::int64_t k : labels_v) total += k == -100 ? 0.0f : weight[static_cast<std::size_t>(k)];
+    for (std::size_t n = 0; n < labels_v.size(); ++n)
+      if (labels_v[n] != -100) dloss_v[n] = weight[static_cast<std::size_t>(labels_v[n])] / total;
+    const Extents<Shape<dyn>> rows(static_cast<kiln::index_t>(labels_v.size()));
+    const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(std::span<const std::int64_t>(labels_v), rows);
+    const auto dloss = Tensor<float, Shape<dyn>, D>::from(std::span<const float>(dloss_v), rows);
+    const knn::CrossEntropyLoss ce;
+    check({kiln::sum(ce.unreduced(logits, labels) * dloss).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}},
+          "cross_entropy_weight loss");
+    check(ce.backward(logits, labels, dloss).to_vector(), c.at("grad"), "cross_entropy_weight grad");
   }
 }
 

@@ -1,6 +1,6 @@
 // Softmax, LogSoftmax and CrossEntropyLoss: float64 finite-difference gradients, stability on large
-// logits, the values of torch.nn.functional on a fixed case, ignore_index, label smoothing and sum
-// reduction, and labels out of range.
+// logits, the values of torch.nn.functional on a fixed case, ignore_index, label smoothing, sum
+// reduction and unreduced rows, and labels out of range.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -276,6 +276,61 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_summed_cross_entropy_counts_nothing_and_sums_no_
   const auto none = kiln::test::make_tensor<D>(std::vector<float>{}, kiln::Extents<Rows>(0));
   const auto no_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{}, kiln::Extents<Shape<dyn>>(0));
   BOOST_TEST(ce(none, no_labels).item() == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_cross_entropy_matches_numeric_and_the_reductions, D, kiln::test::devices) {
+  // torch's reduction='none': L = Σ_n w[n] loss[n] for fixed weights w, so backward(x, y, w) is its
+  // gradient; with ignored rows (loss and gradient 0) and a row of large logits, smoothed or not, fused
+  // and unfused. Summed, the rows are the sum reduction; backward with w = 1 / count is the mean's.
+  const kiln::Extents<Rows> ext(6);
+  auto v = kiln::test::random_values<double>(42, -4.0, 4.0, 11);
+  for (std::size_t j = 0; j < 7; ++j) v[14 + j] *= 50.0;  // row 2
+  const auto x = kiln::test::make_tensor<D>(v, ext);
+  const kiln::Extents<Shape<dyn>> rows(6);
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0, -100, 3, 6, -100, 1}, rows);
+  const auto w = kiln::test::make_tensor<D>(kiln::test::random_values<double>(6, -1.0, 1.0, 12), rows);
+  for (const double eps : {0.0, 0.25}) {
+    BOOST_TEST_CONTEXT("label_smoothing " << eps) {
+      const kiln::nn::CrossEntropyLoss ce{.label_smoothing = eps};
+      const auto loss = ce.unreduced(x, y);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(loss)>, kiln::Tensor<double, Shape<dyn>, D>>);
+      const auto lv = loss.to_vector();
+      BOOST_TEST(lv[1] == 0.0);
+      BOOST_TEST(lv[4] == 0.0);
+      auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return kiln::sum(ce.unreduced(in, y) * w).item(); };
+      const auto g = ce.backward(x, y, w);
+      BOOST_TEST(kiln::test::gradcheck(f, x, g));
+      const auto gv = g.to_vector();
+      for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(gv[7 + j] == 0.0);  // row 1 is ignored
+      {
+        kiln::Unfused off;
+        BOOST_TEST(kiln::test::all_close(ce.backward(x, y, w).to_vector(), gv));
+      }
+      const kiln::nn::CrossEntropyLoss sum{.reduction = kiln::nn::Reduction::sum, .label_smoothing = eps};
+      BOOST_TEST(kiln::sum(loss).item() == sum(x, y).item(), boost::test_tools::tolerance(1e-12));
+      const auto quarter = kiln::test::make_tensor<D>(std::vector<double>(6, 0.25), rows);  // 4 rows count
+      BOOST_TEST(kiln::test::all_close(ce.backward(x, y, quarter).to_vector(), ce.backward(x, y).to_vector()));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_cross_entropy_is_one_pass_per_direction_and_checks_dloss, D, kiln::test::devices) {
+  // No count of the labels (nothing is divided); a dloss that is not one value per row is refused.
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(70, -2.0, 2.0, 13), kiln::Extents<Rows>(10));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>(10, 3), kiln::Extents<Shape<dyn>>(10));
+  const auto w = kiln::test::make_tensor<D>(std::vector<float>(10, 1.0f), kiln::Extents<Shape<dyn>>(10));
+  const kiln::nn::CrossEntropyLoss ce;
+  auto before = kiln::passes();
+  const auto loss = ce.unreduced(x, y);
+  BOOST_TEST(kiln::passes() - before == 1u);
+  BOOST_TEST(loss.size(0) == 10);
+  before = kiln::passes();
+  (void)ce.backward(x, y, w);
+  BOOST_TEST(kiln::passes() - before == 1u);
+  const auto short_w = kiln::test::make_tensor<D>(std::vector<float>(9, 1.0f), kiln::Extents<Shape<dyn>>(9));
+  BOOST_CHECK_EXCEPTION((void)ce.backward(x, y, short_w), kiln::ShapeError, [](const kiln::ShapeError& e) {
+    return std::string(e.what()).find("dloss [9] for 10 rows of logits [10, 7]") != std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(label_smoothing_outside_0_1_is_refused, D, kiln::test::devices) {
