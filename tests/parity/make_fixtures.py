@@ -89,6 +89,10 @@ losses.json
   cross_entropy_weight   the input and labels of cross_entropy_ignore_index, plus weight: [float] (one per
                   class); loss: float, grad: tensor   CrossEntropyLoss(weight=weight), mean (divided by the
                   weights of the rows that count); kiln gets it from its unreduced rows (docs/models.md)
+  nll             {input: tensor [N, C] (log_softmax of random logits), target: [int] (two rows labelled
+                   -100), loss: float, grad: tensor}                              NLLLoss(), mean
+  nll_sum         the same keys and input                                        NLLLoss(reduction='sum')
+  nll_none        the same input, plus grad_output: tensor [N]; loss: tensor [N] NLLLoss(reduction='none')
 
 lenet.json
   torch_version   str
@@ -369,6 +373,20 @@ def losses_fixture():
     unreduced["cross_entropy_weight"] = {"input": tensor(logits_w), "target": ignored_labels.tolist(),
                                          "weight": f32(weight), "loss": f32([loss_w.item()])[0],
                                          "grad": tensor(logits_w.grad)}
+    log_probs = torch.log_softmax(torch.randn(6, 10), dim=1)
+    nll_labels = torch.tensor([4, -100, 0, 9, -100, 2])
+    for key, reduction in (("nll", "mean"), ("nll_sum", "sum"), ("nll_none", "none")):
+        logp = log_probs.clone().requires_grad_(True)
+        loss_l = torch.nn.NLLLoss(reduction=reduction)(logp, nll_labels)
+        case = {"input": tensor(logp), "target": nll_labels.tolist()}
+        if reduction == "none":
+            upstream = torch.randn(loss_l.shape)
+            loss_l.backward(upstream)
+            case.update(grad_output=tensor(upstream), loss=tensor(loss_l))
+        else:
+            loss_l.backward()
+            case["loss"] = f32([loss_l.item()])[0]
+        unreduced[key] = {**case, "grad": tensor(logp.grad)}
     return {"torch_version": torch.__version__,
             "mse_sum": {"input": tensor(pred_sum), "target": tensor(target), "loss": f32([mse_sum.item()])[0],
                         "grad": tensor(pred_sum.grad)},

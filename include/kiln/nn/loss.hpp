@@ -1,5 +1,5 @@
-/// Losses: MSELoss and CrossEntropyLoss (value, and gradient w.r.t. the input), mean or sum reduction,
-/// or unreduced (torch's reduction='none') with the upstream gradient given.
+/// Losses: MSELoss, CrossEntropyLoss and NLLLoss (value, and gradient w.r.t. the input), mean or sum
+/// reduction, or unreduced (torch's reduction='none') with the upstream gradient given.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -69,17 +69,23 @@ struct GradFactor {
     return static_cast<V>(num * (scale ? *scale : value) / den.get());
   }
 };
-/// g = (pred - target) k, k from the device (MSELoss::backward with a device scale).
+/// g = (pred - target) k, k from the device (MSELoss::backward with a device scale), times dloss[i]
+/// where an upstream gradient is given.
 template <class T>
 struct MseGrad {
   const T* pred;
   const T* target;
   T* g;
   GradFactor<compute_t<T>> factor;
+  const compute_t<T>* upstream = nullptr;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
-    g[i] = from_compute<T>((to_compute(pred[i]) - to_compute(target[i])) * factor.get());
+    const compute_t<T> d = (to_compute(pred[i]) - to_compute(target[i])) * factor.get();
+    g[i] = from_compute<T>(upstream ? d * upstream[i] : d);
   }
-  Traffic traffic(index_t n) const { return {3 * kiln::detail::bytes_of<T>(n), 2 * static_cast<std::uint64_t>(n)}; }
+  Traffic traffic(index_t n) const {
+    return {3 * kiln::detail::bytes_of<T>(n) + (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0),
+            (upstream ? 3 : 2) * static_cast<std::uint64_t>(n)};
+  }
 };
 }  // namespace detail
 
@@ -119,7 +125,7 @@ struct MSELoss {
   }
 
   /// (pred - target)^2 elementwise, in the compute type (fp32 for 16-bit operands, as autocast runs
-  /// mse_loss): torch's MSELoss(reduction='none'). One pass; `reduction` is not used.
+  /// mse_loss): torch's MSELoss(reduction='none'). One pass (fused); `reduction` is not used.
   template <class T, class S, class D>
   Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
     kiln::detail::check_same_device("kiln::nn::MSELoss::unreduced", pred, target);
@@ -131,11 +137,13 @@ struct MSELoss {
     return out;
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (dL/d of each squared error, the
-  /// shape of pred): 2 (pred - target) dloss, as autograd's for reduction='none'. One pass. A loss
-  /// scale, a mean or weights go into dloss (`dloss = w * (scaler.scale() / n)`).
-  template <class T, class S, class D>
+  /// shape of pred): 2 (pred - target) dloss, as autograd's for reduction='none', times `scale` (the
+  /// loss scale, read on the device as the other backward's). One pass (fused). A mean or weights go
+  /// into dloss. (SG is deduced, so that `backward(pred, target, {})` still means a scale of 1.)
+  template <class T, class S, class D, class SG>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
-                           const Tensor<compute_t<T>, S, D>& dloss) const {
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(std::is_same_v<SG, S>, "kiln::nn::MSELoss::backward: dloss must have the shape type of pred");
     kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, target);
     kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, dloss);
     if (!(dloss.extents() == pred.extents()))
@@ -144,7 +152,12 @@ struct MSELoss {
     const int device = kiln::detail::pass_device(pred);
     const kiln::detail::device_scope<D> on(device);
     Tensor<T, S, D> g(pred.extents(), device);
-    g = (pred - target) * static_cast<compute_t<T>>(2) * dloss;
+    if (scale.device == nullptr) {
+      g = (pred - target) * static_cast<compute_t<T>>(2 * scale.value) * dloss;
+      return g;
+    }
+    const auto f = detail::GradFactor<compute_t<T>>::make(scale, 2.0, 1.0);
+    kiln::detail::executor<D>::for_each(g.numel(), detail::MseGrad<T>{pred.data(), target.data(), g.data(), f, dloss.data()});
     return g;
   }
 };
@@ -278,12 +291,13 @@ struct LogSoftmaxRows {
   }
 };
 /// g[n, :] = -scale t / den, t the smoothed one-hot target, times dloss[n] where given (0 for an ignored
-/// row, NaN for a label outside [0, C)).
-template <class T>
+/// row, NaN for a label outside [0, C)), stored as G: nll_loss's gradient, in the compute type inside
+/// cross entropy's unfused passes, in T as NLLLoss's.
+template <class T, class G = compute_t<T>>
 struct NllGradRows {
   using C = compute_t<T>;
   const std::int64_t* y;
-  C* g;
+  G* g;
   index_t c;
   std::int64_t ignore;
   GradFactor<C> factor;
@@ -293,18 +307,18 @@ struct NllGradRows {
     const std::int64_t k = y[n];
     const LabelKind kind = label_kind(k, ignore, c);
     if (kind != LabelKind::valid) {
-      const C fill = kind == LabelKind::ignored ? C(0) : static_cast<C>(NAN);
+      const G fill = from_compute<G>(kind == LabelKind::ignored ? C(0) : static_cast<C>(NAN));
       for (index_t j = 0; j < c; ++j) g[n * c + j] = fill;
       return;
     }
     const C scale = upstream ? factor.get() * upstream[n] : factor.get();
     for (index_t j = 0; j < c; ++j) {
       const C t = smoothed_target(j, k, eps, c);
-      g[n * c + j] = t == C(0) ? C(0) : -scale * t;  // +0 off the label, as without smoothing
+      g[n * c + j] = from_compute<G>(t == C(0) ? C(0) : -scale * t);  // +0 off the label, as without smoothing
     }
   }
   Traffic traffic(index_t rows) const {
-    return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<C>(rows * c) +
+    return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<G>(rows * c) +
                 (upstream ? kiln::detail::bytes_of<C>(rows) : 0),
             0};
   }
@@ -327,6 +341,80 @@ struct LogSoftmaxGradRows {
             static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c)};
   }
 };
+
+/// loss[n] = -x[n, y[n]] / den (NLLLoss: x holds log-probabilities), 0 for an ignored row (NaN when den
+/// counts none), NaN for a label outside [0, C).
+template <class T>
+struct NllRows {
+  const T* x;
+  const std::int64_t* y;
+  compute_t<T>* loss;
+  index_t c;
+  std::int64_t ignore;
+  Denominator den;
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    using V = compute_t<T>;
+    const std::int64_t k = y[n];
+    const double d = den.get();
+    switch (label_kind(k, ignore, c)) {
+      case LabelKind::ignored: loss[n] = d == 0 ? static_cast<V>(NAN) : V(0); break;
+      case LabelKind::bad: loss[n] = static_cast<V>(NAN); break;
+      default: loss[n] = -to_compute(x[n * c + k]) / static_cast<V>(d);
+    }
+  }
+  /// One value and one label read per row, one loss written.
+  Traffic traffic(index_t rows) const {
+    return {kiln::detail::bytes_of<T>(rows) + kiln::detail::bytes_of<std::int64_t>(rows) +
+                kiln::detail::bytes_of<compute_t<T>>(rows),
+            2 * static_cast<std::uint64_t>(rows)};
+  }
+};
+
+/// What a loss over class labels divides the rows' sum by for reduction `how`: for a mean the rows not
+/// ignored, counted on the host on the CPU, by one reduction on the GPU, whose device scalar `keep` holds
+/// while the passes read it; 1 for a sum.
+template <class D>
+struct LabelCount {
+  Denominator den;
+  std::optional<Tensor<std::int64_t, Shape<>, D>> keep;
+};
+
+/// The rows of labels [N] not equal to `ignore` (on the host).
+template <class SL>
+index_t count_kept(const Tensor<std::int64_t, SL, Cpu>& labels, std::int64_t ignore) {
+  index_t kept = 0;
+  for (index_t n = 0; n < labels.numel(); ++n) kept += labels[n] != ignore ? 1 : 0;
+  return kept;
+}
+
+/// Checks x [N, C] (`scores`: what the loss calls them) against labels [N] for loss `who` (shapes; on the
+/// CPU every label, which must be in [0, C) or `ignore`) and counts what the reduction `how` divides by.
+template <class T, class S, class SL, class D>
+LabelCount<D> count_labels(const char* who, const char* scores, const Tensor<T, S, D>& x,
+                           const Tensor<std::int64_t, SL, D>& labels, std::int64_t ignore, Reduction how) {
+  static_assert(S::rank == 2, "kiln::nn: a loss over class labels takes scores [N, C] (logits or log-probabilities)");
+  static_assert(SL::rank == 1, "kiln::nn: a loss over class labels takes labels [N]: class indices (int64)");
+  if (labels.size(0) != x.size(0))
+    throw ShapeError(std::string(who) + ": " + std::to_string(x.size(0)) + " rows of " + scores + " " +
+                     to_string(x.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
+  LabelCount<D> r;
+  if constexpr (std::is_same_v<D, Cpu>) {
+    for (index_t n = 0; n < labels.numel(); ++n) {
+      const std::int64_t k = labels[n];
+      if (label_kind(k, ignore, x.size(1)) == LabelKind::bad)
+        throw ValueError(std::string(who) + ": label " + std::to_string(k) + " at index " + std::to_string(n) +
+                         " is outside [0, " + std::to_string(x.size(1)) + ") and is not ignore_index (" +
+                         std::to_string(ignore) + ")");
+    }
+    r.den = how == Reduction::sum ? 1.0 : static_cast<double>(count_kept(labels, ignore));
+  } else if (how == Reduction::sum) {
+    r.den = 1.0;
+  } else {
+    r.keep.emplace(sum(ne(labels, ignore)));
+    r.den = Denominator::on_device(r.keep->data());
+  }
+  return r;
+}
 }  // namespace detail
 
 /// Cross entropy of logits [N, C] against integer class labels [N] (int64), mean over the rows whose
@@ -336,7 +424,8 @@ struct LogSoftmaxGradRows {
 /// Reduction::sum` sums the rows instead (0 when every row is ignored); `label_smoothing` (eps in [0, 1],
 /// default 0) mixes the target with the uniform distribution, (1 - eps) onehot + eps / C, as torch's.
 /// `unreduced` is torch's reduction='none' (each row's loss, [N]) and `backward(logits, labels, dloss)`
-/// its gradient; torch's class `weight` is those rows with dloss[n] = weight[y[n]] / Σ_m weight[y[m]]
+/// its gradient. torch's class `weight` (without label smoothing, which torch weighs per class) is
+/// those rows with dloss[n] = weight[y[n]] / Σ_m weight[y[m]] over the rows not ignored
 /// (docs/models.md). Probability targets are not offered.
 /// A label outside [0, C) that is not ignore_index throws kiln::ValueError on the CPU (which counts the
 /// labels on the host) and makes the loss and that row's gradient NaN on the GPU (which, for a mean,
@@ -392,28 +481,26 @@ struct CrossEntropyLoss {
     return rows;
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` [N] (dL/d of each row's loss):
-  /// dloss[n] (softmax(logits[n]) - target[n]) per row, ignored rows 0, as autograd's for
-  /// reduction='none'. One pass (three with fusion off, as the other backward). A loss scale, a mean or
-  /// per-sample weights go into dloss (`dloss = w * (scaler.scale() / n)`).
+  /// dloss[n] (softmax(logits[n]) - target[n]) per row, ignored rows 0 (whatever their dloss), as
+  /// autograd's for reduction='none', times `scale` (the loss scale, as the other backward's). One pass
+  /// (three with fusion off, as the other backward). A mean or per-sample weights go into dloss.
   template <class T, class S, class SL, class SG, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
-                           const Tensor<compute_t<T>, SG, D>& dloss) const {
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(SG::rank == 1, "kiln::nn::CrossEntropyLoss::backward: dloss must be [N], one gradient per row");
     kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::backward", logits, labels);
     kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::backward", logits, dloss);
     if (dloss.size(0) != logits.size(0))
       throw ShapeError("kiln::nn::CrossEntropyLoss::backward: dloss " + to_string(dloss.extents()) + " for " +
                        std::to_string(logits.size(0)) + " rows of logits " + to_string(logits.extents()));
-    return gradient(logits, labels, LossScale{}, Reduction::sum, dloss.data());
+    return gradient(logits, labels, scale, Reduction::sum, dloss.data());
   }
 
   /// The rows a mean divides by: the labels [N] (on the host) that are not ignore_index. DataParallel
   /// weighs each replica's share of a batch by it.
   template <class SL>
   index_t counted(const Tensor<std::int64_t, SL, Cpu>& labels) const {
-    index_t counted = 0;
-    for (index_t n = 0; n < labels.numel(); ++n) counted += labels[n] != ignore_index ? 1 : 0;
-    return counted;
+    return detail::count_kept(labels, ignore_index);
   }
 
  private:
@@ -444,42 +531,101 @@ struct CrossEntropyLoss {
     return dx;
   }
 
-  /// What the rows' sum is divided by for reduction `how`: for a mean the rows not ignored, counted on the
-  /// host on the CPU, by one reduction on the GPU, whose device scalar `keep` holds while the passes read
-  /// it; 1 for a sum. The CPU checks the labels either way.
-  template <class D>
-  struct Count {
-    detail::Denominator den;
-    std::optional<Tensor<std::int64_t, Shape<>, D>> keep;
-  };
-
+  /// Checks the shapes, labels and label_smoothing, and counts what the reduction `how` divides by.
   template <class T, class S, class SL, class D>
-  auto count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels, Reduction how) const {
-    static_assert(S::rank == 2, "kiln::nn::CrossEntropyLoss: logits must be [N, C]");
-    static_assert(SL::rank == 1, "kiln::nn::CrossEntropyLoss: labels must be [N] class indices (int64)");
-    if (labels.size(0) != logits.size(0))
-      throw ShapeError("kiln::nn::CrossEntropyLoss: " + std::to_string(logits.size(0)) + " rows of logits " +
-                       to_string(logits.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
+  detail::LabelCount<D> count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
+                              Reduction how) const {
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // (torch 1.13 checks only > 1)
       throw ValueError("kiln::nn::CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0. Got: " +
                        std::to_string(label_smoothing));
-    Count<D> r;
-    if constexpr (std::is_same_v<D, Cpu>) {
-      for (index_t n = 0; n < labels.numel(); ++n) {
-        const std::int64_t k = labels[n];
-        if (detail::label_kind(k, ignore_index, logits.size(1)) == detail::LabelKind::bad)
-          throw ValueError("kiln::nn::CrossEntropyLoss: label " + std::to_string(k) + " at index " + std::to_string(n) +
-                           " is outside [0, " + std::to_string(logits.size(1)) + ") and is not ignore_index (" +
-                           std::to_string(ignore_index) + ")");
-      }
-      r.den = how == Reduction::sum ? 1.0 : static_cast<double>(counted(labels));
-    } else if (how == Reduction::sum) {
-      r.den = 1.0;
-    } else {
-      r.keep.emplace(sum(ne(labels, ignore_index)));
-      r.den = detail::Denominator::on_device(r.keep->data());
-    }
-    return r;
+    return detail::count_labels("kiln::nn::CrossEntropyLoss", "logits", logits, labels, ignore_index, how);
+  }
+};
+
+/// Negative log-likelihood of log-probabilities [N, C] (a LogSoftmax's output) against integer class
+/// labels [N] (int64): -x[n, y[n]], mean over the rows whose label is not `ignore_index`, as
+/// torch.nn.NLLLoss(); LogSoftmax + NLLLoss is CrossEntropyLoss in two steps. `ignore_index` (default
+/// -100), `reduction` (mean or sum), `unreduced` (torch's 'none') and a label outside [0, C) behave as
+/// CrossEntropyLoss's. The gradient is -1 / (rows counted) at each row's label and 0 elsewhere: one pass.
+/// Example:
+///   kiln::nn::NLLLoss nll;                     // after ..., kiln::nn::LogSoftmax> in the model
+///   auto loss = nll(logp, labels);             // rank-0 tensor
+///   auto dlogp = nll.backward(logp, labels);   // [N, C]
+struct NLLLoss {
+  std::int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+
+  template <class T, class S, class SL, class D>
+  Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
+    kiln::detail::check_same_device("kiln::nn::NLLLoss", logp, labels);
+    const int device = kiln::detail::pass_device(logp);
+    const kiln::detail::device_scope<D> on(device);
+    const auto den = count(logp, labels, reduction);
+    Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logp.size(0)), device);
+    kiln::detail::executor<D>::for_each(
+        logp.size(0), detail::NllRows<T>{logp.data(), labels.data(), rows.data(), logp.size(1), ignore_index, den.den});
+    return logp.size(0) == 0 && reduction == Reduction::mean ? mean(rows) : sum(rows);  // no rows: 0 / 0
+  }
+  /// dL/dlogp: -scale / (rows not ignored; 1 for a sum) at each row's label, 0 elsewhere and on ignored
+  /// rows, `scale` the loss's own gradient (1 for a plain step).
+  template <class T, class S, class SL, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
+                           LossScale scale = {}) const {
+    kiln::detail::check_same_device("kiln::nn::NLLLoss::backward", logp, labels);
+    return gradient(logp, labels, scale, reduction, nullptr);
+  }
+  /// Each row's loss [N] (the labels' shape) in the compute type: torch's NLLLoss(reduction='none'),
+  /// ignored rows 0. One pass, no count.
+  template <class T, class S, class SL, class D>
+  Tensor<compute_t<T>, SL, D> unreduced(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
+    kiln::detail::check_same_device("kiln::nn::NLLLoss::unreduced", logp, labels);
+    const int device = kiln::detail::pass_device(logp);
+    const kiln::detail::device_scope<D> on(device);
+    const auto den = count(logp, labels, Reduction::sum);
+    Tensor<compute_t<T>, SL, D> rows(labels.extents(), device);
+    kiln::detail::executor<D>::for_each(
+        logp.size(0), detail::NllRows<T>{logp.data(), labels.data(), rows.data(), logp.size(1), ignore_index, den.den});
+    return rows;
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` [N]: -scale dloss[n] at row n's
+  /// label, 0 on ignored rows (whatever their dloss).
+  template <class T, class S, class SL, class SG, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(SG::rank == 1, "kiln::nn::NLLLoss::backward: dloss must be [N], one gradient per row");
+    kiln::detail::check_same_device("kiln::nn::NLLLoss::backward", logp, labels);
+    kiln::detail::check_same_device("kiln::nn::NLLLoss::backward", logp, dloss);
+    if (dloss.size(0) != logp.size(0))
+      throw ShapeError("kiln::nn::NLLLoss::backward: dloss " + to_string(dloss.extents()) + " for " +
+                       std::to_string(logp.size(0)) + " rows of log-probabilities " + to_string(logp.extents()));
+    return gradient(logp, labels, scale, Reduction::sum, dloss.data());
+  }
+
+  /// The rows a mean divides by: the labels [N] (on the host) that are not ignore_index (DataParallel's
+  /// weights).
+  template <class SL>
+  index_t counted(const Tensor<std::int64_t, SL, Cpu>& labels) const {
+    return detail::count_kept(labels, ignore_index);
+  }
+
+ private:
+  template <class T, class S, class SL, class D>
+  detail::LabelCount<D> count(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
+                              Reduction how) const {
+    return detail::count_labels("kiln::nn::NLLLoss", "log-probabilities", logp, labels, ignore_index, how);
+  }
+  template <class T, class S, class SL, class D>
+  Tensor<T, S, D> gradient(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels, LossScale scale,
+                           Reduction how, const compute_t<T>* upstream) const {
+    const int device = kiln::detail::pass_device(logp);
+    const kiln::detail::device_scope<D> on(device);
+    const auto den = count(logp, labels, how);
+    Tensor<T, S, D> dx(logp.extents(), device);
+    const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, den.den);
+    kiln::detail::executor<D>::for_each(
+        logp.size(0), detail::NllGradRows<T, T>{labels.data(), dx.data(), logp.size(1), ignore_index, per_row,
+                                                compute_t<T>(0), upstream});
+    return dx;
   }
 };
 

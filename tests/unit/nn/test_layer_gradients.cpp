@@ -134,6 +134,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_mse_loss_and_its_gradient_match_referenc
   const auto g = mse.backward(pred, target, w);
   BOOST_TEST(kiln::passes() - before == 1u);
   BOOST_TEST(kt::gradcheck(f, pred, g, kt::tight));
+  BOOST_TEST(kt::all_close(mse.backward(pred, target, {}).to_vector(), mse.backward(pred, target).to_vector()));  // {}: scale 1
   const auto mean_w = kt::make_tensor<D>(std::vector<double>(15, 1.0 / 15.0), ext);
   BOOST_TEST(kt::all_close(mse.backward(pred, target, mean_w).to_vector(), mse.backward(pred, target).to_vector()));
   const auto short_w = kt::make_tensor<D>(std::vector<double>(12, 1.0), Extents<S>(4));
@@ -142,25 +143,42 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_mse_loss_and_its_gradient_match_referenc
   });
 }
 
-BOOST_AUTO_TEST_CASE(unreduced_losses_of_16_bit_operands_are_fp32) {
-  // As autocast runs mse_loss and cross_entropy in fp32: the terms are float, the gradients half.
+template <class T, class D>
+void check_unreduced_16_bit() {
+  // The difference 2049 (fp16) or 257 (bf16) is not a value of the type: the terms are exact only in fp32.
   using S = Shape<dyn, 3>;
-  const auto pred = kt::make_tensor<kiln::Cpu>(std::vector<kiln::half>{kiln::half(1.0f), kiln::half(2.0f), kiln::half(-1.0f)},
-                                               Extents<S>(1));
-  const auto target = kt::make_tensor<kiln::Cpu>(std::vector<kiln::half>(3, kiln::half(0.5f)), Extents<S>(1));
+  const float big = std::is_same_v<T, kiln::half> ? 2048.0f : 256.0f;
+  const auto pred = kt::make_tensor<D>(std::vector<T>{T(big), T(1.0f), T(-1.0f)}, Extents<S>(1));
+  const auto target = kt::make_tensor<D>(std::vector<T>{T(-1.0f), T(0.5f), T(0.5f)}, Extents<S>(1));
   const auto terms = knn::MSELoss{}.unreduced(pred, target);
-  static_assert(std::is_same_v<std::remove_cvref_t<decltype(terms)>, Tensor<float, S, kiln::Cpu>>);
-  BOOST_TEST(terms.to_vector() == (std::vector<float>{0.25f, 2.25f, 2.25f}), boost::test_tools::per_element());
-  const auto labels = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{2}, Extents<Shape<dyn>>(1));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(terms)>, Tensor<float, S, D>>);
+  const float d = big + 1.0f;
+  BOOST_TEST(terms.to_vector() == (std::vector<float>{d * d, 0.25f, 2.25f}), boost::test_tools::per_element());
+  // 2 (pred - target) dloss in fp32, rounded once to T: 2 * 2049 * 0.75 = 3073.5 -> 3074 in fp16 (385.5
+  // -> 386 in bf16), where rounding the difference first would give 3072 (384).
+  const auto dloss = kt::make_tensor<D>(std::vector<float>{0.75f, 1.0f, 2.25f}, Extents<S>(1));
+  const auto grad = knn::MSELoss{}.backward(pred, target, dloss);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad)>, Tensor<T, S, D>>);
+  const auto g = grad.to_vector();
+  const float once = static_cast<float>(T(2.0f * d * 0.75f));
+  BOOST_TEST(once != 2.0f * big * 0.75f);
+  BOOST_TEST(static_cast<float>(g[0]) == once);
+  BOOST_TEST(static_cast<float>(g[1]) == 2.0f * 0.5f * 1.0f);
+  BOOST_TEST(static_cast<float>(g[2]) == 2.0f * -1.5f * 2.25f);
+  // Cross entropy's rows: log(e^x0 + e^1 + e^-1) - x_label in fp32 from the 16-bit logits.
+  const auto labels = kt::make_tensor<D>(std::vector<std::int64_t>{1}, Extents<Shape<dyn>>(1));
   const auto rows = knn::CrossEntropyLoss{}.unreduced(pred, labels);
-  static_assert(std::is_same_v<std::remove_cvref_t<decltype(rows)>, Tensor<float, Shape<dyn>, kiln::Cpu>>);
-  // log(e^1 + e^2 + e^-1) + 1 = 3.3490167
-  BOOST_TEST(rows.item() == 3.3490167f, boost::test_tools::tolerance(1e-5f));
-  const auto dx = knn::CrossEntropyLoss{}.backward(pred, labels, kt::make_tensor<kiln::Cpu>(std::vector<float>{2.0f}, Extents<Shape<dyn>>(1)));
-  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dx)>, Tensor<kiln::half, S, kiln::Cpu>>);
-  const auto grad = knn::MSELoss{}.backward(pred, target, terms);
-  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad)>, Tensor<kiln::half, S, kiln::Cpu>>);
-  BOOST_TEST(static_cast<float>(grad.to_vector()[1]) == 2.0f * 1.5f * 2.25f);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(rows)>, Tensor<float, Shape<dyn>, D>>);
+  BOOST_TEST(rows.item() == big - 1.0f, boost::test_tools::tolerance(1e-6f));  // e^1 is lost next to e^big
+  const auto dx = knn::CrossEntropyLoss{}.backward(pred, labels, kt::make_tensor<D>(std::vector<float>{2.0f}, Extents<Shape<dyn>>(1)));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dx)>, Tensor<T, S, D>>);
+  BOOST_TEST(static_cast<float>(dx.to_vector()[1]) == -2.0f);  // 2 (softmax - 1), softmax of 1 next to big: 0
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_of_16_bit_operands_are_fp32, D, kiln::test::devices) {
+  // As autocast runs mse_loss and cross_entropy in fp32: the terms are float, the gradients the operands' type.
+  check_unreduced_16_bit<kiln::half, D>();
+  check_unreduced_16_bit<kiln::bfloat16, D>();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

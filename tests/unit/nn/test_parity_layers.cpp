@@ -1,6 +1,7 @@
-// PyTorch parity of every layer, both losses (mean, sum and unreduced; cross entropy also with label
-// smoothing, fused and unfused) and a whole LeNet (tests/parity/fixtures/layers.json,
-// losses.json, lenet.json, written by tests/parity/make_fixtures.py with torch 1.13): the same weights
+// PyTorch parity of every layer, the losses (MSE, cross entropy and NLL: mean, sum and unreduced; cross
+// entropy also with label smoothing, fused and unfused, and class weights through its unreduced rows)
+// and a whole LeNet (tests/parity/fixtures/layers.json, losses.json, lenet.json, written by
+// tests/parity/make_fixtures.py with torch 1.13): the same weights
 // and inputs give the same outputs, input gradients and parameter gradients, and LeNet the same
 // parameters after three steps of SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to
 // each element, floored at 1% of its tensor's scale: parity::scale_floor). Both devices.
@@ -202,6 +203,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
     check({kiln::sum(ce.unreduced(logits, labels) * dloss).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}},
           "cross_entropy_weight loss");
     check(ce.backward(logits, labels, dloss).to_vector(), c.at("grad"), "cross_entropy_weight grad");
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_matches_pytorch, D, kiln::test::devices) {
+  // torch.nn.NLLLoss over log_softmax outputs with two rows labelled -100: mean, sum and 'none'.
+  const json& f = fixture("losses.json");
+  for (const auto& [key, reduction] : {std::pair{"nll", knn::Reduction::mean}, std::pair{"nll_sum", knn::Reduction::sum},
+                                       std::pair{"nll_none", knn::Reduction::mean}}) {
+    const json& c = f.at(key);
+    const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
+    const auto logp = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
+    const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
+    const Extents<Shape<dyn>> rows(static_cast<kiln::index_t>(labels_v.size()));
+    const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(std::span<const std::int64_t>(labels_v), rows);
+    const knn::NLLLoss nll{.reduction = reduction};
+    if (c.contains("grad_output")) {
+      const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), rows);
+      check(nll.unreduced(logp, labels).to_vector(), c.at("loss"), std::string(key) + " loss");
+      check(nll.backward(logp, labels, dloss).to_vector(), c.at("grad"), std::string(key) + " grad");
+    } else {
+      check({nll(logp, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
+      check(nll.backward(logp, labels).to_vector(), c.at("grad"), std::string(key) + " grad");
+    }
   }
 }
 

@@ -1,9 +1,10 @@
-// Softmax, LogSoftmax and CrossEntropyLoss: float64 finite-difference gradients, stability on large
-// logits, the values of torch.nn.functional on a fixed case, ignore_index, label smoothing, sum
-// reduction and unreduced rows, and labels out of range.
+// Softmax, LogSoftmax, CrossEntropyLoss and NLLLoss: float64 finite-difference gradients, stability on
+// large logits, the values of torch.nn.functional on a fixed case, ignore_index, label smoothing, sum
+// reduction and unreduced rows, LogSoftmax + NLLLoss = CrossEntropyLoss, and labels out of range.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <kiln/nn/nn.hpp>
@@ -205,6 +206,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_rejects_labels_outside_the_classes, 
   // and NaN in that row's gradient, which a GradScaler then skips.
   const auto x = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), kiln::Extents<Shape<dyn, 3>>(2));
   const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0, 3}, kiln::Extents<Shape<dyn>>(2));
+  const auto ones = kiln::test::make_tensor<D>(std::vector<float>(2, 1.0f), kiln::Extents<Shape<dyn>>(2));
   kiln::nn::CrossEntropyLoss ce;
   if constexpr (std::is_same_v<D, kiln::Cpu>) {
     for (const bool backward : {false, true}) {
@@ -218,12 +220,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_rejects_labels_outside_the_classes, 
     }
     const auto minus_one = kiln::test::make_tensor<D>(std::vector<std::int64_t>{-1, 0}, kiln::Extents<Shape<dyn>>(2));
     BOOST_CHECK_THROW((void)ce(x, minus_one), kiln::ValueError);
+    BOOST_CHECK_THROW((void)ce.unreduced(x, y), kiln::ValueError);  // unreduced: checked all the same
+    BOOST_CHECK_THROW((void)ce.backward(x, y, ones), kiln::ValueError);
   } else {
     BOOST_TEST(std::isnan(ce(x, y).item()));
-    const auto g = ce.backward(x, y).to_vector();
-    for (std::size_t j = 0; j < 3; ++j) {
-      BOOST_TEST(std::isfinite(g[j]));
-      BOOST_TEST(std::isnan(g[3 + j]));
+    const auto rows = ce.unreduced(x, y).to_vector();
+    BOOST_TEST(std::isfinite(rows[0]));
+    BOOST_TEST(std::isnan(rows[1]));
+    for (const auto& g : {ce.backward(x, y).to_vector(), ce.backward(x, y, ones).to_vector()}) {
+      for (std::size_t j = 0; j < 3; ++j) {
+        BOOST_TEST(std::isfinite(g[j]));
+        BOOST_TEST(std::isnan(g[3 + j]));
+      }
     }
   }
   const auto short_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0}, kiln::Extents<Shape<dyn>>(1));
@@ -327,9 +335,87 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_cross_entropy_is_one_pass_per_direction_
   before = kiln::passes();
   (void)ce.backward(x, y, w);
   BOOST_TEST(kiln::passes() - before == 1u);
+  // An ignored row's gradient is 0 whatever its dloss (NaN here), as torch's nll_loss backward skips it.
+  const auto some_ignored = kiln::test::make_tensor<D>(std::vector<std::int64_t>{3, -100, 3, 3, 3, 3, 3, 3, 3, -100},
+                                                       kiln::Extents<Shape<dyn>>(10));
+  std::vector<float> nan_w(10, 1.0f);
+  nan_w[1] = nan_w[9] = NAN;
+  const auto wn = kiln::test::make_tensor<D>(nan_w, kiln::Extents<Shape<dyn>>(10));
+  for (const bool fused : {true, false}) {
+    std::optional<kiln::Unfused> off;
+    if (!fused) off.emplace();
+    for (const auto& g : {ce.backward(x, some_ignored, wn).to_vector(), kiln::nn::NLLLoss{}.backward(x, some_ignored, wn).to_vector()})
+      for (std::size_t j = 0; j < 70; ++j) BOOST_TEST_REQUIRE((j / 7 == 1 || j / 7 == 9 ? g[j] == 0.0f : std::isfinite(g[j])));
+  }
   const auto short_w = kiln::test::make_tensor<D>(std::vector<float>(9, 1.0f), kiln::Extents<Shape<dyn>>(9));
   BOOST_CHECK_EXCEPTION((void)ce.backward(x, y, short_w), kiln::ShapeError, [](const kiln::ShapeError& e) {
     return std::string(e.what()).find("dloss [9] for 10 rows of logits [10, 7]") != std::string::npos;
+  });
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_after_log_softmax_is_cross_entropy, D, kiln::test::devices) {
+  // LogSoftmax + NLLLoss = CrossEntropyLoss, value and input gradient (through the layer's backward),
+  // mean and sum, with ignored rows; NLLLoss's own gradient is the finite difference of its value, summed
+  // or unreduced. Passes: rows + sum forward, one backward (plus the count of a mean on the GPU).
+  using Net = kiln::nn::Sequential<kiln::nn::LogSoftmax>;
+  kiln::nn::Model<Net, Rows, kiln::Policy<Fp64Check, D>> model(0);
+  const kiln::Extents<Rows> ext(6);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(42, -4.0, 4.0, 14), ext);
+  const kiln::Extents<Shape<dyn>> rows(6);
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{5, -100, 0, 6, 2, -100}, rows);
+  using R = kiln::nn::Reduction;
+  for (const auto reduction : {R::mean, R::sum}) {
+    BOOST_TEST_CONTEXT((reduction == R::sum ? "sum" : "mean")) {
+      const kiln::nn::NLLLoss nll{.reduction = reduction};
+      const kiln::nn::CrossEntropyLoss ce{.reduction = reduction};
+      const auto logp = model.forward(x);
+      BOOST_TEST(nll(logp, y).item() == ce(x, y).item(), boost::test_tools::tolerance(1e-12));
+      const auto dx = model.backward_input(nll.backward(logp, y));
+      BOOST_TEST(kiln::test::all_close(dx.to_vector(), ce.backward(x, y).to_vector()));
+      auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return nll(in, y).item(); };
+      BOOST_TEST(kiln::test::gradcheck(f, x, nll.backward(x, y)));
+    }
+  }
+  const kiln::nn::NLLLoss nll;
+  const auto w = kiln::test::make_tensor<D>(kiln::test::random_values<double>(6, -1.0, 1.0, 15), rows);
+  auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return kiln::sum(nll.unreduced(in, y) * w).item(); };
+  BOOST_TEST(kiln::test::gradcheck(f, x, nll.backward(x, y, w)));
+  const unsigned counting = std::is_same_v<D, kiln::Cpu> ? 0u : 1u;
+  auto before = kiln::passes();
+  (void)nll(x, y);
+  BOOST_TEST(kiln::passes() - before == 2u + counting);
+  before = kiln::passes();
+  (void)nll.backward(x, y);
+  BOOST_TEST(kiln::passes() - before == 1u + counting);
+  before = kiln::passes();
+  (void)nll.unreduced(x, y);
+  (void)nll.backward(x, y, w);
+  BOOST_TEST(kiln::passes() - before == 2u);
+  // torch's mean over only ignored rows is 0 / 0; the sum 0.
+  const auto ignored = kiln::test::make_tensor<D>(std::vector<std::int64_t>(6, -100), rows);
+  BOOST_TEST(std::isnan(nll(x, ignored).item()));
+  BOOST_TEST(kiln::nn::NLLLoss{.reduction = R::sum}(x, ignored).item() == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_labels_outside_the_classes, D, kiln::test::devices) {
+  // As CrossEntropyLoss: the CPU throws naming the label, its index and the range; the GPU gives NaN.
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(21, -3.0, 0.0, 16), kiln::Extents<Rows>(3));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{1, 7, 0}, kiln::Extents<Shape<dyn>>(3));
+  const kiln::nn::NLLLoss nll;
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    BOOST_CHECK_EXCEPTION((void)nll(x, y), kiln::ValueError, [](const kiln::ValueError& e) {
+      return std::string(e.what()) ==
+             "kiln::nn::NLLLoss: label 7 at index 1 is outside [0, 7) and is not ignore_index (-100)";
+    });
+    BOOST_CHECK_THROW((void)nll.backward(x, y), kiln::ValueError);
+  } else {
+    BOOST_TEST(std::isnan(nll(x, y).item()));
+    const auto g = nll.backward(x, y).to_vector();
+    for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(std::isnan(g[7 + j]));
+  }
+  const auto short_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0}, kiln::Extents<Shape<dyn>>(1));
+  BOOST_CHECK_EXCEPTION((void)nll(x, short_labels), kiln::ShapeError, [](const kiln::ShapeError& e) {
+    return std::string(e.what()) == "kiln::nn::NLLLoss: 3 rows of log-probabilities [3, 7] but 1 labels";
   });
 }
 

@@ -564,6 +564,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_loss_gradient_scaled_on_the_device_equals_the_ho
                boost::test_tools::per_element());
     BOOST_TEST(mse.backward(logits, target, value).to_vector() == mse.backward(logits, target, on_device).to_vector(),
                boost::test_tools::per_element());
+    // Through the unreduced terms: the upstream gradient times the scale, from the host or the device.
+    const auto rows = kt::make_tensor<D>(kt::random_values<float>(6, 0.5, 1.5, 6), Extents<Shape<dyn>>(6));
+    const auto terms = kt::make_tensor<D>(kt::random_values<float>(18, 0.5, 1.5, 7), Extents<Shape<dyn, 3>>(6));
+    BOOST_TEST(ce.backward(logits, some_ignored, rows, value).to_vector() ==
+                   ce.backward(logits, some_ignored, rows, on_device).to_vector(),
+               boost::test_tools::per_element());
+    BOOST_TEST(kiln::nn::NLLLoss{}.backward(logits, some_ignored, rows, value).to_vector() ==
+                   kiln::nn::NLLLoss{}.backward(logits, some_ignored, rows, on_device).to_vector(),
+               boost::test_tools::per_element());
+    BOOST_TEST(mse.backward(logits, target, terms, value).to_vector() ==
+                   mse.backward(logits, target, terms, on_device).to_vector(),
+               boost::test_tools::per_element());
+    BOOST_TEST(kt::all_close(mse.backward(logits, target, terms, value).to_vector(),
+                             kt::to_doubles(kiln::eval(mse.backward(logits, target, terms) * static_cast<float>(value)).to_vector())));
   }
 }
 

@@ -1,8 +1,8 @@
 // DataParallel with CPU replicas: torch.chunk's split; replicas stay identical; 2 replicas train like one
 // device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5); an
 // uneven split (7 samples on 3 replicas, 2 on 3) is weighted so the summed gradient is the batch's; bf16
-// replicas follow one bf16 device; CrossEntropyLoss's ignored labels weigh each replica by the rows that
-// count; sum-reduced and label-smoothed losses train like one device; fp16 replicas step through one GradScaler like one fp16 device (skips
+// replicas follow one bf16 device; CrossEntropyLoss's (and NLLLoss's) ignored labels weigh each replica
+// by the rows that count; sum-reduced and label-smoothed losses train like one device; fp16 replicas step through one GradScaler like one fp16 device (skips
 // counted once); an error on a replica's thread reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -108,6 +108,16 @@ BOOST_AUTO_TEST_CASE(ignored_labels_are_weighted_like_the_whole_batch) {
   for (int r = 0; r < dp.size(); ++r) dp.replica(r).zero_grad();
   BOOST_TEST(std::isnan(dp.train_step(x, none, knn::CrossEntropyLoss{})));  // torch's mean over no rows
   for (float g : dp.module().gradients().to_vector()) BOOST_TEST_REQUIRE(g == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(nll_loss_after_log_softmax_is_weighted_like_cross_entropy) {
+  // NLLLoss counts its rows as CrossEntropyLoss does (DataParallel asks the loss): replica 0 has three
+  // ignored rows of five, and the mean is still over the batch's six that count.
+  using Classifier = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 5>, knn::LogSoftmax>;
+  const std::vector<std::int64_t> labels{-100, -100, -100, 4, 1, 2, -100, 0, 3, 3};
+  const double d = train_both<Classifier>(2, 10, Extents<Row>(10), labels, Extents<Shape<dyn>>(10), knn::NLLLoss{});
+  BOOST_TEST_MESSAGE("13-16-5 classifier, 2 replicas, NLLLoss: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(sum_reduced_and_smoothed_losses_train_like_one_device) {
