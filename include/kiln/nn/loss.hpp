@@ -387,16 +387,23 @@ index_t count_kept(const Tensor<std::int64_t, SL, Cpu>& labels, std::int64_t ign
   return kept;
 }
 
-/// Checks x [N, C] (`scores`: what the loss calls them) against labels [N] for loss `who` (shapes; on the
-/// CPU every label, which must be in [0, C) or `ignore`) and counts what the reduction `how` divides by.
+/// Checks x [N, C] (`scores`: what loss `who` calls them) against labels [N]: one label per row.
 template <class T, class S, class SL, class D>
-LabelCount<D> count_labels(const char* who, const char* scores, const Tensor<T, S, D>& x,
-                           const Tensor<std::int64_t, SL, D>& labels, std::int64_t ignore, Reduction how) {
+void check_label_rows(const char* who, const char* scores, const Tensor<T, S, D>& x,
+                      const Tensor<std::int64_t, SL, D>& labels) {
   static_assert(S::rank == 2, "kiln::nn: a loss over class labels takes scores [N, C] (logits or log-probabilities)");
   static_assert(SL::rank == 1, "kiln::nn: a loss over class labels takes labels [N]: class indices (int64)");
   if (labels.size(0) != x.size(0))
     throw ShapeError(std::string(who) + ": " + std::to_string(x.size(0)) + " rows of " + scores + " " +
                      to_string(x.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
+}
+
+/// Checks x against labels for loss `who` (check_label_rows; on the CPU every label, which must be in
+/// [0, C) or `ignore`) and counts what the reduction `how` divides by.
+template <class T, class S, class SL, class D>
+LabelCount<D> count_labels(const char* who, const char* scores, const Tensor<T, S, D>& x,
+                           const Tensor<std::int64_t, SL, D>& labels, std::int64_t ignore, Reduction how) {
+  check_label_rows(who, scores, x, labels);
   LabelCount<D> r;
   if constexpr (std::is_same_v<D, Cpu>) {
     for (index_t n = 0; n < labels.numel(); ++n) {
@@ -531,10 +538,12 @@ struct CrossEntropyLoss {
     return dx;
   }
 
-  /// Checks the shapes, labels and label_smoothing, and counts what the reduction `how` divides by.
+  /// Checks the shapes, label_smoothing and the labels (in that order), and counts what the reduction
+  /// `how` divides by.
   template <class T, class S, class SL, class D>
   detail::LabelCount<D> count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                               Reduction how) const {
+    detail::check_label_rows("kiln::nn::CrossEntropyLoss", "logits", logits, labels);
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // (torch 1.13 checks only > 1)
       throw ValueError("kiln::nn::CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0. Got: " +
                        std::to_string(label_smoothing));
@@ -546,9 +555,12 @@ struct CrossEntropyLoss {
 /// labels [N] (int64): -x[n, y[n]], mean over the rows whose label is not `ignore_index`, as
 /// torch.nn.NLLLoss(); LogSoftmax + NLLLoss is CrossEntropyLoss in two steps. `ignore_index` (default
 /// -100), `reduction` (mean or sum), `unreduced` (torch's 'none') and a label outside [0, C) behave as
-/// CrossEntropyLoss's. The gradient is -1 / (rows counted) at each row's label and 0 elsewhere: one pass.
+/// CrossEntropyLoss's. The gradient is -scale / (rows counted; 1 for a sum) at each row's label and 0
+/// elsewhere, one pass (plus the count of a mean on the GPU); it never reads the log-probabilities, so
+/// a non-finite one gives no NaN in it (as torch's). torch's class `weight` is unreduced rows with
+/// dloss[n] = weight[y[n]] / Σ_m weight[y[m]] over the rows not ignored.
 /// Example:
-///   kiln::nn::NLLLoss nll;                     // after ..., kiln::nn::LogSoftmax> in the model
+///   kiln::nn::NLLLoss nll;                     // for a Sequential<..., kiln::nn::LogSoftmax>
 ///   auto loss = nll(logp, labels);             // rank-0 tensor
 ///   auto dlogp = nll.backward(logp, labels);   // [N, C]
 struct NLLLoss {

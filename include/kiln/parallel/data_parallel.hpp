@@ -176,7 +176,7 @@ struct ReplicaDevices<Cpu> {
 ///   double loss = dp.train_step(x, y, mse);  // split, forward + backward per replica, gradients summed
 ///   opt.step();                              // every replica steps
 /// For a mean-reduced loss (the default) replica r's loss gradient is weighted by its share of the batch
-/// (count_r / n; for CrossEntropyLoss, of the rows it does not ignore), so the summed gradient is the full
+/// (count_r / n; for CrossEntropyLoss and NLLLoss, of the rows they do not ignore), so the summed gradient is the full
 /// batch's mean gradient, whatever the split; for `reduction = Reduction::sum` each weighs 1, and the
 /// summed gradient is the full batch's sum's. Dropout draws its mask from each replica's own
 /// element indices, so a model with Dropout does not reproduce single-device training mask for mask.
@@ -277,7 +277,7 @@ class DataParallel {
   }
 
   /// The rows a mean-reduced loss divides by: the labels it does not ignore for a loss that says
-  /// (CrossEntropyLoss's ignore_index), else every row.
+  /// (CrossEntropyLoss's and NLLLoss's ignore_index), else every row.
   template <class Loss, class Y, class SY>
   static double counted_rows(const Loss& loss, const Tensor<Y, SY, Cpu>& y) {
     if constexpr (requires { loss.counted(y); })

@@ -173,6 +173,16 @@ void check_unreduced_16_bit() {
   const auto dx = knn::CrossEntropyLoss{}.backward(pred, labels, kt::make_tensor<D>(std::vector<float>{2.0f}, Extents<Shape<dyn>>(1)));
   static_assert(std::is_same_v<std::remove_cvref_t<decltype(dx)>, Tensor<T, S, D>>);
   BOOST_TEST(static_cast<float>(dx.to_vector()[1]) == -2.0f);  // 2 (softmax - 1), softmax of 1 next to big: 0
+  // NLLLoss: -x[label] in fp32, the gradient -dloss rounded to T.
+  const auto nll_rows = knn::NLLLoss{}.unreduced(pred, labels);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(nll_rows)>, Tensor<float, Shape<dyn>, D>>);
+  BOOST_TEST(nll_rows.item() == -1.0f);
+  const auto dn = knn::NLLLoss{}.backward(pred, labels, kt::make_tensor<D>(std::vector<float>{2.0f}, Extents<Shape<dyn>>(1)));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dn)>, Tensor<T, S, D>>);
+  BOOST_TEST((std::vector<float>{static_cast<float>(dn.to_vector()[0]), static_cast<float>(dn.to_vector()[1])}) ==
+                 (std::vector<float>{0.0f, -2.0f}),
+             boost::test_tools::per_element());
+  BOOST_TEST(knn::NLLLoss{}(pred, labels).item() == -1.0f);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_of_16_bit_operands_are_fp32, D, kiln::test::devices) {

@@ -391,16 +391,37 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_after_log_softmax_is_cross_entropy, D, ki
   (void)nll.unreduced(x, y);
   (void)nll.backward(x, y, w);
   BOOST_TEST(kiln::passes() - before == 2u);
-  // torch's mean over only ignored rows is 0 / 0; the sum 0.
+  // torch's mean over only ignored rows is 0 / 0, with a zero gradient; the sum 0; an empty batch the same.
   const auto ignored = kiln::test::make_tensor<D>(std::vector<std::int64_t>(6, -100), rows);
   BOOST_TEST(std::isnan(nll(x, ignored).item()));
+  for (double g : nll.backward(x, ignored).to_vector()) BOOST_TEST_REQUIRE(g == 0.0);
   BOOST_TEST(kiln::nn::NLLLoss{.reduction = R::sum}(x, ignored).item() == 0.0);
+  const auto none = kiln::test::make_tensor<D>(std::vector<double>{}, kiln::Extents<Rows>(0));
+  const auto no_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{}, kiln::Extents<Shape<dyn>>(0));
+  BOOST_TEST(std::isnan(nll(none, no_labels).item()));
+  BOOST_TEST(kiln::nn::NLLLoss{.reduction = R::sum}(none, no_labels).item() == 0.0);
+  BOOST_TEST(nll.unreduced(none, no_labels).numel() == 0);
+  // A log-probability of -inf: at the label the loss is inf and the gradient still -1 / count (torch's);
+  // elsewhere, or on an ignored row, it changes nothing.
+  auto v = kiln::test::random_values<double>(42, -4.0, 0.0, 17);
+  v[0 * 7 + 5] = -INFINITY;  // row 0's label
+  v[2 * 7 + 1] = -INFINITY;  // row 2, off its label
+  v[1 * 7 + 3] = -INFINITY;  // row 1, ignored
+  const auto xi = kiln::test::make_tensor<D>(v, ext);
+  BOOST_TEST(std::isinf(nll(xi, y).item()));
+  const auto gi = nll.backward(xi, y).to_vector();
+  for (std::size_t j = 0; j < 42; ++j) {
+    const std::size_t row = j / 7, col = j % 7;
+    const std::int64_t label = std::vector<std::int64_t>{5, -100, 0, 6, 2, -100}[row];
+    BOOST_TEST_REQUIRE(gi[j] == (static_cast<std::int64_t>(col) == label ? -0.25 : 0.0));
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_labels_outside_the_classes, D, kiln::test::devices) {
   // As CrossEntropyLoss: the CPU throws naming the label, its index and the range; the GPU gives NaN.
   const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(21, -3.0, 0.0, 16), kiln::Extents<Rows>(3));
   const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{1, 7, 0}, kiln::Extents<Shape<dyn>>(3));
+  const auto ones = kiln::test::make_tensor<D>(std::vector<float>(3, 1.0f), kiln::Extents<Shape<dyn>>(3));
   const kiln::nn::NLLLoss nll;
   if constexpr (std::is_same_v<D, kiln::Cpu>) {
     BOOST_CHECK_EXCEPTION((void)nll(x, y), kiln::ValueError, [](const kiln::ValueError& e) {
@@ -408,10 +429,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_labels_outside_the_classes, D, kiln::test
              "kiln::nn::NLLLoss: label 7 at index 1 is outside [0, 7) and is not ignore_index (-100)";
     });
     BOOST_CHECK_THROW((void)nll.backward(x, y), kiln::ValueError);
+    BOOST_CHECK_THROW((void)nll.unreduced(x, y), kiln::ValueError);
+    BOOST_CHECK_THROW((void)nll.backward(x, y, ones), kiln::ValueError);
   } else {
     BOOST_TEST(std::isnan(nll(x, y).item()));
-    const auto g = nll.backward(x, y).to_vector();
-    for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(std::isnan(g[7 + j]));
+    const auto rows = nll.unreduced(x, y).to_vector();
+    BOOST_TEST(std::isfinite(rows[0]));
+    BOOST_TEST(std::isnan(rows[1]));
+    for (const auto& g : {nll.backward(x, y).to_vector(), nll.backward(x, y, ones).to_vector()}) {
+      for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(std::isfinite(g[j]));
+      for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(std::isnan(g[7 + j]));
+    }
   }
   const auto short_labels = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0}, kiln::Extents<Shape<dyn>>(1));
   BOOST_CHECK_EXCEPTION((void)nll(x, short_labels), kiln::ShapeError, [](const kiln::ShapeError& e) {

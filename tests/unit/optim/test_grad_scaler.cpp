@@ -576,8 +576,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_loss_gradient_scaled_on_the_device_equals_the_ho
     BOOST_TEST(mse.backward(logits, target, terms, value).to_vector() ==
                    mse.backward(logits, target, terms, on_device).to_vector(),
                boost::test_tools::per_element());
+    const auto times_value = [&](const auto& g) { return kt::to_doubles(kiln::eval(g * static_cast<float>(value)).to_vector()); };
     BOOST_TEST(kt::all_close(mse.backward(logits, target, terms, value).to_vector(),
-                             kt::to_doubles(kiln::eval(mse.backward(logits, target, terms) * static_cast<float>(value)).to_vector())));
+                             times_value(mse.backward(logits, target, terms))));
+    BOOST_TEST(kt::all_close(ce.backward(logits, some_ignored, rows, value).to_vector(),
+                             times_value(ce.backward(logits, some_ignored, rows))));
+    const kiln::nn::NLLLoss nll;
+    BOOST_TEST(kt::all_close(nll.backward(logits, some_ignored, rows, value).to_vector(),
+                             times_value(nll.backward(logits, some_ignored, rows))));
+    // NLLLoss's mean: the count (on the GPU, a device scalar) and the scale read by one pass.
+    BOOST_TEST(nll.backward(logits, some_ignored, value).to_vector() == nll.backward(logits, some_ignored, on_device).to_vector(),
+               boost::test_tools::per_element());
+    BOOST_TEST(kt::all_close(nll.backward(logits, some_ignored, value).to_vector(),
+                             times_value(nll.backward(logits, some_ignored))));
   }
 }
 
