@@ -398,12 +398,11 @@ void check_label_rows(const char* who, const char* scores, const Tensor<T, S, D>
                      to_string(x.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
 }
 
-/// Checks x against labels for loss `who` (check_label_rows; on the CPU every label, which must be in
-/// [0, C) or `ignore`) and counts what the reduction `how` divides by.
+/// Checks the labels of x for loss `who` (on the CPU each label, which must be in [0, C) or `ignore`;
+/// check_label_rows first) and counts what the reduction `how` divides by.
 template <class T, class S, class SL, class D>
-LabelCount<D> count_labels(const char* who, const char* scores, const Tensor<T, S, D>& x,
-                           const Tensor<std::int64_t, SL, D>& labels, std::int64_t ignore, Reduction how) {
-  check_label_rows(who, scores, x, labels);
+LabelCount<D> count_labels(const char* who, const Tensor<T, S, D>& x, const Tensor<std::int64_t, SL, D>& labels,
+                           std::int64_t ignore, Reduction how) {
   LabelCount<D> r;
   if constexpr (std::is_same_v<D, Cpu>) {
     for (index_t n = 0; n < labels.numel(); ++n) {
@@ -421,6 +420,15 @@ LabelCount<D> count_labels(const char* who, const char* scores, const Tensor<T, 
     r.den = Denominator::on_device(r.keep->data());
   }
   return r;
+}
+
+/// Checks the upstream gradient `dloss` [N] of loss `who`'s unreduced rows against x [N, C] (`scores`).
+template <class T, class S, class G, class SG, class D>
+void check_row_gradient(const char* who, const char* scores, const Tensor<T, S, D>& x, const Tensor<G, SG, D>& dloss) {
+  kiln::detail::check_same_device(who, x, dloss);
+  if (dloss.size(0) != x.size(0))
+    throw ShapeError(std::string(who) + ": dloss " + to_string(dloss.extents()) + " for " + std::to_string(x.size(0)) +
+                     " rows of " + scores + " " + to_string(x.extents()));
 }
 }  // namespace detail
 
@@ -450,15 +458,8 @@ struct CrossEntropyLoss {
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
                                               const Tensor<std::int64_t, SL, D>& labels) const {
     kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss", logits, labels);
-    const int device = kiln::detail::pass_device(logits);
-    const kiln::detail::device_scope<D> on(device);  // the logits' GPU, whichever is current
-    const auto den = count(logits, labels, reduction);
-    Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logits.size(0)), device);
-    kiln::detail::executor<D>::for_each(
-        logits.size(0),
-        detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den,
-                                    eps<T>()});
-    return logits.size(0) == 0 && reduction == Reduction::mean ? mean(rows) : sum(rows);  // no rows: 0 / 0
+    const auto terms = rows(logits, labels, reduction);  // each divided by the mean's count
+    return logits.size(0) == 0 && reduction == Reduction::mean ? mean(terms) : sum(terms);  // no rows: 0 / 0
   }
   /// dL/dlogits = (softmax(logits) - target) / (rows not ignored; 1 for a sum), target the one-hot labels
   /// (smoothed), times `scale` (1 for a plain step); ignored rows 0. One pass; with fusion off
@@ -477,15 +478,7 @@ struct CrossEntropyLoss {
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, SL, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) const {
     kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::unreduced", logits, labels);
-    const int device = kiln::detail::pass_device(logits);
-    const kiln::detail::device_scope<D> on(device);
-    const auto den = count(logits, labels, Reduction::sum);
-    Tensor<compute_t<T>, SL, D> rows(labels.extents(), device);
-    kiln::detail::executor<D>::for_each(
-        logits.size(0),
-        detail::CrossEntropyRows<T>{logits.data(), labels.data(), rows.data(), logits.size(1), ignore_index, den.den,
-                                    eps<T>()});
-    return rows;
+    return rows(logits, labels, Reduction::sum);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` [N] (dL/d of each row's loss):
   /// dloss[n] (softmax(logits[n]) - target[n]) per row, ignored rows 0 (whatever their dloss), as
@@ -496,10 +489,7 @@ struct CrossEntropyLoss {
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(SG::rank == 1, "kiln::nn::CrossEntropyLoss::backward: dloss must be [N], one gradient per row");
     kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::backward", logits, labels);
-    kiln::detail::check_same_device("kiln::nn::CrossEntropyLoss::backward", logits, dloss);
-    if (dloss.size(0) != logits.size(0))
-      throw ShapeError("kiln::nn::CrossEntropyLoss::backward: dloss " + to_string(dloss.extents()) + " for " +
-                       std::to_string(logits.size(0)) + " rows of logits " + to_string(logits.extents()));
+    detail::check_row_gradient("kiln::nn::CrossEntropyLoss::backward", "logits", logits, dloss);
     return gradient(logits, labels, scale, Reduction::sum, dloss.data());
   }
 
@@ -514,6 +504,19 @@ struct CrossEntropyLoss {
   template <class T>
   compute_t<T> eps() const { return static_cast<compute_t<T>>(label_smoothing); }
 
+  /// Each row's loss [N] in the compute type, divided by what the reduction `how` divides by.
+  template <class T, class S, class SL, class D>
+  Tensor<compute_t<T>, SL, D> rows(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
+                                   Reduction how) const {
+    const int device = kiln::detail::pass_device(logits);
+    const kiln::detail::device_scope<D> on(device);  // the logits' GPU, whichever is current
+    const auto den = count(logits, labels, how);
+    Tensor<compute_t<T>, SL, D> out(labels.extents(), device);
+    kiln::detail::executor<D>::for_each(
+        logits.size(0), detail::CrossEntropyRows<T>{logits.data(), labels.data(), out.data(), logits.size(1),
+                                                    ignore_index, den.den, eps<T>()});
+    return out;
+  }
   /// dL/dlogits for `how` (sum for the unreduced rows), times `upstream[n]` per row where given.
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels, LossScale scale,
@@ -547,7 +550,7 @@ struct CrossEntropyLoss {
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // (torch 1.13 checks only > 1)
       throw ValueError("kiln::nn::CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0. Got: " +
                        std::to_string(label_smoothing));
-    return detail::count_labels("kiln::nn::CrossEntropyLoss", "logits", logits, labels, ignore_index, how);
+    return detail::count_labels("kiln::nn::CrossEntropyLoss", logits, labels, ignore_index, how);
   }
 };
 
@@ -570,13 +573,8 @@ struct NLLLoss {
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
     kiln::detail::check_same_device("kiln::nn::NLLLoss", logp, labels);
-    const int device = kiln::detail::pass_device(logp);
-    const kiln::detail::device_scope<D> on(device);
-    const auto den = count(logp, labels, reduction);
-    Tensor<compute_t<T>, Shape<dyn>, D> rows(Extents<Shape<dyn>>(logp.size(0)), device);
-    kiln::detail::executor<D>::for_each(
-        logp.size(0), detail::NllRows<T>{logp.data(), labels.data(), rows.data(), logp.size(1), ignore_index, den.den});
-    return logp.size(0) == 0 && reduction == Reduction::mean ? mean(rows) : sum(rows);  // no rows: 0 / 0
+    const auto terms = rows(logp, labels, reduction);  // each divided by the mean's count
+    return logp.size(0) == 0 && reduction == Reduction::mean ? mean(terms) : sum(terms);  // no rows: 0 / 0
   }
   /// dL/dlogp: -scale / (rows not ignored; 1 for a sum) at each row's label, 0 elsewhere and on ignored
   /// rows, `scale` the loss's own gradient (1 for a plain step).
@@ -591,13 +589,7 @@ struct NLLLoss {
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, SL, D> unreduced(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
     kiln::detail::check_same_device("kiln::nn::NLLLoss::unreduced", logp, labels);
-    const int device = kiln::detail::pass_device(logp);
-    const kiln::detail::device_scope<D> on(device);
-    const auto den = count(logp, labels, Reduction::sum);
-    Tensor<compute_t<T>, SL, D> rows(labels.extents(), device);
-    kiln::detail::executor<D>::for_each(
-        logp.size(0), detail::NllRows<T>{logp.data(), labels.data(), rows.data(), logp.size(1), ignore_index, den.den});
-    return rows;
+    return rows(logp, labels, Reduction::sum);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` [N]: -scale dloss[n] at row n's
   /// label, 0 on ignored rows (whatever their dloss).
@@ -606,10 +598,7 @@ struct NLLLoss {
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(SG::rank == 1, "kiln::nn::NLLLoss::backward: dloss must be [N], one gradient per row");
     kiln::detail::check_same_device("kiln::nn::NLLLoss::backward", logp, labels);
-    kiln::detail::check_same_device("kiln::nn::NLLLoss::backward", logp, dloss);
-    if (dloss.size(0) != logp.size(0))
-      throw ShapeError("kiln::nn::NLLLoss::backward: dloss " + to_string(dloss.extents()) + " for " +
-                       std::to_string(logp.size(0)) + " rows of log-probabilities " + to_string(logp.extents()));
+    detail::check_row_gradient("kiln::nn::NLLLoss::backward", "log-probabilities", logp, dloss);
     return gradient(logp, labels, scale, Reduction::sum, dloss.data());
   }
 
@@ -624,7 +613,20 @@ struct NLLLoss {
   template <class T, class S, class SL, class D>
   detail::LabelCount<D> count(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
                               Reduction how) const {
-    return detail::count_labels("kiln::nn::NLLLoss", "log-probabilities", logp, labels, ignore_index, how);
+    detail::check_label_rows("kiln::nn::NLLLoss", "log-probabilities", logp, labels);
+    return detail::count_labels("kiln::nn::NLLLoss", logp, labels, ignore_index, how);
+  }
+  /// Each row's loss [N] in the compute type, divided by what the reduction `how` divides by.
+  template <class T, class S, class SL, class D>
+  Tensor<compute_t<T>, SL, D> rows(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
+                                   Reduction how) const {
+    const int device = kiln::detail::pass_device(logp);
+    const kiln::detail::device_scope<D> on(device);
+    const auto den = count(logp, labels, how);
+    Tensor<compute_t<T>, SL, D> out(labels.extents(), device);
+    kiln::detail::executor<D>::for_each(
+        logp.size(0), detail::NllRows<T>{logp.data(), labels.data(), out.data(), logp.size(1), ignore_index, den.den});
+    return out;
   }
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> gradient(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels, LossScale scale,
