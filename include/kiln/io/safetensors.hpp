@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -66,31 +67,113 @@ inline std::string shape_text(const std::vector<index_t>& s) {
   for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
   return t + "]";
 }
+/// Appends v's JSON text to `text` until it holds more than 40 characters: each array or object level
+/// adds at least one, so a header nested a million deep recurses about 40 levels (json::dump would
+/// recurse through all of them and overflow the stack).
+inline void json_shown_into(const nlohmann::json& v, std::string& text) {
+  if (text.size() > 40) return;
+  if (!v.is_structured()) {
+    text += v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return;
+  }
+  text += v.is_array() ? '[' : '{';
+  bool first = true;
+  for (auto it = v.begin(); it != v.end() && text.size() <= 40; ++it, first = false) {
+    if (!first) text += ',';
+    if (v.is_object()) text += nlohmann::json(it.key()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ':';
+    json_shown_into(*it, text);
+  }
+  text += v.is_array() ? ']' : '}';
+}
 /// A JSON value as an error message shows it: its text, cut after 40 characters.
 inline std::string json_shown(const nlohmann::json& v) {
-  std::string text = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string text;
+  json_shown_into(v, text);
   if (text.size() > 40) text = text.substr(0, 40) + "...";
   return text;
 }
-/// Makes sure `path` reaches the disk (fsync), so that a rename over the old file never leaves an empty
-/// one after a power loss.
-inline void sync_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  const bool ok = fd >= 0 && ::fsync(fd) == 0;
-  const int error = errno;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw CheckpointError("kiln: cannot flush " + path.string() + " to disk: " + std::strerror(error));
-}
+
+/// A temporary file next to `path` that no other writer has: `path`.tmp.<pid>.<k>, created with
+/// O_EXCL (an existing file or link of that name is never opened), mode 0666 less the umask.
+class TempFile {
+ public:
+  explicit TempFile(const std::filesystem::path& path) {
+    static std::atomic<unsigned> serial{0};
+    for (int attempt = 0; fd_ < 0; ++attempt) {
+      path_ = path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ < 0 && (errno != EEXIST || attempt == 100))
+        throw CheckpointError("kiln: cannot write " + path_.string() + ": " + std::strerror(errno));
+    }
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  /// Removes the file unless it was renamed.
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  const std::filesystem::path& path() const { return path_; }
+  /// Writes all of `bytes`, or throws naming the file.
+  void write(const void* bytes, std::size_t n) {
+    const char* p = static_cast<const char*>(bytes);
+    while (n > 0) {
+      const ::ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) throw CheckpointError("kiln: writing " + path_.string() + " failed: " + std::strerror(errno));
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+  /// Flushes the file to disk (fsync, so that a rename over the old file never leaves an empty one after
+  /// a power loss), closes it and renames it to `to`.
+  void commit(const std::filesystem::path& to) {
+    if (::fsync(fd_) != 0) throw CheckpointError("kiln: cannot flush " + path_.string() + " to disk: " + std::strerror(errno));
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) throw CheckpointError("kiln: writing " + path_.string() + " failed: " + std::strerror(errno));
+    std::error_code ec;
+    std::filesystem::rename(path_, to, ec);
+    if (ec) throw CheckpointError("kiln: cannot rename " + path_.string() + " to " + to.string() + ": " + ec.message());
+    path_.clear();
+    // The rename itself reaches the disk with the folder's entries (best effort: a file system may not
+    // sync folders; the file is complete either way).
+    const auto folder = to.has_parent_path() ? to.parent_path() : std::filesystem::path(".");
+    const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+      (void)::fsync(dir);
+      ::close(dir);
+    }
+  }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
 }  // namespace detail
 
-/// Writes tensors (sorted by name, as the format asks) and string metadata to `path` atomically: a
-/// temporary file in the same folder, flushed to disk, then renamed over `path`. A crash leaves the old
-/// file.
+/// Writes tensors (the header sorted by name, the data by element size, largest first, as the reference
+/// writer) and string metadata to `path` atomically: a temporary file of this writer's own in the same
+/// folder (`path`.tmp.<pid>.<k>), flushed to disk, then renamed over `path`. A crash leaves the old
+/// file; two processes saving to one path each publish a complete file (the last rename wins); an error
+/// removes the temporary file.
 inline void write_safetensors(const std::filesystem::path& path, const std::map<std::string, SafetensorsEntry>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
   auto header = nlohmann::ordered_json::object();  // "{}" for no tensors, as the reference writer
   if (!metadata.empty()) header["__metadata__"] = metadata;
+  // The data in order of element size, largest first, then by name (as the reference writer): each
+  // tensor starts at a multiple of its element size.
+  std::vector<const std::pair<const std::string, SafetensorsEntry>*> order;
+  for (const auto& item : tensors) order.push_back(&item);
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return detail::dtype_size(a->second.dtype) > detail::dtype_size(b->second.dtype);
+  });
+  std::map<std::string, std::uint64_t> offsets;
   std::uint64_t offset = 0;
+  for (const auto* item : order) {
+    offsets[item->first] = offset;
+    offset += item->second.bytes.size();
+  }
   for (const auto& [name, e] : tensors) {
     if (name == "__metadata__") throw CheckpointError("kiln: " + path.string() + ": '__metadata__' cannot name a tensor");
     if (detail::dtype_size(e.dtype) == 0)
@@ -101,40 +184,19 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
       throw CheckpointError("kiln: " + path.string() + ": tensor '" + name + "' has " +
                             std::to_string(e.bytes.size()) + " bytes but shape " + detail::shape_text(e.shape) +
                             " of " + e.dtype + " needs " + std::to_string(n * detail::dtype_size(e.dtype)));
-    header[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
-    offset += e.bytes.size();
+    const std::uint64_t at = offsets.at(name);
+    header[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {at, at + e.bytes.size()}}};
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes, as the reference writer does
-  const auto tmp = std::filesystem::path(path.string() + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw CheckpointError("kiln: cannot write " + tmp.string() + ": " + std::strerror(errno));
-    const std::uint64_t size = text.size();
-    unsigned char le[8];
-    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(size >> (8 * i));
-    out.write(reinterpret_cast<const char*>(le), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& [name, e] : tensors) out.write(reinterpret_cast<const char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw CheckpointError("kiln: writing " + tmp.string() + " failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  try {
-    detail::sync_file(tmp);
-  } catch (...) {
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw CheckpointError("kiln: cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
-  }
+  detail::TempFile tmp(path);
+  const std::uint64_t size = text.size();
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(size >> (8 * i));
+  tmp.write(le, 8);
+  tmp.write(text.data(), text.size());
+  for (const auto* item : order) tmp.write(item->second.bytes.data(), item->second.bytes.size());
+  tmp.commit(path);
 }
 
 /// Reads every tensor of a safetensors file, checking the header: its size, JSON, the type of every
@@ -148,8 +210,14 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   if (!in) throw CheckpointError("kiln: cannot open " + path.string() + ": " + std::strerror(errno));
   const std::string where = "kiln: " + path.string();
   std::error_code ec;
-  const std::uint64_t file_size = std::filesystem::file_size(path, ec);
-  if (ec) throw CheckpointError(where + ": not a readable file: " + ec.message());
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw CheckpointError(where + ": not a regular file" + (ec ? ": " + ec.message() : std::string()));
+  // The size of the file opened (a checkpoint renamed over `path` since then is another file).
+  in.seekg(0, std::ios::end);
+  const std::streamoff end_of_file = in.tellg();
+  in.seekg(0);
+  if (!in || end_of_file < 0) throw CheckpointError(where + ": cannot tell the size of the file");
+  const auto file_size = static_cast<std::uint64_t>(end_of_file);
   if (file_size < 8) throw CheckpointError(where + ": " + std::to_string(file_size) + " bytes; a safetensors file starts with an 8-byte header size");
   unsigned char le[8];
   in.read(reinterpret_cast<char*>(le), 8);
@@ -172,8 +240,15 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   if (!header.is_object())
     throw CheckpointError(where + ": the header at offset 8 must be a JSON object, got " + detail::json_shown(header));
   const std::uint64_t data_size = file_size - 8 - hsize;
+  // Every entry is checked, and the spans together, before any data is read: a header that claims the
+  // same bytes many times costs no memory.
   std::map<std::string, SafetensorsEntry> out;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+  struct Read {
+    SafetensorsEntry* entry;
+    std::uint64_t begin, end;  // data offsets
+  };
+  std::vector<Read> reads;
   for (const auto& item : header.items()) {
     const std::string& name = item.key();
     const json& v = item.value();  // a reference, not a structured binding: lambdas below capture it
@@ -228,12 +303,8 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     if (end - b != n * element)
       throw CheckpointError(t + ": " + std::to_string(end - b) + " bytes but shape " + detail::shape_text(e.shape) +
                             " of " + e.dtype + " needs " + std::to_string(n * element));
-    e.bytes.resize(end - b);
-    in.seekg(static_cast<std::streamoff>(8 + hsize + b));
-    in.read(reinterpret_cast<char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
-    if (!in) throw CheckpointError(t + ": could not read bytes at offset " + std::to_string(8 + hsize + b));
     spans.emplace_back(b, end);
-    out.emplace(name, std::move(e));
+    reads.push_back({&out.emplace(name, std::move(e)).first->second, b, end});
   }
   std::sort(spans.begin(), spans.end());
   std::uint64_t expect = 0;
@@ -245,6 +316,12 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   }
   if (expect != data_size)
     throw CheckpointError(where + ": " + std::to_string(data_size - expect) + " bytes after the last tensor");
+  for (const Read& r : reads) {  // the spans tile the data: the file's size in all
+    r.entry->bytes.resize(r.end - r.begin);
+    in.seekg(static_cast<std::streamoff>(8 + hsize + r.begin));
+    in.read(reinterpret_cast<char*>(r.entry->bytes.data()), static_cast<std::streamsize>(r.end - r.begin));
+    if (!in) throw CheckpointError(where + ": could not read the bytes at offset " + std::to_string(8 + hsize + r.begin));
+  }
   return out;
 }
 

@@ -1,6 +1,8 @@
 // Checkpoints: PyTorch weights load into kiln and reproduce PyTorch's logits; save/load round trips
 // atomically; every malformed or mismatched file (another model's, a deeper one's) is rejected with a
 // message naming what is wrong.
+#include <sys/resource.h>
+
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <kiln/nn/nn.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/parity.hpp"
@@ -48,6 +51,20 @@ bool rejects(const fs::path& file, Check&& expected_text) {
   return false;
 }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// The files in `dir` whose names hold ".tmp" (a writer's temporary files that were left behind).
+int temporary_files(const fs::path& dir) {
+  int n = 0;
+  for (const auto& f : fs::directory_iterator(dir)) n += contains(f.path().filename().string(), ".tmp") ? 1 : 0;
+  return n;
+}
+
+/// This process's peak resident memory so far, in MiB.
+long peak_mib() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return r.ru_maxrss / 1024;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(io)
@@ -78,7 +95,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(save_then_load_round_trips_atomically, D, kiln::te
   const std::vector<float> step{7.0f};
   kiln::save_checkpoint(file, a, {{"optimizer.step", kiln::make_entry<float>(step, {1})}}, {{"epoch", "3"}});
   BOOST_TEST(fs::exists(file));
-  BOOST_TEST(!fs::exists(dir / "mlp.safetensors.tmp"));
+  BOOST_TEST(temporary_files(dir) == 0);
   std::map<std::string, std::string> meta;
   const auto rest = kiln::load_checkpoint(file, b, &meta);
   BOOST_TEST(b.parameters().to_vector() == a.parameters().to_vector());
@@ -213,6 +230,21 @@ BOOST_AUTO_TEST_CASE(every_whole_byte_dtype_reads_and_no_tensors_round_trip) {
   const auto t = kiln::read_safetensors(dir / "mixed.safetensors");
   BOOST_TEST(t.size() == 3u);
   BOOST_TEST(t.at("u").bytes.size() == 4u);
+  // Written back, the data goes largest element first (as the reference writer): U16 at byte 0, then
+  // the bytes; each tensor starts at a multiple of its element size.
+  kiln::write_safetensors(dir / "mixed_again.safetensors", t);
+  BOOST_TEST(kiln::read_safetensors(dir / "mixed_again.safetensors").at("b").bytes == t.at("b").bytes);
+  {
+    std::ifstream f(dir / "mixed_again.safetensors", std::ios::binary);
+    std::uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string text(n, '\0');
+    f.read(text.data(), static_cast<std::streamsize>(n));
+    const auto header = nlohmann::json::parse(text);
+    BOOST_TEST(header["u"]["data_offsets"] == nlohmann::json({0, 4}));
+    BOOST_TEST(header["b"]["data_offsets"] == nlohmann::json({4, 7}));
+    BOOST_TEST(header["q"]["data_offsets"] == nlohmann::json({7, 8}));
+  }
   BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", 1, "unsupported dtype \"F4\""));
   // No tensors: the header is {} (it was null, which no reader takes).
   kiln::write_safetensors(dir / "none.safetensors", {});
@@ -221,7 +253,62 @@ BOOST_AUTO_TEST_CASE(every_whole_byte_dtype_reads_and_no_tensors_round_trip) {
   kiln::write_safetensors(dir / "meta.safetensors", {}, {{"epoch", "3"}});
   BOOST_TEST(kiln::read_safetensors(dir / "meta.safetensors", &meta).empty());
   BOOST_TEST(meta.at("epoch") == "3");
-  BOOST_TEST(!fs::exists(dir / "meta.safetensors.tmp"));
+  BOOST_TEST(temporary_files(dir) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_deeply_nested_header_is_a_checkpoint_error_not_a_crash) {
+  // nlohmann's parser takes any depth; showing the value must not recurse through all of it (json::dump
+  // overflowed the stack at 100,000 levels).
+  const auto dir = scratch("deep");
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  BOOST_TEST(header_rejected(dir, deep, 0, "must be a JSON object, got [[[[[[[[[["));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,4]}})", 4,
+                             "dtype must be a string such as \"F32\", got [[[["));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[{"a":)" + deep + R"(}],"data_offsets":[0,4]}})", 4,
+                             "shape entries must be integers >= 0, got {\"a\":[[[["));
+}
+
+BOOST_AUTO_TEST_CASE(entries_that_claim_the_same_bytes_are_rejected_before_any_is_read) {
+  // 2048 tensors of 1 MiB, all at data bytes [0, 1 MiB): a 1 MiB file that claims 2 GiB. The layout is
+  // checked before any tensor's bytes are allocated, so the error costs no memory.
+  const auto dir = scratch("overlap");
+  std::string header = "{";
+  for (int i = 0; i < 2048; ++i)
+    header += (i ? "," : "") + std::string("\"t") + std::to_string(i) +
+              R"(":{"dtype":"U8","shape":[1048576],"data_offsets":[0,1048576]})";
+  header += "}";
+  const long before = peak_mib();
+  BOOST_TEST(header_rejected(dir, header, 1 << 20, "tensor data must be contiguous"));
+  BOOST_TEST(peak_mib() - before < 256, "peak memory grew by " << peak_mib() - before << " MiB");
+}
+
+BOOST_AUTO_TEST_CASE(writers_saving_to_one_path_each_publish_a_whole_file) {
+  // Each writer has a temporary file of its own (the shared name "<file>.tmp" let one rename publish a
+  // file another was still writing, and the other's rename fail).
+  const auto dir = scratch("writers");
+  const auto file = dir / "shared.safetensors";
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w)
+    writers.emplace_back([&, w] {
+      const std::vector<float> values(4096, static_cast<float>(w));
+      try {
+        for (int k = 0; k < 20; ++k) kiln::write_safetensors(file, {{"w", kiln::make_entry<float>(values, {4096})}});
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(w)] = e.what();
+      }
+    });
+  for (auto& t : writers) t.join();
+  BOOST_TEST(errors[0].empty(), errors[0]);
+  BOOST_TEST(errors[1].empty(), errors[1]);
+  const auto t = kiln::read_safetensors(file);  // whole: one writer's values throughout
+  const auto& bytes = t.at("w").bytes;
+  BOOST_REQUIRE_EQUAL(bytes.size(), 4096u * 4u);
+  BOOST_TEST(std::equal(bytes.begin() + 4, bytes.end(), bytes.begin()));
+  BOOST_TEST(temporary_files(dir) == 0);
+  // A folder is not a checkpoint, and a folder that does not exist leaves nothing behind.
+  BOOST_CHECK_THROW(kiln::read_safetensors(dir), kiln::CheckpointError);
+  BOOST_CHECK_THROW(kiln::write_safetensors(dir / "absent" / "x.safetensors", {}), kiln::CheckpointError);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
