@@ -108,8 +108,8 @@ class StepLR : public detail::LRScheduler<Opt, StepLR<Opt>> {
   double gamma_;
 };
 
-/// lr = base_lr * gamma^(number of milestones <= epoch), torch.optim.lr_scheduler.MultiStepLR (a
-/// milestone given twice counts twice).
+/// lr = base_lr * gamma^(number of milestones in [0, epoch]), torch.optim.lr_scheduler.MultiStepLR (a
+/// milestone given twice counts twice; a negative one never counts).
 /// Example: `kiln::optim::MultiStepLR sched(opt, {30, 80}, 0.1);`
 template <lr_optimizer Opt>
 class MultiStepLR : public detail::LRScheduler<Opt, MultiStepLR<Opt>> {
@@ -122,7 +122,9 @@ class MultiStepLR : public detail::LRScheduler<Opt, MultiStepLR<Opt>> {
     this->apply();
   }
   double lr_at(std::int64_t epoch) const {
-    const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
+    // Milestones in [0, epoch]: torch's epochs start at 0, so a negative milestone is never reached.
+    const auto first = std::lower_bound(milestones_.begin(), milestones_.end(), std::int64_t{0});
+    const auto passed = std::upper_bound(first, milestones_.end(), epoch) - first;
     return this->base_lr() * std::pow(gamma_, static_cast<double>(passed));
   }
   const std::vector<std::int64_t>& milestones() const { return milestones_; }

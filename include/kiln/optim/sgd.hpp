@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
@@ -229,7 +230,7 @@ class SGD {
   /// p += -lr g; and the working copy rewritten from p (mixed precision).
   void step_unfused() {
     using C = typename detail::SgdStep<M, W>::C;
-    arena_type g = g_;  // shares the gradients until an operation makes a new tensor
+    arena_type g = g_;  // shares the gradients (never written: torch's step leaves p.grad as it is)
     if (o_.weight_decay != 0.0f) {
       g = arena_type(g_.extents(), g_.device_index());
       kiln::assign(g, g_ + p_ * C(o_.weight_decay));
@@ -241,12 +242,13 @@ class SGD {
         kiln::assign(buf_, buf_ * C(o_.momentum));
         kiln::assign(buf_, buf_ + g * (C(1) - C(o_.dampening)));
       }
+      // Rebinding g (a move; a copy assignment would write into the tensor g shares: the gradients).
       if (o_.nesterov) {
         arena_type n(g_.extents(), g_.device_index());
         kiln::assign(n, g + buf_ * C(o_.momentum));
-        g = n;
+        g = std::move(n);
       } else {
-        g = buf_;
+        g = arena_type(buf_);
       }
     }
     kiln::assign(p_, p_ + g * C(-o_.lr));

@@ -123,6 +123,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multi_step_lr_counts_a_repeated_milestone_twice, D
   BOOST_TEST(sched.lr_at(1) == sched.base_lr());
   BOOST_TEST(sched.lr_at(2) == sched.base_lr() * 0.5);
   BOOST_TEST(sched.lr_at(4) == sched.base_lr() * 0.125);
+  // torch's epochs start at 0: milestone 0 counts from the start, a negative one never
+  // (MultiStepLR([-1, 0, 2], 0.5) gives 0.5, 0.5, 0.25, ... in torch 1.13).
+  kiln::optim::MultiStepLR early(o.opt, {-1, 0, 2}, 0.5);
+  BOOST_TEST(early.lr_at(0) == early.base_lr() * 0.5);
+  BOOST_TEST(early.lr_at(1) == early.base_lr() * 0.5);
+  BOOST_TEST(early.lr_at(2) == early.base_lr() * 0.25);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_reject_bad_arguments, D, kiln::test::devices) {
