@@ -36,6 +36,8 @@ inline std::string read_text(const std::string& path) {
   const auto status = fs::status(path, ec);
   if (!fs::exists(status)) throw DataError(path, where, "the file does not exist", expected);
   if (fs::is_directory(status)) throw DataError(path, where, "this is a directory, not a file", expected);
+  if (!fs::is_regular_file(status))  // a pipe or a device: its size cannot be known (copy it to a file)
+    throw DataError(path, where, "not a regular file (a pipe or a device?)", expected);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, where, "cannot open the file (permissions?)", expected);
   std::string text;

@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -94,10 +95,13 @@ class DataLoader {
                        "decides the order (shuffle it: RandomSampler, DistributedSampler{.shuffle = true})");
     check();
   }
+  // The loader keeps a pointer to the dataset: a temporary one would dangle (name it first).
+  DataLoader(const Ds&&, LoaderOptions = {}, Transform = {}) requires std::is_same_v<Sampler, AnySampler> = delete;
+  DataLoader(const Ds&&, Sampler, LoaderOptions, Transform = {}) = delete;
 
-  /// Batches per epoch (len(loader)).
+  /// Batches per epoch (len(loader)), from the sampler's length (an epoch's order is not drawn).
   index_t size() const {
-    const index_t n = static_cast<index_t>(indices(0).size());
+    const index_t n = samples();
     return o_.drop_last ? n / o_.batch_size : (n + o_.batch_size - 1) / o_.batch_size;
   }
   const LoaderOptions& options() const { return o_; }
@@ -278,6 +282,19 @@ class DataLoader {
       return std::visit([&](const auto& s) { return s.indices(n, epoch); }, sampler_);
     else
       return sampler_.indices(n, epoch);
+  }
+  /// Samples per epoch: the sampler's length(n) (len(sampler)), or the size of epoch 0's order for a
+  /// sampler without one.
+  index_t samples() const {
+    const index_t n = ds_->size();
+    const auto length = [&](const auto& s) -> index_t {
+      if constexpr (requires { { s.length(n) } -> std::convertible_to<index_t>; }) return s.length(n);
+      else return static_cast<index_t>(s.indices(n, 0).size());
+    };
+    if constexpr (detail::is_variant<Sampler>)
+      return std::visit(length, sampler_);
+    else
+      return length(sampler_);
   }
   void check() {
     if (o_.batch_size < 1)

@@ -74,7 +74,8 @@ class Mnist {
     namespace fs = std::filesystem;
     for (const std::string& candidate : {name, name + ".gz"}) {
       const fs::path p = fs::path(root) / candidate;
-      if (fs::exists(p)) return p.string();
+      std::error_code ec;  // a folder that cannot be searched counts as not having it
+      if (fs::exists(p, ec)) return p.string();
     }
     throw DataError((std::filesystem::path(root) / name).string(), "byte 0", "no such file (nor " + name + ".gz)",
                     "the IDX files of MNIST or Fashion-MNIST in " + root +

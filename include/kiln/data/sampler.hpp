@@ -36,6 +36,7 @@ inline std::vector<index_t> permutation(index_t n, std::uint64_t seed) {
 
 /// 0, 1, ..., n - 1 every epoch.
 struct SequentialSampler {
+  index_t length(index_t n) const { return n; }
   std::vector<index_t> indices(index_t n, std::uint64_t /*epoch*/) const {
     std::vector<index_t> v(static_cast<std::size_t>(n));
     std::iota(v.begin(), v.end(), index_t{0});
@@ -46,6 +47,7 @@ struct SequentialSampler {
 /// A fresh permutation every epoch, from (seed, epoch): the same seed gives the same orders.
 struct RandomSampler {
   std::uint64_t seed = 0;
+  index_t length(index_t n) const { return n; }
   std::vector<index_t> indices(index_t n, std::uint64_t epoch) const { return detail::permutation(n, detail::mix(seed, epoch)); }
 };
 
@@ -73,11 +75,16 @@ struct DistributedSampler {
       throw ValueError("kiln::data::DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " +
                        std::to_string(world_size) + ")");
   }
-  std::vector<index_t> indices(index_t n, std::uint64_t epoch) const {
+  /// This rank's samples per epoch (torch's num_samples): n / world_size, rounded up (padding) or down
+  /// (drop_last).
+  index_t length(index_t n) const {
     check();
-    std::vector<index_t> all = shuffle ? detail::permutation(n, detail::mix(seed, epoch)) : SequentialSampler{}.indices(n, epoch);
     const index_t w = world_size;
-    const index_t per_rank = drop_last ? n / w : (n + w - 1) / w;
+    return drop_last ? n / w : (n + w - 1) / w;
+  }
+  std::vector<index_t> indices(index_t n, std::uint64_t epoch) const {
+    const index_t per_rank = length(n), w = world_size;
+    std::vector<index_t> all = shuffle ? detail::permutation(n, detail::mix(seed, epoch)) : SequentialSampler{}.indices(n, epoch);
     const index_t total = per_rank * w;
     if (!drop_last && n > 0)
       for (index_t i = n; i < total; ++i) all.push_back(all[static_cast<std::size_t>((i - n) % n)]);

@@ -57,6 +57,10 @@ struct Normalize {
       throw ValueError("kiln::data::Normalize: " + std::to_string(mean.size()) + " means and " +
                        std::to_string(std.size()) + " stds for " + std::to_string(channels) +
                        " channels; give one value or one per channel, as many stds as means");
+    for (std::size_t k = 0; k < std.size(); ++k)
+      if (std[k] == 0.0f)  // as torchvision's normalize (and ScaleNormalize)
+        throw ValueError("kiln::data::Normalize: std[" + std::to_string(k) + "] is 0; dividing by it would give "
+                         "inf or NaN");
     for (index_t c = 0; c < channels; ++c) {
       const std::size_t k = mean.size() == 1 ? 0 : static_cast<std::size_t>(c);
       const float m = mean[k], inv = 1.0f / std[k];

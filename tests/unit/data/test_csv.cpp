@@ -7,6 +7,8 @@
 // machine these tests were written on). The case boston_house_prices_loads_as_scikit_learn_ships_it
 // checks it when it exists and says it skipped otherwise.
 #include <algorithm>
+#include <sys/stat.h>
+
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
@@ -190,6 +192,10 @@ BOOST_AUTO_TEST_CASE(a_missing_file_is_named) {
                         says(file, "line 1", {"does not exist", "expected a readable CSV file"}));
   BOOST_CHECK_EXCEPTION(CsvDataset<2>(s.dir.string()), DataError,
                         says(s.dir.string(), "line 1", {"directory"}));
+  // A pipe (`--data <(zcat boston.csv.gz)`) has no size to read by: named as such, not as an empty file.
+  const auto fifo = (s.dir / "pipe.csv").string();
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>{fifo}, DataError, says(fifo, "line 1", {"not a regular file"}));
 }
 
 BOOST_AUTO_TEST_CASE(an_empty_file_is_rejected) {

@@ -228,6 +228,32 @@ BOOST_AUTO_TEST_CASE(distributed_sampler_pads_and_splits_like_pytorch) {
   BOOST_TEST(epoch(plain).first == (std::vector<std::int64_t>{1, 4, 7, 0}), boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(a_samplers_length_is_the_size_of_its_order) {
+  // len(sampler) without drawing an epoch: what DataLoader::size() divides by.
+  for (index_t n = 0; n <= 13; ++n) {
+    BOOST_TEST(kd::SequentialSampler{}.length(n) == n);
+    BOOST_TEST(kd::RandomSampler{.seed = 3}.length(n) == n);
+    for (int w = 1; w <= 5; ++w)
+      for (int r = 0; r < w; ++r)
+        for (const bool drop : {false, true}) {
+          const kd::DistributedSampler s{.world_size = w, .rank = r, .seed = 2, .drop_last = drop};
+          BOOST_TEST(s.length(n) == static_cast<index_t>(s.indices(n, 1).size()), "n " << n << " of " << w << " ranks, rank " << r);
+        }
+  }
+  // A sampler of the caller's own, without length(): the loader counts one epoch's order.
+  struct Evens {
+    std::vector<index_t> indices(index_t n, std::uint64_t) const {
+      std::vector<index_t> v;
+      for (index_t i = 0; i < n; i += 2) v.push_back(i);
+      return v;
+    }
+  };
+  const auto ds = images(9);
+  kd::DataLoader<std::decay_t<decltype(ds)>, kd::Identity, Evens> evens(ds, Evens{}, {.batch_size = 2});
+  BOOST_TEST(evens.size() == 3);  // 0 2 4 6 8: batches of 2, the last short
+  BOOST_TEST(epoch(evens).first == (std::vector<std::int64_t>{0, 2, 4, 6, 8}), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
   using S = Shape<2, 3, 4>;
   std::vector<float> x(24);
@@ -242,6 +268,10 @@ BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
   BOOST_TEST(f[0] == 3.0f);
   BOOST_TEST(f[4 * 5 + 1] == 22.0f);  // row 5, column 1 <- column 2
   BOOST_CHECK_THROW((kd::Normalize{{1, 2, 3}, {1, 1, 1}}.apply<S>(std::span<float>(n), rng)), kiln::ValueError);
+  // A std of 0 would make the batch inf or NaN: torchvision's normalize raises, as ScaleNormalize does.
+  BOOST_CHECK_EXCEPTION((kd::Normalize{{1, 2}, {2, 0}}.apply<S>(std::span<float>(n), rng)), kiln::ValueError,
+                        [](const kiln::ValueError& e) { return std::string(e.what()).find("std[1] is 0") != std::string::npos; });
+  BOOST_CHECK_THROW((kd::Normalize{{1}, {0}}.apply<S>(std::span<float>(n), rng)), kiln::ValueError);
   // RandomCrop(padding 1): the output is the input shifted by some (dy, dx) in [-1, 1]^2, zeros outside,
   // and over many draws every shift appears.
   std::set<std::pair<int, int>> shifts;
