@@ -151,15 +151,18 @@ EpochResult train_epoch(kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Opts
       });
 }
 
-/// Whether this process reports for the job: always, except on the ranks other than 0 of --parallel ddp.
+/// Appends the epoch's line to --metrics (nothing without one); under --parallel ddp rank 0 writes it and
+/// every rank learns whether it did (a file that cannot be written stops every rank with its message,
+/// not the others with a collective's timeout).
 template <class Trained>
-bool is_main(const Trained&) {
-  return true;
+void write_metrics(Trained&, const std::string& path, const nlohmann::json& fields) {
+  append_metrics(path, fields);
 }
 #if KILN_WITH_MPI
 template <class Net, class In, class B, class Prec, class D>
-bool is_main(const kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp) {
-  return ddp.rank() == 0;
+void write_metrics(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, const std::string& path,
+                   const nlohmann::json& fields) {
+  if (!path.empty()) ddp.on_main_rank([&] { append_metrics(path, fields); }, "appending to " + path);
 }
 #endif
 
@@ -175,7 +178,7 @@ void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const
   fields["seconds"] = e.seconds;
   fields["loss_scale"] = scaler.scale();
   fields["skipped_steps"] = scaler.skipped_steps();
-  if (is_main(trained)) append_metrics(o.metrics, fields);  // --parallel ddp: rank 0's line for the job
+  write_metrics(trained, o.metrics, fields);  // --parallel ddp: rank 0's line for the job
   if (!o.checkpoint.empty()) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1);
 }
 
