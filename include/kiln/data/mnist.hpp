@@ -72,12 +72,13 @@ class Mnist {
  private:
   static std::string find(const std::string& root, const std::string& name) {
     namespace fs = std::filesystem;
+    std::error_code ec;
     for (const std::string& candidate : {name, name + ".gz"}) {
       const fs::path p = fs::path(root) / candidate;
-      std::error_code ec;  // a folder that cannot be searched counts as not having it
       if (fs::exists(p, ec)) return p.string();
     }
-    throw DataError((std::filesystem::path(root) / name).string(), "byte 0", "no such file (nor " + name + ".gz)",
+    throw DataError((std::filesystem::path(root) / name).string(), "byte 0",
+                    "no such file (nor " + name + ".gz)" + (ec ? " (" + ec.message() + ")" : std::string()),
                     "the IDX files of MNIST or Fashion-MNIST in " + root +
                         " (Debian: apt-get install dataset-fashion-mnist, in /usr/share/datasets/fashion-mnist)");
   }

@@ -55,6 +55,15 @@ namespace detail {
 /// Bytes per element of a safetensors dtype; 0 for one kiln does not know. Every whole-byte dtype of the
 /// format reads (a PyTorch checkpoint may carry int8 or bool buffers next to the parameters); kiln's
 /// parameters themselves are F32, F64, F16 or BF16.
+/// The reference writer's rank of a dtype (safetensors' Dtype enum order): its data goes highest rank
+/// first, so each tensor starts at a multiple of its element size. -1 for a dtype kiln does not know.
+inline int dtype_rank(const std::string& d) {
+  static constexpr const char* order[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
+                                          "BF16", "I32", "U32", "F32",     "F64",     "I64", "U64"};
+  for (int k = 0; k < static_cast<int>(std::size(order)); ++k)
+    if (d == order[k]) return k;
+  return -1;
+}
 inline std::size_t dtype_size(const std::string& d) {
   if (d == "F64" || d == "I64" || d == "U64") return 8;
   if (d == "F32" || d == "I32" || d == "U32") return 4;
@@ -102,8 +111,9 @@ class TempFile {
     for (int attempt = 0; fd_ < 0; ++attempt) {
       path_ = path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ < 0 && (errno != EEXIST || attempt == 100))
-        throw CheckpointError("kiln: cannot write " + path_.string() + ": " + std::strerror(errno));
+      const int error = errno;
+      if (fd_ < 0 && (error != EEXIST || attempt == 100))
+        throw CheckpointError("kiln: cannot write " + path_.string() + ": " + std::strerror(error));
     }
   }
   TempFile(const TempFile&) = delete;
@@ -119,8 +129,9 @@ class TempFile {
     const char* p = static_cast<const char*>(bytes);
     while (n > 0) {
       const ::ssize_t w = ::write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) throw CheckpointError("kiln: writing " + path_.string() + " failed: " + std::strerror(errno));
+      const int error = errno;
+      if (w < 0 && error == EINTR) continue;
+      if (w < 0) throw CheckpointError("kiln: writing " + path_.string() + " failed: " + std::strerror(error));
       p += w;
       n -= static_cast<std::size_t>(w);
     }
@@ -128,10 +139,16 @@ class TempFile {
   /// Flushes the file to disk (fsync, so that a rename over the old file never leaves an empty one after
   /// a power loss), closes it and renames it to `to`.
   void commit(const std::filesystem::path& to) {
-    if (::fsync(fd_) != 0) throw CheckpointError("kiln: cannot flush " + path_.string() + " to disk: " + std::strerror(errno));
+    if (::fsync(fd_) != 0) {
+      const int error = errno;
+      throw CheckpointError("kiln: cannot flush " + path_.string() + " to disk: " + std::strerror(error));
+    }
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) throw CheckpointError("kiln: writing " + path_.string() + " failed: " + std::strerror(errno));
+    if (::close(fd) != 0) {
+      const int error = errno;
+      throw CheckpointError("kiln: writing " + path_.string() + " failed: " + std::strerror(error));
+    }
     std::error_code ec;
     std::filesystem::rename(path_, to, ec);
     if (ec) throw CheckpointError("kiln: cannot rename " + path_.string() + " to " + to.string() + ": " + ec.message());
@@ -152,29 +169,25 @@ class TempFile {
 };
 }  // namespace detail
 
-/// Writes tensors (the header sorted by name, the data by element size, largest first, as the reference
-/// writer) and string metadata to `path` atomically: a temporary file of this writer's own in the same
-/// folder (`path`.tmp.<pid>.<k>), flushed to disk, then renamed over `path`. A crash leaves the old
-/// file; two processes saving to one path each publish a complete file (the last rename wins); an error
-/// removes the temporary file.
+/// Writes tensors and string metadata to `path` atomically: a temporary file of this writer's own in the
+/// same folder (`path`.tmp.<pid>.<k>), flushed to disk, then renamed over `path`. A crash leaves the old
+/// file (and may leave the temporary one); two processes saving to one path each publish a complete
+/// file (the last rename wins); an error removes the temporary file. Tensors are laid out as the
+/// reference writer lays them out: by dtype (safetensors' order, largest elements first), then by name,
+/// the header in the same order.
 inline void write_safetensors(const std::filesystem::path& path, const std::map<std::string, SafetensorsEntry>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
   auto header = nlohmann::ordered_json::object();  // "{}" for no tensors, as the reference writer
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  // The data in order of element size, largest first, then by name (as the reference writer): each
-  // tensor starts at a multiple of its element size.
+  // By dtype rank, highest first, then by name (stable: the map is sorted by name).
   std::vector<const std::pair<const std::string, SafetensorsEntry>*> order;
   for (const auto& item : tensors) order.push_back(&item);
   std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
-    return detail::dtype_size(a->second.dtype) > detail::dtype_size(b->second.dtype);
+    return detail::dtype_rank(a->second.dtype) > detail::dtype_rank(b->second.dtype);
   });
-  std::map<std::string, std::uint64_t> offsets;
   std::uint64_t offset = 0;
   for (const auto* item : order) {
-    offsets[item->first] = offset;
-    offset += item->second.bytes.size();
-  }
-  for (const auto& [name, e] : tensors) {
+    const auto& [name, e] = *item;
     if (name == "__metadata__") throw CheckpointError("kiln: " + path.string() + ": '__metadata__' cannot name a tensor");
     if (detail::dtype_size(e.dtype) == 0)
       throw CheckpointError("kiln: " + path.string() + ": tensor '" + name + "' has an unsupported dtype \"" + e.dtype + "\"");
@@ -184,8 +197,8 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
       throw CheckpointError("kiln: " + path.string() + ": tensor '" + name + "' has " +
                             std::to_string(e.bytes.size()) + " bytes but shape " + detail::shape_text(e.shape) +
                             " of " + e.dtype + " needs " + std::to_string(n * detail::dtype_size(e.dtype)));
-    const std::uint64_t at = offsets.at(name);
-    header[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {at, at + e.bytes.size()}}};
+    header[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
+    offset += e.bytes.size();
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes, as the reference writer does
@@ -206,12 +219,18 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
 inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::filesystem::path& path,
                                                                 std::map<std::string, std::string>* metadata = nullptr) {
   using nlohmann::json;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("kiln: cannot open " + path.string() + ": " + std::strerror(errno));
   const std::string where = "kiln: " + path.string();
+  // Checked before opening: opening a pipe would wait for a writer.
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw CheckpointError(where + ": not a regular file" + (ec ? ": " + ec.message() : std::string()));
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status))
+    throw CheckpointError("kiln: cannot open " + path.string() + ": " + (ec ? ec.message() : "no such file"));
+  if (!std::filesystem::is_regular_file(status)) throw CheckpointError(where + ": not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int error = errno;
+    throw CheckpointError("kiln: cannot open " + path.string() + ": " + std::strerror(error));
+  }
   // The size of the file opened (a checkpoint renamed over `path` since then is another file).
   in.seekg(0, std::ios::end);
   const std::streamoff end_of_file = in.tellg();
