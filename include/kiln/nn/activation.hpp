@@ -51,9 +51,9 @@ struct ReluForward {
   template <class X>
   auto operator()(const X& x) const { return relu(x); }
 };
-struct ReluBackward {  // dy where y > 0 (PyTorch: the gradient at 0 is 0)
+struct ReluBackward {  // 0 where y <= 0, else dy (PyTorch's threshold_backward: at 0 it is 0, at NaN dy)
   template <class G, class Y>
-  auto operator()(const G& dy, const Y& y) const { return where(y > 0.0f, dy, 0.0f); }
+  auto operator()(const G& dy, const Y& y) const { return where(y <= 0.0f, 0.0f, dy); }
 };
 struct SigmoidForward {
   template <class X>

@@ -27,14 +27,14 @@ struct Identity {
   KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A) { return dy; }
 };
 
-/// max(z, 0) (NaN passes through); the gradient at 0 is 0, as PyTorch's.
+/// max(z, 0) (NaN passes through); the gradient at 0 is 0 and at NaN dy, as PyTorch's.
 struct Relu {
   static constexpr bool saves_output = true;
   static constexpr bool identity = false;
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return ops::Relu{}(z); }
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) { return y > A(0) ? dy : A(0); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) { return y <= A(0) ? A(0) : dy; }
 };
 
 struct Sigmoid {

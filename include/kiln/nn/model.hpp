@@ -70,20 +70,23 @@ class Model {
                                     kiln::detail::pass_device(x));
     const kiln::detail::device_scope<D> on(params_.device_index());  // the model's GPU, whichever is current
     refresh_working_copy();
-    return net_.forward(x, ctx_);
+    saved_rows_ = -1;  // a forward that throws keeps nothing
+    auto y = net_.forward(x, ctx_);
+    saved_rows_ = ctx_.grad ? x.size(0) : -1;
+    return y;
   }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
   /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
   /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
   void backward(const Tensor<T, output_shape, D>& dy) {
-    check_dy("kiln::nn::Model::backward (the model, dy)", dy);
+    use_activations("kiln::nn::Model::backward (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
     (void)net_.backward(dy, false);
   }
   /// The same, telling `ready` as the gradients become final (see GradientsReady): once per layer with
   /// parameters, from the last, and ready(0) at the end.
   void backward(const Tensor<T, output_shape, D>& dy, const GradientsReady& ready) {
-    check_dy("kiln::nn::Model::backward (the model, dy)", dy);
+    use_activations("kiln::nn::Model::backward (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
     if constexpr (requires { net_.backward(dy, false, &ready); }) (void)net_.backward(dy, false, &ready);
     else (void)net_.backward(dy, false);
@@ -91,7 +94,7 @@ class Model {
   }
   /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad).
   Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) {
-    check_dy("kiln::nn::Model::backward_input (the model, dy)", dy);
+    use_activations("kiln::nn::Model::backward_input (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
     return net_.backward(dy, true);
   }
@@ -132,9 +135,20 @@ class Model {
   std::string summary(index_t batch = 1) const { return net_.summary(batch); }
 
  private:
-  /// dy on the model's GPU (a ValueError naming both otherwise).
-  void check_dy(const char* what, const Tensor<T, output_shape, D>& dy) const {
+  /// Checks dy before a backward pass, which then uses up the activations the last forward kept (as
+  /// torch's graph without retain_graph): dy on the model's GPU (a ValueError naming both otherwise),
+  /// after a forward that kept its activations and no backward since (kiln::Error otherwise), with that
+  /// forward's batch (a ShapeError otherwise: the layers would read and write past the activations they
+  /// kept; torch: "Mismatch in shape"). Nothing is changed when it throws.
+  void use_activations(const char* what, const Tensor<T, output_shape, D>& dy) {
     kiln::detail::check_same_device(what, params_.device_index(), kiln::detail::pass_device(dy));
+    if (saved_rows_ < 0)
+      throw Error(std::string(what) + ": no activations to go back through (forward under NoGrad, or a "
+                  "backward since): run forward with gradients enabled first");
+    if (dy.size(0) != saved_rows_)
+      throw ShapeError(std::string(what) + ": dy " + to_string(dy.extents()) + " for a forward of " +
+                       std::to_string(saved_rows_) + " rows: dy must have the shape of the last forward's output");
+    saved_rows_ = -1;
   }
   void refresh_working_copy() {
     if constexpr (has_working_copy) {
@@ -148,6 +162,7 @@ class Model {
   arena_type grads_;
   working_arena_type work_;  // mixed precision only
   bool stale_ = true;
+  index_t saved_rows_ = -1;  // the batch of the last forward that kept its activations (-1: none)
   network net_;
   Context ctx_{};
 };

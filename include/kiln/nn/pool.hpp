@@ -197,8 +197,9 @@ struct Pool2d {
   static_assert(K > 0 && Stride > 0 && Padding >= 0 && 2 * Padding <= K,
                 "kiln::nn::MaxPool2d/AvgPool2d<K, Stride, Padding>: K and stride positive, padding at most K/2");
   template <class S>
-  static constexpr bool accepts = S::rank == 4 && S::extents[2] != dyn && S::extents[3] != dyn &&
-                                  S::extents[2] + 2 * Padding >= K && S::extents[3] + 2 * Padding >= K;
+  static constexpr bool accepts = S::rank == 4 && S::extents[1] != dyn && S::extents[2] != dyn &&
+                                  S::extents[3] != dyn && S::extents[2] + 2 * Padding >= K &&
+                                  S::extents[3] + 2 * Padding >= K;
   template <class S>
   using output = Shape<S::extents[0], S::extents[1], (S::extents[2] + 2 * Padding - K) / Stride + 1,
                        (S::extents[3] + 2 * Padding - K) / Stride + 1>;

@@ -4,6 +4,8 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <kiln/core/fusion.hpp>
+#include <optional>
 #include <kiln/nn/nn.hpp>
 #include <type_traits>
 #include <vector>
@@ -44,6 +46,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(linear_without_bias_backward_matches_numeric, D, k
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(relu_backward_matches_numeric_away_from_zero, D, kiln::test::devices) {
   check_model_gradients<knn::Sequential<knn::ReLU>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -2, 2, 0.05, 13);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(relu_passes_the_gradient_at_nan_and_stops_it_at_zero, D, kiln::test::devices) {
+  // torch's threshold_backward: 0 where the output is <= 0, dy elsewhere, NaN included (relu(nan) is
+  // nan, and torch 1.13 gives relu(x).backward(ones) = [1, 0, 1] at x = [nan, 0, 1]).
+  using P = kiln::Policy<kiln::Fp32, D>;
+  knn::Model<knn::Sequential<knn::ReLU>, Shape<dyn, 3>, P> relu(0);
+  auto x = kt::make_tensor<D>(std::vector<float>{NAN, 0.0f, 1.0f, -1.0f, 2.0f, -0.0f}, Extents<Shape<dyn, 3>>(2));
+  (void)relu.forward(x);
+  const auto ones = kt::make_tensor<D>(std::vector<float>(6, 1.0f), Extents<Shape<dyn, 3>>(2));
+  BOOST_TEST(relu.backward_input(ones).to_vector() == (std::vector<float>{1, 0, 1, 0, 1, 0}), boost::test_tools::per_element());
+  // Linear + ReLU on the CPU: one fused epilogue, or (kiln::Unfused) the layers apart; a NaN input makes
+  // the ReLU's input NaN, and dL/dx = w dy passes through it. (On the GPU the forward may be cuBLASLt's
+  // RELU epilogue, whose NaN rule is its own.)
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    for (const bool fused : {true, false}) {
+      knn::Model<knn::Sequential<knn::Linear<1, 1, false>, knn::ReLU>, Shape<dyn, 1>, P> m(1);
+      std::optional<kiln::Unfused> off;
+      if (!fused) off.emplace();
+      (void)m.forward(kt::make_tensor<D>(std::vector<float>{NAN}, Extents<Shape<dyn, 1>>(1)));
+      const auto dx = m.backward_input(kt::make_tensor<D>(std::vector<float>{1.0f}, Extents<Shape<dyn, 1>>(1)));
+      BOOST_TEST(dx.to_vector()[0] == m.parameters().to_vector()[0], (fused ? "fused" : "unfused"));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(sigmoid_backward_matches_numeric, D, kiln::test::devices) {

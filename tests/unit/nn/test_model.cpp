@@ -44,6 +44,9 @@ static_assert(knn::Linear<13, 16>::accepts<Shape<dyn, 13>> && !knn::Linear<13, 1
               !knn::Linear<13, 16>::accepts<Shape<dyn, 1, 13>>);
 static_assert(knn::Flatten::accepts<Shape<dyn, 2, 3>> && !knn::Flatten::accepts<Shape<dyn>> &&
               !knn::Flatten::accepts<Shape<dyn, dyn>>);
+static_assert(knn::MaxPool2d<2>::accepts<Shape<dyn, 3, 8, 8>> && !knn::MaxPool2d<2>::accepts<Shape<dyn, dyn, 8, 8>> &&
+                  !knn::AvgPool2d<2>::accepts<Shape<dyn, dyn, 8, 8>>,
+              "a pool needs its channels in the type (a dyn count made [N, 0, H, W] outputs)");
 
 template <class T>
 std::vector<double> host_doubles(const T& t) {
@@ -171,6 +174,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backward_after_no_grad_forward_throws, D, kiln::te
   auto y = model.forward(x);  // gradients on again: backward works
   BOOST_CHECK_NO_THROW(model.backward(dy));
   BOOST_CHECK_THROW(model.backward(dy), kiln::Error);  // the saved activations were used up
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(backward_takes_the_last_forwards_batch_once, D, kiln::test::devices) {
+  // A net ending in a convolution and a pool: their backward passes size dx by the saved input and
+  // loop over dy's rows, so a dy of another batch read and wrote past the activations (torch: "Mismatch
+  // in shape"). The model checks the batch before any layer runs.
+  using Net = knn::Sequential<knn::Conv2d<1, 2, 3>, knn::ReLU, knn::MaxPool2d<2>>;
+  knn::Model<Net, Shape<dyn, 1, 6, 6>, kiln::Policy<kiln::Fp32, D>> model(4);
+  using Out = Shape<dyn, 2, 2, 2>;
+  const auto x = kt::make_tensor<D>(kt::random_values<float>(2 * 36, -1, 1, 35), Extents<Shape<dyn, 1, 6, 6>>(2));
+  const auto dy2 = kt::make_tensor<D>(std::vector<float>(2 * 8, 1.0f), Extents<Out>(2));
+  const auto dy4 = kt::make_tensor<D>(std::vector<float>(4 * 8, 1.0f), Extents<Out>(4));
+  const auto dy1 = kt::make_tensor<D>(std::vector<float>(1 * 8, 1.0f), Extents<Out>(1));
+  BOOST_CHECK_EXCEPTION(model.backward(dy2), kiln::Error, kt::message_contains({"no activations", "forward"}));
+  auto y = model.forward(x);
+  BOOST_CHECK_EXCEPTION(model.backward(dy4), kiln::ShapeError, kt::message_contains({"[4, 2, 2, 2]", "forward of 2 rows"}));
+  BOOST_CHECK_EXCEPTION(model.backward_input(dy1), kiln::ShapeError, kt::message_contains({"forward of 2 rows"}));
+  BOOST_TEST(kt::all_equal(model.gradients().to_vector(), std::vector<float>(model.parameter_count, 0.0f)),
+             "a refused backward changes no gradient");
+  BOOST_CHECK_NO_THROW(model.backward(dy2));
+  const auto once = model.gradients().to_vector();
+  BOOST_CHECK_EXCEPTION(model.backward(dy2), kiln::Error, kt::message_contains({"a backward since"}));
+  BOOST_TEST(model.gradients().to_vector() == once, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(linear_checks_a_dynamic_feature_count_at_run_time, D, kiln::test::devices) {
