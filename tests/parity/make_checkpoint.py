@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes tests/parity/fixtures/lenet_state.safetensors: a PyTorch LeNet's state_dict in the
 safetensors format (written here by hand, byte for byte what safetensors.torch.save_file writes:
-an 8-byte little-endian header size, a JSON header sorted by name, then the raw tensors), and
+an 8-byte little-endian header size, a JSON header in the reference writer's order (by dtype, then
+name: every tensor here is F32, so by name), then the raw tensors), and
 lenet_output.json: the logits of that model for a fixed input. kiln's tests load the file into
 kiln's LeNet and must reproduce the logits (weights moving from PyTorch to kiln).
 

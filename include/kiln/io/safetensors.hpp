@@ -52,9 +52,6 @@ constexpr const char* safetensors_dtype() {
 }
 
 namespace detail {
-/// Bytes per element of a safetensors dtype; 0 for one kiln does not know. Every whole-byte dtype of the
-/// format reads (a PyTorch checkpoint may carry int8 or bool buffers next to the parameters); kiln's
-/// parameters themselves are F32, F64, F16 or BF16.
 /// The reference writer's rank of a dtype (safetensors' Dtype enum order): its data goes highest rank
 /// first, so each tensor starts at a multiple of its element size. -1 for a dtype kiln does not know.
 inline int dtype_rank(const std::string& d) {
@@ -64,6 +61,9 @@ inline int dtype_rank(const std::string& d) {
     if (d == order[k]) return k;
   return -1;
 }
+/// Bytes per element of a safetensors dtype; 0 for one kiln does not know. Every whole-byte dtype of the
+/// format reads (a PyTorch checkpoint may carry int8 or bool buffers next to the parameters); kiln's
+/// parameters themselves are F32, F64, F16 or BF16.
 inline std::size_t dtype_size(const std::string& d) {
   if (d == "F64" || d == "I64" || d == "U64") return 8;
   if (d == "F32" || d == "I32" || d == "U32") return 4;

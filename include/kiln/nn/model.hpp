@@ -23,8 +23,8 @@ namespace kiln::nn {
 ///   using Mlp = kiln::nn::Sequential<kiln::nn::Linear<13, 16>, kiln::nn::ReLU, kiln::nn::Linear<16, 1>>;
 ///   kiln::nn::Model<Mlp, kiln::Shape<kiln::dyn, 13>> model(/*seed=*/0);
 ///   auto y = model.forward(x);          // [N, 1]
-///   model.backward(dy);                 // accumulates into model.gradients()
-///   auto dx = model.backward_input(dy); // the same, and returns dL/dx
+///   model.backward(dy);                 // accumulates into model.gradients(); uses up what forward kept
+///   // or instead: auto dx = model.backward_input(dy);  // the same, and returns dL/dx
 template <class Net, class In, policy P = Policy<>>
 class Model {
   // >>> Stopped here? A Model is one device's network; data parallelism wraps it. <<<
