@@ -71,6 +71,14 @@ Tensor<float, S, D> tensor_of(const json& t, const Extents<S>& ext) {
   return Tensor<float, S, D>::from(std::span<const float>(v), ext);
 }
 
+/// A fixture's class labels (a JSON list of integers) as [N] int64.
+template <class D>
+Tensor<std::int64_t, Shape<dyn>, D> labels_of(const json& t) {
+  const auto v = t.get<std::vector<std::int64_t>>();
+  return Tensor<std::int64_t, Shape<dyn>, D>::from(std::span<const std::int64_t>(v),
+                                                   Extents<Shape<dyn>>(static_cast<kiln::index_t>(v.size())));
+}
+
 /// A one-layer model's forward and backward against the fixture case `name` (In: the input's shape).
 template <class Layer, class In, class D>
 void check_layer(const std::string& name) {
@@ -139,9 +147,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test
     const json& c = f.at(key);
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
-    const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
-    const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(
-        std::span<const std::int64_t>(labels_v), Extents<Shape<dyn>>(static_cast<kiln::index_t>(labels_v.size())));
+    const auto labels = labels_of<D>(c.at("target"));
     check({ce(logits, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
     for (const bool fused : {true, false}) {  // unfused: log_softmax, nll_loss's backward, log_softmax's
       std::optional<kiln::Unfused> off;
@@ -171,9 +177,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
     const json& c = f.at(key);
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
-    const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
-    const Extents<Shape<dyn>> rows(static_cast<kiln::index_t>(labels_v.size()));
-    const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(std::span<const std::int64_t>(labels_v), rows);
+    const auto labels = labels_of<D>(c.at("target"));
+    const auto rows = labels.extents();
     const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), rows);
     check(ce.unreduced(logits, labels).to_vector(), c.at("loss"), std::string(key) + " loss");
     for (const bool fused : {true, false}) {
@@ -196,9 +201,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
     for (std::int64_t k : labels_v) total += k == -100 ? 0.0f : weight[static_cast<std::size_t>(k)];
     for (std::size_t n = 0; n < labels_v.size(); ++n)
       if (labels_v[n] != -100) dloss_v[n] = weight[static_cast<std::size_t>(labels_v[n])] / total;
-    const Extents<Shape<dyn>> rows(static_cast<kiln::index_t>(labels_v.size()));
-    const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(std::span<const std::int64_t>(labels_v), rows);
-    const auto dloss = Tensor<float, Shape<dyn>, D>::from(std::span<const float>(dloss_v), rows);
+    const auto labels = labels_of<D>(c.at("target"));
+    const auto dloss = Tensor<float, Shape<dyn>, D>::from(std::span<const float>(dloss_v), labels.extents());
     const knn::CrossEntropyLoss ce;
     check({kiln::sum(ce.unreduced(logits, labels) * dloss).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}},
           "cross_entropy_weight loss");
@@ -215,9 +219,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_matches_pytorch, D, kiln::test::devices) 
     const json& c = f.at(key);
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logp = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
-    const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
-    const Extents<Shape<dyn>> rows(static_cast<kiln::index_t>(labels_v.size()));
-    const auto labels = Tensor<std::int64_t, Shape<dyn>, D>::from(std::span<const std::int64_t>(labels_v), rows);
+    const auto labels = labels_of<D>(c.at("target"));
+    const auto rows = labels.extents();
     const knn::NLLLoss nll{.reduction = reduction};
     if (c.contains("grad_output")) {
       const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), rows);
@@ -244,9 +247,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lenet_matches_pytorch_forward_gradients_and_three_
   };
   const Extents<Image> ext(parity::shape(f.at("input"))[0]);
   const auto x = tensor_of<Image, D>(f.at("input"), ext);
-  const auto labels_v = f.at("target").get<std::vector<std::int64_t>>();
-  const auto y = Tensor<std::int64_t, Shape<dyn>, D>::from(
-      std::span<const std::int64_t>(labels_v), Extents<Shape<dyn>>(static_cast<kiln::index_t>(labels_v.size())));
+  const auto y = labels_of<D>(f.at("target"));
   knn::CrossEntropyLoss ce;
   {
     Model m(0);
