@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "kiln/expr/node.hpp"
+#include "kiln/ops/functors.hpp"
 
 namespace kiln {
 
@@ -33,10 +34,10 @@ struct Binary {
   bool aligned_for(int w) const { return a.aligned_for(w) && b.aligned_for(w); }
 };
 
-/// c[i] ? a[i] : b[i]
+/// c[i] ? a[i] : b[i], in the promoted type of a's and b's values (torch.where(m, i, 0.5) is float).
 template <class C, class A, class B>
 struct Where {
-  using value_type = typename A::value_type;
+  using value_type = ops::detail::promote_t<typename A::value_type, typename B::value_type>;
   using shape_type = typename C::shape_type;
   using device = common_device_t<typename C::device, common_device_t<typename A::device, typename B::device>>;
 
@@ -47,7 +48,7 @@ struct Where {
 
   Extents<shape_type> extents() const { return ext; }
   KILN_HOST_DEVICE KILN_FORCEINLINE value_type operator[](index_t i) const {
-    return c[i] ? a[i] : static_cast<value_type>(b[i]);
+    return c[i] ? static_cast<value_type>(a[i]) : static_cast<value_type>(b[i]);
   }
   template <int V>
   KILN_HOST_DEVICE KILN_FORCEINLINE Packet<value_type, V> packet(index_t i) const {
@@ -56,7 +57,7 @@ struct Where {
     const auto z = b.template packet<V>(i);
     Packet<value_type, V> p;
     KILN_UNROLL
-    for (int k = 0; k < V; ++k) p[k] = x[k] ? y[k] : static_cast<value_type>(z[k]);
+    for (int k = 0; k < V; ++k) p[k] = x[k] ? static_cast<value_type>(y[k]) : static_cast<value_type>(z[k]);
     return p;
   }
   bool aligned_for(int w) const { return c.aligned_for(w) && a.aligned_for(w) && b.aligned_for(w); }

@@ -19,12 +19,18 @@ auto remove_axis(std::index_sequence<I...>) -> Shape<S::extents[I < Axis ? I : I
 template <class S, std::size_t Axis>
 using remove_axis_t = decltype(remove_axis<S, Axis>(std::make_index_sequence<S::rank - 1>{}));
 
-/// The element type of a reduction of values V: int64 for argmax (an index) and for a sum of bools (a
-/// count, like torch), float for a mean of bools (a fraction: accuracy), else V.
+/// The element type of a reduction of values V: int64 for argmax (an index) and for a sum of integers
+/// or bools (as torch: a count does not overflow int32), float for a mean of bools (a fraction:
+/// accuracy), else V. A mean of integers does not compile (see mean).
 template <ReduceKind K, class V>
 using reduce_result_t = std::conditional_t<
-    K == ReduceKind::argmax || (K == ReduceKind::sum && std::is_same_v<V, bool>), std::int64_t,
+    K == ReduceKind::argmax || (K == ReduceKind::sum && std::is_integral_v<V>), std::int64_t,
     std::conditional_t<K == ReduceKind::mean && std::is_same_v<V, bool>, float, V>>;
+
+/// Whether mean is defined over values V: floating values, and bools (the fraction that are true).
+template <class X>
+inline constexpr bool mean_defined =
+    !std::is_integral_v<typename node_t<X>::value_type> || std::is_same_v<typename node_t<X>::value_type, bool>;
 
 template <class X>
 using device_of_t = std::conditional_t<std::is_void_v<typename node_t<X>::device>, Cpu, typename node_t<X>::device>;
@@ -81,7 +87,8 @@ auto reduce_axis(const X& x) {
 }
 }  // namespace detail
 
-/// Sum of all elements: a rank-0 tensor (`.item()` reads it). Floats accumulate in double on the CPU.
+/// Sum of all elements: a rank-0 tensor (`.item()` reads it). Floats accumulate in double; integers
+/// and bools in int64, which the result holds.
 template <operand X>
 auto sum(const X& x) {
   return detail::reduce_all<ReduceKind::sum>(x);
@@ -91,12 +98,19 @@ template <int Axis, operand X>
 auto sum(const X& x) {
   return detail::reduce_axis<ReduceKind::sum, Axis>(x);
 }
+/// Mean of all elements (or over one axis); floating operands, or bools (the fraction true, as float).
 template <operand X>
 auto mean(const X& x) {
+  // >>> Stopped here? The operand holds integers.
+  static_assert(detail::mean_defined<X>, "kiln::mean: the operand holds integers (torch refuses them too); "
+                                         "take mean(cast<float>(x))");
   return detail::reduce_all<ReduceKind::mean>(x);
 }
 template <int Axis, operand X>
 auto mean(const X& x) {
+  // >>> Stopped here? The operand holds integers.
+  static_assert(detail::mean_defined<X>, "kiln::mean: the operand holds integers (torch refuses them too); "
+                                         "take mean<Axis>(cast<float>(x))");
   return detail::reduce_axis<ReduceKind::mean, Axis>(x);
 }
 /// Largest element (NaN propagates); throws ValueError on an empty input.

@@ -1,5 +1,6 @@
 /// The elementwise vocabulary: operators, math functions, where, cast. Each builds a node; nothing runs.
 #pragma once
+#include <cstdint>
 #include <type_traits>
 
 #include "kiln/expr/binary.hpp"
@@ -12,11 +13,12 @@
 namespace kiln {
 
 namespace detail {
-/// x as a node; a number takes the value type of the other operand (so `x * 0.5` stays float).
+/// x as a node; a number as a Scalar of ops::detail::number_type_t next to the other operand's values.
 template <class Other, class X>
 auto node_for(const X& x) {
   if constexpr (std::is_arithmetic_v<X>) {
-    return Scalar<typename node_t<Other>::value_type>{static_cast<typename node_t<Other>::value_type>(x)};
+    using N = ops::detail::number_type_t<X, typename node_t<Other>::value_type>;
+    return Scalar<N>{static_cast<N>(x)};
   } else {
     return as_expr(x);
   }
@@ -101,6 +103,11 @@ auto min(const X& x, const Y& y) {
 template <operand X, operand_or_number Y>
 auto pow(const X& x, const Y& y) {
   if constexpr (std::is_arithmetic_v<Y>) {
+    if constexpr (std::is_signed_v<Y> && std::is_integral_v<Y> &&
+                  std::is_integral_v<typename detail::node_t<X>::value_type>)
+      if (y < 0)
+        throw ValueError("kiln::pow: integers to negative integer powers are not allowed (as torch); take "
+                         "pow(cast<float>(x), " + std::to_string(y) + ")");
     return detail::make_unary(x, ops::PowScalar<Y>{y});
   } else {
     return detail::make_binary<ops::Pow>(x, y, "kiln::pow");
@@ -125,7 +132,12 @@ KILN_UNARY_FUNCTION(abs, Abs)
 template <operand C, operand_or_number A, operand_or_number B>
 auto where(const C& c, const A& a, const B& b) {
   auto cc = as_expr(c);
-  using Ref = std::conditional_t<std::is_arithmetic_v<A>, B, A>;
+  // Two numbers: float if either is floating, else int64 (bool for two bools), as torch.where.
+  using Integers = std::conditional_t<std::is_same_v<A, bool> && std::is_same_v<B, bool>, bool, std::int64_t>;
+  using Numbers =
+      std::conditional_t<std::is_floating_point_v<A> || std::is_floating_point_v<B>, float, Integers>;
+  using Ref =
+      std::conditional_t<std::is_arithmetic_v<A>, std::conditional_t<std::is_arithmetic_v<B>, Numbers, B>, A>;
   auto aa = detail::node_for<Ref>(a);
   auto bb = detail::node_for<Ref>(b);
   using SC = typename decltype(cc)::shape_type;
@@ -161,25 +173,38 @@ auto cast(const X& x) {
 }
 
 // ---- compound assignment on tensors: one pass each ----
+namespace detail {
+/// t = t op y in place. As torch's in-place ops, refused when the result is of a kind t cannot hold:
+/// floating values into an integer tensor (`i *= 0.5`, `i /= 2`), or numbers into a bool tensor.
+template <class T, class S, class D, class E>
+Tensor<T, S, D>& assign_in_place(Tensor<T, S, D>& t, const E& e) {
+  using R = typename E::value_type;
+  // >>> Stopped here? The in-place result does not fit the tensor's element type (torch refuses it too).
+  static_assert(!std::is_floating_point_v<R> || std::is_floating_point_v<compute_t<T>>,
+                "kiln: the result of this in-place op is floating point and the tensor holds integers; write "
+                "t = cast<T>(t op y) to truncate, or keep the values in a float tensor");
+  static_assert(!std::is_same_v<T, bool> || std::is_same_v<R, bool>,
+                "kiln: the result of this in-place op is a number and the tensor holds bools");
+  assign(t, e);
+  return t;
+}
+}  // namespace detail
+
 template <class T, class S, class D, operand_or_number Y>
 Tensor<T, S, D>& operator+=(Tensor<T, S, D>& t, const Y& y) {
-  assign(t, t + y);
-  return t;
+  return detail::assign_in_place(t, t + y);
 }
 template <class T, class S, class D, operand_or_number Y>
 Tensor<T, S, D>& operator-=(Tensor<T, S, D>& t, const Y& y) {
-  assign(t, t - y);
-  return t;
+  return detail::assign_in_place(t, t - y);
 }
 template <class T, class S, class D, operand_or_number Y>
 Tensor<T, S, D>& operator*=(Tensor<T, S, D>& t, const Y& y) {
-  assign(t, t * y);
-  return t;
+  return detail::assign_in_place(t, t * y);
 }
 template <class T, class S, class D, operand_or_number Y>
 Tensor<T, S, D>& operator/=(Tensor<T, S, D>& t, const Y& y) {
-  assign(t, t / y);
-  return t;
+  return detail::assign_in_place(t, t / y);
 }
 
 }  // namespace kiln

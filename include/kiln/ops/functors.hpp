@@ -1,6 +1,7 @@
 /// Elementwise math, shared verbatim by the CPU loop and the CUDA kernel.
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
@@ -28,42 +29,112 @@ template <class T>
 KILN_HOST_DEVICE KILN_FORCEINLINE T abs_(T x) {
   return x < 0 ? -x : x;
 }
+/// a^n in integers (torch's integer pow): wraps on overflow; a negative n gives 1/a^|n| truncated
+/// (1 for a = 1, +-1 for a = -1, else 0).
+KILN_HOST_DEVICE KILN_FORCEINLINE std::int64_t ipow_(std::int64_t a, std::int64_t n) {
+  if (n < 0) return a == 1 ? 1 : a == -1 ? ((n & 1) ? -1 : 1) : 0;
+  std::uint64_t r = 1, b = static_cast<std::uint64_t>(a);
+  for (; n != 0; n >>= 1, b *= b)
+    if (n & 1) r *= b;
+  return static_cast<std::int64_t>(r);
+}
+
+/// The wider of two integer types, in torch's order bool < uint8 < int32 < int64.
+template <class A, class B>
+using wider_integer_t =
+    std::conditional_t<(sizeof(A) > sizeof(B)) || (sizeof(A) == sizeof(B) && !std::is_same_v<A, bool>), A, B>;
+/// The type torch's promotion gives an operation over values a and b: a floating type wins over
+/// integers (the wider of two floats), else the wider integer (uint8 + uint8 stays uint8 and wraps).
+template <class A, class B>
+using promote_t = std::conditional_t<std::is_floating_point_v<A> || std::is_floating_point_v<B>,
+                                     std::common_type_t<A, B>, wider_integer_t<A, B>>;
+/// The type a number of type N takes next to values of type V. As in torch, a number does not widen
+/// its operand's kind (`x * 0.5` stays float, `i + 1` int32), but a floating number next to integers
+/// is float (`i * 0.5`; `i < 2.5` compares 2.5) and an integer next to bools int64 (`mask * 2`).
+template <class N, class V>
+using number_type_t = std::conditional_t<
+    std::is_floating_point_v<N> && !std::is_floating_point_v<V>, float,
+    std::conditional_t<std::is_same_v<V, bool> && !std::is_same_v<N, bool>, std::int64_t, V>>;
+/// The type of a real-valued result (a quotient, exp, sqrt) over values A: A if floating, else float
+/// (torch's default dtype: int / int is a true division).
+template <class A>
+using real_t = std::conditional_t<std::is_floating_point_v<A>, A, float>;
+/// a^b in type R: the C library's pow for floating R, ipow_ for integers.
+template <class R, class A, class B>
+KILN_HOST_DEVICE KILN_FORCEINLINE R pow_in(A a, B b) {
+  if constexpr (std::is_floating_point_v<R>) return pow_(static_cast<R>(a), static_cast<R>(b));
+  else return static_cast<R>(ipow_(static_cast<std::int64_t>(a), static_cast<std::int64_t>(b)));
+}
 }  // namespace detail
 
 // ---- arithmetic ----
+// Two operands of different types meet in detail::promote_t (torch's promotion): int32 + float is
+// float, uint8 + uint8 stays uint8; a quotient is real (int / int is float, x / 0 is inf, not a trap).
+// Bools: + is or, * is and (as torch); - and unary minus are refused (torch refuses them too).
 struct Plus {
   template <class A, class B>
-  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const { return a + b; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    using R = detail::promote_t<A, B>;
+    if constexpr (std::is_same_v<R, bool>) return a || b;
+    else return static_cast<R>(static_cast<R>(a) + static_cast<R>(b));
+  }
 };
 struct Minus {
   template <class A, class B>
-  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const { return a - b; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    using R = detail::promote_t<A, B>;
+    static_assert(!std::is_same_v<R, bool>,
+                  "kiln: subtracting bools (torch refuses it too); kiln::ne(a, b) is their exclusive or");
+    return static_cast<R>(static_cast<R>(a) - static_cast<R>(b));
+  }
 };
 struct Multiplies {
   template <class A, class B>
-  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const { return a * b; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    using R = detail::promote_t<A, B>;
+    if constexpr (std::is_same_v<R, bool>) return a && b;
+    else return static_cast<R>(static_cast<R>(a) * static_cast<R>(b));
+  }
 };
 struct Divides {
   template <class A, class B>
-  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const { return a / b; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    using R = detail::real_t<detail::promote_t<A, B>>;
+    return static_cast<R>(a) / static_cast<R>(b);
+  }
 };
 struct Negate {
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const { return -a; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {
+    static_assert(!std::is_same_v<A, bool>,
+                  "kiln: negating bools (torch refuses it too); kiln::eq(m, false) is their not");
+    return static_cast<A>(-a);
+  }
 };
 /// max(a, b); NaN in either propagates (torch.maximum).
 struct Maximum {
-  template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a, A b) const { return (a > b || a != a) ? a : b; }
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    using R = detail::promote_t<A, B>;
+    const R x = static_cast<R>(a), y = static_cast<R>(b);
+    return (x > y || x != x) ? x : y;
+  }
 };
 /// min(a, b); NaN in either propagates (torch.minimum).
 struct Minimum {
-  template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a, A b) const { return (a < b || a != a) ? a : b; }
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    using R = detail::promote_t<A, B>;
+    const R x = static_cast<R>(a), y = static_cast<R>(b);
+    return (x < y || x != x) ? x : y;
+  }
 };
+/// a^b in the promoted type (integers: exact, see detail::ipow_).
 struct Pow {
-  template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a, A b) const { return detail::pow_(a, b); }
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    return detail::pow_in<detail::promote_t<A, B>>(a, b);
+  }
 };
 
 // ---- comparisons (yield bool) ----
@@ -95,19 +166,27 @@ struct NotEqualTo {
 // ---- unary math ----
 struct Exp {
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const { return detail::exp_(a); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::exp_(static_cast<detail::real_t<A>>(a));
+  }
 };
 struct Log {
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const { return detail::log_(a); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::log_(static_cast<detail::real_t<A>>(a));
+  }
 };
 struct Tanh {
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const { return detail::tanh_(a); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::tanh_(static_cast<detail::real_t<A>>(a));
+  }
 };
 struct Sqrt {
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const { return detail::sqrt_(a); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::sqrt_(static_cast<detail::real_t<A>>(a));
+  }
 };
 struct Abs {
   template <class A>
@@ -116,7 +195,10 @@ struct Abs {
 /// 1 / (1 + e^-x); saturates cleanly to 0 and 1.
 struct Sigmoid {
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const { return A(1) / (A(1) + detail::exp_(-a)); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    using R = detail::real_t<A>;
+    return R(1) / (R(1) + detail::exp_(-static_cast<R>(a)));
+  }
 };
 /// max(x, 0); NaN stays NaN (torch.relu).
 struct Relu {
@@ -127,8 +209,12 @@ struct Relu {
 template <class P>
 struct PowScalar {
   P p;
+  /// The exponent promotes as a number (detail::number_type_t): int ** 0.5 is float, int ** 2 int,
+  /// bool ** 2 int64.
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const { return detail::pow_(a, static_cast<A>(p)); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::pow_in<detail::number_type_t<P, A>>(a, p);
+  }
 };
 
 /// c ? a : b

@@ -1,7 +1,6 @@
 // Arithmetic operators against float64 on odd sizes (not multiples of any vector width), for float,
-// double and half storage; numbers inside expressions keep the tensor's type.
+// double and half storage; numbers inside expressions keep the tensor's type (integers: test_promotion.cpp).
 #include <boost/test/unit_test.hpp>
-#include <cstdint>
 #include <vector>
 
 #include "support/policies.hpp"
@@ -127,20 +126,6 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(numbers_keep_float_without_promotion_to_double, D,
     differ_from_tenth += want[i] != 0.1f;
   }
   BOOST_TEST(differ_from_tenth > n / 2);  // the check below can tell float from double arithmetic
-  BOOST_TEST(kt::all_equal(y.to_vector(), want));
-}
-
-BOOST_AUTO_TEST_CASE_TEMPLATE(integer_tensors_do_integer_arithmetic, D, kiln::test::devices) {
-  const std::size_t n = 1023;
-  const Extents<Shape<dyn>> ext(static_cast<kiln::index_t>(n));
-  const auto av = kt::random_integers<std::int32_t>(n, -1000, 1000, 7);
-  const auto bv = kt::random_integers<std::int32_t>(n, 1, 50, 8);
-  const auto a = kt::make_tensor<D>(av, ext);
-  const auto b = kt::make_tensor<D>(bv, ext);
-  Tensor<std::int32_t, Shape<dyn>, D> y(ext);
-  y = a * 3 - a / b;  // integer division truncates
-  std::vector<std::int32_t> want(n);
-  for (std::size_t i = 0; i < n; ++i) want[i] = av[i] * 3 - av[i] / bv[i];
   BOOST_TEST(kt::all_equal(y.to_vector(), want));
 }
 

@@ -28,10 +28,11 @@ inline constexpr index_t max_row_piece = 1 << 14;
 /// result does not depend on the thread count.
 inline constexpr index_t reduce_block = 1 << 13;
 
-/// The accumulator of a reduction over values of type V: double for float (more exact sums).
+/// The accumulator of a reduction over values of type V: double for float (more exact sums), int64
+/// for integers and bools (counts and sums that do not overflow int32).
 template <class V>
 using accumulator_t = std::conditional_t<std::is_same_v<V, float>, double,
-                                         std::conditional_t<std::is_same_v<V, bool>, std::int64_t, V>>;
+                                         std::conditional_t<std::is_integral_v<V>, std::int64_t, V>>;
 
 template <ReduceKind K, class V>
 struct Reducer {
