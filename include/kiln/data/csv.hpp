@@ -12,6 +12,7 @@
 
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/data/dataset.hpp"
 #include "kiln/data/detail/csv_line.hpp"
 #include "kiln/data/error.hpp"
 #include "kiln/data/standardize.hpp"
@@ -236,6 +237,7 @@ class CsvDataset {
   index_t size() const { return static_cast<index_t>(targets_.size()); }
   /// Writes row i's features into x (Features values) and its target into y (1 value); i in [0, size()).
   void read(index_t i, std::span<float> x, std::span<float> y) const {
+    detail::check_read("kiln::data::CsvDataset::read", i, size(), x.size(), Features, y.size(), 1);
     const auto row = static_cast<std::size_t>(i);
     std::copy_n(features_.begin() + static_cast<std::ptrdiff_t>(row * Features), Features, x.begin());
     y[0] = targets_[row];

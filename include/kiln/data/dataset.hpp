@@ -1,6 +1,7 @@
 /// The dataset concept and an in-memory TensorDataset.
 #pragma once
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -23,6 +24,19 @@ template <class D>
 struct sample_type_of<D> {
   using type = typename D::sample_type;
 };
+
+/// The checks of a dataset's read(i, x, y): 0 <= i < size, and spans of exactly the sample's and the
+/// target's element counts; ValueError naming `who` otherwise (read writes through both spans).
+inline void check_read(const char* who, index_t i, index_t size, std::size_t x, std::size_t x_want,
+                       std::size_t y, std::size_t y_want) {
+  if (i < 0 || i >= size)
+    throw ValueError(std::string(who) + ": index " + std::to_string(i) + " out of range; expected 0 <= i < " +
+                     std::to_string(size));
+  if (x != x_want || y != y_want)
+    throw ValueError(std::string(who) + ": got spans of " + std::to_string(x) + " inputs and " +
+                     std::to_string(y) + " targets; expected " + std::to_string(x_want) + " and " +
+                     std::to_string(y_want));
+}
 }  // namespace detail
 
 /// The element type of a dataset's inputs: D::sample_type where D has one (std::uint8_t for Bytes<...>),
@@ -130,6 +144,7 @@ class TensorDataset {
   }
   index_t size() const { return static_cast<index_t>(x_.size()) / sample_numel; }
   void read(index_t i, std::span<float> x, std::span<Target> y) const {
+    detail::check_read("kiln::data::TensorDataset::read", i, size(), x.size(), sample_numel, y.size(), target_numel);
     const auto xs = static_cast<std::size_t>(i * sample_numel), ys = static_cast<std::size_t>(i * target_numel);
     for (std::size_t k = 0; k < x.size(); ++k) x[k] = x_[xs + k];
     for (std::size_t k = 0; k < y.size(); ++k) y[k] = y_[ys + k];

@@ -99,10 +99,14 @@ class DataLoader {
   DataLoader(const Ds&&, LoaderOptions = {}, Transform = {}) requires std::is_same_v<Sampler, AnySampler> = delete;
   DataLoader(const Ds&&, Sampler, LoaderOptions, Transform = {}) = delete;
 
+  /// Batches of n samples: n / batch_size, plus a last short one unless drop_last (no n + batch_size - 1,
+  /// which overflows for a batch_size near INT64_MAX).
+  static index_t batch_count(index_t n, const LoaderOptions& o) {
+    return n / o.batch_size + (!o.drop_last && n % o.batch_size != 0 ? 1 : 0);
+  }
   /// Batches per epoch (len(loader)), from the sampler's length (an epoch's order is not drawn).
   index_t size() const {
-    const index_t n = samples();
-    return o_.drop_last ? n / o_.batch_size : (n + o_.batch_size - 1) / o_.batch_size;
+    return batch_count(samples(), o_);
   }
   const LoaderOptions& options() const { return o_; }
   /// Replaces the sampler from the next epoch on (DataLoader(..., sampler=...) in PyTorch); with the
@@ -144,8 +148,7 @@ class DataLoader {
   class Epoch {
    public:
     Epoch(const DataLoader* l, std::uint64_t epoch) : l_(l), epoch_(epoch), order_(l->indices(epoch)) {
-      batches_ = l_->o_.drop_last ? static_cast<index_t>(order_.size()) / l_->o_.batch_size
-                                  : (static_cast<index_t>(order_.size()) + l_->o_.batch_size - 1) / l_->o_.batch_size;
+      batches_ = DataLoader::batch_count(static_cast<index_t>(order_.size()), l_->o_);
       const int workers = l_->o_.num_workers;
       if (workers > 0) {
         window_ = static_cast<index_t>(workers) * l_->o_.prefetch_factor;

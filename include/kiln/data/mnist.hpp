@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/data/dataset.hpp"
 #include "kiln/data/error.hpp"
 #include "kiln/data/idx.hpp"
 #include "kiln/tensor/shape.hpp"
@@ -51,12 +52,14 @@ class Mnist {
 
   index_t size() const { return count_; }
   void read(index_t i, std::span<float> x, std::span<std::int64_t> y) const {
+    detail::check_read("kiln::data::Mnist::read", i, size(), x.size(), pixels, y.size(), 1);
     const std::uint8_t* p = images_.data() + i * pixels;
     for (index_t k = 0; k < pixels; ++k) x[static_cast<std::size_t>(k)] = static_cast<float>(p[k]) / 255.0f;  // as ToTensor: div(255)
     y[0] = labels_[static_cast<std::size_t>(i)];
   }
   /// Sample i as its stored bytes (0-255; Bytes<Mnist> reads through this).
   void read_bytes(index_t i, std::span<std::uint8_t> x, std::span<std::int64_t> y) const {
+    detail::check_read("kiln::data::Mnist::read_bytes", i, size(), x.size(), pixels, y.size(), 1);
     const std::uint8_t* p = images_.data() + i * pixels;
     for (index_t k = 0; k < pixels; ++k) x[static_cast<std::size_t>(k)] = p[k];
     y[0] = labels_[static_cast<std::size_t>(i)];

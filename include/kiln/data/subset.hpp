@@ -51,6 +51,9 @@ class Subset {
   index_t size() const { return static_cast<index_t>(indices_.size()); }
   /// Sample `indices()[i]` of the base dataset; i in [0, size()).
   void read(index_t i, std::span<float> x, std::span<target_type> y) const {
+    if (i < 0 || i >= size())
+      throw ValueError("kiln::data::Subset::read: index " + std::to_string(i) +
+                       " out of range; expected 0 <= i < " + std::to_string(size()));
     base_->read(indices_[static_cast<std::size_t>(i)], x, y);
   }
   /// The indices into the base dataset (torch's Subset.indices).
@@ -122,14 +125,17 @@ std::vector<Subset<D>> random_split(const D& d, const std::vector<index_t>& leng
                 "(sample_shape, target_type, target_shape, size(), read(i, x, y) const)");
   const index_t n = d.size();
   index_t total = 0;
+  bool over = false;  // the sum passed n (and might wrap if added up)
   for (std::size_t k = 0; k < lengths.size(); ++k) {
     if (lengths[k] < 0)
       throw ValueError("kiln::data::random_split: length " + std::to_string(k) + " is " +
                        std::to_string(lengths[k]) + "; pass lengths >= 0");
-    total += lengths[k];
+    over |= lengths[k] > n - total;
+    if (!over) total += lengths[k];
   }
-  if (lengths.empty() || total != n)
-    throw ValueError("kiln::data::random_split: the lengths sum to " + std::to_string(total) +
+  if (lengths.empty() || over || total != n)
+    throw ValueError("kiln::data::random_split: the lengths sum to " +
+                     (over ? std::string("more than ") + std::to_string(n) : std::to_string(total)) +
                      " but the dataset has " + std::to_string(n) + " samples; pass lengths that sum to " +
                      std::to_string(n) + " or fractions that sum to 1");
   const std::vector<index_t> order = detail::split_permutation(n, seed);

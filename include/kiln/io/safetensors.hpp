@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -191,8 +192,22 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
     if (name == "__metadata__") throw CheckpointError("kiln: " + path.string() + ": '__metadata__' cannot name a tensor");
     if (detail::dtype_size(e.dtype) == 0)
       throw CheckpointError("kiln: " + path.string() + ": tensor '" + name + "' has an unsupported dtype \"" + e.dtype + "\"");
-    std::size_t n = 1;
-    for (index_t d : e.shape) n *= static_cast<std::size_t>(d);
+    // Every extent >= 0 and their product (in bytes) representable, or the reader would refuse the file.
+    bool invalid = false, empty = false;
+    for (index_t d : e.shape) {
+      invalid |= d < 0;
+      empty |= d == 0;
+    }
+    std::size_t n = empty ? 0 : 1;
+    const std::size_t limit = std::numeric_limits<std::size_t>::max() / detail::dtype_size(e.dtype);
+    for (std::size_t k = 0; !invalid && !empty && k < e.shape.size(); ++k) {
+      invalid = n > limit / static_cast<std::size_t>(e.shape[k]);
+      n *= static_cast<std::size_t>(e.shape[k]);
+    }
+    if (invalid)
+      throw CheckpointError("kiln: " + path.string() + ": tensor '" + name + "' has shape " +
+                            detail::shape_text(e.shape) +
+                            "; expected extents >= 0 whose product memory can address");
     if (n * detail::dtype_size(e.dtype) != e.bytes.size())
       throw CheckpointError("kiln: " + path.string() + ": tensor '" + name + "' has " +
                             std::to_string(e.bytes.size()) + " bytes but shape " + detail::shape_text(e.shape) +
@@ -354,10 +369,10 @@ inline std::int64_t metadata_count(const std::map<std::string, std::string>& met
     const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
     if (ec != std::errc() || end != it->second.data() + it->second.size()) v = -1;
   }
-  if (v < 0)
+  if (v < 0 || v > (std::int64_t{1} << 53))  // a step past 2^53 would overflow (and is no real count)
     throw CheckpointError("kiln: " + path + ": metadata '" + key + "' is " +
                           (it == meta.end() ? std::string("missing") : "'" + it->second + "'") +
-                          "; expected a whole number >= 0");
+                          "; expected a whole number in [0, 2^53]");
   return v;
 }
 

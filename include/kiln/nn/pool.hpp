@@ -235,11 +235,16 @@ struct Pool2d {
       return y;
     }
     Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
+      if (Max && idx_.empty() && dy.numel() != 0)
+        throw Error("kiln::nn::MaxPool2d::backward: no saved indices; run forward with gradients first");
+      if (!Max && !saved_ && dy.numel() != 0)
+        throw Error("kiln::nn::AvgPool2d::backward: run forward with gradients enabled first");
+      if (dy.size(0) != in_[0])  // dx has the forward pass's rows
+        throw ShapeError(std::string("kiln::nn::") + (Max ? "MaxPool2d" : "AvgPool2d") + "::backward: dy has " +
+                         std::to_string(dy.size(0)) + " rows; the forward pass had " + std::to_string(in_[0]));
       Tensor<T, S, D> dx(in_, dy.device_index());
       const auto g = geometry(dy.size(0));
       if constexpr (Max) {
-        if (idx_.empty() && dy.numel() != 0)
-          throw Error("kiln::nn::MaxPool2d::backward: no saved indices; run forward with gradients first");
         if constexpr (std::is_same_v<D, Cpu>)
           kiln::detail::executor<D>::for_each(
               g.nc, MaxPoolBackwardPlanes<T, K, Stride, Padding>{dy.data(), idx_.data(), dx.data(), g}, g.h * g.w);
@@ -247,8 +252,6 @@ struct Pool2d {
           kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T, K>{dy.data(), idx_.data(), dx.data(), g});
         idx_ = index_tensor();
       } else {
-        if (!saved_ && dy.numel() != 0)
-          throw Error("kiln::nn::AvgPool2d::backward: run forward with gradients enabled first");
         kiln::detail::executor<D>::for_each(dx.numel(), AvgPoolBackward<T>{dy.data(), dx.data(), g});
         saved_ = false;
       }

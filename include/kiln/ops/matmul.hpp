@@ -1,5 +1,6 @@
 /// matmul: 2-D matrix products with optional transposes, through CBLAS on the CPU and cuBLAS on the GPU.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -58,6 +59,16 @@ struct matmul_inner_extents_must_match {
                 "template arguments of kiln::matmul_inner_extents_must_match");
   static constexpr bool value = true;
 };
+
+/// Throws ValueError when C's memory intersects X's: the GEMM writes C while it reads A and B, so
+/// `matmul_into(a, a, b)` would read what it already wrote (torch refuses an out= that overlaps an input).
+template <class C, class X>
+void check_matmul_disjoint(const C& c, const X& x, const char* which) {
+  const auto c0 = reinterpret_cast<std::uintptr_t>(c.data()), x0 = reinterpret_cast<std::uintptr_t>(x.data());
+  if (c.nbytes() == 0 || x.nbytes() == 0 || c0 >= x0 + x.nbytes() || x0 >= c0 + c.nbytes()) return;
+  throw ValueError(std::string("kiln::matmul: C shares memory with ") + which +
+                   ", which the product reads while it writes C; write into a tensor of its own");
+}
 }  // namespace detail
 
 /// C = alpha op(A) op(B) + beta C into an existing C [M, N] (beta = 1 accumulates, for gradients).
@@ -93,6 +104,8 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
                      to_string(c.extents()));
   detail::check_same_device("kiln::matmul (A and C)", detail::pass_device(a), detail::pass_device(c));
   detail::check_same_device("kiln::matmul (B and C)", detail::pass_device(b), detail::pass_device(c));
+  detail::check_matmul_disjoint(c, a, "A");
+  detail::check_matmul_disjoint(c, b, "B");
   {  // A and B read, C written (and read when accumulating); 2 m n k operations
     const std::uint64_t c_bytes = detail::bytes_of<TC>(m * n);
     detail::count_pass({detail::bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0f ? 2 : 1),

@@ -1,6 +1,9 @@
 /// Shapes: static extents in the type (`Shape<dyn, 3, 32, 32>`), run-time extents beside them.
 #pragma once
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -102,6 +105,31 @@ template <class S>
 std::ostream& operator<<(std::ostream& os, const Extents<S>& x) {
   return os << to_string(x);
 }
+
+namespace detail {
+/// ext's element count, checked: ShapeError naming `what` when an extent is negative or the count of
+/// `element`-byte elements overflows what memory can address (numel() would wrap: [2^32, 2^32] is 0).
+template <class S>
+index_t checked_numel(const Extents<S>& ext, std::size_t element, const char* what) {
+  bool empty = false;
+  for (std::size_t d = 0; d != S::rank; ++d) {
+    if (ext[d] < 0) throw ShapeError(std::string(what) + ": negative extent in " + to_string(ext));
+    empty |= ext[d] == 0;
+  }
+  if (empty) return 0;
+  const std::uint64_t limit = std::min<std::uint64_t>(std::numeric_limits<index_t>::max(),
+                                                      std::numeric_limits<std::size_t>::max() / element);
+  std::uint64_t n = 1;
+  for (std::size_t d = 0; d != S::rank; ++d) {
+    const auto e = static_cast<std::uint64_t>(ext[d]);
+    if (n > limit / e)
+      throw ShapeError(std::string(what) + ": " + to_string(ext) +
+                       " holds more elements than memory can address");
+    n *= e;
+  }
+  return static_cast<index_t>(n);
+}
+}  // namespace detail
 
 /// "Shape<dyn, 3>" (the static shape, for messages).
 template <class S>

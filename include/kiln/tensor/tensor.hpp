@@ -208,7 +208,7 @@ class Tensor {
   /// The same storage seen with another shape of equal element count (no copy).
   template <class S2>
   Tensor<T, S2, D> reshape(const Extents<S2>& ext) const {
-    if (ext.numel() != numel())
+    if (detail::checked_numel(ext, sizeof(T), "kiln::Tensor::reshape") != numel())
       throw ShapeError("kiln::Tensor::reshape: cannot view extents " + to_string(ext_) + " (" +
                        std::to_string(numel()) + " elements) as " + to_string(ext) + " (" +
                        std::to_string(ext.numel()) + " elements)");
@@ -286,7 +286,8 @@ class Tensor {
     }
     auto s = std::make_shared<Storage>();
     s->ptr = p;
-    s->bytes = static_cast<std::size_t>(ext.numel()) * sizeof(T);
+    const index_t n = detail::checked_numel(ext, sizeof(T), "kiln::Tensor::from_blob");
+    s->bytes = static_cast<std::size_t>(n) * sizeof(T);
     s->device = index;
     return Tensor(std::move(s), p, ext);
   }
@@ -305,8 +306,9 @@ class Tensor {
     for (std::size_t d = 0; d != S::rank; ++d) ext_[d] = 0;
   }
   void allocate(const Extents<S>& ext, int index) {
+    const index_t n = detail::checked_numel(ext, sizeof(T), "kiln::Tensor");
+    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
     ext_ = ext;
-    const std::size_t bytes = static_cast<std::size_t>(ext.numel()) * sizeof(T);
     storage_ = Storage::allocate(detail::device_memory<D>::allocator(index), bytes);
     data_ = static_cast<T*>(storage_->ptr);
   }

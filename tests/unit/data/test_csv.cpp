@@ -18,9 +18,11 @@
 #include <kiln/data/csv.hpp>
 #include <kiln/data/standardize.hpp>
 #include <kiln/data/subset.hpp>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -117,6 +119,8 @@ BOOST_AUTO_TEST_CASE(values_are_parsed_row_by_row) {
   const auto e = kiln::data::get(d, 1);
   BOOST_TEST(e.x == (std::vector<float>{1e-3f, 4.25f}), boost::test_tools::per_element());
   BOOST_TEST(e.y == (std::vector<float>{-7.5f}), boost::test_tools::per_element());
+  BOOST_CHECK_EXCEPTION(kiln::data::get(d, 2), kiln::ValueError,
+                        value_error_says({"CsvDataset::read: index 2 out of range", "0 <= i < 2"}));
 }
 
 BOOST_AUTO_TEST_CASE(target_column_is_chosen_by_name) {
@@ -385,6 +389,13 @@ BOOST_AUTO_TEST_CASE(subset_reads_the_samples_at_its_indices) {
   BOOST_CHECK_EXCEPTION(Subset<decltype(d)>(d, {0, 6}), kiln::ValueError,
                         value_error_says({"index 6 (position 1)", "[0, 6)"}));
   BOOST_CHECK_EXCEPTION(Subset<decltype(d)>(d, {-1}), kiln::ValueError, value_error_says({"index -1"}));
+  // read() checks its index and spans (data::get(sub, sub.size()) read past the index list).
+  BOOST_CHECK_EXCEPTION(kiln::data::get(sub, 3), kiln::ValueError,
+                        value_error_says({"Subset::read: index 3 out of range", "0 <= i < 3"}));
+  float x[2], y[1];
+  BOOST_CHECK_EXCEPTION(d.read(6, x, y), kiln::ValueError, value_error_says({"TensorDataset::read: index 6"}));
+  BOOST_CHECK_EXCEPTION(d.read(0, std::span<float>(x, 1), y), kiln::ValueError,
+                        value_error_says({"spans of 1 inputs and 1 targets", "expected 2 and 1"}));
 }
 
 BOOST_AUTO_TEST_CASE(random_split_lengths_follow_pytorch) {
@@ -449,6 +460,10 @@ BOOST_AUTO_TEST_CASE(random_split_rejects_parts_that_do_not_add_up) {
                         value_error_says({"the lengths sum to 9", "10 samples"}));
   BOOST_CHECK_EXCEPTION(kiln::data::random_split(d, {12, -2}, 0), kiln::ValueError,
                         value_error_says({"length 1 is -2"}));
+  // Lengths whose sum wraps around to 10: 12 + 2 (2^63 - 1) = 10 mod 2^64.
+  const index_t big = std::numeric_limits<index_t>::max();
+  BOOST_CHECK_EXCEPTION(kiln::data::random_split(d, std::vector<index_t>{12, big, big}, 0), kiln::ValueError,
+                        value_error_says({"the lengths sum to more than 10"}));
 }
 
 // ---- Together ---------------------------------------------------------------------------------------

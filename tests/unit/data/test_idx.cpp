@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <kiln/data/data.hpp>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "support/reference.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -100,6 +102,16 @@ BOOST_AUTO_TEST_CASE(mnist_split_reads_images_scaled_and_labels) {
   bool same = b.x.size() == e.x.size();
   for (std::size_t k = 0; same && k < b.x.size(); ++k) same = static_cast<float>(b.x[k]) / 255.0f == e.x[k];
   BOOST_TEST(same, "Bytes<Mnist> sample 2 is not read()'s sample times 255");
+  // read() checks its index and spans (get(train, train.size()) read past both vectors).
+  BOOST_CHECK_EXCEPTION(kiln::data::get(train, 3), kiln::ValueError,
+                        kiln::test::message_contains({"Mnist::read: index 3 out of range", "0 <= i < 3"}));
+  std::vector<float> ten(10);
+  std::int64_t y = 0;
+  BOOST_CHECK_EXCEPTION(train.read(0, ten, std::span<std::int64_t>(&y, 1)), kiln::ValueError,
+                        kiln::test::message_contains({"spans of 10 inputs", "expected 784 and 1"}));
+  std::vector<std::uint8_t> row(784);
+  BOOST_CHECK_EXCEPTION(train.read_bytes(-1, row, std::span<std::int64_t>(&y, 1)), kiln::ValueError,
+                        kiln::test::message_contains({"Mnist::read_bytes: index -1"}));
 }
 
 BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {

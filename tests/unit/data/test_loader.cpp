@@ -2,6 +2,7 @@
 // that do not depend on num_workers for a seed, worker errors reach the reader, an early break does not
 // hang; DistributedSampler pads and splits as PyTorch's (also set on a running loader); transforms do what torchvision's do.
 #include <boost/test/unit_test.hpp>
+#include <limits>
 #include <thread>
 #include <chrono>
 #include <algorithm>
@@ -111,6 +112,12 @@ BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
   kd::DataLoader dropping(ds, {.batch_size = 4, .drop_last = true});
   BOOST_TEST(dropping.size() == 2);
   BOOST_TEST(epoch(dropping).first.size() == 8u);
+  // A batch larger than the dataset is one batch (n + batch_size - 1 overflowed for INT64_MAX: 0 batches).
+  kd::DataLoader whole(ds, {.batch_size = std::numeric_limits<index_t>::max()});
+  BOOST_TEST(whole.size() == 1);
+  BOOST_TEST(epoch(whole).first.size() == 10u);
+  kd::DataLoader none(ds, {.batch_size = std::numeric_limits<index_t>::max(), .drop_last = true});
+  BOOST_TEST(none.size() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(shuffle_visits_every_sample_once_in_a_fresh_order_each_epoch) {

@@ -264,6 +264,22 @@ BOOST_AUTO_TEST_CASE(every_whole_byte_dtype_reads_and_no_tensors_round_trip) {
   BOOST_TEST(kiln::read_safetensors(dir / "meta.safetensors", &meta).empty());
   BOOST_TEST(meta.at("epoch") == "3");
   BOOST_TEST(temporary_files(dir) == 0);
+  // The writer refuses shapes the reader would: negative extents, a product that wraps (2^32 x 2^32 is
+  // 0 mod 2^64, so 0 bytes matched it).
+  const auto wrote_bad = [&](std::vector<kiln::index_t> shape, std::size_t bytes) {
+    kiln::SafetensorsEntry e{"U8", std::move(shape), std::vector<std::uint8_t>(bytes)};
+    try {
+      kiln::write_safetensors(dir / "bad.safetensors", {{"x", e}});
+    } catch (const kiln::CheckpointError& error) {
+      return std::string(error.what()).find("whose product memory can address") != std::string::npos;
+    }
+    return false;
+  };
+  BOOST_TEST(wrote_bad({-1, -4}, 4));
+  BOOST_TEST(wrote_bad({kiln::index_t{1} << 32, kiln::index_t{1} << 32}, 0));
+  BOOST_TEST(!std::filesystem::exists(dir / "bad.safetensors"));
+  kiln::write_safetensors(dir / "empty.safetensors", {{"x", {"U8", {kiln::index_t{1} << 40, 0}, {}}}});
+  BOOST_TEST(kiln::read_safetensors(dir / "empty.safetensors").at("x").bytes.empty());
 }
 
 BOOST_AUTO_TEST_CASE(a_deeply_nested_header_is_a_checkpoint_error_not_a_crash) {

@@ -168,6 +168,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dynamic_extent_mismatch_is_a_shape_error, D, kiln:
   BOOST_TEST(kiln::passes() == before);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_output_that_overlaps_an_operand_is_refused, D, kiln::test::devices) {
+  Tensor<float, Shape<3, 3>, D> a, b;
+  a.fill(1.0f);
+  b.fill(2.0f);
+  BOOST_CHECK_EXCEPTION(kiln::matmul_into(a, a, b), kiln::ValueError, kt::message_contains({"shares memory with A"}));
+  BOOST_CHECK_EXCEPTION(kiln::matmul_into(b, a, kiln::transposed(b)), kiln::ValueError,
+                        kt::message_contains({"shares memory with B"}));
+  BOOST_TEST(kt::all_equal(a.to_vector(), std::vector<float>(9, 1.0f)));  // nothing was written
+  BOOST_TEST(kt::all_equal(b.to_vector(), std::vector<float>(9, 2.0f)));
+}
+
+#if KILN_WITH_BLAS
+BOOST_AUTO_TEST_CASE(a_dimension_past_the_blas_integer_is_an_error_not_a_wrapped_call) {
+  // Checked before any pointer is read, so no 8 GiB operand is needed to reach it.
+  const kiln::index_t m = kiln::index_t{1} << 31;
+  BOOST_CHECK_EXCEPTION(kiln::backend::cpu::gemm<float>(false, false, m, 1, 1, 1.0f, nullptr, 1, nullptr, 1, 0.0f,
+                                                        static_cast<float*>(nullptr), 1),
+                        kiln::ValueError, kt::message_contains({"2147483648", "exceeds"}));
+}
+#endif
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(empty_inner_dimension_gives_zeros, D, kiln::test::devices) {
   Tensor<float, Shape<dyn, dyn>, D> a(3, 0), b(0, 5);
   const auto c = kiln::matmul(a, b);  // a sum over nothing

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <kiln/nn/nn.hpp>
+#include <string>
 #include <vector>
 
 #include "support/gradcheck.hpp"
@@ -106,6 +107,41 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pools_backward_match_numeric, D, kiln::test::devic
   static_assert(std::is_same_v<kiln::nn::detail::window_index_t<15>, std::uint8_t> &&
                 std::is_same_v<kiln::nn::detail::window_index_t<16>, std::int32_t>);
   check_gradients<kiln::nn::MaxPool2d<16, 4, 2>, Shape<dyn, 1, 20, 18>, D>(1);
+}
+
+/// forward on 2 rows, then backward with dy of `rows` rows: a ShapeError naming both, before any pass.
+template <class Module, class D>
+void check_backward_rows(Module& m, kiln::index_t rows) {
+  using In = typename Module::input_shape;
+  using Out = typename Module::output_shape;
+  const kiln::Extents<In> in(2);
+  m.forward(kiln::test::make_tensor<D>(std::vector<float>(static_cast<std::size_t>(in.numel()), 1.0f), in),
+            kiln::nn::Context{});
+  kiln::Extents<Out> out;
+  out[0] = rows;
+  kiln::Tensor<float, Out, D> dy(out);
+  dy.fill(1.0f);
+  const auto before = kiln::passes();
+  BOOST_CHECK_EXCEPTION(m.backward(dy), kiln::ShapeError,
+                        kiln::test::message_contains({"dy has " + std::to_string(rows), "had 2"}));
+  BOOST_TEST(kiln::passes() == before);
+}
+
+// Called as layers (not through Model, which checks too), conv and pools compare dy's rows with the
+// forward pass's: more rows would read past the saved input and write past dx.
+BOOST_AUTO_TEST_CASE_TEMPLATE(layers_refuse_a_dy_with_other_rows_than_the_forward_pass, D, kiln::test::devices) {
+  using In = Shape<dyn, 2, 6, 6>;
+  using P = kiln::Policy<kiln::Fp32, D>;
+  typename kiln::nn::Conv2d<2, 3, 3>::template module<In, P> conv;
+  kiln::Tensor<float, Shape<dyn>, D> params(conv.parameter_count), grads(conv.parameter_count);
+  params.fill(0.5f);
+  grads.fill(0.0f);
+  conv.bind(params.data(), grads.data(), params.data(), params.device_index());
+  check_backward_rows<decltype(conv), D>(conv, 64);
+  typename kiln::nn::MaxPool2d<2>::template module<In, P> max_pool;
+  check_backward_rows<decltype(max_pool), D>(max_pool, 64);
+  typename kiln::nn::AvgPool2d<2>::template module<In, P> avg_pool;
+  check_backward_rows<decltype(avg_pool), D>(avg_pool, 1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(max_pool_takes_the_window_maximum_and_propagates_nan, D, kiln::test::devices) {

@@ -145,6 +145,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(another_optimizers_state_is_refused_with_what_it_i
   adam_state = kiln::optimizer_state(adam);
   adam_state.metadata["optimizer.step"] = "-1";
   BOOST_CHECK_THROW(kiln::load_optimizer_state(adam, adam_state.entries, adam_state.metadata, "f"), kiln::CheckpointError);
+  // INT64_MAX would overflow at the next step (t < 0: infinite step sizes); no count passes 2^53.
+  adam_state.metadata["optimizer.step"] = "9223372036854775807";
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(adam, adam_state.entries, adam_state.metadata, "f"),
+                        kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+                          return std::string(e.what()).find("expected a whole number in [0, 2^53]") !=
+                                 std::string::npos;
+                        });
+  adam_state.metadata["optimizer.step"] = "9007199254740992";  // 2^53 itself is a count
+  BOOST_CHECK_NO_THROW(kiln::load_optimizer_state(adam, adam_state.entries, adam_state.metadata, "f"));
+  BOOST_TEST(adam.step_count() == 9007199254740992);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -74,6 +74,17 @@ BOOST_AUTO_TEST_CASE(negative_dynamic_extent_is_a_shape_error) {
   BOOST_CHECK_EXCEPTION((Extents<Shape<dyn, 4>>(-3)), kiln::ShapeError, kiln::test::message_contains({"-3"}));
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(extents_too_large_to_address_are_a_shape_error, D, kiln::test::devices) {
+  using Big = Tensor<float, Shape<dyn, dyn>, D>;
+  const kiln::index_t e32 = kiln::index_t{1} << 32, e40 = kiln::index_t{1} << 40;
+  // 2^32 x 2^32 wraps to 0 elements in int64: without the check this is an empty allocation.
+  BOOST_CHECK_EXCEPTION(Big(e32, e32), kiln::ShapeError, kiln::test::message_contains({"[4294967296, 4294967296]"}));
+  BOOST_CHECK_EXCEPTION(Big(e40, e40), kiln::ShapeError, kiln::test::message_contains({"memory can address"}));
+  BOOST_CHECK_THROW(Big(kiln::index_t{1} << 62, 1), kiln::ShapeError);  // 2^62 floats: 2^64 bytes
+  const Tensor<float, Shape<dyn, dyn, dyn>, D> none(e40, e40, 0);  // no elements at all: fine
+  BOOST_TEST(none.numel() == 0);
+}
+
 BOOST_AUTO_TEST_CASE(extents_and_shapes_print_like_numpy) {
   BOOST_TEST(kiln::to_string(Extents<Shape<dyn, 4>>(3)) == "[3, 4]");
   BOOST_TEST((kiln::shape_name<Shape<dyn, 3, 32, 32>>() == "Shape<dyn, 3, 32, 32>"));

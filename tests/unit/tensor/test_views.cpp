@@ -80,6 +80,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reshape_to_another_element_count_names_both_shapes
                         kiln::test::message_contains({"[6, 4]", "Shape<dyn, 5>"}));
   BOOST_CHECK_EXCEPTION((a.template reshape<Shape<5, 5>>()), kiln::ShapeError,
                         kiln::test::message_contains({"[6, 4]", "[5, 5]"}));
+  // Extents whose product wraps to 24 ((2^62 + 6) x 4 = 24 mod 2^64), and negative ones ([-6, -4]):
+  // refused, not a view of 24 elements with 2^62 rows (a slice of which wrote past the storage).
+  BOOST_CHECK_EXCEPTION(a.reshape(Extents<Shape<dyn, 4>>((kiln::index_t{1} << 62) + 6)), kiln::ShapeError,
+                        kiln::test::message_contains({"more elements than memory can address"}));
+  Extents<Shape<dyn, dyn>> negative(6, 4);
+  negative[0] = -6;
+  negative[1] = -4;
+  BOOST_CHECK_EXCEPTION(a.reshape(negative), kiln::ShapeError, kiln::test::message_contains({"negative extent"}));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(slice_is_a_view_of_rows_sharing_storage, D, kiln::test::devices) {

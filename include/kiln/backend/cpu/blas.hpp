@@ -1,9 +1,12 @@
 /// CPU GEMM through CBLAS (OpenBLAS): float and double directly, half and bfloat16 via float.
 #pragma once
+#include <limits>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/errors.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/core/type_list.hpp"
@@ -32,6 +35,11 @@ template <class T, class TC = T>
 void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, float alpha, const T* a, index_t lda,
           const T* b, index_t ldb, float beta, TC* c, index_t ldc) {
 #if KILN_WITH_BLAS
+  // >>> Stopped here? A dimension exceeds the CBLAS integer (32 bits in Debian's OpenBLAS). <<<
+  for (const index_t d : {m, n, k, lda, ldb, ldc})
+    if (d > std::numeric_limits<blasint>::max())
+      throw ValueError("kiln::matmul (CPU): a dimension of " + std::to_string(d) + " exceeds this BLAS's integer (" +
+                       std::to_string(std::numeric_limits<blasint>::max()) + "); split the product");
   const auto ta = trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<TC, float>) {
