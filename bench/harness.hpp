@@ -21,9 +21,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <array>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -144,6 +146,31 @@ inline std::string utc_now() {
   return buf;
 }
 
+/// Writes text to path through a temporary file in the same folder and a rename, so a reader never
+/// sees half a file (and a run killed while writing leaves the old one). False when it cannot.
+inline bool write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) == 0) return true;
+  std::remove(tmp.c_str());
+  return false;
+}
+
+/// Whether a file can be created at path (its folder exists and is writable): checked before a run
+/// that would write it at the end.
+inline bool folder_writable(const std::string& path) {
+  const auto folder = std::filesystem::absolute(path).parent_path();
+  return ::access(folder.c_str(), W_OK | X_OK) == 0;
+}
+
 class Harness {
  public:
   /// Parses the common options (and `extra`: "--name" -> help text, each taking one value). Prints the
@@ -174,9 +201,9 @@ class Harness {
       if (arg == "--n")
         config_.n = parse_size(arg, value);
       else if (arg == "--repeat")
-        config_.repeat = static_cast<int>(parse_size(arg, value));
+        config_.repeat = parse_int(arg, value);
       else if (arg == "--warmup")
-        config_.warmup = static_cast<int>(parse_size(arg, value));
+        config_.warmup = parse_int(arg, value);
       else if (arg == "--json")
         json_path_ = value;
       else
@@ -185,6 +212,7 @@ class Harness {
     if (config_.n < 1) fail("--n must be >= 1");
     if (config_.repeat < 1) fail("--repeat must be >= 1");
     if (config_.warmup < 0) fail("--warmup must be >= 0");
+    if (!json_path_.empty() && !folder_writable(json_path_)) fail("--json " + json_path_ + ": cannot write there");
   }
 
   std::int64_t n() const { return config_.n; }
@@ -194,6 +222,15 @@ class Harness {
   std::optional<std::string> option(const std::string& name) const {
     if (auto it = extra_.find(name); it != extra_.end()) return it->second;
     return std::nullopt;
+  }
+  /// An extra option as a count >= `least` ("1000", "2^24"; anything else exits 2 naming it), or
+  /// `fallback` when it was not given.
+  std::int64_t size_option(const std::string& name, std::int64_t fallback, std::int64_t least = 1) const {
+    const auto v = option(name);
+    if (!v) return fallback;
+    const std::int64_t x = parse_size(name, *v);
+    if (x < least) fail(name + " must be >= " + std::to_string(least) + ", got " + *v);
+    return x;
   }
 
   /// A case timed with the host's steady clock (work that has finished when f returns). `bytes`: read +
@@ -254,9 +291,7 @@ class Harness {
     print_table(stdout);
     print_ratios(stdout);
     if (json_path_.empty()) return 0;
-    std::ofstream out(json_path_);
-    out << to_json().dump(2) << '\n';
-    if (!out) {
+    if (!write_file_atomically(json_path_, to_json().dump(2) + '\n')) {
       std::fprintf(stderr, "%s: cannot write %s\n", title_.c_str(), json_path_.c_str());
       return 1;
     }
@@ -317,12 +352,14 @@ class Harness {
     std::fprintf(f, "  (a MISS is reported, not fatal: timings on shared machines are noisy)\n");
   }
 
- private:
+  /// A bad command line: the reason and the usage on stderr, exit status 2.
   [[noreturn]] void fail(const std::string& what) const {
     std::fprintf(stderr, "%s: %s\n", title_.c_str(), what.c_str());
     usage(stderr);
     std::exit(2);
   }
+
+ private:
   void usage(std::FILE* f) const {
     std::fprintf(f, "usage: %s [--n N] [--repeat R] [--warmup W] [--json FILE]", title_.c_str());
     for (const auto& [name, help] : extra_help_) std::fprintf(f, " [%s X]", name.c_str());
@@ -334,6 +371,13 @@ class Harness {
                  static_cast<long long>(defaults_.n), defaults_.repeat, defaults_.warmup);
     for (const auto& [name, help] : extra_help_)
       std::fprintf(f, "  %-12s %s\n", (name + " X").c_str(), help.c_str());
+  }
+  /// parse_size's number as an int, or exit 2 naming the option (no silent wrap of 2^32 to 0).
+  int parse_int(const std::string& opt, const std::string& v) const {
+    const std::int64_t x = parse_size(opt, v);
+    if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+      fail(opt + " " + v + " does not fit in an int");
+    return static_cast<int>(x);
   }
   /// "1000", "2^24"
   std::int64_t parse_size(const std::string& opt, const std::string& v) const {

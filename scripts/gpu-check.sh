@@ -13,10 +13,17 @@ root=$PWD
 prebuilt=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --prebuilt) prebuilt=$2; shift 2 ;;
+    --prebuilt)
+      [ $# -ge 2 ] || { echo "gpu-check: --prebuilt needs a folder (scripts/gpu-stage's stage)" >&2; exit 2; }
+      prebuilt=$2; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+if [ -n "$prebuilt" ] && [ ! -d "$prebuilt" ]; then
+  echo "gpu-check: --prebuilt $prebuilt: no such folder" >&2
+  exit 2
+fi
 out=${OUT:-$root/build/gpu-check}
 # Tests find their fixtures through KILN_PARITY_DIR, or by the source path they were built from: on a
 # machine where the checkout sits elsewhere, link that path to this checkout (only if it is free).
@@ -69,6 +76,10 @@ skip() {  # skip NAME WHY: a row that says why it did not run
 # skipped (exit 77): a broken driver or runtime must not pass the check (tests/support/main_cuda.cpp).
 if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -gt 0 ]; then export KILN_REQUIRE_GPU=1; fi  # not grep -q: SIGPIPE under pipefail
 
+if [ -z "$(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' -print -quit)" ]; then
+  echo "gpu-check: no kiln_cuda_* test executables under $bin: nothing would be checked" >&2
+  exit 1
+fi
 kinfo=$(find "$bin" -type f -name kiln-info -perm -u+x -not -path '*/consumer/*' | head -1)
 [ -n "$kinfo" ] && run kiln-info 30 "$kinfo"
 for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' | sort); do

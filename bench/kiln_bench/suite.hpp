@@ -14,6 +14,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -22,10 +23,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <cstring>
@@ -424,7 +428,9 @@ inline int write_plots(const nlohmann::json& out, const std::string& dir, const 
                 dir.c_str());
     return 0;
   }
-  const std::string cmd = "cd '" + dir + "' && gnuplot kiln-bench.gp";
+  std::string quoted = "'";  // the folder in single quotes for the shell, each ' as '\''
+  for (const char c : dir) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  const std::string cmd = "cd " + quoted + "' && gnuplot kiln-bench.gp";
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "%s: gnuplot failed on %s/kiln-bench.gp\n", program, dir.c_str());
     return 1;
@@ -561,6 +567,13 @@ inline int Suite::main(int argc, char** argv) {
     for (const auto& e : entries_) std::fprintf(f, "  %s (%s)", e.name.c_str(), e.description.c_str());
     std::fprintf(f, "\n");
   };
+  // A whole decimal number in [0, most]: all of v (std::stoll would take "12x" as 12).
+  const auto whole_number = [](const std::string& v, long long most = std::numeric_limits<long long>::max()) {
+    long long x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size() || x < 0 || x > most) throw std::invalid_argument(v);
+    return x;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -580,19 +593,22 @@ inline int Suite::main(int argc, char** argv) {
       else if (a == "--plot") plot_dir = v;
       else if (a == "--torch") torch = v;
       else if (a == "--graphs") graphs = v;
-      else if (a == "--repeat") repeat = std::stoi(v);
-      else if (a == "--warmup") warmup = std::stoi(v);
-      else if (a == "--elements") elements = std::stoll(v);
-      else if (a == "--copy-mib") copy_mib = std::stoll(v);
+      else if (a == "--repeat") repeat = static_cast<int>(whole_number(v, std::numeric_limits<int>::max()));
+      else if (a == "--warmup") warmup = static_cast<int>(whole_number(v, std::numeric_limits<int>::max()));
+      else if (a == "--elements") elements = whole_number(v);
+      else if (a == "--copy-mib") copy_mib = whole_number(v);
       else if (a == "--batches") {
         batches.clear();
-        for (const auto& b : detail::split_list(v)) batches.push_back(std::stoll(b));
+        for (const auto& b : detail::split_list(v)) batches.push_back(whole_number(b));
+        for (const auto b : batches)
+          if (b < 1) throw std::invalid_argument("a batch size below 1");
       } else {
         std::fprintf(stderr, "%s: unknown option %s (--help lists them)\n", argv[0], a.c_str());
         return 2;
       }
     } catch (const std::exception&) {
-      std::fprintf(stderr, "%s: %s %s: not a number\n", argv[0], a.c_str(), v.c_str());
+      std::fprintf(stderr, "%s: %s %s: expected whole numbers >= 0 (batch sizes >= 1)\n", argv[0], a.c_str(),
+                   v.c_str());
       return 2;
     }
   }
@@ -601,6 +617,18 @@ inline int Suite::main(int argc, char** argv) {
       std::fprintf(stderr, "%s: --precisions: unknown precision '%s' (fp32, fp16, bf16)\n", argv[0], p.c_str());
       return 2;
     }
+  if (torch != "yes" && torch != "no") {
+    std::fprintf(stderr, "%s: --torch %s: give yes or no\n", argv[0], torch.c_str());
+    return 2;
+  }
+  if (models.empty()) {
+    std::fprintf(stderr, "%s: --models names no model\n", argv[0]);
+    return 2;
+  }
+  if (!json_path.empty() && !folder_writable(json_path)) {
+    std::fprintf(stderr, "%s: --json %s: cannot write there\n", argv[0], json_path.c_str());
+    return 2;
+  }
   if (graphs != "yes" && graphs != "no") {
     std::fprintf(stderr, "%s: --graphs %s: give yes or no\n", argv[0], graphs.c_str());
     return 2;
@@ -768,9 +796,7 @@ inline int Suite::main(int argc, char** argv) {
   out["rows"] = rows;
   out["ratios"] = ratios;
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << out.dump(2) << '\n';
-    if (!f) {
+    if (!write_file_atomically(json_path, out.dump(2) + '\n')) {
       std::fprintf(stderr, "%s: cannot write %s\n", argv[0], json_path.c_str());
       return 1;
     }

@@ -43,8 +43,11 @@ int main(int argc, char** argv) {
                           {"--epoch", "time a whole training epoch too: yes (default) or no"},
                           {"--torch", "run PyTorch's epoch too: yes (default) or no"}});
   const std::string root = h.option("--data").value_or("/usr/share/datasets/fashion-mnist");
-  const long long limit = std::stoll(h.option("--limit").value_or("-1"));
-  if (!std::filesystem::exists(root + "/train-images-idx3-ubyte.gz") && !std::filesystem::exists(root + "/train-images-idx3-ubyte")) {
+  const long long limit = h.size_option("--limit", -1);
+  const bool have_data = std::filesystem::exists(root + "/train-images-idx3-ubyte.gz") ||
+                         std::filesystem::exists(root + "/train-images-idx3-ubyte");
+  if (!have_data && h.option("--data")) h.fail("--data " + root + ": no train-images-idx3-ubyte[.gz] there");
+  if (!have_data) {
     std::printf("bench_loader: no Fashion-MNIST in %s (Debian: apt-get install dataset-fashion-mnist): skipped\n", root.c_str());
     return 0;
   }

@@ -32,6 +32,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../common/whole_number.hpp"
+
 using kiln::dyn;
 using kiln::index_t;
 using kiln::Shape;
@@ -191,7 +193,7 @@ Options parse(int argc, char** argv) {
     if ((a == "--batch" || a == "--device") && i + 1 < argc) {
       const std::string v = argv[++i];
       if (a == "--batch")
-        o.batch = std::atoll(v.c_str());
+        o.batch = examples::whole_number("00_tensors", a, v);
       else
         o.device = v;
     } else {

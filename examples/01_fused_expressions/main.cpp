@@ -32,6 +32,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../common/whole_number.hpp"
+
 using kiln::dyn;
 using kiln::index_t;
 using kiln::Shape;
@@ -163,11 +165,12 @@ Options parse(int argc, char** argv) {
     if ((a == "--rows" || a == "--cols" || a == "--repeat" || a == "--device") && i + 1 < argc) {
       const std::string v = argv[++i];
       if (a == "--rows")
-        o.rows = std::atoll(v.c_str());
+        o.rows = examples::whole_number("01_fused_expressions", a, v);
       else if (a == "--cols")
-        o.cols = std::atoll(v.c_str());
+        o.cols = examples::whole_number("01_fused_expressions", a, v);
       else if (a == "--repeat")
-        o.repeat = std::atoi(v.c_str());
+        o.repeat = static_cast<int>(
+            std::min<long long>(examples::whole_number("01_fused_expressions", a, v), 1 << 30));
       else
         o.device = v;
     } else {

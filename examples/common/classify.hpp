@@ -106,6 +106,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
               TestLoader& test_loader, int start) {
   kiln::nn::CrossEntropyLoss ce;
   FitResult r;
+  start_metrics(model, o.metrics, start);  // a fresh run starts the file; a resumed one keeps its epochs
   for (int epoch = start; epoch < o.epochs; ++epoch) {
     const EpochResult e = train_epoch(model, opt, scaler, ce, train_loader, o.accumulate, epoch, o.epochs);
     const double train_seconds = e.seconds;
@@ -119,6 +120,12 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
     std::fflush(stdout);
     finish_epoch(o, model, opt, scaler, epoch, e,
                  {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}});
+  }
+  if (start >= o.epochs) {  // resumed at or past --epochs: report the checkpoint's model as it is
+    std::printf("nothing to train: the checkpoint has done %d of %d epochs (raise --epochs to continue)\n", start,
+                o.epochs);
+    std::tie(r.test_loss, r.test_accuracy) = evaluate(model, test_loader);
+    r.finite = std::isfinite(r.test_loss);
   }
   return r;
 }

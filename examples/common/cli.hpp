@@ -2,13 +2,19 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include <kiln/core/config.hpp>
 #if KILN_CUDA_COMPILER
@@ -88,6 +94,8 @@ inline CLI::Validator positive_float() {
 
 /// Adds the shared flags to `app` with the example's defaults already in `o`.
 inline void add_train_options(CLI::App& app, TrainOptions& o) {
+  // A flag given twice takes its last value (scripts/demo passes defaults first, then the user's flags).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", o.data, "dataset directory or file")->capture_default_str();
   app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(integer_at_least(1));
   app.add_option("--batch-size", o.batch_size, "samples per step")->capture_default_str()->check(integer_at_least(1));
@@ -107,7 +115,9 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--limit", o.limit, "use only the first N training samples")->check(integer_at_least<long long>(1));
   app.add_option("--checkpoint", o.checkpoint, "safetensors file written (atomically) after every epoch");
   app.add_flag("--resume", o.resume, "continue from --checkpoint (parameters, optimizer state, epoch)");
-  app.add_option("--metrics", o.metrics, "append one JSON line per epoch to this file");
+  app.add_option("--metrics", o.metrics,
+                 "one JSON line per epoch in this file (a fresh run starts it; --resume keeps the checkpoint's "
+                 "epochs)");
 }
 
 /// Exit status 2 with a one-line reason when the options ask for a part kiln does not have yet.
@@ -124,6 +134,17 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   if (o.parallel == "dp" && o.device == "cuda" && !built_with_nccl)
     return fail("--parallel dp --device cuda needs NCCL, which this build lacks; use --device cpu");
   if (o.resume && o.checkpoint.empty()) return fail("--resume needs --checkpoint FILE");
+  if (o.devices != 0 && o.parallel == "single")
+    return fail("--devices applies to --parallel dp or ddp; this run is --parallel single");
+  // An output file that cannot be written fails now, not after the first epoch.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--checkpoint", o.checkpoint},
+                                   std::pair<const char*, const std::string&>{"--metrics", o.metrics}}) {
+    if (path.empty()) continue;
+    const auto folder = std::filesystem::absolute(path).parent_path();
+    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+      return fail(std::string(flag) + " " + path + ": cannot write into " + folder.string() + " (" +
+                  std::strerror(errno) + ")");
+  }
   if (o.device == "cuda" && !KILN_CUDA_COMPILER)
     return fail("--device cuda: this build has no CUDA (configure with the ci preset and nvcc)");
   if (o.device == "cuda" && !cuda_available) return fail("--device cuda: no CUDA device is available");

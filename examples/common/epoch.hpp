@@ -166,6 +166,20 @@ void write_metrics(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>&
 }
 #endif
 
+/// Before the first epoch: o.metrics keeps the lines of the epochs before `start` (report.hpp's
+/// keep_metrics); under --parallel ddp rank 0 rewrites it and every rank learns whether it could.
+template <class Trained>
+void start_metrics(Trained&, const std::string& path, int start) {
+  keep_metrics(path, start);
+}
+#if KILN_WITH_MPI
+template <class Net, class In, class B, class Prec, class D>
+void start_metrics(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, const std::string& path,
+                   int start) {
+  if (!path.empty()) ddp.on_main_rank([&] { keep_metrics(path, start); }, "starting " + path);
+}
+#endif
+
 /// What every epoch ends with: one JSON line in o.metrics (`fields` — the epoch's losses and test metric
 /// — plus epoch, lr, samples/s, seconds, loss scale and skipped steps) and, with o.checkpoint, the
 /// training state written atomically.

@@ -48,6 +48,33 @@ class Progress {
 };
 
 /// Appends one JSON object per line to `path` (nothing when path is empty).
+/// Starts the metrics file of a run: keeps the lines of its first `epochs` epochs (none for a fresh run;
+/// the checkpoint's when resuming, so a line written past the checkpoint just before a kill goes) and
+/// drops the rest, through a temporary file and a rename. Fails here, before any training, when the
+/// file cannot be written.
+inline void keep_metrics(const std::string& path, int epochs) {
+  if (path.empty()) return;
+  std::string kept;
+  std::ifstream in(path);
+  for (std::string line; epochs > 0 && std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer() &&
+        j["epoch"].get<long long>() <= epochs)
+      kept += line + '\n';
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out) throw kiln::Error("cannot write the metrics file " + path + " (through " + tmp + ")");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw kiln::Error("cannot write the metrics file " + path + " (rename from " + tmp + " failed)");
+  }
+}
+
 inline void append_metrics(const std::string& path, const nlohmann::json& line) {
   if (path.empty()) return;
   std::ofstream out(path, std::ios::app);
