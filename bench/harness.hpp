@@ -146,27 +146,31 @@ inline std::string utc_now() {
   return buf;
 }
 
-/// Writes text to path through a temporary file in the same folder and a rename, so a reader never
-/// sees half a file (and a run killed while writing leaves the old one). False when it cannot.
+/// Writes text to path: a regular file (or a link to one) through a temporary file in its folder and a
+/// rename, so a reader never sees half a file; anything else (/dev/stdout, a FIFO) directly. False when
+/// it cannot.
 inline bool write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
+  namespace fs = std::filesystem;
+  const auto write = [&](const std::string& to) {
+    std::ofstream out(to, std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) == 0) return true;
+    return static_cast<bool>(out);
+  };
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status)) return write(path);
+  const std::string target = fs::exists(status) ? fs::canonical(path, ec).string() : path;
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  if (write(tmp) && std::rename(tmp.c_str(), target.c_str()) == 0) return true;
   std::remove(tmp.c_str());
-  return false;
+  return write(target);  // a file the rename cannot replace (bind-mounted): in place
 }
 
-/// Whether a file can be created at path (its folder exists and is writable): checked before a run
-/// that would write it at the end.
+/// Whether path can be written: an existing file (or /dev/stdout) itself, else its folder. Checked
+/// before a run that writes it at the end.
 inline bool folder_writable(const std::string& path) {
+  if (std::filesystem::exists(path)) return ::access(path.c_str(), W_OK) == 0;
   const auto folder = std::filesystem::absolute(path).parent_path();
   return ::access(folder.c_str(), W_OK | X_OK) == 0;
 }
@@ -223,13 +227,15 @@ class Harness {
     if (auto it = extra_.find(name); it != extra_.end()) return it->second;
     return std::nullopt;
   }
-  /// An extra option as a count >= `least` ("1000", "2^24"; anything else exits 2 naming it), or
+  /// An extra option as a count in [least, most] ("1000", "2^24"; anything else exits 2 naming it), or
   /// `fallback` when it was not given.
-  std::int64_t size_option(const std::string& name, std::int64_t fallback, std::int64_t least = 1) const {
+  std::int64_t size_option(const std::string& name, std::int64_t fallback, std::int64_t least = 1,
+                           std::int64_t most = std::numeric_limits<std::int64_t>::max()) const {
     const auto v = option(name);
     if (!v) return fallback;
     const std::int64_t x = parse_size(name, *v);
-    if (x < least) fail(name + " must be >= " + std::to_string(least) + ", got " + *v);
+    if (x < least || x > most)
+      fail(name + " must be in [" + std::to_string(least) + ", " + std::to_string(most) + "], got " + *v);
     return x;
   }
 

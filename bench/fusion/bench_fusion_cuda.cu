@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   kiln::bench::Harness h("bench_fusion_cuda", argc, argv,
                          {.n = std::int64_t{1} << 26, .repeat = 20, .warmup = 3},
                          {{"--inner", "iterations per timed sample (default 10)"}});
-  const int inner = static_cast<int>(h.size_option("--inner", 10));
+  const int inner = static_cast<int>(h.size_option("--inner", 10, 1, 1 << 20));
   if (inner < 1) {
     std::fprintf(stderr, "bench_fusion_cuda: --inner must be >= 1\n");
     return 2;

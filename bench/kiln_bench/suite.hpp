@@ -567,11 +567,16 @@ inline int Suite::main(int argc, char** argv) {
     for (const auto& e : entries_) std::fprintf(f, "  %s (%s)", e.name.c_str(), e.description.c_str());
     std::fprintf(f, "\n");
   };
-  // A whole decimal number in [0, most]: all of v (std::stoll would take "12x" as 12).
+  // A whole decimal number or 2^K in [0, most]: all of v (std::stoll would take "12x" as 12).
   const auto whole_number = [](const std::string& v, long long most = std::numeric_limits<long long>::max()) {
+    const bool power = v.rfind("2^", 0) == 0;
+    const char* begin = v.data() + (power ? 2 : 0);
     long long x = 0;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-    if (ec != std::errc() || end != v.data() + v.size() || x < 0 || x > most) throw std::invalid_argument(v);
+    const auto [end, ec] = std::from_chars(begin, v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size() || x < 0 || (power && x > 62))
+      throw std::invalid_argument(v);
+    if (power) x = 1ll << x;
+    if (x > most) throw std::invalid_argument(v);
     return x;
   };
   for (int i = 1; i < argc; ++i) {

@@ -64,7 +64,7 @@ nlohmann::json run_torch(int repeat) {
 int main(int argc, char** argv) {
   kiln::bench::Harness h("bench_train_step_cuda", argc, argv, {.n = 128, .repeat = 20, .warmup = 3},
                          {{"--inner", "steps per timed sample (default 20)"}, {"--torch", "yes (default) or no"}});
-  const int inner = static_cast<int>(h.size_option("--inner", 20));
+  const int inner = static_cast<int>(h.size_option("--inner", 20, 1, 1 << 20));
   if (inner < 1) {
     std::fprintf(stderr, "bench_train_step_cuda: --inner must be >= 1\n");
     return 2;

@@ -14,7 +14,6 @@
 #include <limits>
 #include <string>
 #include <system_error>
-#include <utility>
 
 #include <kiln/core/config.hpp>
 #if KILN_CUDA_COMPILER
@@ -136,14 +135,21 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   if (o.resume && o.checkpoint.empty()) return fail("--resume needs --checkpoint FILE");
   if (o.devices != 0 && o.parallel == "single")
     return fail("--devices applies to --parallel dp or ddp; this run is --parallel single");
-  // An output file that cannot be written fails now, not after the first epoch.
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--checkpoint", o.checkpoint},
-                                   std::pair<const char*, const std::string&>{"--metrics", o.metrics}}) {
-    if (path.empty()) continue;
-    const auto folder = std::filesystem::absolute(path).parent_path();
-    if (::access(folder.c_str(), W_OK | X_OK) != 0)
-      return fail(std::string(flag) + " " + path + ": cannot write into " + folder.string() + " (" +
-                  std::strerror(errno) + ")");
+  // An output that cannot be written fails now, not after the first epoch: an existing --metrics file
+  // (or /dev/stdout) must be writable, else its folder; a checkpoint is written through a temporary file
+  // in its folder. Under ddp only rank 0 writes them, and says so through every rank when it cannot.
+  const auto cannot_write = [](const char* flag, const std::string& path, bool in_folder) -> std::string {
+    if (path.empty()) return {};
+    const bool file = !in_folder && std::filesystem::exists(path);
+    const std::string where = file ? path : std::filesystem::absolute(path).parent_path().string();
+    if (::access(where.c_str(), file ? W_OK : W_OK | X_OK) == 0) return {};
+    const int error = errno;
+    return std::string(flag) + " " + path + ": cannot write " + (file ? "it" : "into " + where) + " (" +
+           std::strerror(error) + ")";
+  };
+  if (o.parallel != "ddp") {
+    if (const auto why = cannot_write("--checkpoint", o.checkpoint, true); !why.empty()) return fail(why);
+    if (const auto why = cannot_write("--metrics", o.metrics, false); !why.empty()) return fail(why);
   }
   if (o.device == "cuda" && !KILN_CUDA_COMPILER)
     return fail("--device cuda: this build has no CUDA (configure with the ci preset and nvcc)");

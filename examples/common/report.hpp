@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <system_error>
 
 #include <kiln/core/errors.hpp>
 
@@ -47,34 +49,48 @@ class Progress {
   Clock::time_point t0_;
 };
 
-/// Appends one JSON object per line to `path` (nothing when path is empty).
 /// Starts the metrics file of a run: keeps the lines of its first `epochs` epochs (none for a fresh run;
-/// the checkpoint's when resuming, so a line written past the checkpoint just before a kill goes) and
-/// drops the rest, through a temporary file and a rename. Fails here, before any training, when the
-/// file cannot be written.
+/// the checkpoint's when resuming, so a line written past the checkpoint just before a kill goes). A
+/// regular file (or a link to one) is rewritten: emptied in place for a fresh run, through a temporary
+/// file and a rename when resuming (in place if the rename cannot be done, a bind-mounted file, say).
+/// Anything else (a FIFO, /dev/stdout) is left to take the lines as they come. Fails here, before any
+/// training, when the file cannot be written.
 inline void keep_metrics(const std::string& path, int epochs) {
+  namespace fs = std::filesystem;
   if (path.empty()) return;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);  // through links
+  if (fs::exists(status) && !fs::is_regular_file(status)) return;
+  const std::string target = fs::exists(status) ? fs::canonical(path).string() : path;
   std::string kept;
-  std::ifstream in(path);
-  for (std::string line; epochs > 0 && std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer() &&
-        j["epoch"].get<long long>() <= epochs)
-      kept += line + '\n';
+  if (epochs > 0 && fs::exists(status)) {
+    std::ifstream in(target);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer() &&
+          j["epoch"].get<long long>() <= epochs)
+        kept += line + '\n';
+    }
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
+  const auto write = [&](const std::string& to) {
+    std::ofstream out(to, std::ios::trunc);
     out << kept;
     out.flush();
-    if (!out) throw kiln::Error("cannot write the metrics file " + path + " (through " + tmp + ")");
+    return static_cast<bool>(out);
+  };
+  if (kept.empty()) {  // a fresh run (or nothing to keep): empty it in place
+    if (!write(target)) throw kiln::Error("cannot write the metrics file " + path);
+    return;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  const bool renamed = write(tmp) && std::rename(tmp.c_str(), target.c_str()) == 0;
+  if (!renamed) {
     std::remove(tmp.c_str());
-    throw kiln::Error("cannot write the metrics file " + path + " (rename from " + tmp + " failed)");
+    if (!write(target)) throw kiln::Error("cannot write the metrics file " + path);
   }
 }
 
+/// Appends one JSON object per line to `path` (nothing when path is empty).
 inline void append_metrics(const std::string& path, const nlohmann::json& line) {
   if (path.empty()) return;
   std::ofstream out(path, std::ios::app);
