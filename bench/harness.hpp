@@ -175,6 +175,21 @@ inline bool folder_writable(const std::string& path) {
   return ::access(folder.c_str(), W_OK | X_OK) == 0;
 }
 
+/// argv without --json FILE / --json=FILE: a distributed bench's ranks other than 0 run silently.
+inline std::vector<char*> without_json(int argc, char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  for (std::size_t i = 1; i < args.size();) {
+    const std::string a = args[i];
+    if (a == "--json" && i + 1 < args.size())
+      args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
+    else if (a.rfind("--json=", 0) == 0)
+      args.erase(args.begin() + static_cast<long>(i));
+    else
+      ++i;
+  }
+  return args;
+}
+
 class Harness {
  public:
   /// Parses the common options (and `extra`: "--name" -> help text, each taking one value). Prints the

@@ -85,15 +85,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   if (!group.is_main()) {
     if (std::freopen("/dev/null", "w", stdout) == nullptr) return 1;
-    for (std::size_t i = 1; i < args.size();) {  // --json FILE and --json=FILE
-      const std::string a = args[i];
-      if (a == "--json" && i + 1 < args.size())
-        args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
-      else if (a.rfind("--json=", 0) == 0)
-        args.erase(args.begin() + static_cast<long>(i));
-      else
-        ++i;
-    }
+    args = kiln::bench::without_json(argc, argv);
   }
   kiln::bench::Harness h("bench_distributed_cuda", static_cast<int>(args.size()), args.data(),
                          {.n = 256, .repeat = 20, .warmup = 3});

@@ -80,10 +80,12 @@ struct Extents {
   KILN_HOST_DEVICE constexpr explicit Extents(std::index_sequence<I...>) : e{detail::static_extent_or_zero<S, I>...} {}
   KILN_HOST_DEVICE constexpr index_t operator[](std::size_t i) const { return e[i]; }
   KILN_HOST_DEVICE constexpr index_t& operator[](std::size_t i) { return e[i]; }
+  /// The element count. Modular (unsigned) arithmetic: no overflow to trap on for extents that are never
+  /// allocated ([2^40, 2^40, 0] is 0); a tensor's extents are checked when it is made (checked_numel).
   KILN_HOST_DEVICE constexpr index_t numel() const {
-    index_t n = 1;
-    for (std::size_t i = 0; i != rank; ++i) n *= e[i];
-    return n;
+    std::uint64_t n = 1;
+    for (std::size_t i = 0; i != rank; ++i) n *= static_cast<std::uint64_t>(e[i]);
+    return static_cast<index_t>(n);
   }
   friend constexpr bool operator==(const Extents& a, const Extents& b) {
     for (std::size_t i = 0; i != rank; ++i)
