@@ -40,6 +40,8 @@
 #include <omp.h>
 #endif
 
+#include <kiln/io/atomic_file.hpp>
+
 namespace kiln::bench {
 
 /// Median, min, max and mean of a set of samples (seconds).
@@ -144,27 +146,6 @@ inline std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-/// Writes text to path: a regular file (or a link to one) through a temporary file in its folder and a
-/// rename, so a reader never sees half a file; anything else (/dev/stdout, a FIFO) directly. False when
-/// it cannot.
-inline bool write_file_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const auto write = [&](const std::string& to) {
-    std::ofstream out(to, std::ios::trunc);
-    out << text;
-    out.flush();
-    return static_cast<bool>(out);
-  };
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  if (fs::exists(status) && !fs::is_regular_file(status)) return write(path);
-  const std::string target = fs::exists(status) ? fs::canonical(path, ec).string() : path;
-  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
-  if (write(tmp) && std::rename(tmp.c_str(), target.c_str()) == 0) return true;
-  std::remove(tmp.c_str());
-  return write(target);  // a file the rename cannot replace (bind-mounted): in place
 }
 
 /// Whether path can be written: an existing file (or /dev/stdout) itself, else its folder. Checked
@@ -312,8 +293,10 @@ class Harness {
     print_table(stdout);
     print_ratios(stdout);
     if (json_path_.empty()) return 0;
-    if (!write_file_atomically(json_path_, to_json().dump(2) + '\n')) {
-      std::fprintf(stderr, "%s: cannot write %s\n", title_.c_str(), json_path_.c_str());
+    try {
+      kiln::write_file_atomically(json_path_, to_json().dump(2) + '\n');
+    } catch (const kiln::FileError& e) {
+      std::fprintf(stderr, "%s: %s\n", title_.c_str(), e.what());
       return 1;
     }
     std::printf("wrote %s\n", json_path_.c_str());

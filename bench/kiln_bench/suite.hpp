@@ -801,8 +801,10 @@ inline int Suite::main(int argc, char** argv) {
   out["rows"] = rows;
   out["ratios"] = ratios;
   if (!json_path.empty()) {
-    if (!write_file_atomically(json_path, out.dump(2) + '\n')) {
-      std::fprintf(stderr, "%s: cannot write %s\n", argv[0], json_path.c_str());
+    try {
+      kiln::write_file_atomically(json_path, out.dump(2) + '\n');
+    } catch (const kiln::FileError& e) {
+      std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
       return 1;
     }
   }

@@ -77,7 +77,7 @@ int run(const examples::TrainOptions& o, const std::string& device) {
     auto train_batches = examples::device_batches(trained, train_loader, to_float);  // on the GPU: a copy stream
     auto test_batches = examples::device_batches(trained, test_loader, to_float);
     const auto r = examples::classification::fit(o, trained, opt, scaler, train_batches, test_batches, start);
-    return examples::classification::report_result(r, o.epochs, t_start, device, o.precision);
+    return examples::classification::report_result(r, t_start, device, o.precision);
   };
   return examples::with_trainer<LeNet, Image, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);
 }

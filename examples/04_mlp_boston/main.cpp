@@ -98,7 +98,7 @@ int run(const examples::TrainOptions& o, const std::string& device) {
                 baseline_rmse);
     if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
     const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, start);
-    return reg::report_result(r, baseline_rmse, o.epochs, t_start, device, o.precision);
+    return reg::report_result(r, baseline_rmse, t_start, device, o.precision);
   };
   return examples::with_trainer<Mlp, Row, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);
 }

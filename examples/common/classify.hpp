@@ -2,6 +2,7 @@
 // steps with gradient accumulation, a progress bar, an evaluation without gradients, a line per epoch, JSON
 // metrics, an atomic checkpoint) and the closing `result:` line.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -95,6 +96,7 @@ struct FitResult {
   double test_accuracy = NAN;  ///< fraction of test samples classified right after the last epoch
   double samples_per_s = 0;    ///< training throughput of the last epoch
   bool finite = true;          ///< every epoch's train and test losses were finite
+  int epochs = 0;              ///< epochs the model has had: the checkpoint's and this run's
 };
 
 /// Trains epochs [start, o.epochs) with cross entropy: each epoch shuffles afresh (set_epoch), steps the
@@ -121,6 +123,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
     finish_epoch(o, model, opt, scaler, epoch, e,
                  {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}});
   }
+  r.epochs = std::max(start, o.epochs);
   if (start >= o.epochs) {  // resumed at or past --epochs: report the checkpoint's model as it is
     std::printf("nothing to train: the checkpoint has done %d of %d epochs (raise --epochs to continue)\n", start,
                 o.epochs);
@@ -132,12 +135,12 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
 
 /// Prints `result: test_accuracy=... ok=0|1` and returns the exit status (0 when ok). ok: the losses
 /// stayed finite and the model beats chance (10 classes) clearly, test accuracy above 0.2.
-inline int report_result(const FitResult& r, int epochs, Clock::time_point t_start, const std::string& device,
+inline int report_result(const FitResult& r, Clock::time_point t_start, const std::string& device,
                          const std::string& precision) {
   const bool ok = r.finite && r.test_accuracy > 0.2;
   std::printf("result: test_accuracy=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.1f samples_per_s=%.0f "
               "device=%s precision=%s ok=%d\n",
-              r.test_accuracy, r.test_loss, r.train_loss, epochs, seconds_since(t_start), r.samples_per_s,
+              r.test_accuracy, r.test_loss, r.train_loss, r.epochs, seconds_since(t_start), r.samples_per_s,
               device.c_str(), precision.c_str(), ok ? 1 : 0);
   return ok ? 0 : 1;
 }

@@ -3,6 +3,7 @@
 // epoch's line, JSON metrics, an atomic checkpoint), the baseline of predicting the training mean, and the
 // closing `result:` line.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -111,6 +112,7 @@ struct FitResult {
   double samples_per_s = 0;  ///< training throughput of the last epoch
   bool finite = true;        ///< every epoch's train and test losses were finite
   int trained = 0;           ///< epochs run by this call (0 when resumed at or past the last)
+  int epochs = 0;            ///< epochs the model has had: the checkpoint's and this run's
 };
 
 /// Trains epochs [start, o.epochs) with MSELoss: each epoch shuffles afresh (set_epoch), steps the optimizer
@@ -143,6 +145,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
     finish_epoch(o, model, opt, scaler, epoch, e,
                  {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_rmse", r.test_rmse}});
   }
+  r.epochs = std::max(start, o.epochs);
   if (r.trained == 0) {  // resumed at or past --epochs: report the checkpoint's model as it is
     std::printf("nothing to train: the checkpoint has done %d of %d epochs (raise --epochs to continue)\n", start,
                 o.epochs);
@@ -156,12 +159,12 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
 
 /// Prints `result: test_rmse=... baseline_rmse=... ok=0|1` and returns the exit status (0 when ok). ok: the
 /// losses stayed finite and the test RMSE is below `baseline_rmse` (predicting the training mean).
-inline int report_result(const FitResult& r, double baseline_rmse, int epochs, Clock::time_point t_start,
+inline int report_result(const FitResult& r, double baseline_rmse, Clock::time_point t_start,
                          const std::string& device, const std::string& precision) {
   const bool ok = r.finite && std::isfinite(r.test_rmse) && r.test_rmse < baseline_rmse;
   std::printf("result: test_rmse=%.4f baseline_rmse=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.2f "
               "samples_per_s=%.0f device=%s precision=%s ok=%d\n",
-              r.test_rmse, baseline_rmse, r.test_loss, r.train_loss, epochs, seconds_since(t_start), r.samples_per_s,
+              r.test_rmse, baseline_rmse, r.test_loss, r.train_loss, r.epochs, seconds_since(t_start), r.samples_per_s,
               device.c_str(), precision.c_str(), ok ? 1 : 0);
   return ok ? 0 : 1;
 }

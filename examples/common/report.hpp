@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include <kiln/core/errors.hpp>
+#include <kiln/io/atomic_file.hpp>
 
 namespace examples {
 
@@ -52,7 +53,7 @@ class Progress {
 /// Starts the metrics file of a run: keeps the lines of its first `epochs` epochs (none for a fresh run;
 /// the checkpoint's when resuming, so a line written past the checkpoint just before a kill goes). A
 /// regular file (or a link to one) is rewritten: emptied in place for a fresh run, through a temporary
-/// file and a rename when resuming (in place if the rename cannot be done, a bind-mounted file, say).
+/// file and a rename when resuming (kiln::write_file_atomically).
 /// Anything else (a FIFO, /dev/stdout) is left to take the lines as they come. Fails here, before any
 /// training, when the file cannot be written.
 inline void keep_metrics(const std::string& path, int epochs) {
@@ -72,22 +73,12 @@ inline void keep_metrics(const std::string& path, int epochs) {
         kept += line + '\n';
     }
   }
-  const auto write = [&](const std::string& to) {
-    std::ofstream out(to, std::ios::trunc);
-    out << kept;
-    out.flush();
-    return static_cast<bool>(out);
-  };
   if (kept.empty()) {  // a fresh run (or nothing to keep): empty it in place
-    if (!write(target)) throw kiln::Error("cannot write the metrics file " + path);
+    std::ofstream out(target, std::ios::trunc);
+    if (!out) throw kiln::Error("cannot write the metrics file " + path);
     return;
   }
-  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
-  const bool renamed = write(tmp) && std::rename(tmp.c_str(), target.c_str()) == 0;
-  if (!renamed) {
-    std::remove(tmp.c_str());
-    if (!write(target)) throw kiln::Error("cannot write the metrics file " + path);
-  }
+  kiln::write_file_atomically(target, kept);
 }
 
 /// Appends one JSON object per line to `path` (nothing when path is empty).

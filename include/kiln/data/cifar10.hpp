@@ -14,6 +14,7 @@
 
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/data/dataset.hpp"
 #include "kiln/data/error.hpp"
 #include "kiln/tensor/shape.hpp"
 
@@ -91,23 +92,14 @@ class Cifar10 {
 
   /// Image i as floats in [0, 1] (byte / 255) into x ([3, 32, 32]: 3072 values), its label into y (1 value).
   void read(index_t i, std::span<float> x, std::span<target_type> y) const {
-    if (i < 0 || i >= size())
-      throw ValueError("kiln::data::Cifar10::read: index " + std::to_string(i) +
-                       " out of range; expected 0 <= i < " + std::to_string(size()));
-    if (x.size() != image_bytes || y.size() != 1)
-      throw ValueError("kiln::data::Cifar10::read: got spans of " + std::to_string(x.size()) +
-                       " inputs and " + std::to_string(y.size()) +
-                       " targets; expected 3072 inputs ([3, 32, 32]) and 1 target");
+    detail::check_read("kiln::data::Cifar10::read", i, size(), x.size(), image_bytes, y.size(), 1);
     const std::uint8_t* src = images_.data() + static_cast<std::size_t>(i) * image_bytes;
     for (std::size_t k = 0; k < image_bytes; ++k) x[k] = static_cast<float>(src[k]) / 255.0f;
     y[0] = static_cast<target_type>(labels_[static_cast<std::size_t>(i)]);
   }
   /// Image i as its stored bytes (0-255; Bytes<Cifar10> reads through this), its label into y.
   void read_bytes(index_t i, std::span<std::uint8_t> x, std::span<target_type> y) const {
-    if (i < 0 || i >= size() || x.size() != image_bytes || y.size() != 1)
-      throw ValueError("kiln::data::Cifar10::read_bytes: index " + std::to_string(i) + " of " +
-                       std::to_string(size()) + ", spans of " + std::to_string(x.size()) + " and " +
-                       std::to_string(y.size()) + "; expected 0 <= i < size(), 3072 bytes and 1 target");
+    detail::check_read("kiln::data::Cifar10::read_bytes", i, size(), x.size(), image_bytes, y.size(), 1);
     const std::uint8_t* src = images_.data() + static_cast<std::size_t>(i) * image_bytes;
     std::copy(src, src + image_bytes, x.begin());
     y[0] = static_cast<target_type>(labels_[static_cast<std::size_t>(i)]);

@@ -95,11 +95,12 @@ enum class PaddingMode { constant, edge, reflect, symmetric };
 /// The default padding 0 crops the whole image, as RandomCrop(size) of an image of that size; CIFAR's
 /// augmentation is `RandomCrop{.padding = 4}`. `fill` is in the sample's units (bytes: 0 to 255, as
 /// torchvision pads before ToTensor). A negative padding, or one too large for reflect / symmetric,
-/// throws ValueError.
+/// throws ValueError, as does one past 2^30 (`max_padding`).
 struct RandomCrop {
   index_t padding = 0;
   double fill = 0.0;
   PaddingMode padding_mode = PaddingMode::constant;
+  static constexpr index_t max_padding = index_t{1} << 30;
 
   template <class S, class E>
   void apply(std::span<E> x, SampleRng& rng) const {
@@ -140,6 +141,7 @@ struct RandomCrop {
                        std::to_string(h) + " x " + std::to_string(w) + ")");
     };
     if (padding < 0) fail("the padding must be >= 0");
+    if (padding > max_padding) fail("the padding must be at most 2^30");  // (2 padding + 1 and h + dy stay in range)
     if (padding_mode == PaddingMode::reflect && (padding >= h || padding >= w))
       fail("reflect padding must be smaller than the image's height and width");
     if (padding_mode == PaddingMode::symmetric && (padding > h || padding > w))

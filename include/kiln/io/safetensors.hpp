@@ -1,10 +1,7 @@
 /// Checkpoints as safetensors with PyTorch's state_dict names ("0.weight"), written atomically.
 #pragma once
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -23,13 +20,14 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/io/atomic_file.hpp"
 
 namespace kiln {
 
 /// A checkpoint that cannot be written or read back: the message names the file and what is wrong.
-class CheckpointError : public Error {
+class CheckpointError : public FileError {
  public:
-  using Error::Error;
+  using FileError::FileError;
 };
 
 /// One tensor of a safetensors file: name, dtype ("F32", "F64", "F16", "BF16", "I64"), shape, bytes.
@@ -103,71 +101,6 @@ inline std::string json_shown(const nlohmann::json& v) {
   return text;
 }
 
-/// A temporary file next to `path` that no other writer has: `path`.tmp.<pid>.<k>, created with
-/// O_EXCL (an existing file or link of that name is never opened), mode 0666 less the umask.
-class TempFile {
- public:
-  explicit TempFile(const std::filesystem::path& path) {
-    static std::atomic<unsigned> serial{0};
-    for (int attempt = 0; fd_ < 0; ++attempt) {
-      path_ = path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      const int error = errno;
-      if (fd_ < 0 && (error != EEXIST || attempt == 100))
-        throw CheckpointError("kiln: cannot write " + path_.string() + ": " + std::strerror(error));
-    }
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  /// Removes the file unless it was renamed.
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  const std::filesystem::path& path() const { return path_; }
-  /// Writes all of `bytes`, or throws naming the file.
-  void write(const void* bytes, std::size_t n) {
-    const char* p = static_cast<const char*>(bytes);
-    while (n > 0) {
-      const ::ssize_t w = ::write(fd_, p, n);
-      const int error = errno;
-      if (w < 0 && error == EINTR) continue;
-      if (w < 0) throw CheckpointError("kiln: writing " + path_.string() + " failed: " + std::strerror(error));
-      p += w;
-      n -= static_cast<std::size_t>(w);
-    }
-  }
-  /// Flushes the file to disk (fsync, so that a rename over the old file never leaves an empty one after
-  /// a power loss), closes it and renames it to `to`.
-  void commit(const std::filesystem::path& to) {
-    if (::fsync(fd_) != 0) {
-      const int error = errno;
-      throw CheckpointError("kiln: cannot flush " + path_.string() + " to disk: " + std::strerror(error));
-    }
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) {
-      const int error = errno;
-      throw CheckpointError("kiln: writing " + path_.string() + " failed: " + std::strerror(error));
-    }
-    std::error_code ec;
-    std::filesystem::rename(path_, to, ec);
-    if (ec) throw CheckpointError("kiln: cannot rename " + path_.string() + " to " + to.string() + ": " + ec.message());
-    path_.clear();
-    // The rename itself reaches the disk with the folder's entries (best effort: a file system may not
-    // sync folders; the file is complete either way).
-    const auto folder = to.has_parent_path() ? to.parent_path() : std::filesystem::path(".");
-    const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir >= 0) {
-      (void)::fsync(dir);
-      ::close(dir);
-    }
-  }
-
- private:
-  std::filesystem::path path_;
-  int fd_ = -1;
-};
 }  // namespace detail
 
 /// Writes tensors and string metadata to `path` atomically: a temporary file of this writer's own in the
@@ -217,14 +150,18 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes, as the reference writer does
-  detail::TempFile tmp(path);
   const std::uint64_t size = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(size >> (8 * i));
-  tmp.write(le, 8);
-  tmp.write(text.data(), text.size());
-  for (const auto* item : order) tmp.write(item->second.bytes.data(), item->second.bytes.size());
-  tmp.commit(path);
+  try {  // no in-place fallback here (write_file_atomically's): a checkpoint is replaced whole or not at all
+    detail::TempFile tmp(path);
+    tmp.write(le, 8);
+    tmp.write(text.data(), text.size());
+    for (const auto* item : order) tmp.write(item->second.bytes.data(), item->second.bytes.size());
+    tmp.commit(path);
+  } catch (const FileError& e) {
+    throw CheckpointError(e.what());
+  }
 }
 
 /// Reads every tensor of a safetensors file, checking the header: its size, JSON, the type of every

@@ -167,7 +167,9 @@ BOOST_AUTO_TEST_CASE(read_scales_bytes_by_255_in_channel_row_column_order) {
   BOOST_TEST(raw[0] == 124);
   BOOST_TEST(raw[1024] == 209);
   BOOST_TEST(raw[2048 + 31 * 32 + 31] == 30);
-  BOOST_CHECK_THROW(d.read_bytes(d.size(), raw, y), kiln::ValueError);
+  BOOST_CHECK_EXCEPTION(d.read_bytes(d.size(), raw, y), kiln::ValueError, [&](const kiln::ValueError& e) {
+    return contains(e.what(), "Cifar10::read_bytes: index " + std::to_string(d.size()) + " out of range");
+  });
 }
 
 BOOST_AUTO_TEST_CASE(get_returns_one_sample_as_values) {
@@ -221,7 +223,7 @@ BOOST_AUTO_TEST_CASE(read_rejects_an_index_out_of_range_and_wrong_span_sizes) {
   BOOST_CHECK_EXCEPTION(d.read(4, x, y), kiln::ValueError, says("index 4 out of range; expected 0 <= i < 4"));
   BOOST_CHECK_EXCEPTION(d.read(-1, x, y), kiln::ValueError, says("index -1 out of range"));
   BOOST_CHECK_EXCEPTION(d.read(0, std::span<float>(x).first(3071), y), kiln::ValueError,
-                        says("3071 inputs and 1 targets; expected 3072 inputs"));
+                        says("3071 inputs and 1 targets; expected 3072 and 1"));
   BOOST_CHECK_NO_THROW(d.read(3, x, y));
 }
 

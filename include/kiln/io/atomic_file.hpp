@@ -1,0 +1,147 @@
+/// Files written atomically: a temporary file of the writer's own next to the target, flushed to disk,
+/// then renamed over it, so a reader (or a crash) sees the old file or the whole new one.
+#pragma once
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "kiln/core/errors.hpp"
+
+namespace kiln {
+
+/// A file that cannot be written or read: the message names it and what went wrong.
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+
+/// A temporary file next to `path` that no other writer has: `path`.tmp.<pid>.<k>, created with
+/// O_EXCL (an existing file or link of that name is never opened), mode 0666 less the umask. Errors
+/// are FileErrors naming the file.
+class TempFile {
+ public:
+  explicit TempFile(const std::filesystem::path& path) {
+    static std::atomic<unsigned> serial{0};
+    for (int attempt = 0; fd_ < 0; ++attempt) {
+      path_ = path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      const int error = errno;
+      if (fd_ < 0 && (error != EEXIST || attempt == 100))
+        throw FileError("kiln: cannot write " + path_.string() + ": " + std::strerror(error));
+    }
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  /// Removes the file unless it was renamed.
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  const std::filesystem::path& path() const { return path_; }
+  /// Writes all of `bytes`, or throws naming the file.
+  void write(const void* bytes, std::size_t n) {
+    const char* p = static_cast<const char*>(bytes);
+    while (n > 0) {
+      const ::ssize_t w = ::write(fd_, p, n);
+      const int error = errno;
+      if (w < 0 && error == EINTR) continue;
+      if (w < 0) throw FileError("kiln: writing " + path_.string() + " failed: " + std::strerror(error));
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+  /// Flushes the file to disk (fsync, so that a rename over the old file never leaves an empty one
+  /// after a power loss) and closes it.
+  void flush_and_close() {
+    if (::fsync(fd_) != 0) {
+      const int error = errno;
+      throw FileError("kiln: cannot flush " + path_.string() + " to disk: " + std::strerror(error));
+    }
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) {
+      const int error = errno;
+      throw FileError("kiln: writing " + path_.string() + " failed: " + std::strerror(error));
+    }
+  }
+  /// Renames the flushed file to `to`; the error when it cannot (the file is then still removed).
+  std::error_code rename_to(const std::filesystem::path& to) noexcept {
+    std::error_code ec;
+    std::filesystem::rename(path_, to, ec);
+    if (ec) return ec;
+    path_.clear();
+    // The rename itself reaches the disk with the folder's entries (best effort: a file system may not
+    // sync folders; the file is complete either way).
+    const auto folder = to.has_parent_path() ? to.parent_path() : std::filesystem::path(".");
+    const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+      (void)::fsync(dir);
+      ::close(dir);
+    }
+    return {};
+  }
+  /// flush_and_close, then rename_to `to`, or throws naming both files.
+  void commit(const std::filesystem::path& to) {
+    flush_and_close();
+    if (const auto ec = rename_to(to))
+      throw FileError("kiln: cannot rename " + path_.string() + " to " + to.string() + ": " + ec.message());
+  }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
+/// Writes `bytes` straight into `path` (truncating it), or throws naming it.
+inline void write_in_place(const std::filesystem::path& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    const int error = errno;
+    throw FileError("kiln: cannot write " + path.string() + ": " + std::strerror(error));
+  }
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.flush();
+  if (!out) throw FileError("kiln: writing " + path.string() + " failed");
+}
+
+}  // namespace detail
+
+/// Writes `bytes` to `path` so that no reader sees half of it: through a temporary file of this
+/// writer's own in the same folder, flushed to disk and renamed over `path` (a link is followed: the
+/// file it names is replaced, the link stays). Where that cannot be done it writes in place: `path` is
+/// not a regular file (a FIFO, /dev/stdout), the folder takes no new file, or the file cannot be
+/// replaced (a bind-mounted file). Throws FileError naming `path` when it cannot be written at all.
+inline void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);  // through links
+  if (fs::exists(status) && !fs::is_regular_file(status)) return detail::write_in_place(path, bytes);
+  const fs::path target = fs::exists(status) ? fs::canonical(path, ec) : path;
+  if (ec) return detail::write_in_place(path, bytes);
+  std::optional<detail::TempFile> tmp;
+  try {
+    tmp.emplace(target);
+  } catch (const FileError&) {  // a folder that takes no new file (read-only, not ours)
+    return detail::write_in_place(target, bytes);
+  }
+  tmp->write(bytes.data(), bytes.size());
+  tmp->flush_and_close();
+  if (const auto error = tmp->rename_to(target)) {
+    if (error != std::errc::device_or_resource_busy && error != std::errc::cross_device_link)
+      throw FileError("kiln: cannot rename " + tmp->path().string() + " to " + target.string() + ": " + error.message());
+    detail::write_in_place(target, bytes);  // a bind-mounted file cannot be replaced, only rewritten
+  }
+}
+
+}  // namespace kiln
