@@ -88,7 +88,12 @@ losses.json
                   the same keys as cross_entropy_none  CrossEntropyLoss(reduction='none', label_smoothing=0.1)
   cross_entropy_weight   the input and labels of cross_entropy_ignore_index, plus weight: [float] (one per
                   class); loss: float, grad: tensor   CrossEntropyLoss(weight=weight), mean (divided by the
-                  weights of the rows that count); kiln gets it from its unreduced rows (docs/models.md)
+                  weights of the rows that count)
+  cross_entropy_weight_smoothing, cross_entropy_weight_sum, cross_entropy_weight_none
+                  the input and labels of cross_entropy_label_smoothing, weight: [float]; loss (a tensor
+                  and grad_output for 'none'), grad   CrossEntropyLoss(weight, reduction, label_smoothing
+                  0.1 (0.2 for 'none'))
+  nll_weight, nll_weight_none   nll's input and labels, weight; NLLLoss(weight, reduction)
   nll             {input: tensor [N, C] (log_softmax of random logits), target: [int] (two rows labelled
                    -100), loss: float, grad: tensor}                              NLLLoss(), mean
   nll_sum         the same keys and input                                        NLLLoss(reduction='sum')
@@ -379,6 +384,35 @@ def losses_fixture():
         logp = log_probs.clone().requires_grad_(True)
         loss_l = torch.nn.NLLLoss(reduction=reduction)(logp, nll_labels)
         case = {"input": tensor(logp), "target": nll_labels.tolist()}
+        if reduction == "none":
+            upstream = torch.randn(loss_l.shape)
+            loss_l.backward(upstream)
+            case.update(grad_output=tensor(upstream), loss=tensor(loss_l))
+        else:
+            loss_l.backward()
+            case["loss"] = f32([loss_l.item()])[0]
+        unreduced[key] = {**case, "grad": tensor(logp.grad)}
+    # Class weights as fields (drawn after everything above): mean with smoothing, sum, 'none', NLL.
+    class_weight = torch.rand(10) + 0.25
+    for key, reduction, eps in (("cross_entropy_weight_smoothing", "mean", 0.1),
+                                ("cross_entropy_weight_sum", "sum", 0.1),
+                                ("cross_entropy_weight_none", "none", 0.2)):
+        logits_c = smoothing_in.clone().requires_grad_(True)
+        loss_c = torch.nn.CrossEntropyLoss(weight=class_weight, reduction=reduction,
+                                           label_smoothing=eps)(logits_c, smoothing_labels)
+        case = {"input": tensor(logits_c), "target": smoothing_labels.tolist(), "weight": f32(class_weight)}
+        if reduction == "none":
+            upstream = torch.randn(loss_c.shape)
+            loss_c.backward(upstream)
+            case.update(grad_output=tensor(upstream), loss=tensor(loss_c))
+        else:
+            loss_c.backward()
+            case["loss"] = f32([loss_c.item()])[0]
+        unreduced[key] = {**case, "grad": tensor(logits_c.grad)}
+    for key, reduction in (("nll_weight", "mean"), ("nll_weight_none", "none")):
+        logp = log_probs.clone().requires_grad_(True)
+        loss_l = torch.nn.NLLLoss(weight=class_weight, reduction=reduction)(logp, nll_labels)
+        case = {"input": tensor(logp), "target": nll_labels.tolist(), "weight": f32(class_weight)}
         if reduction == "none":
             upstream = torch.randn(loss_l.shape)
             loss_l.backward(upstream)

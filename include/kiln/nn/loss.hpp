@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
@@ -39,18 +41,27 @@ struct LossScale {
 };
 
 namespace detail {
-/// What a mean divides by: a number known on the host, or a count on the device that the pass reads
-/// (CrossEntropyLoss's rows that are not ignored, counted by a reduction on the GPU).
+/// What a mean divides by: a number known on the host, or a count (or a sum of class weights) on the
+/// device that the pass reads (CrossEntropyLoss's rows that are not ignored, counted by a reduction on
+/// the GPU).
 struct Denominator {
   double host = 1.0;
   const std::int64_t* device = nullptr;
+  const double* weights = nullptr;
   Denominator(double d = 1.0) : host(d) {}  // implicit: a host number
   static Denominator on_device(const std::int64_t* p) {
     Denominator d;
     d.device = p;
     return d;
   }
-  KILN_HOST_DEVICE KILN_FORCEINLINE double get() const { return device ? static_cast<double>(*device) : host; }
+  static Denominator on_device(const double* p) {
+    Denominator d;
+    d.weights = p;
+    return d;
+  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE double get() const {
+    return device ? static_cast<double>(*device) : weights ? *weights : host;
+  }
 };
 /// A loss gradient's factor num * scale / den, rounded to V: computed once on the host, or, where the
 /// scale or the denominator lives on the device, where it is read, with the host's formula (the same
@@ -65,7 +76,7 @@ struct GradFactor {
     return {static_cast<V>(num * s.value / den.host), s.device, den, s.value, num};
   }
   KILN_HOST_DEVICE KILN_FORCEINLINE V get() const {
-    if (scale == nullptr && den.device == nullptr) return host;
+    if (scale == nullptr && den.device == nullptr && den.weights == nullptr) return host;
     return static_cast<V>(num * (scale ? *scale : value) / den.get());
   }
 };
@@ -182,10 +193,10 @@ enum class LabelKind { ignored, bad, valid };
 KILN_HOST_DEVICE KILN_FORCEINLINE LabelKind label_kind(std::int64_t k, std::int64_t ignore, index_t c) {
   return k == ignore ? LabelKind::ignored : (k < 0 || k >= c) ? LabelKind::bad : LabelKind::valid;
 }
-/// loss[n] = ((1 - eps) (lse(x[n]) - x[n, y[n]]) + eps Σ_j (lse(x[n]) - x[n, j]) / C) / den (eps:
-/// label smoothing), den the rows not ignored for a mean (so that the sum of the rows is the mean), 1 for
-/// a sum; 0 for an ignored row (NaN when every row is and den counts none, as torch's 0 / 0); NaN for a
-/// label outside [0, C).
+/// loss[n] = ((1 - eps) w[y[n]] (lse(x[n]) - x[n, y[n]]) + eps Σ_j w[j] (lse(x[n]) - x[n, j]) / C) / den
+/// (eps: label smoothing; w: class weights, 1 without), den the rows not ignored (their weights) for a
+/// mean (so that the sum of the rows is the mean), 1 for a sum; 0 for an ignored row (NaN when every row
+/// is and den counts none, as torch's 0 / 0); NaN for a label outside [0, C).
 template <class T>
 struct CrossEntropyRows {
   const T* x;
@@ -195,6 +206,7 @@ struct CrossEntropyRows {
   std::int64_t ignore;
   Denominator den;
   compute_t<T> eps;
+  const compute_t<T>* w = nullptr;  // class weights [C], or none
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
     const T* row = x + n * c;
@@ -206,9 +218,10 @@ struct CrossEntropyRows {
       default: {
         const V lse = row_logsumexp(row, c);
         V l = lse - to_compute(row[k]);
+        if (w) l = w[k] * l;
         if (eps != V(0)) {  // (eps = 0 adds nothing, not even 0 * inf)
           V smooth = 0;
-          for (index_t j = 0; j < c; ++j) smooth += lse - to_compute(row[j]);
+          for (index_t j = 0; j < c; ++j) smooth += w ? w[j] * (lse - to_compute(row[j])) : lse - to_compute(row[j]);
           l = (V(1) - eps) * l + eps * smooth / static_cast<V>(c);
         }
         loss[n] = l / static_cast<V>(d);
@@ -216,20 +229,28 @@ struct CrossEntropyRows {
     }
   }
   /// The logits and labels read, one loss per row written; the log-sum-exp (a max, a subtract, an exp
-  /// and an add per logit) and the row's last three (smoothed: a subtract and an add per logit, and four).
+  /// and an add per logit) and the row's last three (smoothed: a subtract and an add per logit, and four;
+  /// weighted: a multiply, per logit where smoothed).
   Traffic traffic(index_t rows) const {
+    const index_t weighted = w ? 1 + (eps != 0 ? c : 0) : 0;
     return {kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<std::int64_t>(rows) +
                 kiln::detail::bytes_of<compute_t<T>>(rows),
-            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c + 3 + (eps != 0 ? 2 * c + 4 : 0))};
+            static_cast<std::uint64_t>(rows) *
+                static_cast<std::uint64_t>(4 * c + 3 + (eps != 0 ? 2 * c + 4 : 0) + weighted)};
   }
 };
-/// The smoothed one-hot target of a valid row: (1 - eps) [j == k] + eps / C (exactly 1 and 0 for eps = 0).
+/// The smoothed one-hot target of a valid row: (1 - eps) [j == k] + eps / C (exactly 1 and 0 for eps = 0);
+/// with class weights w, (1 - eps) w[k] [j == k] + eps w[j] / C, what torch's weighted loss differentiates
+/// to (no eps term for eps = 0, not even 0 * inf).
 template <class V>
-KILN_HOST_DEVICE KILN_FORCEINLINE V smoothed_target(index_t j, std::int64_t k, V eps, index_t c) {
-  return (j == k ? V(1) - eps : V(0)) + eps / static_cast<V>(c);
+KILN_HOST_DEVICE KILN_FORCEINLINE V smoothed_target(index_t j, std::int64_t k, V eps, index_t c, const V* w = nullptr) {
+  if (!w) return (j == k ? V(1) - eps : V(0)) + eps / static_cast<V>(c);
+  return (j == k ? (V(1) - eps) * w[k] : V(0)) + (eps != V(0) ? eps * w[j] / static_cast<V>(c) : V(0));
 }
 /// dx[n, j] = scale (softmax(x[n])_j - t_j) / den for row n, t the smoothed one-hot target, times the
 /// row's upstream gradient dloss[n] where one is given (reduction='none'); NaN for a label outside [0, C).
+/// With class weights w it is scale (s softmax(x[n])_j - t_j) / den, t the weighted target and s = Σ_j t_j
+/// = (1 - eps) w[k] + eps Σ w / C (`wsum`: Σ w).
 /// An ignored row gets 0 - softmax(x[n])_j * 0, as autograd's log_softmax backward gives it: 0, or NaN
 /// when its logits are not finite (so that a GradScaler skips such a step, as torch's).
 template <class T>
@@ -242,6 +263,8 @@ struct CrossEntropyGrad {
   GradFactor<compute_t<T>> factor;
   compute_t<T> eps;
   const compute_t<T>* upstream = nullptr;
+  const compute_t<T>* w = nullptr;  // class weights [C], or none
+  compute_t<T> wsum = 1;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
     const T* row = x + n * c;
@@ -257,9 +280,17 @@ struct CrossEntropyGrad {
       return;
     }
     const V scale = upstream ? factor.get() * upstream[n] : factor.get();
+    if (!w) {
+      for (index_t j = 0; j < c; ++j) {
+        const V p = ops::detail::exp_(to_compute(row[j]) - lse);
+        dx[n * c + j] = from_compute<T>(scale * (p - smoothed_target(j, k, eps, c)));
+      }
+      return;
+    }
+    const V s = eps != V(0) ? (V(1) - eps) * w[k] + eps * wsum / static_cast<V>(c) : w[k];
     for (index_t j = 0; j < c; ++j) {
       const V p = ops::detail::exp_(to_compute(row[j]) - lse);
-      dx[n * c + j] = from_compute<T>(scale * (p - smoothed_target(j, k, eps, c)));
+      dx[n * c + j] = from_compute<T>(scale * (s * p - smoothed_target(j, k, eps, c, w)));
     }
   }
   /// The logits, labels (and upstream gradients) read, the gradient written; the log-sum-exp, then a
@@ -290,9 +321,9 @@ struct LogSoftmaxRows {
             static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(5 * c + 1)};
   }
 };
-/// g[n, :] = -scale t / den, t the smoothed one-hot target, times dloss[n] where given (0 for an ignored
-/// row, NaN for a label outside [0, C)), stored as G: nll_loss's gradient, in the compute type inside
-/// cross entropy's unfused passes, in T as NLLLoss's.
+/// g[n, :] = -scale t / den, t the smoothed (class-weighted) one-hot target, times dloss[n] where given
+/// (0 for an ignored row, NaN for a label outside [0, C)), stored as G: nll_loss's gradient, in the
+/// compute type inside cross entropy's unfused passes, in T as NLLLoss's.
 template <class T, class G = compute_t<T>>
 struct NllGradRows {
   using C = compute_t<T>;
@@ -303,6 +334,7 @@ struct NllGradRows {
   GradFactor<C> factor;
   C eps;
   const C* upstream = nullptr;
+  const C* w = nullptr;  // class weights [C], or none
   KILN_HOST_DEVICE void operator()(index_t n) const {
     const std::int64_t k = y[n];
     const LabelKind kind = label_kind(k, ignore, c);
@@ -313,7 +345,7 @@ struct NllGradRows {
     }
     const C scale = upstream ? factor.get() * upstream[n] : factor.get();
     for (index_t j = 0; j < c; ++j) {
-      const C t = smoothed_target(j, k, eps, c);
+      const C t = smoothed_target(j, k, eps, c, w);
       g[n * c + j] = from_compute<G>(t == C(0) ? C(0) : -scale * t);  // +0 off the label, as without smoothing
     }
   }
@@ -342,8 +374,8 @@ struct LogSoftmaxGradRows {
   }
 };
 
-/// loss[n] = -x[n, y[n]] / den (NLLLoss: x holds log-probabilities), 0 for an ignored row (NaN when den
-/// counts none), NaN for a label outside [0, C).
+/// loss[n] = -w[y[n]] x[n, y[n]] / den (NLLLoss: x holds log-probabilities; w the class weights, 1
+/// without), 0 for an ignored row (NaN when den counts none), NaN for a label outside [0, C).
 template <class T>
 struct NllRows {
   const T* x;
@@ -352,6 +384,7 @@ struct NllRows {
   index_t c;
   std::int64_t ignore;
   Denominator den;
+  const compute_t<T>* w = nullptr;  // class weights [C], or none
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
     const std::int64_t k = y[n];
@@ -359,7 +392,7 @@ struct NllRows {
     switch (label_kind(k, ignore, c)) {
       case LabelKind::ignored: loss[n] = d == 0 ? static_cast<V>(NAN) : V(0); break;
       case LabelKind::bad: loss[n] = static_cast<V>(NAN); break;
-      default: loss[n] = -to_compute(x[n * c + k]) / static_cast<V>(d);
+      default: loss[n] = (w ? -w[k] * to_compute(x[n * c + k]) : -to_compute(x[n * c + k])) / static_cast<V>(d);
     }
   }
   /// One value and one label read per row, one loss written.
@@ -370,20 +403,80 @@ struct NllRows {
   }
 };
 
-/// What a loss over class labels divides the rows' sum by for reduction `how`: for a mean the rows not
-/// ignored, counted on the host on the CPU, by one reduction on the GPU, whose device scalar `keep` holds
-/// while the passes read it; 1 for a sum.
-template <class D>
-struct LabelCount {
-  Denominator den;
-  std::optional<Tensor<std::int64_t, Shape<>, D>> keep;
+/// A loss's class weights (torch's `weight`) as the passes read them, in the compute type C on the
+/// device of the passes; none (`data()` null) when the loss has no weights.
+template <class C, class D>
+struct ClassWeights {
+  std::optional<Tensor<C, Shape<dyn>, D>> values;
+  C sum = 1;  ///< Σ w (what a smoothed row's weighted target sums to, eps times it over C)
+  const C* data() const { return values ? values->data() : nullptr; }
 };
 
-/// The rows of labels [N] not equal to `ignore` (on the host).
+/// `weight` (empty: none) for loss `who` over `c` classes, copied to `device`; ValueError unless it has
+/// one value per class.
+template <class C, class D>
+ClassWeights<C, D> class_weights(const char* who, const std::vector<double>& weight, index_t c, int device) {
+  ClassWeights<C, D> r;
+  if (weight.empty()) return r;
+  if (static_cast<index_t>(weight.size()) != c)
+    throw ValueError(std::string(who) + ": weight has " + std::to_string(weight.size()) + " values for " +
+                     std::to_string(c) + " classes; expected one per class");
+  std::vector<C> v(weight.size());
+  double total = 0;
+  for (std::size_t j = 0; j < weight.size(); ++j) {
+    v[j] = static_cast<C>(weight[j]);
+    total += static_cast<double>(v[j]);
+  }
+  r.sum = static_cast<C>(total);
+  r.values.emplace(Tensor<C, Shape<dyn>, D>::from(std::span<const C>(v), Extents<Shape<dyn>>(c), device));
+  return r;
+}
+
+/// kept[n] = w[y[n]] for a row whose label is a class, 0 for an ignored row or a label outside [0, C)
+/// (whose loss is NaN anyway): a weighted mean's denominator, summed on the GPU.
+template <class C>
+struct KeptWeights {
+  const std::int64_t* y;
+  const C* w;
+  double* kept;
+  index_t c;
+  std::int64_t ignore;
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    const std::int64_t k = y[n];
+    kept[n] = label_kind(k, ignore, c) == LabelKind::valid ? static_cast<double>(w[k]) : 0.0;
+  }
+  Traffic traffic(index_t rows) const {
+    return {kiln::detail::bytes_of<std::int64_t>(rows) + kiln::detail::bytes_of<C>(rows) +
+                kiln::detail::bytes_of<double>(rows),
+            0};
+  }
+};
+
+/// What a loss over class labels divides the rows' sum by for reduction `how`, and its class weights: for
+/// a mean the rows not ignored (the sum of their classes' weights, with weights), counted on the host on
+/// the CPU, by one reduction on the GPU, whose device scalar (`keep` or `kept_weight`) holds while the
+/// passes read it; 1 for a sum.
+template <class C, class D>
+struct LabelCount {
+  Denominator den;
+  ClassWeights<C, D> weights;
+  std::optional<Tensor<std::int64_t, Shape<>, D>> keep;
+  std::optional<Tensor<double, Shape<>, D>> kept_weight;
+};
+
+/// The rows of labels [N] not equal to `ignore` (on the host); with class `weight` (one per class), the
+/// sum of their classes' weights, as torch's weighted mean divides by (a label outside the weights
+/// counts nothing).
 template <class SL>
-index_t count_kept(const Tensor<std::int64_t, SL, Cpu>& labels, std::int64_t ignore) {
-  index_t kept = 0;
-  for (index_t n = 0; n < labels.numel(); ++n) kept += labels[n] != ignore ? 1 : 0;
+double count_kept(const Tensor<std::int64_t, SL, Cpu>& labels, std::int64_t ignore,
+                  const std::vector<double>& weight = {}) {
+  double kept = 0;
+  const auto c = static_cast<std::int64_t>(weight.size());
+  for (index_t n = 0; n < labels.numel(); ++n) {
+    const std::int64_t k = labels[n];
+    if (k == ignore) continue;
+    kept += weight.empty() ? 1.0 : (k >= 0 && k < c) ? weight[static_cast<std::size_t>(k)] : 0.0;
+  }
   return kept;
 }
 
@@ -398,12 +491,14 @@ void check_label_rows(const char* who, const char* scores, const Tensor<T, S, D>
                      to_string(x.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
 }
 
-/// Checks the labels of x for loss `who` (on the CPU each label, which must be in [0, C) or `ignore`;
-/// check_label_rows first) and counts what the reduction `how` divides by.
+/// Checks the class weights and the labels of x for loss `who` (one weight per class, if any; on the
+/// CPU each label, which must be in [0, C) or `ignore`; check_label_rows first), copies the weights to
+/// the passes' device and counts what the reduction `how` divides by.
 template <class T, class S, class SL, class D>
-LabelCount<D> count_labels(const char* who, const Tensor<T, S, D>& x, const Tensor<std::int64_t, SL, D>& labels,
-                           std::int64_t ignore, Reduction how) {
-  LabelCount<D> r;
+LabelCount<compute_t<T>, D> count_labels(const char* who, const Tensor<T, S, D>& x, const Tensor<std::int64_t, SL, D>& labels,
+                                         std::int64_t ignore, Reduction how, const std::vector<double>& weight) {
+  LabelCount<compute_t<T>, D> r;
+  r.weights = class_weights<compute_t<T>, D>(who, weight, x.size(1), kiln::detail::pass_device(x));
   if constexpr (std::is_same_v<D, Cpu>) {
     for (index_t n = 0; n < labels.numel(); ++n) {
       const std::int64_t k = labels[n];
@@ -412,12 +507,27 @@ LabelCount<D> count_labels(const char* who, const Tensor<T, S, D>& x, const Tens
                          " is outside [0, " + std::to_string(x.size(1)) + ") and is not ignore_index (" +
                          std::to_string(ignore) + ")");
     }
-    r.den = how == Reduction::sum ? 1.0 : static_cast<double>(count_kept(labels, ignore));
+    if (how == Reduction::sum) {
+      r.den = 1.0;
+    } else if (weight.empty()) {
+      r.den = count_kept(labels, ignore);
+    } else {  // in the compute type's weights, as the passes weigh the rows
+      double kept = 0;
+      for (index_t n = 0; n < labels.numel(); ++n)
+        if (labels[n] != ignore) kept += static_cast<double>(static_cast<compute_t<T>>(weight[static_cast<std::size_t>(labels[n])]));
+      r.den = kept;
+    }
   } else if (how == Reduction::sum) {
     r.den = 1.0;
-  } else {
+  } else if (weight.empty()) {
     r.keep.emplace(sum(ne(labels, ignore)));
     r.den = Denominator::on_device(r.keep->data());
+  } else {
+    Tensor<double, SL, D> kept(labels.extents());
+    kiln::detail::executor<D>::for_each(
+        labels.size(0), KeptWeights<compute_t<T>>{labels.data(), r.weights.data(), kept.data(), x.size(1), ignore});
+    r.kept_weight.emplace(sum(kept));
+    r.den = Denominator::on_device(r.kept_weight->data());
   }
   return r;
 }
@@ -439,20 +549,22 @@ void check_row_gradient(const char* who, const char* scores, const Tensor<T, S, 
 /// Reduction::sum` sums the rows instead (0 when every row is ignored); `label_smoothing` (eps in [0, 1],
 /// default 0) mixes the target with the uniform distribution, (1 - eps) onehot + eps / C, as torch's.
 /// `unreduced` is torch's reduction='none' (each row's loss, [N]) and `backward(logits, labels, dloss)`
-/// its gradient. torch's class `weight` (without label smoothing, which torch weighs per class) is
-/// those rows with dloss[n] = weight[y[n]] / Σ_m weight[y[m]] over the rows not ignored
-/// (docs/models.md). Probability targets are not offered.
+/// its gradient. `weight` (empty by default: every class 1) is torch's class weights, one per class: a
+/// row's loss is weighted by its label's (the smoothing term by each class's), and a mean divides by the
+/// weights of the rows that count. Probability targets are not offered.
 /// A label outside [0, C) that is not ignore_index throws kiln::ValueError on the CPU (which counts the
 /// labels on the host) and makes the loss and that row's gradient NaN on the GPU (which, for a mean,
 /// counts them with one reduction before each direction's pass).
 /// Example:
 ///   kiln::nn::CrossEntropyLoss ce;                // or ce{.ignore_index = 0, .label_smoothing = 0.1f}
+///                                                 // or ce{.weight = {1.0, 4.0, ...}} (one per class)
 ///   auto loss = ce(logits, labels);               // rank-0 tensor
 ///   auto dlogits = ce.backward(logits, labels);  // [N, C]
 struct CrossEntropyLoss {
   std::int64_t ignore_index = -100;
   Reduction reduction = Reduction::mean;
   double label_smoothing = 0.0;
+  std::vector<double> weight = {};  ///< torch's class weights: one per class, or empty (all 1)
 
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
@@ -462,7 +574,8 @@ struct CrossEntropyLoss {
     return logits.size(0) == 0 && reduction == Reduction::mean ? mean(terms) : sum(terms);  // no rows: 0 / 0
   }
   /// dL/dlogits = (softmax(logits) - target) / (rows not ignored; 1 for a sum), target the one-hot labels
-  /// (smoothed), times `scale` (1 for a plain step); ignored rows 0. One pass; with fusion off
+  /// (smoothed; with weights, (s softmax - target) / (their weights), s the target's sum), times `scale`
+  /// (1 for a plain step); ignored rows 0. One pass; with fusion off
   /// (kiln::Unfused) three, as PyTorch's autograd runs it: log_softmax, nll_loss's backward,
   /// log_softmax's backward (plus the count of a mean on the GPU).
   template <class T, class S, class SL, class D>
@@ -493,11 +606,11 @@ struct CrossEntropyLoss {
     return gradient(logits, labels, scale, Reduction::sum, dloss.data());
   }
 
-  /// The rows a mean divides by: the labels [N] (on the host) that are not ignore_index. DataParallel
-  /// weighs each replica's share of a batch by it.
+  /// What a mean divides by: the labels [N] (on the host) that are not ignore_index (the sum of their
+  /// classes' weights, with weights). DataParallel weighs each replica's share of a batch by it.
   template <class SL>
-  index_t counted(const Tensor<std::int64_t, SL, Cpu>& labels) const {
-    return detail::count_kept(labels, ignore_index);
+  double counted(const Tensor<std::int64_t, SL, Cpu>& labels) const {
+    return detail::count_kept(labels, ignore_index, weight);
   }
 
  private:
@@ -514,7 +627,7 @@ struct CrossEntropyLoss {
     Tensor<compute_t<T>, SL, D> out(labels.extents(), device);
     kiln::detail::executor<D>::for_each(
         logits.size(0), detail::CrossEntropyRows<T>{logits.data(), labels.data(), out.data(), logits.size(1),
-                                                    ignore_index, den.den, eps<T>()});
+                                                    ignore_index, den.den, eps<T>(), den.weights.data()});
     return out;
   }
   /// dL/dlogits for `how` (sum for the unreduced rows), times `upstream[n]` per row where given.
@@ -532,25 +645,27 @@ struct CrossEntropyLoss {
       Tensor<compute_t<T>, S, D> lsm(logits.extents(), device), g(logits.extents(), device);
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
       kiln::detail::executor<D>::for_each(
-          n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row, eps<T>(), upstream});
+          n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row, eps<T>(), upstream,
+                                    den.weights.data()});
       kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
       return dx;
     }
-    kiln::detail::executor<D>::for_each(n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c,
-                                                                        ignore_index, per_row, eps<T>(), upstream});
+    kiln::detail::executor<D>::for_each(
+        n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, ignore_index, per_row, eps<T>(),
+                                       upstream, den.weights.data(), den.weights.sum});
     return dx;
   }
 
-  /// Checks the shapes, label_smoothing and the labels (in that order), and counts what the reduction
-  /// `how` divides by.
+  /// Checks the shapes, label_smoothing, the weights and the labels (in that order), and counts what the
+  /// reduction `how` divides by.
   template <class T, class S, class SL, class D>
-  detail::LabelCount<D> count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
-                              Reduction how) const {
+  detail::LabelCount<compute_t<T>, D> count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
+                                            Reduction how) const {
     detail::check_label_rows("kiln::nn::CrossEntropyLoss", "logits", logits, labels);
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // (torch 1.13 checks only > 1)
       throw ValueError("kiln::nn::CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0. Got: " +
                        std::to_string(label_smoothing));
-    return detail::count_labels("kiln::nn::CrossEntropyLoss", logits, labels, ignore_index, how);
+    return detail::count_labels("kiln::nn::CrossEntropyLoss", logits, labels, ignore_index, how, weight);
   }
 };
 
@@ -560,8 +675,8 @@ struct CrossEntropyLoss {
 /// -100), `reduction` (mean or sum), `unreduced` (torch's 'none') and a label outside [0, C) behave as
 /// CrossEntropyLoss's. The gradient is -scale / (rows counted; 1 for a sum) at each row's label and 0
 /// elsewhere, one pass (plus the count of a mean on the GPU); it never reads the log-probabilities, so
-/// a non-finite one gives no NaN in it (as torch's). torch's class `weight` is unreduced rows with
-/// dloss[n] = weight[y[n]] / Σ_m weight[y[m]] over the rows not ignored.
+/// a non-finite one gives no NaN in it (as torch's). `weight` is torch's class weights, as
+/// CrossEntropyLoss's: -w[y[n]] x[n, y[n]], a mean divided by the weights of the rows that count.
 /// Example:
 ///   kiln::nn::NLLLoss nll;                     // for a Sequential<..., kiln::nn::LogSoftmax>
 ///   auto loss = nll(logp, labels);             // rank-0 tensor
@@ -569,6 +684,7 @@ struct CrossEntropyLoss {
 struct NLLLoss {
   std::int64_t ignore_index = -100;
   Reduction reduction = Reduction::mean;
+  std::vector<double> weight = {};  ///< torch's class weights: one per class, or empty (all 1)
 
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
@@ -576,8 +692,9 @@ struct NLLLoss {
     const auto terms = rows(logp, labels, reduction);  // each divided by the mean's count
     return logp.size(0) == 0 && reduction == Reduction::mean ? mean(terms) : sum(terms);  // no rows: 0 / 0
   }
-  /// dL/dlogp: -scale / (rows not ignored; 1 for a sum) at each row's label, 0 elsewhere and on ignored
-  /// rows, `scale` the loss's own gradient (1 for a plain step).
+  /// dL/dlogp: -scale / (rows not ignored; 1 for a sum) at each row's label (times its weight, over the
+  /// weights, with weights), 0 elsewhere and on ignored rows, `scale` the loss's own gradient (1 for a
+  /// plain step).
   template <class T, class S, class SL, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
                            LossScale scale = {}) const {
@@ -602,19 +719,19 @@ struct NLLLoss {
     return gradient(logp, labels, scale, Reduction::sum, dloss.data());
   }
 
-  /// The rows a mean divides by: the labels [N] (on the host) that are not ignore_index (DataParallel's
-  /// weights).
+  /// What a mean divides by: the labels [N] (on the host) that are not ignore_index, or their classes'
+  /// weights (DataParallel's shares).
   template <class SL>
-  index_t counted(const Tensor<std::int64_t, SL, Cpu>& labels) const {
-    return detail::count_kept(labels, ignore_index);
+  double counted(const Tensor<std::int64_t, SL, Cpu>& labels) const {
+    return detail::count_kept(labels, ignore_index, weight);
   }
 
  private:
   template <class T, class S, class SL, class D>
-  detail::LabelCount<D> count(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
-                              Reduction how) const {
+  detail::LabelCount<compute_t<T>, D> count(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
+                                            Reduction how) const {
     detail::check_label_rows("kiln::nn::NLLLoss", "log-probabilities", logp, labels);
-    return detail::count_labels("kiln::nn::NLLLoss", logp, labels, ignore_index, how);
+    return detail::count_labels("kiln::nn::NLLLoss", logp, labels, ignore_index, how, weight);
   }
   /// Each row's loss [N] in the compute type, divided by what the reduction `how` divides by.
   template <class T, class S, class SL, class D>
@@ -625,7 +742,8 @@ struct NLLLoss {
     const auto den = count(logp, labels, how);
     Tensor<compute_t<T>, SL, D> out(labels.extents(), device);
     kiln::detail::executor<D>::for_each(
-        logp.size(0), detail::NllRows<T>{logp.data(), labels.data(), out.data(), logp.size(1), ignore_index, den.den});
+        logp.size(0), detail::NllRows<T>{logp.data(), labels.data(), out.data(), logp.size(1), ignore_index, den.den,
+                                         den.weights.data()});
     return out;
   }
   template <class T, class S, class SL, class D>
@@ -638,7 +756,7 @@ struct NLLLoss {
     const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, den.den);
     kiln::detail::executor<D>::for_each(
         logp.size(0), detail::NllGradRows<T, T>{labels.data(), dx.data(), logp.size(1), ignore_index, per_row,
-                                                compute_t<T>(0), upstream});
+                                                compute_t<T>(0), upstream, den.weights.data()});
     return dx;
   }
 };

@@ -1,5 +1,5 @@
 // PyTorch parity of every layer, the losses (MSE, cross entropy and NLL: mean, sum and unreduced; cross
-// entropy also with label smoothing, fused and unfused, and class weights through its unreduced rows)
+// entropy also with label smoothing, fused and unfused, and class weights)
 // and a whole LeNet (tests/parity/fixtures/layers.json, losses.json, lenet.json, written by
 // tests/parity/make_fixtures.py with torch 1.13): the same weights
 // and inputs give the same outputs, input gradients and parameter gradients, and LeNet the same
@@ -12,6 +12,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -155,6 +156,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test
       check(ce.backward(logits, labels).to_vector(), c.at("grad"), std::string(key) + (fused ? " grad" : " grad, unfused"));
     }
   }
+  // Class weights (torch's weight=), with ignored rows: mean, mean smoothed, sum smoothed.
+  using R = knn::Reduction;
+  for (const auto& [key, reduction, eps] : {std::tuple{"cross_entropy_weight", R::mean, 0.0},
+                                            std::tuple{"cross_entropy_weight_smoothing", R::mean, 0.1},
+                                            std::tuple{"cross_entropy_weight_sum", R::sum, 0.1}}) {
+    const json& c = f.at(key);
+    const knn::CrossEntropyLoss ce{.reduction = reduction, .label_smoothing = eps,
+                                   .weight = c.at("weight").get<std::vector<double>>()};
+    const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
+    const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
+    const auto labels = labels_of<D>(c.at("target"));
+    check({ce(logits, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
+    for (const bool fused : {true, false}) {
+      std::optional<kiln::Unfused> off;
+      if (!fused) off.emplace();
+      check(ce.backward(logits, labels).to_vector(), c.at("grad"), std::string(key) + (fused ? " grad" : " grad, unfused"));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::devices) {
@@ -189,39 +208,38 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
     }
   }
   {
-    // torch's CrossEntropyLoss(weight=w), mean, through the unreduced rows as docs/models.md shows it:
-    // dloss[n] = w[y_n] / Σ_m w[y_m] over the rows that count (ignored rows: 0).
-    const json& c = f.at("cross_entropy_weight");
+    // torch's CrossEntropyLoss(weight=w, reduction='none', label_smoothing=0.2).
+    const json& c = f.at("cross_entropy_weight_none");
+    const knn::CrossEntropyLoss ce{.label_smoothing = 0.2, .weight = c.at("weight").get<std::vector<double>>()};
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
-    const auto labels_v = c.at("target").get<std::vector<std::int64_t>>();
-    const auto weight = c.at("weight").get<std::vector<float>>();
-    std::vector<float> dloss_v(labels_v.size(), 0.0f);
-    float total = 0.0f;
-    for (std::int64_t k : labels_v) total += k == -100 ? 0.0f : weight[static_cast<std::size_t>(k)];
-    for (std::size_t n = 0; n < labels_v.size(); ++n)
-      if (labels_v[n] != -100) dloss_v[n] = weight[static_cast<std::size_t>(labels_v[n])] / total;
     const auto labels = labels_of<D>(c.at("target"));
-    const auto dloss = Tensor<float, Shape<dyn>, D>::from(std::span<const float>(dloss_v), labels.extents());
-    const knn::CrossEntropyLoss ce;
-    check({kiln::sum(ce.unreduced(logits, labels) * dloss).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}},
-          "cross_entropy_weight loss");
-    check(ce.backward(logits, labels, dloss).to_vector(), c.at("grad"), "cross_entropy_weight grad");
+    const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), labels.extents());
+    check(ce.unreduced(logits, labels).to_vector(), c.at("loss"), "cross_entropy_weight_none loss");
+    for (const bool fused : {true, false}) {
+      std::optional<kiln::Unfused> off;
+      if (!fused) off.emplace();
+      check(ce.backward(logits, labels, dloss).to_vector(), c.at("grad"),
+            std::string("cross_entropy_weight_none") + (fused ? " grad" : " grad, unfused"));
+    }
   }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_matches_pytorch, D, kiln::test::devices) {
-  // torch.nn.NLLLoss over log_softmax outputs with two rows labelled -100: mean, sum and 'none'.
+  // torch.nn.NLLLoss over log_softmax outputs with two rows labelled -100: mean, sum and 'none', and
+  // with class weights.
   const json& f = fixture("losses.json");
   using R = knn::Reduction;
   for (const auto& [key, reduction] : {std::pair{"nll", R::mean}, std::pair{"nll_sum", R::sum},
-                                       std::pair{"nll_none", R::mean /* not used by unreduced */}}) {
+                                       std::pair{"nll_none", R::mean /* not used by unreduced */},
+                                       std::pair{"nll_weight", R::mean}, std::pair{"nll_weight_none", R::mean}}) {
     const json& c = f.at(key);
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logp = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels = labels_of<D>(c.at("target"));
     const auto rows = labels.extents();
-    const knn::NLLLoss nll{.reduction = reduction};
+    const knn::NLLLoss nll{.reduction = reduction,
+                           .weight = c.contains("weight") ? c.at("weight").get<std::vector<double>>() : std::vector<double>{}};
     if (c.contains("grad_output")) {
       const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), rows);
       check(nll.unreduced(logp, labels).to_vector(), c.at("loss"), std::string(key) + " loss");

@@ -447,6 +447,96 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_labels_outside_the_classes, D, kiln::test
   });
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(class_weighted_losses_match_numeric_fused_and_unfused, D, kiln::test::devices) {
+  // torch's weight=: each row weighed by its label's weight (the smoothing term class by class), a mean
+  // divided by the weights of the rows that count. Gradients are the finite differences of the losses,
+  // the unfused passes agree, and a weighted mean is the weighted sum over those weights.
+  const kiln::Extents<Rows> ext(6);
+  auto v = kiln::test::random_values<double>(42, -4.0, 4.0, 21);
+  for (std::size_t j = 0; j < 7; ++j) v[14 + j] *= 50.0;  // row 2: large logits
+  const auto x = kiln::test::make_tensor<D>(v, ext);
+  const std::vector<std::int64_t> labels{0, -100, 3, 6, -100, 3};
+  const auto y = kiln::test::make_tensor<D>(labels, kiln::Extents<Shape<dyn>>(6));
+  const std::vector<double> w{0.5, 1.0, 2.0, 3.0, 0.25, 1.5, 4.0};
+  using R = kiln::nn::Reduction;
+  for (const auto reduction : {R::mean, R::sum}) {
+    for (const double eps : {0.0, 0.25}) {
+      BOOST_TEST_CONTEXT((reduction == R::sum ? "sum" : "mean") << ", label_smoothing " << eps) {
+        const kiln::nn::CrossEntropyLoss ce{.reduction = reduction, .label_smoothing = eps, .weight = w};
+        auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return ce(in, y).item(); };
+        const auto g = ce.backward(x, y);
+        BOOST_TEST(kiln::test::gradcheck(f, x, g));
+        const auto gv = g.to_vector();
+        for (std::size_t j = 0; j < 7; ++j) BOOST_TEST(gv[7 + j] == 0.0);  // row 1 is ignored
+        {
+          kiln::Unfused off;
+          BOOST_TEST(kiln::test::all_close(ce.backward(x, y).to_vector(), gv));
+        }
+        // The unweighted rows times their weights (no smoothing: smoothing weighs every class).
+        if (eps == 0.0) {
+          const auto plain = kiln::nn::CrossEntropyLoss{}.unreduced(x, y).to_vector();
+          double total = 0, weights = 0;
+          for (std::size_t n = 0; n < labels.size(); ++n)
+            if (labels[n] != -100) {
+              total += w[static_cast<std::size_t>(labels[n])] * plain[n];
+              weights += w[static_cast<std::size_t>(labels[n])];
+            }
+          BOOST_TEST(ce(x, y).item() == (reduction == R::sum ? total : total / weights), boost::test_tools::tolerance(1e-12));
+        }
+      }
+    }
+  }
+  // reduction='none' with an upstream gradient: each row's gradient is dloss[n] times its own.
+  const kiln::nn::CrossEntropyLoss rows{.label_smoothing = 0.25, .weight = w};
+  const auto dloss = kiln::test::make_tensor<D>(kiln::test::random_values<double>(6, -1.0, 1.0, 22), kiln::Extents<Shape<dyn>>(6));
+  auto f_rows = [&](const kiln::Tensor<double, Rows, D>& in) { return kiln::sum(rows.unreduced(in, y) * dloss).item(); };
+  BOOST_TEST(kiln::test::gradcheck(f_rows, x, rows.backward(x, y, dloss)));
+  // NLLLoss over log-probabilities: -w[y] logp[y], fused or not (it has one pass).
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::LogSoftmax>, Rows, kiln::Policy<Fp64Check, D>> log_softmax(0);
+  for (const auto reduction : {R::mean, R::sum}) {
+    const kiln::nn::NLLLoss nll{.reduction = reduction, .weight = w};
+    auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return nll(in, y).item(); };
+    BOOST_TEST(kiln::test::gradcheck(f, x, nll.backward(x, y)));
+    // NLLLoss of log_softmax(x) is cross entropy of x, weights and all, value and input gradient.
+    const kiln::nn::CrossEntropyLoss ce{.reduction = reduction, .weight = w};
+    const auto logp = log_softmax.forward(x);
+    BOOST_TEST(nll(logp, y).item() == ce(x, y).item(), boost::test_tools::tolerance(1e-12));
+    const auto dx = log_softmax.backward_input(nll.backward(logp, y));
+    BOOST_TEST(kiln::test::all_close(dx.to_vector(), ce.backward(x, y).to_vector()));
+  }
+  // DataParallel's share of a batch: the weights of its rows that count.
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    BOOST_TEST(kiln::nn::CrossEntropyLoss{.weight = w}.counted(y) == 0.5 + 3.0 + 4.0 + 3.0);
+    BOOST_TEST(kiln::nn::NLLLoss{.weight = w}.counted(y) == 0.5 + 3.0 + 4.0 + 3.0);
+    BOOST_TEST(kiln::nn::CrossEntropyLoss{}.counted(y) == 4.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(class_weights_need_one_per_class, D, kiln::test::devices) {
+  const auto x = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), kiln::Extents<Shape<dyn, 3>>(2));
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0, 2}, kiln::Extents<Shape<dyn>>(2));
+  const auto says = [](const std::string& who) {
+    return [who](const kiln::ValueError& e) {
+      return std::string(e.what()) == who + ": weight has 2 values for 3 classes; expected one per class";
+    };
+  };
+  const kiln::nn::CrossEntropyLoss ce{.weight = {1.0, 2.0}};
+  BOOST_CHECK_EXCEPTION((void)ce(x, y), kiln::ValueError, says("kiln::nn::CrossEntropyLoss"));
+  BOOST_CHECK_EXCEPTION((void)ce.backward(x, y), kiln::ValueError, says("kiln::nn::CrossEntropyLoss"));
+  BOOST_CHECK_EXCEPTION((void)ce.unreduced(x, y), kiln::ValueError, says("kiln::nn::CrossEntropyLoss"));
+  const kiln::nn::NLLLoss nll{.weight = {1.0, 2.0}};
+  BOOST_CHECK_EXCEPTION((void)nll(x, y), kiln::ValueError, says("kiln::nn::NLLLoss"));
+  BOOST_CHECK_EXCEPTION((void)nll.backward(x, y), kiln::ValueError, says("kiln::nn::NLLLoss"));
+  // A batch whose rows are all ignored: the weights that count sum to 0, and the mean is NaN (torch's
+  // 0 / 0); with every weight of the batch's classes 0 too.
+  const auto ignored = kiln::test::make_tensor<D>(std::vector<std::int64_t>{-100, -100}, kiln::Extents<Shape<dyn>>(2));
+  const kiln::nn::CrossEntropyLoss weighted{.weight = {1.0, 2.0, 3.0}}, zero{.weight = {0.0, 2.0, 0.0}},
+      summed{.reduction = kiln::nn::Reduction::sum, .weight = {1.0, 2.0, 3.0}};
+  BOOST_TEST(std::isnan(weighted(x, ignored).item()));
+  BOOST_TEST(std::isnan(zero(x, y).item()));
+  BOOST_TEST(summed(x, ignored).item() == 0.0f);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(label_smoothing_outside_0_1_is_refused, D, kiln::test::devices) {
   // torch 1.13 refuses eps > 1 with this message (and ignores a negative one); kiln refuses NaN and
   // negative ones as well.

@@ -135,6 +135,11 @@ BOOST_AUTO_TEST_CASE(sum_reduced_and_smoothed_losses_train_like_one_device) {
   const double smoothed = train_both<LeNet>(2, 5, Extents<Image>(8), labels, Extents<Shape<dyn>>(8),
                                             knn::CrossEntropyLoss{.label_smoothing = 0.2});
   BOOST_TEST(smoothed <= 1e-5);
+  // Class weights: a replica's share of the mean is the weights of its rows that count.
+  const std::vector<double> weight{0.5, 1.0, 2.0, 3.0, 0.25, 1.5, 4.0, 0.75, 1.25, 2.5};
+  const double weighted = train_both<LeNet>(2, 5, Extents<Image>(8), labels, Extents<Shape<dyn>>(8),
+                                            knn::CrossEntropyLoss{.label_smoothing = 0.2, .weight = weight});
+  BOOST_TEST(weighted <= 1e-5);
   DataParallel<LeNet, Image> dp(2, 5);
   const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 13), Extents<Image>(4));
   const auto none = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>(4, -100), Extents<Shape<dyn>>(4));
