@@ -99,6 +99,20 @@ losses.json
   nll_sum         the same keys and input                                        NLLLoss(reduction='sum')
   nll_none        the same input, plus grad_output: tensor [N]; loss: tensor [N] NLLLoss(reduction='none')
 
+elementwise_losses.json
+  torch_version   str
+  <case>          {input: tensor [6, 3], target: tensor [6, 3], loss: float (a tensor for 'none'), grad:
+                   tensor, and grad_output: tensor for 'none'}; the inputs mix differences inside and
+                   outside 1 (and an exact 0)
+                  l1, l1_sum, l1_none                 L1Loss(reduction)
+                  smooth_l1, smooth_l1_sum, smooth_l1_none, smooth_l1_beta_half_sum
+                                                      SmoothL1Loss(reduction, beta 1; the last beta 0.5)
+                  huber, huber_sum, huber_none, huber_delta_two_sum
+                                                      HuberLoss(reduction, delta 1; the last delta 2)
+                  bce_logits, bce_logits_sum, bce_logits_none          BCEWithLogitsLoss on logits
+                                                      (two of magnitude 40) and targets in [0, 1]
+                  bce_logits_pos_weight, bce_logits_pos_weight_none    ... plus pos_weight: [float] (3)
+
 lenet.json
   torch_version   str
   layers          str     the seeds' LeNet on [N, 3, 32, 32]
@@ -434,6 +448,48 @@ def losses_fixture():
             **unreduced}
 
 
+def elementwise_losses_fixture():
+    torch.manual_seed(SEED + 7)
+    pred = torch.randn(6, 3) * 2.0
+    target = torch.randn(6, 3)
+    target[0, 0] = pred[0, 0]  # an exact 0 difference: L1's gradient there is 0
+    logits = torch.randn(6, 3) * 3.0
+    logits[1, 2], logits[4, 0] = 40.0, -40.0  # saturated logits stay finite
+    probs = torch.rand(6, 3)
+    probs[2] = torch.tensor([0.0, 1.0, 1.0])
+    pos_weight = torch.rand(3) * 3.0 + 0.5
+    cases = {}
+    for key, make, source, goal in (
+            ("l1", lambda r: torch.nn.L1Loss(reduction=r), pred, target),
+            ("smooth_l1", lambda r: torch.nn.SmoothL1Loss(reduction=r), pred, target),
+            ("smooth_l1_beta_half", lambda r: torch.nn.SmoothL1Loss(reduction=r, beta=0.5), pred, target),
+            ("huber", lambda r: torch.nn.HuberLoss(reduction=r), pred, target),
+            ("huber_delta_two", lambda r: torch.nn.HuberLoss(reduction=r, delta=2.0), pred, target),
+            ("bce_logits", lambda r: torch.nn.BCEWithLogitsLoss(reduction=r), logits, probs),
+            ("bce_logits_pos_weight", lambda r: torch.nn.BCEWithLogitsLoss(reduction=r, pos_weight=pos_weight),
+             logits, probs)):
+        reductions = {"smooth_l1_beta_half": ("sum",), "huber_delta_two": ("sum",),
+                      "bce_logits_pos_weight": ("mean", "none")}.get(key, ("mean", "sum", "none"))
+        for r in reductions:
+            x = source.clone().requires_grad_(True)
+            loss = make(r)(x, goal)
+            case = {"input": tensor(x), "target": tensor(goal)}
+            if key.startswith("bce_logits_pos_weight"):
+                case["pos_weight"] = f32(pos_weight)
+            if r == "none":
+                upstream = torch.randn(loss.shape)
+                loss.backward(upstream)
+                case.update(grad_output=tensor(upstream), loss=tensor(loss))
+            else:
+                loss.backward()
+                case["loss"] = f32([loss.item()])[0]
+            name = key if r == "mean" else f"{key}_{r}"
+            if key in ("smooth_l1_beta_half", "huber_delta_two"):
+                name = f"{key}_sum"
+            cases[name] = {**case, "grad": tensor(x.grad)}
+    return {"torch_version": torch.__version__, **cases}
+
+
 def make_lenet():
     nn = torch.nn
     return nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
@@ -475,7 +531,8 @@ def write(name, data):
 
 FIXTURES = {"mlp.json": lambda: mlp_fixture(), "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
-            "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture()}
+            "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
+            "elementwise_losses.json": lambda: elementwise_losses_fixture()}
 
 
 def main(names):

@@ -115,33 +115,41 @@ inline void write_in_place(const std::filesystem::path& path, std::string_view b
   if (!out) throw FileError("kiln: writing " + path.string() + " failed");
 }
 
+/// The file write_file_atomically replaces through a temporary file and a rename: `path` itself when
+/// it does not exist yet, the file a link names (so the link stays); none (write in place) for what is
+/// not a regular file.
+inline std::optional<std::filesystem::path> atomic_target(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);  // through links (ec is ENOENT for a new file)
+  if (!fs::exists(status)) return path;
+  if (!fs::is_regular_file(status)) return std::nullopt;
+  std::error_code canonical_ec;
+  auto target = fs::canonical(path, canonical_ec);
+  if (canonical_ec) return std::nullopt;
+  return target;
+}
+
 }  // namespace detail
 
 /// Writes `bytes` to `path` so that no reader sees half of it: through a temporary file of this
 /// writer's own in the same folder, flushed to disk and renamed over `path` (a link is followed: the
 /// file it names is replaced, the link stays). Where that cannot be done it writes in place: `path` is
 /// not a regular file (a FIFO, /dev/stdout), the folder takes no new file, or the file cannot be
-/// replaced (a bind-mounted file). Throws FileError naming `path` when it cannot be written at all.
+/// replaced (a bind-mounted file, another user's in a sticky folder). Throws FileError naming the file
+/// when it cannot be written at all.
 inline void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto status = fs::status(path, ec);  // through links
-  if (fs::exists(status) && !fs::is_regular_file(status)) return detail::write_in_place(path, bytes);
-  const fs::path target = fs::exists(status) ? fs::canonical(path, ec) : path;
-  if (ec) return detail::write_in_place(path, bytes);
+  const auto target = detail::atomic_target(path);
+  if (!target) return detail::write_in_place(path, bytes);
   std::optional<detail::TempFile> tmp;
   try {
-    tmp.emplace(target);
+    tmp.emplace(*target);
   } catch (const FileError&) {  // a folder that takes no new file (read-only, not ours)
-    return detail::write_in_place(target, bytes);
+    return detail::write_in_place(*target, bytes);
   }
   tmp->write(bytes.data(), bytes.size());
   tmp->flush_and_close();
-  if (const auto error = tmp->rename_to(target)) {
-    if (error != std::errc::device_or_resource_busy && error != std::errc::cross_device_link)
-      throw FileError("kiln: cannot rename " + tmp->path().string() + " to " + target.string() + ": " + error.message());
-    detail::write_in_place(target, bytes);  // a bind-mounted file cannot be replaced, only rewritten
-  }
+  if (tmp->rename_to(*target)) detail::write_in_place(*target, bytes);  // (the temporary file goes with tmp)
 }
 
 }  // namespace kiln

@@ -65,19 +65,21 @@ struct Denominator {
 };
 /// A loss gradient's factor num * scale / den, rounded to V: computed once on the host, or, where the
 /// scale or the denominator lives on the device, where it is read, with the host's formula (the same
-/// bits either way).
+/// bits either way). A zero numerator gives 0 whatever den is: DataParallel's share (the scale) of a
+/// replica whose rows all weigh 0 adds nothing, where 0 / 0 would spread NaN to every replica.
 template <class V>
 struct GradFactor {
   V host;
   const double* scale;
   Denominator den;
   double value, num;
+  KILN_HOST_DEVICE KILN_FORCEINLINE static double ratio(double n, double d) { return n == 0 ? 0.0 : n / d; }
   static GradFactor make(LossScale s, double num, Denominator den) {
-    return {static_cast<V>(num * s.value / den.host), s.device, den, s.value, num};
+    return {static_cast<V>(ratio(num * s.value, den.host)), s.device, den, s.value, num};
   }
   KILN_HOST_DEVICE KILN_FORCEINLINE V get() const {
     if (scale == nullptr && den.device == nullptr && den.weights == nullptr) return host;
-    return static_cast<V>(num * (scale ? *scale : value) / den.get());
+    return static_cast<V>(ratio(num * (scale ? *scale : value), den.get()));
   }
 };
 /// g = (pred - target) k, k from the device (MSELoss::backward with a device scale), times dloss[i]
@@ -346,7 +348,9 @@ struct NllGradRows {
     const C scale = upstream ? factor.get() * upstream[n] : factor.get();
     for (index_t j = 0; j < c; ++j) {
       const C t = smoothed_target(j, k, eps, c, w);
-      g[n * c + j] = from_compute<G>(t == C(0) ? C(0) : -scale * t);  // +0 off the label, as without smoothing
+      // +0 off the label, as without smoothing; at the label -scale w[k] even for w[k] = 0 (NaN when
+      // the weights that count sum to 0, as torch's).
+      g[n * c + j] = from_compute<G>(t == C(0) && j != k ? C(0) : -scale * t);
     }
   }
   Traffic traffic(index_t rows) const {

@@ -3,6 +3,7 @@
 #include "kiln/nn/activation.hpp"
 #include "kiln/nn/conv2d.hpp"
 #include "kiln/nn/dropout.hpp"
+#include "kiln/nn/elementwise_loss.hpp"
 #include "kiln/nn/flatten.hpp"
 #include "kiln/nn/gelu.hpp"
 #include "kiln/nn/layer.hpp"

@@ -362,7 +362,7 @@ BOOST_AUTO_TEST_CASE(random_crop_pads_like_torchvision) {
   BOOST_CHECK_THROW((kd::RandomCrop{.padding = 1, .fill = 0.5}.apply<S>(std::span<std::uint8_t>(b), r)), kiln::ValueError);
   BOOST_CHECK_THROW((kd::RandomCrop{.padding = -1}.apply<S>(std::span<float>(x), r)), kiln::ValueError);
   BOOST_CHECK_THROW((kd::RandomCrop{.padding = kd::RandomCrop::max_padding + 1}.apply<S>(std::span<float>(x), r)),
-                    kiln::ValueError);  // (2^62 wrapped 2 padding + 1)
+                    kiln::ValueError);  // (a padding near 2^62 overflowed 2 padding + 1)
   BOOST_CHECK_NO_THROW((kd::RandomCrop{.padding = kd::RandomCrop::max_padding}.apply<S>(std::span<float>(x), r)));
   BOOST_CHECK_THROW((kd::RandomCrop{.padding = 3, .padding_mode = kd::PaddingMode::reflect}.apply<S>(std::span<float>(x), r)),
                     kiln::ValueError);

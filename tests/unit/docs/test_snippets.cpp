@@ -178,10 +178,45 @@ BOOST_AUTO_TEST_CASE(models_loss_options_are_torchs_reduction_and_label_smoothin
     BOOST_TEST(static_cast<double>(loss) == 4.0 * mean, boost::test_tools::tolerance(1e-5));
     BOOST_TEST(static_cast<double>(smoothed(logits, y).item()) != mean);
     BOOST_TEST((mse_sum.reduction == kiln::nn::Reduction::sum));
+    // The weighted mean: Σ w[y] l / Σ w[y] over the unweighted rows l.
+    const auto rows = kiln::nn::CrossEntropyLoss{}.unreduced(logits, y).to_vector();
+    double total = 0, weights = 0;
+    for (kiln::index_t n = 0; n < y.numel(); ++n) {
+      const double w = y[n] == 9 ? 4.0 : 1.0;
+      total += w * rows[static_cast<std::size_t>(n)];
+      weights += w;
+    }
+    BOOST_TEST(static_cast<double>(weighted) == total / weights, boost::test_tools::tolerance(1e-5));
   }
   bool any = false;
   for (float g : model.gradients().to_vector()) any = any || g != 0.0f;
   BOOST_TEST(any);  // the smoothed gradient reached the parameters
+}
+
+BOOST_AUTO_TEST_CASE(models_elementwise_losses_train_a_regressor) {
+  // The page's Huber and BCE lines on a 13-16-32-1 MLP: finite values, a gradient that reaches the
+  // parameters, and pos_weight 3 weighing the positive term three times.
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Linear<13, 16>, kiln::nn::ReLU, kiln::nn::Linear<16, 32>,
+                                       kiln::nn::ReLU, kiln::nn::Linear<32, 1>>,
+                  Shape<dyn, 13>>
+      model(0);
+  const auto pred = model.forward(random_batch<Shape<dyn, 13>>(8, 12));
+  const auto target = kiln::test::make_tensor<kiln::Cpu>(std::vector<float>{1, 0, 1, 1, 0, 0, 1, 0}, Extents<Shape<dyn, 1>>(8));
+  {
+#include "models.elementwise_losses.inc"
+    BOOST_TEST(std::isfinite(h));
+    const auto terms = kiln::nn::BCEWithLogitsLoss{}.unreduced(pred, target).to_vector();
+    const auto p = pred.to_vector();
+    double want = 0;
+    for (std::size_t i = 0; i < terms.size(); ++i) {
+      const double positive = std::log1p(std::exp(-static_cast<double>(p[i])));  // -log sigmoid(p)
+      want += target[static_cast<kiln::index_t>(i)] == 1.0f ? 3.0 * positive : terms[i];
+    }
+    BOOST_TEST(static_cast<double>(b) == want / 8.0, boost::test_tools::tolerance(1e-5));
+  }
+  bool any = false;
+  for (float g : model.gradients().to_vector()) any = any || g != 0.0f;
+  BOOST_TEST(any);
 }
 
 BOOST_AUTO_TEST_CASE(models_unreduced_rows_with_unit_weights_are_the_mean) {

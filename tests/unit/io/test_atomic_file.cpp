@@ -7,19 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <kiln/io/atomic_file.hpp>
 #include <string>
 #include <thread>
 
+#include "support/temp_dir.hpp"
+
 namespace {
 namespace fs = std::filesystem;
-
-fs::path scratch(const std::string& name) {
-  const auto d = fs::temp_directory_path() / ("kiln_test_atomic_file_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 std::string contents(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -35,7 +31,8 @@ int entries(const fs::path& dir) {
 BOOST_AUTO_TEST_SUITE(atomic_file)
 
 BOOST_AUTO_TEST_CASE(creates_and_replaces_a_regular_file_leaving_no_temporary_file) {
-  const auto dir = scratch("replace");
+  const kiln::test::TempDir scratch;
+  const auto& dir = scratch.path();
   const auto file = dir / "out.json";
   kiln::write_file_atomically(file, "a longer first text\n");
   BOOST_TEST(contents(file) == "a longer first text\n");
@@ -49,11 +46,24 @@ BOOST_AUTO_TEST_CASE(creates_and_replaces_a_regular_file_leaving_no_temporary_fi
   BOOST_TEST(contents(file) == std::string("short\0with a zero", 17));  // truncated, bytes kept
   BOOST_TEST(inode() != before);  // a new file renamed over the old one, not a rewrite in place
   BOOST_TEST(entries(dir) == 1);
-  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(a_new_file_goes_through_a_temporary_file_too) {
+  // Which file is replaced by a rename: a new one itself, a link's target, none for a FIFO or a device.
+  const kiln::test::TempDir scratch;
+  const auto& dir = scratch.path();
+  BOOST_TEST((kiln::detail::atomic_target(dir / "new.json") == std::optional<fs::path>(dir / "new.json")));
+  kiln::write_file_atomically(dir / "real.json", "x");
+  fs::create_symlink(dir / "real.json", dir / "link.json");
+  BOOST_TEST((kiln::detail::atomic_target(dir / "link.json") == std::optional<fs::path>(fs::canonical(dir / "real.json"))));
+  BOOST_REQUIRE(::mkfifo((dir / "pipe").c_str(), 0600) == 0);
+  BOOST_TEST(!kiln::detail::atomic_target(dir / "pipe").has_value());
+  BOOST_TEST(!kiln::detail::atomic_target("/dev/null").has_value());
 }
 
 BOOST_AUTO_TEST_CASE(a_link_stays_a_link_and_the_file_it_names_is_replaced) {
-  const auto dir = scratch("link");
+  const kiln::test::TempDir scratch;
+  const auto& dir = scratch.path();
   fs::create_directories(dir / "real");
   const auto real = dir / "real" / "metrics.jsonl";
   kiln::write_file_atomically(real, "old\n");
@@ -63,25 +73,32 @@ BOOST_AUTO_TEST_CASE(a_link_stays_a_link_and_the_file_it_names_is_replaced) {
   BOOST_TEST(contents(real) == "new\n");
   BOOST_TEST(entries(dir / "real") == 1);  // the temporary file went next to the real file, and is gone
   BOOST_TEST(entries(dir) == 2);
-  fs::remove_all(dir);
 }
 
 BOOST_AUTO_TEST_CASE(a_fifo_is_written_in_place) {
-  const auto dir = scratch("fifo");
+  const kiln::test::TempDir scratch;
+  const auto& dir = scratch.path();
   const auto fifo = dir / "pipe";
   BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::string got;
   std::thread reader([&] { got = contents(fifo); });
-  kiln::write_file_atomically(fifo, "through the pipe\n");
+  try {
+    kiln::write_file_atomically(fifo, "through the pipe\n");
+  } catch (...) {
+    std::ofstream unblock(fifo);  // the reader waits in open for a writer
+    unblock.close();
+    reader.join();
+    throw;
+  }
   reader.join();
   BOOST_TEST(got == "through the pipe\n");
   BOOST_TEST(fs::is_fifo(fs::status(fifo)));  // not replaced by a regular file
   BOOST_TEST(entries(dir) == 1);
-  fs::remove_all(dir);
 }
 
 BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_written_is_a_file_error_naming_it) {
-  const auto dir = scratch("missing");
+  const kiln::test::TempDir scratch;
+  const auto& dir = scratch.path();
   const auto file = dir / "no_such_folder" / "out.json";
   try {
     kiln::write_file_atomically(file, "text");
@@ -91,7 +108,6 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_written_is_a_file_error_naming_it) {
     BOOST_TEST(std::string(e.what()).find(file.string()) != std::string::npos);
   }
   BOOST_TEST(entries(dir) == 0);
-  fs::remove_all(dir);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -534,6 +534,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(class_weights_need_one_per_class, D, kiln::test::d
       summed{.reduction = kiln::nn::Reduction::sum, .weight = {1.0, 2.0, 3.0}};
   BOOST_TEST(std::isnan(weighted(x, ignored).item()));
   BOOST_TEST(std::isnan(zero(x, y).item()));
+  // ... and the gradient at the labels too (0 * (1 / 0)), fused, unfused and NLLLoss's, as torch's.
+  for (const bool fused : {true, false}) {
+    std::optional<kiln::Unfused> off;
+    if (!fused) off.emplace();
+    const auto g = zero.backward(x, y).to_vector();
+    BOOST_TEST((std::isnan(g[0]) && std::isnan(g[5])), (fused ? "fused" : "unfused"));
+  }
+  const auto gn = kiln::nn::NLLLoss{.weight = {0.0, 2.0, 0.0}}.backward(x, y).to_vector();
+  BOOST_TEST((std::isnan(gn[0]) && std::isnan(gn[5]) && gn[1] == 0.0f));
   BOOST_TEST(summed(x, ignored).item() == 0.0f);
 }
 

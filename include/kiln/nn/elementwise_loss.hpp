@@ -1,0 +1,399 @@
+/// Elementwise losses beyond MSELoss, each of a prediction and a target of the same shape: L1Loss,
+/// SmoothL1Loss, HuberLoss and BCEWithLogitsLoss (value, gradient, torch's reduction='none').
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/expr/reduce.hpp"
+#include "kiln/nn/loss.hpp"
+#include "kiln/ops/functors.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+namespace detail {
+KILN_HOST_DEVICE KILN_FORCEINLINE float log1p_(float x) { return ::log1pf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double log1p_(double x) { return ::log1p(x); }
+
+/// sign(d): 1, -1, or 0 at 0 and at NaN (torch's sgn, which l1_loss's gradient is).
+template <class V>
+KILN_HOST_DEVICE KILN_FORCEINLINE V sign_(V d) {
+  return d > V(0) ? V(1) : d < V(0) ? V(-1) : V(0);
+}
+
+/// |d|, as torch.nn.L1Loss.
+struct L1Term {
+  template <class V>
+  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V d) const { return ops::detail::abs_(d); }
+  template <class V>
+  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V d) const { return sign_(d); }
+};
+/// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, as torch.nn.SmoothL1Loss (beta 0: |d|).
+template <class V>
+struct SmoothL1Term {
+  V beta;
+  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V d) const {
+    const V z = ops::detail::abs_(d);
+    return z < beta ? V(0.5) * z * z / beta : z - V(0.5) * beta;
+  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V d) const {
+    if (beta == V(0)) return sign_(d);  // torch runs l1_loss for beta 0
+    return d < -beta ? V(-1) : d > beta ? V(1) : d / beta;
+  }
+};
+/// 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta), as torch.nn.HuberLoss.
+template <class V>
+struct HuberTerm {
+  V delta;
+  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V d) const {
+    const V z = ops::detail::abs_(d);
+    return z < delta ? V(0.5) * z * z : delta * (z - V(0.5) * delta);
+  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V d) const { return d < -delta ? -delta : d > delta ? delta : d; }
+};
+
+/// term.value(pred - target) in the compute type (fp32 for 16-bit operands, as autocast runs these
+/// losses): the node that a sum, a mean or an unreduced tensor evaluates in one pass.
+template <class Term>
+struct TermOfDifference {
+  Term term;
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    return term.value(to_compute(a) - to_compute(b));
+  }
+};
+
+/// g = term.grad(pred - target) k, k = the loss scale over the mean's count (read on the device for a
+/// device scale), times dloss[i] where an upstream gradient is given (reduction='none').
+template <class T, class Term>
+struct TermGrad {
+  const T* pred;
+  const T* target;
+  T* g;
+  GradFactor<compute_t<T>> factor;
+  Term term;
+  const compute_t<T>* upstream = nullptr;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    const compute_t<T> d = term.grad(to_compute(pred[i]) - to_compute(target[i])) * factor.get();
+    g[i] = from_compute<T>(upstream ? d * upstream[i] : d);
+  }
+  Traffic traffic(index_t n) const {
+    return {3 * kiln::detail::bytes_of<T>(n) + (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0),
+            (upstream ? 5 : 4) * static_cast<std::uint64_t>(n)};
+  }
+};
+
+/// The loss of one logit x against its target y in [0, 1], as torch's binary_cross_entropy_with_logits:
+/// (1 - y) x + L (log1p(e^-|x|) + max(-x, 0)), L = (p - 1) y + 1 for the class's pos_weight p (1
+/// without); stable for large |x|.
+template <class V>
+KILN_HOST_DEVICE KILN_FORCEINLINE V bce_with_logits(V x, V y, V p) {
+  const V l = (p - V(1)) * y + V(1);
+  const V neg = -x;
+  return (V(1) - y) * x + l * (log1p_(ops::detail::exp_(-ops::detail::abs_(x))) + (neg > V(0) ? neg : V(0)));
+}
+/// out[i] = bce_with_logits(x[i], y[i], pos_weight[i % C]) (C: the last extent), in the compute type.
+template <class T>
+struct BceWithLogitsRows {
+  const T* x;
+  const T* y;
+  compute_t<T>* out;
+  const compute_t<T>* pos_weight;  // [C], or none
+  index_t c;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    using V = compute_t<T>;
+    out[i] = bce_with_logits(to_compute(x[i]), to_compute(y[i]), pos_weight ? pos_weight[i % c] : V(1));
+  }
+  Traffic traffic(index_t n) const {
+    return {2 * kiln::detail::bytes_of<T>(n) + kiln::detail::bytes_of<compute_t<T>>(n), 12 * static_cast<std::uint64_t>(n)};
+  }
+};
+/// g[i] = ((p y + 1 - y) sigmoid(x) - p y) k (torch's gradient; sigmoid(x) - y without pos_weight), k as
+/// TermGrad's, times dloss[i] where given.
+template <class T>
+struct BceWithLogitsGrad {
+  const T* x;
+  const T* y;
+  T* g;
+  GradFactor<compute_t<T>> factor;
+  const compute_t<T>* pos_weight;  // [C], or none
+  index_t c;
+  const compute_t<T>* upstream = nullptr;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    using V = compute_t<T>;
+    const V xv = to_compute(x[i]), yv = to_compute(y[i]);
+    const V s = V(1) / (V(1) + ops::detail::exp_(-xv));
+    V d;
+    if (pos_weight) {
+      const V t = pos_weight[i % c] * yv;
+      d = (t + V(1) - yv) * s - t;
+    } else {
+      d = s - yv;
+    }
+    d = d * factor.get();
+    g[i] = from_compute<T>(upstream ? d * upstream[i] : d);
+  }
+  Traffic traffic(index_t n) const {
+    return {3 * kiln::detail::bytes_of<T>(n) + (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0),
+            (pos_weight ? 10 : 6) * static_cast<std::uint64_t>(n)};
+  }
+};
+
+/// Checks that `dloss` (the upstream gradient of loss `who`'s unreduced terms) has pred's shape.
+template <class T, class S, class G, class D>
+void check_term_gradient(const char* who, const Tensor<T, S, D>& pred, const Tensor<G, S, D>& dloss) {
+  kiln::detail::check_same_device(who, pred, dloss);
+  if (!(dloss.extents() == pred.extents()))
+    throw ShapeError(std::string(who) + ": dloss " + to_string(dloss.extents()) + " must have the shape of pred " +
+                     to_string(pred.extents()));
+}
+
+/// Checks pred and target of loss `who`: one device, one shape.
+template <class T, class S, class D>
+void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) {
+  kiln::detail::check_same_device(who, pred, target);
+  if (!(pred.extents() == target.extents()))
+    throw ShapeError(std::string(who) + ": pred " + to_string(pred.extents()) + " and target " +
+                     to_string(target.extents()) + " must have the same shape");
+}
+
+// The bodies of the losses of d = pred - target (L1Loss, SmoothL1Loss, HuberLoss), for a Term of the
+// compute type. Each loss is an aggregate of its options (no base class, so that designated
+// initializers name them all) whose members forward here.
+/// The mean (or sum) of the terms, in the compute type: one pass.
+template <class Term, class T, class S, class D>
+auto difference_loss(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) {
+  check_pair(who, pred, target);
+  const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));
+  const auto terms = kiln::detail::make_binary(pred, target, who, TermOfDifference<Term>{term});
+  return how == Reduction::sum ? sum(terms) : mean(terms);
+}
+/// Each element's term in the compute type (reduction='none'): one pass.
+template <class Term, class T, class S, class D>
+Tensor<compute_t<T>, S, D> difference_terms(const char* who, Term term, const Tensor<T, S, D>& pred,
+                                            const Tensor<T, S, D>& target) {
+  check_pair(who, pred, target);
+  const int device = kiln::detail::pass_device(pred);
+  const kiln::detail::device_scope<D> on(device);
+  Tensor<compute_t<T>, S, D> out(pred.extents(), device);
+  out = kiln::detail::make_binary(pred, target, who, TermOfDifference<Term>{term});
+  return out;
+}
+/// dL/dpred: the term's gradient times `scale` over the elements (1 for a sum), or times dloss[i] where
+/// `dloss` (pred's shape) is given. One pass.
+template <class Term, class T, class S, class D>
+Tensor<T, S, D> difference_backward(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred,
+                                    const Tensor<T, S, D>& target, LossScale scale,
+                                    const Tensor<compute_t<T>, S, D>* dloss = nullptr) {
+  check_pair(who, pred, target);
+  if (dloss) check_term_gradient(who, pred, *dloss);
+  const double den = dloss || how == Reduction::sum ? 1.0 : static_cast<double>(pred.numel());
+  const int device = kiln::detail::pass_device(pred);
+  const kiln::detail::device_scope<D> on(device);
+  Tensor<T, S, D> g(pred.extents(), device);
+  kiln::detail::executor<D>::for_each(
+      g.numel(), TermGrad<T, Term>{pred.data(), target.data(), g.data(), GradFactor<compute_t<T>>::make(scale, 1.0, den),
+                                   term, dloss ? dloss->data() : nullptr});
+  return g;
+}
+}  // namespace detail
+
+/// mean(|pred - target|), as torch.nn.L1Loss(); `.reduction = Reduction::sum` sums. The gradient is
+/// sign(pred - target) over the elements (0 where they are equal, and at NaN, as torch's). `unreduced` is
+/// torch's reduction='none' and `backward(pred, target, dloss)` its gradient.
+/// Example:
+///   kiln::nn::L1Loss l1;                     // or l1{.reduction = kiln::nn::Reduction::sum}
+///   auto loss = l1(pred, target);            // rank-0 tensor
+///   auto dpred = l1.backward(pred, target);  // [N, 1]
+struct L1Loss {
+  Reduction reduction = Reduction::mean;
+  static constexpr const char* name = "kiln::nn::L1Loss";
+
+  template <class T, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    return detail::difference_loss(name, reduction, term<compute_t<T>>(), pred, target);
+  }
+  /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
+  template <class T, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
+  }
+  /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
+  template <class T, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    return detail::difference_terms(name, term<compute_t<T>>(), pred, target);
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
+  template <class T, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(std::is_same_v<SG, S>, "kiln::nn: an elementwise loss's dloss must have the shape type of pred");
+    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
+  }
+
+ private:
+  template <class V>
+  detail::L1Term term() const {
+    return {};
+  }
+};
+
+/// torch.nn.SmoothL1Loss(beta = 1.0): 0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (d =
+/// pred - target), mean (or sum) over the elements; beta 0 is L1Loss. A negative (or NaN) beta is a
+/// ValueError. Example: `kiln::nn::SmoothL1Loss loss{.beta = 0.5}; loss(pred, target)`.
+struct SmoothL1Loss {
+  Reduction reduction = Reduction::mean;
+  double beta = 1.0;
+  static constexpr const char* name = "kiln::nn::SmoothL1Loss";
+
+  template <class T, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    return detail::difference_loss(name, reduction, term<compute_t<T>>(), pred, target);
+  }
+  /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
+  template <class T, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
+  }
+  /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
+  template <class T, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    return detail::difference_terms(name, term<compute_t<T>>(), pred, target);
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
+  template <class T, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(std::is_same_v<SG, S>, "kiln::nn: an elementwise loss's dloss must have the shape type of pred");
+    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
+  }
+
+ private:
+  template <class V>
+  detail::SmoothL1Term<V> term() const {
+    if (!(beta >= 0.0))
+      throw ValueError("kiln::nn::SmoothL1Loss: beta must be >= 0 (got " + std::to_string(beta) + ")");
+    return {static_cast<V>(beta)};
+  }
+};
+
+/// torch.nn.HuberLoss(delta = 1.0): 0.5 d^2 where |d| < delta, delta (|d| - 0.5 delta) elsewhere, mean
+/// (or sum) over the elements: SmoothL1Loss with beta = delta, times delta. A delta <= 0 (or NaN) is a
+/// ValueError. Example: `kiln::nn::HuberLoss loss{.delta = 2.0}; loss(pred, target)`.
+struct HuberLoss {
+  Reduction reduction = Reduction::mean;
+  double delta = 1.0;
+  static constexpr const char* name = "kiln::nn::HuberLoss";
+
+  template <class T, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    return detail::difference_loss(name, reduction, term<compute_t<T>>(), pred, target);
+  }
+  /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
+  template <class T, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
+  }
+  /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
+  template <class T, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    return detail::difference_terms(name, term<compute_t<T>>(), pred, target);
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
+  template <class T, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(std::is_same_v<SG, S>, "kiln::nn: an elementwise loss's dloss must have the shape type of pred");
+    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
+  }
+
+ private:
+  template <class V>
+  detail::HuberTerm<V> term() const {
+    if (!(delta > 0.0))
+      throw ValueError("kiln::nn::HuberLoss: delta must be > 0 (got " + std::to_string(delta) + ")");
+    return {static_cast<V>(delta)};
+  }
+};
+
+/// Binary cross entropy of logits against targets in [0, 1] of the same shape, as
+/// torch.nn.BCEWithLogitsLoss(): sigmoid and the log-likelihood in one stable term, mean (or sum) over the
+/// elements. `pos_weight` (empty by default) is torch's: one weight per class of the last dimension,
+/// multiplying the positive term (more than 1 raises recall). `unreduced` is torch's reduction='none'
+/// and `backward(logits, target, dloss)` its gradient; torch's per-element `weight` goes into dloss.
+/// Example:
+///   kiln::nn::BCEWithLogitsLoss bce;              // or bce{.pos_weight = {3.0}} for [N, 1] logits
+///   auto loss = bce(logits, targets);             // rank-0 tensor
+///   auto dlogits = bce.backward(logits, targets); // sigmoid(logits) - targets, over the elements
+struct BCEWithLogitsLoss {
+  Reduction reduction = Reduction::mean;
+  std::vector<double> pos_weight = {};  ///< one per class (the last extent), or empty (all 1)
+
+  template <class T, class S, class D>
+  auto operator()(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target) const {
+    const kiln::detail::device_scope<D> on(kiln::detail::pass_device(logits));  // the logits' GPU
+    const auto terms = unreduced(logits, target);
+    return reduction == Reduction::sum ? sum(terms) : mean(terms);
+  }
+  /// dL/dlogits over the elements (1 for a sum), times `scale`. One pass.
+  template <class T, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+    const double den = reduction == Reduction::sum ? 1.0 : static_cast<double>(logits.numel());
+    return gradient(logits, target, detail::GradFactor<compute_t<T>>::make(scale, 1.0, den), nullptr);
+  }
+  /// Each element's loss in the compute type: torch's reduction='none'. One pass.
+  template <class T, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target) const {
+    detail::check_pair("kiln::nn::BCEWithLogitsLoss", logits, target);
+    const int device = kiln::detail::pass_device(logits);
+    const kiln::detail::device_scope<D> on(device);
+    const auto w = weights<T>(logits, device);
+    Tensor<compute_t<T>, S, D> out(logits.extents(), device);
+    kiln::detail::executor<D>::for_each(
+        out.numel(), detail::BceWithLogitsRows<T>{logits.data(), target.data(), out.data(), w.data(), classes(logits)});
+    return out;
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` (the logits' shape), times `scale`.
+  template <class T, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(std::is_same_v<SG, S>, "kiln::nn::BCEWithLogitsLoss::backward: dloss must have the shape type of the logits");
+    detail::check_term_gradient("kiln::nn::BCEWithLogitsLoss::backward", logits, dloss);
+    return gradient(logits, target, detail::GradFactor<compute_t<T>>::make(scale, 1.0, 1.0), dloss.data());
+  }
+
+ private:
+  template <class T, class S, class D>
+  static index_t classes(const Tensor<T, S, D>& logits) {
+    return S::rank == 0 ? 1 : logits.size(S::rank - 1);
+  }
+  template <class T, class S, class D>
+  detail::ClassWeights<compute_t<T>, D> weights(const Tensor<T, S, D>& logits, int device) const {
+    if (!pos_weight.empty() && static_cast<index_t>(pos_weight.size()) != classes(logits))
+      throw ValueError("kiln::nn::BCEWithLogitsLoss: pos_weight has " + std::to_string(pos_weight.size()) +
+                       " values for a last dimension of " + std::to_string(classes(logits)) +
+                       " (logits " + to_string(logits.extents()) + "); expected one per class");
+    return detail::class_weights<compute_t<T>, D>("kiln::nn::BCEWithLogitsLoss", pos_weight, classes(logits), device);
+  }
+  template <class T, class S, class D>
+  Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target,
+                           detail::GradFactor<compute_t<T>> factor, const compute_t<T>* upstream) const {
+    detail::check_pair("kiln::nn::BCEWithLogitsLoss", logits, target);
+    const int device = kiln::detail::pass_device(logits);
+    const kiln::detail::device_scope<D> on(device);
+    const auto w = weights<T>(logits, device);
+    Tensor<T, S, D> g(logits.extents(), device);
+    kiln::detail::executor<D>::for_each(g.numel(), detail::BceWithLogitsGrad<T>{logits.data(), target.data(), g.data(),
+                                                                                factor, w.data(), classes(logits),
+                                                                                upstream});
+    return g;
+  }
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,216 @@
+// L1Loss, SmoothL1Loss, HuberLoss and BCEWithLogitsLoss: PyTorch parity (mean, sum and 'none' with an
+// upstream gradient; tests/parity/fixtures/elementwise_losses.json, written by
+// tests/parity/make_fixtures.py with torch 1.13), float64 finite-difference gradients, torch's values at
+// the kinks, a device loss scale, 16-bit operands computed in fp32, and the errors. Both devices.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <kiln/core/half.hpp>
+#include <kiln/nn/elementwise_loss.hpp>
+#include <kiln/nn/nn.hpp>
+
+#include "support/gradcheck.hpp"
+#include "support/parity.hpp"
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+namespace parity = kiln::test::parity;
+namespace knn = kiln::nn;
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+using nlohmann::json;
+using Pairs = Shape<dyn, 3>;
+
+const json& cases() {
+  static const json f = parity::load("elementwise_losses.json");
+  return f;
+}
+template <class D>
+Tensor<float, Pairs, D> tensor_of(const json& t) {
+  const auto v = parity::values(t);
+  return Tensor<float, Pairs, D>::from(std::span<const float>(v), Extents<Pairs>(parity::shape(t)[0]));
+}
+/// got against the fixture tensor want within 1e-5 relative (floored at 1% of want's scale).
+void check(const std::vector<float>& got, const json& want, const std::string& what) {
+  const auto w = parity::values(want);
+  const auto d = parity::compare(std::span<const float>(got), std::span<const float>(w),
+                                 parity::scale_floor(std::span<const float>(w)));
+  BOOST_TEST(d.max_rel <= 1e-5, what << ": " << parity::describe(d));
+}
+void check_scalar(float got, const json& want, const std::string& what) {
+  check({got}, json{{"shape", {1}}, {"values", {want}}}, what);
+}
+
+/// The fixture's cases of one loss: key (mean), key_sum, key_none, each where the fixture has it.
+template <class D, class Loss>
+void check_cases(const std::string& key, Loss loss) {
+  for (const std::string suffix : {"", "_sum", "_none"}) {
+    const std::string name = key + suffix;
+    if (!cases().contains(name)) continue;
+    const json& c = cases().at(name);
+    const auto x = tensor_of<D>(c.at("input"));
+    const auto y = tensor_of<D>(c.at("target"));
+    loss.reduction = suffix == "_sum" ? knn::Reduction::sum : knn::Reduction::mean;
+    if (suffix == "_none") {
+      const auto dloss = tensor_of<D>(c.at("grad_output"));
+      check(loss.unreduced(x, y).to_vector(), c.at("loss"), name + " loss");
+      check(loss.backward(x, y, dloss).to_vector(), c.at("grad"), name + " grad");
+    } else {
+      check_scalar(static_cast<float>(loss(x, y).item()), c.at("loss"), name + " loss");
+      check(loss.backward(x, y).to_vector(), c.at("grad"), name + " grad");
+    }
+  }
+}
+
+/// L = loss(x, target) over float64 values spread across both sides of the kinks (|d| near 0.5, 1, 2
+/// avoided: a finite difference across a kink is not the derivative).
+template <class D, class Loss>
+void check_numeric(const Loss& loss, double kink) {
+  const Extents<Pairs> ext(5);
+  auto xv = kiln::test::random_values<double>(15, -3.0, 3.0, 41);
+  const auto yv = kiln::test::random_values<double>(15, -1.0, 1.0, 42);
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    if (std::abs(std::abs(xv[i] - yv[i]) - kink) < 1e-3) xv[i] += 0.01;
+  const auto x = kiln::test::make_tensor<D>(xv, ext);
+  const auto y = kiln::test::make_tensor<D>(yv, ext);
+  auto f = [&](const Tensor<double, Pairs, D>& in) { return static_cast<double>(loss(in, y).item()); };
+  BOOST_TEST(kiln::test::gradcheck(f, x, loss.backward(x, y)));
+  // reduction='none': the gradient of Σ dloss ⊙ terms.
+  const auto dloss = kiln::test::make_tensor<D>(kiln::test::random_values<double>(15, -1.0, 1.0, 43), ext);
+  auto g = [&](const Tensor<double, Pairs, D>& in) { return kiln::sum(loss.unreduced(in, y) * dloss).item(); };
+  BOOST_TEST(kiln::test::gradcheck(g, x, loss.backward(x, y, dloss)));
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(elementwise_losses)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(match_pytorch, D, kiln::test::devices) {
+  check_cases<D>("l1", knn::L1Loss{});
+  check_cases<D>("smooth_l1", knn::SmoothL1Loss{});
+  check_cases<D>("smooth_l1_beta_half", knn::SmoothL1Loss{.beta = 0.5});
+  check_cases<D>("huber", knn::HuberLoss{});
+  check_cases<D>("huber_delta_two", knn::HuberLoss{.delta = 2.0});
+  check_cases<D>("bce_logits", knn::BCEWithLogitsLoss{});
+  check_cases<D>("bce_logits_pos_weight",
+                 knn::BCEWithLogitsLoss{.pos_weight = cases().at("bce_logits_pos_weight").at("pos_weight").get<std::vector<double>>()});
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(gradients_match_finite_differences, D, kiln::test::devices) {
+  using R = knn::Reduction;
+  for (const auto reduction : {R::mean, R::sum}) {
+    BOOST_TEST_CONTEXT((reduction == R::sum ? "sum" : "mean")) {
+      check_numeric<D>(knn::L1Loss{.reduction = reduction}, 0.0);
+      check_numeric<D>(knn::SmoothL1Loss{.reduction = reduction, .beta = 0.5}, 0.5);
+      check_numeric<D>(knn::HuberLoss{.reduction = reduction, .delta = 2.0}, 2.0);
+      check_numeric<D>(knn::BCEWithLogitsLoss{.reduction = reduction}, -1.0);
+      check_numeric<D>(knn::BCEWithLogitsLoss{.reduction = reduction, .pos_weight = {0.5, 2.0, 4.0}}, -1.0);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(kinks_saturation_and_nan_as_torch, D, kiln::test::devices) {
+  // Differences 0, ±beta (the kink: torch takes the quadratic side's slope there, d / beta = ±1),
+  // ±3 beta, NaN. torch 1.13: L1's gradient is sign(d), 0 at 0 and at NaN; SmoothL1 and Huber give NaN.
+  const Extents<Shape<dyn, 3>> ext(2);
+  const float nan = NAN;
+  const auto x = kiln::test::make_tensor<D>(std::vector<float>{0.0f, 0.5f, -0.5f, 1.5f, -1.5f, nan}, ext);
+  const auto y = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), ext);
+  const knn::Reduction sum = knn::Reduction::sum;
+  const auto l1 = knn::L1Loss{.reduction = sum}.backward(x, y).to_vector();
+  const std::vector<float> l1_want{0.0f, 1.0f, -1.0f, 1.0f, -1.0f, 0.0f};
+  BOOST_TEST(l1 == l1_want, boost::test_tools::per_element());
+  const auto smooth = knn::SmoothL1Loss{.reduction = sum, .beta = 0.5}.backward(x, y).to_vector();
+  for (std::size_t i = 0; i < 5; ++i) BOOST_TEST(smooth[i] == l1_want[i]);
+  BOOST_TEST(std::isnan(smooth[5]));
+  const auto huber = knn::HuberLoss{.reduction = sum, .delta = 0.5}.backward(x, y).to_vector();
+  const std::vector<float> huber_want{0.0f, 0.5f, -0.5f, 0.5f, -0.5f};
+  for (std::size_t i = 0; i < 5; ++i) BOOST_TEST(huber[i] == huber_want[i]);
+  BOOST_TEST(std::isnan(huber[5]));
+  // Values at the kink: both pieces meet (0.5 beta there).
+  const auto smooth_terms = knn::SmoothL1Loss{.beta = 0.5}.unreduced(x, y).to_vector();
+  BOOST_TEST(smooth_terms[1] == 0.25f);
+  BOOST_TEST(smooth_terms[3] == 1.25f);
+  // beta 0 is L1 (torch runs l1_loss): no 0 / 0 at d = 0.
+  const auto beta0 = knn::SmoothL1Loss{.reduction = sum, .beta = 0.0}.backward(x, y).to_vector();
+  for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(beta0[i] == l1_want[i]);
+  // Logits of ±100 saturate without overflow: loss log(1 + e^-100) ~ 0 or 100, gradient 0 or ±1.
+  const auto logits = kiln::test::make_tensor<D>(std::vector<float>{100.0f, -100.0f, 100.0f}, Extents<Shape<dyn, 3>>(1));
+  const auto targets = kiln::test::make_tensor<D>(std::vector<float>{1.0f, 0.0f, 0.0f}, Extents<Shape<dyn, 3>>(1));
+  const knn::BCEWithLogitsLoss bce{.reduction = sum};
+  const auto terms = bce.unreduced(logits, targets).to_vector();
+  BOOST_TEST((terms[0] >= 0.0f && terms[0] < 1e-30f));  // log1p(e^-100): a denormal, or 0 where flushed
+  BOOST_TEST(terms[1] == 0.0f);
+  BOOST_TEST(terms[2] == 100.0f);
+  const auto g = bce.backward(logits, targets).to_vector();
+  BOOST_TEST(g[0] == 0.0f);
+  BOOST_TEST(g[1] == 0.0f);
+  BOOST_TEST(g[2] == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_device_loss_scale_and_16_bit_operands, D, kiln::test::devices) {
+  // The gradient times a loss scale: the same from the host number and from a double on the device (a
+  // capturable GradScaler's); half operands computed in fp32 (as autocast), one rounding at the end.
+  const Extents<Pairs> ext(4);
+  const auto xv = kiln::test::random_values<float>(12, -3.0f, 3.0f, 51);
+  const auto yv = kiln::test::random_values<float>(12, -1.0f, 1.0f, 52);
+  const auto x = kiln::test::make_tensor<D>(xv, ext);
+  const auto y = kiln::test::make_tensor<D>(yv, ext);
+  const auto scale = kiln::test::make_tensor<D>(std::vector<double>{1024.0}, Extents<Shape<dyn>>(1));
+  const knn::HuberLoss huber;
+  const auto host = huber.backward(x, y, 1024.0).to_vector();
+  const auto device = huber.backward(x, y, knn::LossScale::on_device(scale.data())).to_vector();
+  BOOST_TEST(host == device, boost::test_tools::per_element());
+  const knn::BCEWithLogitsLoss bce{.pos_weight = {2.0, 1.0, 0.5}};
+  BOOST_TEST(bce.backward(x, y, 1024.0).to_vector() == bce.backward(x, y, knn::LossScale::on_device(scale.data())).to_vector(),
+             boost::test_tools::per_element());
+  // |2048 - (-1)| = 2049 is not an fp16 value: the terms are computed in fp32 from the half operands.
+  using H = kiln::half;
+  const auto x16 = kiln::test::make_tensor<D>(std::vector<H>{H(2048.0f), H(1.0f), H(-1.0f)}, Extents<Pairs>(1));
+  const auto y16 = kiln::test::make_tensor<D>(std::vector<H>{H(-1.0f), H(0.5f), H(0.5f)}, Extents<Pairs>(1));
+  const auto terms = knn::L1Loss{}.unreduced(x16, y16);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(terms)>, Tensor<float, Pairs, D>>);
+  BOOST_TEST(terms.to_vector() == (std::vector<float>{2049.0f, 0.5f, 1.5f}), boost::test_tools::per_element());
+  BOOST_TEST(knn::L1Loss{.reduction = knn::Reduction::sum}(x16, y16).item() == 2051.0f);
+  const auto bce16 = knn::BCEWithLogitsLoss{}.unreduced(x16, y16);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(bce16)>, Tensor<float, Pairs, D>>);
+  const auto g16 = knn::HuberLoss{.reduction = knn::Reduction::sum}.backward(x16, y16);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(g16)>, Tensor<H, Pairs, D>>);
+  BOOST_TEST(static_cast<float>(g16.to_vector()[0]) == 1.0f);
+  BOOST_TEST(static_cast<float>(g16.to_vector()[1]) == 0.5f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_and_shapes_are_refused, D, kiln::test::devices) {
+  const auto x = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), Extents<Pairs>(2));
+  const auto y = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), Extents<Pairs>(2));
+  const auto z = kiln::test::make_tensor<D>(std::vector<float>(3, 0.0f), Extents<Pairs>(1));
+  const auto says = [](const std::string& text) {
+    return [text](const kiln::Error& e) { return std::string(e.what()) == text; };
+  };
+  BOOST_CHECK_EXCEPTION((void)knn::SmoothL1Loss{.beta = -1.0}(x, y), kiln::ValueError,
+                        says("kiln::nn::SmoothL1Loss: beta must be >= 0 (got -1.000000)"));
+  BOOST_CHECK_EXCEPTION((void)knn::HuberLoss{.delta = 0.0}.backward(x, y), kiln::ValueError,
+                        says("kiln::nn::HuberLoss: delta must be > 0 (got 0.000000)"));
+  const knn::BCEWithLogitsLoss two_weights{.pos_weight = {1.0, 2.0}};
+  BOOST_CHECK_EXCEPTION((void)two_weights(x, y), kiln::ValueError,
+                        says("kiln::nn::BCEWithLogitsLoss: pos_weight has 2 values for a last dimension of 3 "
+                             "(logits [2, 3]); expected one per class"));
+  BOOST_CHECK_EXCEPTION((void)knn::L1Loss{}(x, z), kiln::ShapeError,
+                        says("kiln::nn::L1Loss: pred [2, 3] and target [1, 3] must have the same shape"));
+  BOOST_CHECK_EXCEPTION((void)knn::BCEWithLogitsLoss{}.backward(x, z), kiln::ShapeError,
+                        says("kiln::nn::BCEWithLogitsLoss: pred [2, 3] and target [1, 3] must have the same shape"));
+  const auto dloss = kiln::test::make_tensor<D>(std::vector<float>(3, 1.0f), Extents<Pairs>(1));
+  BOOST_CHECK_EXCEPTION((void)knn::HuberLoss{}.backward(x, y, dloss), kiln::ShapeError,
+                        says("kiln::nn::HuberLoss: dloss [1, 3] must have the shape of pred [2, 3]"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
