@@ -150,6 +150,24 @@ def tensor(t):
     return {"shape": list(t.shape), "values": f32(t.numpy())}
 
 
+def loss_case(loss_fn, source, target, reduction, **extra):
+    """One case of a loss: loss_fn(x, target) of a fresh copy x of source, and the gradient of the loss
+    itself, or for reduction 'none' of a random upstream gradient (drawn here, after the loss)."""
+    x = source.detach().clone().requires_grad_(True)
+    loss = loss_fn(x, target)
+    case = {"input": tensor(x), "target": target.tolist() if target.dtype == torch.int64 else tensor(target),
+            **extra}
+    if reduction == "none":
+        upstream = torch.randn(loss.shape)
+        loss.backward(upstream)
+        case.update(grad_output=tensor(upstream), loss=tensor(loss))
+    else:
+        loss.backward()
+        case["loss"] = f32([loss.item()])[0]
+    case["grad"] = tensor(x.grad)
+    return case
+
+
 def make_mlp():
     return torch.nn.Sequential(
         torch.nn.Linear(13, 16), torch.nn.ReLU(),
@@ -395,46 +413,17 @@ def losses_fixture():
     log_probs = torch.log_softmax(torch.randn(6, 10), dim=1)
     nll_labels = torch.tensor([4, -100, 0, 9, -100, 2])
     for key, reduction in (("nll", "mean"), ("nll_sum", "sum"), ("nll_none", "none")):
-        logp = log_probs.clone().requires_grad_(True)
-        loss_l = torch.nn.NLLLoss(reduction=reduction)(logp, nll_labels)
-        case = {"input": tensor(logp), "target": nll_labels.tolist()}
-        if reduction == "none":
-            upstream = torch.randn(loss_l.shape)
-            loss_l.backward(upstream)
-            case.update(grad_output=tensor(upstream), loss=tensor(loss_l))
-        else:
-            loss_l.backward()
-            case["loss"] = f32([loss_l.item()])[0]
-        unreduced[key] = {**case, "grad": tensor(logp.grad)}
+        unreduced[key] = loss_case(torch.nn.NLLLoss(reduction=reduction), log_probs, nll_labels, reduction)
     # Class weights as fields (drawn after everything above): mean with smoothing, sum, 'none', NLL.
     class_weight = torch.rand(10) + 0.25
     for key, reduction, eps in (("cross_entropy_weight_smoothing", "mean", 0.1),
                                 ("cross_entropy_weight_sum", "sum", 0.1),
                                 ("cross_entropy_weight_none", "none", 0.2)):
-        logits_c = smoothing_in.clone().requires_grad_(True)
-        loss_c = torch.nn.CrossEntropyLoss(weight=class_weight, reduction=reduction,
-                                           label_smoothing=eps)(logits_c, smoothing_labels)
-        case = {"input": tensor(logits_c), "target": smoothing_labels.tolist(), "weight": f32(class_weight)}
-        if reduction == "none":
-            upstream = torch.randn(loss_c.shape)
-            loss_c.backward(upstream)
-            case.update(grad_output=tensor(upstream), loss=tensor(loss_c))
-        else:
-            loss_c.backward()
-            case["loss"] = f32([loss_c.item()])[0]
-        unreduced[key] = {**case, "grad": tensor(logits_c.grad)}
+        ce_w = torch.nn.CrossEntropyLoss(weight=class_weight, reduction=reduction, label_smoothing=eps)
+        unreduced[key] = loss_case(ce_w, smoothing_in, smoothing_labels, reduction, weight=f32(class_weight))
     for key, reduction in (("nll_weight", "mean"), ("nll_weight_none", "none")):
-        logp = log_probs.clone().requires_grad_(True)
-        loss_l = torch.nn.NLLLoss(weight=class_weight, reduction=reduction)(logp, nll_labels)
-        case = {"input": tensor(logp), "target": nll_labels.tolist(), "weight": f32(class_weight)}
-        if reduction == "none":
-            upstream = torch.randn(loss_l.shape)
-            loss_l.backward(upstream)
-            case.update(grad_output=tensor(upstream), loss=tensor(loss_l))
-        else:
-            loss_l.backward()
-            case["loss"] = f32([loss_l.item()])[0]
-        unreduced[key] = {**case, "grad": tensor(logp.grad)}
+        nll_w = torch.nn.NLLLoss(weight=class_weight, reduction=reduction)
+        unreduced[key] = loss_case(nll_w, log_probs, nll_labels, reduction, weight=f32(class_weight))
     return {"torch_version": torch.__version__,
             "mse_sum": {"input": tensor(pred_sum), "target": tensor(target), "loss": f32([mse_sum.item()])[0],
                         "grad": tensor(pred_sum.grad)},
@@ -470,23 +459,9 @@ def elementwise_losses_fixture():
              logits, probs)):
         reductions = {"smooth_l1_beta_half": ("sum",), "huber_delta_two": ("sum",),
                       "bce_logits_pos_weight": ("mean", "none")}.get(key, ("mean", "sum", "none"))
+        extra = {"pos_weight": f32(pos_weight)} if key == "bce_logits_pos_weight" else {}
         for r in reductions:
-            x = source.clone().requires_grad_(True)
-            loss = make(r)(x, goal)
-            case = {"input": tensor(x), "target": tensor(goal)}
-            if key.startswith("bce_logits_pos_weight"):
-                case["pos_weight"] = f32(pos_weight)
-            if r == "none":
-                upstream = torch.randn(loss.shape)
-                loss.backward(upstream)
-                case.update(grad_output=tensor(upstream), loss=tensor(loss))
-            else:
-                loss.backward()
-                case["loss"] = f32([loss.item()])[0]
-            name = key if r == "mean" else f"{key}_{r}"
-            if key in ("smooth_l1_beta_half", "huber_delta_two"):
-                name = f"{key}_sum"
-            cases[name] = {**case, "grad": tensor(x.grad)}
+            cases[key if r == "mean" else f"{key}_{r}"] = loss_case(make(r), source, goal, r, **extra)
     return {"torch_version": torch.__version__, **cases}
 
 

@@ -34,7 +34,9 @@ struct L1Term {
   template <class V>
   KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V d) const { return sign_(d); }
 };
-/// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, as torch.nn.SmoothL1Loss (beta 0: |d|).
+/// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, as torch.nn.SmoothL1Loss. Beta 0 is |d| with
+/// the gradient sign(d), 0 at d = 0 and NaN at NaN (torch 1.13's beta-0 gradient is -1 at d = 0 on the
+/// CPU and 0 / 0 on the GPU: kiln takes L1's 0 on both).
 template <class V>
 struct SmoothL1Term {
   V beta;
@@ -43,7 +45,7 @@ struct SmoothL1Term {
     return z < beta ? V(0.5) * z * z / beta : z - V(0.5) * beta;
   }
   KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V d) const {
-    if (beta == V(0)) return sign_(d);  // torch runs l1_loss for beta 0
+    if (beta == V(0)) return d != d ? d : sign_(d);
     return d < -beta ? V(-1) : d > beta ? V(1) : d / beta;
   }
 };
@@ -98,7 +100,8 @@ KILN_HOST_DEVICE KILN_FORCEINLINE V bce_with_logits(V x, V y, V p) {
   const V neg = -x;
   return (V(1) - y) * x + l * (log1p_(ops::detail::exp_(-ops::detail::abs_(x))) + (neg > V(0) ? neg : V(0)));
 }
-/// out[i] = bce_with_logits(x[i], y[i], pos_weight[i % C]) (C: the last extent), in the compute type.
+/// out[i] = bce_with_logits(x[i], y[i], pos_weight[i % C]) (C: the last extent, or 1 for one weight), in
+/// the compute type.
 template <class T>
 struct BceWithLogitsRows {
   const T* x;
@@ -111,7 +114,9 @@ struct BceWithLogitsRows {
     out[i] = bce_with_logits(to_compute(x[i]), to_compute(y[i]), pos_weight ? pos_weight[i % c] : V(1));
   }
   Traffic traffic(index_t n) const {
-    return {2 * kiln::detail::bytes_of<T>(n) + kiln::detail::bytes_of<compute_t<T>>(n), 12 * static_cast<std::uint64_t>(n)};
+    return {2 * kiln::detail::bytes_of<T>(n) + kiln::detail::bytes_of<compute_t<T>>(n) +
+                (pos_weight ? kiln::detail::bytes_of<compute_t<T>>(c) : 0),
+            12 * static_cast<std::uint64_t>(n)};
   }
 };
 /// g[i] = ((p y + 1 - y) sigmoid(x) - p y) k (torch's gradient; sigmoid(x) - y without pos_weight), k as
@@ -140,7 +145,8 @@ struct BceWithLogitsGrad {
     g[i] = from_compute<T>(upstream ? d * upstream[i] : d);
   }
   Traffic traffic(index_t n) const {
-    return {3 * kiln::detail::bytes_of<T>(n) + (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0),
+    return {3 * kiln::detail::bytes_of<T>(n) + (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0) +
+                (pos_weight ? kiln::detail::bytes_of<compute_t<T>>(c) : 0),
             (pos_weight ? 10 : 6) * static_cast<std::uint64_t>(n)};
   }
 };
@@ -324,8 +330,9 @@ struct HuberLoss {
 
 /// Binary cross entropy of logits against targets in [0, 1] of the same shape, as
 /// torch.nn.BCEWithLogitsLoss(): sigmoid and the log-likelihood in one stable term, mean (or sum) over the
-/// elements. `pos_weight` (empty by default) is torch's: one weight per class of the last dimension,
-/// multiplying the positive term (more than 1 raises recall). `unreduced` is torch's reduction='none'
+/// elements (one pass for the terms, one for their reduction). `pos_weight` (empty by default) is
+/// torch's: one weight per class of the last dimension, or one for every class, multiplying the positive
+/// term (more than 1 raises recall). `unreduced` is torch's reduction='none'
 /// and `backward(logits, target, dloss)` its gradient; torch's per-element `weight` goes into dloss.
 /// Example:
 ///   kiln::nn::BCEWithLogitsLoss bce;              // or bce{.pos_weight = {3.0}} for [N, 1] logits
@@ -333,7 +340,7 @@ struct HuberLoss {
 ///   auto dlogits = bce.backward(logits, targets); // sigmoid(logits) - targets, over the elements
 struct BCEWithLogitsLoss {
   Reduction reduction = Reduction::mean;
-  std::vector<double> pos_weight = {};  ///< one per class (the last extent), or empty (all 1)
+  std::vector<double> pos_weight = {};  ///< one per class (the last extent), one for all, or empty (all 1)
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target) const {
@@ -356,7 +363,7 @@ struct BCEWithLogitsLoss {
     const auto w = weights<T>(logits, device);
     Tensor<compute_t<T>, S, D> out(logits.extents(), device);
     kiln::detail::executor<D>::for_each(
-        out.numel(), detail::BceWithLogitsRows<T>{logits.data(), target.data(), out.data(), w.data(), classes(logits)});
+        out.numel(), detail::BceWithLogitsRows<T>{logits.data(), target.data(), out.data(), w.data(), weight_period(logits)});
     return out;
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (the logits' shape), times `scale`.
@@ -373,13 +380,19 @@ struct BCEWithLogitsLoss {
   static index_t classes(const Tensor<T, S, D>& logits) {
     return S::rank == 0 ? 1 : logits.size(S::rank - 1);
   }
+  /// How many classes pos_weight's values cycle over: 1 for one value (torch broadcasts it), else C.
+  template <class T, class S, class D>
+  index_t weight_period(const Tensor<T, S, D>& logits) const {
+    return pos_weight.size() == 1 ? 1 : classes(logits);
+  }
   template <class T, class S, class D>
   detail::ClassWeights<compute_t<T>, D> weights(const Tensor<T, S, D>& logits, int device) const {
-    if (!pos_weight.empty() && static_cast<index_t>(pos_weight.size()) != classes(logits))
+    if (pos_weight.size() > 1 && static_cast<index_t>(pos_weight.size()) != classes(logits))
       throw ValueError("kiln::nn::BCEWithLogitsLoss: pos_weight has " + std::to_string(pos_weight.size()) +
                        " values for a last dimension of " + std::to_string(classes(logits)) +
-                       " (logits " + to_string(logits.extents()) + "); expected one per class");
-    return detail::class_weights<compute_t<T>, D>("kiln::nn::BCEWithLogitsLoss", pos_weight, classes(logits), device);
+                       " (logits " + to_string(logits.extents()) + "); expected one per class, or one");
+    return detail::class_weights<compute_t<T>, D>("kiln::nn::BCEWithLogitsLoss", pos_weight, weight_period(logits),
+                                                  device);
   }
   template <class T, class S, class D>
   Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target,
@@ -390,7 +403,7 @@ struct BCEWithLogitsLoss {
     const auto w = weights<T>(logits, device);
     Tensor<T, S, D> g(logits.extents(), device);
     kiln::detail::executor<D>::for_each(g.numel(), detail::BceWithLogitsGrad<T>{logits.data(), target.data(), g.data(),
-                                                                                factor, w.data(), classes(logits),
+                                                                                factor, w.data(), weight_period(logits),
                                                                                 upstream});
     return g;
   }

@@ -256,7 +256,9 @@ class DataParallel {
       const auto yr = to_replica(yh, r);
       model_type& m = replica(r);
       const auto pred = m.forward(xr);
-      const double share = summed ? 1.0 : counted > 0 ? mine / counted : 0.0;
+      // (0 / 0 = NaN when nothing in the batch counts: rows that weigh 0 then get NaN, as on one device,
+      // and ignored rows 0, which never read it)
+      const double share = summed ? 1.0 : mine / counted;
       if (mine > 0) losses[static_cast<std::size_t>(r)] = share * static_cast<double>(loss(pred, yr).item());
       m.backward(loss.backward(pred, yr, scale * share));
     });

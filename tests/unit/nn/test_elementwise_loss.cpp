@@ -118,8 +118,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gradients_match_finite_differences, D, kiln::test:
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(kinks_saturation_and_nan_as_torch, D, kiln::test::devices) {
-  // Differences 0, ±beta (the kink: torch takes the quadratic side's slope there, d / beta = ±1),
-  // ±3 beta, NaN. torch 1.13: L1's gradient is sign(d), 0 at 0 and at NaN; SmoothL1 and Huber give NaN.
+  // Differences 0, ±beta (the kink, where both pieces' slopes are ±1), ±3 beta, NaN. torch 1.13: L1's
+  // gradient is sign(d), 0 at 0 and at NaN; SmoothL1 and Huber give NaN.
   const Extents<Shape<dyn, 3>> ext(2);
   const float nan = NAN;
   const auto x = kiln::test::make_tensor<D>(std::vector<float>{0.0f, 0.5f, -0.5f, 1.5f, -1.5f, nan}, ext);
@@ -139,9 +139,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(kinks_saturation_and_nan_as_torch, D, kiln::test::
   const auto smooth_terms = knn::SmoothL1Loss{.beta = 0.5}.unreduced(x, y).to_vector();
   BOOST_TEST(smooth_terms[1] == 0.25f);
   BOOST_TEST(smooth_terms[3] == 1.25f);
-  // beta 0 is L1 (torch runs l1_loss): no 0 / 0 at d = 0.
+  // beta 0: L1's sign(d), 0 at d = 0 (torch 1.13: -1 on the CPU, 0 / 0 on the GPU), NaN at NaN (as
+  // torch's SmoothL1, unlike its L1).
   const auto beta0 = knn::SmoothL1Loss{.reduction = sum, .beta = 0.0}.backward(x, y).to_vector();
-  for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(beta0[i] == l1_want[i]);
+  for (std::size_t i = 0; i < 5; ++i) BOOST_TEST(beta0[i] == l1_want[i]);
+  BOOST_TEST(std::isnan(beta0[5]));
   // Logits of ±100 saturate without overflow: loss log(1 + e^-100) ~ 0 or 100, gradient 0 or ±1.
   const auto logits = kiln::test::make_tensor<D>(std::vector<float>{100.0f, -100.0f, 100.0f}, Extents<Shape<dyn, 3>>(1));
   const auto targets = kiln::test::make_tensor<D>(std::vector<float>{1.0f, 0.0f, 0.0f}, Extents<Shape<dyn, 3>>(1));
@@ -154,6 +156,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(kinks_saturation_and_nan_as_torch, D, kiln::test::
   BOOST_TEST(g[0] == 0.0f);
   BOOST_TEST(g[1] == 0.0f);
   BOOST_TEST(g[2] == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_pos_weight_weighs_every_class, D, kiln::test::devices) {
+  // torch broadcasts pos_weight=torch.tensor([3.0]) over the last dimension: as {3, 3, 3}.
+  const Extents<Pairs> ext(4);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(12, -3.0f, 3.0f, 61), ext);
+  const auto y = kiln::test::make_tensor<D>(kiln::test::random_values<float>(12, 0.0f, 1.0f, 62), ext);
+  const knn::BCEWithLogitsLoss one{.pos_weight = {3.0}}, three{.pos_weight = {3.0, 3.0, 3.0}}, none;
+  BOOST_TEST(one(x, y).item() == three(x, y).item());
+  BOOST_TEST(one.backward(x, y).to_vector() == three.backward(x, y).to_vector(), boost::test_tools::per_element());
+  BOOST_TEST(one(x, y).item() > none(x, y).item());  // the positive terms weigh 3
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_device_loss_scale_and_16_bit_operands, D, kiln::test::devices) {
@@ -202,7 +215,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_and_shapes_are_refused, D, kiln::test:
   const knn::BCEWithLogitsLoss two_weights{.pos_weight = {1.0, 2.0}};
   BOOST_CHECK_EXCEPTION((void)two_weights(x, y), kiln::ValueError,
                         says("kiln::nn::BCEWithLogitsLoss: pos_weight has 2 values for a last dimension of 3 "
-                             "(logits [2, 3]); expected one per class"));
+                             "(logits [2, 3]); expected one per class, or one"));
   BOOST_CHECK_EXCEPTION((void)knn::L1Loss{}(x, z), kiln::ShapeError,
                         says("kiln::nn::L1Loss: pred [2, 3] and target [1, 3] must have the same shape"));
   BOOST_CHECK_EXCEPTION((void)knn::BCEWithLogitsLoss{}.backward(x, z), kiln::ShapeError,

@@ -146,6 +146,18 @@ BOOST_AUTO_TEST_CASE(sum_reduced_and_smoothed_losses_train_like_one_device) {
   const double dropped = train_both<LeNet>(2, 5, Extents<Image>(8), std::vector<std::int64_t>{0, 0, 0, 0, 1, 2, -100, 7},
                                            Extents<Shape<dyn>>(8), knn::CrossEntropyLoss{.weight = drop_zero});
   BOOST_TEST(dropped <= 1e-5);
+  // Nothing in the batch weighs anything: NaN gradients at the 0-weight rows, as on one device (and in
+  // torch: 0 / 0), which a GradScaler then skips.
+  {
+    DataParallel<LeNet, Image> zero(2, 5);
+    const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 14), Extents<Image>(4));
+    const auto class0 = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 0, -100, 0}, Extents<Shape<dyn>>(4));
+    for (int r = 0; r < zero.size(); ++r) zero.replica(r).zero_grad();
+    BOOST_TEST(std::isnan(zero.train_step(x, class0, knn::CrossEntropyLoss{.weight = drop_zero})));
+    bool nan = false;
+    for (float g : zero.module().gradients().to_vector()) nan = nan || std::isnan(g);
+    BOOST_TEST(nan);
+  }
   DataParallel<LeNet, Image> dp(2, 5);
   const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 13), Extents<Image>(4));
   const auto none = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>(4, -100), Extents<Shape<dyn>>(4));
