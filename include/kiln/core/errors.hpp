@@ -36,6 +36,13 @@ class ValueError : public Error {
   using Error::Error;
 };
 
+/// A file that cannot be written or read: the message names it and what went wrong (CheckpointError,
+/// kiln::write_file_atomically).
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 /// "file:line: call failed: message" for backend failures.
 inline std::string backend_message(const char* library, const char* call, const char* file, int line,

@@ -18,12 +18,6 @@
 
 namespace kiln {
 
-/// A file that cannot be written or read: the message names it and what went wrong.
-class FileError : public Error {
- public:
-  using Error::Error;
-};
-
 namespace detail {
 
 /// A temporary file next to `path` that no other writer has: `path`.tmp.<pid>.<k>, created with

@@ -12,6 +12,7 @@
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/nn/loss.hpp"
+#include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -160,12 +161,12 @@ void check_term_gradient(const char* who, const Tensor<T, S, D>& pred, const Ten
                      to_string(pred.extents()));
 }
 
-/// Checks pred and target of loss `who`: one device, one shape.
+/// Checks the input (`input`: what loss `who` calls it) and the target: one device, one shape.
 template <class T, class S, class D>
-void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) {
+void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, const char* input = "pred") {
   kiln::detail::check_same_device(who, pred, target);
   if (!(pred.extents() == target.extents()))
-    throw ShapeError(std::string(who) + ": pred " + to_string(pred.extents()) + " and target " +
+    throw ShapeError(std::string(who) + ": " + input + " " + to_string(pred.extents()) + " and target " +
                      to_string(target.extents()) + " must have the same shape");
 }
 
@@ -239,7 +240,8 @@ struct L1Loss {
   template <class T, class S, class D, class SG>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
-    static_assert(std::is_same_v<SG, S>, "kiln::nn: an elementwise loss's dloss must have the shape type of pred");
+    static_assert(std::is_same_v<SG, S>, "kiln::nn::L1Loss::backward(pred, target, dloss): dloss must have pred's shape type "
+                                         "(one upstream gradient per element, as unreduced() gives terms)");
     return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
   }
 
@@ -276,7 +278,8 @@ struct SmoothL1Loss {
   template <class T, class S, class D, class SG>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
-    static_assert(std::is_same_v<SG, S>, "kiln::nn: an elementwise loss's dloss must have the shape type of pred");
+    static_assert(std::is_same_v<SG, S>, "kiln::nn::SmoothL1Loss::backward(pred, target, dloss): dloss must have pred's shape type "
+                                         "(one upstream gradient per element, as unreduced() gives terms)");
     return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
   }
 
@@ -315,7 +318,8 @@ struct HuberLoss {
   template <class T, class S, class D, class SG>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
-    static_assert(std::is_same_v<SG, S>, "kiln::nn: an elementwise loss's dloss must have the shape type of pred");
+    static_assert(std::is_same_v<SG, S>, "kiln::nn::HuberLoss::backward(pred, target, dloss): dloss must have pred's shape type "
+                                         "(one upstream gradient per element, as unreduced() gives terms)");
     return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
   }
 
@@ -341,6 +345,7 @@ struct HuberLoss {
 struct BCEWithLogitsLoss {
   Reduction reduction = Reduction::mean;
   std::vector<double> pos_weight = {};  ///< one per class (the last extent), one for all, or empty (all 1)
+  static constexpr const char* name = "kiln::nn::BCEWithLogitsLoss";
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target) const {
@@ -357,7 +362,7 @@ struct BCEWithLogitsLoss {
   /// Each element's loss in the compute type: torch's reduction='none'. One pass.
   template <class T, class S, class D>
   Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target) const {
-    detail::check_pair("kiln::nn::BCEWithLogitsLoss", logits, target);
+    detail::check_pair(name, logits, target, "logits");
     const int device = kiln::detail::pass_device(logits);
     const kiln::detail::device_scope<D> on(device);
     const auto w = weights<T>(logits, device);
@@ -370,8 +375,9 @@ struct BCEWithLogitsLoss {
   template <class T, class S, class D, class SG>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
-    static_assert(std::is_same_v<SG, S>, "kiln::nn::BCEWithLogitsLoss::backward: dloss must have the shape type of the logits");
-    detail::check_term_gradient("kiln::nn::BCEWithLogitsLoss::backward", logits, dloss);
+    static_assert(std::is_same_v<SG, S>, "kiln::nn::BCEWithLogitsLoss::backward(logits, target, dloss): dloss must have the "
+                                         "logits' shape type (one upstream gradient per element, as unreduced() gives terms)");
+    detail::check_term_gradient(name, logits, dloss);
     return gradient(logits, target, detail::GradFactor<compute_t<T>>::make(scale, 1.0, 1.0), dloss.data());
   }
 
@@ -391,13 +397,13 @@ struct BCEWithLogitsLoss {
       throw ValueError("kiln::nn::BCEWithLogitsLoss: pos_weight has " + std::to_string(pos_weight.size()) +
                        " values for a last dimension of " + std::to_string(classes(logits)) +
                        " (logits " + to_string(logits.extents()) + "); expected one per class, or one");
-    return detail::class_weights<compute_t<T>, D>("kiln::nn::BCEWithLogitsLoss", pos_weight, weight_period(logits),
+    return detail::class_weights<compute_t<T>, D>(name, pos_weight, weight_period(logits),
                                                   device);
   }
   template <class T, class S, class D>
   Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target,
                            detail::GradFactor<compute_t<T>> factor, const compute_t<T>* upstream) const {
-    detail::check_pair("kiln::nn::BCEWithLogitsLoss", logits, target);
+    detail::check_pair(name, logits, target, "logits");
     const int device = kiln::detail::pass_device(logits);
     const kiln::detail::device_scope<D> on(device);
     const auto w = weights<T>(logits, device);

@@ -555,7 +555,8 @@ void check_row_gradient(const char* who, const char* scores, const Tensor<T, S, 
 /// `unreduced` is torch's reduction='none' (each row's loss, [N]) and `backward(logits, labels, dloss)`
 /// its gradient. `weight` (empty by default: every class 1) is torch's class weights, one per class: a
 /// row's loss is weighted by its label's (the smoothing term by each class's), and a mean divides by the
-/// weights of the rows that count. Probability targets are not offered.
+/// weights of the rows that count. The fields are in torch's order (weight, ignore_index, reduction,
+/// label_smoothing), as designated initializers must name them. Probability targets are not offered.
 /// A label outside [0, C) that is not ignore_index throws kiln::ValueError on the CPU (which counts the
 /// labels on the host) and makes the loss and that row's gradient NaN on the GPU (which, for a mean,
 /// counts them with one reduction before each direction's pass).
@@ -565,10 +566,10 @@ void check_row_gradient(const char* who, const char* scores, const Tensor<T, S, 
 ///   auto loss = ce(logits, labels);               // rank-0 tensor
 ///   auto dlogits = ce.backward(logits, labels);  // [N, C]
 struct CrossEntropyLoss {
+  std::vector<double> weight = {};  ///< torch's class weights: one per class, or empty (all 1)
   std::int64_t ignore_index = -100;
   Reduction reduction = Reduction::mean;
   double label_smoothing = 0.0;
-  std::vector<double> weight = {};  ///< torch's class weights: one per class, or empty (all 1)
 
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
@@ -686,9 +687,9 @@ struct CrossEntropyLoss {
 ///   auto loss = nll(logp, labels);             // rank-0 tensor
 ///   auto dlogp = nll.backward(logp, labels);   // [N, C]
 struct NLLLoss {
+  std::vector<double> weight = {};  ///< torch's class weights: one per class, or empty (all 1)
   std::int64_t ignore_index = -100;
   Reduction reduction = Reduction::mean;
-  std::vector<double> weight = {};  ///< torch's class weights: one per class, or empty (all 1)
 
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {

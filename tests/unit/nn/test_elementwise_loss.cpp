@@ -219,7 +219,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_and_shapes_are_refused, D, kiln::test:
   BOOST_CHECK_EXCEPTION((void)knn::L1Loss{}(x, z), kiln::ShapeError,
                         says("kiln::nn::L1Loss: pred [2, 3] and target [1, 3] must have the same shape"));
   BOOST_CHECK_EXCEPTION((void)knn::BCEWithLogitsLoss{}.backward(x, z), kiln::ShapeError,
-                        says("kiln::nn::BCEWithLogitsLoss: pred [2, 3] and target [1, 3] must have the same shape"));
+                        says("kiln::nn::BCEWithLogitsLoss: logits [2, 3] and target [1, 3] must have the same shape"));
   const auto dloss = kiln::test::make_tensor<D>(std::vector<float>(3, 1.0f), Extents<Pairs>(1));
   BOOST_CHECK_EXCEPTION((void)knn::HuberLoss{}.backward(x, y, dloss), kiln::ShapeError,
                         says("kiln::nn::HuberLoss: dloss [1, 3] must have the shape of pred [2, 3]"));

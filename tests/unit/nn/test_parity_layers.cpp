@@ -162,8 +162,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test
                                             std::tuple{"cross_entropy_weight_smoothing", R::mean, 0.1},
                                             std::tuple{"cross_entropy_weight_sum", R::sum, 0.1}}) {
     const json& c = f.at(key);
-    const knn::CrossEntropyLoss ce{.reduction = reduction, .label_smoothing = eps,
-                                   .weight = c.at("weight").get<std::vector<double>>()};
+    const knn::CrossEntropyLoss ce{.weight = c.at("weight").get<std::vector<double>>(), .reduction = reduction,
+                                   .label_smoothing = eps};
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels = labels_of<D>(c.at("target"));
@@ -210,7 +210,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
   {
     // torch's CrossEntropyLoss(weight=w, reduction='none', label_smoothing=0.2).
     const json& c = f.at("cross_entropy_weight_none");
-    const knn::CrossEntropyLoss ce{.label_smoothing = 0.2, .weight = c.at("weight").get<std::vector<double>>()};
+    const knn::CrossEntropyLoss ce{.weight = c.at("weight").get<std::vector<double>>(), .label_smoothing = 0.2};
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels = labels_of<D>(c.at("target"));
@@ -238,8 +238,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_matches_pytorch, D, kiln::test::devices) 
     const auto logp = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels = labels_of<D>(c.at("target"));
     const auto rows = labels.extents();
-    const knn::NLLLoss nll{.reduction = reduction,
-                           .weight = c.contains("weight") ? c.at("weight").get<std::vector<double>>() : std::vector<double>{}};
+    const knn::NLLLoss nll{.weight = c.contains("weight") ? c.at("weight").get<std::vector<double>>() : std::vector<double>{},
+                           .reduction = reduction};
     if (c.contains("grad_output")) {
       const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), rows);
       check(nll.unreduced(logp, labels).to_vector(), c.at("loss"), std::string(key) + " loss");

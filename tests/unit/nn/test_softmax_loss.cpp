@@ -462,7 +462,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(class_weighted_losses_match_numeric_fused_and_unfu
   for (const auto reduction : {R::mean, R::sum}) {
     for (const double eps : {0.0, 0.25}) {
       BOOST_TEST_CONTEXT((reduction == R::sum ? "sum" : "mean") << ", label_smoothing " << eps) {
-        const kiln::nn::CrossEntropyLoss ce{.reduction = reduction, .label_smoothing = eps, .weight = w};
+        const kiln::nn::CrossEntropyLoss ce{.weight = w, .reduction = reduction, .label_smoothing = eps};
         auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return ce(in, y).item(); };
         const auto g = ce.backward(x, y);
         BOOST_TEST(kiln::test::gradcheck(f, x, g));
@@ -487,18 +487,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(class_weighted_losses_match_numeric_fused_and_unfu
     }
   }
   // reduction='none' with an upstream gradient: each row's gradient is dloss[n] times its own.
-  const kiln::nn::CrossEntropyLoss rows{.label_smoothing = 0.25, .weight = w};
+  const kiln::nn::CrossEntropyLoss rows{.weight = w, .label_smoothing = 0.25};
   const auto dloss = kiln::test::make_tensor<D>(kiln::test::random_values<double>(6, -1.0, 1.0, 22), kiln::Extents<Shape<dyn>>(6));
   auto f_rows = [&](const kiln::Tensor<double, Rows, D>& in) { return kiln::sum(rows.unreduced(in, y) * dloss).item(); };
   BOOST_TEST(kiln::test::gradcheck(f_rows, x, rows.backward(x, y, dloss)));
   // NLLLoss over log-probabilities: -w[y] logp[y], fused or not (it has one pass).
   kiln::nn::Model<kiln::nn::Sequential<kiln::nn::LogSoftmax>, Rows, kiln::Policy<Fp64Check, D>> log_softmax(0);
   for (const auto reduction : {R::mean, R::sum}) {
-    const kiln::nn::NLLLoss nll{.reduction = reduction, .weight = w};
+    const kiln::nn::NLLLoss nll{.weight = w, .reduction = reduction};
     auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return nll(in, y).item(); };
     BOOST_TEST(kiln::test::gradcheck(f, x, nll.backward(x, y)));
     // NLLLoss of log_softmax(x) is cross entropy of x, weights and all, value and input gradient.
-    const kiln::nn::CrossEntropyLoss ce{.reduction = reduction, .weight = w};
+    const kiln::nn::CrossEntropyLoss ce{.weight = w, .reduction = reduction};
     const auto logp = log_softmax.forward(x);
     BOOST_TEST(nll(logp, y).item() == ce(x, y).item(), boost::test_tools::tolerance(1e-12));
     const auto dx = log_softmax.backward_input(nll.backward(logp, y));
@@ -531,7 +531,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(class_weights_need_one_per_class, D, kiln::test::d
   // 0 / 0); with every weight of the batch's classes 0 too.
   const auto ignored = kiln::test::make_tensor<D>(std::vector<std::int64_t>{-100, -100}, kiln::Extents<Shape<dyn>>(2));
   const kiln::nn::CrossEntropyLoss weighted{.weight = {1.0, 2.0, 3.0}}, zero{.weight = {0.0, 2.0, 0.0}},
-      summed{.reduction = kiln::nn::Reduction::sum, .weight = {1.0, 2.0, 3.0}};
+      summed{.weight = {1.0, 2.0, 3.0}, .reduction = kiln::nn::Reduction::sum};
   BOOST_TEST(std::isnan(weighted(x, ignored).item()));
   BOOST_TEST(std::isnan(zero(x, y).item()));
   // ... and the gradient at the labels too (0 * (1 / 0)), fused, unfused and NLLLoss's, as torch's.

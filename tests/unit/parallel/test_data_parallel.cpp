@@ -138,7 +138,7 @@ BOOST_AUTO_TEST_CASE(sum_reduced_and_smoothed_losses_train_like_one_device) {
   // Class weights: a replica's share of the mean is the weights of its rows that count.
   const std::vector<double> weight{0.5, 1.0, 2.0, 3.0, 0.25, 1.5, 4.0, 0.75, 1.25, 2.5};
   const double weighted = train_both<LeNet>(2, 5, Extents<Image>(8), labels, Extents<Shape<dyn>>(8),
-                                            knn::CrossEntropyLoss{.label_smoothing = 0.2, .weight = weight});
+                                            knn::CrossEntropyLoss{.weight = weight, .label_smoothing = 0.2});
   BOOST_TEST(weighted <= 1e-5);
   // A class weighted 0 and a replica whose rows are all of it: its share is 0 (not 0 / 0 = NaN, which
   // the all-reduce would spread to every replica).
