@@ -148,14 +148,6 @@ inline std::string utc_now() {
   return buf;
 }
 
-/// Whether path can be written: an existing file (or /dev/stdout) itself, else its folder. Checked
-/// before a run that writes it at the end.
-inline bool folder_writable(const std::string& path) {
-  if (std::filesystem::exists(path)) return ::access(path.c_str(), W_OK) == 0;
-  const auto folder = std::filesystem::absolute(path).parent_path();
-  return ::access(folder.c_str(), W_OK | X_OK) == 0;
-}
-
 /// argv without --json FILE / --json=FILE: a distributed bench's ranks other than 0 run silently.
 inline std::vector<char*> without_json(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
@@ -212,7 +204,8 @@ class Harness {
     if (config_.n < 1) fail("--n must be >= 1");
     if (config_.repeat < 1) fail("--repeat must be >= 1");
     if (config_.warmup < 0) fail("--warmup must be >= 0");
-    if (!json_path_.empty() && !folder_writable(json_path_)) fail("--json " + json_path_ + ": cannot write there");
+    if (const auto why = json_path_.empty() ? "" : kiln::why_unwritable(json_path_); !why.empty())
+      fail("--json " + json_path_ + ": " + why);
   }
 
   std::int64_t n() const { return config_.n; }

@@ -630,8 +630,8 @@ inline int Suite::main(int argc, char** argv) {
     std::fprintf(stderr, "%s: --models names no model\n", argv[0]);
     return 2;
   }
-  if (!json_path.empty() && !folder_writable(json_path)) {
-    std::fprintf(stderr, "%s: --json %s: cannot write there\n", argv[0], json_path.c_str());
+  if (const auto why = json_path.empty() ? "" : kiln::why_unwritable(json_path); !why.empty()) {
+    std::fprintf(stderr, "%s: --json %s: %s\n", argv[0], json_path.c_str(), why.c_str());
     return 2;
   }
   if (graphs != "yes" && graphs != "no") {

@@ -108,7 +108,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
               TestLoader& test_loader, int start) {
   kiln::nn::CrossEntropyLoss ce;
   FitResult r;
-  start_metrics(model, o.metrics, start);  // a fresh run starts the file; a resumed one keeps its epochs
+  start_outputs(model, o, start);  // a fresh run starts --metrics; a resumed one keeps its epochs
   for (int epoch = start; epoch < o.epochs; ++epoch) {
     const EpochResult e = train_epoch(model, opt, scaler, ce, train_loader, o.accumulate, epoch, o.epochs);
     const double train_seconds = e.seconds;

@@ -2,15 +2,11 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
+#include <exception>
 #include <limits>
 #include <string>
 #include <system_error>
@@ -19,7 +15,7 @@
 #if KILN_CUDA_COMPILER
 #include <kiln/cuda.hpp>
 #endif
-#include <exception>
+#include <kiln/io/atomic_file.hpp>
 #include <kiln/policy/device.hpp>
 #include <kiln/policy/precision.hpp>
 
@@ -137,18 +133,15 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     return fail("--devices applies to --parallel dp or ddp; this run is --parallel single");
   // An output that cannot be written fails now, not after the first epoch: an existing --metrics file
   // (or /dev/stdout) must be writable, else its folder; a checkpoint is written through a temporary file
-  // in its folder. Under ddp only rank 0 writes them, and says so through every rank when it cannot.
-  const auto cannot_write = [](const char* flag, const std::string& path, bool in_folder) -> std::string {
-    if (path.empty()) return {};
-    const bool file = !in_folder && std::filesystem::exists(path);
-    const std::string where = file ? path : std::filesystem::absolute(path).parent_path().string();
-    if (::access(where.c_str(), file ? W_OK : W_OK | X_OK) == 0) return {};
-    const int error = errno;
-    return std::string(flag) + " " + path + ": cannot write " + (file ? "it" : "into " + where) + " (" +
-           std::strerror(error) + ")";
+  // in its folder. A resumed run checks its checkpoint once it knows whether it has epochs left
+  // (start_outputs in epoch.hpp), and under ddp rank 0 checks both there and tells every rank.
+  const auto cannot_write = [](const char* flag, const std::string& path, bool new_file_only) -> std::string {
+    const std::string why = path.empty() ? std::string() : kiln::why_unwritable(path, new_file_only);
+    return why.empty() ? why : std::string(flag) + " " + path + ": " + why;
   };
   if (o.parallel != "ddp") {
-    if (const auto why = cannot_write("--checkpoint", o.checkpoint, true); !why.empty()) return fail(why);
+    if (const auto why = cannot_write("--checkpoint", o.resume ? "" : o.checkpoint, true); !why.empty())
+      return fail(why);
     if (const auto why = cannot_write("--metrics", o.metrics, false); !why.empty()) return fail(why);
   }
   if (o.device == "cuda" && !KILN_CUDA_COMPILER)

@@ -167,16 +167,25 @@ void write_metrics(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>&
 #endif
 
 /// Before the first epoch: o.metrics keeps the lines of the epochs before `start` (report.hpp's
-/// keep_metrics); under --parallel ddp rank 0 rewrites it and every rank learns whether it could.
+/// keep_metrics), and a run with epochs left checks that it can write o.checkpoint (a resumed run was not
+/// checked at start-up: with nothing left to train it writes nothing). Under --parallel ddp rank 0 does
+/// both and every rank learns whether it could.
+inline void start_outputs(const TrainOptions& o, int start) {
+  if (start < o.epochs && !o.checkpoint.empty())  // first: a run that cannot go on leaves --metrics as it was
+    if (const auto why = kiln::why_unwritable(o.checkpoint, true); !why.empty())
+      throw kiln::FileError("--checkpoint " + o.checkpoint + ": " + why);
+  keep_metrics(o.metrics, start);
+}
 template <class Trained>
-void start_metrics(Trained&, const std::string& path, int start) {
-  keep_metrics(path, start);
+void start_outputs(Trained&, const TrainOptions& o, int start) {
+  start_outputs(o, start);
 }
 #if KILN_WITH_MPI
 template <class Net, class In, class B, class Prec, class D>
-void start_metrics(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, const std::string& path,
+void start_outputs(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, const TrainOptions& o,
                    int start) {
-  if (!path.empty()) ddp.on_main_rank([&] { keep_metrics(path, start); }, "starting " + path);
+  if (!o.metrics.empty() || !o.checkpoint.empty())
+    ddp.on_main_rank([&] { start_outputs(o, start); }, "starting " + (o.metrics.empty() ? o.checkpoint : o.metrics));
 }
 #endif
 

@@ -125,7 +125,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
   kiln::nn::MSELoss mse;
   const bool terminal = isatty(STDOUT_FILENO) == 1;
   FitResult r;
-  start_metrics(model, o.metrics, start);  // a fresh run starts the file; a resumed one keeps its epochs
+  start_outputs(model, o, start);  // a fresh run starts --metrics; a resumed one keeps its epochs
   for (int epoch = start; epoch < o.epochs; ++epoch) {
     const EpochResult e = train_epoch(model, opt, scaler, mse, train_loader, o.accumulate, epoch, o.epochs);
     const double train_seconds = e.seconds;

@@ -43,10 +43,15 @@ schedulers.json
   schedules       [ {name: str, torch: str (the PyTorch construction), plus its arguments
                      (StepLR: step_size, gamma; MultiStepLR: milestones, gamma; CosineAnnealingLR:
                      T_max, eta_min; linear warm-up: warmup_steps, start_factor and, when it hands over
-                     to a cosine schedule, T_max, eta_min),
+                     to a cosine schedule, T_max, eta_min; ExponentialLR: gamma; LambdaLR: none, the
+                     function is in `torch`; CosineAnnealingWarmRestarts: T_0, T_mult, eta_min),
                      lr: [float] * epochs} ]
                   lr[0] is the lr right after construction, lr[e] after the e-th scheduler.step()
                   (each preceded by an optimizer.step()); float64 as Python prints it.
+  plateaus        [ {name, torch, mode ("min"/"max"), factor, patience, threshold, threshold_mode
+                     ("rel"/"abs"), cooldown, min_lr, metrics: [float] (30), lr: [float] (30)} ]
+                  ReduceLROnPlateau from lr 0.1: lr[k] after the k-th step(metrics[k]) (each preceded
+                  by an optimizer.step())
 
 clip.json
   torch_version   str
@@ -94,6 +99,10 @@ losses.json
                   and grad_output for 'none'), grad   CrossEntropyLoss(weight, reduction, label_smoothing
                   0.1 (0.2 for 'none'))
   nll_weight, nll_weight_none   nll's input and labels, weight; NLLLoss(weight, reduction)
+  cross_entropy_probs, cross_entropy_probs_weight_smoothing, cross_entropy_probs_sum,
+  cross_entropy_probs_none   the input of cross_entropy_label_smoothing, target: tensor [6, 10]
+                  (probabilities: softmax rows, a one-hot row, a row not summing to 1), weight where
+                  weighted; CrossEntropyLoss(weight, reduction, label_smoothing 0 / 0.1 / 0.1 / 0.2)
   nll             {input: tensor [N, C] (log_softmax of random logits), target: [int] (two rows labelled
                    -100), loss: float, grad: tensor}                              NLLLoss(), mean
   nll_sum         the same keys and input                                        NLLLoss(reduction='sum')
@@ -112,6 +121,8 @@ elementwise_losses.json
                   bce_logits, bce_logits_sum, bce_logits_none          BCEWithLogitsLoss on logits
                                                       (two of magnitude 40) and targets in [0, 1]
                   bce_logits_pos_weight, bce_logits_pos_weight_none    ... plus pos_weight: [float] (3)
+                  bce, bce_sum, bce_none              BCELoss(reduction) of probabilities in (0, 1)
+                                                      against the bce_logits targets
 
 lenet.json
   torch_version   str
@@ -265,12 +276,49 @@ def schedulers_fixture():
          lambda o: S.SequentialLR(o, [S.LinearLR(o, start_factor=0.1, total_iters=5),
                                       S.CosineAnnealingLR(o, T_max=10, eta_min=1e-4)], milestones=[5])),
     ]
+    specs.append(({"name": "exponential_lr", "torch": "ExponentialLR(gamma=0.9)", "gamma": 0.9},
+                  lambda o: S.ExponentialLR(o, gamma=0.9)))
+    specs.append(({"name": "lambda_lr", "torch": "LambdaLR(lambda e: 1 / (1 + 0.1 * e))"},
+                  lambda o: S.LambdaLR(o, lambda e: 1 / (1 + 0.1 * e))))
+    specs.append(({"name": "cosine_warm_restarts", "torch": "CosineAnnealingWarmRestarts(T_0=4, T_mult=2, eta_min=1e-3)",
+                   "T_0": 4, "T_mult": 2, "eta_min": 1e-3},
+                  lambda o: S.CosineAnnealingWarmRestarts(o, T_0=4, T_mult=2, eta_min=1e-3)))
+    specs.append(({"name": "cosine_warm_restarts_fixed", "torch": "CosineAnnealingWarmRestarts(T_0=7)",
+                   "T_0": 7, "T_mult": 1, "eta_min": 0.0},
+                  lambda o: S.CosineAnnealingWarmRestarts(o, T_0=7)))
     schedules = []
     for spec, make in specs:
         entry = dict(spec)
         entry["lr"] = lr_sequence(make, base_lr, epochs)
         schedules.append(entry)
-    return {"torch_version": torch.__version__, "base_lr": base_lr, "epochs": epochs, "schedules": schedules}
+    # ReduceLROnPlateau: the lr after each step(metric) over a made-up validation curve (improving, then
+    # flat with noise, a relapse, a new best), under two configurations.
+    metrics = [1.0, 0.8, 0.7, 0.69995, 0.7, 0.71, 0.6, 0.6, 0.61, 0.62, 0.59, 0.5899, 0.59, 0.6, 0.61,
+               0.4, 0.41, 0.42, 0.43, 0.44, 0.45, 0.3, 0.31, 0.32, 0.33, 0.34, 0.35, 0.36, 0.37, 0.38]
+    plateaus = []
+    for spec, make in (
+            ({"name": "plateau_min", "torch": "ReduceLROnPlateau(mode='min', factor=0.5, patience=2)",
+              "mode": "min", "factor": 0.5, "patience": 2, "threshold": 1e-4, "threshold_mode": "rel",
+              "cooldown": 0, "min_lr": 0.0},
+             lambda o: S.ReduceLROnPlateau(o, mode="min", factor=0.5, patience=2)),
+            ({"name": "plateau_max_abs_cooldown",
+              "torch": "ReduceLROnPlateau(mode='max', factor=0.2, patience=1, threshold=0.01, "
+                       "threshold_mode='abs', cooldown=2, min_lr=0.005)",
+              "mode": "max", "factor": 0.2, "patience": 1, "threshold": 0.01, "threshold_mode": "abs",
+              "cooldown": 2, "min_lr": 0.005},
+             lambda o: S.ReduceLROnPlateau(o, mode="max", factor=0.2, patience=1, threshold=0.01,
+                                           threshold_mode="abs", cooldown=2, min_lr=0.005))):
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([p], lr=base_lr)
+        sched = make(opt)
+        lrs = []
+        for m in metrics:
+            opt.step()
+            sched.step(m)
+            lrs.append(opt.param_groups[0]["lr"])
+        plateaus.append({**spec, "metrics": metrics, "lr": lrs})
+    return {"torch_version": torch.__version__, "base_lr": base_lr, "epochs": epochs, "schedules": schedules,
+            "plateaus": plateaus}
 
 
 def clip_fixture():
@@ -424,6 +472,18 @@ def losses_fixture():
     for key, reduction in (("nll_weight", "mean"), ("nll_weight_none", "none")):
         nll_w = torch.nn.NLLLoss(weight=class_weight, reduction=reduction)
         unreduced[key] = loss_case(nll_w, log_probs, nll_labels, reduction, weight=f32(class_weight))
+    # Probability targets (drawn after everything above): rows of softmax, one one-hot row, one that does
+    # not sum to 1 (torch does not check); mean, mean weighted and smoothed, sum smoothed, 'none' weighted.
+    soft = torch.softmax(torch.randn(6, 10) * 2.0, dim=1)
+    soft[3] = torch.nn.functional.one_hot(torch.tensor(7), 10).float()
+    soft[4] = torch.rand(10)
+    for key, reduction, eps, w in (("cross_entropy_probs", "mean", 0.0, None),
+                                   ("cross_entropy_probs_weight_smoothing", "mean", 0.1, class_weight),
+                                   ("cross_entropy_probs_sum", "sum", 0.1, None),
+                                   ("cross_entropy_probs_none", "none", 0.2, class_weight)):
+        ce_p = torch.nn.CrossEntropyLoss(weight=w, reduction=reduction, label_smoothing=eps)
+        extra = {"weight": f32(w)} if w is not None else {}
+        unreduced[key] = loss_case(ce_p, smoothing_in, soft, reduction, **extra)
     return {"torch_version": torch.__version__,
             "mse_sum": {"input": tensor(pred_sum), "target": tensor(target), "loss": f32([mse_sum.item()])[0],
                         "grad": tensor(pred_sum.grad)},
@@ -462,6 +522,11 @@ def elementwise_losses_fixture():
         extra = {"pos_weight": f32(pos_weight)} if key == "bce_logits_pos_weight" else {}
         for r in reductions:
             cases[key if r == "mean" else f"{key}_{r}"] = loss_case(make(r), source, goal, r, **extra)
+    # BCELoss on probabilities (drawn after everything above): sigmoids of logits inside (0, 1) against the
+    # targets above (the ends 0 and 1, where torch clamps the logs, are the unit test's).
+    sigmoids = torch.sigmoid(torch.randn(6, 3) * 2.0)
+    for r in ("mean", "sum", "none"):
+        cases["bce" if r == "mean" else f"bce_{r}"] = loss_case(torch.nn.BCELoss(reduction=r), sigmoids, probs, r)
     return {"torch_version": torch.__version__, **cases}
 
 

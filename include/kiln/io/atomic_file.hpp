@@ -126,6 +126,26 @@ inline std::optional<std::filesystem::path> atomic_target(const std::filesystem:
 
 }  // namespace detail
 
+/// Why `path` cannot be written, or "" when it can: for a check before a long run that writes the file
+/// only at its end. An existing file must be writable itself (it may be written in place: a FIFO,
+/// /dev/stdout, a file appended to), else its folder must take a new file; with `new_file_only` (a file
+/// replaced only whole, through a temporary file next to it, as write_safetensors does) the folder must
+/// take one either way. "cannot write PATH (reason)" or "cannot write into FOLDER (reason)".
+inline std::string why_unwritable(const std::filesystem::path& path, bool new_file_only = false) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool file = !new_file_only && fs::exists(path, ec);
+  const fs::path where = file ? path : fs::absolute(path, ec).parent_path();
+  int error = 0;
+  if (!file && fs::exists(where, ec) && !fs::is_directory(where, ec))
+    error = ENOTDIR;  // (access() would say EACCES, for want of the execute bit)
+  else if (::access(where.c_str(), file ? W_OK : W_OK | X_OK) == 0)
+    return {};
+  else
+    error = errno;
+  return (file ? "cannot write " : "cannot write into ") + where.string() + " (" + std::strerror(error) + ")";
+}
+
 /// Writes `bytes` to `path` so that no reader sees half of it: through a temporary file of this
 /// writer's own in the same folder, flushed to disk and renamed over `path` (a link is followed: the
 /// file it names is replaced, the link stays). Where that cannot be done it writes in place: `path` is

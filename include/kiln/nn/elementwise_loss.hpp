@@ -1,8 +1,10 @@
 /// Elementwise losses beyond MSELoss, each of a prediction and a target of the same shape: L1Loss,
-/// SmoothL1Loss, HuberLoss and BCEWithLogitsLoss (value, gradient, torch's reduction='none').
+/// SmoothL1Loss, HuberLoss, BCELoss and BCEWithLogitsLoss (value, gradient, torch's reduction='none').
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -28,12 +30,14 @@ KILN_HOST_DEVICE KILN_FORCEINLINE V sign_(V d) {
   return d > V(0) ? V(1) : d < V(0) ? V(-1) : V(0);
 }
 
-/// |d|, as torch.nn.L1Loss.
+// The terms of the elementwise losses: value(p, t) and its derivative grad(p, t) in p, of a prediction
+// p and its target t in the compute type V.
+/// |d|, d = p - t, as torch.nn.L1Loss.
 struct L1Term {
   template <class V>
-  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V d) const { return ops::detail::abs_(d); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V p, V t) const { return ops::detail::abs_(p - t); }
   template <class V>
-  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V d) const { return sign_(d); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V p, V t) const { return sign_(p - t); }
 };
 /// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, as torch.nn.SmoothL1Loss. Beta 0 is |d| with
 /// the gradient sign(d), 0 at d = 0 and NaN at NaN (torch 1.13's beta-0 gradient is -1 at d = 0 on the
@@ -41,11 +45,12 @@ struct L1Term {
 template <class V>
 struct SmoothL1Term {
   V beta;
-  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V d) const {
-    const V z = ops::detail::abs_(d);
+  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V p, V t) const {
+    const V z = ops::detail::abs_(p - t);
     return z < beta ? V(0.5) * z * z / beta : z - V(0.5) * beta;
   }
-  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V d) const {
+  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V p, V t) const {
+    const V d = p - t;
     if (beta == V(0)) return d != d ? d : sign_(d);
     return d < -beta ? V(-1) : d > beta ? V(1) : d / beta;
   }
@@ -54,25 +59,46 @@ struct SmoothL1Term {
 template <class V>
 struct HuberTerm {
   V delta;
-  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V d) const {
-    const V z = ops::detail::abs_(d);
+  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V p, V t) const {
+    const V z = ops::detail::abs_(p - t);
     return z < delta ? V(0.5) * z * z : delta * (z - V(0.5) * delta);
   }
-  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V d) const { return d < -delta ? -delta : d > delta ? delta : d; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V p, V t) const {
+    const V d = p - t;
+    return d < -delta ? -delta : d > delta ? delta : d;
+  }
+};
+/// Binary cross entropy of a probability p in [0, 1] against a target t, as torch 1.13's
+/// binary_cross_entropy: (t - 1) max(log(1 - p), -100) - t max(log p, -100) (the logs clamped, so p = 0
+/// or 1 gives 100, not inf), NaN for p outside [0, 1] (torch refuses it; kiln's CPU throws before the
+/// pass); its gradient (p - t) / max((1 - p) p, 1e-12), torch's.
+struct BceTerm {
+  template <class V>
+  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V p, V t) const {
+    if (!(p >= V(0) && p <= V(1))) return static_cast<V>(NAN);
+    const V log_p = ops::detail::log_(p), log_q = ops::detail::log_(V(1) - p);
+    return (t - V(1)) * (log_q > V(-100) ? log_q : V(-100)) - t * (log_p > V(-100) ? log_p : V(-100));
+  }
+  template <class V>
+  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V p, V t) const {
+    if (!(p >= V(0) && p <= V(1))) return static_cast<V>(NAN);
+    const V q = (V(1) - p) * p;
+    return (p - t) / (q > V(1e-12) ? q : V(1e-12));
+  }
 };
 
-/// term.value(pred - target) in the compute type (fp32 for 16-bit operands, as autocast runs these
+/// term.value(pred, target) in the compute type (fp32 for 16-bit operands, as autocast runs these
 /// losses): the node that a sum, a mean or an unreduced tensor evaluates in one pass.
 template <class Term>
-struct TermOfDifference {
+struct TermOfPair {
   Term term;
   template <class A, class B>
   KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
-    return term.value(to_compute(a) - to_compute(b));
+    return term.value(to_compute(a), to_compute(b));
   }
 };
 
-/// g = term.grad(pred - target) k, k = the loss scale over the mean's count (read on the device for a
+/// g = term.grad(pred, target) k, k = the loss scale over the mean's count (read on the device for a
 /// device scale), times dloss[i] where an upstream gradient is given (reduction='none').
 template <class T, class Term>
 struct TermGrad {
@@ -83,7 +109,7 @@ struct TermGrad {
   Term term;
   const compute_t<T>* upstream = nullptr;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
-    const compute_t<T> d = term.grad(to_compute(pred[i]) - to_compute(target[i])) * factor.get();
+    const compute_t<T> d = term.grad(to_compute(pred[i]), to_compute(target[i])) * factor.get();
     g[i] = from_compute<T>(upstream ? d * upstream[i] : d);
   }
   Traffic traffic(index_t n) const {
@@ -170,35 +196,55 @@ void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S,
                      to_string(target.extents()) + " must have the same shape");
 }
 
-// The bodies of the losses of d = pred - target (L1Loss, SmoothL1Loss, HuberLoss), for a Term of the
-// compute type. Each loss is an aggregate of its options (no base class, so that designated
+/// On the CPU, a ValueError naming the first element of `p` outside [0, 1] (or NaN) for loss `who`, as
+/// torch's CPU kernel refuses it; on the GPU nothing is read back (such a term is NaN).
+template <class T, class S, class D>
+void check_probabilities(const char* who, const Tensor<T, S, D>& p) {
+  if constexpr (std::is_same_v<D, Cpu>) {
+    for (index_t i = 0; i < p.numel(); ++i) {
+      const auto v = to_compute(p.data()[i]);
+      if (!(v >= 0 && v <= 1)) {
+        std::ostringstream text;
+        text << who << ": all elements of input should be between 0 and 1 (element " << i << " of input "
+             << to_string(p.extents()) << " is " << std::setprecision(9) << static_cast<double>(v) << ")";
+        throw ValueError(text.str());
+      }
+    }
+  }
+}
+
+// The bodies of the elementwise losses of a pair (L1Loss, SmoothL1Loss, HuberLoss, BCELoss), for a Term
+// of the compute type. Each loss is an aggregate of its options (no base class, so that designated
 // initializers name them all) whose members forward here.
 /// The mean (or sum) of the terms, in the compute type: one pass.
 template <class Term, class T, class S, class D>
-auto difference_loss(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) {
+auto pair_loss(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) {
   check_pair(who, pred, target);
+  if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
   const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));
-  const auto terms = kiln::detail::make_binary(pred, target, who, TermOfDifference<Term>{term});
+  const auto terms = kiln::detail::make_binary(pred, target, who, TermOfPair<Term>{term});
   return how == Reduction::sum ? sum(terms) : mean(terms);
 }
 /// Each element's term in the compute type (reduction='none'): one pass.
 template <class Term, class T, class S, class D>
-Tensor<compute_t<T>, S, D> difference_terms(const char* who, Term term, const Tensor<T, S, D>& pred,
-                                            const Tensor<T, S, D>& target) {
+Tensor<compute_t<T>, S, D> pair_terms(const char* who, Term term, const Tensor<T, S, D>& pred,
+                                      const Tensor<T, S, D>& target) {
   check_pair(who, pred, target);
+  if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
   const int device = kiln::detail::pass_device(pred);
   const kiln::detail::device_scope<D> on(device);
   Tensor<compute_t<T>, S, D> out(pred.extents(), device);
-  out = kiln::detail::make_binary(pred, target, who, TermOfDifference<Term>{term});
+  out = kiln::detail::make_binary(pred, target, who, TermOfPair<Term>{term});
   return out;
 }
 /// dL/dpred: the term's gradient times `scale` over the elements (1 for a sum), or times dloss[i] where
 /// `dloss` (pred's shape) is given. One pass.
 template <class Term, class T, class S, class D>
-Tensor<T, S, D> difference_backward(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred,
-                                    const Tensor<T, S, D>& target, LossScale scale,
-                                    const Tensor<compute_t<T>, S, D>* dloss = nullptr) {
+Tensor<T, S, D> pair_backward(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred,
+                              const Tensor<T, S, D>& target, LossScale scale,
+                              const Tensor<compute_t<T>, S, D>* dloss = nullptr) {
   check_pair(who, pred, target);
+  if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
   if (dloss) check_term_gradient(who, pred, *dloss);
   const double den = dloss || how == Reduction::sum ? 1.0 : static_cast<double>(pred.numel());
   const int device = kiln::detail::pass_device(pred);
@@ -224,17 +270,17 @@ struct L1Loss {
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    return detail::difference_loss(name, reduction, term<compute_t<T>>(), pred, target);
+    return detail::pair_loss(name, reduction, term<compute_t<T>>(), pred, target);
   }
   /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
-    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
+    return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
   }
   /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
   template <class T, class S, class D>
   Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    return detail::difference_terms(name, term<compute_t<T>>(), pred, target);
+    return detail::pair_terms(name, term<compute_t<T>>(), pred, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
   template <class T, class S, class D, class SG>
@@ -242,7 +288,7 @@ struct L1Loss {
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::L1Loss::backward(pred, target, dloss): dloss must have pred's shape type "
                                          "(one upstream gradient per element, as unreduced() gives terms)");
-    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
+    return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
   }
 
  private:
@@ -262,17 +308,17 @@ struct SmoothL1Loss {
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    return detail::difference_loss(name, reduction, term<compute_t<T>>(), pred, target);
+    return detail::pair_loss(name, reduction, term<compute_t<T>>(), pred, target);
   }
   /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
-    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
+    return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
   }
   /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
   template <class T, class S, class D>
   Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    return detail::difference_terms(name, term<compute_t<T>>(), pred, target);
+    return detail::pair_terms(name, term<compute_t<T>>(), pred, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
   template <class T, class S, class D, class SG>
@@ -280,7 +326,7 @@ struct SmoothL1Loss {
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::SmoothL1Loss::backward(pred, target, dloss): dloss must have pred's shape type "
                                          "(one upstream gradient per element, as unreduced() gives terms)");
-    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
+    return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
   }
 
  private:
@@ -302,17 +348,17 @@ struct HuberLoss {
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    return detail::difference_loss(name, reduction, term<compute_t<T>>(), pred, target);
+    return detail::pair_loss(name, reduction, term<compute_t<T>>(), pred, target);
   }
   /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
-    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
+    return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
   }
   /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
   template <class T, class S, class D>
   Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    return detail::difference_terms(name, term<compute_t<T>>(), pred, target);
+    return detail::pair_terms(name, term<compute_t<T>>(), pred, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
   template <class T, class S, class D, class SG>
@@ -320,7 +366,7 @@ struct HuberLoss {
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::HuberLoss::backward(pred, target, dloss): dloss must have pred's shape type "
                                          "(one upstream gradient per element, as unreduced() gives terms)");
-    return detail::difference_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
+    return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale, &dloss);
   }
 
  private:
@@ -329,6 +375,49 @@ struct HuberLoss {
     if (!(delta > 0.0))
       throw ValueError("kiln::nn::HuberLoss: delta must be > 0 (got " + std::to_string(delta) + ")");
     return {static_cast<V>(delta)};
+  }
+};
+
+/// Binary cross entropy of probabilities in [0, 1] (a Sigmoid's output) against targets of the same
+/// shape, as torch.nn.BCELoss(): -(t log p + (1 - t) log(1 - p)) with each log clamped at -100, as
+/// torch's (p = 0 or 1 gives a finite term, and a gradient capped at 1e12), mean (or sum) over the
+/// elements; one pass each way. An input outside [0, 1] (or NaN) is a ValueError on the CPU, with
+/// torch's message and the element, found by a scan before the pass; on the GPU its term is NaN. Prefer
+/// BCEWithLogitsLoss on the logits, the stable form (torch's CUDA autocast refuses BCELoss; kiln computes
+/// it in fp32 for 16-bit operands). `unreduced` is torch's reduction='none' and `backward(pred, target,
+/// dloss)` its gradient; torch's per-element `weight` goes into dloss.
+/// Example:
+///   kiln::nn::BCELoss bce;                       // after a Sigmoid layer
+///   auto loss = bce(probs, targets);             // rank-0 tensor
+///   auto dprobs = bce.backward(probs, targets);  // (p - t) / ((1 - p) p), over the elements
+struct BCELoss {
+  Reduction reduction = Reduction::mean;
+  static constexpr const char* name = "kiln::nn::BCELoss";
+
+  template <class T, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    // >>> Stopped here? The probabilities hold integers. <<<
+    static_assert(std::is_floating_point_v<compute_t<T>>,
+                  "kiln::nn::BCELoss: probabilities and targets must be floating-point (float, double, half, bfloat16)");
+    return detail::pair_loss(name, reduction, detail::BceTerm{}, pred, target);
+  }
+  /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
+  template <class T, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+    return detail::pair_backward(name, reduction, detail::BceTerm{}, pred, target, scale);
+  }
+  /// Each element's loss in the compute type (fp32 for 16-bit operands): reduction='none'.
+  template <class T, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+    return detail::pair_terms(name, detail::BceTerm{}, pred, target);
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
+  template <class T, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(std::is_same_v<SG, S>, "kiln::nn::BCELoss::backward(pred, target, dloss): dloss must have pred's shape type "
+                                         "(one upstream gradient per element, as unreduced() gives terms)");
+    return detail::pair_backward(name, reduction, detail::BceTerm{}, pred, target, scale, &dloss);
   }
 };
 

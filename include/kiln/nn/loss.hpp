@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/config.hpp"
@@ -304,6 +305,104 @@ struct CrossEntropyGrad {
   }
 };
 
+
+// Probability targets: torch 1.13's CrossEntropyLoss with a target of the logits' shape [N, C].
+/// Row n's weight on log_softmax(x[n])_j: its target t[j] mixed with the uniform distribution,
+/// (1 - eps) t[j] + eps / C (t[j] itself for eps = 0), times class j's weight where there are weights.
+template <class V, class U>
+KILN_HOST_DEVICE KILN_FORCEINLINE V soft_target(const U* t, index_t j, V eps, index_t c, const V* w) {
+  V q = static_cast<V>(to_compute(t[j]));
+  if (eps != V(0)) q = (V(1) - eps) * q + eps / static_cast<V>(c);
+  return w ? w[j] * q : q;
+}
+/// loss[n] = Σ_j q_j (lse(x[n]) - x[n, j]) / den, q row n's soft_target, den N for a mean (so that the
+/// sum of the rows is the mean), 1 for a sum.
+template <class T, class U>
+struct SoftCrossEntropyRows {
+  const T* x;
+  const U* t;
+  compute_t<T>* loss;
+  index_t c;
+  compute_t<T> den;
+  compute_t<T> eps;
+  const compute_t<T>* w = nullptr;  // class weights [C], or none
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    using V = compute_t<T>;
+    const T* row = x + n * c;
+    const V lse = row_logsumexp(row, c);
+    V l = 0;
+    for (index_t j = 0; j < c; ++j) l += soft_target(t + n * c, j, eps, c, w) * (lse - to_compute(row[j]));
+    loss[n] = l / den;
+  }
+  /// The logits and targets read, one loss per row written; the log-sum-exp, then per logit the target's
+  /// mix (smoothed: a multiply and an add; weighted: a multiply), a subtract, a multiply and an add.
+  Traffic traffic(index_t rows) const {
+    const index_t per_logit = 4 + 3 + (eps != 0 ? 2 : 0) + (w ? 1 : 0);
+    return {kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<U>(rows * c) +
+                kiln::detail::bytes_of<compute_t<T>>(rows),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(per_logit * c + 1)};
+  }
+};
+/// dx[n, j] = scale (s softmax(x[n])_j - q_j) / den, q row n's soft_target and s = Σ_j q_j (1 for a
+/// target that sums to 1, without weights), times dloss[n] where given: torch's gradient of the loss.
+template <class T, class U>
+struct SoftCrossEntropyGrad {
+  const T* x;
+  const U* t;
+  T* dx;
+  index_t c;
+  GradFactor<compute_t<T>> factor;
+  compute_t<T> eps;
+  const compute_t<T>* upstream = nullptr;
+  const compute_t<T>* w = nullptr;  // class weights [C], or none
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    using V = compute_t<T>;
+    const T* row = x + n * c;
+    const U* target = t + n * c;
+    const V lse = row_logsumexp(row, c);
+    const V scale = upstream ? factor.get() * upstream[n] : factor.get();
+    V s = 0;
+    for (index_t j = 0; j < c; ++j) s += soft_target(target, j, eps, c, w);
+    for (index_t j = 0; j < c; ++j) {
+      const V p = ops::detail::exp_(to_compute(row[j]) - lse);
+      dx[n * c + j] = from_compute<T>(scale * (s * p - soft_target(target, j, eps, c, w)));
+    }
+  }
+  /// The logits and targets (twice: for s, then per logit) read, the gradient written.
+  Traffic traffic(index_t rows) const {
+    return {2 * kiln::detail::bytes_of<T>(rows * c) + 2 * kiln::detail::bytes_of<U>(rows * c) +
+                (upstream ? kiln::detail::bytes_of<compute_t<T>>(rows) : 0),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(12 * c + 1)};
+  }
+};
+/// g[n, :] = -scale q / den, q row n's soft_target, times dloss[n] where given: the gradient of
+/// -Σ_j q_j log_softmax_j with respect to the log-probabilities (cross entropy's unfused passes).
+template <class T, class U>
+struct SoftNllGradRows {
+  using C = compute_t<T>;
+  const U* t;
+  C* g;
+  index_t c;
+  GradFactor<C> factor;
+  C eps;
+  const C* upstream = nullptr;
+  const C* w = nullptr;  // class weights [C], or none
+  KILN_HOST_DEVICE void operator()(index_t n) const {
+    const C scale = upstream ? factor.get() * upstream[n] : factor.get();
+    for (index_t j = 0; j < c; ++j) g[n * c + j] = -scale * soft_target(t + n * c, j, eps, c, w);
+  }
+  Traffic traffic(index_t rows) const {
+    return {kiln::detail::bytes_of<U>(rows * c) + kiln::detail::bytes_of<C>(rows * c) +
+                (upstream ? kiln::detail::bytes_of<C>(rows) : 0),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(2 * c)};
+  }
+};
+/// A floating-point element (float, double, half, bfloat16): what a probability target holds, as
+/// opposed to labels (int64).
+template <class U>
+concept probability_element = std::is_same_v<U, float> || std::is_same_v<U, double> || std::is_same_v<U, half> ||
+                              std::is_same_v<U, bfloat16>;
+
 // Cross entropy's gradient as PyTorch's autograd computes it, one kernel per operation (fusion off,
 // kiln::Unfused): log_softmax forward, nll_loss backward, log_softmax backward.
 /// out[n, :] = x[n, :] - lse(x[n]).
@@ -556,7 +655,8 @@ void check_row_gradient(const char* who, const char* scores, const Tensor<T, S, 
 /// its gradient. `weight` (empty by default: every class 1) is torch's class weights, one per class: a
 /// row's loss is weighted by its label's (the smoothing term by each class's), and a mean divides by the
 /// weights of the rows that count. The fields are in torch's order (weight, ignore_index, reduction,
-/// label_smoothing), as designated initializers must name them. Probability targets are not offered.
+/// label_smoothing), as designated initializers must name them. Probability targets [N, C] (soft labels)
+/// are the overloads that take a floating-point target of the logits' shape, below.
 /// A label outside [0, C) that is not ignore_index throws kiln::ValueError on the CPU (which counts the
 /// labels on the host) and makes the loss and that row's gradient NaN on the GPU (which, for a mean,
 /// counts them with one reduction before each direction's pass).
@@ -618,9 +718,108 @@ struct CrossEntropyLoss {
     return detail::count_kept(labels, ignore_index, weight);
   }
 
+  /// Probability targets (torch 1.13's CrossEntropyLoss with a floating-point target of the logits'
+  /// shape [N, C]: each row a distribution over the classes, as mixup's or a teacher's; not checked to
+  /// sum to 1, as torch does not): row n's loss is -Σ_j w_j t'_nj log_softmax(logits[n])_j with t' =
+  /// (1 - eps) t + eps / C; a mean divides by N (the weights do not enter it, as torch's), a sum by 1.
+  /// No row is ignored: an ignore_index >= 0 is a ValueError, as in torch. The target may be
+  /// another floating-point type than the logits (fp32 targets for fp16 logits): it is read in the
+  /// compute type. DataParallel splits such a batch by rows.
+  template <class T, class S, detail::probability_element U, class ST, class D>
+  Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target) const {
+    check_target("kiln::nn::CrossEntropyLoss", logits, target);
+    const auto terms = soft_rows(logits, target, reduction);  // each divided by the mean's N
+    return logits.size(0) == 0 && reduction == Reduction::mean ? mean(terms) : sum(terms);  // no rows: 0 / 0
+  }
+  /// dL/dlogits for probability targets: (s softmax(logits) - t') / (N; 1 for a sum), t' the target
+  /// (smoothed, weighted) and s its row's sum, times `scale`. One pass; three with fusion off
+  /// (log_softmax, the gradient of the target's weighted sum, log_softmax's backward), as autograd.
+  template <class T, class S, detail::probability_element U, class ST, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target, LossScale scale = {}) const {
+    check_target("kiln::nn::CrossEntropyLoss::backward", logits, target);
+    return soft_gradient(logits, target, scale, reduction, nullptr);
+  }
+  /// Each row's loss [N] for probability targets, in the compute type (torch's reduction='none').
+  template <class T, class S, detail::probability_element U, class ST, class D>
+  Tensor<compute_t<T>, Shape<dyn>, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target) const {
+    check_target("kiln::nn::CrossEntropyLoss::unreduced", logits, target);
+    return soft_rows(logits, target, Reduction::sum);
+  }
+  /// The gradient through the probability targets' `unreduced` of an upstream gradient `dloss` [N],
+  /// times `scale`.
+  template <class T, class S, detail::probability_element U, class ST, class SG, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(SG::rank == 1, "kiln::nn::CrossEntropyLoss::backward: dloss must be [N], one gradient per row");
+    check_target("kiln::nn::CrossEntropyLoss::backward", logits, target);
+    detail::check_row_gradient("kiln::nn::CrossEntropyLoss::backward", "logits", logits, dloss);
+    return soft_gradient(logits, target, scale, Reduction::sum, dloss.data());
+  }
+
  private:
   template <class T>
   compute_t<T> eps() const { return static_cast<compute_t<T>>(label_smoothing); }
+
+  void check_smoothing() const {
+    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // (torch 1.13 checks only > 1)
+      throw ValueError("kiln::nn::CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0. Got: " +
+                       std::to_string(label_smoothing));
+  }
+
+  /// Checks probability targets against the logits: the same shape (in the type, and when run), the same
+  /// device, no ignore_index that names a class, label_smoothing in [0, 1].
+  template <class T, class S, class U, class ST, class D>
+  void check_target(const char* who, const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target) const {
+    static_assert(S::rank == 2, "kiln::nn::CrossEntropyLoss: logits must be [N, C]");
+    static_assert(std::is_same_v<ST, S>,
+                  "kiln::nn::CrossEntropyLoss: a probability target has the logits' shape [N, C] "
+                  "(class labels are int64 [N])");
+    kiln::detail::check_same_device(who, logits, target);
+    if (!(target.extents() == logits.extents()))  // (C too, where the shape leaves it dynamic)
+      throw ShapeError(std::string(who) + ": logits " + to_string(logits.extents()) + " but target " +
+                       to_string(target.extents()) + "; expected a probability target of the logits' shape");
+    if (ignore_index >= 0)  // (torch 1.13's test: a negative one names no class)
+      throw ValueError(std::string(who) + ": ignore_index is not supported for floating point target (ignore_index " +
+                       std::to_string(ignore_index) + " with probability targets [N, C])");
+    check_smoothing();
+  }
+  /// Each row's loss [N] for probability targets, divided by what the reduction `how` divides by.
+  template <class T, class S, class U, class ST, class D>
+  Tensor<compute_t<T>, Shape<dyn>, D> soft_rows(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target,
+                                                Reduction how) const {
+    const int device = kiln::detail::pass_device(logits);
+    const kiln::detail::device_scope<D> on(device);
+    const index_t n = logits.size(0), c = logits.size(1);
+    const auto w = detail::class_weights<compute_t<T>, D>("kiln::nn::CrossEntropyLoss", weight, c, device);
+    const auto den = static_cast<compute_t<T>>(how == Reduction::mean ? static_cast<double>(n) : 1.0);
+    Tensor<compute_t<T>, Shape<dyn>, D> out(Extents<Shape<dyn>>(n), device);
+    kiln::detail::executor<D>::for_each(
+        n, detail::SoftCrossEntropyRows<T, U>{logits.data(), target.data(), out.data(), c, den, eps<T>(), w.data()});
+    return out;
+  }
+  /// dL/dlogits for probability targets and `how` (sum for the unreduced rows), times `upstream[n]`.
+  template <class T, class S, class U, class ST, class D>
+  Tensor<T, S, D> soft_gradient(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target, LossScale scale,
+                                Reduction how, const compute_t<T>* upstream) const {
+    const int device = kiln::detail::pass_device(logits);
+    const kiln::detail::device_scope<D> on(device);
+    const index_t n = logits.size(0), c = logits.size(1);
+    const auto w = detail::class_weights<compute_t<T>, D>("kiln::nn::CrossEntropyLoss", weight, c, device);
+    const auto per_row = detail::GradFactor<compute_t<T>>::make(
+        scale, 1.0, how == Reduction::mean ? static_cast<double>(n) : 1.0);
+    Tensor<T, S, D> dx(logits.extents(), device);
+    if (!fusion_enabled()) {
+      Tensor<compute_t<T>, S, D> lsm(logits.extents(), device), g(logits.extents(), device);
+      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
+      kiln::detail::executor<D>::for_each(
+          n, detail::SoftNllGradRows<T, U>{target.data(), g.data(), c, per_row, eps<T>(), upstream, w.data()});
+      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
+      return dx;
+    }
+    kiln::detail::executor<D>::for_each(n, detail::SoftCrossEntropyGrad<T, U>{logits.data(), target.data(), dx.data(),
+                                                                             c, per_row, eps<T>(), upstream, w.data()});
+    return dx;
+  }
 
   /// Each row's loss [N] in the compute type, divided by what the reduction `how` divides by.
   template <class T, class S, class SL, class D>
@@ -667,9 +866,7 @@ struct CrossEntropyLoss {
   detail::LabelCount<compute_t<T>, D> count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                                             Reduction how) const {
     detail::check_label_rows("kiln::nn::CrossEntropyLoss", "logits", logits, labels);
-    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // (torch 1.13 checks only > 1)
-      throw ValueError("kiln::nn::CrossEntropyLoss: label_smoothing must be between 0.0 and 1.0. Got: " +
-                       std::to_string(label_smoothing));
+    check_smoothing();
     return detail::count_labels("kiln::nn::CrossEntropyLoss", logits, labels, ignore_index, how, weight);
   }
 };

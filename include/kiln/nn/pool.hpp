@@ -39,7 +39,8 @@ template <class I>
 inline constexpr I no_winner = std::numeric_limits<I>::max();
 
 /// The max of x over window (oh, ow) of one plane and the winner's tap ki K + kj (-1: none; padding is
-/// -inf; NaN propagates; ties keep the first). The window is a constant: its loops unroll.
+/// -inf; ties keep the first; NaN propagates, the last NaN winning, as torch's CPU and CUDA kernels
+/// route the gradient). The window is a constant: its loops unroll.
 template <index_t K, index_t Stride, index_t Padding, class T>
 KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t ow, const PoolGeometry& g,
                                                 index_t& arg) {
@@ -54,7 +55,7 @@ KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t
       const index_t iw = ow * Stride - Padding + kj;
       if (Padding > 0 && (iw < 0 || iw >= g.w)) continue;
       const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
-      if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = ki * K + kj;
+      if (arg < 0 || v > best || v != v) best = v, arg = ki * K + kj;
     }
   }
   return best;

@@ -1,15 +1,20 @@
-/// clip_grad_norm: rescale gradients whose global norm exceeds a bound (torch.nn.utils.clip_grad_norm_).
+/// clip_grad_norm: rescale gradients whose global norm exceeds a bound (torch.nn.utils.clip_grad_norm_),
+/// reading the norm back, or on the device for a captured step (clip_grad_norm_capturable).
 #pragma once
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/errors.hpp"
+#include "kiln/core/counters.hpp"
+#include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/functors.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::optim {
@@ -65,6 +70,66 @@ double clip(Tensor<M, Shape<dyn>, D>& grads, double max_norm, double norm_type, 
   return static_cast<double>(total);
 }
 
+/// The total norm from its reduction r (Σ g^2 for the order 2, Σ |g| for 1, max |g| for infinity),
+/// rounded to C as total_norm rounds it on the host: one thread, nothing read back.
+template <class C, class R>
+struct ClipTotal {
+  const R* r;
+  C* total;
+  bool square_root;
+  KILN_HOST_DEVICE void operator()(index_t) const {
+    const double v = static_cast<double>(*r);
+    *total = static_cast<C>(square_root ? ops::detail::sqrt_(v) : v);
+  }
+  Traffic traffic(index_t) const { return {sizeof(R) + sizeof(C), 1}; }
+};
+/// g *= coef where coef = max_norm / (total + 1e-6) is below 1 (or NaN), the host's rule and rounding,
+/// with total read on the device.
+template <class M>
+struct ClipScale {
+  using C = compute_t<M>;
+  M* g;
+  const C* total;
+  C max_norm;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const C coef = max_norm / (*total + static_cast<C>(1e-6));
+    if (!(coef >= C(1))) g[i] = from_compute<M>(to_compute(g[i]) * coef);
+  }
+  Traffic traffic(index_t n) const {
+    return {2 * kiln::detail::bytes_of<M>(n) + sizeof(C), 3 * static_cast<std::uint64_t>(n)};
+  }
+};
+
+template <class M, class D>
+Tensor<compute_t<M>, Shape<>, D> clip_on_device(Tensor<M, Shape<dyn>, D>& grads, double max_norm, double norm_type) {
+  using C = compute_t<M>;
+  const bool inf = norm_type == std::numeric_limits<double>::infinity();
+  if (!(norm_type == 2.0 || norm_type == 1.0 || inf))
+    throw ValueError("kiln::optim::clip_grad_norm_capturable: norm_type " + norm_name(norm_type) +
+                     " is not offered here; give 2 (the default), 1 or infinity, or call clip_grad_norm, which "
+                     "reads the norm back");
+  const int device = grads.device_index();
+  const kiln::detail::device_scope<D> on(device);
+  Tensor<C, Shape<>, D> total(Extents<Shape<>>{}, device);
+  if (grads.numel() == 0) {  // torch: a norm of 0, nothing to scale
+    total.fill(C(0));
+    return total;
+  }
+  const auto run = [&](const auto& r) {
+    using R = std::remove_cvref_t<decltype(*r.data())>;
+    kiln::detail::executor<D>::for_each(1, ClipTotal<C, R>{r.data(), total.data(), norm_type == 2.0});
+  };
+  if (norm_type == 2.0)
+    run(sum(grads * grads));
+  else if (norm_type == 1.0)
+    run(sum(abs(grads)));
+  else
+    run(max(abs(grads)));
+  kiln::detail::executor<D>::for_each(grads.numel(),
+                                      ClipScale<M>{grads.data(), total.data(), static_cast<C>(max_norm)});
+  return total;
+}
+
 }  // namespace detail
 
 /// Scales a gradient tensor in place so that its norm of order `norm_type` is at most `max_norm`, like
@@ -96,6 +161,27 @@ double clip_grad_norm(Model& m, double max_norm, double norm_type = 2.0, bool er
   if constexpr (requires { m.named_parameters(); })
     if (norm_type == 0.0) parts = m.named_parameters();
   return detail::clip(m.gradients(), max_norm, norm_type, error_if_nonfinite, parts);
+}
+
+/// clip_grad_norm without reading anything back, for a step captured in a CUDA graph
+/// (kiln::cuda::Graph), as torch's clip_grad_norm_ computes its coefficient on the device: the total
+/// norm stays on the gradients' device and is returned there (a rank-0 tensor; `.item()` reads it, and
+/// waits), and one pass multiplies the gradients by coef = max_norm / (total + 1e-6) where it is below 1
+/// (or NaN), with clip_grad_norm's formulas and roundings, so the two give the same bits. norm_type 2,
+/// 1 or infinity (the others, and error_if_nonfinite, need the norm on the host: clip_grad_norm).
+/// Passes: the norm's reduction, a one-thread pass that finishes it, and the scaling pass.
+/// Example (inside the captured step, before opt.step()):
+///   const auto norm = kiln::optim::clip_grad_norm_capturable(model, 1.0);
+template <class M, class D>
+Tensor<compute_t<M>, Shape<>, D> clip_grad_norm_capturable(Tensor<M, Shape<dyn>, D>& grads, double max_norm,
+                                                          double norm_type = 2.0) {
+  return detail::clip_on_device(grads, max_norm, norm_type);
+}
+/// The same for a model or an optimizer: the global norm of `m.gradients()`.
+template <class Model>
+  requires requires(Model& m) { m.gradients(); }
+auto clip_grad_norm_capturable(Model& m, double max_norm, double norm_type = 2.0) {
+  return detail::clip_on_device(m.gradients(), max_norm, norm_type);
 }
 
 }  // namespace kiln::optim

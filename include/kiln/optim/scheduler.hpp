@@ -1,9 +1,12 @@
-/// Learning-rate schedulers: StepLR, MultiStepLR, CosineAnnealingLR and LinearWarmup (torch 1.13 semantics).
+/// Learning-rate schedulers: StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR,
+/// CosineAnnealingWarmRestarts and LinearWarmup over epochs, and ReduceLROnPlateau on a metric (torch
+/// 1.13 semantics).
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <numbers>
 #include <string>
 #include <type_traits>
@@ -135,6 +138,21 @@ class MultiStepLR : public detail::LRScheduler<Opt, MultiStepLR<Opt>> {
   double gamma_;
 };
 
+/// lr = base_lr * gamma^epoch, torch.optim.lr_scheduler.ExponentialLR.
+/// Example: `kiln::optim::ExponentialLR sched(opt, /*gamma=*/0.95);`
+template <lr_optimizer Opt>
+class ExponentialLR : public detail::LRScheduler<Opt, ExponentialLR<Opt>> {
+  using base = detail::LRScheduler<Opt, ExponentialLR<Opt>>;
+
+ public:
+  ExponentialLR(Opt& opt, double gamma) : base(opt), gamma_(gamma) { this->apply(); }
+  double lr_at(std::int64_t epoch) const { return this->base_lr() * std::pow(gamma_, static_cast<double>(epoch)); }
+  double gamma() const { return gamma_; }
+
+ private:
+  double gamma_;
+};
+
 /// lr = eta_min + (base_lr - eta_min) (1 + cos(pi epoch / T_max)) / 2, torch's
 /// CosineAnnealingLR (its closed form; past T_max the cosine continues, rising again, as torch's does).
 /// Example: `kiln::optim::CosineAnnealingLR sched(opt, /*T_max=*/100, /*eta_min=*/1e-5);`
@@ -157,6 +175,57 @@ class CosineAnnealingLR : public detail::LRScheduler<Opt, CosineAnnealingLR<Opt>
  private:
   std::int64_t t_max_;
   double eta_min_;
+};
+
+/// lr = eta_min + (base_lr - eta_min) (1 + cos(pi T_cur / T_i)) / 2, torch's CosineAnnealingWarmRestarts
+/// (SGDR): the cosine restarts after T_0 epochs, then after T_0 T_mult, T_0 T_mult^2, ...; T_cur counts
+/// the epochs since the last restart and T_i is the current period (as torch's step() advances them).
+/// Example: `kiln::optim::CosineAnnealingWarmRestarts sched(opt, /*T_0=*/10, /*T_mult=*/2, /*eta_min=*/1e-5);`
+template <lr_optimizer Opt>
+class CosineAnnealingWarmRestarts : public detail::LRScheduler<Opt, CosineAnnealingWarmRestarts<Opt>> {
+  using base = detail::LRScheduler<Opt, CosineAnnealingWarmRestarts<Opt>>;
+
+ public:
+  CosineAnnealingWarmRestarts(Opt& opt, std::int64_t T_0, std::int64_t T_mult = 1, double eta_min = 0.0)
+      : base(opt), t0_(T_0), t_mult_(T_mult), eta_min_(eta_min) {
+    detail::require_positive(T_0, "CosineAnnealingWarmRestarts", "T_0");
+    if (T_mult < 1)
+      throw ValueError("kiln::optim::CosineAnnealingWarmRestarts: Expected integer T_mult >= 1, but got " +
+                       std::to_string(T_mult));
+    this->apply();
+  }
+  double lr_at(std::int64_t epoch) const {
+    std::int64_t t_cur = epoch < 0 ? 0 : epoch, t_i = t0_;
+    while (t_cur >= t_i) {  // one period per restart: O(log epoch) for T_mult > 1
+      t_cur -= t_i;
+      t_i *= t_mult_;
+    }
+    const double c = std::cos(std::numbers::pi * static_cast<double>(t_cur) / static_cast<double>(t_i));
+    return eta_min_ + (this->base_lr() - eta_min_) * (1.0 + c) / 2.0;
+  }
+  std::int64_t T_0() const { return t0_; }
+  std::int64_t T_mult() const { return t_mult_; }
+  double eta_min() const { return eta_min_; }
+
+ private:
+  std::int64_t t0_, t_mult_;
+  double eta_min_;
+};
+
+/// lr = base_lr * lr_lambda(epoch), torch.optim.lr_scheduler.LambdaLR: any schedule as a function of
+/// the epoch (a lambda, or anything callable with an int64 returning a number).
+/// Example: `kiln::optim::LambdaLR sched(opt, [](std::int64_t e) { return 1.0 / (1.0 + 0.1 * e); });`
+template <lr_optimizer Opt, class F>
+  requires std::is_invocable_r_v<double, const F&, std::int64_t>
+class LambdaLR : public detail::LRScheduler<Opt, LambdaLR<Opt, F>> {
+  using base = detail::LRScheduler<Opt, LambdaLR<Opt, F>>;
+
+ public:
+  LambdaLR(Opt& opt, F lr_lambda) : base(opt), f_(std::move(lr_lambda)) { this->apply(); }
+  double lr_at(std::int64_t epoch) const { return this->base_lr() * static_cast<double>(f_(epoch)); }
+
+ private:
+  F f_;
 };
 
 /// Linear warm-up: for epoch < warmup_steps, lr = base_lr (start_factor + (1 - start_factor) epoch /
@@ -215,5 +284,126 @@ template <lr_schedule S>
 LinearWarmup(S, std::int64_t, double) -> LinearWarmup<typename S::optimizer_type, S>;
 template <lr_schedule S>
 LinearWarmup(S, std::int64_t) -> LinearWarmup<typename S::optimizer_type, S>;
+
+/// Whether a ReduceLROnPlateau metric improves downwards (a loss) or upwards (an accuracy).
+enum class PlateauMode { min, max };
+/// How a metric must beat the best so far to count as better: by a fraction of it, or by an amount.
+enum class ThresholdMode { rel, abs };
+
+/// ReduceLROnPlateau's options: torch's keyword arguments and defaults, in torch's order.
+struct PlateauOptions {
+  PlateauMode mode = PlateauMode::min;
+  double factor = 0.1;        ///< new lr = lr * factor (must be < 1)
+  std::int64_t patience = 10;  ///< epochs without improvement tolerated before a reduction
+  double threshold = 1e-4;     ///< what counts as better (rel: a fraction of the best, abs: an amount)
+  ThresholdMode threshold_mode = ThresholdMode::rel;
+  std::int64_t cooldown = 0;  ///< epochs after a reduction during which bad epochs are not counted
+  double min_lr = 0.0;        ///< the lr never goes below it
+  double eps = 1e-8;          ///< a reduction smaller than this is not made
+};
+
+/// What ReduceLROnPlateau keeps between epochs (torch's state_dict): to save with a checkpoint and give
+/// back to load_state() when resuming.
+struct PlateauState {
+  double best = 0.0;
+  std::int64_t num_bad_epochs = 0;
+  std::int64_t cooldown_counter = 0;
+  std::int64_t last_epoch = 0;
+  double lr = 0.0;
+};
+
+/// torch.optim.lr_scheduler.ReduceLROnPlateau (torch 1.13): `step(metric)` once per epoch with the
+/// validation metric; after more than `patience` epochs in a row that do not beat the best (by
+/// `threshold`, relative or absolute; a NaN metric never does), the lr is multiplied by `factor`,
+/// floored at `min_lr` (a change below `eps` is not made), and `cooldown` epochs follow in which bad
+/// epochs are not counted. The lr is kept in double, as torch's, and set on the optimizer rounded to
+/// float; an lr set on the optimizer by hand in between is the one reduced next, as in torch.
+/// Example:
+///   kiln::optim::ReduceLROnPlateau sched(opt, {.factor = 0.5, .patience = 5});
+///   for (int epoch = 0; epoch < 100; ++epoch) { train_one_epoch(); sched.step(validation_loss()); }
+template <lr_optimizer Opt>
+class ReduceLROnPlateau {
+ public:
+  using optimizer_type = Opt;
+
+  explicit ReduceLROnPlateau(Opt& opt, PlateauOptions options = {})
+      : opt_(&opt), o_(options), lr_(static_cast<double>(opt.lr())) {
+    if (!(o_.factor < 1.0)) throw ValueError("kiln::optim::ReduceLROnPlateau: Factor should be < 1.0. (got " +
+                                             std::to_string(o_.factor) + ")");
+    if (!(o_.threshold >= 0.0 && o_.min_lr >= 0.0 && o_.eps >= 0.0) || o_.patience < 0 || o_.cooldown < 0)
+      throw ValueError("kiln::optim::ReduceLROnPlateau: threshold, min_lr, eps, patience and cooldown must be >= 0");
+    best_ = worst();
+  }
+
+  /// One epoch's metric: counts it, and reduces the lr after more than `patience` bad epochs.
+  void step(double metric) {
+    // An lr set on the optimizer since (by hand, or by another schedule) is the one this one goes on
+    // from, as torch reads the group's lr.
+    if (static_cast<float>(lr_) != opt_->lr()) lr_ = static_cast<double>(opt_->lr());
+    ++last_epoch_;
+    if (better(metric, best_)) {
+      best_ = metric;
+      bad_ = 0;
+    } else {
+      ++bad_;
+    }
+    if (cooldown_counter_ > 0) {
+      --cooldown_counter_;
+      bad_ = 0;  // bad epochs in cooldown do not count
+    }
+    if (bad_ > o_.patience) {
+      reduce();
+      cooldown_counter_ = o_.cooldown;
+      bad_ = 0;
+    }
+  }
+  /// The lr after the last step (double; the optimizer holds it rounded to float), torch's _last_lr[0].
+  double get_last_lr() const { return lr_; }
+  /// Steps taken (torch's last_epoch).
+  std::int64_t last_epoch() const { return last_epoch_; }
+  /// The best metric so far (+inf for min, -inf for max before the first step).
+  double best() const { return best_; }
+  std::int64_t num_bad_epochs() const { return bad_; }
+  bool in_cooldown() const { return cooldown_counter_ > 0; }
+  const PlateauOptions& options() const { return o_; }
+  Opt& optimizer() const { return *opt_; }
+
+  /// What to save with a checkpoint; load_state() gives it back (and sets the optimizer's lr).
+  PlateauState state() const { return {best_, bad_, cooldown_counter_, last_epoch_, lr_}; }
+  void load_state(const PlateauState& s) {
+    best_ = s.best;
+    bad_ = s.num_bad_epochs;
+    cooldown_counter_ = s.cooldown_counter;
+    last_epoch_ = s.last_epoch;
+    lr_ = s.lr;
+    opt_->set_lr(static_cast<float>(lr_));
+  }
+
+ private:
+  double worst() const {
+    const double inf = std::numeric_limits<double>::infinity();
+    return o_.mode == PlateauMode::min ? inf : -inf;
+  }
+  bool better(double a, double best) const {
+    const bool rel = o_.threshold_mode == ThresholdMode::rel;
+    if (o_.mode == PlateauMode::min) return rel ? a < best * (1.0 - o_.threshold) : a < best - o_.threshold;
+    return rel ? a > best * (o_.threshold + 1.0) : a > best + o_.threshold;
+  }
+  void reduce() {
+    const double new_lr = std::max(lr_ * o_.factor, o_.min_lr);
+    if (lr_ - new_lr > o_.eps) {
+      lr_ = new_lr;
+      opt_->set_lr(static_cast<float>(lr_));
+    }
+  }
+
+  Opt* opt_;
+  PlateauOptions o_;
+  double lr_;
+  double best_ = 0.0;
+  std::int64_t bad_ = 0;
+  std::int64_t cooldown_counter_ = 0;
+  std::int64_t last_epoch_ = 0;
+};
 
 }  // namespace kiln::optim

@@ -1,7 +1,8 @@
 // CUDA graphs (kiln::cuda::Graph): a capture records without running and a replay runs; new input
 // copied into the captured tensor gives new output; the capture's private pool keeps its blocks from
 // later allocations until reset(); a model's inference step and a training step with a capturable Adam
-// (fp32, and fp16 with a capturable GradScaler) replay to the same numbers as eager steps; a captured
+// (fp32, and fp16 with a capturable GradScaler; fp32 clipping its gradients on the device) replay to
+// the same numbers as eager steps; a captured
 // cross entropy recounts its ignored labels on every replay; what a graph
 // cannot hold (a synchronisation, Dropout in training) is refused with an error and leaves the allocator
 // able to capture again.
@@ -164,6 +165,39 @@ BOOST_AUTO_TEST_CASE(a_training_step_with_a_capturable_adam_replays_the_eager_st
   graphed.opt.set_lr(0.0f);  // a new learning rate reaches the replays: lr 0 leaves the parameters alone
   g.replay();
   BOOST_TEST(graphed.model.parameters().to_vector() == b, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_captured_step_clips_its_gradients_on_the_device) {
+  // clip_grad_norm_capturable inside the graph: replays clip as eager steps with clip_grad_norm do (a
+  // max_norm below the gradients' norm, so every step clips), and the last replay's norm is on the
+  // device, in the graph's tensor.
+  Trainer eager, graphed;
+  const Batch x = batch(128, 1.0f);
+  const auto yv = ramp(128, 0.5f);
+  const auto y = Targets::from(std::span<const float>(yv), Extents<Shape<dyn, 1>>(128));
+  double eager_norm = 0;
+  for (int s = 0; s < 6; ++s) {
+    eager.step(x, y);
+    eager_norm = kiln::optim::clip_grad_norm(eager.model, 0.05);
+    eager.opt.step();
+  }
+  BOOST_TEST(eager_norm > 0.05, "the steps clip");
+  graphed.step(x, y);  // warm-up step, eager
+  (void)kiln::optim::clip_grad_norm_capturable(graphed.model, 0.05);
+  graphed.opt.step();
+  kc::Graph g;
+  Tensor<float, Shape<>, Cuda> norm;
+  g.capture([&] {
+    graphed.step(x, y);
+    norm = kiln::optim::clip_grad_norm_capturable(graphed.model, 0.05);
+    graphed.opt.step();
+  });
+  for (int s = 1; s < 6; ++s) g.replay();
+  BOOST_TEST(static_cast<double>(norm.item()) == eager_norm, boost::test_tools::tolerance(1e-4));
+  const auto a = eager.model.parameters().to_vector(), b = graphed.model.parameters().to_vector();
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i] - b[i])));
+  BOOST_TEST(worst <= 1e-5, "largest parameter difference " << worst);
 }
 
 BOOST_AUTO_TEST_CASE(a_captured_cross_entropy_recounts_its_ignored_labels_on_every_replay) {

@@ -193,6 +193,37 @@ BOOST_AUTO_TEST_CASE(models_loss_options_are_torchs_reduction_and_label_smoothin
   BOOST_TEST(any);  // the smoothed gradient reached the parameters
 }
 
+BOOST_AUTO_TEST_CASE(models_soft_targets_are_the_mean_of_the_rows_cross_entropy) {
+  // The page's mixup lines on LeNet: the loss is the mean over the rows of -Σ_j t_j log_softmax_j, and
+  // its gradient reaches the parameters.
+  kiln::nn::Model<LeNetNet, Image> model(0);
+  const auto logits = model.forward(random_batch<Image>(4, 8));
+  const auto y = random_labels(4, 10, 9), y2 = random_labels(4, 10, 10);
+  std::vector<float> a(40, 0.0f), b(40, 0.0f);
+  for (kiln::index_t n = 0; n < 4; ++n) {
+    a[static_cast<std::size_t>(n * 10 + y[n])] = 1.0f;
+    b[static_cast<std::size_t>(n * 10 + y2[n])] = 1.0f;
+  }
+  const auto one_hot = kiln::test::make_tensor<kiln::Cpu>(a, Extents<Shape<dyn, 10>>(4));
+  const auto other = kiln::test::make_tensor<kiln::Cpu>(b, Extents<Shape<dyn, 10>>(4));
+  {
+#include "models.soft_targets.inc"
+    const auto l = logits.to_vector();
+    double want = 0;
+    for (std::size_t n = 0; n < 4; ++n) {
+      double m = -INFINITY, s = 0;
+      for (std::size_t j = 0; j < 10; ++j) m = std::max(m, static_cast<double>(l[n * 10 + j]));
+      for (std::size_t j = 0; j < 10; ++j) s += std::exp(l[n * 10 + j] - m);
+      for (std::size_t j = 0; j < 10; ++j)
+        want -= (0.7 * a[n * 10 + j] + 0.3 * b[n * 10 + j]) * (l[n * 10 + j] - m - std::log(s));
+    }
+    BOOST_TEST(static_cast<double>(loss) == want / 4.0, boost::test_tools::tolerance(1e-5));
+  }
+  bool any = false;
+  for (float g : model.gradients().to_vector()) any = any || g != 0.0f;
+  BOOST_TEST(any);
+}
+
 BOOST_AUTO_TEST_CASE(models_elementwise_losses_train_a_regressor) {
   // The page's Huber and BCE lines on a 13-16-32-1 MLP: finite values, a gradient that reaches the
   // parameters, and pos_weight 3 weighing the positive term three times.
@@ -283,6 +314,23 @@ BOOST_AUTO_TEST_CASE(models_schedule_ends_at_eta_min) {
   }
   BOOST_TEST(epochs_trained == 100);
   BOOST_TEST(std::abs(last - 1e-4) < 1e-12);  // 5 warm-up epochs, then 95 of cosine down to eta_min
+}
+
+BOOST_AUTO_TEST_CASE(models_plateau_halves_the_lr_on_a_flat_validation_loss) {
+  // The page's loop with a validation loss that improves for 5 epochs, then stays flat: the lr halves
+  // after the 3rd flat epoch and every 3 epochs after that (patience 2, no cooldown).
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<2, 1>>;
+  kiln::nn::Model<Net, Shape<dyn, 2>> model(0);
+  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  int epoch_seen = 0;
+  const auto train_one_epoch = [&](auto&, auto&) { ++epoch_seen; };
+  const auto validation_loss = [&](auto&) { return epoch_seen <= 5 ? 1.0 / epoch_seen : 0.2; };
+  {
+#include "models.plateau.inc"
+    BOOST_TEST(sched.last_epoch() == 20);
+  }
+  // Flat from epoch 6: reductions after epochs 8, 11, 14, 17 and 20.
+  BOOST_TEST(opt.lr() == static_cast<float>(static_cast<double>(1e-3f) / 32.0));
 }
 
 BOOST_AUTO_TEST_CASE(data_fashion_mnist_five_epochs) {

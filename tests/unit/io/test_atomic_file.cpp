@@ -1,6 +1,6 @@
 // write_file_atomically: a regular file is replaced through a temporary file and a rename (links
 // followed, no temporary file left), anything else is written in place, and a file that cannot be
-// written is a FileError naming it.
+// written is a FileError naming it; why_unwritable says beforehand why a path could not be written.
 #include <sys/stat.h>
 
 #include <boost/test/unit_test.hpp>
@@ -108,6 +108,21 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_written_is_a_file_error_naming_it) {
     BOOST_TEST(std::string(e.what()).find(file.string()) != std::string::npos);
   }
   BOOST_TEST(entries(dir) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(why_unwritable_names_the_folder_or_file_and_the_reason) {
+  const kiln::test::TempDir scratch;
+  const auto& dir = scratch.path();
+  BOOST_TEST(kiln::why_unwritable(dir / "new.json").empty());        // a new file in a folder we can write
+  BOOST_TEST(kiln::why_unwritable(dir / "new.json", true).empty());
+  const auto missing = dir / "no_such_folder" / "out.json";
+  BOOST_TEST(kiln::why_unwritable(missing) ==
+             "cannot write into " + (dir / "no_such_folder").string() + " (No such file or directory)");
+  { std::ofstream(dir / "plain") << "a file, not a folder"; }
+  BOOST_TEST(kiln::why_unwritable(dir / "plain" / "out.json", true) ==
+             "cannot write into " + (dir / "plain").string() + " (Not a directory)");
+  BOOST_TEST(kiln::why_unwritable(dir / "plain").empty());  // an existing file that is writable
+  BOOST_TEST(kiln::why_unwritable("/dev/null").empty());  // written in place, whatever its folder
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -152,6 +152,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(max_pool_takes_the_window_maximum_and_propagates_n
   BOOST_REQUIRE_EQUAL(y.size(), 2u);
   BOOST_TEST(y[0] == 5.0f);
   BOOST_TEST(std::isnan(y[1]));
+  // Two NaNs in a window: the gradient goes to the last, as torch's max_pool2d routes it (CPU and CUDA:
+  // `val > maxval || isnan(val)`); a tie goes to the first.
+  const std::vector<float> nans{NAN, 1, 7, 7, NAN, 2, 0, 3};
+  model.forward(kiln::test::make_tensor<D>(nans, kiln::Extents<In>(1)));
+  const auto dx = model.backward_input(kiln::test::make_tensor<D>(std::vector<float>{1, 1}, kiln::Extents<
+                                                                   Shape<dyn, 1, 1, 2>>(1))).to_vector();
+  BOOST_TEST(dx == (std::vector<float>{0, 0, 1, 0, 1, 0, 0, 0}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(lenet_has_pytorchs_shapes_and_parameter_count_and_learns, D, kiln::test::devices) {

@@ -1,7 +1,8 @@
-// L1Loss, SmoothL1Loss, HuberLoss and BCEWithLogitsLoss: PyTorch parity (mean, sum and 'none' with an
-// upstream gradient; tests/parity/fixtures/elementwise_losses.json, written by
+// L1Loss, SmoothL1Loss, HuberLoss, BCELoss and BCEWithLogitsLoss: PyTorch parity (mean, sum and 'none'
+// with an upstream gradient; tests/parity/fixtures/elementwise_losses.json, written by
 // tests/parity/make_fixtures.py with torch 1.13), float64 finite-difference gradients, torch's values at
-// the kinks, a device loss scale, 16-bit operands computed in fp32, and the errors. Both devices.
+// the kinks and at BCELoss's ends, a device loss scale, 16-bit operands computed in fp32, and the
+// errors. Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -99,6 +100,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(match_pytorch, D, kiln::test::devices) {
   check_cases<D>("smooth_l1_beta_half", knn::SmoothL1Loss{.beta = 0.5});
   check_cases<D>("huber", knn::HuberLoss{});
   check_cases<D>("huber_delta_two", knn::HuberLoss{.delta = 2.0});
+  check_cases<D>("bce", knn::BCELoss{});
   check_cases<D>("bce_logits", knn::BCEWithLogitsLoss{});
   check_cases<D>("bce_logits_pos_weight",
                  knn::BCEWithLogitsLoss{.pos_weight = cases().at("bce_logits_pos_weight").at("pos_weight").get<std::vector<double>>()});
@@ -114,6 +116,60 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gradients_match_finite_differences, D, kiln::test:
       check_numeric<D>(knn::BCEWithLogitsLoss{.reduction = reduction}, -1.0);
       check_numeric<D>(knn::BCEWithLogitsLoss{.reduction = reduction, .pos_weight = {0.5, 2.0, 4.0}}, -1.0);
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(bce_loss_gradients_match_finite_differences, D, kiln::test::devices) {
+  // Probabilities inside (0, 1) (away from the ends, where the logs are clamped), targets in [0, 1].
+  const Extents<Pairs> ext(5);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(15, 0.05, 0.95, 44), ext);
+  const auto y = kiln::test::make_tensor<D>(kiln::test::random_values<double>(15, 0.0, 1.0, 45), ext);
+  for (const auto reduction : {knn::Reduction::mean, knn::Reduction::sum}) {
+    const knn::BCELoss bce{.reduction = reduction};
+    auto f = [&](const Tensor<double, Pairs, D>& in) { return bce(in, y).item(); };
+    BOOST_TEST(kiln::test::gradcheck(f, x, bce.backward(x, y)));
+  }
+  const auto dloss = kiln::test::make_tensor<D>(kiln::test::random_values<double>(15, -1.0, 1.0, 46), ext);
+  const knn::BCELoss bce;
+  auto g = [&](const Tensor<double, Pairs, D>& in) { return kiln::sum(bce.unreduced(in, y) * dloss).item(); };
+  BOOST_TEST(kiln::test::gradcheck(g, x, bce.backward(x, y, dloss)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(bce_loss_clamps_its_logs_at_the_ends_as_torch, D, kiln::test::devices) {
+  // torch 1.13's binary_cross_entropy of p = {1e-8, 0.3, 1, 0, 0, 1} against t = {0, 0, 0, 1, 0, 1}: each
+  // log clamped at -100 (log(1 - 1e-8) is 0 in fp32), the gradient's denominator at 1e-12.
+  const Extents<Pairs> ext(2);
+  const auto p = kiln::test::make_tensor<D>(std::vector<float>{1e-8f, 0.3f, 1.0f, 0.0f, 0.0f, 1.0f}, ext);
+  const auto t = kiln::test::make_tensor<D>(std::vector<float>{0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 1.0f}, ext);
+  const knn::BCELoss bce{.reduction = knn::Reduction::sum};
+  // (-log(0.7) within 1e-6: CUDA's logf may differ from glibc's in the last bit; the rest is exact.)
+  const std::vector<float> terms_want{0.0f, 0.3566749691963196f, 100.0f, 100.0f, 0.0f, 0.0f};
+  BOOST_TEST(bce.unreduced(p, t).to_vector() == terms_want,
+             boost::test_tools::tolerance(1e-6f) << boost::test_tools::per_element());
+  const std::vector<float> grad_want{1.0f, 1.4285714626312256f, 999999995904.0f, -999999995904.0f, 0.0f, 0.0f};
+  BOOST_TEST(bce.backward(p, t).to_vector() == grad_want, boost::test_tools::per_element());
+  // A probability outside [0, 1]: torch refuses it; so does the CPU, naming the element; the GPU, which
+  // reads nothing back, gives NaN for its term and its gradient.
+  const auto bad = kiln::test::make_tensor<D>(std::vector<float>{0.5f, 1.5f, 0.5f, 0.5f, NAN, 0.5f}, ext);
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    BOOST_CHECK_EXCEPTION((void)bce(bad, t), kiln::ValueError, [](const kiln::ValueError& e) {
+      return std::string(e.what()) == "kiln::nn::BCELoss: all elements of input should be between 0 and 1 "
+                                      "(element 1 of input [2, 3] is 1.5)";
+    });
+    // Half probabilities are read in fp32: -1e-3 (as a half) is out of range, and named as such.
+    using H = kiln::half;
+    const auto below = kiln::test::make_tensor<D>(std::vector<H>{H(0.5f), H(-1e-3f), H(0.5f)}, Extents<Pairs>(1));
+    const auto half_t = kiln::test::make_tensor<D>(std::vector<H>(3, H(1.0f)), Extents<Pairs>(1));
+    BOOST_CHECK_EXCEPTION((void)bce.backward(below, half_t), kiln::ValueError, [](const kiln::ValueError& e) {
+      return std::string(e.what()).find("(element 1 of input [1, 3] is -0.00100040436)") != std::string::npos;
+    });
+    BOOST_CHECK_THROW((void)bce.backward(bad, t), kiln::ValueError);
+    BOOST_CHECK_THROW((void)bce.unreduced(bad, t), kiln::ValueError);
+  } else {
+    const auto terms = bce.unreduced(bad, t).to_vector();
+    const auto grad = bce.backward(bad, t).to_vector();
+    BOOST_TEST((std::isnan(terms[1]) && std::isnan(terms[4]) && std::isnan(grad[1]) && std::isnan(grad[4])));
+    BOOST_TEST((std::isfinite(terms[0]) && std::isfinite(grad[0])));
   }
 }
 
@@ -195,6 +251,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_device_loss_scale_and_16_bit_operands, D, kiln::
   BOOST_TEST(knn::L1Loss{.reduction = knn::Reduction::sum}(x16, y16).item() == 2051.0f);
   const auto bce16 = knn::BCEWithLogitsLoss{}.unreduced(x16, y16);
   static_assert(std::is_same_v<std::remove_cvref_t<decltype(bce16)>, Tensor<float, Pairs, D>>);
+  // BCELoss of half probabilities: fp32 arithmetic on the halves' values (the terms as float operands
+  // holding them give), the gradient rounded to half once.
+  const auto p16 = kiln::test::make_tensor<D>(std::vector<H>{H(0.25f), H(0.5f), H(0.875f)}, Extents<Pairs>(1));
+  const auto p32 = kiln::test::make_tensor<D>(std::vector<float>{0.25f, 0.5f, 0.875f}, Extents<Pairs>(1));
+  const auto t32 = kiln::test::make_tensor<D>(std::vector<float>{-1.0f, 0.5f, 0.5f}, Extents<Pairs>(1));
+  BOOST_TEST(knn::BCELoss{}.unreduced(p16, y16).to_vector() == knn::BCELoss{}.unreduced(p32, t32).to_vector(),
+             boost::test_tools::per_element());
+  const auto gb16 = knn::BCELoss{}.backward(p16, y16).to_vector();
+  const auto gb32 = knn::BCELoss{}.backward(p32, t32).to_vector();
+  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(static_cast<float>(gb16[i]) == static_cast<float>(H(gb32[i])));
   const auto g16 = knn::HuberLoss{.reduction = knn::Reduction::sum}.backward(x16, y16);
   static_assert(std::is_same_v<std::remove_cvref_t<decltype(g16)>, Tensor<H, Pairs, D>>);
   BOOST_TEST(static_cast<float>(g16.to_vector()[0]) == 1.0f);

@@ -1,5 +1,5 @@
 // PyTorch parity of every layer, the losses (MSE, cross entropy and NLL: mean, sum and unreduced; cross
-// entropy also with label smoothing, fused and unfused, and class weights)
+// entropy also with label smoothing, fused and unfused, class weights and probability targets)
 // and a whole LeNet (tests/parity/fixtures/layers.json, losses.json, lenet.json, written by
 // tests/parity/make_fixtures.py with torch 1.13): the same weights
 // and inputs give the same outputs, input gradients and parameter gradients, and LeNet the same
@@ -221,6 +221,37 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
       if (!fused) off.emplace();
       check(ce.backward(logits, labels, dloss).to_vector(), c.at("grad"),
             std::string("cross_entropy_weight_none") + (fused ? " grad" : " grad, unfused"));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_with_probability_targets_matches_pytorch, D, kiln::test::devices) {
+  // torch's CrossEntropyLoss(weight, reduction, label_smoothing) with a float target [N, C]: softmax rows,
+  // a one-hot row and a row that does not sum to 1; fused and unfused.
+  const json& f = fixture("losses.json");
+  using R = knn::Reduction;
+  for (const auto& [key, reduction, eps] : {std::tuple{"cross_entropy_probs", R::mean, 0.0},
+                                            std::tuple{"cross_entropy_probs_weight_smoothing", R::mean, 0.1},
+                                            std::tuple{"cross_entropy_probs_sum", R::sum, 0.1},
+                                            std::tuple{"cross_entropy_probs_none", R::mean, 0.2}}) {
+    const json& c = f.at(key);
+    const knn::CrossEntropyLoss ce{.weight = c.value("weight", std::vector<double>{}), .reduction = reduction,
+                                   .label_smoothing = eps};
+    const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
+    const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
+    const auto target = tensor_of<Shape<dyn, 10>, D>(c.at("target"), ext);
+    const bool none = c.contains("grad_output");
+    if (none)
+      check(ce.unreduced(logits, target).to_vector(), c.at("loss"), std::string(key) + " loss");
+    else
+      check({ce(logits, target).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
+    for (const bool fused : {true, false}) {
+      std::optional<kiln::Unfused> off;
+      if (!fused) off.emplace();
+      const auto grad = none ? ce.backward(logits, target,
+                                           tensor_of<Shape<dyn>, D>(c.at("grad_output"), Extents<Shape<dyn>>(ext[0])))
+                             : ce.backward(logits, target);
+      check(grad.to_vector(), c.at("grad"), std::string(key) + (fused ? " grad" : " grad, unfused"));
     }
   }
 }

@@ -1,13 +1,15 @@
 // clip_grad_norm against torch.nn.utils.clip_grad_norm_ (tests/parity/fixtures/clip.json): the returned
 // norm and the clipped gradients within 1e-5 relative for norms 2, inf, 1, 3, -inf and -2, with and
 // without clipping; a reduction plus one scaling pass; a model's gradient arena clipped as one vector;
-// the order 0 counting parameters (one tensor, a model's four); error_if_nonfinite.
+// the order 0 counting parameters (one tensor, a model's four); error_if_nonfinite;
+// clip_grad_norm_capturable: the same bits, the norm left on the device, three passes.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <kiln/nn/nn.hpp>
@@ -15,6 +17,7 @@
 
 #include "support/parity.hpp"
 #include "support/policies.hpp"
+#include "support/reference.hpp"
 
 namespace {
 namespace parity = kiln::test::parity;
@@ -182,6 +185,56 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_non_finite_norm_throws_with_error_if_nonfinite_a
   // A finite norm passes with the flag.
   auto g = vector_of<D>({3.0f, 4.0f});
   BOOST_TEST(kiln::optim::clip_grad_norm(g, 1.0, 2.0, true) == 5.0, boost::test_tools::tolerance(1e-6));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_capturable_gives_the_same_bits_and_keeps_the_norm_on_the_device, D,
+                              kiln::test::devices) {
+  // Every fixture case of order 2, 1 or infinity, clipping or not: the same gradients bit for bit and the
+  // same norm (rounded to float) as clip_grad_norm, in three passes (the reduction, the norm, the scale).
+  const auto grad = parity::values(fixture().at("grad"));
+  int cases = 0;
+  for (const auto& c : fixture().at("cases")) {
+    const double max_norm = c.at("max_norm").get<double>();
+    const double norm_type = norm_of(c.at("norm_type"));
+    if (!(norm_type == 2.0 || norm_type == 1.0 || norm_type == std::numeric_limits<double>::infinity())) continue;
+    ++cases;
+    BOOST_TEST_CONTEXT("max_norm " << max_norm << ", norm_type " << norm_type) {
+      auto host = vector_of<D>(grad), device = vector_of<D>(grad);
+      const double total = kiln::optim::clip_grad_norm(host, max_norm, norm_type);
+      const auto before = kiln::passes();
+      const auto norm = kiln::optim::clip_grad_norm_capturable(device, max_norm, norm_type);
+      BOOST_TEST(kiln::passes() - before == 3u);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(norm)>, Tensor<float, Shape<>, D>>);
+      BOOST_TEST(static_cast<double>(norm.item()) == total);
+      BOOST_TEST(device.to_vector() == host.to_vector(), boost::test_tools::per_element());
+    }
+  }
+  BOOST_TEST(cases >= 4);
+  // A model's arena is one vector; an infinite gradient spreads NaN and zeros as clip_grad_norm's; an
+  // empty one has norm 0; the orders that need the host are refused.
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Linear<3, 2>>, Shape<dyn, 3>, kiln::Policy<kiln::Fp32, D>> a(1), b(1);
+  const auto xs = kiln::test::make_tensor<D>(std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, 1.0f, -1.0f},
+                                             Extents<Shape<dyn, 3>>(2));
+  const auto dy = kiln::test::make_tensor<D>(std::vector<float>{5.0f, -4.0f, 3.0f, 2.0f}, Extents<Shape<dyn, 2>>(2));
+  for (auto* m : {&a, &b}) {
+    m->forward(xs);
+    m->backward(dy);
+  }
+  const double total = kiln::optim::clip_grad_norm(a, 0.5);
+  BOOST_TEST(static_cast<double>(kiln::optim::clip_grad_norm_capturable(b, 0.5).item()) == total);
+  BOOST_TEST(b.gradients().to_vector() == a.gradients().to_vector(), boost::test_tools::per_element());
+  const float inf = std::numeric_limits<float>::infinity();
+  auto g = vector_of<D>({0.5f, inf, -2.0f});
+  BOOST_TEST(std::isinf(kiln::optim::clip_grad_norm_capturable(g, 1.0).item()));
+  const auto after = g.to_vector();
+  BOOST_TEST((after[0] == 0.0f && std::isnan(after[1]) && after[2] == 0.0f));
+  Tensor<float, Shape<dyn>, D> empty(Extents<Shape<dyn>>(0));
+  BOOST_TEST(kiln::optim::clip_grad_norm_capturable(empty, 1.0).item() == 0.0f);
+  BOOST_CHECK_EXCEPTION((void)kiln::optim::clip_grad_norm_capturable(g, 1.0, 3.0), kiln::ValueError,
+                        [](const kiln::ValueError& e) {
+                          return std::string(e.what()).find("norm_type 3 is not offered here; give 2 (the default), "
+                                                            "1 or infinity") != std::string::npos;
+                        });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,6 +1,8 @@
 // Learning-rate schedulers against torch 1.13's sequences (tests/parity/fixtures/schedulers.json):
-// StepLR, MultiStepLR, CosineAnnealingLR, LinearWarmup alone (LinearLR) and before a cosine schedule
-// (SequentialLR), 30 epochs from lr 0.1, within 1e-7 relative; the optimizer holds each lr rounded to float.
+// StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR, CosineAnnealingWarmRestarts (T_mult 2
+// and 1), LinearWarmup alone (LinearLR) and before a cosine schedule (SequentialLR), 30 epochs from lr
+// 0.1, within 1e-7 relative; the optimizer holds each lr rounded to float. ReduceLROnPlateau over a metric curve (min/rel and max/abs with cooldown and
+// min_lr), NaN metrics, resuming from its state, a hand-set lr, and bad options.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -27,6 +29,13 @@ const json& schedule(const std::string& name) {
   for (const auto& s : j.at("schedules"))
     if (s.at("name") == name) return s;
   throw std::runtime_error("schedulers.json has no schedule " + name);
+}
+
+const json& plateau(const std::string& name) {
+  static const json j = parity::load("schedulers.json");
+  for (const auto& s : j.at("plateaus"))
+    if (s.at("name") == name) return s;
+  throw std::runtime_error("schedulers.json has no plateau " + name);
 }
 
 /// An optimizer over a one-element arena on device D: what a scheduler drives.
@@ -104,6 +113,118 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(linear_warmup_then_cosine_matches_pytorch_sequenti
   check_sequence(sched, o.opt, s);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(exponential_lr_matches_pytorch, D, kiln::test::devices) {
+  OneParameter<D> o;
+  const auto& s = schedule("exponential_lr");
+  kiln::optim::ExponentialLR sched(o.opt, s.at("gamma").get<double>());
+  check_sequence(sched, o.opt, s);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(lambda_lr_matches_pytorch, D, kiln::test::devices) {
+  OneParameter<D> o;
+  const auto& s = schedule("lambda_lr");  // torch: LambdaLR(lambda e: 1 / (1 + 0.1 * e))
+  kiln::optim::LambdaLR sched(o.opt, [](std::int64_t e) { return 1.0 / (1.0 + 0.1 * static_cast<double>(e)); });
+  check_sequence(sched, o.opt, s);
+  // It wraps as any schedule does: five warm-up epochs, then the function from its epoch 0.
+  kiln::optim::LinearWarmup warm(kiln::optim::LambdaLR(o.opt, [](std::int64_t e) { return e < 3 ? 1.0 : 0.5; }), 5, 0.5);
+  BOOST_TEST(warm.lr_at(0) == 0.5 * warm.base_lr());
+  BOOST_TEST(warm.lr_at(7) == warm.base_lr());
+  BOOST_TEST(warm.lr_at(8) == 0.5 * warm.base_lr());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cosine_annealing_warm_restarts_matches_pytorch, D, kiln::test::devices) {
+  for (const std::string name : {"cosine_warm_restarts", "cosine_warm_restarts_fixed"}) {
+    BOOST_TEST_CONTEXT(name) {
+      OneParameter<D> o;
+      const auto& s = schedule(name);
+      kiln::optim::CosineAnnealingWarmRestarts sched(o.opt, s.at("T_0").get<std::int64_t>(),
+                                                     s.at("T_mult").get<std::int64_t>(), s.at("eta_min").get<double>());
+      check_sequence(sched, o.opt, s);
+    }
+  }
+  OneParameter<D> o;  // restarts at 4, 4 + 8 = 12, 12 + 16 = 28: back to the base lr there
+  kiln::optim::CosineAnnealingWarmRestarts sched(o.opt, 4, 2);
+  for (const std::int64_t e : {0, 4, 12, 28, 60}) BOOST_TEST(sched.lr_at(e) == sched.base_lr(), "epoch " << e);
+  BOOST_TEST(sched.lr_at(27) < sched.lr_at(26));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_lr_on_plateau_matches_pytorch, D, kiln::test::devices) {
+  using kiln::optim::PlateauMode;
+  using kiln::optim::ThresholdMode;
+  for (const std::string name : {"plateau_min", "plateau_max_abs_cooldown"}) {
+    const auto& s = plateau(name);
+    OneParameter<D> o;
+    kiln::optim::ReduceLROnPlateau sched(
+        o.opt, {.mode = s.at("mode") == "min" ? PlateauMode::min : PlateauMode::max,
+                .factor = s.at("factor").get<double>(),
+                .patience = s.at("patience").get<std::int64_t>(),
+                .threshold = s.at("threshold").get<double>(),
+                .threshold_mode = s.at("threshold_mode") == "rel" ? ThresholdMode::rel : ThresholdMode::abs,
+                .cooldown = s.at("cooldown").get<std::int64_t>(),
+                .min_lr = s.at("min_lr").get<double>()});
+    const auto metrics = s.at("metrics").get<std::vector<double>>();
+    const auto want = s.at("lr").get<std::vector<double>>();
+    int reductions = 0;
+    for (std::size_t k = 0; k < metrics.size(); ++k) {
+      BOOST_TEST_CONTEXT(name << ", step " << k + 1 << ", metric " << metrics[k]) {
+        const double before = sched.get_last_lr();
+        o.opt.step();
+        sched.step(metrics[k]);
+        reductions += sched.get_last_lr() < before;
+        BOOST_TEST(sched.last_epoch() == static_cast<std::int64_t>(k + 1));
+        // torch starts from the Python float 0.1, kiln from the optimizer's float: 1.5e-8 apart.
+        BOOST_TEST(std::abs(sched.get_last_lr() - want[k]) / want[k] <= rtol, "lr " << sched.get_last_lr() << " vs torch " << want[k]);
+        BOOST_TEST(o.opt.lr() == static_cast<float>(sched.get_last_lr()));
+      }
+    }
+    BOOST_TEST(reductions >= 2, name << " reduces the lr");
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_lr_on_plateau_counts_nan_resumes_and_reads_a_hand_set_lr, D, kiln::test::devices) {
+  // A NaN metric is never better (torch's comparisons are false): patience 1 reduces after two of them.
+  OneParameter<D> o;
+  kiln::optim::ReduceLROnPlateau sched(o.opt, {.factor = 0.5, .patience = 1});
+  sched.step(1.0);
+  sched.step(NAN);
+  BOOST_TEST(sched.num_bad_epochs() == 1);
+  sched.step(NAN);
+  BOOST_TEST(sched.get_last_lr() == 0.5 * static_cast<double>(0.1f));
+  BOOST_TEST(sched.num_bad_epochs() == 0);
+  BOOST_TEST(sched.best() == 1.0);
+  // Resuming: a scheduler given the state continues as the one that saved it.
+  const std::vector<double> rest{0.9, 0.95, 0.97, 0.99, 0.8, 0.85, 0.86};
+  OneParameter<D> o2;
+  kiln::optim::ReduceLROnPlateau resumed(o2.opt, {.factor = 0.5, .patience = 1});
+  resumed.load_state(sched.state());
+  BOOST_TEST(o2.opt.lr() == o.opt.lr());
+  for (double m : rest) {
+    sched.step(m);
+    resumed.step(m);
+    BOOST_TEST(resumed.get_last_lr() == sched.get_last_lr());
+    BOOST_TEST(resumed.num_bad_epochs() == sched.num_bad_epochs());
+  }
+  BOOST_TEST(resumed.last_epoch() == 10);
+  // An lr set on the optimizer by hand is the one it goes on from (and reduces next), as torch reads
+  // the group's lr: after a step that does not reduce, the last lr and the state hold it.
+  o.opt.set_lr(0.4f);
+  while (sched.num_bad_epochs() != 0) sched.step(2.0);  // (to a known count: reduced just now)
+  o.opt.set_lr(0.4f);
+  sched.step(2.0);
+  BOOST_TEST(sched.get_last_lr() == static_cast<double>(0.4f));
+  BOOST_TEST(sched.state().lr == static_cast<double>(0.4f));
+  sched.step(2.0);
+  BOOST_TEST(o.opt.lr() == 0.2f);
+  // The floor: min_lr, and no change below eps.
+  OneParameter<D> o3;
+  kiln::optim::ReduceLROnPlateau floor(o3.opt, {.factor = 0.1, .patience = 0, .min_lr = 0.05});
+  floor.step(1.0);
+  floor.step(1.0);
+  BOOST_TEST(floor.get_last_lr() == 0.05);
+  floor.step(1.0);
+  BOOST_TEST(floor.get_last_lr() == 0.05);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_drive_adam_and_resume_at_an_epoch, D, kiln::test::devices) {
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(4)), g(Extents<Shape<dyn>>(4));
   kiln::optim::Adam opt(p, g, {.lr = 0.5f});
@@ -138,6 +259,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_reject_bad_arguments, D, kiln::test::de
   BOOST_CHECK_THROW(kiln::optim::LinearWarmup(o.opt, 0), kiln::ValueError);
   BOOST_CHECK_THROW(kiln::optim::LinearWarmup(o.opt, 5, 0.0), kiln::ValueError);
   BOOST_CHECK_THROW(kiln::optim::LinearWarmup(o.opt, 5, 1.5), kiln::ValueError);
+  BOOST_CHECK_EXCEPTION(kiln::optim::ReduceLROnPlateau(o.opt, {.factor = 1.0}), kiln::ValueError,
+                        [](const kiln::ValueError& e) {
+                          return std::string(e.what()).find("Factor should be < 1.0.") != std::string::npos;
+                        });
+  BOOST_CHECK_THROW(kiln::optim::ReduceLROnPlateau(o.opt, {.patience = -1}), kiln::ValueError);
+  BOOST_CHECK_THROW(kiln::optim::CosineAnnealingWarmRestarts(o.opt, 0), kiln::ValueError);
+  BOOST_CHECK_EXCEPTION(kiln::optim::CosineAnnealingWarmRestarts(o.opt, 5, 0), kiln::ValueError,
+                        [](const kiln::ValueError& e) {
+                          return std::string(e.what()).find("Expected integer T_mult >= 1, but got 0") != std::string::npos;
+                        });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,8 +2,9 @@
 // device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5); an
 // uneven split (7 samples on 3 replicas, 2 on 3) is weighted so the summed gradient is the batch's; bf16
 // replicas follow one bf16 device; CrossEntropyLoss's (and NLLLoss's) ignored labels weigh each replica
-// by the rows that count; sum-reduced and label-smoothed losses train like one device; fp16 replicas step through one GradScaler like one fp16 device (skips
-// counted once); an error on a replica's thread reaches the caller.
+// by the rows that count; sum-reduced and label-smoothed losses, and probability targets, train like one
+// device; fp16 replicas step through one GradScaler like one fp16 device (skips counted once); an error
+// on a replica's thread reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -162,6 +163,21 @@ BOOST_AUTO_TEST_CASE(sum_reduced_and_smoothed_losses_train_like_one_device) {
   const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 13), Extents<Image>(4));
   const auto none = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>(4, -100), Extents<Shape<dyn>>(4));
   BOOST_TEST(dp.train_step(x, none, knn::CrossEntropyLoss{.reduction = knn::Reduction::sum}) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(probability_targets_train_like_one_device) {
+  // CrossEntropyLoss with soft targets [N, C]: every row counts, so replicas weigh by their rows, with
+  // class weights (which do not enter a mean over probability targets) and smoothing, on an uneven split.
+  auto soft = kt::random_values<float>(7 * 10, 0.0f, 1.0f, 15);
+  for (std::size_t n = 0; n < 7; ++n) {
+    float s = 0;
+    for (std::size_t j = 0; j < 10; ++j) s += soft[n * 10 + j];
+    for (std::size_t j = 0; j < 10; ++j) soft[n * 10 + j] /= s;
+  }
+  const std::vector<double> weight{0.5, 1.0, 2.0, 3.0, 0.25, 1.5, 4.0, 0.75, 1.25, 2.5};
+  const double d = train_both<LeNet>(3, 5, Extents<Image>(7), soft, Extents<Shape<dyn, 10>>(7),
+                                     knn::CrossEntropyLoss{.weight = weight, .label_smoothing = 0.1});
+  BOOST_TEST(d <= 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(an_uneven_split_is_weighted_like_the_whole_batch) {
