@@ -185,7 +185,7 @@ template <class Net, class In, class B, class Prec, class D>
 void start_outputs(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, const TrainOptions& o,
                    int start) {
   if (!o.metrics.empty() || !o.checkpoint.empty())
-    ddp.on_main_rank([&] { start_outputs(o, start); }, "starting " + (o.metrics.empty() ? o.checkpoint : o.metrics));
+    ddp.on_main_rank([&] { start_outputs(o, start); }, "starting the outputs");
 }
 #endif
 

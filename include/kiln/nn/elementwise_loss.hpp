@@ -396,20 +396,17 @@ struct BCELoss {
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    // >>> Stopped here? The probabilities hold integers. <<<
-    static_assert(std::is_floating_point_v<compute_t<T>>,
-                  "kiln::nn::BCELoss: probabilities and targets must be floating-point (float, double, half, bfloat16)");
-    return detail::pair_loss(name, reduction, detail::BceTerm{}, pred, target);
+    return detail::pair_loss(name, reduction, term<T>(), pred, target);
   }
   /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
-    return detail::pair_backward(name, reduction, detail::BceTerm{}, pred, target, scale);
+    return detail::pair_backward(name, reduction, term<T>(), pred, target, scale);
   }
   /// Each element's loss in the compute type (fp32 for 16-bit operands): reduction='none'.
   template <class T, class S, class D>
   Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    return detail::pair_terms(name, detail::BceTerm{}, pred, target);
+    return detail::pair_terms(name, term<T>(), pred, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
   template <class T, class S, class D, class SG>
@@ -417,7 +414,16 @@ struct BCELoss {
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::BCELoss::backward(pred, target, dloss): dloss must have pred's shape type "
                                          "(one upstream gradient per element, as unreduced() gives terms)");
-    return detail::pair_backward(name, reduction, detail::BceTerm{}, pred, target, scale, &dloss);
+    return detail::pair_backward(name, reduction, term<T>(), pred, target, scale, &dloss);
+  }
+
+ private:
+  template <class T>
+  static detail::BceTerm term() {
+    // >>> Stopped here? The probabilities hold integers. <<<
+    static_assert(std::is_floating_point_v<compute_t<T>>,
+                  "kiln::nn::BCELoss: probabilities and targets must be floating-point (float, double, half, bfloat16)");
+    return {};
   }
 };
 

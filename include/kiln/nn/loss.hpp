@@ -770,6 +770,7 @@ struct CrossEntropyLoss {
   /// device, no ignore_index that names a class, label_smoothing in [0, 1].
   template <class T, class S, class U, class ST, class D>
   void check_target(const char* who, const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target) const {
+    // >>> Stopped here? The logits are not [N, C], or the target's shape is not the logits'. <<<
     static_assert(S::rank == 2, "kiln::nn::CrossEntropyLoss: logits must be [N, C]");
     static_assert(std::is_same_v<ST, S>,
                   "kiln::nn::CrossEntropyLoss: a probability target has the logits' shape [N, C] "
