@@ -52,6 +52,12 @@ schedulers.json
                      ("rel"/"abs"), cooldown, min_lr, metrics: [float] (30), lr: [float] (30)} ]
                   ReduceLROnPlateau from lr 0.1: lr[k] after the k-th step(metrics[k]) (each preceded
                   by an optimizer.step())
+  one_cycle       [ {name, torch, optimizer ("SGD" with momentum 0.9 or none, "Adam"), max_lr,
+                     total_steps, the options given (pct_start, anneal_strategy, base_momentum,
+                     max_momentum, div_factor, final_div_factor, three_phase, cycle_momentum), lr:
+                     [float], momentum: [float] (SGD's momentum or Adam's beta1)} ]
+                  OneCycleLR from lr 0.1: lr[k] and momentum[k] after k scheduler steps, k = 0 ..
+                  total_steps
 
 clip.json
   torch_version   str
@@ -123,6 +129,11 @@ elementwise_losses.json
                   bce_logits_pos_weight, bce_logits_pos_weight_none    ... plus pos_weight: [float] (3)
                   bce, bce_sum, bce_none              BCELoss(reduction) of probabilities in (0, 1)
                                                       against the bce_logits targets
+                  kl_div, kl_div_sum, kl_div_batchmean, kl_div_none
+                                                      KLDivLoss(reduction) of log_softmax rows against
+                                                      softmax rows (one with an exact 0)
+                  kl_div_log_target_batchmean, kl_div_log_target_none
+                                                      ... with log_target=True against log_softmax rows
 
 lenet.json
   torch_version   str
@@ -317,8 +328,41 @@ def schedulers_fixture():
             sched.step(m)
             lrs.append(opt.param_groups[0]["lr"])
         plateaus.append({**spec, "metrics": metrics, "lr": lrs})
+    # OneCycleLR: the lr (and momentum, or Adam's beta1) at steps 0..total_steps (the last one allowed).
+    one_cycle = []
+    for spec, make_opt, make in (
+            ({"name": "one_cycle_sgd", "torch": "OneCycleLR(max_lr=1.0, total_steps=30)", "optimizer": "SGD",
+              "max_lr": 1.0, "total_steps": 30},
+             lambda ps: torch.optim.SGD(ps, lr=base_lr, momentum=0.9), lambda o: S.OneCycleLR(o, max_lr=1.0, total_steps=30)),
+            ({"name": "one_cycle_adam_three_phase_linear",
+              "torch": "OneCycleLR(max_lr=0.01, total_steps=25, pct_start=0.25, anneal_strategy='linear', "
+                       "base_momentum=0.8, max_momentum=0.9, div_factor=10, final_div_factor=100, three_phase=True)",
+              "optimizer": "Adam", "max_lr": 0.01, "total_steps": 25, "pct_start": 0.25, "anneal_strategy": "linear",
+              "base_momentum": 0.8, "max_momentum": 0.9, "div_factor": 10.0, "final_div_factor": 100.0,
+              "three_phase": True},
+             lambda ps: torch.optim.Adam(ps, lr=base_lr),
+             lambda o: S.OneCycleLR(o, max_lr=0.01, total_steps=25, pct_start=0.25, anneal_strategy="linear",
+                                    base_momentum=0.8, max_momentum=0.9, div_factor=10, final_div_factor=100,
+                                    three_phase=True)),
+            ({"name": "one_cycle_no_momentum", "torch": "OneCycleLR(max_lr=0.5, total_steps=17, pct_start=0.4, "
+                                                        "cycle_momentum=False)",
+              "optimizer": "SGD", "max_lr": 0.5, "total_steps": 17, "pct_start": 0.4, "cycle_momentum": False},
+             lambda ps: torch.optim.SGD(ps, lr=base_lr),
+             lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=17, pct_start=0.4, cycle_momentum=False))):
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = make_opt([p])
+        sched = make(opt)
+        group = opt.param_groups[0]
+        lrs, momenta = [], []
+        for step in range(spec["total_steps"] + 1):
+            if step > 0:
+                opt.step()
+                sched.step()
+            lrs.append(group["lr"])
+            momenta.append(group["betas"][0] if "betas" in group else group["momentum"])
+        one_cycle.append({**spec, "lr": lrs, "momentum": momenta})
     return {"torch_version": torch.__version__, "base_lr": base_lr, "epochs": epochs, "schedules": schedules,
-            "plateaus": plateaus}
+            "plateaus": plateaus, "one_cycle": one_cycle}
 
 
 def clip_fixture():
@@ -527,6 +571,20 @@ def elementwise_losses_fixture():
     sigmoids = torch.sigmoid(torch.randn(6, 3) * 2.0)
     for r in ("mean", "sum", "none"):
         cases["bce" if r == "mean" else f"bce_{r}"] = loss_case(torch.nn.BCELoss(reduction=r), sigmoids, probs, r)
+    # KLDivLoss (drawn after BCELoss): log_softmax rows against softmax rows with one exact 0 (0 log 0 = 0),
+    # and against log_softmax rows drawn last (log_target).
+    log_probs = torch.log_softmax(torch.randn(6, 3) * 2.0, dim=1)
+    teacher = torch.softmax(torch.randn(6, 3), dim=1)
+    teacher[3] = torch.tensor([0.0, 0.25, 0.75])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that reduction='mean' is not the divergence
+        for r in ("mean", "sum", "batchmean", "none"):
+            cases["kl_div" if r == "mean" else f"kl_div_{r}"] = loss_case(torch.nn.KLDivLoss(reduction=r), log_probs,
+                                                                         teacher, r)
+        log_teacher = torch.log_softmax(torch.randn(6, 3), dim=1)  # e^-inf (t - x) would be NaN, as torch's
+        for r in ("batchmean", "none"):
+            cases[f"kl_div_log_target_{r}"] = loss_case(torch.nn.KLDivLoss(reduction=r, log_target=True), log_probs,
+                                                        log_teacher, r)
     return {"torch_version": torch.__version__, **cases}
 
 

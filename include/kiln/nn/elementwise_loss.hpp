@@ -1,5 +1,6 @@
 /// Elementwise losses beyond MSELoss, each of a prediction and a target of the same shape: L1Loss,
-/// SmoothL1Loss, HuberLoss, BCELoss and BCEWithLogitsLoss (value, gradient, torch's reduction='none').
+/// SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss and KLDivLoss (value, gradient, torch's
+/// reduction='none').
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/backend/cpu/executor.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/expr/executor.hpp"
@@ -84,6 +86,23 @@ struct BceTerm {
     if (!(p >= V(0) && p <= V(1))) return static_cast<V>(NAN);
     const V q = (V(1) - p) * p;
     return (p - t) / (q > V(1e-12) ? q : V(1e-12));
+  }
+};
+
+/// The pointwise Kullback-Leibler divergence of a log-probability x against its target t, as torch
+/// 1.13's kl_div: xlogy(t, t) - t x (0 log 0 is 0; a negative t, or t = 0 against x = -inf, is NaN), or
+/// e^t (t - x) for a target of log-probabilities; its gradient in x, -t (-e^t).
+struct KLDivTerm {
+  bool log_target = false;
+  template <class V>
+  KILN_HOST_DEVICE KILN_FORCEINLINE V value(V x, V t) const {
+    if (log_target) return ops::detail::exp_(t) * (t - x);
+    const V xlogy = t != t ? t : t == V(0) ? V(0) : t * ops::detail::log_(t);
+    return xlogy - t * x;
+  }
+  template <class V>
+  KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V, V t) const {
+    return log_target ? -ops::detail::exp_(t) : -t;
   }
 };
 
@@ -178,13 +197,15 @@ struct BceWithLogitsGrad {
   }
 };
 
-/// Checks that `dloss` (the upstream gradient of loss `who`'s unreduced terms) has pred's shape.
+/// Checks that `dloss` (the upstream gradient of loss `who`'s unreduced terms) has the shape of the
+/// input (`input`: what the loss calls it).
 template <class T, class S, class G, class D>
-void check_term_gradient(const char* who, const Tensor<T, S, D>& pred, const Tensor<G, S, D>& dloss) {
+void check_term_gradient(const char* who, const Tensor<T, S, D>& pred, const Tensor<G, S, D>& dloss,
+                         const char* input = "pred") {
   kiln::detail::check_same_device(who, pred, dloss);
   if (!(dloss.extents() == pred.extents()))
-    throw ShapeError(std::string(who) + ": dloss " + to_string(dloss.extents()) + " must have the shape of pred " +
-                     to_string(pred.extents()));
+    throw ShapeError(std::string(who) + ": dloss " + to_string(dloss.extents()) + " must have the shape of " + input +
+                     " " + to_string(pred.extents()));
 }
 
 /// Checks the input (`input`: what loss `who` calls it) and the target: one device, one shape.
@@ -197,29 +218,43 @@ void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S,
 }
 
 /// On the CPU, a ValueError naming the first element of `p` outside [0, 1] (or NaN) for loss `who`, as
-/// torch's CPU kernel refuses it; on the GPU nothing is read back (such a term is NaN).
+/// torch's CPU kernel refuses it (one parallel scan, as the loss's own pass); on the GPU nothing is read
+/// back (such a term is NaN).
 template <class T, class S, class D>
 void check_probabilities(const char* who, const Tensor<T, S, D>& p) {
   if constexpr (std::is_same_v<D, Cpu>) {
-    for (index_t i = 0; i < p.numel(); ++i) {
-      const auto v = to_compute(p.data()[i]);
-      if (!(v >= 0 && v <= 1)) {
-        std::ostringstream text;
-        text << who << ": all elements of input should be between 0 and 1 (element " << i << " of input "
-             << to_string(p.extents()) << " is " << std::setprecision(9) << static_cast<double>(v) << ")";
-        throw ValueError(text.str());
-      }
+    const index_t n = p.numel();
+    const T* data = p.data();
+    index_t first = n;
+    const bool parallel = n >= backend::cpu::parallel_threshold;
+    (void)parallel;
+    KILN_PRAGMA_OMP(parallel for reduction(min : first) schedule(static) if(parallel))
+    for (index_t i = 0; i < n; ++i) {
+      const auto v = to_compute(data[i]);
+      if (!(v >= 0 && v <= 1) && i < first) first = i;
+    }
+    if (first < n) {
+      std::ostringstream text;
+      text << who << ": all elements of input should be between 0 and 1 (element " << first << " of input "
+           << to_string(p.extents()) << " is " << std::setprecision(9) << static_cast<double>(to_compute(data[first]))
+           << ")";
+      throw ValueError(text.str());
     }
   }
 }
 
-// The bodies of the elementwise losses of a pair (L1Loss, SmoothL1Loss, HuberLoss, BCELoss), for a Term
+/// What a loss of Term calls its first operand in its messages: KLDivLoss's `input` (log-probabilities,
+/// as torch names it), the others' `pred`.
+template <class Term>
+inline constexpr const char* input_name = std::is_same_v<Term, KLDivTerm> ? "input" : "pred";
+
+// The bodies of the elementwise losses of a pair (L1Loss, SmoothL1Loss, HuberLoss, BCELoss, KLDivLoss), for a Term
 // of the compute type. Each loss is an aggregate of its options (no base class, so that designated
 // initializers name them all) whose members forward here.
 /// The mean (or sum) of the terms, in the compute type: one pass.
 template <class Term, class T, class S, class D>
 auto pair_loss(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) {
-  check_pair(who, pred, target);
+  check_pair(who, pred, target, input_name<Term>);
   if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
   const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));
   const auto terms = kiln::detail::make_binary(pred, target, who, TermOfPair<Term>{term});
@@ -229,7 +264,7 @@ auto pair_loss(const char* who, Reduction how, Term term, const Tensor<T, S, D>&
 template <class Term, class T, class S, class D>
 Tensor<compute_t<T>, S, D> pair_terms(const char* who, Term term, const Tensor<T, S, D>& pred,
                                       const Tensor<T, S, D>& target) {
-  check_pair(who, pred, target);
+  check_pair(who, pred, target, input_name<Term>);
   if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
   const int device = kiln::detail::pass_device(pred);
   const kiln::detail::device_scope<D> on(device);
@@ -237,16 +272,18 @@ Tensor<compute_t<T>, S, D> pair_terms(const char* who, Term term, const Tensor<T
   out = kiln::detail::make_binary(pred, target, who, TermOfPair<Term>{term});
   return out;
 }
-/// dL/dpred: the term's gradient times `scale` over the elements (1 for a sum), or times dloss[i] where
-/// `dloss` (pred's shape) is given. One pass.
+/// dL/dpred: the term's gradient times `scale` over `den` (what the loss divides its sum by), or times
+/// dloss[i] where `dloss` (pred's shape) is given. One pass.
 template <class Term, class T, class S, class D>
-Tensor<T, S, D> pair_backward(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred,
+Tensor<T, S, D> pair_gradient(const char* who, double den, Term term, const Tensor<T, S, D>& pred,
                               const Tensor<T, S, D>& target, LossScale scale,
                               const Tensor<compute_t<T>, S, D>* dloss = nullptr) {
-  check_pair(who, pred, target);
+  check_pair(who, pred, target, input_name<Term>);
   if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
-  if (dloss) check_term_gradient(who, pred, *dloss);
-  const double den = dloss || how == Reduction::sum ? 1.0 : static_cast<double>(pred.numel());
+  if (dloss) {
+    check_term_gradient(who, pred, *dloss, input_name<Term>);
+    den = 1.0;
+  }
   const int device = kiln::detail::pass_device(pred);
   const kiln::detail::device_scope<D> on(device);
   Tensor<T, S, D> g(pred.extents(), device);
@@ -254,6 +291,14 @@ Tensor<T, S, D> pair_backward(const char* who, Reduction how, Term term, const T
       g.numel(), TermGrad<T, Term>{pred.data(), target.data(), g.data(), GradFactor<compute_t<T>>::make(scale, 1.0, den),
                                    term, dloss ? dloss->data() : nullptr});
   return g;
+}
+/// pair_gradient over the elements for a mean, 1 for a sum.
+template <class Term, class T, class S, class D>
+Tensor<T, S, D> pair_backward(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred,
+                              const Tensor<T, S, D>& target, LossScale scale,
+                              const Tensor<compute_t<T>, S, D>* dloss = nullptr) {
+  return pair_gradient(who, how == Reduction::sum ? 1.0 : static_cast<double>(pred.numel()), term, pred, target,
+                       scale, dloss);
 }
 }  // namespace detail
 
@@ -472,7 +517,7 @@ struct BCEWithLogitsLoss {
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::BCEWithLogitsLoss::backward(logits, target, dloss): dloss must have the "
                                          "logits' shape type (one upstream gradient per element, as unreduced() gives terms)");
-    detail::check_term_gradient(name, logits, dloss);
+    detail::check_term_gradient(name, logits, dloss, "logits");
     return gradient(logits, target, detail::GradFactor<compute_t<T>>::make(scale, 1.0, 1.0), dloss.data());
   }
 
@@ -507,6 +552,79 @@ struct BCEWithLogitsLoss {
                                                                                 factor, w.data(), weight_period(logits),
                                                                                 upstream});
     return g;
+  }
+};
+
+/// How KLDivLoss reduces its terms (torch's `reduction` for kl_div): `mean` over every element (torch's
+/// default, which torch warns is not the divergence), `batchmean` the sum over the first dimension's
+/// extent (the divergence per sample, what the math means: prefer it), `sum`. torch's 'none' is
+/// KLDivLoss's `unreduced()`.
+enum class KLDivReduction { mean, batchmean, sum };
+
+/// The Kullback-Leibler divergence of the model's distribution from a target's, as torch.nn.KLDivLoss():
+/// the input holds log-probabilities (a LogSoftmax's output), the target probabilities of the same shape
+/// (or log-probabilities with `log_target`, which stays finite where they underflow); each term is
+/// t (log t - x) (0 where t = 0), or e^t (t - x), reduced as `reduction` says (torch's default `mean`;
+/// `batchmean` is the divergence). The gradient in the input is -t (-e^t) over the reduction's count;
+/// one pass each way, and batchmean's division one more on a single element. Targets are not checked (a
+/// negative one gives NaN, as torch's). `unreduced` is torch's reduction='none' and
+/// `backward(input, target, dloss)` its gradient. Distillation, for example:
+///   kiln::nn::KLDivLoss kl{.reduction = kiln::nn::KLDivReduction::batchmean};
+///   auto loss = kl(log_probs, teacher_probs);           // log_probs: LogSoftmax of the student's logits
+///   auto dlog_probs = kl.backward(log_probs, teacher_probs);
+struct KLDivLoss {
+  KLDivReduction reduction = KLDivReduction::mean;
+  bool log_target = false;
+  static constexpr const char* name = "kiln::nn::KLDivLoss";
+
+  template <class T, class S, class D>
+  auto operator()(const Tensor<T, S, D>& input, const Tensor<T, S, D>& target) const {
+    if (reduction != KLDivReduction::batchmean)
+      return detail::pair_loss(name, reduction == KLDivReduction::sum ? Reduction::sum : Reduction::mean, term<T>(),
+                               input, target);
+    auto total = detail::pair_loss(name, Reduction::sum, term<T>(), input, target);
+    if constexpr (S::rank > 0) {  // torch divides by size(0) where there is one (a rank-0 input: the sum)
+      const kiln::detail::device_scope<D> on(kiln::detail::pass_device(input));
+      kiln::assign(total, total / static_cast<compute_t<T>>(input.size(0)));
+    }
+    return total;
+  }
+  /// dL/dinput, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
+  template <class T, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& input, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+    return detail::pair_gradient(name, count(input), term<T>(), input, target, scale);
+  }
+  /// Each element's term in the compute type (fp32 for 16-bit operands, as autocast runs kl_div):
+  /// reduction='none'.
+  template <class T, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& input, const Tensor<T, S, D>& target) const {
+    return detail::pair_terms(name, term<T>(), input, target);
+  }
+  /// The gradient through `unreduced` of an upstream gradient `dloss` (the input's shape), times `scale`.
+  template <class T, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& input, const Tensor<T, S, D>& target,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    static_assert(std::is_same_v<SG, S>, "kiln::nn::KLDivLoss::backward(input, target, dloss): dloss must have the input's "
+                                         "shape type (one upstream gradient per element, as unreduced() gives terms)");
+    return detail::pair_gradient(name, 1.0, term<T>(), input, target, scale, &dloss);
+  }
+
+ private:
+  /// What the reduction divides the sum by: the elements (mean), the first extent (batchmean), 1.
+  template <class T, class S, class D>
+  double count(const Tensor<T, S, D>& input) const {
+    if (reduction == KLDivReduction::mean) return static_cast<double>(input.numel());
+    if constexpr (S::rank > 0)
+      if (reduction == KLDivReduction::batchmean) return static_cast<double>(input.size(0));
+    return 1.0;
+  }
+  template <class T>
+  detail::KLDivTerm term() const {
+    // >>> Stopped here? The log-probabilities hold integers. <<<
+    static_assert(std::is_floating_point_v<compute_t<T>>,
+                  "kiln::nn::KLDivLoss: log-probabilities and targets must be floating-point (float, double, half, "
+                  "bfloat16)");
+    return {log_target};
   }
 };
 

@@ -160,10 +160,7 @@ class AdamBase {
     const std::string name = who;
     if (!(o.lr >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
     if (!(o.eps >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid eps " + std::to_string(o.eps) + "; give eps >= 0");
-    if (!(o.betas.beta1 >= 0.0f && o.betas.beta1 < 1.0f))
-      throw ValueError("kiln::optim::" + name + ": invalid beta1 " + std::to_string(o.betas.beta1) + "; give 0 <= beta1 < 1");
-    if (!(o.betas.beta2 >= 0.0f && o.betas.beta2 < 1.0f))
-      throw ValueError("kiln::optim::" + name + ": invalid beta2 " + std::to_string(o.betas.beta2) + "; give 0 <= beta2 < 1");
+    check_betas(o.betas, who);
     if (!(o.weight_decay >= 0.0f))
       throw ValueError("kiln::optim::" + name + ": invalid weight_decay " + std::to_string(o.weight_decay) +
                        "; give weight_decay >= 0");
@@ -308,6 +305,20 @@ class AdamBase {
     if (o_.capturable) scalars_.set(AdamScalars::lr, lr);
   }
   const Options& options() const { return o_; }
+  const AdamBetas& betas() const { return o_.betas; }
+  /// New decay rates for the next steps (OneCycleLR cycles beta1; torch's param_group['betas']); the bias
+  /// corrections use them, as torch's. A captured step replays the betas it was captured with.
+  void set_betas(AdamBetas betas) {
+    check_betas(betas, Decoupled ? "AdamW" : "Adam");
+    o_.betas = betas;
+  }
+  /// torch's checks of betas (a NaN is refused too).
+  static void check_betas(AdamBetas b, const std::string& who) {
+    if (!(b.beta1 >= 0.0f && b.beta1 < 1.0f))
+      throw ValueError("kiln::optim::" + who + ": invalid beta1 " + std::to_string(b.beta1) + "; give 0 <= beta1 < 1");
+    if (!(b.beta2 >= 0.0f && b.beta2 < 1.0f))
+      throw ValueError("kiln::optim::" + who + ": invalid beta2 " + std::to_string(b.beta2) + "; give 0 <= beta2 < 1");
+  }
   /// Steps taken so far (torch's state["step"]); bias correction uses it. Capturable: read from the
   /// device, replays of a captured step included.
   std::int64_t step_count() const {

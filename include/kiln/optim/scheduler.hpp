@@ -1,6 +1,6 @@
 /// Learning-rate schedulers: StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR,
-/// CosineAnnealingWarmRestarts and LinearWarmup over epochs, and ReduceLROnPlateau on a metric (torch
-/// 1.13 semantics).
+/// CosineAnnealingWarmRestarts and LinearWarmup over epochs, OneCycleLR over batches (with the
+/// momentum), and ReduceLROnPlateau on a metric (torch 1.13 semantics).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -22,6 +22,17 @@ template <class O>
 concept lr_optimizer = requires(O& o, const O& c, float lr) {
   { c.lr() } -> std::convertible_to<double>;
   o.set_lr(lr);
+};
+
+/// An optimizer whose momentum a scheduler can cycle: SGD's `momentum()` / `set_momentum(float)`, or
+/// Adam's first decay rate, `betas()` / `set_betas(AdamBetas)` (torch's betas[0]).
+template <class O>
+concept momentum_optimizer = requires(O& o, const O& c, float m) {
+  { c.momentum() } -> std::convertible_to<double>;
+  o.set_momentum(m);
+} || requires(O& o, const O& c) {
+  { c.betas().beta1 } -> std::convertible_to<double>;
+  o.set_betas(c.betas());
 };
 
 /// A learning-rate schedule over epochs: `lr_at(epoch)` in closed form, `base_lr()`, and the optimizer
@@ -67,9 +78,12 @@ class LRScheduler {
  protected:
   explicit LRScheduler(Opt& opt, double base_lr) : opt_(&opt), base_lr_(base_lr) {}
   explicit LRScheduler(Opt& opt) : LRScheduler(opt, static_cast<double>(opt.lr())) {}
+  /// Sets the lr of the epoch (and, for a schedule that cycles it, the momentum: `apply_momentum`).
   void apply() {
-    last_lr_ = static_cast<const Schedule&>(*this).lr_at(epoch_);
+    auto& schedule = static_cast<Schedule&>(*this);
+    last_lr_ = schedule.lr_at(epoch_);
     opt_->set_lr(static_cast<float>(last_lr_));
+    if constexpr (requires { schedule.apply_momentum(epoch_); }) schedule.apply_momentum(epoch_);
   }
 
  private:
@@ -284,6 +298,122 @@ template <lr_schedule S>
 LinearWarmup(S, std::int64_t, double) -> LinearWarmup<typename S::optimizer_type, S>;
 template <lr_schedule S>
 LinearWarmup(S, std::int64_t) -> LinearWarmup<typename S::optimizer_type, S>;
+
+/// How OneCycleLR moves between its phases' ends: along a half cosine (torch's 'cos') or a line.
+enum class AnnealStrategy { cos, linear };
+
+/// OneCycleLR's options: torch's keyword arguments after total_steps and their defaults, in its order.
+struct OneCycleOptions {
+  double pct_start = 0.3;  ///< the fraction of the steps spent raising the lr
+  AnnealStrategy anneal_strategy = AnnealStrategy::cos;
+  bool cycle_momentum = true;  ///< the momentum (Adam: beta1) moves against the lr, max -> base -> max
+  double base_momentum = 0.85;
+  double max_momentum = 0.95;
+  double div_factor = 25.0;         ///< initial_lr = max_lr / div_factor
+  double final_div_factor = 1e4;    ///< min_lr = initial_lr / final_div_factor
+  bool three_phase = false;         ///< up, back down to initial_lr, then down to min_lr
+};
+
+/// torch.optim.lr_scheduler.OneCycleLR (torch 1.13), stepped once per batch: the lr rises from
+/// max_lr / div_factor to max_lr over the first pct_start of `total_steps` (torch's epochs *
+/// steps_per_epoch), then falls to initial_lr / final_div_factor; with cycle_momentum the momentum
+/// falls from max_momentum to base_momentum and back, against it (SGD's momentum, Adam's beta1). Each
+/// phase anneals from start to end by its fraction of steps (a half cosine, or a line); the
+/// constructor sets the optimizer's lr (the optimizer's own is not used) and momentum of step 0;
+/// stepping past total_steps is a ValueError, as torch's (whose message counts one step more), and so
+/// is a phase of no steps (pct_start * total_steps = 1, say), where torch divides by zero. A captured CUDA-graph step replays the
+/// momentum it was captured with (the lr alone lives on the device).
+/// Example:
+///   kiln::optim::OneCycleLR sched(opt, /*max_lr=*/0.1, /*total_steps=*/epochs * batches_per_epoch);
+///   for (auto& batch : loader) { train_step(batch); sched.step(); }
+template <lr_optimizer Opt>
+class OneCycleLR : public detail::LRScheduler<Opt, OneCycleLR<Opt>> {
+  using base = detail::LRScheduler<Opt, OneCycleLR<Opt>>;
+
+ public:
+  OneCycleLR(Opt& opt, double max_lr, std::int64_t total_steps, OneCycleOptions options = {})
+      : base(opt, max_lr / options.div_factor), max_lr_(max_lr), total_(total_steps), o_(options) {
+    if (total_steps <= 0)
+      throw ValueError("kiln::optim::OneCycleLR: Expected positive integer total_steps, but got " +
+                       std::to_string(total_steps));
+    if (!(o_.pct_start >= 0.0 && o_.pct_start <= 1.0))
+      throw ValueError("kiln::optim::OneCycleLR: Expected float between 0 and 1 pct_start, but got " +
+                       std::to_string(o_.pct_start));
+    if (o_.cycle_momentum && !momentum_optimizer<Opt>)
+      throw ValueError("kiln::optim::OneCycleLR: optimizer must support momentum with `cycle_momentum` option "
+                       "enabled (SGD's momentum, Adam's betas); give {.cycle_momentum = false}");
+    const double up = o_.pct_start * static_cast<double>(total_steps) - 1.0, last = static_cast<double>(total_steps) - 1.0;
+    const double initial = this->base_lr(), min_lr = initial / o_.final_div_factor;
+    const double lo = o_.base_momentum, hi = o_.max_momentum;
+    if (o_.three_phase)
+      phases_ = {Phase{up, initial, max_lr, hi, lo},
+                 Phase{2.0 * o_.pct_start * static_cast<double>(total_steps) - 2.0, max_lr, initial, lo, hi},
+                 Phase{last, initial, min_lr, hi, hi}};
+    else
+      phases_ = {Phase{up, initial, max_lr, hi, lo}, Phase{last, max_lr, min_lr, lo, hi}};
+    this->apply();
+  }
+  double lr_at(std::int64_t step) const { return at(step).first; }
+  /// The momentum (Adam: beta1) of a step: base_momentum at the lr's peak, max_momentum at its ends.
+  double momentum_at(std::int64_t step) const { return at(step).second; }
+  /// Sets the optimizer's momentum (or beta1) of `step` where cycle_momentum is on (the scheduler's
+  /// steps call it).
+  void apply_momentum(std::int64_t step) {
+    if constexpr (momentum_optimizer<Opt>) {
+      if (!o_.cycle_momentum) return;
+      const auto m = static_cast<float>(momentum_at(step));
+      Opt& opt = this->optimizer();
+      if constexpr (requires { opt.set_momentum(m); }) {
+        opt.set_momentum(m);
+      } else {
+        auto betas = opt.betas();
+        betas.beta1 = m;
+        opt.set_betas(betas);
+      }
+    }
+  }
+  double max_lr() const { return max_lr_; }
+  std::int64_t total_steps() const { return total_; }
+  const OneCycleOptions& options() const { return o_; }
+
+ private:
+  /// A phase ends at step `end` (a float, as torch's: pct_start * total_steps - 1), going from lr a to
+  /// b and momentum ma to mb.
+  struct Phase {
+    double end, a, b, ma, mb;
+  };
+  double anneal(double start, double end, double pct) const {
+    if (o_.anneal_strategy == AnnealStrategy::linear) return (end - start) * pct + start;
+    return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+  }
+  /// The lr and momentum of a step: the first phase whose end it has not passed (or the last), at its
+  /// fraction of that phase, as torch's get_lr.
+  std::pair<double, double> at(std::int64_t step) const {
+    if (step > total_)
+      throw ValueError("kiln::optim::OneCycleLR: Tried to step " + std::to_string(step + 1) +
+                       " times. The specified number of total steps is " + std::to_string(total_));
+    const double t = static_cast<double>(step);
+    double start = 0.0;
+    for (std::size_t i = 0; i < phases_.size(); ++i) {
+      const Phase& p = phases_[i];
+      if (t <= p.end || i + 1 == phases_.size()) {
+        if (p.end == start)
+          throw ValueError("kiln::optim::OneCycleLR: step " + std::to_string(step) +
+                           " falls in a phase of no steps (pct_start " + std::to_string(o_.pct_start) + " of " +
+                           std::to_string(total_) + " steps); torch divides by zero there");
+        const double pct = (t - start) / (p.end - start);
+        return {anneal(p.a, p.b, pct), anneal(p.ma, p.mb, pct)};
+      }
+      start = p.end;
+    }
+    return {0.0, 0.0};  // not reached: the last phase always answers
+  }
+
+  double max_lr_;
+  std::int64_t total_;
+  OneCycleOptions o_;
+  std::vector<Phase> phases_;
+};
 
 /// Whether a ReduceLROnPlateau metric improves downwards (a loss) or upwards (an accuracy).
 enum class PlateauMode { min, max };

@@ -207,6 +207,19 @@ class SGD {
     if (o_.capturable) scalars_.set(detail::SgdScalars::lr, lr);
   }
   const SGDOptions& options() const { return o_; }
+  float momentum() const { return o_.momentum; }
+  /// A new momentum for the next steps (OneCycleLR cycles it; torch's param_group['momentum']). Turned
+  /// on where the optimizer had none, the buffers start from the next step's gradient, as torch's. A
+  /// captured step replays the momentum it was captured with.
+  void set_momentum(float momentum) {
+    if (!(momentum >= 0.0f))
+      throw ValueError("kiln::optim::SGD: invalid momentum " + std::to_string(momentum) + "; give momentum >= 0");
+    if (momentum != 0.0f && buf_.numel() != p_.numel()) {
+      buf_ = arena_type(p_.extents(), p_.device_index());
+      set_momentum_initialized(false);
+    }
+    o_.momentum = momentum;
+  }
   /// The momentum buffers (torch's state["momentum_buffer"]; empty without momentum), for checkpoints.
   arena_type& momentum_buffer() { return buf_; }
   const arena_type& momentum_buffer() const { return buf_; }

@@ -175,11 +175,12 @@ struct ReplicaDevices<Cpu> {
 ///   opt.zero_grad();
 ///   double loss = dp.train_step(x, y, mse);  // split, forward + backward per replica, gradients summed
 ///   opt.step();                              // every replica steps
-/// For a mean-reduced loss (the default) replica r's loss gradient is weighted by its share of the batch
-/// (count_r / n; for CrossEntropyLoss and NLLLoss, of the rows they do not ignore), so the summed gradient is the full
-/// batch's mean gradient, whatever the split; for `reduction = Reduction::sum` each weighs 1, and the
-/// summed gradient is the full batch's sum's. Dropout draws its mask from each replica's own
-/// element indices, so a model with Dropout does not reproduce single-device training mask for mask.
+/// For a mean-reduced loss (the default; KLDivLoss's batchmean too) replica r's loss gradient is weighted
+/// by its share of the batch (count_r / n; for CrossEntropyLoss and NLLLoss, of the rows they do not
+/// ignore), so the summed gradient is the full batch's mean gradient, whatever the split; for a
+/// `reduction` of `sum` each weighs 1, and the summed gradient is the full batch's sum's. Dropout draws
+/// its mask from each replica's own element indices, so a model with Dropout does not reproduce
+/// single-device training mask for mask.
 template <class Net, class In, precision_policy Prec = Fp32, device_policy D = Cpu>
 class DataParallel {
  public:
@@ -269,11 +270,12 @@ class DataParallel {
     return total;
   }
 
-  /// Whether the loss sums its terms (reduction = Reduction::sum) rather than averaging them.
+  /// Whether the loss sums its terms (its reduction's `sum`: Reduction::sum, KLDivReduction::sum) rather
+  /// than averaging them over the elements or the rows.
   template <class Loss>
   static bool sums(const Loss& loss) {
-    if constexpr (requires { loss.reduction == nn::Reduction::sum; })
-      return loss.reduction == nn::Reduction::sum;
+    if constexpr (requires { loss.reduction == decltype(loss.reduction)::sum; })
+      return loss.reduction == decltype(loss.reduction)::sum;
     else
       return false;
   }
@@ -341,6 +343,27 @@ class DataParallel {
     float lr() const { return opts_.front()->lr(); }
     void set_lr(float lr) {
       for (auto& o : opts_) o->set_lr(lr);
+    }
+    /// The momentum (SGD) or betas (Adam) of every replica's optimizer, for OneCycleLR.
+    float momentum() const
+      requires requires(const Opt& o) { o.momentum(); }
+    {
+      return opts_.front()->momentum();
+    }
+    void set_momentum(float m)
+      requires requires(Opt& o, float v) { o.set_momentum(v); }
+    {
+      for (auto& o : opts_) o->set_momentum(m);
+    }
+    auto betas() const
+      requires requires(const Opt& o) { o.betas(); }
+    {
+      return opts_.front()->betas();
+    }
+    template <class B>
+      requires requires(Opt& o, const B& b) { o.set_betas(b); }
+    void set_betas(const B& b) {
+      for (auto& o : opts_) o->set_betas(b);
     }
     Opt& replica(int r) { return *opts_.at(static_cast<std::size_t>(r)); }
     int size() const { return static_cast<int>(opts_.size()); }

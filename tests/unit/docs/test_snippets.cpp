@@ -250,6 +250,34 @@ BOOST_AUTO_TEST_CASE(models_elementwise_losses_train_a_regressor) {
   BOOST_TEST(any);
 }
 
+BOOST_AUTO_TEST_CASE(models_kl_div_distils_a_teacher_per_sample) {
+  // The page's lines on a student ending in LogSoftmax against a teacher's probability rows: the
+  // divergence summed over each row and averaged over the rows, its gradient -teacher / N, which
+  // reaches the parameters.
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Linear<13, 10>, kiln::nn::LogSoftmax>, Shape<dyn, 13>> model(0);
+  const auto log_probs = model.forward(random_batch<Shape<dyn, 13>>(4, 13));
+  auto t = kiln::test::random_values<float>(40, 0.05f, 1.0f, 14);
+  for (std::size_t n = 0; n < 4; ++n) {
+    float s = 0;
+    for (std::size_t j = 0; j < 10; ++j) s += t[n * 10 + j];
+    for (std::size_t j = 0; j < 10; ++j) t[n * 10 + j] /= s;
+  }
+  const auto teacher = kiln::test::make_tensor<kiln::Cpu>(t, Extents<Shape<dyn, 10>>(4));
+  {
+#include "models.kl_div.inc"
+    const auto x = log_probs.to_vector();
+    double want = 0;
+    for (std::size_t i = 0; i < 40; ++i) want += t[i] * (std::log(static_cast<double>(t[i])) - x[i]);
+    BOOST_TEST(static_cast<double>(d) == want / 4.0, boost::test_tools::tolerance(1e-5));
+    const auto g = dlog_probs.to_vector();
+    for (std::size_t i = 0; i < 40; ++i) BOOST_TEST(g[i] == -t[i] / 4.0f, boost::test_tools::tolerance(1e-6f));
+    model.backward(dlog_probs);
+  }
+  bool any = false;
+  for (float g : model.gradients().to_vector()) any = any || g != 0.0f;
+  BOOST_TEST(any);
+}
+
 BOOST_AUTO_TEST_CASE(models_unreduced_rows_with_unit_weights_are_the_mean) {
   // With every weight 1 the weighted mean is CrossEntropyLoss's mean, and so is its gradient.
   kiln::nn::Model<LeNetNet, Image> model(0);
@@ -331,6 +359,32 @@ BOOST_AUTO_TEST_CASE(models_plateau_halves_the_lr_on_a_flat_validation_loss) {
   }
   // Flat from epoch 6: reductions after epochs 8, 11, 14, 17 and 20.
   BOOST_TEST(opt.lr() == static_cast<float>(static_cast<double>(1e-3f) / 32.0));
+}
+
+BOOST_AUTO_TEST_CASE(models_one_cycle_ends_at_its_floor_with_the_momentum_back_up) {
+  // The page's loop, 4 epochs of 5 batches: every batch steps; the last batch (step 19) trains with
+  // max_lr / 25 / 1e4 and the momentum back at max_momentum, after the peak (0.5, and 0.85) at step
+  // 0.3 * 20 - 1 = 5. The 20th step, allowed, sets the lr past the floor, which no batch uses.
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<2, 1>>;
+  kiln::nn::Model<Net, Shape<dyn, 2>> model(0);
+  const int epochs = 4, batches = 5;
+  int steps = 0;
+  double peak_lr = 0, low_momentum = 1;
+  const auto train_one_batch = [&](auto&, auto& o) {
+    ++steps;
+    peak_lr = std::max(peak_lr, static_cast<double>(o.lr()));
+    low_momentum = std::min(low_momentum, static_cast<double>(o.momentum()));
+  };
+  {
+#include "models.one_cycle.inc"
+    BOOST_TEST(sched.last_epoch() == 20);
+    BOOST_TEST(sched.lr_at(19) == 0.5 / 25 / 1e4, boost::test_tools::tolerance(1e-9));
+    BOOST_TEST(sched.momentum_at(19) == 0.95, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(sched.get_last_lr() > sched.lr_at(19));
+  }
+  BOOST_TEST(steps == 20);
+  BOOST_TEST(peak_lr == 0.5);
+  BOOST_TEST(low_momentum == static_cast<double>(0.85f));
 }
 
 BOOST_AUTO_TEST_CASE(data_fashion_mnist_five_epochs) {

@@ -1,14 +1,15 @@
-// L1Loss, SmoothL1Loss, HuberLoss, BCELoss and BCEWithLogitsLoss: PyTorch parity (mean, sum and 'none'
-// with an upstream gradient; tests/parity/fixtures/elementwise_losses.json, written by
-// tests/parity/make_fixtures.py with torch 1.13), float64 finite-difference gradients, torch's values at
-// the kinks and at BCELoss's ends, a device loss scale, 16-bit operands computed in fp32, and the
-// errors. Both devices.
+// L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss and KLDivLoss: PyTorch parity (mean, sum,
+// KLDivLoss's batchmean and 'none' with an upstream gradient; tests/parity/fixtures/elementwise_losses.json,
+// written by tests/parity/make_fixtures.py with torch 1.13), float64 finite-difference gradients, torch's
+// values at the kinks, at BCELoss's ends and at KLDivLoss's zero targets, a device loss scale, 16-bit
+// operands computed in fp32, and the errors. Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/half.hpp>
@@ -106,6 +107,116 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(match_pytorch, D, kiln::test::devices) {
                  knn::BCEWithLogitsLoss{.pos_weight = cases().at("bce_logits_pos_weight").at("pos_weight").get<std::vector<double>>()});
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(kl_div_matches_pytorch, D, kiln::test::devices) {
+  using R = knn::KLDivReduction;
+  for (const auto& [name, loss] : {std::pair{"kl_div", knn::KLDivLoss{}},
+                                   std::pair{"kl_div_sum", knn::KLDivLoss{.reduction = R::sum}},
+                                   std::pair{"kl_div_batchmean", knn::KLDivLoss{.reduction = R::batchmean}},
+                                   std::pair{"kl_div_none", knn::KLDivLoss{}},
+                                   std::pair{"kl_div_log_target_batchmean",
+                                             knn::KLDivLoss{.reduction = R::batchmean, .log_target = true}},
+                                   std::pair{"kl_div_log_target_none", knn::KLDivLoss{.log_target = true}}}) {
+    const std::string key = name;
+    const json& c = cases().at(key);
+    const auto x = tensor_of<D>(c.at("input"));
+    const auto y = tensor_of<D>(c.at("target"));
+    if (c.contains("grad_output")) {
+      const auto dloss = tensor_of<D>(c.at("grad_output"));
+      check(loss.unreduced(x, y).to_vector(), c.at("loss"), key + " loss");
+      check(loss.backward(x, y, dloss).to_vector(), c.at("grad"), key + " grad");
+    } else {
+      check_scalar(static_cast<float>(loss(x, y).item()), c.at("loss"), key + " loss");
+      check(loss.backward(x, y).to_vector(), c.at("grad"), key + " grad");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(kl_div_gradients_match_finite_differences, D, kiln::test::devices) {
+  // Log-probabilities in [-4, 0], targets in (0, 1] (log_target: their logs), every reduction; then
+  // reduction='none' through an upstream gradient.
+  const Extents<Pairs> ext(5);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(15, -4.0, 0.0, 71), ext);
+  const auto p = kiln::test::random_values<double>(15, 0.05, 1.0, 72);
+  std::vector<double> log_p(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) log_p[i] = std::log(p[i]);
+  const auto dloss = kiln::test::make_tensor<D>(kiln::test::random_values<double>(15, -1.0, 1.0, 73), ext);
+  using R = knn::KLDivReduction;
+  for (const bool log_target : {false, true}) {
+    const auto y = kiln::test::make_tensor<D>(log_target ? log_p : p, ext);
+    for (const auto reduction : {R::mean, R::batchmean, R::sum}) {
+      BOOST_TEST_CONTEXT("log_target " << log_target << ", reduction " << static_cast<int>(reduction)) {
+        const knn::KLDivLoss kl{.reduction = reduction, .log_target = log_target};
+        auto f = [&](const Tensor<double, Pairs, D>& in) { return kl(in, y).item(); };
+        BOOST_TEST(kiln::test::gradcheck(f, x, kl.backward(x, y)));
+      }
+    }
+    const knn::KLDivLoss kl{.log_target = log_target};
+    auto g = [&](const Tensor<double, Pairs, D>& in) { return kiln::sum(kl.unreduced(in, y) * dloss).item(); };
+    BOOST_TEST(kiln::test::gradcheck(g, x, kl.backward(x, y, dloss)));
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(kl_div_zero_targets_reductions_and_16_bit_operands, D, kiln::test::devices) {
+  // torch 1.13: a zero target's term is 0 (0 log 0 = 0) with the gradient -0; against x = -inf it is 0 *
+  // -inf = NaN; a negative target's term is NaN (its log), its gradient -t; log_target's e^t (t - x).
+  const float inf = INFINITY;
+  const Extents<Pairs> ext(2);
+  const auto x = kiln::test::make_tensor<D>(std::vector<float>{-1.0f, -inf, -0.5f, -2.0f, -0.1f, -0.7f}, ext);
+  const auto t = kiln::test::make_tensor<D>(std::vector<float>{0.0f, 0.0f, 0.5f, -0.5f, 1.0f, 0.25f}, ext);
+  const knn::KLDivLoss kl{.reduction = knn::KLDivReduction::sum};
+  const auto terms = kl.unreduced(x, t).to_vector();
+  BOOST_TEST(terms[0] == 0.0f);
+  BOOST_TEST(std::isnan(terms[1]));
+  BOOST_TEST(terms[2] == 0.5f * (std::log(0.5f) + 0.5f), boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(std::isnan(terms[3]));
+  BOOST_TEST(terms[4] == 0.1f);
+  const auto g = kl.backward(x, t).to_vector();
+  const std::vector<float> g_want{-0.0f, -0.0f, -0.5f, 0.5f, -1.0f, -0.25f};
+  BOOST_TEST(g == g_want, boost::test_tools::per_element());
+  BOOST_TEST(std::signbit(g[0]));
+  const knn::KLDivLoss log_kl{.reduction = knn::KLDivReduction::sum, .log_target = true};
+  const auto log_terms = log_kl.unreduced(x, t).to_vector();
+  BOOST_TEST(log_terms[0] == 1.0f);  // e^0 (0 - (-1))
+  BOOST_TEST(log_terms[5] == std::exp(0.25f) * (0.25f + 0.7f), boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(log_kl.backward(x, t).to_vector()[3] == -std::exp(-0.5f), boost::test_tools::tolerance(1e-6f));
+
+  // The reductions of the same terms: mean over the elements, batchmean over the rows, sum; and their
+  // gradients' factors. A rank-0 input's batchmean is its sum (torch divides only where there is a size(0)).
+  const auto xv = kiln::test::random_values<float>(12, -3.0f, 0.0f, 74);
+  const auto tv = kiln::test::random_values<float>(12, 0.0f, 1.0f, 75);
+  const auto x4 = kiln::test::make_tensor<D>(xv, Extents<Pairs>(4));
+  const auto t4 = kiln::test::make_tensor<D>(tv, Extents<Pairs>(4));
+  using R = knn::KLDivReduction;
+  const float total = knn::KLDivLoss{.reduction = R::sum}(x4, t4).item();
+  BOOST_TEST(knn::KLDivLoss{.reduction = R::batchmean}(x4, t4).item() == total / 4, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(knn::KLDivLoss{}(x4, t4).item() == total / 12, boost::test_tools::tolerance(1e-6f));
+  const auto g_sum = knn::KLDivLoss{.reduction = R::sum}.backward(x4, t4).to_vector();
+  const auto g_batch = knn::KLDivLoss{.reduction = R::batchmean}.backward(x4, t4, 2.0).to_vector();
+  for (std::size_t i = 0; i < g_sum.size(); ++i) BOOST_TEST(g_batch[i] == g_sum[i] * 2 / 4, boost::test_tools::tolerance(1e-6f));
+  const auto x0 = kiln::test::make_tensor<D>(std::vector<float>{-0.5f}, Extents<Shape<>>{});
+  const auto t0 = kiln::test::make_tensor<D>(std::vector<float>{0.25f}, Extents<Shape<>>{});
+  BOOST_TEST(knn::KLDivLoss{.reduction = R::batchmean}(x0, t0).item() == knn::KLDivLoss{.reduction = R::sum}(x0, t0).item());
+  BOOST_TEST(knn::KLDivLoss{.reduction = R::batchmean}.backward(x0, t0).to_vector()[0] == -0.25f);
+  // An empty batch: batchmean is 0 / 0, NaN, as torch's.
+  const Tensor<float, Pairs, D> empty(Extents<Pairs>(0));
+  BOOST_TEST(std::isnan(knn::KLDivLoss{.reduction = R::batchmean}(empty, empty).item()));
+
+  // Half operands: the terms in fp32 from the halves' values, the gradient rounded to half once.
+  using H = kiln::half;
+  const auto x16 = kiln::test::make_tensor<D>(std::vector<H>{H(-0.25f), H(-3.0f), H(-1.5f)}, Extents<Pairs>(1));
+  const auto t16 = kiln::test::make_tensor<D>(std::vector<H>{H(0.125f), H(0.375f), H(0.5f)}, Extents<Pairs>(1));
+  const auto x32 = kiln::test::make_tensor<D>(std::vector<float>{-0.25f, -3.0f, -1.5f}, Extents<Pairs>(1));
+  const auto t32 = kiln::test::make_tensor<D>(std::vector<float>{0.125f, 0.375f, 0.5f}, Extents<Pairs>(1));
+  const auto terms16 = knn::KLDivLoss{}.unreduced(x16, t16);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(terms16)>, Tensor<float, Pairs, D>>);
+  BOOST_TEST(terms16.to_vector() == knn::KLDivLoss{}.unreduced(x32, t32).to_vector(), boost::test_tools::per_element());
+  BOOST_TEST(knn::KLDivLoss{.reduction = R::batchmean}(x16, t16).item() ==
+             knn::KLDivLoss{.reduction = R::batchmean}(x32, t32).item());
+  const auto g16 = knn::KLDivLoss{.log_target = true}.backward(x16, t16).to_vector();
+  const auto g32 = knn::KLDivLoss{.log_target = true}.backward(x32, t32).to_vector();
+  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(static_cast<float>(g16[i]) == static_cast<float>(H(g32[i])));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(gradients_match_finite_differences, D, kiln::test::devices) {
   using R = knn::Reduction;
   for (const auto reduction : {R::mean, R::sum}) {
@@ -165,6 +276,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bce_loss_clamps_its_logs_at_the_ends_as_torch, D, 
     });
     BOOST_CHECK_THROW((void)bce.backward(bad, t), kiln::ValueError);
     BOOST_CHECK_THROW((void)bce.unreduced(bad, t), kiln::ValueError);
+    // A scan large enough to run on every thread still names the first bad element.
+    std::vector<float> many(60000, 0.5f);
+    many[50000] = -1.0f;
+    many[40001] = 2.0f;
+    const auto large = kiln::test::make_tensor<D>(many, Extents<Pairs>(20000));
+    BOOST_CHECK_EXCEPTION((void)bce(large, large), kiln::ValueError, [](const kiln::ValueError& e) {
+      return std::string(e.what()).find("(element 40001 of input [20000, 3] is 2)") != std::string::npos;
+    });
   } else {
     const auto terms = bce.unreduced(bad, t).to_vector();
     const auto grad = bce.backward(bad, t).to_vector();
@@ -289,6 +408,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_and_shapes_are_refused, D, kiln::test:
   const auto dloss = kiln::test::make_tensor<D>(std::vector<float>(3, 1.0f), Extents<Pairs>(1));
   BOOST_CHECK_EXCEPTION((void)knn::HuberLoss{}.backward(x, y, dloss), kiln::ShapeError,
                         says("kiln::nn::HuberLoss: dloss [1, 3] must have the shape of pred [2, 3]"));
+  BOOST_CHECK_EXCEPTION((void)knn::KLDivLoss{.reduction = knn::KLDivReduction::batchmean}(x, z), kiln::ShapeError,
+                        says("kiln::nn::KLDivLoss: input [2, 3] and target [1, 3] must have the same shape"));
+  BOOST_CHECK_EXCEPTION((void)knn::KLDivLoss{}.backward(x, y, dloss), kiln::ShapeError,
+                        says("kiln::nn::KLDivLoss: dloss [1, 3] must have the shape of input [2, 3]"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,8 +1,10 @@
 // Learning-rate schedulers against torch 1.13's sequences (tests/parity/fixtures/schedulers.json):
 // StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR, CosineAnnealingWarmRestarts (T_mult 2
 // and 1), LinearWarmup alone (LinearLR) and before a cosine schedule (SequentialLR), 30 epochs from lr
-// 0.1, within 1e-7 relative; the optimizer holds each lr rounded to float. ReduceLROnPlateau over a metric curve (min/rel and max/abs with cooldown and
-// min_lr), NaN metrics, resuming from its state, a hand-set lr, and bad options.
+// 0.1, within 1e-7 relative; the optimizer holds each lr rounded to float. ReduceLROnPlateau over a
+// metric curve (min/rel and max/abs with cooldown and min_lr), NaN metrics, resuming from its state, a
+// hand-set lr, and bad options. OneCycleLR's lr and momentum (SGD's, Adam's beta1; cosine and
+// three-phase linear) step by step, its momentum turned on in an SGD without, and its errors.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +32,58 @@ const json& schedule(const std::string& name) {
     if (s.at("name") == name) return s;
   throw std::runtime_error("schedulers.json has no schedule " + name);
 }
+
+const json& one_cycle(const std::string& name) {
+  static const json j = parity::load("schedulers.json");
+  for (const auto& s : j.at("one_cycle"))
+    if (s.at("name") == name) return s;
+  throw std::runtime_error("schedulers.json has no one_cycle " + name);
+}
+
+/// OneCycleLR on `opt` built as the fixture says, stepped to total_steps: its lr and momentum against
+/// torch's at every step, and the optimizer's (the momentum, or Adam's beta1, as a float).
+template <class Opt>
+void check_one_cycle(Opt& opt, const json& want) {
+  kiln::optim::OneCycleOptions o;
+  o.pct_start = want.value("pct_start", o.pct_start);
+  if (want.value("anneal_strategy", std::string("cos")) == "linear") o.anneal_strategy = kiln::optim::AnnealStrategy::linear;
+  o.cycle_momentum = want.value("cycle_momentum", o.cycle_momentum);
+  o.base_momentum = want.value("base_momentum", o.base_momentum);
+  o.max_momentum = want.value("max_momentum", o.max_momentum);
+  o.div_factor = want.value("div_factor", o.div_factor);
+  o.final_div_factor = want.value("final_div_factor", o.final_div_factor);
+  o.three_phase = want.value("three_phase", o.three_phase);
+  kiln::optim::OneCycleLR sched(opt, want.at("max_lr").get<double>(), want.at("total_steps").get<std::int64_t>(), o);
+  const auto lr = want.at("lr").get<std::vector<double>>(), momentum = want.at("momentum").get<std::vector<double>>();
+  double worst = 0.0;
+  for (std::size_t k = 0; k < lr.size(); ++k) {
+    if (k > 0) {
+      opt.step();
+      sched.step();
+    }
+    BOOST_TEST_CONTEXT(want.at("name").get<std::string>() << " step " << k) {
+      const double rel = std::abs(sched.get_last_lr() - lr[k]) / std::abs(lr[k]);
+      BOOST_TEST(rel <= rtol, "lr " << sched.get_last_lr() << " vs torch " << lr[k]);
+      BOOST_TEST(opt.lr() == static_cast<float>(sched.get_last_lr()));
+      worst = std::max(worst, rel);
+      float m;
+      if constexpr (requires { opt.momentum(); }) m = opt.momentum();
+      else m = opt.betas().beta1;
+      BOOST_TEST(m == static_cast<float>(momentum[k]));
+      if (o.cycle_momentum) {
+        BOOST_TEST(sched.momentum_at(static_cast<std::int64_t>(k)) == momentum[k], boost::test_tools::tolerance(rtol));
+      }
+    }
+  }
+  BOOST_TEST_MESSAGE("parity schedulers: " << want.at("name").get<std::string>() << " max rel " << worst);
+}
+
+/// An optimizer with a learning rate and no momentum.
+struct LrOnly {
+  float lr_ = 0.1f;
+  float lr() const { return lr_; }
+  void set_lr(float lr) { lr_ = lr; }
+};
 
 const json& plateau(const std::string& name) {
   static const json j = parity::load("schedulers.json");
@@ -223,6 +277,71 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_lr_on_plateau_counts_nan_resumes_and_reads_
   BOOST_TEST(floor.get_last_lr() == 0.05);
   floor.step(1.0);
   BOOST_TEST(floor.get_last_lr() == 0.05);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_cycle_lr_matches_pytorch, D, kiln::test::devices) {
+  {
+    OneParameter<D> o;
+    kiln::optim::SGD<float, D> sgd(o.p, o.g, {.lr = 0.1f, .momentum = 0.9f});
+    check_one_cycle(sgd, one_cycle("one_cycle_sgd"));
+  }
+  {
+    Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(1)), g(Extents<Shape<dyn>>(1));
+    p.fill(1.0f);
+    g.fill(0.0f);
+    kiln::optim::Adam adam(p, g, {.lr = 0.1f});
+    check_one_cycle(adam, one_cycle("one_cycle_adam_three_phase_linear"));
+  }
+  OneParameter<D> o;
+  check_one_cycle(o.opt, one_cycle("one_cycle_no_momentum"));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_cycle_lr_turns_on_sgd_momentum_and_refuses_what_torch_does, D, kiln::test::devices) {
+  // An SGD without momentum: OneCycleLR sets 0.95, so the first step starts the buffer from the
+  // gradient (as torch's) and the second adds the momentum's share of it.
+  OneParameter<D> o;
+  o.g.fill(1.0f);
+  kiln::optim::OneCycleLR sched(o.opt, 0.1, 10);
+  BOOST_TEST(o.opt.momentum() == 0.95f);
+  const float lr0 = o.opt.lr();
+  o.opt.step();  // buf = g = 1
+  sched.step();
+  const float lr1 = o.opt.lr(), m1 = o.opt.momentum();
+  BOOST_TEST(m1 < 0.95f);
+  o.opt.step();  // buf = m1 buf + g
+  const float want = (1.0f - lr0 * 1.0f) - lr1 * (m1 * 1.0f + 1.0f);
+  BOOST_TEST(o.p.to_vector()[0] == want, boost::test_tools::tolerance(1e-6f));
+  BOOST_CHECK_THROW(o.opt.set_momentum(-0.5f), kiln::ValueError);
+
+  // Past total_steps (step 11 of 10), torch's message, which counts one step more.
+  for (int k = 1; k < 10; ++k) sched.step();
+  BOOST_CHECK_EXCEPTION(sched.step(), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()) ==
+           "kiln::optim::OneCycleLR: Tried to step 12 times. The specified number of total steps is 10";
+  });
+  // pct_start * total_steps = 1: the first phase has no steps (torch divides by zero).
+  const kiln::optim::OneCycleOptions tenth{.pct_start = 0.1};
+  BOOST_CHECK_THROW(kiln::optim::OneCycleLR(o.opt, 0.1, 10, tenth), kiln::ValueError);
+  BOOST_CHECK_THROW(kiln::optim::OneCycleLR(o.opt, 0.1, 0), kiln::ValueError);
+  const kiln::optim::OneCycleOptions beyond{.pct_start = 1.5};
+  BOOST_CHECK_EXCEPTION(kiln::optim::OneCycleLR(o.opt, 0.1, 10, beyond), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("Expected float between 0 and 1 pct_start, but got 1.5") != std::string::npos;
+  });
+  // An optimizer without a momentum: cycle_momentum must be off, as torch requires.
+  LrOnly plain;
+  BOOST_CHECK_EXCEPTION(kiln::optim::OneCycleLR(plain, 1.0, 10), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("optimizer must support momentum with `cycle_momentum` option enabled") !=
+           std::string::npos;
+  });
+  const kiln::optim::OneCycleOptions fixed{.cycle_momentum = false};
+  kiln::optim::OneCycleLR lr_only(plain, 1.0, 10, fixed);
+  BOOST_TEST(plain.lr() == 0.04f);  // max_lr / div_factor
+  // Adam's betas are checked as at construction.
+  Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(1)), g(Extents<Shape<dyn>>(1));
+  kiln::optim::AdamW adamw(p, g, {});
+  BOOST_CHECK_EXCEPTION(adamw.set_betas({1.0f, 0.999f}), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()) == "kiln::optim::AdamW: invalid beta1 1.000000; give 0 <= beta1 < 1";
+  });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_drive_adam_and_resume_at_an_epoch, D, kiln::test::devices) {

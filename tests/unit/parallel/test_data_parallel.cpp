@@ -2,9 +2,10 @@
 // device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5); an
 // uneven split (7 samples on 3 replicas, 2 on 3) is weighted so the summed gradient is the batch's; bf16
 // replicas follow one bf16 device; CrossEntropyLoss's (and NLLLoss's) ignored labels weigh each replica
-// by the rows that count; sum-reduced and label-smoothed losses, and probability targets, train like one
-// device; fp16 replicas step through one GradScaler like one fp16 device (skips counted once); an error
-// on a replica's thread reaches the caller.
+// by the rows that count; sum-reduced and label-smoothed losses, probability targets and KLDivLoss's
+// reductions train like one device; fp16 replicas step through one GradScaler like one fp16 device
+// (skips counted once); OneCycleLR drives every replica's optimizer; an error on a replica's thread
+// reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -178,6 +179,46 @@ BOOST_AUTO_TEST_CASE(probability_targets_train_like_one_device) {
   const double d = train_both<LeNet>(3, 5, Extents<Image>(7), soft, Extents<Shape<dyn, 10>>(7),
                                      knn::CrossEntropyLoss{.weight = weight, .label_smoothing = 0.1});
   BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(kl_divergence_trains_like_one_device) {
+  // KLDivLoss against probability rows: batchmean weighs each replica by its rows, sum by 1, mean by its
+  // rows too (C elements each), on an uneven split.
+  auto soft = kt::random_values<float>(7 * 10, 0.0f, 1.0f, 16);
+  for (std::size_t n = 0; n < 7; ++n) {
+    float s = 0;
+    for (std::size_t j = 0; j < 10; ++j) s += soft[n * 10 + j];
+    for (std::size_t j = 0; j < 10; ++j) soft[n * 10 + j] /= s;
+  }
+  using R = knn::KLDivReduction;
+  for (const auto reduction : {R::batchmean, R::sum, R::mean}) {
+    BOOST_TEST_CONTEXT("reduction " << static_cast<int>(reduction)) {
+      const double d = train_both<LeNet>(3, 5, Extents<Image>(7), soft, Extents<Shape<dyn, 10>>(7),
+                                         knn::KLDivLoss{.reduction = reduction});
+      BOOST_TEST(d <= 1e-5);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(schedulers_drive_every_replicas_optimizer) {
+  // The optimizers' bundle is an optimizer to a scheduler: OneCycleLR sets the lr and the momentum
+  // (SGD) or beta1 (Adam) of every replica.
+  DataParallel<Mlp, Row> dp(3, 1);
+  auto sgd = dp.make_optimizers([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.1f}); });
+  kiln::optim::OneCycleLR sgd_sched(sgd, 0.5, 20);
+  auto adam = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-3f}); });
+  kiln::optim::OneCycleLR adam_sched(adam, 0.01, 20);
+  for (int k = 0; k < 5; ++k) {
+    sgd_sched.step();
+    adam_sched.step();
+  }
+  for (int r = 0; r < dp.size(); ++r) {
+    BOOST_TEST(sgd.replica(r).lr() == static_cast<float>(sgd_sched.get_last_lr()));
+    BOOST_TEST(sgd.replica(r).momentum() == static_cast<float>(sgd_sched.momentum_at(5)));
+    BOOST_TEST(adam.replica(r).lr() == static_cast<float>(adam_sched.get_last_lr()));
+    BOOST_TEST(adam.replica(r).betas().beta1 == static_cast<float>(adam_sched.momentum_at(5)));
+  }
+  BOOST_TEST(sgd.momentum() < 0.95f);  // falling with the lr's rise
 }
 
 BOOST_AUTO_TEST_CASE(an_uneven_split_is_weighted_like_the_whole_batch) {
