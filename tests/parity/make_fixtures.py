@@ -446,6 +446,11 @@ def layers_fixture():
         layer_case("log_softmax", nn.LogSoftmax(dim=1), (4, 6), 22),
         layer_case("flatten", nn.Flatten(), (2, 3, 2, 2), 23),
         layer_case("dropout_eval", nn.Dropout(0.5), (4, 6), 24),
+        layer_case("silu", nn.SiLU(), (4, 6), 25),
+        layer_case("leaky_relu", nn.LeakyReLU(), (4, 6), 26),
+        layer_case("leaky_relu_0.2", nn.LeakyReLU(0.2), (4, 6), 27),
+        layer_case("elu", nn.ELU(), (4, 6), 28),
+        layer_case("elu_0.5", nn.ELU(alpha=0.5), (4, 6), 29),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

@@ -17,8 +17,10 @@ namespace kiln {
 /// so each is one entry, and the scalars are metadata:
 ///   Adam, AdamW   "optimizer.exp_avg", "optimizer.exp_avg_sq" (+ "optimizer.max_exp_avg_sq" with amsgrad);
 ///                 metadata "optimizer.step" (torch's state["step"])
-///   SGD           "optimizer.momentum_buffer" (with momentum); metadata "optimizer.momentum_initialized"
-///                 ("1" once a step has filled it)
+///   SGD           "optimizer.momentum_buffer" (with momentum, or where one was turned on since:
+///                 OneCycleLR); metadata "optimizer.momentum_initialized" ("1" once a step has filled it).
+///                 Loaded whatever the momentum is now; a state without it makes the next step start
+///                 the buffers from its gradient (torch: no momentum_buffer in the state)
 /// and "optimizer.type" (Adam, AdamW, SGD). The learning rate and hyperparameters are the program's (as
 /// torch's param_groups, they are set when the optimizer is made; a scheduler's epoch sets the lr).
 struct OptimizerState {
@@ -88,7 +90,7 @@ OptimizerState optimizer_state(const Opt& opt) {
     if (opt.options().amsgrad) detail::add_arena(s, "optimizer.max_exp_avg_sq", opt.max_exp_avg_sq());
     s.metadata["optimizer.step"] = std::to_string(opt.step_count());
   } else {
-    if (opt.options().momentum != 0.0f) {
+    if (!opt.momentum_buffer().empty()) {  // a momentum now, or one that was (OneCycleLR cycles it)
       detail::add_arena(s, "optimizer.momentum_buffer", opt.momentum_buffer());
       s.metadata["optimizer.momentum_initialized"] = opt.momentum_initialized() ? "1" : "0";
     }
@@ -123,11 +125,17 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
     if (vmax) detail::load_arena(opt.max_exp_avg_sq(), *vmax);
     opt.set_step_count(step);
   } else {
-    if (opt.options().momentum != 0.0f) {
+    // Buffers where the checkpoint has them, whatever the momentum is now (a scheduler may set it after
+    // loading); none (torch: no momentum_buffer in the state) and the next step starts them afresh.
+    if (entries.contains("optimizer.momentum_buffer") || metadata.contains("optimizer.momentum_initialized")) {
       const std::int64_t on = metadata_count(metadata, "optimizer.momentum_initialized", path);
-      const auto& buf = detail::entry_for(opt.momentum_buffer(), entries, "optimizer.momentum_buffer", path);
+      // (checked against the gradients, which the buffers match, before any buffer is made)
+      const auto& buf = detail::entry_for(opt.gradients(), entries, "optimizer.momentum_buffer", path);
+      opt.make_momentum_buffer();
       detail::load_arena(opt.momentum_buffer(), buf);
       opt.set_momentum_initialized(on != 0);
+    } else if (!opt.momentum_buffer().empty()) {
+      opt.set_momentum_initialized(false);
     }
   }
 }

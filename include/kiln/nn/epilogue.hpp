@@ -1,9 +1,10 @@
 /// Epilogues: the activation a Linear or Conv2d runs on its GEMM's result while it is still in cache.
 ///
-/// In a Sequential, `Linear<...>, ReLU` (or Conv2d followed by ReLU, Sigmoid, Tanh, GELU) runs as one
-/// layer: GEMM, then one pass that adds the bias and applies the activation; backward is one pass that
-/// applies the activation's derivative and reduces the bias gradient, then the GEMMs. The activation's
-/// module stays in the graph (summary, indices and state_dict names do not change) but does no work.
+/// In a Sequential, `Linear<...>, ReLU` (or Conv2d followed by ReLU, Sigmoid, Tanh, GELU, SiLU,
+/// LeakyReLU, ELU) runs as one layer: GEMM, then one pass that adds the bias and applies the
+/// activation; backward is one pass that applies the activation's derivative and reduces the bias
+/// gradient, then the GEMMs. The activation's module stays in the graph (summary, indices and
+/// state_dict names do not change) but does no work.
 #pragma once
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
@@ -68,6 +69,52 @@ struct Gelu {
     const A cdf = A(0.5) * (A(1) + ops::detail::erf_(z * A(0.70710678118654752440)));
     return dy * (cdf + z * A(0.39894228040143267794) * ops::detail::exp_(A(-0.5) * z * z));
   }
+};
+
+/// x sigmoid(x) = x / (1 + e^-x) (torch.nn.SiLU, "swish"); its derivative s (1 + x (1 - s)), s =
+/// sigmoid(x), needs the pre-activation.
+struct Silu {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return z / (A(1) + ops::detail::exp_(-z)); }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    const A s = A(1) / (A(1) + ops::detail::exp_(-z));
+    return dy * s * (A(1) + z * (A(1) - s));
+  }
+};
+
+/// z where z > 0, else Slope z (torch.nn.LeakyReLU(negative_slope)); the gradient Slope at 0 and at NaN,
+/// as torch's. A positive slope keeps the sign, so the output tells the branch; otherwise the
+/// pre-activation is kept.
+template <float Slope>
+struct LeakyRelu {
+  static constexpr bool saves_output = Slope > 0.0f;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return z > A(0) ? z : z * A(Slope); }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A s) { return s > A(0) ? dy : dy * A(Slope); }
+};
+
+/// z where z > 0, else Alpha (e^z - 1) (torch.nn.ELU(alpha), through expm1); its gradient Alpha e^z
+/// from the pre-activation (as torch's, which does not go through the output: y + Alpha would lose the
+/// gradient's digits for very negative z), dy at NaN.
+template <float Alpha>
+struct Elu {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return z <= A(0) ? A(Alpha) * expm1_(z) : z; }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    return z <= A(0) ? dy * A(Alpha) * ops::detail::exp_(z) : dy;
+  }
+
+ private:
+  KILN_HOST_DEVICE KILN_FORCEINLINE static float expm1_(float x) { return ::expm1f(x); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE static double expm1_(double x) { return ::expm1(x); }
 };
 
 }  // namespace kiln::nn::epilogue

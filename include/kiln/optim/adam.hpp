@@ -306,12 +306,10 @@ class AdamBase {
   }
   const Options& options() const { return o_; }
   const AdamBetas& betas() const { return o_.betas; }
-  /// New decay rates for the next steps (OneCycleLR cycles beta1; torch's param_group['betas']); the bias
-  /// corrections use them, as torch's. A captured step replays the betas it was captured with.
-  void set_betas(AdamBetas betas) {
-    check_betas(betas, Decoupled ? "AdamW" : "Adam");
-    o_.betas = betas;
-  }
+  /// New decay rates for the next steps (OneCycleLR cycles beta1): a write to torch's
+  /// param_group['betas'], unchecked as that is; the bias corrections use them, as torch's. A captured
+  /// step replays the betas it was captured with.
+  void set_betas(AdamBetas betas) { o_.betas = betas; }
   /// torch's checks of betas (a NaN is refused too).
   static void check_betas(AdamBetas b, const std::string& who) {
     if (!(b.beta1 >= 0.0f && b.beta1 < 1.0f))

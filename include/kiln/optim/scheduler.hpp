@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -255,6 +256,10 @@ class LinearWarmup : public detail::LRScheduler<Opt, LinearWarmup<Opt, Then>> {
   static constexpr bool wraps = !std::is_void_v<Then>;
   struct Nothing {};
   using then_type = std::conditional_t<wraps, Then, Nothing>;
+  // >>> Stopped here? OneCycleLR warms up by itself (pct_start, div_factor), and sets the momentum too. <<<
+  static_assert(!requires(then_type& t) { t.apply_momentum(std::int64_t{}); },
+                "kiln::optim::LinearWarmup: a schedule that sets the momentum (OneCycleLR) cannot be wrapped; "
+                "OneCycleLR's first phase is its warm-up");
 
  public:
   /// Warm-up, then constant base_lr.
@@ -336,9 +341,11 @@ class OneCycleLR : public detail::LRScheduler<Opt, OneCycleLR<Opt>> {
     if (total_steps <= 0)
       throw ValueError("kiln::optim::OneCycleLR: Expected positive integer total_steps, but got " +
                        std::to_string(total_steps));
-    if (!(o_.pct_start >= 0.0 && o_.pct_start <= 1.0))
-      throw ValueError("kiln::optim::OneCycleLR: Expected float between 0 and 1 pct_start, but got " +
-                       std::to_string(o_.pct_start));
+    if (!(o_.pct_start >= 0.0 && o_.pct_start <= 1.0)) {
+      std::ostringstream text;
+      text << "kiln::optim::OneCycleLR: Expected float between 0 and 1 pct_start, but got " << o_.pct_start;
+      throw ValueError(text.str());
+    }
     if (o_.cycle_momentum && !momentum_optimizer<Opt>)
       throw ValueError("kiln::optim::OneCycleLR: optimizer must support momentum with `cycle_momentum` option "
                        "enabled (SGD's momentum, Adam's betas); give {.cycle_momentum = false}");

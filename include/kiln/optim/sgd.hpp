@@ -208,17 +208,27 @@ class SGD {
   }
   const SGDOptions& options() const { return o_; }
   float momentum() const { return o_.momentum; }
-  /// A new momentum for the next steps (OneCycleLR cycles it; torch's param_group['momentum']). Turned
-  /// on where the optimizer had none, the buffers start from the next step's gradient, as torch's. A
-  /// captured step replays the momentum it was captured with.
+  /// A new momentum for the next steps (OneCycleLR cycles it): a write to torch's
+  /// param_group['momentum'], unchecked as that is. Turned on where the optimizer had none, the buffers
+  /// are made and the next step starts them from its gradient, as torch's. A captured step replays the
+  /// momentum it was captured with; a capturable SGD built without a momentum cannot turn one on (a
+  /// ValueError: its graphs and device flags were made without the buffers).
   void set_momentum(float momentum) {
-    if (!(momentum >= 0.0f))
-      throw ValueError("kiln::optim::SGD: invalid momentum " + std::to_string(momentum) + "; give momentum >= 0");
-    if (momentum != 0.0f && buf_.numel() != p_.numel()) {
-      buf_ = arena_type(p_.extents(), p_.device_index());
-      set_momentum_initialized(false);
+    if (momentum != 0.0f && buf_.empty()) {
+      if (o_.capturable)
+        throw ValueError("kiln::optim::SGD: a capturable SGD built without a momentum cannot turn one on; build "
+                         "it with the momentum it will use ({.momentum = 0.9f, .capturable = true})");
+      make_momentum_buffer();
     }
     o_.momentum = momentum;
+  }
+  /// Makes the momentum buffers (zeros, not yet filled by a step) where there are none: a checkpoint's
+  /// buffers load into them whatever the momentum is now.
+  void make_momentum_buffer() {
+    if (!buf_.empty() || p_.numel() == 0) return;
+    buf_ = arena_type(p_.extents(), p_.device_index());
+    buf_.fill(M(0));
+    set_momentum_initialized(false);
   }
   /// The momentum buffers (torch's state["momentum_buffer"]; empty without momentum), for checkpoints.
   arena_type& momentum_buffer() { return buf_; }

@@ -1,4 +1,5 @@
-// Epilogue fusion: in a Sequential, Linear or Conv2d followed by ReLU, Sigmoid, Tanh or GELU runs as one
+// Epilogue fusion: in a Sequential, Linear or Conv2d followed by ReLU, Sigmoid, Tanh, GELU, SiLU,
+// LeakyReLU or ELU runs as one
 // layer (GEMM + one pass; backward: one pass + the GEMMs). The fused pairs match finite differences in
 // float64 and the unfused modules run one by one; a Linear-ReLU step has a fixed number of passes; with
 // fusion switched off (kiln::Unfused) the pairs run as separate layers and give the same results.
@@ -68,6 +69,14 @@ BOOST_AUTO_TEST_CASE(linear_and_conv_fuse_the_activation_that_follows) {
   BOOST_TEST(s.find("ReLU() [fused into 0]") != std::string::npos, s);
   BOOST_TEST(s.find("GELU(approximate='none') [fused into 4]") != std::string::npos, s);
   BOOST_TEST(s.find("Tanh() [fused") == std::string::npos, s);
+  using More = knn::Sequential<knn::Linear<4, 4>, knn::SiLU, knn::Linear<4, 4>, knn::LeakyReLU<0.2f>, knn::Linear<4, 4>,
+                               knn::ELU<>, knn::SiLU>;
+  using MM = More::module<Shape<dyn, 4>, kiln::Policy<>>;
+  static_assert(MM::fused_with_next<0> && MM::fused_with_next<2> && MM::fused_with_next<4>);
+  static_assert(!MM::fused_into_previous<6>);  // SiLU after ELU: on its own
+  knn::Model<More, Shape<dyn, 4>> more;
+  const std::string t = more.summary(2);
+  BOOST_TEST(t.find("LeakyReLU(negative_slope=0.2) [fused into 2]") != std::string::npos, t);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(fused_linear_backward_matches_numeric, D, kiln::test::devices) {
@@ -79,6 +88,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fused_linear_backward_matches_numeric, D, kiln::te
       Extents<Shape<dyn, 6>>(4), -2, 2, 0, 23);
   kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::Tanh, knn::Linear<5, 2>>, Shape<dyn, 6>, D>(
       Extents<Shape<dyn, 6>>(4), -2, 2, 0, 24);
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::SiLU>, Shape<dyn, 6>, D>(
+      Extents<Shape<dyn, 6>>(4), -2, 2, 0, 25);
+  // A negative slope keeps the pre-activation (the output's sign no longer tells the branch).
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::LeakyReLU<-0.5f>>, Shape<dyn, 6>, D>(
+      Extents<Shape<dyn, 6>>(4), -2, 2, 0, 26);
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5, false>, knn::ELU<0.5f>>, Shape<dyn, 6>, D>(
+      Extents<Shape<dyn, 6>>(4), -2, 2, 0, 27);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(fused_conv_backward_matches_numeric, D, kiln::test::devices) {
@@ -89,6 +105,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fused_conv_backward_matches_numeric, D, kiln::test
                                                                                                  2, 0, 33);
   kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 4, 3, 3, 2>, knn::Sigmoid>, In, D>(Extents<In>(2), -2, 2,
                                                                                               0, 34);
+  kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::ELU<>>, In, D>(Extents<In>(2), -2, 2, 0, 35);
+  kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::LeakyReLU<>>, In, D>(Extents<In>(2), -2, 2,
+                                                                                                 0, 36);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(fused_pairs_match_the_modules_run_one_by_one, D, kiln::test::devices) {
@@ -99,6 +118,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fused_pairs_match_the_modules_run_one_by_one, D, k
   using Img = Shape<dyn, 3, 12, 10>;
   check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 5>, knn::ReLU>, Img, D>(Extents<Img>(5), 43);
   check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 3, 2, 1>, knn::GELU>, Img, D>(Extents<Img>(5), 44);
+  check_fused_matches_unfused<knn::Sequential<knn::Linear<13, 16>, knn::SiLU>, Shape<dyn, 13>, D>(
+      Extents<Shape<dyn, 13>>(33), 45);
+  check_fused_matches_unfused<knn::Sequential<knn::Linear<13, 16>, knn::LeakyReLU<0.2f>>, Shape<dyn, 13>, D>(
+      Extents<Shape<dyn, 13>>(33), 46);
+  check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 5>, knn::ELU<>>, Img, D>(Extents<Img>(5), 47);
 }
 
 namespace {

@@ -1,6 +1,7 @@
-// Layer gradients: every backward (Linear with and without bias, ReLU, Sigmoid, Tanh, Flatten, a whole
-// Sequential, MSELoss mean, sum and unreduced) matches central finite differences in float64, w.r.t. the input and every
-// parameter of the model's arena (perturbed through a host copy).
+// Layer gradients: every backward (Linear with and without bias, ReLU, Sigmoid, Tanh, SiLU, LeakyReLU,
+// ELU, Flatten, a whole Sequential, MSELoss mean, sum and unreduced) matches central finite differences
+// in float64, w.r.t. the input and every parameter of the model's arena (perturbed through a host copy).
+// torch's values at 0 and NaN for ReLU, LeakyReLU and ELU; the names in a summary.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -76,6 +77,50 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sigmoid_backward_matches_numeric, D, kiln::test::d
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(tanh_backward_matches_numeric, D, kiln::test::devices) {
   check_model_gradients<knn::Sequential<knn::Tanh>, Shape<dyn, 3, 5>, D>(Extents<Shape<dyn, 3, 5>>(3), -3, 3, 0, 15);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(silu_leaky_relu_and_elu_backward_match_numeric, D, kiln::test::devices) {
+  using In = Shape<dyn, 3, 5>;
+  check_model_gradients<knn::Sequential<knn::SiLU>, In, D>(Extents<In>(3), -4, 4, 0, 51);
+  check_model_gradients<knn::Sequential<knn::LeakyReLU<>>, In, D>(Extents<In>(3), -2, 2, 0.05, 52);
+  check_model_gradients<knn::Sequential<knn::LeakyReLU<-0.5f>>, In, D>(Extents<In>(3), -2, 2, 0.05, 53);
+  check_model_gradients<knn::Sequential<knn::ELU<>>, In, D>(Extents<In>(3), -3, 3, 0.05, 54);
+  check_model_gradients<knn::Sequential<knn::ELU<0.5f>>, In, D>(Extents<In>(3), -3, 3, 0.05, 55);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(leaky_relu_and_elu_at_zero_and_nan_as_torch, D, kiln::test::devices) {
+  // torch 1.13 at x = [nan, 0, -0, 1, -2, 3] with dy = 1: LeakyReLU(0.2)'s gradient is 0.2 at 0 and at
+  // NaN (x > 0 is false); ELU's is alpha e^0 = alpha at 0 and 1 at NaN (x <= 0 is false).
+  using P = kiln::Policy<kiln::Fp32, D>;
+  using S = Shape<dyn, 3>;
+  const auto x = kt::make_tensor<D>(std::vector<float>{NAN, 0.0f, -0.0f, 1.0f, -2.0f, 3.0f}, Extents<S>(2));
+  const auto ones = kt::make_tensor<D>(std::vector<float>(6, 1.0f), Extents<S>(2));
+  knn::Model<knn::Sequential<knn::LeakyReLU<0.2f>>, S, P> leaky(0);
+  const auto y = leaky.forward(x).to_vector();
+  BOOST_TEST(std::isnan(y[0]));
+  BOOST_TEST((y[1] == 0.0f && y[3] == 1.0f && y[4] == -2.0f * 0.2f && y[5] == 3.0f));
+  const auto g = leaky.backward_input(ones).to_vector();
+  BOOST_TEST(g == (std::vector<float>{0.2f, 0.2f, 0.2f, 1.0f, 0.2f, 1.0f}), boost::test_tools::per_element());
+  knn::Model<knn::Sequential<knn::ELU<0.5f>>, S, P> elu(0);
+  const auto e = elu.forward(x).to_vector();
+  BOOST_TEST(std::isnan(e[0]));
+  BOOST_TEST((e[1] == 0.0f && e[3] == 1.0f && e[5] == 3.0f));
+  BOOST_TEST(e[4] == 0.5f * std::expm1(-2.0f), boost::test_tools::tolerance(1e-6f));
+  const auto ge = elu.backward_input(ones).to_vector();
+  BOOST_TEST((ge[0] == 1.0f && ge[1] == 0.5f && ge[2] == 0.5f && ge[3] == 1.0f && ge[5] == 1.0f));
+  BOOST_TEST(ge[4] == 0.5f * std::exp(-2.0f), boost::test_tools::tolerance(1e-6f));
+  // A very negative input: the gradient alpha e^x from the input keeps its digits (from the output,
+  // y + alpha would be 0 in float).
+  knn::Model<knn::Sequential<knn::ELU<>>, Shape<dyn, 1>, P> far(0);
+  (void)far.forward(kt::make_tensor<D>(std::vector<float>{-30.0f}, Extents<Shape<dyn, 1>>(1)));
+  const auto gf = far.backward_input(kt::make_tensor<D>(std::vector<float>{1.0f}, Extents<Shape<dyn, 1>>(1)));
+  BOOST_TEST(gf.to_vector()[0] == std::exp(-30.0f), boost::test_tools::tolerance(1e-6f));
+  // Their names, as torch prints the modules.
+  knn::Model<knn::Sequential<knn::SiLU, knn::LeakyReLU<>, knn::LeakyReLU<0.2f>, knn::ELU<>, knn::ELU<0.5f>>, S, P> all(0);
+  const std::string s = all.summary(2);
+  for (const char* name : {"SiLU()", "LeakyReLU(negative_slope=0.01)", "LeakyReLU(negative_slope=0.2)", "ELU(alpha=1.0)",
+                           "ELU(alpha=0.5)"})
+    BOOST_TEST(s.find(name) != std::string::npos, name << " in\n" << s);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(flatten_backward_matches_numeric_for_rank_4_input, D, kiln::test::devices) {

@@ -1,7 +1,8 @@
 // Optimizer state in checkpoints (kiln/io/optimizer_state.hpp): SGD (momentum, Nesterov, capturable),
 // Adam (amsgrad, capturable) and AdamW stopped after 3 steps, saved to a safetensors file and restored
 // into a fresh optimizer continue bit for bit as if they had never stopped, as torch's
-// optimizer.load_state_dict does. A restored SGD momentum buffer is used, not restarted from the gradient.
+// optimizer.load_state_dict does. A restored SGD momentum buffer is used, not restarted from the gradient;
+// one turned on after construction (OneCycleLR) goes through too.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -114,6 +115,54 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next
   opt.step();  // buf = g = 1; p = -3 - 1
   BOOST_TEST(p.to_vector()[0] == -4.0f);
   BOOST_TEST(opt.momentum_initialized());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_later_goes_through_a_checkpoint, D, kiln::test::devices) {
+  // An SGD built without a momentum, which OneCycleLR turns on (set_momentum): 3 steps, a checkpoint,
+  // a fresh SGD without a momentum restored from it (before or after its momentum is set again), 2
+  // more steps: as 5 in one go. A state without buffers makes the next step start them afresh.
+  using Sgd = kiln::optim::SGD<float, D>;
+  const kiln::optim::SGDOptions o{.lr = 0.1f, .dampening = 0.5f};
+  const auto start = kt::random_values<float>(n, -1, 1, 698);
+  auto pa = arena<D>(start);
+  Tensor<float, Shape<dyn>, D> ga(n);
+  Sgd a(pa, ga, o);
+  a.set_momentum(0.9f);
+  steps(a, ga, 0, 5);
+  for (const bool load_first : {true, false}) {
+    BOOST_TEST_CONTEXT((load_first ? "loaded, then the momentum set" : "the momentum set, then loaded")) {
+      auto pb = arena<D>(start);
+      Tensor<float, Shape<dyn>, D> gb(n);
+      Sgd b(pb, gb, o);
+      b.set_momentum(0.9f);
+      steps(b, gb, 0, 3);
+      b.set_momentum(0.0f);  // a checkpoint taken where the schedule's momentum is 0 keeps the buffers
+      const auto state = kiln::optimizer_state(b);
+      BOOST_TEST(state.entries.contains("optimizer.momentum_buffer"));
+      auto pc = arena<D>(pb.to_vector());
+      Tensor<float, Shape<dyn>, D> gc(n);
+      Sgd c(pc, gc, o);
+      if (!load_first) c.set_momentum(0.9f);
+      kiln::load_optimizer_state(c, state.entries, state.metadata, "ckpt.safetensors");
+      if (load_first) c.set_momentum(0.9f);
+      BOOST_TEST(c.momentum_initialized());
+      steps(c, gc, 3, 5);
+      BOOST_TEST(pc.to_vector() == pa.to_vector(), boost::test_tools::per_element());
+    }
+  }
+  // No buffers in the state: the next step starts them from its gradient (buf = g, not (1 - 0.5) g).
+  auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
+  auto g = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 1.0f));
+  Sgd plain(p, g, o);
+  const auto none = kiln::optimizer_state(plain);
+  BOOST_TEST(!none.entries.contains("optimizer.momentum_buffer"));
+  Sgd later(p, g, {.lr = 1.0f, .momentum = 0.5f, .dampening = 0.5f});
+  later.step();
+  kiln::load_optimizer_state(later, none.entries, none.metadata, "ckpt.safetensors");
+  BOOST_TEST(!later.momentum_initialized());
+  const float before = p.to_vector()[0];
+  later.step();
+  BOOST_TEST(p.to_vector()[0] == before - 1.0f);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(another_optimizers_state_is_refused_with_what_it_is, D, kiln::test::devices) {
