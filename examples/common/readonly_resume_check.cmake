@@ -26,8 +26,6 @@ if(NOT EXISTS "${_checkpoint}")
   message(FATAL_ERROR "the first run wrote no checkpoint (exit ${_status}):\n${_out}${_err}")
 endif()
 file(SHA256 "${_checkpoint}" _before)
-# Read-only for everyone: r-x.
-file(CHMOD "${_folder}" DIRECTORY_PERMISSIONS OWNER_READ OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 
 set(_as "")
 execute_process(COMMAND id -u OUTPUT_VARIABLE _uid OUTPUT_STRIP_TRAILING_WHITESPACE)
@@ -45,9 +43,12 @@ if(_uid STREQUAL "0")
   endif()
 endif()
 
+# Read-only for everyone (r-x), once nothing can skip: a skipped run leaves the folder as it was.
+file(CHMOD "${_folder}" DIRECTORY_PERMISSIONS OWNER_READ OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+
 execute_process(COMMAND ${_as} "${PROGRAM}" --data "${DATA}" --device cpu --epochs 4 --checkpoint "${_checkpoint}"
                         --resume
-                RESULT_VARIABLE _status OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+                RESULT_VARIABLE _status OUTPUT_VARIABLE _out ERROR_VARIABLE _err TIMEOUT 90)
 file(CHMOD "${_folder}" DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
      WORLD_READ WORLD_EXECUTE)
 file(SHA256 "${_checkpoint}" _after)

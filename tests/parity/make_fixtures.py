@@ -27,9 +27,10 @@ mlp.json
   output          tensor  [8, 1]   model(input)
   loss            float   MSELoss()(output, target) (mean reduction)
   grad            {name: tensor}   every parameter's .grad after loss.backward() from the initial state
-  optimizers      [ {name: str, type: "SGD" | "Adam" | "AdamW",
+  optimizers      [ {name: str, type: "SGD" | "Adam" | "AdamW" | "RMSprop",
                      options: {lr, momentum, dampening, weight_decay, nesterov} for SGD,
                               {lr, betas: [b1, b2], eps, weight_decay, amsgrad} for Adam/AdamW,
+                              {lr, alpha, eps, weight_decay, momentum, centered} for RMSprop,
                      steps: 3,
                      parameters: {name: tensor}} ]
                   each run starts from state_dict and repeats `steps` times, on the same batch:
@@ -236,6 +237,9 @@ def mlp_fixture():
         ("adamw", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False)),
         ("adam_l2_amsgrad", "Adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-8, weight_decay=1e-2, amsgrad=True)),
         ("adamw_amsgrad", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=True)),
+        ("rmsprop", "RMSprop", dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False)),
+        ("rmsprop_centered_momentum_l2", "RMSprop",
+         dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=1e-2, momentum=0.9, centered=True)),
     ]
     optimizers = optimizer_runs(make_mlp, initial, configs, loss_fn, x, target)
 

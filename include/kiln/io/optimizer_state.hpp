@@ -17,11 +17,13 @@ namespace kiln {
 /// so each is one entry, and the scalars are metadata:
 ///   Adam, AdamW   "optimizer.exp_avg", "optimizer.exp_avg_sq" (+ "optimizer.max_exp_avg_sq" with amsgrad);
 ///                 metadata "optimizer.step" (torch's state["step"])
+///   RMSprop       "optimizer.square_avg" (+ "optimizer.grad_avg" centered, "optimizer.momentum_buffer"
+///                 where there is one); metadata "optimizer.step"
 ///   SGD           "optimizer.momentum_buffer" (with momentum, or where one was turned on since:
 ///                 OneCycleLR); metadata "optimizer.momentum_initialized" ("1" once a step has filled it).
 ///                 Loaded whatever the momentum is now; a state without it makes the next step start
 ///                 the buffers from its gradient (torch: no momentum_buffer in the state)
-/// and "optimizer.type" (Adam, AdamW, SGD). The learning rate and hyperparameters are the program's (as
+/// and "optimizer.type" (Adam, AdamW, RMSprop, SGD). The learning rate and hyperparameters are the program's (as
 /// torch's param_groups, they are set when the optimizer is made; a scheduler's epoch sets the lr).
 struct OptimizerState {
   std::map<std::string, SafetensorsEntry> entries;
@@ -41,10 +43,18 @@ concept sgd_like = requires(const Opt& o) {
   o.momentum_buffer();
   o.momentum_initialized();
 };
+template <class Opt>
+concept rmsprop_like = requires(const Opt& o) {
+  o.square_avg();
+  o.grad_avg();
+  o.momentum_buffer();
+  o.step_count();
+};
 
 template <class Opt>
 std::string optimizer_type() {
   if constexpr (adam_like<Opt>) return Opt::decoupled_weight_decay ? "AdamW" : "Adam";
+  else if constexpr (rmsprop_like<Opt>) return "RMSprop";
   else return "SGD";
 }
 
@@ -78,16 +88,22 @@ void load_arena(Arena& a, const SafetensorsEntry& e) {
 
 }  // namespace detail
 
-/// The state of `opt` (Adam, AdamW or SGD) as entries and metadata (copies from the device).
+/// The state of `opt` (Adam, AdamW, RMSprop or SGD) as entries and metadata (copies from the device).
 template <class Opt>
 OptimizerState optimizer_state(const Opt& opt) {
-  static_assert(detail::adam_like<Opt> || detail::sgd_like<Opt>, "kiln::optimizer_state: Adam, AdamW or SGD");
+  static_assert(detail::adam_like<Opt> || detail::rmsprop_like<Opt> || detail::sgd_like<Opt>,
+                "kiln::optimizer_state: Adam, AdamW, RMSprop or SGD");
   OptimizerState s;
   s.metadata["optimizer.type"] = detail::optimizer_type<Opt>();
   if constexpr (detail::adam_like<Opt>) {
     detail::add_arena(s, "optimizer.exp_avg", opt.exp_avg());
     detail::add_arena(s, "optimizer.exp_avg_sq", opt.exp_avg_sq());
     if (opt.options().amsgrad) detail::add_arena(s, "optimizer.max_exp_avg_sq", opt.max_exp_avg_sq());
+    s.metadata["optimizer.step"] = std::to_string(opt.step_count());
+  } else if constexpr (detail::rmsprop_like<Opt>) {
+    detail::add_arena(s, "optimizer.square_avg", opt.square_avg());
+    if (!opt.grad_avg().empty()) detail::add_arena(s, "optimizer.grad_avg", opt.grad_avg());
+    if (!opt.momentum_buffer().empty()) detail::add_arena(s, "optimizer.momentum_buffer", opt.momentum_buffer());
     s.metadata["optimizer.step"] = std::to_string(opt.step_count());
   } else {
     if (!opt.momentum_buffer().empty()) {  // a momentum now, or one that was (OneCycleLR cycles it)
@@ -104,7 +120,8 @@ OptimizerState optimizer_state(const Opt& opt) {
 template <class Opt>
 void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
                           const std::map<std::string, std::string>& metadata, const std::string& path) {
-  static_assert(detail::adam_like<Opt> || detail::sgd_like<Opt>, "kiln::load_optimizer_state: Adam, AdamW or SGD");
+  static_assert(detail::adam_like<Opt> || detail::rmsprop_like<Opt> || detail::sgd_like<Opt>,
+                "kiln::load_optimizer_state: Adam, AdamW, RMSprop or SGD");
   const auto type = metadata.find("optimizer.type");
   const std::string expected = detail::optimizer_type<Opt>();
   if (type == metadata.end() || type->second != expected)
@@ -123,6 +140,25 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
     detail::load_arena(opt.exp_avg(), m);
     detail::load_arena(opt.exp_avg_sq(), v);
     if (vmax) detail::load_arena(opt.max_exp_avg_sq(), *vmax);
+    opt.set_step_count(step);
+  } else if constexpr (detail::rmsprop_like<Opt>) {
+    // As torch's: the centred average where the optimizer is centred; the momentum buffers where the
+    // checkpoint has them (a momentum turned on later starts from zeros, torch's initial state).
+    const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
+    const auto& v = detail::entry_for(opt.square_avg(), entries, "optimizer.square_avg", path);
+    const SafetensorsEntry* m =
+        opt.options().centered ? &detail::entry_for(opt.gradients(), entries, "optimizer.grad_avg", path) : nullptr;
+    const SafetensorsEntry* b = entries.contains("optimizer.momentum_buffer")
+                                    ? &detail::entry_for(opt.gradients(), entries, "optimizer.momentum_buffer", path)
+                                    : nullptr;
+    detail::load_arena(opt.square_avg(), v);
+    if (m) detail::load_arena(opt.grad_avg(), *m);
+    if (b) {
+      opt.make_momentum_buffer();
+      detail::load_arena(opt.momentum_buffer(), *b);
+    } else if (!opt.momentum_buffer().empty()) {
+      opt.momentum_buffer().fill(0.0f);
+    }
     opt.set_step_count(step);
   } else {
     // Buffers where the checkpoint has them, whatever the momentum is now (a scheduler may set it after

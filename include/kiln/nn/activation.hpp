@@ -1,7 +1,5 @@
 /// Activations: ReLU, Sigmoid, Tanh, SiLU, LeakyReLU, ELU — elementwise, shape-preserving, no parameters.
 #pragma once
-#include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -88,15 +86,6 @@ struct EpilogueDerivative {
   }
 };
 
-/// A number as Python prints a float (torch's module reprs): %g, with ".0" on an integer.
-inline std::string python_float(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  std::string s = buf;
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
-
 /// An activation layer that runs epilogue E (nn/epilogue.hpp) on its own: one pass forward, one
 /// backward, keeping E's output or input as its derivative needs. After a Linear or Conv2d in a
 /// Sequential it runs inside that layer's epilogue instead (epilogue_of). Named::repr() is its name.
@@ -152,14 +141,15 @@ struct SiLU : detail::PointwiseActivation<epilogue::Silu, SiLU> {
   static std::string repr() { return "SiLU()"; }
 };
 /// x where x > 0, else NegativeSlope x: torch.nn.LeakyReLU(negative_slope=0.01), the slope a template
-/// argument as Dropout's p (`LeakyReLU<0.2f>`). Shapes: any -> the same.
-template <float NegativeSlope = 0.01f>
+/// argument (`LeakyReLU<0.2>`; a double, as torch's Python float, rounded to float for fp32 and 16-bit
+/// models as torch rounds it). Shapes: any -> the same.
+template <double NegativeSlope = 0.01>
 struct LeakyReLU : detail::PointwiseActivation<epilogue::LeakyRelu<NegativeSlope>, LeakyReLU<NegativeSlope>> {
   static std::string repr() { return "LeakyReLU(negative_slope=" + detail::python_float(NegativeSlope) + ")"; }
 };
-/// x where x > 0, else Alpha (e^x - 1): torch.nn.ELU(alpha=1.0), `ELU<>` or `ELU<0.5f>`. Shapes: any ->
+/// x where x > 0, else Alpha (e^x - 1): torch.nn.ELU(alpha=1.0), `ELU<>` or `ELU<0.5>`. Shapes: any ->
 /// the same.
-template <float Alpha = 1.0f>
+template <double Alpha = 1.0>
 struct ELU : detail::PointwiseActivation<epilogue::Elu<Alpha>, ELU<Alpha>> {
   static std::string repr() { return "ELU(alpha=" + detail::python_float(Alpha) + ")"; }
 };
@@ -181,11 +171,11 @@ template <>
 struct epilogue_of<SiLU> {
   using type = epilogue::Silu;
 };
-template <float NegativeSlope>
+template <double NegativeSlope>
 struct epilogue_of<LeakyReLU<NegativeSlope>> {
   using type = epilogue::LeakyRelu<NegativeSlope>;
 };
-template <float Alpha>
+template <double Alpha>
 struct epilogue_of<ELU<Alpha>> {
   using type = epilogue::Elu<Alpha>;
 };

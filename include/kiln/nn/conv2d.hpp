@@ -32,7 +32,8 @@ namespace kiln::nn {
 /// CPU: one GEMM per image, [Out, In K K] x [In K K, Ho Wo], columns built in cache and the result written
 /// NCHW (nn/detail/conv_cpu.hpp). CUDA: cuDNN (backend/cuda/cudnn.hpp; without cuDNN, im2col and one
 /// cuBLAS GEMM over the batch, [Out, In K K] x [In K K, N Ho Wo]).
-/// Followed by ReLU, Sigmoid, Tanh or GELU in a Sequential, the bias and the activation are one epilogue.
+/// Followed by ReLU, Sigmoid, Tanh, GELU, SiLU, LeakyReLU or ELU in a Sequential, the bias and the
+/// activation are one epilogue.
 /// Example:  kiln::nn::Sequential<kiln::nn::Conv2d<3, 6, 5>, kiln::nn::ReLU, kiln::nn::MaxPool2d<2>, ...>
 template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, bool Bias = true>
 struct Conv2d {

@@ -1,7 +1,6 @@
 /// Dropout: zeroes each element with probability P in training and scales the rest by 1 / (1 - P).
 #pragma once
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -59,11 +58,7 @@ struct Dropout {
     using typename detail::parameter_free<S, S, Pol>::D;
 
     void reset_parameters(Generator& g) { seed_ = g(); }  // the mask's seed: the model's, in layer order
-    std::string name() const {
-      char buf[48];
-      std::snprintf(buf, sizeof buf, "Dropout(p=%g)", static_cast<double>(P));
-      return buf;
-    }
+    std::string name() const { return "Dropout(p=" + detail::python_float(P) + ")"; }
 
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       active_ = ctx.training && P > 0.0f;

@@ -88,9 +88,9 @@ struct Silu {
 /// z where z > 0, else Slope z (torch.nn.LeakyReLU(negative_slope)); the gradient Slope at 0 and at NaN,
 /// as torch's. A positive slope keeps the sign, so the output tells the branch; otherwise the
 /// pre-activation is kept.
-template <float Slope>
+template <double Slope>
 struct LeakyRelu {
-  static constexpr bool saves_output = Slope > 0.0f;
+  static constexpr bool saves_output = Slope > 0.0;
   static constexpr bool identity = false;
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return z > A(0) ? z : z * A(Slope); }
@@ -98,10 +98,11 @@ struct LeakyRelu {
   KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A s) { return s > A(0) ? dy : dy * A(Slope); }
 };
 
-/// z where z > 0, else Alpha (e^z - 1) (torch.nn.ELU(alpha), through expm1); its gradient Alpha e^z
-/// from the pre-activation (as torch's, which does not go through the output: y + Alpha would lose the
-/// gradient's digits for very negative z), dy at NaN.
-template <float Alpha>
+/// z where z > 0, else Alpha (e^z - 1) (torch.nn.ELU(alpha)), through expm1 as torch's CUDA kernel
+/// (torch 1.13's CPU kernel computes e^z - 1, which loses the digits of a small z and gives +0 at -0);
+/// its gradient Alpha e^z from the pre-activation (as torch's: y + Alpha would lose the gradient's
+/// digits for very negative z), and dy at NaN (z <= 0 is false; torch's CPU vector path gives NaN there).
+template <double Alpha>
 struct Elu {
   static constexpr bool saves_output = false;
   static constexpr bool identity = false;

@@ -1,7 +1,10 @@
 /// The layer protocol: a layer is a type (spec) that, given an input shape and a Policy, yields a module.
 #pragma once
+#include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -63,6 +66,37 @@ struct parameter_free {
   void reset_parameters(Generator&) {}
   std::vector<ParameterInfo> parameters() const { return {}; }
 };
+
+/// A number as Python's repr prints a float, for torch's module names ("0.01", "1.0", "1e-05", "1e+16"):
+/// the shortest digits that read back as the same F, positional for decimal exponents -4 to 15 and
+/// scientific outside, whatever the locale.
+template <class F>
+std::string python_float(F v) {
+  if (v != v) return "nan";
+  if (v == std::numeric_limits<F>::infinity()) return "inf";
+  if (v == -std::numeric_limits<F>::infinity()) return "-inf";
+  char buf[64];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific).ptr;
+  const std::string s(buf, end);  // [-]d[.ddd]e±XX
+  const std::size_t e = s.find('e');
+  const int exp = std::atoi(s.c_str() + e + 1);
+  const bool negative = s[0] == '-';
+  std::string digits;
+  for (std::size_t i = negative ? 1 : 0; i < e; ++i)
+    if (s[i] != '.') digits += s[i];
+  std::string out;
+  if (exp < -4 || exp >= 16) {
+    out = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "") + (exp < 0 ? "e-" : "e+") +
+          (std::abs(exp) < 10 ? "0" : "") + std::to_string(std::abs(exp));
+  } else if (exp < 0) {
+    out = "0." + std::string(static_cast<std::size_t>(-exp - 1), '0') + digits;
+  } else if (digits.size() <= static_cast<std::size_t>(exp) + 1) {
+    out = digits + std::string(static_cast<std::size_t>(exp) + 1 - digits.size(), '0') + ".0";
+  } else {
+    out = digits.substr(0, static_cast<std::size_t>(exp) + 1) + "." + digits.substr(static_cast<std::size_t>(exp) + 1);
+  }
+  return (negative ? "-" : "") + out;
+}
 
 /// U(-bound, bound) into host memory (PyTorch's kaiming_uniform_(a = sqrt(5)) and bias init both
 /// reduce to bound = 1 / sqrt(fan_in)).

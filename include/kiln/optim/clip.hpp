@@ -1,5 +1,6 @@
 /// clip_grad_norm: rescale gradients whose global norm exceeds a bound (torch.nn.utils.clip_grad_norm_),
-/// reading the norm back, or on the device for a captured step (clip_grad_norm_capturable).
+/// reading the norm back, or on the device for a captured step (clip_grad_norm_capturable);
+/// clip_grad_value: clamp each gradient (torch.nn.utils.clip_grad_value_).
 #pragma once
 #include <cmath>
 #include <limits>
@@ -100,6 +101,23 @@ struct ClipScale {
   }
 };
 
+/// g = min(max(g, -v), v), NaN kept (torch's clamp_: with v < 0 every element becomes v).
+template <class M>
+struct ClipValue {
+  using C = compute_t<M>;
+  M* g;
+  C lo, hi;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    C x = to_compute(g[i]);
+    if (x == x) {
+      x = x < lo ? lo : x;
+      x = x > hi ? hi : x;
+    }
+    g[i] = from_compute<M>(x);
+  }
+  Traffic traffic(index_t n) const { return {2 * kiln::detail::bytes_of<M>(n), 2 * static_cast<std::uint64_t>(n)}; }
+};
+
 template <class M, class D>
 Tensor<compute_t<M>, Shape<>, D> clip_on_device(Tensor<M, Shape<dyn>, D>& grads, double max_norm, double norm_type) {
   using C = compute_t<M>;
@@ -182,6 +200,24 @@ template <class Model>
   requires requires(Model& m) { m.gradients(); }
 auto clip_grad_norm_capturable(Model& m, double max_norm, double norm_type = 2.0) {
   return detail::clip_on_device(m.gradients(), max_norm, norm_type);
+}
+
+/// torch.nn.utils.clip_grad_value_: clamps every gradient into [-clip_value, clip_value] in one pass (a
+/// NaN stays NaN; a negative clip_value sets every element to it, as torch's clamp with min > max). It
+/// reads nothing back, so a captured step can call it.
+/// Example: `kiln::optim::clip_grad_value(model, 0.5);  // before opt.step()`
+template <class M, class D>
+void clip_grad_value(Tensor<M, Shape<dyn>, D>& grads, double clip_value) {
+  using C = compute_t<M>;
+  const kiln::detail::device_scope<D> on(grads.device_index());
+  const C v = static_cast<C>(clip_value);
+  kiln::detail::executor<D>::for_each(grads.numel(), detail::ClipValue<M>{grads.data(), -v, v});
+}
+/// The same for a model or an optimizer: clamps `m.gradients()`.
+template <class Model>
+  requires requires(Model& m) { m.gradients(); }
+void clip_grad_value(Model& m, double clip_value) {
+  clip_grad_value(m.gradients(), clip_value);
 }
 
 }  // namespace kiln::optim

@@ -1,7 +1,9 @@
-/// kiln::optim in one include: SGD, Adam, AdamW, gradient clipping, learning-rate schedulers, GradScaler.
+/// kiln::optim in one include: SGD, Adam, AdamW, RMSprop, gradient clipping, learning-rate schedulers,
+/// GradScaler.
 #pragma once
 #include "kiln/optim/adam.hpp"
 #include "kiln/optim/clip.hpp"
 #include "kiln/optim/grad_scaler.hpp"
+#include "kiln/optim/rmsprop.hpp"
 #include "kiln/optim/scheduler.hpp"
 #include "kiln/optim/sgd.hpp"

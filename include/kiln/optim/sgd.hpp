@@ -210,16 +210,11 @@ class SGD {
   float momentum() const { return o_.momentum; }
   /// A new momentum for the next steps (OneCycleLR cycles it): a write to torch's
   /// param_group['momentum'], unchecked as that is. Turned on where the optimizer had none, the buffers
-  /// are made and the next step starts them from its gradient, as torch's. A captured step replays the
-  /// momentum it was captured with; a capturable SGD built without a momentum cannot turn one on (a
-  /// ValueError: its graphs and device flags were made without the buffers).
+  /// are made (zeros) and the next step starts them from its gradient, as torch's. A step captured in a
+  /// CUDA graph replays the momentum it was captured with (and one captured without a momentum keeps
+  /// none): set the momentum before capturing.
   void set_momentum(float momentum) {
-    if (momentum != 0.0f && buf_.empty()) {
-      if (o_.capturable)
-        throw ValueError("kiln::optim::SGD: a capturable SGD built without a momentum cannot turn one on; build "
-                         "it with the momentum it will use ({.momentum = 0.9f, .capturable = true})");
-      make_momentum_buffer();
-    }
+    if (momentum != 0.0f && buf_.empty()) make_momentum_buffer();
     o_.momentum = momentum;
   }
   /// Makes the momentum buffers (zeros, not yet filled by a step) where there are none: a checkpoint's

@@ -83,28 +83,31 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(silu_leaky_relu_and_elu_backward_match_numeric, D,
   using In = Shape<dyn, 3, 5>;
   check_model_gradients<knn::Sequential<knn::SiLU>, In, D>(Extents<In>(3), -4, 4, 0, 51);
   check_model_gradients<knn::Sequential<knn::LeakyReLU<>>, In, D>(Extents<In>(3), -2, 2, 0.05, 52);
-  check_model_gradients<knn::Sequential<knn::LeakyReLU<-0.5f>>, In, D>(Extents<In>(3), -2, 2, 0.05, 53);
+  check_model_gradients<knn::Sequential<knn::LeakyReLU<-0.5>>, In, D>(Extents<In>(3), -2, 2, 0.05, 53);
   check_model_gradients<knn::Sequential<knn::ELU<>>, In, D>(Extents<In>(3), -3, 3, 0.05, 54);
-  check_model_gradients<knn::Sequential<knn::ELU<0.5f>>, In, D>(Extents<In>(3), -3, 3, 0.05, 55);
+  check_model_gradients<knn::Sequential<knn::ELU<0.5>>, In, D>(Extents<In>(3), -3, 3, 0.05, 55);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(leaky_relu_and_elu_at_zero_and_nan_as_torch, D, kiln::test::devices) {
-  // torch 1.13 at x = [nan, 0, -0, 1, -2, 3] with dy = 1: LeakyReLU(0.2)'s gradient is 0.2 at 0 and at
-  // NaN (x > 0 is false); ELU's is alpha e^0 = alpha at 0 and 1 at NaN (x <= 0 is false).
+  // At x = [nan, 0, -0, 1, -2, 3] with dy = 1: LeakyReLU(0.2)'s gradient is 0.2 at 0 and at NaN (x > 0
+  // is false), as torch's; ELU's is alpha e^0 = alpha at 0 and 1 at NaN (x <= 0 is false), as torch's
+  // CUDA kernel and its CPU scalar path (its CPU vector path gives NaN), and ELU(-0) is -0 (expm1; torch
+  // 1.13's CPU e^x - 1 gives +0).
   using P = kiln::Policy<kiln::Fp32, D>;
   using S = Shape<dyn, 3>;
   const auto x = kt::make_tensor<D>(std::vector<float>{NAN, 0.0f, -0.0f, 1.0f, -2.0f, 3.0f}, Extents<S>(2));
   const auto ones = kt::make_tensor<D>(std::vector<float>(6, 1.0f), Extents<S>(2));
-  knn::Model<knn::Sequential<knn::LeakyReLU<0.2f>>, S, P> leaky(0);
+  knn::Model<knn::Sequential<knn::LeakyReLU<0.2>>, S, P> leaky(0);
   const auto y = leaky.forward(x).to_vector();
   BOOST_TEST(std::isnan(y[0]));
   BOOST_TEST((y[1] == 0.0f && y[3] == 1.0f && y[4] == -2.0f * 0.2f && y[5] == 3.0f));
   const auto g = leaky.backward_input(ones).to_vector();
   BOOST_TEST(g == (std::vector<float>{0.2f, 0.2f, 0.2f, 1.0f, 0.2f, 1.0f}), boost::test_tools::per_element());
-  knn::Model<knn::Sequential<knn::ELU<0.5f>>, S, P> elu(0);
+  knn::Model<knn::Sequential<knn::ELU<0.5>>, S, P> elu(0);
   const auto e = elu.forward(x).to_vector();
   BOOST_TEST(std::isnan(e[0]));
   BOOST_TEST((e[1] == 0.0f && e[3] == 1.0f && e[5] == 3.0f));
+  BOOST_TEST((e[2] == 0.0f && std::signbit(e[2])));
   BOOST_TEST(e[4] == 0.5f * std::expm1(-2.0f), boost::test_tools::tolerance(1e-6f));
   const auto ge = elu.backward_input(ones).to_vector();
   BOOST_TEST((ge[0] == 1.0f && ge[1] == 0.5f && ge[2] == 0.5f && ge[3] == 1.0f && ge[5] == 1.0f));
@@ -115,12 +118,44 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(leaky_relu_and_elu_at_zero_and_nan_as_torch, D, ki
   (void)far.forward(kt::make_tensor<D>(std::vector<float>{-30.0f}, Extents<Shape<dyn, 1>>(1)));
   const auto gf = far.backward_input(kt::make_tensor<D>(std::vector<float>{1.0f}, Extents<Shape<dyn, 1>>(1)));
   BOOST_TEST(gf.to_vector()[0] == std::exp(-30.0f), boost::test_tools::tolerance(1e-6f));
+  // SiLU at the ends, as torch: -inf / (1 + e^inf) is NaN, +inf stays, -100 / (1 + e^100) is -0 in
+  // float; the gradient at +inf is NaN (inf (1 - 1) in torch's formula), 0 at -100.
+  knn::Model<knn::Sequential<knn::SiLU>, S, P> silu(0);
+  const float inf = INFINITY;
+  const auto sx = kt::make_tensor<D>(std::vector<float>{-inf, inf, -100.0f, 100.0f, 0.0f, -1.0f}, Extents<S>(2));
+  const auto sy = silu.forward(sx).to_vector();
+  BOOST_TEST(std::isnan(sy[0]));
+  BOOST_TEST((sy[1] == inf && sy[2] == 0.0f && std::signbit(sy[2]) && sy[3] == 100.0f && sy[4] == 0.0f));
+  const auto sg = silu.backward_input(ones).to_vector();
+  BOOST_TEST(std::isnan(sg[1]));
+  BOOST_TEST((sg[2] == 0.0f && sg[3] == 1.0f && sg[4] == 0.5f));
   // Their names, as torch prints the modules.
-  knn::Model<knn::Sequential<knn::SiLU, knn::LeakyReLU<>, knn::LeakyReLU<0.2f>, knn::ELU<>, knn::ELU<0.5f>>, S, P> all(0);
+  knn::Model<knn::Sequential<knn::SiLU, knn::LeakyReLU<>, knn::LeakyReLU<0.2>, knn::ELU<>, knn::ELU<0.5>>, S, P> all(0);
   const std::string s = all.summary(2);
   for (const char* name : {"SiLU()", "LeakyReLU(negative_slope=0.01)", "LeakyReLU(negative_slope=0.2)", "ELU(alpha=1.0)",
                            "ELU(alpha=0.5)"})
     BOOST_TEST(s.find(name) != std::string::npos, name << " in\n" << s);
+}
+
+BOOST_AUTO_TEST_CASE(module_arguments_print_as_python_prints_floats) {
+  // repr() of each in Python 3: the shortest digits, positional from 1e-4 to below 1e16.
+  using knn::detail::python_float;
+  BOOST_TEST(python_float(0.01) == "0.01");
+  BOOST_TEST(python_float(1.0) == "1.0");
+  BOOST_TEST(python_float(0.5f) == "0.5");
+  BOOST_TEST(python_float(0.1f) == "0.1");
+  BOOST_TEST(python_float(0.1234567) == "0.1234567");
+  BOOST_TEST(python_float(0.0001) == "0.0001");
+  BOOST_TEST(python_float(1e-05) == "1e-05");
+  BOOST_TEST(python_float(2.5e-07) == "2.5e-07");
+  BOOST_TEST(python_float(1e6) == "1000000.0");
+  BOOST_TEST(python_float(123.25) == "123.25");
+  BOOST_TEST(python_float(1e16) == "1e+16");
+  BOOST_TEST(python_float(1.5e300) == "1.5e+300");
+  BOOST_TEST(python_float(-0.0) == "-0.0");
+  BOOST_TEST(python_float(-2.0) == "-2.0");
+  BOOST_TEST(python_float(static_cast<double>(INFINITY)) == "inf");
+  BOOST_TEST(python_float(static_cast<double>(NAN)) == "nan");
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(flatten_backward_matches_numeric_for_rank_4_input, D, kiln::test::devices) {

@@ -2,7 +2,8 @@
 // norm and the clipped gradients within 1e-5 relative for norms 2, inf, 1, 3, -inf and -2, with and
 // without clipping; a reduction plus one scaling pass; a model's gradient arena clipped as one vector;
 // the order 0 counting parameters (one tensor, a model's four); error_if_nonfinite;
-// clip_grad_norm_capturable: the same bits, the norm left on the device, three passes.
+// clip_grad_norm_capturable: the same bits, the norm left on the device, three passes; clip_grad_value:
+// torch's clamp (NaN kept, a negative value everywhere), one pass, a model's arena.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -235,6 +236,32 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_capturable_gives_the_same_bits_and_
                           return std::string(e.what()).find("norm_type 3 is not offered here; give 2 (the default), "
                                                             "1 or infinity") != std::string::npos;
                         });
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_value_clamps_as_torch, D, kiln::test::devices) {
+  // torch 1.13: clip_grad_value_(p, 0.5) on [nan, -2, -0.5, 0.25, 0.75, inf] gives
+  // [nan, -0.5, -0.5, 0.25, 0.5, 0.5]; with -0.5 (clamp(min=0.5, max=-0.5)) every number is -0.5.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto g = kiln::test::make_tensor<D>(std::vector<float>{nan, -2.0f, -0.5f, 0.25f, 0.75f, inf},
+                                      kiln::Extents<kiln::Shape<kiln::dyn>>(6));
+  const auto before = kiln::passes();
+  kiln::optim::clip_grad_value(g, 0.5);
+  BOOST_TEST(kiln::passes() - before == 1u);
+  const auto got = g.to_vector();
+  BOOST_TEST(std::isnan(got[0]));
+  const std::vector<float> rest{got.begin() + 1, got.end()};
+  BOOST_TEST(rest == (std::vector<float>{-0.5f, -0.5f, 0.25f, 0.5f, 0.5f}), boost::test_tools::per_element());
+  kiln::optim::clip_grad_value(g, -0.5);
+  const auto neg = g.to_vector();
+  BOOST_TEST(std::isnan(neg[0]));
+  for (std::size_t i = 1; i < neg.size(); ++i) BOOST_TEST(neg[i] == -0.5f);
+  // A model's arena, every parameter at once.
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Linear<4, 3>>, kiln::Shape<kiln::dyn, 4>,
+                  kiln::Policy<kiln::Fp32, D>> m(0);
+  const auto n = static_cast<std::size_t>(m.parameter_count);
+  m.gradients().copy_from(std::span<const float>(kiln::test::random_values<float>(n, -3, 3, 7)));
+  kiln::optim::clip_grad_value(m, 1.0);
+  for (float v : m.gradients().to_vector()) BOOST_TEST((v >= -1.0f && v <= 1.0f));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,5 +1,5 @@
 // Optimizer state in checkpoints (kiln/io/optimizer_state.hpp): SGD (momentum, Nesterov, capturable),
-// Adam (amsgrad, capturable) and AdamW stopped after 3 steps, saved to a safetensors file and restored
+// Adam (amsgrad, capturable), AdamW and RMSprop (plain; centered with momentum) stopped after 3 steps, saved to a safetensors file and restored
 // into a fresh optimizer continue bit for bit as if they had never stopped, as torch's
 // optimizer.load_state_dict does. A restored SGD momentum buffer is used, not restarted from the gradient;
 // one turned on after construction (OneCycleLR) goes through too.
@@ -99,6 +99,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adam_and_adamw_resume_from_a_checkpoint_as_if_neve
   resumes_as_if_never_stopped<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2f}, "adamw");
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_resumes_from_a_checkpoint_as_if_never_stopped, D, kiln::test::devices) {
+  using Rms = kiln::optim::RMSprop<float, D>;
+  resumes_as_if_never_stopped<Rms, D>(kiln::optim::RMSpropOptions{}, "rmsprop");
+  resumes_as_if_never_stopped<Rms, D>(
+      kiln::optim::RMSpropOptions{.weight_decay = 1e-2f, .momentum = 0.9f, .centered = true}, "rmsprop_centered");
+  auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
+  Tensor<float, Shape<dyn>, D> g(n);
+  Rms plain(p, g, {});
+  const auto state = kiln::optimizer_state(plain);
+  BOOST_TEST(state.metadata.at("optimizer.type") == "RMSprop");
+  BOOST_TEST(!state.entries.contains("optimizer.grad_avg"));
+  Rms centered(p, g, {.centered = true});  // a centred RMSprop needs the gradient average
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(centered, state.entries, state.metadata, "r.safetensors"),
+                        kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+                          return std::string(e.what()).find("optimizer.grad_avg") != std::string::npos;
+                        });
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next_step, D, kiln::test::devices) {
   // momentum_initialized: until a step fills them, the next step starts the buffers from the gradient
   // (torch: no momentum_buffer in the state yet); restored, the next step uses them.
@@ -150,16 +168,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_later_goes_through_a_checkpoi
       BOOST_TEST(pc.to_vector() == pa.to_vector(), boost::test_tools::per_element());
     }
   }
-  // No buffers in the state: the next step starts them from its gradient (buf = g, not (1 - 0.5) g).
+  // No buffers in the state: the next step starts them from its gradient (buf = g = 1, where the
+  // buffer the first step left, 3, would give 0.5 * 3 + 0.5 * 1 = 2).
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
-  auto g = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 1.0f));
+  auto g = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 3.0f));
   Sgd plain(p, g, o);
   const auto none = kiln::optimizer_state(plain);
   BOOST_TEST(!none.entries.contains("optimizer.momentum_buffer"));
   Sgd later(p, g, {.lr = 1.0f, .momentum = 0.5f, .dampening = 0.5f});
-  later.step();
+  later.step();  // buf = 3
   kiln::load_optimizer_state(later, none.entries, none.metadata, "ckpt.safetensors");
   BOOST_TEST(!later.momentum_initialized());
+  g.fill(1.0f);
   const float before = p.to_vector()[0];
   later.step();
   BOOST_TEST(p.to_vector()[0] == before - 1.0f);

@@ -1,7 +1,8 @@
 // PyTorch parity on the seeds' 13-16-32-1 MLP (tests/parity/fixtures/mlp.json, written by
 // tests/parity/make_fixtures.py with torch 1.13): the state_dict loads into a kiln Model by name; the
 // forward output, the MSE loss, every gradient, and the parameters after three steps of SGD (momentum,
-// Nesterov), Adam and AdamW (also with L2 / decoupled decay and amsgrad) agree within 1e-5 relative (fp32;
+// Nesterov), Adam and AdamW (also with L2 / decoupled decay and amsgrad) and RMSprop (plain; centered with
+// momentum and L2) agree within 1e-5 relative (fp32;
 // relative to each element, floored at 1% of its tensor's scale: see parity::scale_floor).
 #include <boost/test/unit_test.hpp>
 #include <cstddef>
@@ -103,6 +104,15 @@ double check_optimizer(const json& config) {
   load_state_dict(m, fixture().at("state_dict"));
   const auto& o = config.at("options");
   const std::string type = config.at("type").get<std::string>();
+  if (type == "RMSprop") {
+    kiln::optim::RMSprop opt(m, {.lr = o.at("lr").get<float>(),
+                                 .alpha = o.at("alpha").get<double>(),
+                                 .eps = o.at("eps").get<float>(),
+                                 .weight_decay = o.at("weight_decay").get<float>(),
+                                 .momentum = o.at("momentum").get<float>(),
+                                 .centered = o.at("centered").get<bool>()});
+    return run_steps(m, opt, config);
+  }
   if (type == "SGD") {
     kiln::optim::SGD opt(m, {.lr = o.at("lr").get<float>(),
                              .momentum = o.at("momentum").get<float>(),

@@ -1,0 +1,236 @@
+/// RMSprop (torch.optim.RMSprop): a running mean of squared gradients, optionally centred and with
+/// momentum, one fused pass per step.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/core/fusion.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/optim/working_copy.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::optim {
+
+/// torch.optim.RMSprop's options and defaults, in its order.
+struct RMSpropOptions {
+  float lr = 1e-2f;
+  /// The smoothing constant of the running mean of g², a double as torch's Python float: the first
+  /// steps divide by sqrt(1 - alpha), so 1 - 0.99f (9.9999905e-3) against torch's 1e-2 would move the
+  /// parameters by 5e-7 of a step more.
+  double alpha = 0.99;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  ///< an L2 term added to the gradient
+  float momentum = 0.0f;
+  bool centered = false;  ///< divide by an estimate of the gradient's variance, not its second moment
+};
+
+namespace detail {
+/// One element of an RMSprop step, in torch 1.13's single-tensor order:
+///   g += wd p;  v = alpha v + (1 - alpha) g g;
+///   centered: m = alpha m + (1 - alpha) g, avg = sqrt(v - m m) + eps;  else avg = sqrt(v) + eps;
+///   momentum: buf = momentum buf + g / avg, p -= lr buf;  else p -= (lr g) / avg.
+/// In float, or double for double master weights; the working copy rewritten in the same pass under
+/// mixed precision. Momentum, Centered and L2 are template arguments so the loop has no branch.
+template <class M, class W = M, bool Momentum = false, bool Centered = false, bool L2 = false>
+struct RMSpropStep {
+  using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
+  M* p;
+  const M* grad;
+  M* square_avg;
+  M* grad_avg;  // centered only
+  M* buf;       // momentum only
+  W* work;      // mixed precision only
+  C lr, alpha, one_minus_alpha, eps, weight_decay, momentum;
+
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    const C w = static_cast<C>(p[i]);
+    C g = static_cast<C>(grad[i]);
+    if constexpr (L2) g = g + weight_decay * w;
+    const C v = static_cast<C>(square_avg[i]) * alpha + one_minus_alpha * g * g;
+    square_avg[i] = static_cast<M>(v);
+    C avg;
+    if constexpr (Centered) {
+      const C m = static_cast<C>(grad_avg[i]) * alpha + one_minus_alpha * g;
+      grad_avg[i] = static_cast<M>(m);
+      avg = ops::detail::sqrt_(v - m * m) + eps;
+    } else {
+      avg = ops::detail::sqrt_(v) + eps;
+    }
+    M next;
+    if constexpr (Momentum) {
+      const C b = static_cast<C>(buf[i]) * momentum + g / avg;
+      buf[i] = static_cast<M>(b);
+      next = static_cast<M>(w - lr * b);
+    } else {
+      next = static_cast<M>(w - (lr * g) / avg);  // torch's addcdiv: (value t1) / t2
+    }
+    p[i] = next;
+    if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
+  }
+  /// p, the square average (and the gradient average, the momentum buffer) read and written, the
+  /// gradient read, the working copy written; the arithmetic above.
+  Traffic traffic(index_t n) const {
+    const std::uint64_t arrays = 5 + (Centered ? 2 : 0) + (Momentum ? 2 : 0);
+    const std::uint64_t per = arrays * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
+    return {static_cast<std::uint64_t>(n) * per,
+            static_cast<std::uint64_t>(n) * (8 + (L2 ? 2 : 0) + (Centered ? 5 : 0) + (Momentum ? 1 : 0))};
+  }
+};
+}  // namespace detail
+
+/// RMSprop (torch.optim.RMSprop, torch 1.13): steps a model's parameter arena with its gradient arena
+/// in one fused pass (with fusion off, kiln::Unfused, one pass per operation in torch's single-tensor
+/// order). The state, as torch's: square_avg, and momentum_buffer (momentum > 0) and grad_avg
+/// (centered), zeros before the first step; the step count. Example:
+///   kiln::optim::RMSprop opt(model, {.lr = 1e-3f, .momentum = 0.9f});
+///   opt.zero_grad(); model.backward(dy); opt.step();
+template <class M, class D, class W = M>
+class RMSprop {
+ public:
+  using arena_type = Tensor<M, Shape<dyn>, D>;
+  using working_arena_type = Tensor<W, Shape<dyn>, D>;
+  using options_type = RMSpropOptions;
+
+  RMSprop(arena_type& params, arena_type& grads, RMSpropOptions o = {}, working_arena_type* work = nullptr)
+      : p_(params), g_(grads), work_(detail::working_copy(params, work, "RMSprop")), o_(o) {
+    // torch's checks and words (a NaN is refused too).
+    const auto check = [](double v, const char* what) {
+      if (!(v >= 0.0f))
+        throw ValueError(std::string("kiln::optim::RMSprop: Invalid ") + what + " value: " + std::to_string(v));
+    };
+    if (!(o.lr >= 0.0f)) throw ValueError("kiln::optim::RMSprop: Invalid learning rate: " + std::to_string(o.lr));
+    check(o.eps, "epsilon");
+    check(o.momentum, "momentum");
+    check(o.weight_decay, "weight_decay");
+    check(o.alpha, "alpha");
+    if (params.numel() != grads.numel())
+      throw ShapeError("kiln::optim::RMSprop: " + std::to_string(params.numel()) + " parameters but " +
+                       std::to_string(grads.numel()) + " gradients; pass a model's parameters() and gradients()");
+    square_avg_ = zeros();
+    if (o.centered) grad_avg_ = zeros();
+    if (o.momentum > 0.0f) buf_ = zeros();
+  }
+  template <class Model>
+    requires requires(Model& m) { m.parameters(); m.gradients(); }
+  explicit RMSprop(Model& m, RMSpropOptions o = {})
+      : RMSprop(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+
+  /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
+  void step() {
+    const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
+    ++steps_;
+    if (!fusion_enabled()) return step_unfused();
+    using C = typename detail::RMSpropStep<M, W>::C;
+    const auto run = [&](auto momentum, auto centered, auto l2) {
+      kiln::detail::executor<D>::for_each(
+          p_.numel(),
+          detail::RMSpropStep<M, W, decltype(momentum)::value, decltype(centered)::value, decltype(l2)::value>{
+              p_.data(), g_.data(), square_avg_.data(), grad_avg_.data(), buf_.data(), work_, static_cast<C>(o_.lr),
+              static_cast<C>(o_.alpha), static_cast<C>(1.0 - o_.alpha), static_cast<C>(o_.eps),
+              static_cast<C>(o_.weight_decay), static_cast<C>(o_.momentum)});
+    };
+    const auto with = [](bool b, auto f) {
+      if (b) f(std::true_type{});
+      else f(std::false_type{});
+    };
+    with(o_.momentum > 0.0f, [&](auto momentum) {
+      with(o_.centered, [&](auto centered) { with(o_.weight_decay != 0.0f, [&](auto l2) { run(momentum, centered, l2); }); });
+    });
+  }
+  void zero_grad() { g_.fill(M(0)); }
+  float lr() const { return o_.lr; }
+  void set_lr(float lr) { o_.lr = lr; }
+  float momentum() const { return o_.momentum; }
+  /// A new momentum for the next steps (OneCycleLR cycles it): a write to torch's param_group, unchecked
+  /// as that is. Turned on where there was none, the buffers start at zero (torch's initial state).
+  void set_momentum(float momentum) {
+    if (momentum > 0.0f && buf_.empty() && p_.numel() > 0) buf_ = zeros();
+    o_.momentum = momentum;
+  }
+  const RMSpropOptions& options() const { return o_; }
+  /// Steps taken (torch's state["step"]; RMSprop's update does not use it).
+  std::int64_t step_count() const { return steps_; }
+  void set_step_count(std::int64_t n) { steps_ = n; }
+  /// torch's state["square_avg"], ["grad_avg"] (centered; else empty) and ["momentum_buffer"] (a
+  /// momentum; else empty), for checkpoints.
+  arena_type& square_avg() { return square_avg_; }
+  const arena_type& square_avg() const { return square_avg_; }
+  arena_type& grad_avg() { return grad_avg_; }
+  const arena_type& grad_avg() const { return grad_avg_; }
+  arena_type& momentum_buffer() { return buf_; }
+  const arena_type& momentum_buffer() const { return buf_; }
+  /// Makes the momentum buffers (zeros) where there are none: a checkpoint's load into them.
+  void make_momentum_buffer() {
+    if (buf_.empty() && p_.numel() > 0) buf_ = zeros();
+  }
+  /// The gradient arena a step reads (GradScaler unscales it in place).
+  arena_type& gradients() { return g_; }
+  const arena_type& gradients() const { return g_; }
+
+ private:
+  arena_type zeros() const {
+    arena_type a(p_.extents(), p_.device_index());
+    a.fill(M(0));
+    return a;
+  }
+  /// step() as torch.optim.RMSprop(foreach=False) runs it: g + wd p into a new tensor; v *= alpha,
+  /// v += (1 - alpha) g g; (centered: m *= alpha, m += (1 - alpha) g, avg = sqrt(v - m m)) avg =
+  /// sqrt(v), += eps; momentum: buf *= momentum, buf += g / avg, p += -lr buf; else p += -lr g / avg;
+  /// and the working copy rewritten from p (mixed precision).
+  void step_unfused() {
+    using C = typename detail::RMSpropStep<M, W>::C;
+    arena_type g = g_;  // shares the gradients unless the L2 term makes a new tensor
+    if (o_.weight_decay != 0.0f) {
+      g = arena_type(g_.extents(), g_.device_index());
+      kiln::assign(g, g_ + p_ * C(o_.weight_decay));
+    }
+    const C alpha = C(o_.alpha), rest = static_cast<C>(1.0 - o_.alpha);
+    kiln::assign(square_avg_, square_avg_ * alpha);
+    kiln::assign(square_avg_, square_avg_ + g * g * rest);
+    arena_type avg(p_.extents(), p_.device_index());
+    if (o_.centered) {
+      kiln::assign(grad_avg_, grad_avg_ * alpha);
+      kiln::assign(grad_avg_, grad_avg_ + g * rest);
+      kiln::assign(avg, square_avg_ - grad_avg_ * grad_avg_);
+      kiln::assign(avg, kiln::sqrt(avg));
+    } else {
+      kiln::assign(avg, kiln::sqrt(square_avg_));
+    }
+    kiln::assign(avg, avg + C(o_.eps));
+    if (o_.momentum > 0.0f) {
+      kiln::assign(buf_, buf_ * C(o_.momentum));
+      kiln::assign(buf_, buf_ + g / avg);
+      kiln::assign(p_, p_ + buf_ * C(-o_.lr));
+    } else {
+      kiln::assign(p_, p_ + (g * C(-o_.lr)) / avg);
+    }
+    if (work_ != nullptr) {
+      auto work = working_arena_type::from_blob(work_, p_.extents(), p_.device_index());
+      kiln::assign(work, p_);
+    }
+  }
+
+  arena_type& p_;
+  arena_type& g_;
+  W* work_;  // mixed precision: the model's working copy; null otherwise
+  arena_type square_avg_, grad_avg_, buf_;
+  RMSpropOptions o_;
+  std::int64_t steps_ = 0;
+};
+template <class Model>
+RMSprop(Model&, RMSpropOptions) -> RMSprop<typename Model::M, typename Model::D, typename Model::T>;
+template <class Model>
+RMSprop(Model&) -> RMSprop<typename Model::M, typename Model::D, typename Model::T>;
+template <class M, class D>
+RMSprop(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, RMSpropOptions) -> RMSprop<M, D>;
+template <class M, class D>
+RMSprop(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> RMSprop<M, D>;
+
+}  // namespace kiln::optim
