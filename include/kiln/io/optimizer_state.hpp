@@ -143,7 +143,8 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
     opt.set_step_count(step);
   } else if constexpr (detail::rmsprop_like<Opt>) {
     // As torch's: the centred average where the optimizer is centred; the momentum buffers where the
-    // checkpoint has them (a momentum turned on later starts from zeros, torch's initial state).
+    // checkpoint has them, else zeros where this optimizer has a momentum (torch 1.13 would fail at its
+    // next step with KeyError: 'momentum_buffer').
     const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
     const auto& v = detail::entry_for(opt.square_avg(), entries, "optimizer.square_avg", path);
     const SafetensorsEntry* m =

@@ -140,16 +140,15 @@ struct Tanh : detail::Activation<detail::TanhForward, detail::TanhBackward, deta
 struct SiLU : detail::PointwiseActivation<epilogue::Silu, SiLU> {
   static std::string repr() { return "SiLU()"; }
 };
-/// x where x > 0, else NegativeSlope x: torch.nn.LeakyReLU(negative_slope=0.01), the slope a template
-/// argument (`LeakyReLU<0.2>`; a double, as torch's Python float, rounded to float for fp32 and 16-bit
-/// models as torch rounds it). Shapes: any -> the same.
-template <double NegativeSlope = 0.01>
+/// x where x > 0, else NegativeSlope x: torch.nn.LeakyReLU(negative_slope=0.01), the slope a float
+/// template argument as Dropout's p (`LeakyReLU<0.2f>`). Shapes: any -> the same.
+template <float NegativeSlope = 0.01f>
 struct LeakyReLU : detail::PointwiseActivation<epilogue::LeakyRelu<NegativeSlope>, LeakyReLU<NegativeSlope>> {
   static std::string repr() { return "LeakyReLU(negative_slope=" + detail::python_float(NegativeSlope) + ")"; }
 };
-/// x where x > 0, else Alpha (e^x - 1): torch.nn.ELU(alpha=1.0), `ELU<>` or `ELU<0.5>`. Shapes: any ->
+/// x where x > 0, else Alpha (e^x - 1): torch.nn.ELU(alpha=1.0), `ELU<>` or `ELU<0.5f>`. Shapes: any ->
 /// the same.
-template <double Alpha = 1.0>
+template <float Alpha = 1.0f>
 struct ELU : detail::PointwiseActivation<epilogue::Elu<Alpha>, ELU<Alpha>> {
   static std::string repr() { return "ELU(alpha=" + detail::python_float(Alpha) + ")"; }
 };
@@ -171,11 +170,11 @@ template <>
 struct epilogue_of<SiLU> {
   using type = epilogue::Silu;
 };
-template <double NegativeSlope>
+template <float NegativeSlope>
 struct epilogue_of<LeakyReLU<NegativeSlope>> {
   using type = epilogue::LeakyRelu<NegativeSlope>;
 };
-template <double Alpha>
+template <float Alpha>
 struct epilogue_of<ELU<Alpha>> {
   using type = epilogue::Elu<Alpha>;
 };

@@ -58,7 +58,7 @@ struct Dropout {
     using typename detail::parameter_free<S, S, Pol>::D;
 
     void reset_parameters(Generator& g) { seed_ = g(); }  // the mask's seed: the model's, in layer order
-    std::string name() const { return "Dropout(p=" + detail::python_float(P) + ")"; }
+    std::string name() const { return "Dropout(p=" + detail::python_float(P) + ", inplace=False)"; }
 
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       active_ = ctx.training && P > 0.0f;

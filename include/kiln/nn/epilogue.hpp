@@ -88,9 +88,9 @@ struct Silu {
 /// z where z > 0, else Slope z (torch.nn.LeakyReLU(negative_slope)); the gradient Slope at 0 and at NaN,
 /// as torch's. A positive slope keeps the sign, so the output tells the branch; otherwise the
 /// pre-activation is kept.
-template <double Slope>
+template <float Slope>
 struct LeakyRelu {
-  static constexpr bool saves_output = Slope > 0.0;
+  static constexpr bool saves_output = Slope > 0.0f;
   static constexpr bool identity = false;
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return z > A(0) ? z : z * A(Slope); }
@@ -102,7 +102,7 @@ struct LeakyRelu {
 /// (torch 1.13's CPU kernel computes e^z - 1, which loses the digits of a small z and gives +0 at -0);
 /// its gradient Alpha e^z from the pre-activation (as torch's: y + Alpha would lose the gradient's
 /// digits for very negative z), and dy at NaN (z <= 0 is false; torch's CPU vector path gives NaN there).
-template <double Alpha>
+template <float Alpha>
 struct Elu {
   static constexpr bool saves_output = false;
   static constexpr bool identity = false;

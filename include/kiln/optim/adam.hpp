@@ -283,7 +283,7 @@ class AdamBase {
     kiln::assign(m_, m_ * b1);
     kiln::assign(m_, m_ + g * (C(1) - b1));
     kiln::assign(v_, v_ * b2);
-    kiln::assign(v_, v_ + g * g * (C(1) - b2));
+    kiln::assign(v_, v_ + g * (C(1) - b2) * g);  // torch's addcmul: (value t1) t2
     if (o_.amsgrad) kiln::assign(vmax_, kiln::max(vmax_, v_));
     arena_type denom(p_.extents(), p_.device_index());
     kiln::assign(denom, kiln::sqrt(o_.amsgrad ? vmax_ : v_));

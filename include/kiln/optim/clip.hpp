@@ -101,7 +101,8 @@ struct ClipScale {
   }
 };
 
-/// g = min(max(g, -v), v), NaN kept (torch's clamp_: with v < 0 every element becomes v).
+/// g = min(max(g, -v), v), NaN kept (torch's clamp_: with v < 0 every element becomes v; with v NaN,
+/// NaN).
 template <class M>
 struct ClipValue {
   using C = compute_t<M>;
@@ -109,7 +110,9 @@ struct ClipValue {
   C lo, hi;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     C x = to_compute(g[i]);
-    if (x == x) {
+    if (lo != lo) {
+      x = lo;
+    } else if (x == x) {
       x = x < lo ? lo : x;
       x = x > hi ? hi : x;
     }
@@ -203,7 +206,8 @@ auto clip_grad_norm_capturable(Model& m, double max_norm, double norm_type = 2.0
 }
 
 /// torch.nn.utils.clip_grad_value_: clamps every gradient into [-clip_value, clip_value] in one pass (a
-/// NaN stays NaN; a negative clip_value sets every element to it, as torch's clamp with min > max). It
+/// NaN stays NaN; a negative clip_value sets every element to it, as torch's clamp with min > max, and
+/// a NaN one makes every element NaN). It
 /// reads nothing back, so a captured step can call it.
 /// Example: `kiln::optim::clip_grad_value(model, 0.5);  // before opt.step()`
 template <class M, class D>

@@ -149,7 +149,8 @@ class RMSprop {
   void set_lr(float lr) { o_.lr = lr; }
   float momentum() const { return o_.momentum; }
   /// A new momentum for the next steps (OneCycleLR cycles it): a write to torch's param_group, unchecked
-  /// as that is. Turned on where there was none, the buffers start at zero (torch's initial state).
+  /// as that is. Turned on where there was none, the buffers start at zero: torch's state before its
+  /// first step (after one, torch 1.13 fails with KeyError: 'momentum_buffer'; kiln goes on from zeros).
   void set_momentum(float momentum) {
     if (momentum > 0.0f && buf_.empty() && p_.numel() > 0) buf_ = zeros();
     o_.momentum = momentum;
@@ -193,7 +194,7 @@ class RMSprop {
     }
     const C alpha = C(o_.alpha), rest = static_cast<C>(1.0 - o_.alpha);
     kiln::assign(square_avg_, square_avg_ * alpha);
-    kiln::assign(square_avg_, square_avg_ + g * g * rest);
+    kiln::assign(square_avg_, square_avg_ + g * rest * g);  // torch's addcmul: (value t1) t2
     arena_type avg(p_.extents(), p_.device_index());
     if (o_.centered) {
       kiln::assign(grad_avg_, grad_avg_ * alpha);

@@ -40,14 +40,17 @@ struct SgdScalars {
 };
 
 /// A capturable step's first pass (one thread): skip when `skip_if` points to a nonzero flag
-/// (GradScaler found an inf/NaN); otherwise this step is the first if none ran before.
+/// (GradScaler found an inf/NaN); otherwise, for a step with a momentum, this step is the first if none
+/// ran before (a step without one, a graph captured before a momentum was turned on say, leaves the
+/// flag for the first step that has one).
 struct SgdPrepare {
   double* s;
   const std::int32_t* skip_if = nullptr;
+  bool momentum = true;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t) const {
     const bool skip = skip_if != nullptr && *skip_if != 0;
     s[SgdScalars::skip] = skip ? 1.0 : 0.0;
-    if (skip) return;
+    if (skip || !momentum) return;
     s[SgdScalars::first] = s[SgdScalars::pending_first];
     s[SgdScalars::pending_first] = 0.0;
   }
@@ -154,7 +157,7 @@ class SGD {
   void step_impl(const std::int32_t* skip_if) {
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     if (o_.capturable) {
-      kiln::detail::executor<D>::for_each(1, detail::SgdPrepare{scalars_.data(), skip_if});
+      kiln::detail::executor<D>::for_each(1, detail::SgdPrepare{scalars_.data(), skip_if, o_.momentum != 0.0f});
       if (fusion_enabled()) {
         run_fused<true>();
         return;
@@ -166,13 +169,15 @@ class SGD {
       if (scalars_.get(detail::SgdScalars::skip) != 0.0) return;
       first_ = scalars_.get(detail::SgdScalars::first) != 0.0;
     }
+    // A step without a momentum leaves the buffers as they are, unfilled if no step filled them yet.
+    const bool fills = o_.momentum != 0.0f;
     if (!fusion_enabled()) {
       step_unfused();
-      first_ = false;
+      if (fills) first_ = false;
       return;
     }
     run_fused<false>();
-    first_ = false;
+    if (fills) first_ = false;
   }
   /// The fused pass; Capturable takes the learning rate and the first-step flag from the device.
   template <bool Capturable>

@@ -69,7 +69,7 @@ BOOST_AUTO_TEST_CASE(linear_and_conv_fuse_the_activation_that_follows) {
   BOOST_TEST(s.find("ReLU() [fused into 0]") != std::string::npos, s);
   BOOST_TEST(s.find("GELU(approximate='none') [fused into 4]") != std::string::npos, s);
   BOOST_TEST(s.find("Tanh() [fused") == std::string::npos, s);
-  using More = knn::Sequential<knn::Linear<4, 4>, knn::SiLU, knn::Linear<4, 4>, knn::LeakyReLU<0.2>, knn::Linear<4, 4>,
+  using More = knn::Sequential<knn::Linear<4, 4>, knn::SiLU, knn::Linear<4, 4>, knn::LeakyReLU<0.2f>, knn::Linear<4, 4>,
                                knn::ELU<>, knn::SiLU>;
   using MM = More::module<Shape<dyn, 4>, kiln::Policy<>>;
   static_assert(MM::fused_with_next<0> && MM::fused_with_next<2> && MM::fused_with_next<4>);
@@ -91,9 +91,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fused_linear_backward_matches_numeric, D, kiln::te
   kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::SiLU>, Shape<dyn, 6>, D>(
       Extents<Shape<dyn, 6>>(4), -2, 2, 0, 25);
   // A negative slope keeps the pre-activation (the output's sign no longer tells the branch).
-  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::LeakyReLU<-0.5>>, Shape<dyn, 6>, D>(
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5>, knn::LeakyReLU<-0.5f>>, Shape<dyn, 6>, D>(
       Extents<Shape<dyn, 6>>(4), -2, 2, 0, 26);
-  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5, false>, knn::ELU<0.5>>, Shape<dyn, 6>, D>(
+  kt::check_model_gradients<knn::Sequential<knn::Linear<6, 5, false>, knn::ELU<0.5f>>, Shape<dyn, 6>, D>(
       Extents<Shape<dyn, 6>>(4), -2, 2, 0, 27);
 }
 
@@ -120,7 +120,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fused_pairs_match_the_modules_run_one_by_one, D, k
   check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 3, 2, 1>, knn::GELU>, Img, D>(Extents<Img>(5), 44);
   check_fused_matches_unfused<knn::Sequential<knn::Linear<13, 16>, knn::SiLU>, Shape<dyn, 13>, D>(
       Extents<Shape<dyn, 13>>(33), 45);
-  check_fused_matches_unfused<knn::Sequential<knn::Linear<13, 16>, knn::LeakyReLU<0.2>>, Shape<dyn, 13>, D>(
+  check_fused_matches_unfused<knn::Sequential<knn::Linear<13, 16>, knn::LeakyReLU<0.2f>>, Shape<dyn, 13>, D>(
       Extents<Shape<dyn, 13>>(33), 46);
   check_fused_matches_unfused<knn::Sequential<knn::Conv2d<3, 6, 5>, knn::ELU<>>, Img, D>(Extents<Img>(5), 47);
 }

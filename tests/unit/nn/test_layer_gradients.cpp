@@ -83,9 +83,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(silu_leaky_relu_and_elu_backward_match_numeric, D,
   using In = Shape<dyn, 3, 5>;
   check_model_gradients<knn::Sequential<knn::SiLU>, In, D>(Extents<In>(3), -4, 4, 0, 51);
   check_model_gradients<knn::Sequential<knn::LeakyReLU<>>, In, D>(Extents<In>(3), -2, 2, 0.05, 52);
-  check_model_gradients<knn::Sequential<knn::LeakyReLU<-0.5>>, In, D>(Extents<In>(3), -2, 2, 0.05, 53);
+  check_model_gradients<knn::Sequential<knn::LeakyReLU<-0.5f>>, In, D>(Extents<In>(3), -2, 2, 0.05, 53);
   check_model_gradients<knn::Sequential<knn::ELU<>>, In, D>(Extents<In>(3), -3, 3, 0.05, 54);
-  check_model_gradients<knn::Sequential<knn::ELU<0.5>>, In, D>(Extents<In>(3), -3, 3, 0.05, 55);
+  check_model_gradients<knn::Sequential<knn::ELU<0.5f>>, In, D>(Extents<In>(3), -3, 3, 0.05, 55);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(leaky_relu_and_elu_at_zero_and_nan_as_torch, D, kiln::test::devices) {
@@ -97,13 +97,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(leaky_relu_and_elu_at_zero_and_nan_as_torch, D, ki
   using S = Shape<dyn, 3>;
   const auto x = kt::make_tensor<D>(std::vector<float>{NAN, 0.0f, -0.0f, 1.0f, -2.0f, 3.0f}, Extents<S>(2));
   const auto ones = kt::make_tensor<D>(std::vector<float>(6, 1.0f), Extents<S>(2));
-  knn::Model<knn::Sequential<knn::LeakyReLU<0.2>>, S, P> leaky(0);
+  knn::Model<knn::Sequential<knn::LeakyReLU<0.2f>>, S, P> leaky(0);
   const auto y = leaky.forward(x).to_vector();
   BOOST_TEST(std::isnan(y[0]));
   BOOST_TEST((y[1] == 0.0f && y[3] == 1.0f && y[4] == -2.0f * 0.2f && y[5] == 3.0f));
   const auto g = leaky.backward_input(ones).to_vector();
   BOOST_TEST(g == (std::vector<float>{0.2f, 0.2f, 0.2f, 1.0f, 0.2f, 1.0f}), boost::test_tools::per_element());
-  knn::Model<knn::Sequential<knn::ELU<0.5>>, S, P> elu(0);
+  knn::Model<knn::Sequential<knn::ELU<0.5f>>, S, P> elu(0);
   const auto e = elu.forward(x).to_vector();
   BOOST_TEST(std::isnan(e[0]));
   BOOST_TEST((e[1] == 0.0f && e[3] == 1.0f && e[5] == 3.0f));
@@ -130,7 +130,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(leaky_relu_and_elu_at_zero_and_nan_as_torch, D, ki
   BOOST_TEST(std::isnan(sg[1]));
   BOOST_TEST((sg[2] == 0.0f && sg[3] == 1.0f && sg[4] == 0.5f));
   // Their names, as torch prints the modules.
-  knn::Model<knn::Sequential<knn::SiLU, knn::LeakyReLU<>, knn::LeakyReLU<0.2>, knn::ELU<>, knn::ELU<0.5>>, S, P> all(0);
+  knn::Model<knn::Sequential<knn::SiLU, knn::LeakyReLU<>, knn::LeakyReLU<0.2f>, knn::ELU<>, knn::ELU<0.5f>>, S, P> all(0);
   const std::string s = all.summary(2);
   for (const char* name : {"SiLU()", "LeakyReLU(negative_slope=0.01)", "LeakyReLU(negative_slope=0.2)", "ELU(alpha=1.0)",
                            "ELU(alpha=0.5)"})

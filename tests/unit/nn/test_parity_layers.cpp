@@ -128,9 +128,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
   check_layer<knn::Dropout<0.5f>, Shape<dyn, 6>, D>("dropout_eval");
   check_layer<knn::SiLU, Shape<dyn, 6>, D>("silu");
   check_layer<knn::LeakyReLU<>, Shape<dyn, 6>, D>("leaky_relu");
-  check_layer<knn::LeakyReLU<0.2>, Shape<dyn, 6>, D>("leaky_relu_0.2");
+  check_layer<knn::LeakyReLU<0.2f>, Shape<dyn, 6>, D>("leaky_relu_0.2");
   check_layer<knn::ELU<>, Shape<dyn, 6>, D>("elu");
-  check_layer<knn::ELU<0.5>, Shape<dyn, 6>, D>("elu_0.5");
+  check_layer<knn::ELU<0.5f>, Shape<dyn, 6>, D>("elu_0.5");
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test::devices) {

@@ -255,6 +255,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_value_clamps_as_torch, D, kiln::test::de
   const auto neg = g.to_vector();
   BOOST_TEST(std::isnan(neg[0]));
   for (std::size_t i = 1; i < neg.size(); ++i) BOOST_TEST(neg[i] == -0.5f);
+  kiln::optim::clip_grad_value(g, std::numeric_limits<double>::quiet_NaN());  // torch: every element NaN
+  for (float v : g.to_vector()) BOOST_TEST(std::isnan(v));
   // A model's arena, every parameter at once.
   kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Linear<4, 3>>, kiln::Shape<kiln::dyn, 4>,
                   kiln::Policy<kiln::Fp32, D>> m(0);

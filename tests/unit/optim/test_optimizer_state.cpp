@@ -110,6 +110,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_resumes_from_a_checkpoint_as_if_never_stop
   const auto state = kiln::optimizer_state(plain);
   BOOST_TEST(state.metadata.at("optimizer.type") == "RMSprop");
   BOOST_TEST(!state.entries.contains("optimizer.grad_avg"));
+  // A state without buffers into an RMSprop with a momentum: zeros (torch would fail), the step count kept.
+  plain.step();
+  const auto stepped = kiln::optimizer_state(plain);
+  Rms with_momentum(p, g, {.momentum = 0.9f});
+  with_momentum.momentum_buffer().fill(5.0f);
+  kiln::load_optimizer_state(with_momentum, stepped.entries, stepped.metadata, "r.safetensors");
+  BOOST_TEST(with_momentum.step_count() == 1);
+  for (float v : with_momentum.momentum_buffer().to_vector()) BOOST_TEST(v == 0.0f);
+  BOOST_TEST(with_momentum.square_avg().to_vector() == plain.square_avg().to_vector(), boost::test_tools::per_element());
   Rms centered(p, g, {.centered = true});  // a centred RMSprop needs the gradient average
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(centered, state.entries, state.metadata, "r.safetensors"),
                         kiln::CheckpointError, [](const kiln::CheckpointError& e) {

@@ -348,6 +348,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_cycle_lr_turns_on_sgd_momentum_and_refuses_wha
   BOOST_TEST(past.momentum_at(20) > 0.99);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_after_steps_without_one_starts_from_the_gradient, D,
+                              kiln::test::devices) {
+  // torch: steps without a momentum make no buffer, so the first step with one starts it from its
+  // gradient (buf = g), whatever ran before: a momentum-free step (or a graph captured before the
+  // momentum was turned on) leaves the first-step flag. Dampening 0.5 tells buf = g from 0.5 g.
+  for (const bool capturable : {false, true}) {
+    BOOST_TEST_CONTEXT("capturable " << capturable) {
+      Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(1)), g(Extents<Shape<dyn>>(1));
+      p.fill(0.0f);
+      g.fill(3.0f);
+      kiln::optim::SGD<float, D> sgd(p, g, {.lr = 1.0f, .dampening = 0.5f, .capturable = capturable});
+      sgd.set_momentum(0.9f);
+      sgd.set_momentum(0.0f);
+      sgd.step();  // p = -3, no buffer filled
+      BOOST_TEST(!sgd.momentum_initialized());
+      sgd.set_momentum(0.9f);
+      g.fill(1.0f);
+      sgd.step();  // buf = g = 1: p = -4 (a filled zero buffer would give 0.9 * 0 + 0.5 * 1: -3.5)
+      BOOST_TEST(p.to_vector()[0] == -4.0f);
+      BOOST_TEST(sgd.momentum_initialized());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_drive_adam_and_resume_at_an_epoch, D, kiln::test::devices) {
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(4)), g(Extents<Shape<dyn>>(4));
   kiln::optim::Adam opt(p, g, {.lr = 0.5f});
