@@ -237,7 +237,9 @@ def mlp_fixture():
         ("adamw", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False)),
         ("adam_l2_amsgrad", "Adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-8, weight_decay=1e-2, amsgrad=True)),
         ("adamw_amsgrad", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=True)),
-        ("rmsprop", "RMSprop", dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False)),
+        # (lr 1e-3: the first steps move every parameter by lr / sqrt(1 - alpha) whatever its gradient, so
+        # at 1e-2 a gradient that nearly cancels made the run sensitive to the batch's summation order)
+        ("rmsprop", "RMSprop", dict(lr=1e-3, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False)),
         ("rmsprop_centered_momentum_l2", "RMSprop",
          dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=1e-2, momentum=0.9, centered=True)),
     ]

@@ -1,6 +1,5 @@
 // Epilogue fusion: in a Sequential, Linear or Conv2d followed by ReLU, Sigmoid, Tanh, GELU, SiLU,
-// LeakyReLU or ELU runs as one
-// layer (GEMM + one pass; backward: one pass + the GEMMs). The fused pairs match finite differences in
+// LeakyReLU or ELU runs as one layer (GEMM + one pass; backward: one pass + the GEMMs). The fused pairs match finite differences in
 // float64 and the unfused modules run one by one; a Linear-ReLU step has a fixed number of passes; with
 // fusion switched off (kiln::Unfused) the pairs run as separate layers and give the same results.
 #include <boost/test/unit_test.hpp>
