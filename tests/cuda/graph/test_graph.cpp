@@ -1,11 +1,10 @@
 // CUDA graphs (kiln::cuda::Graph): a capture records without running and a replay runs; new input
 // copied into the captured tensor gives new output; the capture's private pool keeps its blocks from
 // later allocations until reset(); a model's inference step and a training step with a capturable Adam
-// (fp32, and fp16 with a capturable GradScaler; fp32 clipping its gradients on the device) replay to
-// the same numbers as eager steps; a captured
-// cross entropy recounts its ignored labels on every replay; what a graph
-// cannot hold (a synchronisation, Dropout in training) is refused with an error and leaves the allocator
-// able to capture again.
+// (fp32, and fp16 with a capturable GradScaler; fp32 clipping its gradients by norm on the device, and
+// by value) replay to the same numbers as eager steps; a captured cross entropy recounts its ignored
+// labels on every replay; what a graph cannot hold (a synchronisation, Dropout in training) is refused
+// with an error and leaves the allocator able to capture again.
 #include <kiln/cuda.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
@@ -194,6 +193,39 @@ BOOST_AUTO_TEST_CASE(a_captured_step_clips_its_gradients_on_the_device) {
   });
   for (int s = 1; s < 6; ++s) g.replay();
   BOOST_TEST(static_cast<double>(norm.item()) == eager_norm, boost::test_tools::tolerance(1e-4));
+  const auto a = eager.model.parameters().to_vector(), b = graphed.model.parameters().to_vector();
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i] - b[i])));
+  BOOST_TEST(worst <= 1e-5, "largest parameter difference " << worst);
+}
+
+BOOST_AUTO_TEST_CASE(a_captured_step_clamps_its_gradients_by_value) {
+  // clip_grad_value reads nothing back: inside the graph, replays clamp as eager steps do.
+  Trainer eager, graphed;
+  const Batch x = batch(128, 1.0f);
+  const auto yv = ramp(128, 0.5f);
+  const auto y = Targets::from(std::span<const float>(yv), Extents<Shape<dyn, 1>>(128));
+  for (int s = 0; s < 6; ++s) {
+    eager.step(x, y);
+    if (s == 0) {
+      double largest = 0;
+      for (float v : eager.model.gradients().to_vector()) largest = std::max(largest, std::abs(static_cast<double>(v)));
+      BOOST_TEST(largest > 0.01, "the steps clamp");
+    }
+    kiln::optim::clip_grad_value(eager.model, 0.01);
+    eager.opt.step();
+  }
+  graphed.step(x, y);  // warm-up step, eager
+  kiln::optim::clip_grad_value(graphed.model, 0.01);
+  graphed.opt.step();
+  kc::Graph g;
+  g.capture([&] {
+    graphed.step(x, y);
+    kiln::optim::clip_grad_value(graphed.model, 0.01);
+    graphed.opt.step();
+  });
+  for (int s = 1; s < 6; ++s) g.replay();
+  for (float v : graphed.model.gradients().to_vector()) BOOST_TEST(std::abs(v) <= 0.01f);
   const auto a = eager.model.parameters().to_vector(), b = graphed.model.parameters().to_vector();
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i] - b[i])));
