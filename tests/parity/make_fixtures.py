@@ -420,9 +420,11 @@ def clip_order_zero_fixture(grads):
                       "grad": {k: tensor(g) for k, g in model_grads.items()}, "cases": model_cases}}
 
 
-def layer_case(name, module, shape, seed):
-    """A one-layer Sequential's forward and backward on a random input and a random dL/dy."""
+def layer_case(name, make_module, shape, seed):
+    """A one-layer Sequential's forward and backward on a random input and a random dL/dy; the module is
+    built after manual_seed(seed), so each case depends on its seed alone."""
     torch.manual_seed(seed)
+    module = make_module()
     net = torch.nn.Sequential(module)
     net.eval()
     x = torch.randn(*shape, requires_grad=True)
@@ -438,25 +440,25 @@ def layer_case(name, module, shape, seed):
 def layers_fixture():
     nn = torch.nn
     cases = [
-        layer_case("linear", nn.Linear(5, 4), (3, 5), 11),
-        layer_case("linear_no_bias", nn.Linear(5, 4, bias=False), (3, 5), 12),
-        layer_case("conv2d", nn.Conv2d(2, 3, 5), (2, 2, 9, 9), 13),
-        layer_case("conv2d_stride_padding", nn.Conv2d(3, 4, 3, stride=2, padding=1), (2, 3, 7, 7), 14),
-        layer_case("max_pool2d", nn.MaxPool2d(2), (2, 3, 6, 6), 15),
-        layer_case("avg_pool2d", nn.AvgPool2d(2), (2, 3, 6, 6), 16),
-        layer_case("relu", nn.ReLU(), (4, 6), 17),
-        layer_case("sigmoid", nn.Sigmoid(), (4, 6), 18),
-        layer_case("tanh", nn.Tanh(), (4, 6), 19),
-        layer_case("gelu", nn.GELU(), (4, 6), 20),
-        layer_case("softmax", nn.Softmax(dim=1), (4, 6), 21),
-        layer_case("log_softmax", nn.LogSoftmax(dim=1), (4, 6), 22),
-        layer_case("flatten", nn.Flatten(), (2, 3, 2, 2), 23),
-        layer_case("dropout_eval", nn.Dropout(0.5), (4, 6), 24),
-        layer_case("silu", nn.SiLU(), (4, 6), 25),
-        layer_case("leaky_relu", nn.LeakyReLU(), (4, 6), 26),
-        layer_case("leaky_relu_0.2", nn.LeakyReLU(0.2), (4, 6), 27),
-        layer_case("elu", nn.ELU(), (4, 6), 28),
-        layer_case("elu_0.5", nn.ELU(alpha=0.5), (4, 6), 29),
+        layer_case("linear", lambda: nn.Linear(5, 4), (3, 5), 11),
+        layer_case("linear_no_bias", lambda: nn.Linear(5, 4, bias=False), (3, 5), 12),
+        layer_case("conv2d", lambda: nn.Conv2d(2, 3, 5), (2, 2, 9, 9), 13),
+        layer_case("conv2d_stride_padding", lambda: nn.Conv2d(3, 4, 3, stride=2, padding=1), (2, 3, 7, 7), 14),
+        layer_case("max_pool2d", lambda: nn.MaxPool2d(2), (2, 3, 6, 6), 15),
+        layer_case("avg_pool2d", lambda: nn.AvgPool2d(2), (2, 3, 6, 6), 16),
+        layer_case("relu", lambda: nn.ReLU(), (4, 6), 17),
+        layer_case("sigmoid", lambda: nn.Sigmoid(), (4, 6), 18),
+        layer_case("tanh", lambda: nn.Tanh(), (4, 6), 19),
+        layer_case("gelu", lambda: nn.GELU(), (4, 6), 20),
+        layer_case("softmax", lambda: nn.Softmax(dim=1), (4, 6), 21),
+        layer_case("log_softmax", lambda: nn.LogSoftmax(dim=1), (4, 6), 22),
+        layer_case("flatten", lambda: nn.Flatten(), (2, 3, 2, 2), 23),
+        layer_case("dropout_eval", lambda: nn.Dropout(0.5), (4, 6), 24),
+        layer_case("silu", lambda: nn.SiLU(), (4, 6), 25),
+        layer_case("leaky_relu", lambda: nn.LeakyReLU(), (4, 6), 26),
+        layer_case("leaky_relu_0.2", lambda: nn.LeakyReLU(0.2), (4, 6), 27),
+        layer_case("elu", lambda: nn.ELU(), (4, 6), 28),
+        layer_case("elu_0.5", lambda: nn.ELU(alpha=0.5), (4, 6), 29),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 
