@@ -310,13 +310,6 @@ class AdamBase {
   /// param_group['betas'], unchecked as that is; the bias corrections use them, as torch's. A captured
   /// step replays the betas it was captured with.
   void set_betas(AdamBetas betas) { o_.betas = betas; }
-  /// torch's checks of betas (a NaN is refused too).
-  static void check_betas(AdamBetas b, const std::string& who) {
-    if (!(b.beta1 >= 0.0f && b.beta1 < 1.0f))
-      throw ValueError("kiln::optim::" + who + ": invalid beta1 " + std::to_string(b.beta1) + "; give 0 <= beta1 < 1");
-    if (!(b.beta2 >= 0.0f && b.beta2 < 1.0f))
-      throw ValueError("kiln::optim::" + who + ": invalid beta2 " + std::to_string(b.beta2) + "; give 0 <= beta2 < 1");
-  }
   /// Steps taken so far (torch's state["step"]); bias correction uses it. Capturable: read from the
   /// device, replays of a captured step included.
   std::int64_t step_count() const {
@@ -338,6 +331,14 @@ class AdamBase {
   const arena_type& max_exp_avg_sq() const { return vmax_; }
 
  private:
+  /// torch's checks of betas (a NaN is refused too).
+  static void check_betas(AdamBetas b, const std::string& who) {
+    if (!(b.beta1 >= 0.0f && b.beta1 < 1.0f))
+      throw ValueError("kiln::optim::" + who + ": invalid beta1 " + std::to_string(b.beta1) + "; give 0 <= beta1 < 1");
+    if (!(b.beta2 >= 0.0f && b.beta2 < 1.0f))
+      throw ValueError("kiln::optim::" + who + ": invalid beta2 " + std::to_string(b.beta2) + "; give 0 <= beta2 < 1");
+  }
+
   arena_type& p_;
   arena_type& g_;
   W* work_;  // mixed precision: the model's working copy; null otherwise

@@ -207,8 +207,7 @@ auto clip_grad_norm_capturable(Model& m, double max_norm, double norm_type = 2.0
 
 /// torch.nn.utils.clip_grad_value_: clamps every gradient into [-clip_value, clip_value] in one pass (a
 /// NaN stays NaN; a negative clip_value sets every element to it, as torch's clamp with min > max, and
-/// a NaN one makes every element NaN). It
-/// reads nothing back, so a captured step can call it.
+/// a NaN one makes every element NaN). It reads nothing back, so a captured step can call it.
 /// Example: `kiln::optim::clip_grad_value(model, 0.5);  // before opt.step()`
 template <class M, class D>
 void clip_grad_value(Tensor<M, Shape<dyn>, D>& grads, double clip_value) {

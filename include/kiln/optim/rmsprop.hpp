@@ -102,7 +102,7 @@ class RMSprop {
       : p_(params), g_(grads), work_(detail::working_copy(params, work, "RMSprop")), o_(o) {
     // torch's checks and words (a NaN is refused too).
     const auto check = [](double v, const char* what) {
-      if (!(v >= 0.0f))
+      if (!(v >= 0.0))
         throw ValueError(std::string("kiln::optim::RMSprop: Invalid ") + what + " value: " + std::to_string(v));
     };
     if (!(o.lr >= 0.0f)) throw ValueError("kiln::optim::RMSprop: Invalid learning rate: " + std::to_string(o.lr));
@@ -152,7 +152,7 @@ class RMSprop {
   /// as that is. Turned on where there was none, the buffers start at zero: torch's state before its
   /// first step (after one, torch 1.13 fails with KeyError: 'momentum_buffer'; kiln goes on from zeros).
   void set_momentum(float momentum) {
-    if (momentum > 0.0f && buf_.empty() && p_.numel() > 0) buf_ = zeros();
+    if (momentum > 0.0f) make_momentum_buffer();
     o_.momentum = momentum;
   }
   const RMSpropOptions& options() const { return o_; }
