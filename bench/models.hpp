@@ -1,5 +1,5 @@
 /// The models the benches time, defined once: the seeds' MLP and LeNet (3x32x32, CIFAR-10's), LeNet
-/// adapted to 1x28x28 (the main job's), and a wide MLP for GPU-sized GEMMs.
+/// with BatchNorm, LeNet adapted to 1x28x28 (the main job's), and a wide MLP for GPU-sized GEMMs.
 #pragma once
 #include <kiln/nn/nn.hpp>
 
@@ -11,6 +11,9 @@ using Mlp = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>
 /// The seeds' LeNet on 3 x 32 x 32 images.
 using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
                          Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+/// LeNet with BatchNorm2d after each convolution (the step's normalisation cost against PyTorch's).
+using LeNetBn = Sequential<Conv2d<3, 6, 5>, BatchNorm2d<6>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, BatchNorm2d<16>, ReLU,
+                           MaxPool2d<2>, Flatten, Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
 /// LeNet on 1 x 28 x 28 images (the first convolution padded by 2): the main job's.
 using LeNet28 = Sequential<Conv2d<1, 6, 5, 1, 2>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
                            Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;

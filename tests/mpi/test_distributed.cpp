@@ -1,7 +1,8 @@
 // Distributed<Mpi> on 2 ranks (mpiexec -n 2): rank 0's parameters reach every rank; 20 Adam steps with
 // each rank on its half of the global batch give the parameters of one device on the whole batch
 // (within 1e-5); the averaged gradients equal the single-device ones for every bucket size; no_sync
-// accumulation; rank-0 checkpoints that every rank loads; and ranks that disagree (world size, model,
+// accumulation; rank 0's BatchNorm buffers broadcast before training forwards; rank-0 checkpoints that
+// every rank loads; and ranks that disagree (world size, model,
 // a failed checkpoint write) all end with an error instead of hanging.
 #include <boost/test/unit_test.hpp>
 #include <chrono>
@@ -149,6 +150,44 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulates_locally_and_the_last_backward_averages_
   BOOST_TEST(max_abs_diff(ddp.module().gradients().to_vector(), want) <= 1e-6);
   // The first micro-batch's gradients were this rank's alone (they differ from the average).
   BOOST_TEST(max_abs_diff(local, want) > 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(rank_zeros_batch_norm_buffers_reach_every_rank_before_a_training_forward) {
+  // torch's broadcast_buffers: each rank normalises by its own batch, and the running statistics it
+  // updates start from rank 0's whenever the previous forward was a synchronised training one.
+  Group group({.timeout = test_timeout});
+  using Net = knn::Sequential<knn::Linear<13, 4>, knn::BatchNorm1d<4>>;
+  const auto data = [](int rank, std::uint32_t step) {
+    return kt::make_tensor<kiln::Cpu>(kt::random_values<float>(6 * 13, -1, 1 + rank, 400 + 10 * step + static_cast<std::uint32_t>(rank)),
+                                      Extents<Row>(6));
+  };
+  Ddp<Net, Row> ddp(group, 3);
+  knn::Model<Net, Row> local(3);  // the same seed: rank 0's parameters, the same on every rank
+  (void)ddp.forward(data(group.rank(), 0));
+  // forward 2: rank 0's buffers after its forward 1, moved by this rank's batch
+  (void)ddp.forward(data(group.rank(), 1));
+  (void)local.forward(data(0, 0));
+  (void)local.forward(data(group.rank(), 1));
+  BOOST_TEST(local.buffers().to_vector() == ddp.module().buffers().to_vector(), boost::test_tools::per_element());
+  if (group.rank() == 1) {  // its own batch was different: without the broadcast it would differ
+    knn::Model<Net, Row> alone(3);
+    (void)alone.forward(data(1, 0));
+    (void)alone.forward(data(1, 1));
+    BOOST_TEST(max_abs_diff(alone.buffers().to_vector(), ddp.module().buffers().to_vector()) > 1e-3);
+  }
+  // Forward 3, under no_grad, still broadcasts (forward 2 had gradients); forward 4 then does not:
+  // rank 0's state after its forwards 1 and 2, moved by this rank's batches 3 and 4.
+  {
+    const knn::NoGrad no_grad(ddp.module());
+    (void)ddp.forward(data(group.rank(), 2));
+  }
+  (void)ddp.forward(data(group.rank(), 3));
+  knn::Model<Net, Row> expect(3);
+  (void)expect.forward(data(0, 0));
+  (void)expect.forward(data(0, 1));
+  (void)expect.forward(data(group.rank(), 2));
+  (void)expect.forward(data(group.rank(), 3));
+  BOOST_TEST(expect.buffers().to_vector() == ddp.module().buffers().to_vector(), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(bf16_ranks_stay_identical) {

@@ -1,12 +1,16 @@
 #!/usr/bin/python3
 """Writes tests/parity/fixtures/lenet_state.safetensors: a PyTorch LeNet's state_dict in the
 safetensors format (written here by hand, byte for byte what safetensors.torch.save_file writes:
-an 8-byte little-endian header size, a JSON header in the reference writer's order (by dtype, then
-name: every tensor here is F32, so by name), then the raw tensors), and
-lenet_output.json: the logits of that model for a fixed input. kiln's tests load the file into
-kiln's LeNet and must reproduce the logits (weights moving from PyTorch to kiln).
+an 8-byte little-endian header size, a JSON header in the reference writer's order (by dtype, highest
+first, then name), then the raw tensors), and lenet_output.json: the logits of that model for a fixed
+input; the same for a small network with BatchNorm2d and BatchNorm1d (batchnorm_state.safetensors, with
+its running statistics and int64 num_batches_tracked, and batchnorm_output.json: its evaluation output).
+kiln's tests load the files into kiln's models and must reproduce the outputs (weights moving from
+PyTorch to kiln).
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/parity/make_checkpoint.py
+(the last bits of lenet_output.json differ between torch builds: keep the committed one unless the
+LeNet itself changes)
 """
 import json
 import os
@@ -18,12 +22,15 @@ import torch.nn as nn
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
 
+DTYPES = {torch.float32: ("F32", 11), torch.int64: ("I64", 13)}  # name, rank in safetensors' Dtype order
+
+
 def save_file(tensors, path):
     header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous().to(torch.float32)
+    for name in sorted(tensors, key=lambda n: (-DTYPES[tensors[n].dtype][1], n)):
+        t = tensors[name].detach().contiguous()
         b = t.numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
+        header[name] = {"dtype": DTYPES[t.dtype][0], "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
         offset += len(b)
         blobs.append(b)
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -45,6 +52,23 @@ def main():
         y = lenet(x)
     save_file(lenet.state_dict(), os.path.join(HERE, "lenet_state.safetensors"))
     with open(os.path.join(HERE, "lenet_output.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "input_shape": list(x.shape), "input": x.flatten().tolist(),
+                   "output": y.flatten().tolist()}, f)
+
+    # A network with BatchNorm: its running statistics (F32) and num_batches_tracked (I64) are buffers
+    # in the state_dict; five training forwards move them off their initial values first.
+    torch.manual_seed(1)
+    bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(64, 5),
+                       nn.BatchNorm1d(5))
+    with torch.no_grad():
+        for _ in range(5):
+            bn(torch.randn(8, 3, 6, 6) * 2 + 1)
+    bn.eval()
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        y = bn(x)
+    save_file(bn.state_dict(), os.path.join(HERE, "batchnorm_state.safetensors"))
+    with open(os.path.join(HERE, "batchnorm_output.json"), "w") as f:
         json.dump({"torch": torch.__version__, "input_shape": list(x.shape), "input": x.flatten().tolist(),
                    "output": y.flatten().tolist()}, f)
 

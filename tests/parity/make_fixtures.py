@@ -463,6 +463,83 @@ def layers_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def batchnorm_case(name, make_module, shape, seed):
+    """A one-layer Sequential of a BatchNorm with random weight and bias: three training forwards (the
+    last one also backward from a random dL/dy), the state_dict after them, then an evaluation forward
+    and backward (running statistics) with fresh gradients."""
+    torch.manual_seed(seed)
+    module = make_module()
+    if module.affine:
+        with torch.no_grad():
+            module.weight.uniform_(0.5, 1.5)
+            module.bias.normal_()
+    net = torch.nn.Sequential(module)
+    initial = {k: tensor(v) for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
+    net.train()
+    train = []
+    for step in range(3):
+        x = (torch.randn(*shape) * (1 + step) + step).requires_grad_(True)
+        y = net(x)
+        train.append({"input": tensor(x), "output": tensor(y)})
+    dy = torch.randn(*y.shape)
+    y.backward(dy)
+    train[-1].update(grad_output=tensor(dy), grad_input=tensor(x.grad),
+                     grad={k: tensor(p.grad) for k, p in net.named_parameters()})
+    state = net.state_dict()
+    after = {k: (int(v) if k.endswith("num_batches_tracked") else tensor(v)) for k, v in state.items()}
+    net.eval()
+    net.zero_grad()
+    x = torch.randn(*shape, requires_grad=True)
+    y = net(x)
+    dy = torch.randn(*y.shape)
+    y.backward(dy)
+    evaluation = {"input": tensor(x), "output": tensor(y), "grad_output": tensor(dy), "grad_input": tensor(x.grad),
+                  "grad": {k: tensor(p.grad) for k, p in net.named_parameters()}}
+    return {"name": name, "torch": repr(module), "state_dict": initial, "train": train, "state_after": after,
+            "eval": evaluation}
+
+
+def batchnorm_model_fixture():
+    """A small convolutional network with BatchNorm2d and BatchNorm1d: three SGD (momentum) steps on an
+    MSE loss, then its parameters, buffers and an evaluation output."""
+    nn = torch.nn
+    torch.manual_seed(SEED + 40)
+    net = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(),
+                        nn.Linear(3 * 5 * 5, 4), nn.BatchNorm1d(4, momentum=None))
+    initial = {k: tensor(v) for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(6, 2, 5, 5)
+    target = torch.randn(6, 4)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(net(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    net.eval()
+    with torch.no_grad():
+        out = net(x)
+    state = net.state_dict()
+    return {"state_dict": initial, "input": tensor(x), "target": tensor(target), "losses": f32(losses),
+            "state_after": {k: (int(v) if k.endswith("num_batches_tracked") else tensor(v)) for k, v in state.items()},
+            "eval_output": tensor(out)}
+
+
+def batchnorm_fixture():
+    nn = torch.nn
+    cases = [
+        batchnorm_case("batch_norm1d", lambda: nn.BatchNorm1d(4), (5, 4), 50),
+        batchnorm_case("batch_norm1d_length", lambda: nn.BatchNorm1d(3), (4, 3, 6), 51),
+        batchnorm_case("batch_norm2d", lambda: nn.BatchNorm2d(3), (4, 3, 5, 6), 52),
+        batchnorm_case("batch_norm2d_no_affine", lambda: nn.BatchNorm2d(3, affine=False), (2, 3, 4, 4), 53),
+        batchnorm_case("batch_norm2d_cumulative", lambda: nn.BatchNorm2d(2, eps=1e-3, momentum=None), (3, 2, 4, 4), 54),
+        batchnorm_case("batch_norm2d_untracked", lambda: nn.BatchNorm2d(2, track_running_stats=False), (3, 2, 4, 4),
+                       55),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases, "model": batchnorm_model_fixture()}
+
+
 def losses_fixture():
     torch.manual_seed(SEED + 2)
     pred = torch.randn(5, 3, requires_grad=True)
@@ -643,7 +720,8 @@ def write(name, data):
 FIXTURES = {"mlp.json": lambda: mlp_fixture(), "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
-            "elementwise_losses.json": lambda: elementwise_losses_fixture()}
+            "elementwise_losses.json": lambda: elementwise_losses_fixture(),
+            "batchnorm.json": lambda: batchnorm_fixture()}
 
 
 def main(names):

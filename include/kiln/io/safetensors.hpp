@@ -322,7 +322,7 @@ SafetensorsEntry make_entry(std::span<const T> values, std::vector<index_t> shap
   return e;
 }
 
-/// Saves a model's parameters under PyTorch's state_dict names (plus optional extra entries such as
+/// Saves a model's parameters and buffers under PyTorch's state_dict names (plus optional extra entries such as
 /// optimizer state, and metadata). Loadable by `safetensors.torch.load_file` + `load_state_dict`.
 template <class Model>
 void save_checkpoint(const std::filesystem::path& path, const Model& model,
@@ -332,14 +332,67 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model,
   const std::vector<M> host = model.parameters().to_vector();
   for (const auto& p : model.named_parameters())
     extra[p.name] = make_entry<M>(std::span<const M>(host.data() + p.offset, static_cast<std::size_t>(p.count)), p.shape);
+  if constexpr (requires { model.named_buffers(); }) {  // BatchNorm's running statistics
+    const std::vector<M> buffers = model.buffers().to_vector();
+    for (const auto& b : model.named_buffers()) {
+      const auto first = buffers.begin() + b.offset;
+      if (b.integer) {  // num_batches_tracked: int64, as torch's
+        std::vector<std::int64_t> v(first, first + b.count);
+        extra[b.name] = make_entry<std::int64_t>(std::span<const std::int64_t>(v), b.shape);
+      } else {
+        extra[b.name] = make_entry<M>(std::span<const M>(&*first, static_cast<std::size_t>(b.count)), b.shape);
+      }
+    }
+  }
   write_safetensors(path, extra, metadata);
 }
 
-/// Loads parameters saved by save_checkpoint or by PyTorch (safetensors.torch.save_file(model.state_dict())).
-/// Every parameter must be present with the right dtype and shape; the first difference is reported with
-/// the file, the name, and both shapes or dtypes. As torch's load_state_dict(strict=True), an entry named
-/// like a parameter (`*.weight`, `*.bias`) that the model does not have is an error too: the checkpoint
-/// is of another (deeper, wider) model. Returns the other entries (optimizer state, the caller's own
+namespace detail {
+/// Copies the entry `name` (shape `shape`, dtype `dtype`) out of `entries` into `out` (converted from
+/// int64 when `integer`) and removes it; a CheckpointError naming the file, the entry and what differs
+/// when it is missing or of another dtype or shape. `what`: "parameter" or "buffer". A missing integer
+/// buffer (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
+inline index_t shape_count(const std::vector<index_t>& shape) {
+  index_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+template <class M>
+void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::filesystem::path& path,
+                const std::string& name, const std::vector<index_t>& shape, bool integer, const char* what, M* out) {
+  const auto it = entries.find(name);
+  if (it == entries.end() && integer) {  // num_batches_tracked: torch's BatchNorm loads without it as 0
+    for (std::size_t i = 0, n = static_cast<std::size_t>(shape_count(shape)); i < n; ++i) out[i] = M(0);
+    return;
+  }
+  if (it == entries.end())
+    throw CheckpointError("kiln: " + path.string() + ": missing " + what + " '" + name + "' (shape " +
+                          shape_text(shape) + ")");
+  const auto& e = it->second;
+  const std::string want = integer ? safetensors_dtype<std::int64_t>() : safetensors_dtype<M>();
+  if (e.dtype != want)
+    throw CheckpointError("kiln: " + path.string() + ": " + what + " '" + name + "' is " + e.dtype + ", expected " + want);
+  if (e.shape != shape)
+    throw CheckpointError("kiln: " + path.string() + ": " + what + " '" + name + "' has shape " + shape_text(e.shape) +
+                          ", the model expects " + shape_text(shape));
+  if (integer) {
+    std::vector<std::int64_t> v(e.bytes.size() / sizeof(std::int64_t));
+    std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<M>(v[i]);
+  } else {
+    std::memcpy(out, e.bytes.data(), e.bytes.size());
+  }
+  entries.erase(it);
+}
+}  // namespace detail
+
+/// Loads parameters (and buffers: BatchNorm's running statistics) saved by save_checkpoint or by PyTorch
+/// (safetensors.torch.save_file(model.state_dict())). Every parameter and buffer must be present with
+/// the right dtype and shape (but num_batches_tracked, which reads as 0 when absent, as torch's
+/// BatchNorm loads an old checkpoint); the first difference is reported with the file, the name, and
+/// both shapes or dtypes. As torch's load_state_dict(strict=True), an entry named like a parameter or a
+/// buffer (`*.weight`, `*.bias`, `*.running_mean`, `*.running_var`, `*.num_batches_tracked`) that the
+/// model does not have is an error too: the checkpoint is of another (deeper, wider) model. Returns the other entries (optimizer state, the caller's own
 /// extras).
 template <class Model>
 std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::path& path, Model& model,
@@ -347,31 +400,28 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   using M = typename Model::M;
   auto entries = read_safetensors(path, metadata);
   std::vector<M> host(static_cast<std::size_t>(model.parameters().numel()));
-  for (const auto& p : model.named_parameters()) {
-    const auto it = entries.find(p.name);
-    if (it == entries.end())
-      throw CheckpointError("kiln: " + path.string() + ": missing parameter '" + p.name + "' (shape " +
-                            detail::shape_text(p.shape) + ")");
-    const auto& e = it->second;
-    if (e.dtype != safetensors_dtype<M>())
-      throw CheckpointError("kiln: " + path.string() + ": parameter '" + p.name + "' is " + e.dtype + ", expected " +
-                            safetensors_dtype<M>());
-    if (e.shape != p.shape)
-      throw CheckpointError("kiln: " + path.string() + ": parameter '" + p.name + "' has shape " +
-                            detail::shape_text(e.shape) + ", the model expects " + detail::shape_text(p.shape));
-    std::memcpy(host.data() + p.offset, e.bytes.data(), e.bytes.size());
-    entries.erase(it);
+  for (const auto& p : model.named_parameters())
+    detail::take_entry(entries, path, p.name, p.shape, false, "parameter", host.data() + p.offset);
+  std::vector<M> buffers;
+  if constexpr (requires { model.named_buffers(); }) {
+    buffers.resize(static_cast<std::size_t>(model.buffers().numel()));
+    for (const auto& b : model.named_buffers())
+      detail::take_entry(entries, path, b.name, b.shape, b.integer, "buffer", buffers.data() + b.offset);
   }
   std::string unexpected;
   for (const auto& [name, e] : entries) {
     const auto ends_with = [&](std::string_view s) { return name.size() > s.size() && name.ends_with(s); };
-    if (name.starts_with("optimizer.") || !(ends_with(".weight") || ends_with(".bias"))) continue;
+    if (name.starts_with("optimizer.") || !(ends_with(".weight") || ends_with(".bias") || ends_with(".running_mean") ||
+                                            ends_with(".running_var") || ends_with(".num_batches_tracked")))
+      continue;
     unexpected += (unexpected.empty() ? "'" : ", '") + name + "' " + detail::shape_text(e.shape);
   }
   if (!unexpected.empty())
     throw CheckpointError("kiln: " + path.string() + ": unexpected parameters " + unexpected +
                           ": the model has none of that name; the checkpoint is of another model");
   model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
+  if constexpr (requires { model.named_buffers(); })
+    if (!buffers.empty()) model.buffers().copy_from(std::span<const M>(buffers.data(), buffers.size()));
   return entries;
 }
 

@@ -39,12 +39,26 @@ struct ParameterInfo {
   std::vector<index_t> shape;
 };
 
+/// A buffer in the model's buffer arena: state that a layer updates itself and that is not a parameter
+/// (BatchNorm's running statistics), named as in PyTorch's state_dict once prefixed ("1.running_mean").
+/// `integer`: torch holds it as int64 (num_batches_tracked); kiln keeps it in the arena's floating type
+/// (exact to 2^24 in float) and checkpoints write it as int64.
+struct BufferInfo {
+  std::string name;
+  index_t offset = 0;
+  index_t count = 0;
+  std::vector<index_t> shape;
+  bool integer = false;
+};
+
 /// A layer spec L, for an input shape In it accepts:
 ///   L::accepts<In>            whether In fits (checked by Sequential with a readable error)
 ///   L::output<In>             the output shape
 ///   L::module<In, P>          the runtime module: parameter_count, bind(params, grads, work, device),
 ///                             reset_parameters(gen),
 ///                             parameters(), forward(x, ctx) -> y, backward(dy) -> dx, name()
+///                             and, for a module with buffers (BatchNorm), buffer_count,
+///                             bind_buffers(buffers, device), init_buffers(host), buffers()
 /// Requirements are checked where the pieces meet (Sequential), not here, to keep errors short.
 template <class L, class In>
 concept layer_for = requires {
@@ -52,6 +66,29 @@ concept layer_for = requires {
 };
 
 namespace detail {
+/// Mod::buffer_count, or 0 for a module without buffers (most of them).
+template <class Mod>
+constexpr index_t buffer_count_of() {
+  if constexpr (requires { Mod::buffer_count; }) return Mod::buffer_count;
+  else return 0;
+}
+/// m.bind_buffers(buffers, device) (its slice of the model's buffer arena), if m has buffers.
+template <class Mod, class M>
+void bind_buffers_of(Mod& m, M* buffers, int device) {
+  if constexpr (buffer_count_of<Mod>() > 0) m.bind_buffers(buffers, device);
+}
+/// m.init_buffers(host): m writes its buffers' initial values into a host copy of its slice.
+template <class Mod, class M>
+void init_buffers_of(const Mod& m, M* host) {
+  if constexpr (buffer_count_of<Mod>() > 0) m.init_buffers(host);
+}
+/// m.buffers(), or none.
+template <class Mod>
+std::vector<BufferInfo> buffers_of(const Mod& m) {
+  if constexpr (buffer_count_of<Mod>() > 0) return m.buffers();
+  else return {};
+}
+
 /// What every layer without parameters has: its policy's types, its shapes, nothing to bind or
 /// initialise. Its module derives from it: `class module : public detail::parameter_free<S, Out, P>`.
 template <class S, class Out, class P>

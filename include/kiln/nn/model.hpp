@@ -2,6 +2,7 @@
 /// arena and one gradient arena (so an optimizer steps the whole model in one pass).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -45,6 +46,8 @@ class Model {
   using arena_type = Tensor<M, Shape<dyn>, D>;
   using working_arena_type = Tensor<T, Shape<dyn>, D>;
   static constexpr index_t parameter_count = network::parameter_count;
+  /// Elements of state the layers update themselves (BatchNorm's running statistics): the buffer arena.
+  static constexpr index_t buffer_count = detail::buffer_count_of<network>();
   /// Whether GEMMs read a low-precision copy of the parameters (storage type differs from master).
   static constexpr bool has_working_copy = !std::is_same_v<T, M>;
 
@@ -60,6 +63,11 @@ class Model {
     Generator g(seed);
     net_.reset_parameters(g);
     zero_grad();
+    if constexpr (buffer_count > 0) {
+      buffers_ = arena_type(Extents<Shape<dyn>>(buffer_count), params_.device_index());
+      net_.bind_buffers(buffers_.data(), params_.device_index());
+      reset_buffers();
+    }
   }
   Model(const Model&) = delete;  // modules point into the arenas
   Model& operator=(const Model&) = delete;
@@ -127,6 +135,25 @@ class Model {
   void mark_parameters_changed() {
     if constexpr (has_working_copy) stale_ = true;
   }
+  /// The buffers (BatchNorm's running statistics), as torch's module.buffers(): updated by training
+  /// forwards, read by evaluation ones, saved with the parameters, never stepped by an optimizer.
+  /// Empty for a network without buffers.
+  arena_type& buffers() { return buffers_; }
+  const arena_type& buffers() const { return buffers_; }
+  /// Names, offsets and shapes in PyTorch's state_dict spelling ("1.running_mean").
+  std::vector<BufferInfo> named_buffers() const {
+    if constexpr (buffer_count > 0) return net_.buffers();
+    else return {};
+  }
+  /// Every buffer back to its initial value (running mean 0, running variance 1, no batches tracked),
+  /// as torch's reset_running_stats().
+  void reset_buffers() {
+    if constexpr (buffer_count > 0) {
+      std::vector<M> host(static_cast<std::size_t>(buffer_count), M(0));
+      net_.init_buffers(host.data());
+      buffers_.copy_from(std::span<const M>(host.data(), host.size()));
+    }
+  }
   arena_type& gradients() { return grads_; }
   const arena_type& gradients() const { return grads_; }
   /// Names, offsets and shapes in PyTorch's state_dict spelling ("0.weight", "2.bias").
@@ -161,6 +188,7 @@ class Model {
   arena_type params_;
   arena_type grads_;
   working_arena_type work_;  // mixed precision only
+  arena_type buffers_;       // networks with buffers only
   bool stale_ = true;
   index_t saved_rows_ = -1;  // the batch of the last forward that kept its activations (-1: none)
   network net_;

@@ -52,6 +52,10 @@ struct Residual {
     void bind(M* params, M* grads, T* work, int device) { inner_.bind(params, grads, work, device); }
     void reset_parameters(Generator& g) { inner_.reset_parameters(g); }
     std::vector<ParameterInfo> parameters() const { return inner_.parameters(); }
+    static constexpr index_t buffer_count = inner_type::buffer_count;
+    void bind_buffers(M* buffers, int device) { inner_.bind_buffers(buffers, device); }
+    void init_buffers(M* host) const { inner_.init_buffers(host); }
+    std::vector<BufferInfo> buffers() const { return inner_.buffers(); }
     std::string name() const { return "Residual(" + std::to_string(sizeof...(Layers)) + " layers)"; }
 
     /// y = x + f(x): f's layers, then one pass for the sum.

@@ -118,6 +118,13 @@ struct modules<P, type_list<Ins...>, type_list<Ls...>> {
 };
 
 template <class Tuple>
+struct total_buffers;
+template <class... Ms>
+struct total_buffers<std::tuple<Ms...>> {
+  static constexpr index_t value = (index_t{0} + ... + buffer_count_of<Ms>());
+};
+
+template <class Tuple>
 struct total_parameters;
 template <class... Ms>
 struct total_parameters<std::tuple<Ms...>> {
@@ -171,6 +178,38 @@ struct Sequential {
     }
     void reset_parameters(Generator& g) {
       for_each_layer([&](auto& m) { m.reset_parameters(g); });
+    }
+    /// The layers' buffers (BatchNorm's running statistics), one after another in their order.
+    static constexpr index_t buffer_count = detail::total_buffers<tuple_type>::value;
+    void bind_buffers(M* buffers, int device) {
+      index_t off = 0;
+      for_each_layer([&](auto& m) {
+        detail::bind_buffers_of(m, buffers + off, device);
+        off += detail::buffer_count_of<std::remove_cvref_t<decltype(m)>>();
+      });
+    }
+    void init_buffers(M* host) const {
+      index_t off = 0;
+      for_each_layer([&](const auto& m) {
+        detail::init_buffers_of(m, host + off);
+        off += detail::buffer_count_of<std::remove_cvref_t<decltype(m)>>();
+      });
+    }
+    /// Every buffer, named "<layer index>.<name>", with its offset in the model's buffer arena.
+    std::vector<BufferInfo> buffers() const {
+      std::vector<BufferInfo> all;
+      index_t off = 0;
+      std::size_t i = 0;
+      for_each_layer([&](const auto& m) {
+        for (auto b : detail::buffers_of(m)) {
+          b.name = std::to_string(i) + "." + b.name;
+          b.offset += off;
+          all.push_back(std::move(b));
+        }
+        off += detail::buffer_count_of<std::remove_cvref_t<decltype(m)>>();
+        ++i;
+      });
+      return all;
     }
     /// Every parameter, named "<layer index>.<name>", with its offset in the model's arena.
     std::vector<ParameterInfo> parameters() const {
@@ -233,6 +272,9 @@ struct Sequential {
       os << std::string(92, '-') << '\n';
       os << "total parameters: " << parameter_count << " (" << parameter_count * static_cast<index_t>(sizeof(M))
          << " bytes as " << dtype_name<M>() << ")\n";
+      if constexpr (buffer_count > 0)
+        os << "buffers: " << buffer_count << " (" << buffer_count * static_cast<index_t>(sizeof(M)) << " bytes as "
+           << dtype_name<M>() << "; running statistics, not trained)\n";
       os << "input " << detail::shape_string<S>(batch) << " -> output " << detail::shape_string<output_shape>(batch)
          << '\n';
       return os.str();

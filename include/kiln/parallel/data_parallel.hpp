@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -180,7 +181,10 @@ struct ReplicaDevices<Cpu> {
 /// ignore), so the summed gradient is the full batch's mean gradient, whatever the split; for a
 /// `reduction` of `sum` each weighs 1, and the summed gradient is the full batch's sum's. Dropout draws
 /// its mask from each replica's own element indices, so a model with Dropout does not reproduce
-/// single-device training mask for mask.
+/// single-device training mask for mask. Buffers (BatchNorm's running statistics) are copied from
+/// replica 0 to the others at the start of every train_step, as torch's replicate() does each forward:
+/// each replica normalises its chunk by that chunk's statistics, and replica 0's running statistics are
+/// the ones that last (what module() evaluates and a checkpoint of it saves).
 template <class Net, class In, precision_policy Prec = Fp32, device_policy D = Cpu>
 class DataParallel {
  public:
@@ -247,6 +251,7 @@ class DataParallel {
     const bool summed = sums(loss);
     const double counted = counted_rows(loss, y);
     std::vector<double> losses(models_.size(), 0.0);
+    if constexpr (model_type::buffer_count > 0) broadcast_buffers();
     run_replicas([&](int r) {
       const index_t count = split.count[static_cast<std::size_t>(r)];
       if (count == 0) return;
@@ -312,6 +317,18 @@ class DataParallel {
       for (auto& m : models_) g.push_back(m->gradients().data());
       devices_.all_reduce(g, model_type::parameter_count);  // grouped ncclAllReduce, one stream per GPU
     }
+  }
+
+  /// Replica 0's buffers into every other replica (through the host: a few values per layer).
+  void broadcast_buffers() {
+    if (size() == 1) return;
+    devices_.synchronize();
+    const std::vector<M> host = replica(0).buffers().to_vector();
+    for (int r = 1; r < size(); ++r) {
+      [[maybe_unused]] const auto on = devices_.scope(r);
+      replica(r).buffers().copy_from(std::span<const M>(host.data(), host.size()));
+    }
+    devices_.synchronize();
   }
 
   /// Whether every replica holds the same parameters, bit for bit (they should, after any number of steps).

@@ -65,6 +65,8 @@ class DistributedDataParallel {
         buckets_(plan_buckets(model_.named_parameters(), sizeof(M), buckets)) {
     check_same_model();
     group_.broadcast(model_.parameters().data(), model_type::parameter_count, 0, "broadcasting rank 0's parameters");
+    if constexpr (model_type::buffer_count > 0)
+      group_.broadcast(model_.buffers().data(), model_type::buffer_count, 0, "broadcasting rank 0's buffers");
     for (std::size_t b = 0; b < buckets_.size(); ++b)  // what a timeout names; built once, not every step
       labels_.push_back("averaging gradient bucket " + std::to_string(b) + " (" + buckets_[b].parameters.back() + " .. " +
                         buckets_[b].parameters.front() + ")");
@@ -84,7 +86,18 @@ class DistributedDataParallel {
   /// differentiate (their averages overlapped the rest of backward); the others started at its end.
   std::size_t buckets_started_during_backward() const { return started_early_; }
 
-  Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) { return model_.forward(x); }
+  /// model.forward(x); for a model with buffers (BatchNorm's running statistics), first rank 0's buffers
+  /// are broadcast to every rank when the previous forward (or the construction) had gradients enabled
+  /// outside no_sync(), as torch's DDP with broadcast_buffers=True: a collective, so every rank makes
+  /// that forward (evaluate rank 0 alone through module()).
+  Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) {
+    if constexpr (model_type::buffer_count > 0) {
+      if (sync_buffers_)
+        group_.broadcast(model_.buffers().data(), model_type::buffer_count, 0, "broadcasting rank 0's buffers");
+      sync_buffers_ = model_.grad_enabled() && sync_;
+    }
+    return model_.forward(x);
+  }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
 
   /// model.backward(dy), then the gradients are averaged over the ranks, bucket by bucket as backward
@@ -186,6 +199,10 @@ class DistributedDataParallel {
       h = detail::fnv1a(p.name.data(), p.name.size(), h);
       h = detail::fnv1a(p.shape.data(), p.shape.size() * sizeof(index_t), h);
     }
+    for (const auto& b : model_.named_buffers()) {
+      h = detail::fnv1a(b.name.data(), b.name.size(), h);
+      h = detail::fnv1a(b.shape.data(), b.shape.size() * sizeof(index_t), h);
+    }
     h = detail::fnv1a(&sizeof_m, sizeof sizeof_m, h);
     const auto all = group_.all_gather(static_cast<std::int64_t>(h), "comparing the model's layout");
     const auto counts = group_.all_gather(model_type::parameter_count, "comparing the model's size");
@@ -196,7 +213,8 @@ class DistributedDataParallel {
     if (!differ.empty())
       throw DistributedError(detail::rank_prefix(group_.rank(), group_.size()) +
                              "the ranks build different models: rank 0 has " + std::to_string(counts[0]) +
-                             " parameters, and these ranks a different layout (parameter count):" + differ);
+                             " parameters, and these ranks a different layout of parameters or buffers (parameter count):" +
+                             differ);
   }
   std::uint64_t parameter_fingerprint() const {
     const auto p = model_.parameters().to_vector();
@@ -212,6 +230,7 @@ class DistributedDataParallel {
   std::size_t next_bucket_ = 0;
   std::size_t started_early_ = 0;
   bool sync_ = true;
+  bool sync_buffers_ = true;  // whether the next forward broadcasts rank 0's buffers first
 };
 
 }  // namespace kiln::parallel

@@ -1,7 +1,8 @@
 // DataParallel with CUDA replicas (one per GPU, ncclCommInitAll, grouped ncclAllReduce): on as many GPUs
 // as the machine has (at most 4; one GPU: one replica), 20 Adam steps of the seeds' MLP and a small LeNet
 // on the same global batches as one GPU end within 1e-5 of its parameters, with the replicas identical;
-// the grouped all-reduce itself, called directly (also on one GPU).
+// BatchNorm's buffers start every step from replica 0's; the grouped all-reduce itself, called directly
+// (also on one GPU).
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -88,6 +89,29 @@ BOOST_AUTO_TEST_CASE(gpu_replicas_weigh_class_weighted_rows_like_one_gpu) {
   const double d = train_both<LeNet>(5, Extents<Image>(16), labels, Extents<Shape<dyn>>(16), ce);
   BOOST_TEST_MESSAGE(gpus() << " GPU replica(s), LeNet, class weights: largest parameter difference " << d);
   BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(batch_norm_buffers_start_every_step_from_replica_zeros) {
+  // torch's replicate(): replica r's running statistics after two steps are replica 0's after the first,
+  // moved by r's chunk of the second batch (copied to the other GPUs through the host).
+  using Net = knn::Sequential<knn::Linear<13, 4>, knn::BatchNorm1d<4>>;
+  using P = kiln::Policy<kiln::Fp32, kiln::Cuda>;
+  const int n = gpus();
+  kiln::parallel::DataParallel<Net, Row, kiln::Fp32, kiln::Cuda> dp(n, 5);
+  knn::MSELoss mse;
+  const auto rows = static_cast<kiln::index_t>(4 * n);
+  const auto x0 = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(rows * 13), -1, 2, 500), Extents<Row>(rows));
+  const auto x1 = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(rows * 13), -1, 2, 501), Extents<Row>(rows));
+  const auto y = kt::make_tensor<kiln::Cpu>(std::vector<float>(static_cast<std::size_t>(rows * 4), 0.5f), Extents<Shape<dyn, 4>>(rows));
+  (void)dp.train_step(x0, y, mse);
+  (void)dp.train_step(x1, y, mse);
+  for (int r = 0; r < n; ++r) {
+    knn::Model<Net, Row, P> one(5, 0);
+    (void)one.forward(x0.slice(0, 4).template to<kiln::Cuda>(0));
+    (void)one.forward(x1.slice(4 * r, 4 * r + 4).template to<kiln::Cuda>(0));
+    const auto want = one.buffers().to_vector(), got = dp.replica(r).buffers().to_vector();
+    for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-6f));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(the_grouped_all_reduce_sums_over_every_gpu) {

@@ -361,6 +361,25 @@ BOOST_AUTO_TEST_CASE(models_plateau_halves_the_lr_on_a_flat_validation_loss) {
   BOOST_TEST(opt.lr() == static_cast<float>(static_cast<double>(1e-3f) / 32.0));
 }
 
+BOOST_AUTO_TEST_CASE(models_batch_norm_trains_then_evaluates_by_its_running_statistics) {
+  // The page's lines: one training forward moves the running statistics (and counts the batch), the
+  // evaluation forward reads them (so it repeats exactly, whatever the batch), the buffers are named.
+  const auto images = random_batch<Shape<dyn, 3, 32, 32>>(4, 21);
+  {
+#include "models.batch_norm.inc"
+    BOOST_TEST(logits.size(0) == 4);
+    BOOST_TEST(logits.to_vector() == net.forward(images).to_vector(), boost::test_tools::per_element());
+    BOOST_REQUIRE_EQUAL(names.size(), 3u);
+    BOOST_TEST(names[0].name == "1.running_mean");
+    BOOST_TEST(names[2].name == "1.num_batches_tracked");
+    const auto b = net.buffers().to_vector();
+    BOOST_TEST(b[32] == 1.0f);  // one training batch
+    bool moved = false;
+    for (int c = 0; c < 16; ++c) moved = moved || b[static_cast<std::size_t>(c)] != 0.0f;
+    BOOST_TEST(moved);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(models_one_cycle_ends_at_its_floor_with_the_momentum_back_up) {
   // The page's loop, 4 epochs of 5 batches: every batch steps; the last batch (step 19) trains with
   // max_lr / 25 / 1e4 and the momentum back at max_momentum, after the peak (0.5, and 0.85) at step

@@ -4,7 +4,8 @@
 // replicas follow one bf16 device; CrossEntropyLoss's (and NLLLoss's) ignored labels weigh each replica
 // by the rows that count; sum-reduced and label-smoothed losses, probability targets and KLDivLoss's
 // reductions train like one device; fp16 replicas step through one GradScaler like one fp16 device
-// (skips counted once); OneCycleLR drives every replica's optimizer; an error on a replica's thread
+// (skips counted once); OneCycleLR drives every replica's optimizer; BatchNorm's buffers start every
+// step from replica 0's; an error on a replica's thread
 // reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -198,6 +199,30 @@ BOOST_AUTO_TEST_CASE(kl_divergence_trains_like_one_device) {
       BOOST_TEST(d <= 1e-5);
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(batch_norm_buffers_start_every_step_from_replica_zeros) {
+  // torch's replicate(): each replica normalises its chunk by the chunk's statistics, its running
+  // statistics starting from replica 0's; replica 0's are the ones that last.
+  using Net = knn::Sequential<knn::Linear<13, 4>, knn::BatchNorm1d<4>>;
+  DataParallel<Net, Row> dp(2, 5);
+  knn::MSELoss mse;
+  const auto batch = [](std::uint32_t step) {
+    return kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8 * 13, -1, 2, 500 + step), Extents<Row>(8));
+  };
+  const auto y = kt::make_tensor<kiln::Cpu>(std::vector<float>(32, 0.5f), Extents<Shape<dyn, 4>>(8));
+  const auto x0 = batch(0), x1 = batch(1);
+  (void)dp.train_step(x0, y, mse);
+  (void)dp.train_step(x1, y, mse);
+  knn::Model<Net, Row> first(5), second(5);  // replica 0 and replica 1, one device each
+  (void)first.forward(x0.slice(0, 4));
+  (void)second.forward(x0.slice(0, 4));  // step 2 starts from replica 0's
+  (void)first.forward(x1.slice(0, 4));
+  (void)second.forward(x1.slice(4, 8));
+  // (within 1e-6: the replica's GEMMs run on fewer threads)
+  BOOST_TEST(max_abs_diff(dp.replica(0).buffers().to_vector(), first.buffers().to_vector()) <= 1e-6);
+  BOOST_TEST(max_abs_diff(dp.replica(1).buffers().to_vector(), second.buffers().to_vector()) <= 1e-6);
+  BOOST_TEST(max_abs_diff(first.buffers().to_vector(), second.buffers().to_vector()) > 1e-3);
 }
 
 BOOST_AUTO_TEST_CASE(schedulers_drive_every_replicas_optimizer) {

@@ -1,0 +1,460 @@
+/// BatchNorm1d, BatchNorm2d: y = (x - mean) / sqrt(var + eps) · weight + bias per channel, as
+/// torch.nn.BatchNorm1d / BatchNorm2d, with running statistics kept in the model's buffer arena.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/nn/layer.hpp"
+#include "kiln/ops/functors.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+/// BatchNorm's momentum for torch's `momentum=None`: the running statistics are the cumulative
+/// average of every batch's (factor 1 / num_batches_tracked) instead of an exponential one.
+inline constexpr float cumulative_average = -1.0f;
+
+namespace detail {
+/// Which of a channel's `count` elements (batch and spatial positions, j = n·L + l) the `chunks` threads
+/// of that channel take: interleaved on a GPU (thread k takes k, k + chunks, ...: neighbouring threads
+/// read neighbouring addresses), in blocks on the CPU (thread k takes one contiguous run).
+struct ChannelChunks {
+  index_t count, chunks, channels, length;  // length L: the spatial size (1 for [N, C])
+  bool interleaved;
+  /// Call i's channel and chunk: chunk-major (i = k·C + c) for interleaved chunks of [N, C], where
+  /// neighbouring channels are neighbouring addresses; channel-major (i = c·chunks + k) otherwise.
+  KILN_HOST_DEVICE KILN_FORCEINLINE bool chunk_major() const { return interleaved && length == 1; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t channel_of(index_t i) const {
+    return chunk_major() ? i % channels : i / chunks;
+  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t chunk_of(index_t i) const { return chunk_major() ? i / channels : i % chunks; }
+  /// The call (and partial slot) of channel c's chunk k.
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t call(index_t c, index_t k) const {
+    return chunk_major() ? k * channels + c : c * chunks + k;
+  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t block() const { return (count + chunks - 1) / chunks; }
+  /// How many elements chunk k holds.
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t size(index_t k) const {
+    if (interleaved) return k < count ? (count - k + chunks - 1) / chunks : 0;
+    const index_t begin = k * block();
+    return begin >= count ? 0 : (count - begin < block() ? count - begin : block());
+  }
+  /// The flat index in [N, C, L] of the t-th element of chunk k of channel c.
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t at(index_t c, index_t k, index_t t) const {
+    const index_t j = interleaved ? k + t * chunks : k * block() + t;
+    const index_t n = j / length;
+    return (n * channels + c) * length + (j - n * length);
+  }
+};
+
+/// Per (channel c, chunk k), call cc.call(c, k): the chunk's mean and its sum of squared deviations
+/// from it (two passes over the chunk, in double), to part[2i] and part[2i + 1].
+template <class T>
+struct BatchNormStatsChunks {
+  const T* x;
+  double* part;
+  ChannelChunks cc;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t c = cc.channel_of(i), k = cc.chunk_of(i), m = cc.size(k);
+    double s = 0;
+    for (index_t t = 0; t < m; ++t) s += static_cast<double>(to_compute(x[cc.at(c, k, t)]));
+    const double mean = m > 0 ? s / static_cast<double>(m) : 0.0;
+    double q = 0;
+    for (index_t t = 0; t < m; ++t) {
+      const double d = static_cast<double>(to_compute(x[cc.at(c, k, t)])) - mean;
+      q += d * d;
+    }
+    part[2 * i] = mean;
+    part[2 * i + 1] = q;
+  }
+  /// x read twice, the partials written; a subtract, multiply and two adds per element.
+  Traffic traffic(index_t n) const {
+    const index_t elements = cc.count * cc.channels;
+    return {2 * kiln::detail::bytes_of<T>(elements) + kiln::detail::bytes_of<double>(2 * n),
+            4 * static_cast<std::uint64_t>(elements)};
+  }
+};
+
+/// Per channel c: the chunks' means and squared deviations merged (Chan et al.) into the batch's mean
+/// and biased variance; stats[c] = mean, stats[C + c] = 1 / sqrt(var + eps). With running statistics
+/// (running non-null) they move towards the batch's, by `momentum` or, for the cumulative average,
+/// by 1 / (tracked + 1), with the unbiased variance (torch's update).
+template <class M>
+struct BatchNormStatsMerge {
+  const double* part;
+  double* stats;
+  M* running;        // running_mean [C], running_var [C], num_batches_tracked; null: not tracked
+  ChannelChunks cc;
+  double eps, momentum;  // momentum < 0: cumulative average
+  KILN_HOST_DEVICE void operator()(index_t c) const {
+    double n = 0, mean = 0, m2 = 0;
+    for (index_t k = 0; k < cc.chunks; ++k) {
+      const double nb = static_cast<double>(cc.size(k));
+      if (nb == 0) continue;
+      const double mb = part[2 * cc.call(c, k)], qb = part[2 * cc.call(c, k) + 1];
+      const double total = n + nb, delta = mb - mean;
+      mean += delta * nb / total;
+      m2 += qb + delta * delta * n * nb / total;
+      n = total;
+    }
+    const double var = m2 / n;
+    stats[c] = mean;
+    stats[cc.channels + c] = 1.0 / ops::detail::sqrt_(var + eps);
+    if (running) {
+      const index_t C = cc.channels;
+      const double f = momentum < 0 ? 1.0 / (static_cast<double>(running[2 * C]) + 1.0) : momentum;
+      const double unbiased = m2 / (n - 1);
+      running[c] = static_cast<M>((1 - f) * static_cast<double>(running[c]) + f * mean);
+      running[C + c] = static_cast<M>((1 - f) * static_cast<double>(running[C + c]) + f * unbiased);
+    }
+  }
+  /// The partials read, the statistics and running statistics written; the merge per chunk.
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<double>(2 * n * cc.chunks + 2 * n) + kiln::detail::bytes_of<M>(4 * n),
+            8 * static_cast<std::uint64_t>(n * cc.chunks)};
+  }
+};
+
+/// Per channel c in evaluation: the running statistics as stats (mean, 1 / sqrt(var + eps)).
+template <class M>
+struct BatchNormRunningStats {
+  const M* running;
+  double* stats;
+  index_t channels;
+  double eps;
+  KILN_HOST_DEVICE void operator()(index_t c) const {
+    stats[c] = static_cast<double>(running[c]);
+    stats[channels + c] = 1.0 / ops::detail::sqrt_(static_cast<double>(running[channels + c]) + eps);
+  }
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<M>(2 * n) + kiln::detail::bytes_of<double>(2 * n), 2 * static_cast<std::uint64_t>(n)};
+  }
+};
+
+/// y = (x - mean_c) · invstd_c · weight_c + bias_c over [N, C, L] (weight and bias null: 1 and 0). The
+/// call for element 0 also counts the batch in num_batches_tracked (tracked non-null): a pass after the
+/// merge that reads it.
+template <class T, class M>
+struct BatchNormApply {
+  const T* x;
+  T* y;
+  const double* stats;
+  const M* weight;
+  const M* bias;
+  M* tracked;
+  index_t channels, length;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t c = (i / length) % channels;
+    double v = (static_cast<double>(to_compute(x[i])) - stats[c]) * stats[channels + c];
+    if (weight) v = v * static_cast<double>(weight[c]) + static_cast<double>(bias[c]);
+    y[i] = from_compute<T>(static_cast<compute_t<T>>(v));
+    if (tracked && i == 0) *tracked = *tracked + M(1);
+  }
+  /// x read, y written; a subtract, two multiplies and an add per element.
+  Traffic traffic(index_t n) const { return {2 * kiln::detail::bytes_of<T>(n), 4 * static_cast<std::uint64_t>(n)}; }
+};
+
+/// num_batches_tracked += 1 (for an empty batch, where nothing else changes).
+template <class M>
+struct BatchNormCountBatch {
+  M* tracked;
+  KILN_HOST_DEVICE void operator()(index_t) const { *tracked = *tracked + M(1); }
+  Traffic traffic(index_t) const { return {2 * sizeof(M), 1}; }
+};
+
+/// Per (channel c, chunk k): Σ dy and Σ dy (x - mean_c) over the chunk, in double, to part[2i], part[2i + 1].
+template <class T>
+struct BatchNormGradChunks {
+  const T* dy;
+  const T* x;
+  const double* stats;
+  double* part;
+  ChannelChunks cc;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t c = cc.channel_of(i), k = cc.chunk_of(i), m = cc.size(k);
+    const double mean = stats[c];
+    double s = 0, sx = 0;
+    for (index_t t = 0; t < m; ++t) {
+      const index_t at = cc.at(c, k, t);
+      const double g = static_cast<double>(to_compute(dy[at]));
+      s += g;
+      sx += g * (static_cast<double>(to_compute(x[at])) - mean);
+    }
+    part[2 * i] = s;
+    part[2 * i + 1] = sx;
+  }
+  Traffic traffic(index_t n) const {
+    const index_t elements = cc.count * cc.channels;
+    return {2 * kiln::detail::bytes_of<T>(elements) + kiln::detail::bytes_of<double>(2 * n),
+            4 * static_cast<std::uint64_t>(elements)};
+  }
+};
+
+/// Per channel c: the chunks' sums added; weight_grad += Σ dy x̂, bias_grad += Σ dy (when affine), and
+/// coef[c] = mean of dy, coef[C + c] = mean of dy x̂ times invstd (what dx subtracts under batch statistics).
+template <class M>
+struct BatchNormGradMerge {
+  const double* part;
+  const double* stats;
+  double* coef;
+  M* weight_grad;
+  M* bias_grad;
+  ChannelChunks cc;
+  KILN_HOST_DEVICE void operator()(index_t c) const {
+    double s = 0, sx = 0;
+    for (index_t k = 0; k < cc.chunks; ++k) {
+      s += part[2 * cc.call(c, k)];
+      sx += part[2 * cc.call(c, k) + 1];
+    }
+    const double invstd = stats[cc.channels + c], n = static_cast<double>(cc.count);
+    if (weight_grad) {
+      weight_grad[c] = static_cast<M>(static_cast<double>(weight_grad[c]) + sx * invstd);
+      bias_grad[c] = static_cast<M>(static_cast<double>(bias_grad[c]) + s);
+    }
+    coef[c] = s / n;
+    coef[cc.channels + c] = sx * invstd * invstd / n;
+  }
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<double>(2 * n * cc.chunks + 4 * n) + kiln::detail::bytes_of<M>(4 * n),
+            2 * static_cast<std::uint64_t>(n * cc.chunks)};
+  }
+};
+
+/// dx = weight_c · invstd_c · (dy - mean(dy)_c - (x - mean_c) · coef_c) under batch statistics
+/// (training), dx = weight_c · invstd_c · dy under running ones (evaluation: constants).
+template <class T, class M>
+struct BatchNormGradInput {
+  const T* dy;
+  const T* x;
+  T* dx;
+  const double* stats;
+  const double* coef;  // null: running statistics
+  const M* weight;
+  index_t channels, length;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t c = (i / length) % channels;
+    double g = static_cast<double>(to_compute(dy[i]));
+    if (coef) g -= coef[c] + (static_cast<double>(to_compute(x[i])) - stats[c]) * coef[channels + c];
+    g *= stats[channels + c];
+    if (weight) g *= static_cast<double>(weight[c]);
+    dx[i] = from_compute<T>(static_cast<compute_t<T>>(g));
+  }
+  Traffic traffic(index_t n) const {
+    return {(coef ? 3 : 2) * kiln::detail::bytes_of<T>(n), (coef ? 6 : 2) * static_cast<std::uint64_t>(n)};
+  }
+};
+
+/// How many chunks each channel's `count` elements are split into: on the CPU a fixed 2048 elements
+/// each (so the sums do not depend on the thread count), on a GPU enough threads to fill it, each with
+/// 32 elements or more.
+template <class D>
+index_t batch_norm_chunks(index_t channels, index_t count, int device) {
+  if constexpr (std::is_same_v<D, Cpu>) {
+    (void)channels, (void)device;
+    return count > 2048 ? (count + 2047) / 2048 : 1;
+  } else {
+    const index_t want = kiln::detail::executor<D>::resident_threads(device) / channels;
+    const index_t most = count / 32;
+    return want < 1 || most < 1 ? 1 : (want < most ? want : most);
+  }
+}
+
+/// BatchNorm over the channels (dimension 1) of inputs of rank Rank1 or Rank2: the shared layer of
+/// BatchNorm1d and BatchNorm2d. Named::kind is torch's class name.
+template <class Named, std::size_t Rank1, std::size_t Rank2, index_t C, float Eps, float Momentum, bool Affine,
+          bool Track>
+struct BatchNormLayer {
+  static_assert(C > 0, "kiln::nn::BatchNorm: the number of channels (features) must be positive");
+  static_assert(Eps > 0.0f, "kiln::nn::BatchNorm: eps must be positive");
+  static_assert(Momentum == cumulative_average || (Momentum >= 0.0f && Momentum <= 1.0f),
+                "kiln::nn::BatchNorm: momentum must be in [0, 1], or kiln::nn::cumulative_average (torch's None)");
+
+  template <class S>
+  static constexpr bool accepts =
+      (S::rank == Rank1 || S::rank == Rank2) && (S::extents[1] == C || S::extents[1] == dyn);
+  template <class S>
+  using output = S;
+
+  template <class S, class P>
+  class module {
+   public:
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = S;
+    static constexpr index_t parameter_count = Affine ? 2 * C : 0;
+    static constexpr index_t buffer_count = Track ? 2 * C + 1 : 0;
+
+    void bind(M* params, M* grads, T*, int device) { p_ = params, g_ = grads, device_ = device; }
+    /// torch's reset_parameters: weight 1, bias 0 (no draw from the generator).
+    void reset_parameters(Generator&) {
+      if constexpr (Affine) {
+        std::vector<M> v(2 * C, M(0));
+        for (index_t c = 0; c < C; ++c) v[static_cast<std::size_t>(c)] = M(1);
+        Tensor<M, Shape<2 * C>, D>::from_blob(p_, {}, device_).copy_from(std::span<const M>(v));
+      }
+    }
+    std::vector<ParameterInfo> parameters() const {
+      if constexpr (Affine) return {{"weight", 0, C, {C}}, {"bias", C, C, {C}}};
+      else return {};
+    }
+    void bind_buffers(M* buffers, int) { b_ = buffers; }
+    /// running_mean 0, running_var 1, num_batches_tracked 0 (torch's reset_running_stats).
+    void init_buffers(M* host) const {
+      for (index_t c = 0; c < C; ++c) host[c] = M(0), host[C + c] = M(1);
+      host[2 * C] = M(0);
+    }
+    std::vector<BufferInfo> buffers() const {
+      return {{"running_mean", 0, C, {C}}, {"running_var", C, C, {C}}, {"num_batches_tracked", 2 * C, 1, {}, true}};
+    }
+    std::string name() const {
+      return std::string(Named::kind) + "(" + std::to_string(C) + ", eps=" + detail::python_float(Eps) +
+             ", momentum=" + (Momentum == cumulative_average ? std::string("None") : detail::python_float(Momentum)) +
+             ", affine=" + (Affine ? "True" : "False") + ", track_running_stats=" + (Track ? "True" : "False") + ")";
+    }
+
+    /// Training (or no running statistics): normalised by the batch's mean and biased variance per
+    /// channel, the running statistics moved towards them; evaluation: by the running statistics.
+    Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      check_channels(x);
+      const index_t length = spatial(x), count = x.size(0) * length;
+      const bool batch = ctx.training || !Track;
+      if (batch && count == 1)
+        throw ValueError("kiln::nn::" + std::string(Named::kind) + ": expected more than 1 value per channel when " +
+                         "training, got input " + to_string(x.extents()) + " (torch: ValueError)");
+      Tensor<T, S, D> y(x.extents(), x.device_index());
+      using Stats = Tensor<double, Shape<dyn>, D>;
+      Stats stats(Extents<Shape<dyn>>(2 * C), x.device_index());
+      M* running = Track && ctx.training ? b_ : nullptr;
+      if (count == 0) {  // torch: an empty output, the batch counted, the statistics unchanged
+        if (running) kiln::detail::executor<D>::for_each(1, BatchNormCountBatch<M>{running + 2 * C});
+        x_ = Tensor<T, S, D>(), batch_ = batch;
+        return y;
+      }
+      if (batch) {
+        const ChannelChunks cc = chunks_of(x);
+        Tensor<double, Shape<dyn>, D> part(Extents<Shape<dyn>>(2 * C * cc.chunks), x.device_index());
+        kiln::detail::executor<D>::for_each(C * cc.chunks, BatchNormStatsChunks<T>{x.data(), part.data(), cc},
+                                            cc.block());
+        const double momentum = Momentum == cumulative_average ? -1.0 : static_cast<double>(Momentum);
+        kiln::detail::executor<D>::for_each(
+            C, BatchNormStatsMerge<M>{part.data(), stats.data(), running, cc, static_cast<double>(Eps), momentum}, cc.chunks);
+      } else {
+        kiln::detail::executor<D>::for_each(C, BatchNormRunningStats<M>{b_, stats.data(), C, static_cast<double>(Eps)});
+      }
+      kiln::detail::executor<D>::for_each(
+          x.numel(), BatchNormApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr,
+                                          Affine ? p_ + C : nullptr, running ? running + 2 * C : nullptr, C, length});
+      x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
+      stats_ = ctx.grad ? std::move(stats) : Stats();
+      batch_ = batch;
+      return y;
+    }
+
+    /// weight_grad += Σ dy x̂, bias_grad += Σ dy; dx through the batch's statistics (training) or
+    /// the running ones (evaluation); dx is empty when input_grad is false.
+    Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
+      if (dy.numel() == 0) return input_grad ? Tensor<T, S, D>(dy.extents(), dy.device_index()) : Tensor<T, S, D>();
+      if (x_.empty())
+        throw Error("kiln::nn::" + std::string(Named::kind) + "::backward: no saved input; run forward with "
+                    "gradients enabled first");
+      const index_t length = spatial(dy);
+      Tensor<double, Shape<dyn>, D> coef;
+      if (Affine || batch_) {
+        const ChannelChunks cc = chunks_of(dy);
+        Tensor<double, Shape<dyn>, D> part(Extents<Shape<dyn>>(2 * C * cc.chunks), dy.device_index());
+        kiln::detail::executor<D>::for_each(
+            C * cc.chunks, BatchNormGradChunks<T>{dy.data(), x_.data(), stats_.data(), part.data(), cc}, cc.block());
+        coef = Tensor<double, Shape<dyn>, D>(Extents<Shape<dyn>>(2 * C), dy.device_index());
+        kiln::detail::executor<D>::for_each(
+            C, BatchNormGradMerge<M>{part.data(), stats_.data(), coef.data(), Affine ? g_ : nullptr,
+                                     Affine ? g_ + C : nullptr, cc},
+            cc.chunks);
+      }
+      Tensor<T, S, D> dx;
+      if (input_grad) {
+        dx = Tensor<T, S, D>(dy.extents(), dy.device_index());
+        kiln::detail::executor<D>::for_each(
+            dy.numel(), BatchNormGradInput<T, M>{dy.data(), x_.data(), dx.data(), stats_.data(),
+                                                 batch_ ? coef.data() : nullptr, Affine ? p_ : nullptr, C, length});
+      }
+      x_ = Tensor<T, S, D>();
+      stats_ = Tensor<double, Shape<dyn>, D>();
+      return dx;
+    }
+
+    /// Views of the parameters and buffers (device memory on a GPU).
+    Tensor<M, Shape<C>, D> weight() const requires Affine { return Tensor<M, Shape<C>, D>::from_blob(p_, {}, device_); }
+    Tensor<M, Shape<C>, D> bias() const requires Affine { return Tensor<M, Shape<C>, D>::from_blob(p_ + C, {}, device_); }
+    Tensor<M, Shape<C>, D> running_mean() const requires Track { return Tensor<M, Shape<C>, D>::from_blob(b_, {}, device_); }
+    Tensor<M, Shape<C>, D> running_var() const requires Track {
+      return Tensor<M, Shape<C>, D>::from_blob(b_ + C, {}, device_);
+    }
+
+   private:
+    template <class X>
+    static void check_channels(const X& x) {
+      if constexpr (S::extents[1] == dyn)
+        if (x.size(1) != C)
+          throw ShapeError("kiln::nn::" + std::string(Named::kind) + "<" + std::to_string(C) + ">: input " +
+                           to_string(x.extents()) + " has " + std::to_string(x.size(1)) + " channels, expected " +
+                           std::to_string(C));
+    }
+    /// The product of the dimensions after the channels (1 for [N, C]).
+    template <class X>
+    static index_t spatial(const X& x) {
+      index_t l = 1;
+      for (std::size_t d = 2; d < S::rank; ++d) l *= x.size(d);
+      return l;
+    }
+    template <class X>
+    static ChannelChunks chunks_of(const X& x) {
+      const index_t length = spatial(x), count = x.size(0) * length;
+      return {count, batch_norm_chunks<D>(C, count, x.device_index()), C, length, !std::is_same_v<D, Cpu>};
+    }
+
+    M* p_ = nullptr;
+    M* g_ = nullptr;
+    M* b_ = nullptr;
+    int device_ = 0;
+    Tensor<T, S, D> x_;                          // saved input (training only)
+    Tensor<double, Shape<dyn>, D> stats_;        // the mean and 1 / sqrt(var + eps) it was normalised by
+    bool batch_ = true;                          // whether those were the batch's statistics
+  };
+};
+
+struct BatchNorm1dName {
+  static constexpr const char* kind = "BatchNorm1d";
+};
+struct BatchNorm2dName {
+  static constexpr const char* kind = "BatchNorm2d";
+};
+}  // namespace detail
+
+/// torch.nn.BatchNorm1d(C, eps, momentum, affine, track_running_stats): normalises each of C features
+/// (dimension 1) over the batch (and the length L). Shapes: [N, C] or [N, C, L] -> the same.
+/// Parameters (Affine): weight [C] (1), bias [C] (0). Buffers (Track): running_mean [C] (0),
+/// running_var [C] (1), num_batches_tracked [] (0), in the model's buffer arena.
+/// Training normalises by the batch's mean and biased variance and moves the running statistics
+/// towards the batch's (unbiased variance) by Momentum, or by 1 / batches for kiln::nn::cumulative_average
+/// (torch's momentum=None); evaluation normalises by the running statistics (by the batch's without
+/// Track). Example: `Sequential<Linear<13, 16>, BatchNorm1d<16>, ReLU, Linear<16, 1>>`.
+template <index_t C, float Eps = 1e-5f, float Momentum = 0.1f, bool Affine = true, bool TrackRunningStats = true>
+struct BatchNorm1d
+    : detail::BatchNormLayer<detail::BatchNorm1dName, 2, 3, C, Eps, Momentum, Affine, TrackRunningStats> {};
+
+/// torch.nn.BatchNorm2d(C, ...): as BatchNorm1d, over the batch and the H × W positions of each of C
+/// channels. Shapes: [N, C, H, W] -> the same.
+/// Example: `Sequential<Conv2d<3, 16, 3, 1, 1>, BatchNorm2d<16>, ReLU, MaxPool2d<2>, ...>`.
+template <index_t C, float Eps = 1e-5f, float Momentum = 0.1f, bool Affine = true, bool TrackRunningStats = true>
+struct BatchNorm2d
+    : detail::BatchNormLayer<detail::BatchNorm2dName, 4, 4, C, Eps, Momentum, Affine, TrackRunningStats> {};
+
+}  // namespace kiln::nn
