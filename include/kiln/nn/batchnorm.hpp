@@ -51,6 +51,23 @@ struct ChannelChunks {
     const index_t n = j / length;
     return (n * channels + c) * length + (j - n * length);
   }
+  /// f(flat index) for every element of chunk k of channel c, in order: blocked chunks walk their
+  /// contiguous runs (one division per run, not per element).
+  template <class F>
+  KILN_HOST_DEVICE KILN_FORCEINLINE void visit(index_t c, index_t k, F&& f) const {
+    const index_t m = size(k);
+    if (interleaved) {
+      for (index_t t = 0; t < m; ++t) f(at(c, k, t));
+      return;
+    }
+    for (index_t j = k * block(), end = k * block() + m; j < end;) {
+      const index_t n = j / length, l = j - n * length;
+      const index_t run = length - l < end - j ? length - l : end - j;
+      const index_t base = (n * channels + c) * length + l;
+      for (index_t t = 0; t < run; ++t) f(base + t);
+      j += run;
+    }
+  }
 };
 
 /// Per (channel c, chunk k), call cc.call(c, k): the chunk's mean and its sum of squared deviations
@@ -63,13 +80,13 @@ struct BatchNormStatsChunks {
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t c = cc.channel_of(i), k = cc.chunk_of(i), m = cc.size(k);
     double s = 0;
-    for (index_t t = 0; t < m; ++t) s += static_cast<double>(to_compute(x[cc.at(c, k, t)]));
+    cc.visit(c, k, [&](index_t at) { s += static_cast<double>(to_compute(x[at])); });
     const double mean = m > 0 ? s / static_cast<double>(m) : 0.0;
     double q = 0;
-    for (index_t t = 0; t < m; ++t) {
-      const double d = static_cast<double>(to_compute(x[cc.at(c, k, t)])) - mean;
+    cc.visit(c, k, [&](index_t at) {
+      const double d = static_cast<double>(to_compute(x[at])) - mean;
       q += d * d;
-    }
+    });
     part[2 * i] = mean;
     part[2 * i + 1] = q;
   }
@@ -137,9 +154,10 @@ struct BatchNormRunningStats {
   }
 };
 
-/// y = (x - mean_c) · invstd_c · weight_c + bias_c over [N, C, L] (weight and bias null: 1 and 0). The
-/// call for element 0 also counts the batch in num_batches_tracked (tracked non-null): a pass after the
-/// merge that reads it.
+/// y = (x - mean_c) · invstd_c · weight_c + bias_c over [N, C, L] (weight and bias null: 1 and 0), in
+/// double and rounded once: one call per element (a GPU), or per [n, c] plane of L elements (`planes`:
+/// the CPU, a vector loop with the channel's constants). The first call also counts the batch in
+/// num_batches_tracked (tracked non-null): a pass after the merge that reads it.
 template <class T, class M>
 struct BatchNormApply {
   const T* x;
@@ -149,15 +167,23 @@ struct BatchNormApply {
   const M* bias;
   M* tracked;
   index_t channels, length;
+  bool planes;
   KILN_HOST_DEVICE void operator()(index_t i) const {
-    const index_t c = (i / length) % channels;
-    double v = (static_cast<double>(to_compute(x[i])) - stats[c]) * stats[channels + c];
-    if (weight) v = v * static_cast<double>(weight[c]) + static_cast<double>(bias[c]);
-    y[i] = from_compute<T>(static_cast<compute_t<T>>(v));
+    const index_t c = (planes ? i : i / length) % channels;
+    const double mean = stats[c];
+    double scale = stats[channels + c], shift = 0;
+    if (weight) scale *= static_cast<double>(weight[c]), shift = static_cast<double>(bias[c]);
+    const index_t o = planes ? i * length : i, n = planes ? length : 1;
+    for (index_t l = 0; l < n; ++l)
+      y[o + l] = from_compute<T>(
+          static_cast<compute_t<T>>((static_cast<double>(to_compute(x[o + l])) - mean) * scale + shift));
     if (tracked && i == 0) *tracked = *tracked + M(1);
   }
-  /// x read, y written; a subtract, two multiplies and an add per element.
-  Traffic traffic(index_t n) const { return {2 * kiln::detail::bytes_of<T>(n), 4 * static_cast<std::uint64_t>(n)}; }
+  /// x read, y written; a subtract, a multiply and an add per element (n calls: elements, or planes).
+  Traffic traffic(index_t n) const {
+    const index_t elements = planes ? n * length : n;
+    return {2 * kiln::detail::bytes_of<T>(elements), 3 * static_cast<std::uint64_t>(elements)};
+  }
 };
 
 /// num_batches_tracked += 1 (for an empty batch, where nothing else changes).
@@ -177,15 +203,14 @@ struct BatchNormGradChunks {
   double* part;
   ChannelChunks cc;
   KILN_HOST_DEVICE void operator()(index_t i) const {
-    const index_t c = cc.channel_of(i), k = cc.chunk_of(i), m = cc.size(k);
+    const index_t c = cc.channel_of(i), k = cc.chunk_of(i);
     const double mean = stats[c];
     double s = 0, sx = 0;
-    for (index_t t = 0; t < m; ++t) {
-      const index_t at = cc.at(c, k, t);
+    cc.visit(c, k, [&](index_t at) {
       const double g = static_cast<double>(to_compute(dy[at]));
       s += g;
       sx += g * (static_cast<double>(to_compute(x[at])) - mean);
-    }
+    });
     part[2 * i] = s;
     part[2 * i + 1] = sx;
   }
@@ -227,7 +252,8 @@ struct BatchNormGradMerge {
 };
 
 /// dx = weight_c · invstd_c · (dy - mean(dy)_c - (x - mean_c) · coef_c) under batch statistics
-/// (training), dx = weight_c · invstd_c · dy under running ones (evaluation: constants).
+/// (training), dx = weight_c · invstd_c · dy under running ones (evaluation: constants); per element or
+/// per plane (as BatchNormApply), in double and rounded once.
 template <class T, class M>
 struct BatchNormGradInput {
   const T* dy;
@@ -237,16 +263,25 @@ struct BatchNormGradInput {
   const double* coef;  // null: running statistics
   const M* weight;
   index_t channels, length;
+  bool planes;
   KILN_HOST_DEVICE void operator()(index_t i) const {
-    const index_t c = (i / length) % channels;
-    double g = static_cast<double>(to_compute(dy[i]));
-    if (coef) g -= coef[c] + (static_cast<double>(to_compute(x[i])) - stats[c]) * coef[channels + c];
-    g *= stats[channels + c];
-    if (weight) g *= static_cast<double>(weight[c]);
-    dx[i] = from_compute<T>(static_cast<compute_t<T>>(g));
+    using C = compute_t<T>;
+    const index_t c = (planes ? i : i / length) % channels;
+    double scale = stats[channels + c];
+    if (weight) scale *= static_cast<double>(weight[c]);
+    const double mean = stats[c], mean_dy = coef ? coef[c] : 0.0, k = coef ? coef[channels + c] : 0.0;
+    const index_t o = planes ? i * length : i, n = planes ? length : 1;
+    const auto at = [](const T* p, index_t j) { return static_cast<double>(to_compute(p[j])); };
+    if (coef) {
+      for (index_t l = 0; l < n; ++l)
+        dx[o + l] = from_compute<T>(static_cast<C>((at(dy, o + l) - mean_dy - (at(x, o + l) - mean) * k) * scale));
+    } else {
+      for (index_t l = 0; l < n; ++l) dx[o + l] = from_compute<T>(static_cast<C>(at(dy, o + l) * scale));
+    }
   }
   Traffic traffic(index_t n) const {
-    return {(coef ? 3 : 2) * kiln::detail::bytes_of<T>(n), (coef ? 6 : 2) * static_cast<std::uint64_t>(n)};
+    const index_t elements = planes ? n * length : n;
+    return {(coef ? 3 : 2) * kiln::detail::bytes_of<T>(elements), (coef ? 5 : 1) * static_cast<std::uint64_t>(elements)};
   }
 };
 
@@ -349,9 +384,12 @@ struct BatchNormLayer {
       } else {
         kiln::detail::executor<D>::for_each(C, BatchNormRunningStats<M>{b_, stats.data(), C, static_cast<double>(Eps)});
       }
+      constexpr bool planes = std::is_same_v<D, Cpu>;
       kiln::detail::executor<D>::for_each(
-          x.numel(), BatchNormApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr,
-                                          Affine ? p_ + C : nullptr, running ? running + 2 * C : nullptr, C, length});
+          planes ? x.size(0) * C : x.numel(),
+          BatchNormApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr, Affine ? p_ + C : nullptr,
+                               running ? running + 2 * C : nullptr, C, length, planes},
+          planes ? length : 1);
       x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
       stats_ = ctx.grad ? std::move(stats) : Stats();
       batch_ = batch;
@@ -381,9 +419,12 @@ struct BatchNormLayer {
       Tensor<T, S, D> dx;
       if (input_grad) {
         dx = Tensor<T, S, D>(dy.extents(), dy.device_index());
+        constexpr bool planes = std::is_same_v<D, Cpu>;
         kiln::detail::executor<D>::for_each(
-            dy.numel(), BatchNormGradInput<T, M>{dy.data(), x_.data(), dx.data(), stats_.data(),
-                                                 batch_ ? coef.data() : nullptr, Affine ? p_ : nullptr, C, length});
+            planes ? dy.size(0) * C : dy.numel(),
+            BatchNormGradInput<T, M>{dy.data(), x_.data(), dx.data(), stats_.data(), batch_ ? coef.data() : nullptr,
+                                     Affine ? p_ : nullptr, C, length, planes},
+            planes ? length : 1);
       }
       x_ = Tensor<T, S, D>();
       stats_ = Tensor<double, Shape<dyn>, D>();

@@ -1,7 +1,7 @@
 // Distributed<Nccl> (one process per GPU, mpiexec -n <GPUs>; CTest runs it with one rank, and
 // scripts/gpu-check.sh with every GPU of the machine): rank 0's parameters reach every rank; 20 Adam
 // steps over the shares of a batch give one GPU's parameters on the whole batch; the averaged
-// gradients equal one GPU's for every bucket size. Skipped (exit 77) without a GPU.
+// gradients equal one GPU's for every bucket size; rank 0's BatchNorm buffers reach every rank. Skipped (exit 77) without a GPU.
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cstdint>
@@ -73,6 +73,27 @@ BOOST_AUTO_TEST_CASE(averaged_gradients_equal_one_gpu_for_every_bucket_size) {
   const double d = kt::bucketed_gradient_error<LeNet, Image, kiln::Nccl, kiln::Cuda>(
       group(), Extents<Image>(n), labels, Extents<Shape<dyn>>(n), knn::CrossEntropyLoss{});
   BOOST_TEST(d <= 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(rank_zeros_batch_norm_buffers_reach_every_rank_before_a_training_forward) {
+  // As the MPI test: rank 0's running statistics (device memory, ncclBroadcast) are where every rank's
+  // second training forward starts from; checked against one GPU fed rank 0's first batch, then its own.
+  using Net = knn::Sequential<knn::Linear<13, 4>, knn::BatchNorm1d<4>>;
+  using P = kiln::Policy<kiln::Fp32, kiln::Cuda>;
+  const int rank = group().rank();
+  const auto data = [](int r, std::uint32_t step) {
+    return kt::make_tensor<kiln::Cpu>(kt::random_values<float>(6 * 13, -1, 1 + r, 400 + 10 * step + static_cast<std::uint32_t>(r)),
+                                      Extents<Row>(6))
+        .template to<kiln::Cuda>(group().device());
+  };
+  kiln::parallel::DistributedDataParallel<Net, Row, kiln::Nccl, kiln::Fp32, kiln::Cuda> ddp(group(), 3);
+  (void)ddp.forward(data(rank, 0));
+  (void)ddp.forward(data(rank, 1));
+  knn::Model<Net, Row, P> local(3, group().device());
+  (void)local.forward(data(0, 0));
+  (void)local.forward(data(rank, 1));
+  const auto want = local.buffers().to_vector(), got = ddp.module().buffers().to_vector();
+  for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-6f));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

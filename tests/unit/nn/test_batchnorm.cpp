@@ -348,6 +348,41 @@ BOOST_AUTO_TEST_CASE(every_chunk_layout_gives_the_same_statistics) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(per_element_and_per_plane_passes_agree) {
+  // The GPU's one call per element and the CPU's one call per [n, c] plane give the same y and dx, bit
+  // for bit, in training (batch statistics) and evaluation (running ones), with and without weights.
+  namespace kd = kiln::nn::detail;
+  const kiln::index_t n = 3, c = 2, l = 5, total = n * c * l;
+  const auto x = kt::random_values<float>(total, -2, 3, 96), dy = kt::random_values<float>(total, -1, 1, 97);
+  const std::vector<double> stats{0.3, -0.7, 1.7, 0.4}, coef{0.05, -0.02, 0.3, 0.11};
+  const std::vector<float> weight{1.3f, 0.6f, -0.2f, 0.9f};  // weight [2], then bias [2]
+  for (const bool affine : {false, true}) {
+    for (const bool batch : {false, true}) {
+      std::vector<float> y_e(total), y_p(total), dx_e(total), dx_p(total);
+      const float* w = affine ? weight.data() : nullptr;
+      const float* b = affine ? weight.data() + 2 : nullptr;
+      const double* k = batch ? coef.data() : nullptr;
+      kiln::detail::executor<kiln::Cpu>::for_each(
+          total, kd::BatchNormApply<float, float>{x.data(), y_e.data(), stats.data(), w, b, nullptr, c, l, false});
+      kiln::detail::executor<kiln::Cpu>::for_each(
+          n * c, kd::BatchNormApply<float, float>{x.data(), y_p.data(), stats.data(), w, b, nullptr, c, l, true});
+      kiln::detail::executor<kiln::Cpu>::for_each(
+          total, kd::BatchNormGradInput<float, float>{dy.data(), x.data(), dx_e.data(), stats.data(), k, w, c, l, false});
+      kiln::detail::executor<kiln::Cpu>::for_each(
+          n * c, kd::BatchNormGradInput<float, float>{dy.data(), x.data(), dx_p.data(), stats.data(), k, w, c, l, true});
+      BOOST_TEST_CONTEXT("affine " << affine << ", batch statistics " << batch) {
+        BOOST_TEST(y_e == y_p, boost::test_tools::per_element());
+        BOOST_TEST(dx_e == dx_p, boost::test_tools::per_element());
+        // element 13: n = 1, c = 0, l = 3
+        const double want = (x[13] - 0.3) * 1.7 * (affine ? 1.3 : 1.0) + (affine ? -0.2 : 0.0);
+        BOOST_TEST(y_e[13] == want, boost::test_tools::tolerance(1e-6));
+        const double g = (batch ? dy[13] - 0.05 - (x[13] - 0.3) * 0.3 : dy[13]) * 1.7 * (affine ? 1.3 : 1.0);
+        BOOST_TEST(dx_e[13] == g, boost::test_tools::tolerance(1e-5));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_wrong_channel_count_is_a_shape_error, D, kiln::test::devices) {
   knn::Model<knn::Sequential<knn::BatchNorm2d<3>>, Shape<dyn, dyn, 2, 2>, kiln::Policy<kiln::Fp32, D>> m(0);
   const auto x = kt::make_tensor<D>(std::vector<float>(16, 1.0f), Extents<Shape<dyn, dyn, 2, 2>>(2, 2));
