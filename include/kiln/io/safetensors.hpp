@@ -322,8 +322,8 @@ SafetensorsEntry make_entry(std::span<const T> values, std::vector<index_t> shap
   return e;
 }
 
-/// Saves a model's parameters and buffers under PyTorch's state_dict names (plus optional extra entries such as
-/// optimizer state, and metadata). Loadable by `safetensors.torch.load_file` + `load_state_dict`.
+/// Saves a model's parameters and buffers under PyTorch's state_dict names (plus optional extra entries
+/// such as optimizer state, and metadata). Loadable by `safetensors.torch.load_file` + `load_state_dict`.
 template <class Model>
 void save_checkpoint(const std::filesystem::path& path, const Model& model,
                      std::map<std::string, SafetensorsEntry> extra = {},
@@ -348,15 +348,16 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model,
 }
 
 namespace detail {
-/// Copies the entry `name` (shape `shape`, dtype `dtype`) out of `entries` into `out` (converted from
-/// int64 when `integer`) and removes it; a CheckpointError naming the file, the entry and what differs
-/// when it is missing or of another dtype or shape. `what`: "parameter" or "buffer". A missing integer
-/// buffer (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
+/// The element count of a shape (1 for a scalar's []).
 inline index_t shape_count(const std::vector<index_t>& shape) {
   index_t n = 1;
   for (const auto d : shape) n *= d;
   return n;
 }
+/// Copies the entry `name` (shape `shape`) out of `entries` into `out` (converted from int64 when
+/// `integer`) and removes it; a CheckpointError naming the file, the entry and what differs when it is
+/// missing or of another dtype or shape. `what`: "parameter" or "buffer". A missing integer buffer
+/// (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
 template <class M>
 void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::filesystem::path& path,
                 const std::string& name, const std::vector<index_t>& shape, bool integer, const char* what, M* out) {
@@ -392,8 +393,8 @@ void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::fil
 /// BatchNorm loads an old checkpoint); the first difference is reported with the file, the name, and
 /// both shapes or dtypes. As torch's load_state_dict(strict=True), an entry named like a parameter or a
 /// buffer (`*.weight`, `*.bias`, `*.running_mean`, `*.running_var`, `*.num_batches_tracked`) that the
-/// model does not have is an error too: the checkpoint is of another (deeper, wider) model. Returns the other entries (optimizer state, the caller's own
-/// extras).
+/// model does not have is an error too: the checkpoint is of another (deeper, wider) model. Returns the
+/// other entries (optimizer state, the caller's own extras).
 template <class Model>
 std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::path& path, Model& model,
                                                         std::map<std::string, std::string>* metadata = nullptr) {
