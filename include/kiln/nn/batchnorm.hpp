@@ -51,6 +51,14 @@ struct ChannelChunks {
     const index_t n = j / length;
     return (n * channels + c) * length + (j - n * length);
   }
+  /// What `calls` chunk passes move and compute: two reads of every element of type T (two passes over
+  /// x, or dy and x), two doubles written per call, four operations per element.
+  template <class T>
+  Traffic chunk_traffic(index_t calls) const {
+    const index_t elements = count * channels;
+    return {2 * kiln::detail::bytes_of<T>(elements) + kiln::detail::bytes_of<double>(2 * calls),
+            4 * static_cast<std::uint64_t>(elements)};
+  }
   /// f(flat index) for every element of chunk k of channel c, in order: blocked chunks walk their
   /// contiguous runs (one division per run, not per element).
   template <class F>
@@ -91,11 +99,7 @@ struct BatchNormStatsChunks {
     part[2 * i + 1] = q;
   }
   /// x read twice, the partials written; a subtract, multiply and two adds per element.
-  Traffic traffic(index_t n) const {
-    const index_t elements = cc.count * cc.channels;
-    return {2 * kiln::detail::bytes_of<T>(elements) + kiln::detail::bytes_of<double>(2 * n),
-            4 * static_cast<std::uint64_t>(elements)};
-  }
+  Traffic traffic(index_t n) const { return cc.template chunk_traffic<T>(n); }
 };
 
 /// Per channel c: the chunks' means and squared deviations merged (Chan et al.) into the batch's mean
@@ -214,11 +218,8 @@ struct BatchNormGradChunks {
     part[2 * i] = s;
     part[2 * i + 1] = sx;
   }
-  Traffic traffic(index_t n) const {
-    const index_t elements = cc.count * cc.channels;
-    return {2 * kiln::detail::bytes_of<T>(elements) + kiln::detail::bytes_of<double>(2 * n),
-            4 * static_cast<std::uint64_t>(elements)};
-  }
+  /// dy and x read, the partials written; a subtract, multiply and two adds per element.
+  Traffic traffic(index_t n) const { return cc.template chunk_traffic<T>(n); }
 };
 
 /// Per channel c: the chunks' sums added; weight_grad += Σ dy x̂, bias_grad += Σ dy (when affine), and
