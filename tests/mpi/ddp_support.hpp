@@ -37,7 +37,8 @@ Tensor<E, S, D> share(const Tensor<E, S>& t, int rank, int size) {
 
 /// `steps` Adam steps on one device of type D over the whole batch and, on every rank, of
 /// DistributedDataParallel over its share; every rank builds its model from its own seed (rank 0's
-/// parameters win). Returns the largest parameter difference after the steps.
+/// parameters win). Returns the largest parameter or buffer (running statistics) difference after the
+/// steps. A Net with SyncBatchNorm is BatchNorm on the one device (it has no replica group).
 template <class Net, class In, class Backend, class D, class Y, class SY, class Loss>
 double train_both(parallel::ProcessGroup<Backend>& group, int steps, const Extents<In>& ext, const std::vector<Y>& targets,
                   const Extents<SY>& target_ext, Loss loss) {
@@ -63,7 +64,8 @@ double train_both(parallel::ProcessGroup<Backend>& group, int steps, const Exten
     dopt.step();
   }
   BOOST_TEST(ddp.in_sync());
-  return max_abs_diff(ddp.module().parameters().to_vector(), single.parameters().to_vector());
+  return std::max(max_abs_diff(ddp.module().parameters().to_vector(), single.parameters().to_vector()),
+                  max_abs_diff(ddp.module().buffers().to_vector(), single.buffers().to_vector()));
 }
 
 /// The gradients DistributedDataParallel leaves after one backward over the shares, for bucket caps from

@@ -1,9 +1,10 @@
 // Distributed<Mpi> on 2 ranks (mpiexec -n 2): rank 0's parameters reach every rank; 20 Adam steps with
 // each rank on its half of the global batch give the parameters of one device on the whole batch
 // (within 1e-5); the averaged gradients equal the single-device ones for every bucket size; no_sync
-// accumulation; rank 0's BatchNorm buffers broadcast before training forwards; rank-0 checkpoints that
-// every rank loads; and ranks that disagree (world size, model,
-// a failed checkpoint write) all end with an error instead of hanging.
+// accumulation; rank 0's BatchNorm buffers broadcast before training forwards; SyncBatchNorm training
+// like one device on the whole batch (uneven and empty shares, one value per channel an error on every
+// rank); rank-0 checkpoints that every rank loads; and ranks that disagree (world size, model, a failed
+// checkpoint write) all end with an error instead of hanging.
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
@@ -188,6 +189,55 @@ BOOST_AUTO_TEST_CASE(rank_zeros_batch_norm_buffers_reach_every_rank_before_a_tra
   (void)expect.forward(data(group.rank(), 2));
   (void)expect.forward(data(group.rank(), 3));
   BOOST_TEST(expect.buffers().to_vector() == ddp.module().buffers().to_vector(), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(sync_batch_norm_ranks_train_like_one_device_on_the_whole_batch) {
+  // SyncBatchNorm normalises by both ranks' batches together: 20 Adam steps give one device's parameters
+  // and running statistics on the global batch. With plain BatchNorm each rank normalises its own half,
+  // which one device never does.
+  Group group({.timeout = test_timeout});
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
+  using Sync = knn::convert_sync_batchnorm_t<kiln::test::parallel_models::LeNetBn>;
+  const double d = kt::train_both<Sync, Image, kiln::Mpi, kiln::Cpu>(group, 20, Extents<Image>(32), labels,
+                                                                      Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("rank " << group.rank() << ": LeNet with SyncBatchNorm, 20 steps: largest difference " << d);
+  BOOST_TEST(d <= 1e-5);
+  const double plain = kt::train_both<kiln::test::parallel_models::LeNetBn, Image, kiln::Mpi, kiln::Cpu>(
+      group, 20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST(plain > 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(sync_batch_norm_takes_uneven_and_empty_shares) {
+  // Rank 0 with 5 rows and rank 1 with 3, then rank 1 with none: every rank's output is its rows of one
+  // model's on the 8 (or 5), and every rank ends with that model's running statistics.
+  Group group({.timeout = test_timeout});
+  using Net = knn::Sequential<knn::Linear<13, 6>, knn::SyncBatchNorm<6>, knn::ReLU, knn::Linear<6, 1>>;
+  Ddp<Net, Row> ddp(group, 4);
+  knn::Model<Net, Row> one(4);
+  for (const index_t second : {index_t{3}, index_t{0}}) {
+    const index_t total = 5 + second;
+    const auto x = kt::random_values<float>(static_cast<std::size_t>(total * 13), -1, 1, 500 + static_cast<std::uint32_t>(second));
+    const auto y_one = one.forward(kt::make_tensor<kiln::Cpu>(x, Extents<Row>(total))).to_vector();
+    const index_t begin = group.rank() == 0 ? 0 : 5, mine = group.rank() == 0 ? 5 : second;
+    const std::vector<float> xs(x.begin() + begin * 13, x.begin() + (begin + mine) * 13);
+    const auto y = ddp.forward(kt::make_tensor<kiln::Cpu>(xs, Extents<Row>(mine))).to_vector();
+    BOOST_TEST(max_abs_diff(y, std::vector<float>(y_one.begin() + begin, y_one.begin() + begin + mine)) <= 1e-5);
+    BOOST_TEST(max_abs_diff(ddp.module().buffers().to_vector(), one.buffers().to_vector()) <= 1e-6);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(sync_batch_norm_with_one_value_per_channel_fails_on_every_rank) {
+  Group group({.timeout = test_timeout});
+  using Net = knn::Sequential<knn::Linear<13, 4>, knn::SyncBatchNorm<4>>;
+  Ddp<Net, Row> ddp(group, 1);
+  const index_t mine = group.rank() == 0 ? 1 : 0;
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(13 * mine), -1, 1, 9), Extents<Row>(mine));
+  BOOST_CHECK_EXCEPTION((void)ddp.forward(x), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("expected more than 1 value per channel when training, got 1 over the 2 replicas") !=
+           std::string::npos;
+  });
+  group.barrier("after the failed forward");  // the group is fine: the error came after the collective
 }
 
 BOOST_AUTO_TEST_CASE(bf16_ranks_stay_identical) {

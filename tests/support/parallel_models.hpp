@@ -1,5 +1,5 @@
 // The models the data-parallel tests train (tests/unit/parallel, tests/cuda/parallel, tests/mpi): the
-// seeds' 13-16-32-1 MLP, and a LeNet small enough to train for 20 steps in a test.
+// seeds' 13-16-32-1 MLP, and a LeNet small enough to train for 20 steps in a test (and one with BatchNorm).
 #pragma once
 #include <kiln/nn/nn.hpp>
 
@@ -10,5 +10,10 @@ using Row = Shape<dyn, 13>;
 /// 1x8x8 images, 10 classes: 4 * 1 * 3 * 3 + 4 = 40 convolution parameters, then 4 * 4 * 4 -> 10.
 using LeNet = nn::Sequential<nn::Conv2d<1, 4, 3, 1, 1>, nn::ReLU, nn::MaxPool2d<2>, nn::Flatten, nn::Linear<4 * 4 * 4, 10>>;
 using Image = Shape<dyn, 1, 8, 8>;
+/// The same LeNet with BatchNorm2d after the convolution (nn::convert_sync_batchnorm_t makes it
+/// SyncBatchNorm), which has no bias: a bias before BatchNorm has a gradient of zero plus rounding, and
+/// Adam would step along the rounding.
+using LeNetBn = nn::Sequential<nn::Conv2d<1, 4, 3, 1, 1, false>, nn::BatchNorm2d<4>, nn::ReLU, nn::MaxPool2d<2>, nn::Flatten,
+                               nn::Linear<4 * 4 * 4, 10>>;
 
 }  // namespace kiln::test::parallel_models

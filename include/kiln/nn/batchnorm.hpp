@@ -11,6 +11,7 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/layer.hpp"
+#include "kiln/nn/replica_group.hpp"
 #include "kiln/ops/functors.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -102,10 +103,47 @@ struct BatchNormStatsChunks {
   Traffic traffic(index_t n) const { return cc.template chunk_traffic<T>(n); }
 };
 
-/// Per channel c: the chunks' means and squared deviations merged (Chan et al.) into the batch's mean
-/// and biased variance; stats[c] = mean, stats[C + c] = 1 / sqrt(var + eps). With running statistics
-/// (running non-null) they move towards the batch's, by `momentum` or, for the cumulative average,
-/// by 1 / (tracked + 1), with the unbiased variance (torch's update).
+/// A channel's count, mean and sum of squared deviations, merged part by part (Chan et al.): the
+/// chunks of one batch, or the replicas' batches under SyncBatchNorm.
+struct ChanMoments {
+  double n = 0, mean = 0, m2 = 0;
+  KILN_HOST_DEVICE KILN_FORCEINLINE void add(double nb, double mb, double qb) {
+    if (nb == 0) return;
+    const double total = n + nb, delta = mb - mean;
+    mean += delta * nb / total;
+    m2 += qb + delta * delta * n * nb / total;
+    n = total;
+  }
+};
+
+/// Channel c's statistics from its moments: stats[c] = mean, stats[C + c] = 1 / sqrt(var + eps) with the
+/// biased variance; with running statistics (running non-null) they move towards the batch's, by
+/// `momentum` or, for the cumulative average, by 1 / (tracked + 1), with the unbiased variance (torch's
+/// update).
+template <class M>
+KILN_HOST_DEVICE KILN_FORCEINLINE void batch_norm_finish(index_t c, index_t channels, const ChanMoments& s,
+                                                         double* stats, M* running, double eps, double momentum) {
+  stats[c] = s.mean;
+  stats[channels + c] = 1.0 / ops::detail::sqrt_(s.m2 / s.n + eps);
+  if (running) {
+    const index_t C = channels;
+    const double f = momentum < 0 ? 1.0 / (static_cast<double>(running[2 * C]) + 1.0) : momentum;
+    const double unbiased = s.m2 / (s.n - 1);
+    running[c] = static_cast<M>((1 - f) * static_cast<double>(running[c]) + f * s.mean);
+    running[C + c] = static_cast<M>((1 - f) * static_cast<double>(running[C + c]) + f * unbiased);
+  }
+}
+
+/// Channel c's moments over this batch: its chunks' means and squared deviations merged.
+KILN_HOST_DEVICE KILN_FORCEINLINE ChanMoments merge_chunks(const double* part, const ChannelChunks& cc, index_t c) {
+  ChanMoments s;
+  for (index_t k = 0; k < cc.chunks; ++k)
+    s.add(static_cast<double>(cc.size(k)), part[2 * cc.call(c, k)], part[2 * cc.call(c, k) + 1]);
+  return s;
+}
+
+/// Per channel c: the chunks merged into the batch's mean and biased variance (batch_norm_finish:
+/// stats, and the running statistics when running is non-null; momentum < 0: cumulative average).
 template <class M>
 struct BatchNormStatsMerge {
   const double* part;
@@ -114,31 +152,53 @@ struct BatchNormStatsMerge {
   ChannelChunks cc;
   double eps, momentum;  // momentum < 0: cumulative average
   KILN_HOST_DEVICE void operator()(index_t c) const {
-    double n = 0, mean = 0, m2 = 0;
-    for (index_t k = 0; k < cc.chunks; ++k) {
-      const double nb = static_cast<double>(cc.size(k));
-      if (nb == 0) continue;
-      const double mb = part[2 * cc.call(c, k)], qb = part[2 * cc.call(c, k) + 1];
-      const double total = n + nb, delta = mb - mean;
-      mean += delta * nb / total;
-      m2 += qb + delta * delta * n * nb / total;
-      n = total;
-    }
-    const double var = m2 / n;
-    stats[c] = mean;
-    stats[cc.channels + c] = 1.0 / ops::detail::sqrt_(var + eps);
-    if (running) {
-      const index_t C = cc.channels;
-      const double f = momentum < 0 ? 1.0 / (static_cast<double>(running[2 * C]) + 1.0) : momentum;
-      const double unbiased = m2 / (n - 1);
-      running[c] = static_cast<M>((1 - f) * static_cast<double>(running[c]) + f * mean);
-      running[C + c] = static_cast<M>((1 - f) * static_cast<double>(running[C + c]) + f * unbiased);
-    }
+    batch_norm_finish(c, cc.channels, merge_chunks(part, cc, c), stats, running, eps, momentum);
   }
   /// The partials read, the statistics and running statistics written; the merge per chunk.
   Traffic traffic(index_t n) const {
     return {kiln::detail::bytes_of<double>(2 * n * cc.chunks + 2 * n) + kiln::detail::bytes_of<M>(4 * n),
             8 * static_cast<std::uint64_t>(n * cc.chunks)};
+  }
+};
+
+/// SyncBatchNorm, per channel c: this replica's moments packed for the all-gather, as
+/// moments = [count, mean_0 .. mean_C-1, m2_0 .. m2_C-1] (the count written by channel 0).
+struct BatchNormLocalMoments {
+  const double* part;
+  double* moments;
+  ChannelChunks cc;
+  KILN_HOST_DEVICE void operator()(index_t c) const {
+    const ChanMoments s = merge_chunks(part, cc, c);
+    if (c == 0) moments[0] = static_cast<double>(cc.count);
+    moments[1 + c] = s.mean;
+    moments[1 + cc.channels + c] = s.m2;
+  }
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<double>(2 * n * cc.chunks + 2 * n + 1), 8 * static_cast<std::uint64_t>(n * cc.chunks)};
+  }
+};
+
+/// SyncBatchNorm, per channel c: every replica's packed moments (gathered: `replicas` blocks of
+/// 2C + 1, by rank) merged in rank order into the global batch's statistics (batch_norm_finish), the
+/// same on every replica.
+template <class M>
+struct BatchNormGatheredMerge {
+  const double* gathered;
+  double* stats;
+  M* running;
+  index_t channels, replicas;
+  double eps, momentum;
+  KILN_HOST_DEVICE void operator()(index_t c) const {
+    ChanMoments s;
+    for (index_t r = 0; r < replicas; ++r) {
+      const double* g = gathered + r * (2 * channels + 1);
+      s.add(g[0], g[1 + c], g[1 + channels + c]);
+    }
+    batch_norm_finish(c, channels, s, stats, running, eps, momentum);
+  }
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<double>(2 * n * replicas + 2 * n) + kiln::detail::bytes_of<M>(4 * n),
+            8 * static_cast<std::uint64_t>(n * replicas)};
   }
 };
 
@@ -223,7 +283,9 @@ struct BatchNormGradChunks {
 };
 
 /// Per channel c: the chunks' sums added; weight_grad += Σ dy x̂, bias_grad += Σ dy (when affine), and
-/// coef[c] = mean of dy, coef[C + c] = mean of dy x̂ times invstd (what dx subtracts under batch statistics).
+/// coef[c] = Σ dy / count, coef[C + c] = Σ dy x̂ · invstd / count: with count the batch's elements per
+/// channel, the means that dx subtracts under batch statistics (SyncBatchNorm: count 1, the sums that
+/// the replicas add before dividing by the global count).
 template <class M>
 struct BatchNormGradMerge {
   const double* part;
@@ -232,13 +294,14 @@ struct BatchNormGradMerge {
   M* weight_grad;
   M* bias_grad;
   ChannelChunks cc;
+  double count;
   KILN_HOST_DEVICE void operator()(index_t c) const {
     double s = 0, sx = 0;
     for (index_t k = 0; k < cc.chunks; ++k) {
       s += part[2 * cc.call(c, k)];
       sx += part[2 * cc.call(c, k) + 1];
     }
-    const double invstd = stats[cc.channels + c], n = static_cast<double>(cc.count);
+    const double invstd = stats[cc.channels + c], n = count;
     if (weight_grad) {
       weight_grad[c] = static_cast<M>(static_cast<double>(weight_grad[c]) + sx * invstd);
       bias_grad[c] = static_cast<M>(static_cast<double>(bias_grad[c]) + s);
@@ -253,8 +316,9 @@ struct BatchNormGradMerge {
 };
 
 /// dx = weight_c · invstd_c · (dy - mean(dy)_c - (x - mean_c) · coef_c) under batch statistics
-/// (training), dx = weight_c · invstd_c · dy under running ones (evaluation: constants); per element or
-/// per plane (as BatchNormApply), in double and rounded once.
+/// (training; the means are coef times coef_scale: 1, or 1 / the global count for SyncBatchNorm's
+/// summed coefficients), dx = weight_c · invstd_c · dy under running ones (evaluation: constants); per
+/// element or per plane (as BatchNormApply), in double and rounded once.
 template <class T, class M>
 struct BatchNormGradInput {
   const T* dy;
@@ -265,12 +329,14 @@ struct BatchNormGradInput {
   const M* weight;
   index_t channels, length;
   bool planes;
+  double coef_scale = 1.0;
   KILN_HOST_DEVICE void operator()(index_t i) const {
     using C = compute_t<T>;
     const index_t c = (planes ? i : i / length) % channels;
     double scale = stats[channels + c];
     if (weight) scale *= static_cast<double>(weight[c]);
-    const double mean = stats[c], mean_dy = coef ? coef[c] : 0.0, k = coef ? coef[channels + c] : 0.0;
+    const double mean = stats[c], mean_dy = coef ? coef[c] * coef_scale : 0.0,
+                 k = coef ? coef[channels + c] * coef_scale : 0.0;
     const index_t o = planes ? i * length : i, n = planes ? length : 1;
     const auto at = [](const T* p, index_t j) { return static_cast<double>(to_compute(p[j])); };
     if (coef) {
@@ -301,10 +367,11 @@ index_t batch_norm_chunks(index_t channels, index_t count, int device) {
   }
 }
 
-/// BatchNorm over the channels (dimension 1) of inputs of rank Rank1 or Rank2: the shared layer of
-/// BatchNorm1d and BatchNorm2d. Named::kind is torch's class name.
-template <class Named, std::size_t Rank1, std::size_t Rank2, index_t C, float Eps, float Momentum, bool Affine,
-          bool Track>
+/// BatchNorm over the channels (dimension 1) of inputs of rank MinRank to MaxRank: the shared layer of
+/// BatchNorm1d, BatchNorm2d and SyncBatchNorm (Sync: training forwards of a model with a replica group
+/// normalise by the statistics of every replica's batch together). Named::kind is torch's class name.
+template <class Named, std::size_t MinRank, std::size_t MaxRank, index_t C, float Eps, float Momentum, bool Affine,
+          bool Track, bool Sync = false>
 struct BatchNormLayer {
   static_assert(C > 0, "kiln::nn::BatchNorm: the number of channels (features) must be positive");
   static_assert(Eps > 0.0f, "kiln::nn::BatchNorm: eps must be positive");
@@ -313,7 +380,7 @@ struct BatchNormLayer {
 
   template <class S>
   static constexpr bool accepts =
-      (S::rank == Rank1 || S::rank == Rank2) && (S::extents[1] == C || S::extents[1] == dyn);
+      S::rank >= MinRank && S::rank <= MaxRank && (S::extents[1] == C || S::extents[1] == dyn);
   template <class S>
   using output = S;
 
@@ -360,6 +427,9 @@ struct BatchNormLayer {
     /// channel, the running statistics moved towards them; evaluation: by the running statistics.
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       check_channels(x);
+      group_ = nullptr;
+      if constexpr (Sync)
+        if (ctx.training && ctx.replicas != nullptr && ctx.replicas->size() > 1) return forward_synced(x, ctx);
       const index_t length = spatial(x), count = x.size(0) * length;
       const bool batch = ctx.training || !Track;
       if (batch && count == 1)
@@ -399,8 +469,19 @@ struct BatchNormLayer {
 
     /// weight_grad += Σ dy x̂, bias_grad += Σ dy; dx through the batch's statistics (training) or
     /// the running ones (evaluation); dx is empty when input_grad is false.
+    /// SyncBatchNorm after a synchronised forward: the replicas add their sums of dy and dy x̂ before dx
+    /// subtracts their means over the global batch (torch's; skipped, on every replica, when input_grad is
+    /// false); weight_grad and bias_grad stay this replica's own (DistributedDataParallel averages them).
     Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
-      if (dy.numel() == 0) return input_grad ? Tensor<T, S, D>(dy.extents(), dy.device_index()) : Tensor<T, S, D>();
+      if (dy.numel() == 0) {
+        if (group_ != nullptr && input_grad) {  // the others wait for this replica's (zero) sums
+          Tensor<double, Shape<dyn>, D> zeros(Extents<Shape<dyn>>(2 * C), dy.device_index());
+          zeros.fill(0.0);
+          group_->all_reduce_sum(zeros.data(), 2 * C, reduce_what());
+        }
+        group_ = nullptr;
+        return input_grad ? Tensor<T, S, D>(dy.extents(), dy.device_index()) : Tensor<T, S, D>();
+      }
       if (x_.empty())
         throw Error("kiln::nn::" + std::string(Named::kind) + "::backward: no saved input; run forward with "
                     "gradients enabled first");
@@ -414,8 +495,9 @@ struct BatchNormLayer {
         coef = Tensor<double, Shape<dyn>, D>(Extents<Shape<dyn>>(2 * C), dy.device_index());
         kiln::detail::executor<D>::for_each(
             C, BatchNormGradMerge<M>{part.data(), stats_.data(), coef.data(), Affine ? g_ : nullptr,
-                                     Affine ? g_ + C : nullptr, cc},
+                                     Affine ? g_ + C : nullptr, cc, group_ ? 1.0 : static_cast<double>(cc.count)},
             cc.chunks);
+        if (group_ != nullptr && input_grad) group_->all_reduce_sum(coef.data(), 2 * C, reduce_what());
       }
       Tensor<T, S, D> dx;
       if (input_grad) {
@@ -424,11 +506,12 @@ struct BatchNormLayer {
         kiln::detail::executor<D>::for_each(
             planes ? dy.size(0) * C : dy.numel(),
             BatchNormGradInput<T, M>{dy.data(), x_.data(), dx.data(), stats_.data(), batch_ ? coef.data() : nullptr,
-                                     Affine ? p_ : nullptr, C, length, planes},
+                                     Affine ? p_ : nullptr, C, length, planes, group_ ? 1.0 / global_count_ : 1.0},
             planes ? length : 1);
       }
       x_ = Tensor<T, S, D>();
       stats_ = Tensor<double, Shape<dyn>, D>();
+      group_ = nullptr;
       return dx;
     }
 
@@ -441,6 +524,62 @@ struct BatchNormLayer {
     }
 
    private:
+    /// SyncBatchNorm's training forward over the replicas of ctx.replicas (torch's SyncBatchNorm
+    /// function): this replica's per-channel count, mean and squared deviations all-gathered, merged in
+    /// rank order into the global batch's statistics (the same on every replica, running statistics
+    /// included), and x normalised by them. A replica with an empty batch still takes part.
+    Tensor<T, S, D> forward_synced(const Tensor<T, S, D>& x, Context ctx) {
+      ReplicaGroup& group = *ctx.replicas;
+      const index_t length = spatial(x), count = x.size(0) * length;
+      const int device = x.device_index();
+      using Doubles = Tensor<double, Shape<dyn>, D>;
+      const ChannelChunks cc = chunks_of(x);
+      Doubles part(Extents<Shape<dyn>>(2 * C * cc.chunks), device);
+      Doubles local(Extents<Shape<dyn>>(2 * C + 1), device);
+      kiln::detail::executor<D>::for_each(C * cc.chunks, BatchNormStatsChunks<T>{x.data(), part.data(), cc}, cc.block());
+      kiln::detail::executor<D>::for_each(C, BatchNormLocalMoments{part.data(), local.data(), cc}, cc.chunks);
+      const index_t replicas = group.size();
+      Doubles gathered(Extents<Shape<dyn>>(replicas * (2 * C + 1)), device);
+      group.all_gather(local.data(), gathered.data(), 2 * C + 1,
+                       "kiln::nn::SyncBatchNorm<" + std::to_string(C) + ">: gathering the batch statistics");
+      double total = 0;  // elements per channel over every replica: the counts, to the host
+      const std::vector<double> all = gathered.to_vector();
+      for (index_t r = 0; r < replicas; ++r) total += all[static_cast<std::size_t>(r * (2 * C + 1))];
+      if (total == 1)  // on every replica alike
+        throw ValueError("kiln::nn::" + std::string(Named::kind) + ": expected more than 1 value per channel when " +
+                         "training, got 1 over the " + std::to_string(replicas) + " replicas (this one's input " +
+                         to_string(x.extents()) + "; torch: ValueError)");
+      Tensor<T, S, D> y(x.extents(), device);
+      M* running = Track ? b_ : nullptr;
+      Doubles stats(Extents<Shape<dyn>>(2 * C), device);
+      if (total > 0) {
+        const double momentum = Momentum == cumulative_average ? -1.0 : static_cast<double>(Momentum);
+        kiln::detail::executor<D>::for_each(
+            C, BatchNormGatheredMerge<M>{gathered.data(), stats.data(), running, C, replicas, static_cast<double>(Eps),
+                                         momentum},
+            replicas);
+      }
+      if (count > 0 && total > 0) {
+        constexpr bool planes = std::is_same_v<D, Cpu>;
+        kiln::detail::executor<D>::for_each(
+            planes ? x.size(0) * C : x.numel(),
+            BatchNormApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr, Affine ? p_ + C : nullptr,
+                                 running ? running + 2 * C : nullptr, C, length, planes},
+            planes ? length : 1);
+      } else if (running) {  // nothing here to normalise: the batch is counted all the same
+        kiln::detail::executor<D>::for_each(1, BatchNormCountBatch<M>{running + 2 * C});
+      }
+      x_ = ctx.grad && count > 0 ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
+      stats_ = ctx.grad ? std::move(stats) : Doubles();
+      batch_ = true;
+      group_ = ctx.grad && total > 0 ? &group : nullptr;
+      global_count_ = total;
+      return y;
+    }
+    static std::string reduce_what() {
+      return "kiln::nn::SyncBatchNorm<" + std::to_string(C) + ">::backward: summing the gradient statistics";
+    }
+
     template <class X>
     static void check_channels(const X& x) {
       if constexpr (S::extents[1] == dyn)
@@ -469,6 +608,8 @@ struct BatchNormLayer {
     Tensor<T, S, D> x_;                          // saved input (training only)
     Tensor<double, Shape<dyn>, D> stats_;        // the mean and 1 / sqrt(var + eps) it was normalised by
     bool batch_ = true;                          // whether those were the batch's statistics
+    ReplicaGroup* group_ = nullptr;              // SyncBatchNorm: the replicas the saved statistics span
+    double global_count_ = 0;                    // their elements per channel
   };
 };
 

@@ -15,11 +15,15 @@
 
 namespace kiln::nn {
 
-/// How a forward pass runs: training (dropout on) or evaluation, and whether it keeps what the
-/// backward pass needs (off = torch.no_grad(): inference keeps no activations).
+class ReplicaGroup;  // kiln/nn/replica_group.hpp
+
+/// How a forward pass runs: training (dropout on) or evaluation, whether it keeps what the backward
+/// pass needs (off = torch.no_grad(): inference keeps no activations), and the replicas that train
+/// together (null: this model alone), which SyncBatchNorm reduces its statistics over.
 struct Context {
   bool training = true;
   bool grad = true;
+  ReplicaGroup* replicas = nullptr;
 };
 
 /// Told during a backward pass as layers finish, in reverse order: ready(offset) means the gradients at

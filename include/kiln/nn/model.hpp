@@ -115,6 +115,11 @@ class Model {
   /// Whether forward keeps activations for backward (off: torch.no_grad(); see NoGrad).
   void set_grad_enabled(bool on) { ctx_.grad = on; }
   bool grad_enabled() const { return ctx_.grad; }
+  /// The replicas this model trains with (DistributedDataParallel sets its ranks; null: alone), which
+  /// layers that synchronise across replicas (SyncBatchNorm) reduce over in training forwards and
+  /// their backward passes. The group must outlive the model's use of it.
+  void set_replica_group(ReplicaGroup* group) { ctx_.replicas = group; }
+  ReplicaGroup* replica_group() const { return ctx_.replicas; }
 
   /// The master parameters. Taken non-const, the working copy (mixed precision) is refreshed from them
   /// at the next forward; change them through a reference taken earlier and call

@@ -15,4 +15,5 @@
 #include "kiln/nn/residual.hpp"
 #include "kiln/nn/sequential.hpp"
 #include "kiln/nn/softmax.hpp"
+#include "kiln/nn/sync_batchnorm.hpp"
 #include "kiln/optim/sgd.hpp"

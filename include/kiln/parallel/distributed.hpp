@@ -10,6 +10,7 @@
 
 #include "kiln/core/errors.hpp"
 #include "kiln/nn/model.hpp"
+#include "kiln/nn/replica_group.hpp"
 #include "kiln/parallel/buckets.hpp"
 #include "kiln/parallel/process_group.hpp"
 #include "kiln/policy/policy.hpp"
@@ -24,6 +25,25 @@ inline std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t h 
   for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
 }
+
+/// A process group as the model's layers see it (nn::ReplicaGroup): SyncBatchNorm's collectives on
+/// the model's memory (host for Mpi, the rank's GPU for Nccl).
+template <class Group>
+class GroupReplicas final : public nn::ReplicaGroup {
+ public:
+  explicit GroupReplicas(Group& group) : group_(group) {}
+  int size() const override { return group_.size(); }
+  int rank() const override { return group_.rank(); }
+  void all_gather(const double* send, double* recv, index_t count, const std::string& what) override {
+    group_.all_gather(send, recv, count, what);
+  }
+  void all_reduce_sum(double* data, index_t count, const std::string& what) override {
+    group_.all_reduce_sum(data, count, what);
+  }
+
+ private:
+  Group& group_;
+};
 }  // namespace detail
 
 /// This rank's model of Net (input shape In, precision Prec, device D), kept identical to every other
@@ -45,6 +65,8 @@ inline std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t h 
 /// grouped in buckets (plan_buckets: 25 MiB, the first 1 MiB, last layers first); a bucket's average
 /// starts as soon as backward has finished its layers and runs while the earlier layers compute.
 /// With gradient accumulation, the micro-batches before the last run under no_sync().
+/// The model's replica group is this group: its SyncBatchNorm layers (nn::convert_sync_batchnorm_t)
+/// normalise training batches by the statistics of all ranks' batches together.
 template <class Net, class In, class Backend, precision_policy Prec = Fp32, device_policy Dev = Cpu>
 class DistributedDataParallel {
  public:
@@ -62,7 +84,9 @@ class DistributedDataParallel {
   DistributedDataParallel(group_type& group, std::uint64_t seed = 0, const BucketOptions& buckets = {})
       : group_(group),
         model_(seed, model_device(group)),
-        buckets_(plan_buckets(model_.named_parameters(), sizeof(M), buckets)) {
+        buckets_(plan_buckets(model_.named_parameters(), sizeof(M), buckets)),
+        replicas_(group) {
+    model_.set_replica_group(&replicas_);  // SyncBatchNorm layers reduce over the ranks
     check_same_model();
     group_.broadcast(model_.parameters().data(), model_type::parameter_count, 0, "broadcasting rank 0's parameters");
     if constexpr (model_type::buffer_count > 0)
@@ -225,6 +249,7 @@ class DistributedDataParallel {
   group_type& group_;
   model_type model_;
   std::vector<Bucket> buckets_;
+  detail::GroupReplicas<group_type> replicas_;
   std::vector<std::string> labels_;  // per bucket, for error messages
   nn::GradientsReady ready_;
   std::size_t next_bucket_ = 0;

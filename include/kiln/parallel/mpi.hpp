@@ -163,6 +163,26 @@ class ProcessGroup<Mpi> {
   std::vector<std::int64_t> all_gather(int value, const std::string& what) {
     return all_gather(static_cast<std::int64_t>(value), what);
   }
+  /// Every rank's `count` elements at `send` (host memory), by rank: recv[r * count + i].
+  template <class E>
+  void all_gather(const E* send, E* recv, index_t count, const std::string& what) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Iallgather(send, mpi_count(count, what), detail::mpi_type<E>(), recv, mpi_count(count, what),
+                         detail::mpi_type<E>(), comm_, &req),
+          what);
+    wait(&req, 1, what);
+  }
+  /// `count` elements at `data` (host memory) summed over the ranks, in place, then waited for (a
+  /// collective of its own, beside any started averages).
+  template <class E>
+  void all_reduce_sum(E* data, index_t count, const std::string& what) {
+    std::vector<MPI_Request> reqs;
+    for_chunks(count, [&](index_t off, int n) {
+      reqs.push_back(MPI_REQUEST_NULL);
+      check(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, detail::mpi_type<E>(), MPI_SUM, comm_, &reqs.back()), what);
+    });
+    wait(reqs.data(), static_cast<int>(reqs.size()), what);
+  }
   /// Every rank says whether its part of `what` went well ("" or what went wrong); if any rank failed,
   /// every rank throws DistributedError naming the ranks that failed (and the reason, on those).
   void agree(const std::string& problem, const std::string& what) {
@@ -221,6 +241,13 @@ class ProcessGroup<Mpi> {
     KILN_MPI_CHECK(MPI_Comm_rank(node, &local));
     KILN_MPI_CHECK(MPI_Comm_free(&node));
     return local;
+  }
+  /// A count MPI takes in one call (an int), else a ValueError naming the collective.
+  int mpi_count(index_t count, const std::string& what) const {
+    if (count < 0 || count > index_t{1} << 30)
+      throw ValueError(detail::rank_prefix(rank_, size_) + what + ": " + std::to_string(count) +
+                       " elements per rank, more than one MPI call takes (2^30)");
+    return static_cast<int>(count);
   }
   /// MPI counts are int: calls f(offset, n) for chunks of at most 2^30 elements.
   template <class F>

@@ -107,6 +107,26 @@ class ProcessGroup<Nccl> {
             what);
     wait_all_named(what);
   }
+  /// Every rank's `count` elements of device memory at `send`, by rank (recv[r * count + i]), on the
+  /// group's stream after the current stream's work; waits, and later work on the current stream comes
+  /// after it.
+  template <class E>
+  void all_gather(const E* send, E* recv, index_t count, const std::string& what) {
+    cuda::DeviceGuard guard(device_);
+    after_compute();
+    enqueue(ncclAllGather(send, recv, static_cast<std::size_t>(count), detail::nccl_type<E>(), comm_, *stream_), what);
+    wait_all_named(what);
+  }
+  /// `count` elements of device memory at `data` summed over the ranks, in place (ncclSum), ordered and
+  /// waited for as all_gather (after any averages already started on the group's stream).
+  template <class E>
+  void all_reduce_sum(E* data, index_t count, const std::string& what) {
+    cuda::DeviceGuard guard(device_);
+    after_compute();
+    enqueue(ncclAllReduce(data, data, static_cast<std::size_t>(count), detail::nccl_type<E>(), ncclSum, comm_, *stream_),
+            what);
+    wait_all_named(what);
+  }
   /// Starts averaging `count` elements of device memory at `data` over the ranks (ncclAvg), on the
   /// group's stream once the work queued so far on the current stream (the backward that wrote them)
   /// is done. wait_all() makes the current stream wait for it.

@@ -1,7 +1,9 @@
 // Distributed<Nccl> (one process per GPU, mpiexec -n <GPUs>; CTest runs it with one rank, and
 // scripts/gpu-check.sh with every GPU of the machine): rank 0's parameters reach every rank; 20 Adam
 // steps over the shares of a batch give one GPU's parameters on the whole batch; the averaged
-// gradients equal one GPU's for every bucket size; rank 0's BatchNorm buffers reach every rank. Skipped (exit 77) without a GPU.
+// gradients equal one GPU's for every bucket size; rank 0's BatchNorm buffers reach every rank; the
+// device-memory all-gather and sum SyncBatchNorm uses, and SyncBatchNorm training like one GPU on the
+// whole batch (synchronised from 2 ranks on). Skipped (exit 77) without a GPU.
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cstdint>
@@ -94,6 +96,34 @@ BOOST_AUTO_TEST_CASE(rank_zeros_batch_norm_buffers_reach_every_rank_before_a_tra
   (void)local.forward(data(rank, 1));
   const auto want = local.buffers().to_vector(), got = ddp.module().buffers().to_vector();
   for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(device_memory_all_gather_and_sum) {
+  // SyncBatchNorm's collectives: rank r sends {r + 1, 10 (r + 1)}.
+  const int size = group().size(), rank = group().rank();
+  const auto mine = kt::make_tensor<kiln::Cpu>(std::vector<double>{rank + 1.0, 10.0 * (rank + 1)}, Extents<Shape<dyn>>(2))
+                        .to<kiln::Cuda>(group().device());
+  kiln::Tensor<double, Shape<dyn>, kiln::Cuda> all(Extents<Shape<dyn>>(2 * size), group().device());
+  group().all_gather(mine.data(), all.data(), 2, "test all_gather");
+  std::vector<double> want;
+  for (int r = 0; r < size; ++r) want.insert(want.end(), {r + 1.0, 10.0 * (r + 1)});
+  BOOST_TEST(all.to_vector() == want, boost::test_tools::per_element());
+  auto sum = mine.clone();
+  group().all_reduce_sum(sum.data(), 2, "test all_reduce_sum");
+  const double n = size * (size + 1) / 2.0;
+  BOOST_TEST(sum.to_vector() == (std::vector<double>{n, 10 * n}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(sync_batch_norm_ranks_train_like_one_gpu) {
+  const kiln::test::DeterministicCudnn deterministic;
+  const kiln::index_t n = kt::batch_for(group().size(), 32);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
+  using Sync = knn::convert_sync_batchnorm_t<kiln::test::parallel_models::LeNetBn>;
+  const double d = kt::train_both<Sync, Image, kiln::Nccl, kiln::Cuda>(group(), 20, Extents<Image>(n), labels,
+                                                                        Extents<Shape<dyn>>(n), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("rank " << group().rank() << ": LeNet with SyncBatchNorm, 20 steps: largest difference " << d);
+  BOOST_TEST(d <= 1e-5);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -36,6 +36,11 @@ using kiln::Tensor;
 using nlohmann::json;
 
 constexpr double rtol = 1e-5;
+/// The parameters after three SGD steps (lr 0.1, momentum 0.9) through two BatchNorms, whose backward
+/// subtracts nearly equal terms: float rounding in another summation order (OpenBLAS picks its GEMM
+/// kernels by CPU) moves them by 1.2e-5 on an Intel Xeon with AVX-512 (under 1e-5 on an AMD EPYC);
+/// a wrong formula moves them by far more than 1e-3.
+constexpr double trained_rtol = 5e-5;
 
 const json& fixture() {
   static const json j = parity::load("batchnorm.json");
@@ -47,11 +52,11 @@ const json& bn_case(const std::string& name) {
   throw std::runtime_error("batchnorm.json: no case " + name);
 }
 
-void check(const std::vector<float>& got, const json& want, const std::string& what) {
+void check(const std::vector<float>& got, const json& want, const std::string& what, double tolerance = rtol) {
   const auto w = parity::values(want);
   const auto d = parity::compare(std::span<const float>(got), std::span<const float>(w),
                                  parity::scale_floor(std::span<const float>(w)));
-  BOOST_TEST(d.max_rel <= rtol, what << ": " << parity::describe(d));
+  BOOST_TEST(d.max_rel <= tolerance, what << ": " << parity::describe(d));
 }
 
 /// The parameters named in a state_dict fixture into the model's arena (buffers keep their values).
@@ -226,7 +231,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_network_with_batch_norm_trains_like_pytorch, D, 
   std::vector<float> host = m.parameters().to_vector();
   for (const auto& p : m.named_parameters()) {
     const auto first = host.begin() + p.offset;
-    check(std::vector<float>(first, first + p.count), f.at("state_after").at(p.name), "parameter " + p.name);
+    check(std::vector<float>(first, first + p.count), f.at("state_after").at(p.name), "parameter " + p.name, trained_rtol);
   }
   check_buffers(m, f.at("state_after"));
   m.eval();

@@ -1,0 +1,58 @@
+/// SyncBatchNorm: batch normalisation over the batches of every replica of a distributed job together,
+/// as torch.nn.SyncBatchNorm, and convert_sync_batchnorm_t, which turns a network's BatchNorm1d and
+/// BatchNorm2d layers into it.
+#pragma once
+#include "kiln/nn/batchnorm.hpp"
+#include "kiln/nn/residual.hpp"
+#include "kiln/nn/sequential.hpp"
+
+namespace kiln::nn {
+
+namespace detail {
+struct SyncBatchNormName {
+  static constexpr const char* kind = "SyncBatchNorm";
+};
+}  // namespace detail
+
+/// torch.nn.SyncBatchNorm(C, eps, momentum, affine, track_running_stats): BatchNorm over the channels
+/// (dimension 1) of inputs [N, C], [N, C, L], [N, C, H, W] or [N, C, D, H, W] whose training forwards,
+/// in a model with a replica group of more than one (DistributedDataParallel's ranks), normalise by the
+/// mean and biased variance of the global batch — every rank's batch together — and move the running
+/// statistics by them, identically on every rank; backward sums the ranks' Σ dy and Σ dy x̂ for dx.
+/// Each training forward and backward is therefore a collective: every rank runs it (a rank with an
+/// empty batch too). Without a group (alone, DataParallel's replicas) and in evaluation it is BatchNorm.
+/// Same parameters, buffers and state_dict names as BatchNorm1d/2d, so checkpoints move between them.
+/// Example: `Sequential<Conv2d<3, 16, 3, 1, 1>, SyncBatchNorm<16>, ReLU, ...>` trained under
+/// DistributedDataParallel; or convert_sync_batchnorm_t<Net> for an existing network.
+template <index_t C, float Eps = 1e-5f, float Momentum = 0.1f, bool Affine = true, bool TrackRunningStats = true>
+struct SyncBatchNorm
+    : detail::BatchNormLayer<detail::SyncBatchNormName, 2, 5, C, Eps, Momentum, Affine, TrackRunningStats, true> {};
+
+/// Net with every BatchNorm1d and BatchNorm2d (inside Sequential and Residual too) replaced by
+/// SyncBatchNorm with the same arguments: torch's `SyncBatchNorm.convert_sync_batchnorm(model)` as a
+/// type. Other layers stay as they are.
+template <class Net>
+struct convert_sync_batchnorm {
+  using type = Net;
+};
+template <class Net>
+using convert_sync_batchnorm_t = typename convert_sync_batchnorm<Net>::type;
+
+template <index_t C, float Eps, float Momentum, bool Affine, bool Track>
+struct convert_sync_batchnorm<BatchNorm1d<C, Eps, Momentum, Affine, Track>> {
+  using type = SyncBatchNorm<C, Eps, Momentum, Affine, Track>;
+};
+template <index_t C, float Eps, float Momentum, bool Affine, bool Track>
+struct convert_sync_batchnorm<BatchNorm2d<C, Eps, Momentum, Affine, Track>> {
+  using type = SyncBatchNorm<C, Eps, Momentum, Affine, Track>;
+};
+template <class... Layers>
+struct convert_sync_batchnorm<Sequential<Layers...>> {
+  using type = Sequential<convert_sync_batchnorm_t<Layers>...>;
+};
+template <class... Layers>
+struct convert_sync_batchnorm<Residual<Layers...>> {
+  using type = Residual<convert_sync_batchnorm_t<Layers>...>;
+};
+
+}  // namespace kiln::nn
