@@ -35,13 +35,19 @@ Tensor<E, S, D> share(const Tensor<E, S>& t, int rank, int size) {
   return make_tensor<D>(std::vector<E>(all.begin() + rank * n * row, all.begin() + (rank + 1) * n * row), e);
 }
 
+/// How far DistributedDataParallel's model ends from one device's: the largest parameter difference
+/// and the largest buffer (running statistics) difference.
+struct TrainedApart {
+  double parameters = 0, buffers = 0;
+};
+
 /// `steps` Adam steps on one device of type D over the whole batch and, on every rank, of
 /// DistributedDataParallel over its share; every rank builds its model from its own seed (rank 0's
-/// parameters win). Returns the largest parameter or buffer (running statistics) difference after the
-/// steps. A Net with SyncBatchNorm is BatchNorm on the one device (it has no replica group).
+/// parameters win). Returns how far apart they end. A Net with SyncBatchNorm is BatchNorm on the one
+/// device (it has no replica group).
 template <class Net, class In, class Backend, class D, class Y, class SY, class Loss>
-double train_both(parallel::ProcessGroup<Backend>& group, int steps, const Extents<In>& ext, const std::vector<Y>& targets,
-                  const Extents<SY>& target_ext, Loss loss) {
+TrainedApart train_both_apart(parallel::ProcessGroup<Backend>& group, int steps, const Extents<In>& ext,
+                              const std::vector<Y>& targets, const Extents<SY>& target_ext, Loss loss) {
   nn::Model<Net, In, Policy<Fp32, D>> single(5);
   optim::Adam opt(single, {.lr = 1e-2f});
   parallel::DistributedDataParallel<Net, In, Backend, Fp32, D> ddp(group, 5 + static_cast<std::uint64_t>(group.rank()));
@@ -64,8 +70,16 @@ double train_both(parallel::ProcessGroup<Backend>& group, int steps, const Exten
     dopt.step();
   }
   BOOST_TEST(ddp.in_sync());
-  return std::max(max_abs_diff(ddp.module().parameters().to_vector(), single.parameters().to_vector()),
-                  max_abs_diff(ddp.module().buffers().to_vector(), single.buffers().to_vector()));
+  return {max_abs_diff(ddp.module().parameters().to_vector(), single.parameters().to_vector()),
+          max_abs_diff(ddp.module().buffers().to_vector(), single.buffers().to_vector())};
+}
+
+/// train_both_apart's larger difference.
+template <class Net, class In, class Backend, class D, class Y, class SY, class Loss>
+double train_both(parallel::ProcessGroup<Backend>& group, int steps, const Extents<In>& ext, const std::vector<Y>& targets,
+                  const Extents<SY>& target_ext, Loss loss) {
+  const TrainedApart d = train_both_apart<Net, In, Backend, D>(group, steps, ext, targets, target_ext, loss);
+  return std::max(d.parameters, d.buffers);
 }
 
 /// The gradients DistributedDataParallel leaves after one backward over the shares, for bucket caps from

@@ -203,14 +203,28 @@ BOOST_AUTO_TEST_CASE(sync_batch_norm_ranks_train_like_one_device_on_the_whole_ba
                                                                       Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
   BOOST_TEST_MESSAGE("rank " << group.rank() << ": LeNet with SyncBatchNorm, 20 steps: largest difference " << d);
   BOOST_TEST(d <= 1e-5);
-  const double plain = kt::train_both<kiln::test::parallel_models::LeNetBn, Image, kiln::Mpi, kiln::Cpu>(
+  const auto plain = kt::train_both_apart<kiln::test::parallel_models::LeNetBn, Image, kiln::Mpi, kiln::Cpu>(
       group, 20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
-  BOOST_TEST(plain > 1e-4);
+  BOOST_TEST(plain.parameters > 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(sync_batch_norm_gradients_equal_one_device_for_every_bucket_size) {
+  // With one-byte buckets the averages of the later layers are in flight while SyncBatchNorm's backward
+  // sums its statistics: both collectives run beside each other, in the same order on every rank.
+  Group group({.timeout = test_timeout});
+  std::vector<std::int64_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 7) % 10);
+  using Sync = knn::convert_sync_batchnorm_t<kiln::test::parallel_models::LeNetBn>;
+  const double d = kt::bucketed_gradient_error<Sync, Image, kiln::Mpi, kiln::Cpu>(
+      group, Extents<Image>(16), labels, Extents<Shape<dyn>>(16), knn::CrossEntropyLoss{});
+  BOOST_TEST(d <= 1e-6);
 }
 
 BOOST_AUTO_TEST_CASE(sync_batch_norm_takes_uneven_and_empty_shares) {
   // Rank 0 with 5 rows and rank 1 with 3, then rank 1 with none: every rank's output is its rows of one
-  // model's on the 8 (or 5), and every rank ends with that model's running statistics.
+  // model's on the 8 (or 5), every rank ends with that model's running statistics, and backward (dy the
+  // per-row gradient of a sum, so the ranks' gradients add up to one model's) through the empty rank's
+  // zero sums gives the averaged gradient of one model's over the whole batch.
   Group group({.timeout = test_timeout});
   using Net = knn::Sequential<knn::Linear<13, 6>, knn::SyncBatchNorm<6>, knn::ReLU, knn::Linear<6, 1>>;
   Ddp<Net, Row> ddp(group, 4);
@@ -224,6 +238,15 @@ BOOST_AUTO_TEST_CASE(sync_batch_norm_takes_uneven_and_empty_shares) {
     const auto y = ddp.forward(kt::make_tensor<kiln::Cpu>(xs, Extents<Row>(mine))).to_vector();
     BOOST_TEST(max_abs_diff(y, std::vector<float>(y_one.begin() + begin, y_one.begin() + begin + mine)) <= 1e-5);
     BOOST_TEST(max_abs_diff(ddp.module().buffers().to_vector(), one.buffers().to_vector()) <= 1e-6);
+    const auto dy = kt::random_values<float>(static_cast<std::size_t>(total), -1, 1, 600 + static_cast<std::uint32_t>(second));
+    one.zero_grad();
+    one.backward(kt::make_tensor<kiln::Cpu>(dy, Extents<Shape<dyn, 1>>(total)));
+    ddp.zero_grad();
+    ddp.backward(kt::make_tensor<kiln::Cpu>(std::vector<float>(dy.begin() + begin, dy.begin() + begin + mine),
+                                            Extents<Shape<dyn, 1>>(mine)));
+    auto want = one.gradients().to_vector();
+    for (auto& g : want) g /= 2;  // the average over the 2 ranks of their parts of the sum
+    BOOST_TEST(max_abs_diff(ddp.module().gradients().to_vector(), want) <= 1e-6);
   }
 }
 
@@ -310,6 +333,21 @@ BOOST_AUTO_TEST_CASE(ranks_that_build_different_models_all_fail) {
     const std::string what = e.what();
     BOOST_TEST(what.find("the ranks build different models: rank 0 has 801 parameters") != std::string::npos, what);
     BOOST_TEST(what.find("rank 1 (121)") != std::string::npos, what);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ranks_with_batch_norm_and_sync_batch_norm_all_fail) {
+  // The same parameters and buffers, but SyncBatchNorm's forwards are collectives that BatchNorm2d's
+  // are not: the layers' names in the layout tell them apart before any step could hang.
+  Group group({.timeout = test_timeout});
+  using Bn = kiln::test::parallel_models::LeNetBn;
+  try {
+    if (group.rank() == 0) Ddp<Bn, Image> ddp(group, 0);
+    else Ddp<knn::convert_sync_batchnorm_t<Bn>, Image> ddp(group, 0);
+    BOOST_ERROR("BatchNorm2d and SyncBatchNorm ranks were accepted");
+  } catch (const kiln::parallel::DistributedError& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("the ranks build different models") != std::string::npos, what);
   }
 }
 

@@ -1,5 +1,6 @@
 /// BatchNorm1d, BatchNorm2d: y = (x - mean) / sqrt(var + eps) · weight + bias per channel, as
-/// torch.nn.BatchNorm1d / BatchNorm2d, with running statistics kept in the model's buffer arena.
+/// torch.nn.BatchNorm1d / BatchNorm2d, with running statistics kept in the model's buffer arena; and the
+/// layer they share with SyncBatchNorm (kiln/nn/sync_batchnorm.hpp), whose synchronised passes are here.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -173,6 +174,7 @@ struct BatchNormLocalMoments {
     moments[1 + c] = s.mean;
     moments[1 + cc.channels + c] = s.m2;
   }
+  /// The partials read, the packed moments written; the merge per chunk.
   Traffic traffic(index_t n) const {
     return {kiln::detail::bytes_of<double>(2 * n * cc.chunks + 2 * n + 1), 8 * static_cast<std::uint64_t>(n * cc.chunks)};
   }
@@ -196,6 +198,7 @@ struct BatchNormGatheredMerge {
     }
     batch_norm_finish(c, channels, s, stats, running, eps, momentum);
   }
+  /// Every replica's moments read, the statistics and running statistics written; the merge per replica.
   Traffic traffic(index_t n) const {
     return {kiln::detail::bytes_of<double>(2 * n * replicas + 2 * n) + kiln::detail::bytes_of<M>(4 * n),
             8 * static_cast<std::uint64_t>(n * replicas)};
@@ -527,11 +530,16 @@ struct BatchNormLayer {
     /// SyncBatchNorm's training forward over the replicas of ctx.replicas (torch's SyncBatchNorm
     /// function): this replica's per-channel count, mean and squared deviations all-gathered, merged in
     /// rank order into the global batch's statistics (the same on every replica, running statistics
-    /// included), and x normalised by them. A replica with an empty batch still takes part.
+    /// included), and x normalised by them. A replica with an empty batch still takes part; when every
+    /// replica's is empty, only num_batches_tracked moves (as an empty batch alone).
     Tensor<T, S, D> forward_synced(const Tensor<T, S, D>& x, Context ctx) {
       ReplicaGroup& group = *ctx.replicas;
       const index_t length = spatial(x), count = x.size(0) * length;
       const int device = x.device_index();
+      if (kiln::detail::graph_capture<D>::active(device))
+        throw ValueError(what() + ": a training forward inside a CUDA graph capture cannot exchange statistics "
+                         "with the other replicas (the collective and its count check wait on the host); capture "
+                         "an evaluation-mode forward");
       using Doubles = Tensor<double, Shape<dyn>, D>;
       const ChannelChunks cc = chunks_of(x);
       Doubles part(Extents<Shape<dyn>>(2 * C * cc.chunks), device);
@@ -540,15 +548,16 @@ struct BatchNormLayer {
       kiln::detail::executor<D>::for_each(C, BatchNormLocalMoments{part.data(), local.data(), cc}, cc.chunks);
       const index_t replicas = group.size();
       Doubles gathered(Extents<Shape<dyn>>(replicas * (2 * C + 1)), device);
-      group.all_gather(local.data(), gathered.data(), 2 * C + 1,
-                       "kiln::nn::SyncBatchNorm<" + std::to_string(C) + ">: gathering the batch statistics");
+      group.all_gather(local.data(), gathered.data(), 2 * C + 1, what() + ": gathering the batch statistics");
       double total = 0;  // elements per channel over every replica: the counts, to the host
       const std::vector<double> all = gathered.to_vector();
       for (index_t r = 0; r < replicas; ++r) total += all[static_cast<std::size_t>(r * (2 * C + 1))];
-      if (total == 1)  // on every replica alike
-        throw ValueError("kiln::nn::" + std::string(Named::kind) + ": expected more than 1 value per channel when " +
-                         "training, got 1 over the " + std::to_string(replicas) + " replicas (this one's input " +
-                         to_string(x.extents()) + "; torch: ValueError)");
+      // On every replica alike. torch 1.13 checks this only for one process (`size == 1 and world_size < 2`)
+      // and across ranks goes on to an unbiased variance of 0 / 0; kiln refuses as BatchNorm does.
+      if (total == 1)
+        throw ValueError(what() + ": expected more than 1 value per channel when training, got 1 over the " +
+                         std::to_string(replicas) + " replicas (this replica's input " +
+                         to_string(x.extents()) + ")");
       Tensor<T, S, D> y(x.extents(), device);
       M* running = Track ? b_ : nullptr;
       Doubles stats(Extents<Shape<dyn>>(2 * C), device);
@@ -576,9 +585,9 @@ struct BatchNormLayer {
       global_count_ = total;
       return y;
     }
-    static std::string reduce_what() {
-      return "kiln::nn::SyncBatchNorm<" + std::to_string(C) + ">::backward: summing the gradient statistics";
-    }
+    /// "kiln::nn::SyncBatchNorm<16>": who speaks in the synchronised passes' messages.
+    static std::string what() { return "kiln::nn::" + std::string(Named::kind) + "<" + std::to_string(C) + ">"; }
+    static std::string reduce_what() { return what() + "::backward: summing the gradient statistics"; }
 
     template <class X>
     static void check_channels(const X& x) {

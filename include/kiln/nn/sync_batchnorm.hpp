@@ -19,8 +19,10 @@ struct SyncBatchNormName {
 /// in a model with a replica group of more than one (DistributedDataParallel's ranks), normalise by the
 /// mean and biased variance of the global batch — every rank's batch together — and move the running
 /// statistics by them, identically on every rank; backward sums the ranks' Σ dy and Σ dy x̂ for dx.
-/// Each training forward and backward is therefore a collective: every rank runs it (a rank with an
-/// empty batch too). Without a group (alone, DataParallel's replicas) and in evaluation it is BatchNorm.
+/// Each training forward (NoGrad ones too) is therefore a collective, and so is its backward when the
+/// layer's input needs a gradient: every rank runs it (a rank with an empty batch too), so never run a
+/// training forward on one rank alone. Without a group (alone, DataParallel's replicas: unlike torch,
+/// which synchronises over any process group larger than one) and in evaluation it is BatchNorm.
 /// Same parameters, buffers and state_dict names as BatchNorm1d/2d, so checkpoints move between them.
 /// Example: `Sequential<Conv2d<3, 16, 3, 1, 1>, SyncBatchNorm<16>, ReLU, ...>` trained under
 /// DistributedDataParallel; or convert_sync_batchnorm_t<Net> for an existing network.

@@ -29,9 +29,9 @@ inline std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t h 
 /// A process group as the model's layers see it (nn::ReplicaGroup): SyncBatchNorm's collectives on
 /// the model's memory (host for Mpi, the rank's GPU for Nccl).
 template <class Group>
-class GroupReplicas final : public nn::ReplicaGroup {
+class ProcessGroupReplicas final : public nn::ReplicaGroup {
  public:
-  explicit GroupReplicas(Group& group) : group_(group) {}
+  explicit ProcessGroupReplicas(Group& group) : group_(group) {}
   int size() const override { return group_.size(); }
   int rank() const override { return group_.rank(); }
   void all_gather(const double* send, double* recv, index_t count, const std::string& what) override {
@@ -113,7 +113,8 @@ class DistributedDataParallel {
   /// model.forward(x); for a model with buffers (BatchNorm's running statistics), first rank 0's buffers
   /// are broadcast to every rank when the previous forward (or the construction) had gradients enabled
   /// outside no_sync(), as torch's DDP with broadcast_buffers=True: a collective, so every rank makes
-  /// that forward (evaluate rank 0 alone through module()).
+  /// that forward (evaluate rank 0 alone through module(), in eval(): a training forward of a model with
+  /// SyncBatchNorm is a collective even there, and would wait for the other ranks until the timeout).
   Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) {
     if constexpr (model_type::buffer_count > 0) {
       if (sync_buffers_)
@@ -216,9 +217,15 @@ class DistributedDataParallel {
     const Bucket& k = buckets_[b];
     group_.template start_average<M, D>(model_.gradients().data() + k.begin, k.size(), labels_[b]);
   }
-  /// Parameter count and every name and shape, hashed; all ranks must agree.
+  /// Parameter count, every parameter's and buffer's name and shape, and the layers (the summary names
+  /// each, with its arguments: BatchNorm2d and SyncBatchNorm differ, and would make different
+  /// collectives), hashed; all ranks must agree.
   void check_same_model() {
     std::uint64_t h = detail::fnv1a(&model_type::parameter_count, sizeof(index_t));
+    if constexpr (requires { model_.net().summary(1); }) {
+      const std::string layers = model_.summary();
+      h = detail::fnv1a(layers.data(), layers.size(), h);
+    }
     for (const auto& p : model_.named_parameters()) {
       h = detail::fnv1a(p.name.data(), p.name.size(), h);
       h = detail::fnv1a(p.shape.data(), p.shape.size() * sizeof(index_t), h);
@@ -237,7 +244,7 @@ class DistributedDataParallel {
     if (!differ.empty())
       throw DistributedError(detail::rank_prefix(group_.rank(), group_.size()) +
                              "the ranks build different models: rank 0 has " + std::to_string(counts[0]) +
-                             " parameters, and these ranks a different layout of parameters or buffers (parameter count):" +
+                             " parameters, and these ranks different layers, parameters or buffers (parameter count):" +
                              differ);
   }
   std::uint64_t parameter_fingerprint() const {
@@ -249,7 +256,7 @@ class DistributedDataParallel {
   group_type& group_;
   model_type model_;
   std::vector<Bucket> buckets_;
-  detail::GroupReplicas<group_type> replicas_;
+  detail::ProcessGroupReplicas<group_type> replicas_;
   std::vector<std::string> labels_;  // per bucket, for error messages
   nn::GradientsReady ready_;
   std::size_t next_bucket_ = 0;

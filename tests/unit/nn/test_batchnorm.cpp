@@ -2,8 +2,8 @@
 // statistics; evaluation, through the running ones), PyTorch parity (tests/parity/fixtures/batchnorm.json:
 // three training forwards, the running statistics and num_batches_tracked after them, the last backward,
 // then an evaluation forward and backward; a small network trained three SGD steps), torch's edge cases
-// (one value per channel, an empty batch, no_grad), the buffer arena, and checkpoints with buffers
-// both ways (batchnorm_state.safetensors, written by torch).
+// (one value per channel, an empty batch, no_grad), the buffer arena, checkpoints with buffers both
+// ways (batchnorm_state.safetensors, written by torch), and fp16 and bf16 activations against fp32.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <kiln/io/safetensors.hpp>
@@ -470,24 +471,46 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pytorch_batch_norm_checkpoints_load_with_their_buf
                         });
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(mixed_precision_normalises_in_fp32, D, kiln::test::devices) {
-  // half activations, fp32 weights and statistics: within half's rounding of the fp32 model.
+/// Prec's 16-bit activations against fp32 on the same (rounded) inputs: the output within `tolerance`
+/// relative (a few of the storage type's rounding steps), the running statistics within 1e-3, and dx
+/// within `tolerance` of the largest |dx| (its sums cancel, so small elements carry others' rounding).
+template <class D, class Prec>
+void check_mixed_against_fp32(float tolerance) {
+  using H = typename Prec::storage;
   using Net = knn::Sequential<knn::BatchNorm2d<3>>;
   using In = Shape<dyn, 3, 4, 4>;
   knn::Model<Net, In, kiln::Policy<kiln::Fp32, D>> full(0);
-  knn::Model<Net, In, kiln::Policy<kiln::MixedFp16, D>> mixed(0);
-  auto v = kt::random_values<float>(96, -3, 5, 80);
-  std::vector<kiln::half> hv;
-  for (auto& x : v) {  // the same inputs: fp32 reads half's values
-    hv.push_back(kiln::from_compute<kiln::half>(x));
-    x = kiln::to_compute(hv.back());
-  }
-  const auto y = full.forward(kt::make_tensor<D>(v, Extents<In>(2))).to_vector();
-  const auto yh = mixed.forward(kt::make_tensor<D>(hv, Extents<In>(2))).to_vector();
+  knn::Model<Net, In, kiln::Policy<Prec, D>> mixed(0);
+  const auto rounded = [](std::vector<float> v) {  // fp32 reads the 16-bit values
+    std::vector<H> h;
+    for (auto& x : v) {
+      h.push_back(kiln::from_compute<H>(x));
+      x = kiln::to_compute(h.back());
+    }
+    return std::pair{v, h};
+  };
+  const auto [x, xh] = rounded(kt::random_values<float>(96, -3, 5, 80));
+  const auto y = full.forward(kt::make_tensor<D>(x, Extents<In>(2))).to_vector();
+  const auto yh = mixed.forward(kt::make_tensor<D>(xh, Extents<In>(2))).to_vector();
   for (std::size_t i = 0; i < y.size(); ++i)
-    BOOST_TEST(kiln::to_compute(yh[i]) == y[i], boost::test_tools::tolerance(4e-3f));
+    BOOST_TEST(kiln::to_compute(yh[i]) == y[i], boost::test_tools::tolerance(tolerance));
   const auto b = full.buffers().to_vector(), bh = mixed.buffers().to_vector();
   for (std::size_t i = 0; i < b.size(); ++i) BOOST_TEST(bh[i] == b[i], boost::test_tools::tolerance(1e-3f));
+  const auto [dy, dyh] = rounded(kt::random_values<float>(96, -1, 1, 81));
+  const auto dx = full.backward_input(kt::make_tensor<D>(dy, Extents<In>(2))).to_vector();
+  const auto dxh = mixed.backward_input(kt::make_tensor<D>(dyh, Extents<In>(2))).to_vector();
+  float largest = 0, worst = 0;
+  for (std::size_t i = 0; i < dx.size(); ++i) {
+    largest = std::max(largest, std::abs(dx[i]));
+    worst = std::max(worst, std::abs(kiln::to_compute(dxh[i]) - dx[i]));
+  }
+  BOOST_TEST(worst <= tolerance * largest, Prec::name << ": dx differs by " << worst << " (largest |dx| " << largest << ")");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(mixed_precision_normalises_in_fp32, D, kiln::test::devices) {
+  // half and bf16 activations, fp32 weights and statistics: within the storage type's rounding of fp32.
+  check_mixed_against_fp32<D, kiln::MixedFp16>(4e-3f);   // 8 steps of half's 2^-11
+  check_mixed_against_fp32<D, kiln::MixedBf16>(3.2e-2f);  // 8 steps of bf16's 2^-8
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -3,13 +3,16 @@
 // outputs, input gradients, summed parameter gradients and running statistics of one BatchNorm model on
 // the whole batch; one value per channel over all replicas is an error on every replica; evaluation
 // makes no collective, nor does backward for a first layer (torch reduces only for the input's
-// gradient); convert_sync_batchnorm_t keeps names, so torch's BatchNorm checkpoints load.
+// gradient); all-empty replicas only count the batch; convert_sync_batchnorm_t keeps names, so torch's
+// BatchNorm checkpoints load; on a GPU a synchronised forward is refused inside a graph capture. Also
+// checks that the thread harness fails instead of hanging.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -78,16 +81,18 @@ double scaled_diff(const std::vector<float>& a, const std::vector<float>& b) {
 /// backward with a fixed dy) each, against one BatchNorm model on the whole batch: the largest relative
 /// difference of outputs and running statistics, and of input gradients and summed parameter gradients
 /// over their largest.
-template <class D>
+template <class D, class Bn = BnNet>
 double replicas_against_one_model(const std::vector<index_t>& shares) {
+  using One = knn::Model<Bn, In, kiln::Policy<kiln::Fp32, D>>;
+  using Replica = knn::Model<knn::convert_sync_batchnorm_t<Bn>, In, kiln::Policy<kiln::Fp32, D>>;
   index_t total = 0;
   for (index_t s : shares) total += s;
-  BnModel<D> one(1);
+  One one(1);
   const int n = static_cast<int>(shares.size());
-  std::vector<std::unique_ptr<SyncModel<D>>> models;
+  std::vector<std::unique_ptr<Replica>> models;
   kt::ThreadReplicas<D> replicas(n);
   for (int r = 0; r < n; ++r) {
-    models.push_back(std::make_unique<SyncModel<D>>(1));
+    models.push_back(std::make_unique<Replica>(1));
     models.back()->set_replica_group(&replicas.group(r));
   }
   double worst = 0;
@@ -147,9 +152,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(alone_it_is_batch_norm_bit_for_bit, D, kiln::test:
 BOOST_AUTO_TEST_CASE_TEMPLATE(replicas_normalise_by_the_whole_batch, D, kiln::test::devices) {
   const double even = replicas_against_one_model<D>({4, 4});
   const double uneven = replicas_against_one_model<D>({5, 3});
-  BOOST_TEST_MESSAGE("SyncBatchNorm over replicas vs BatchNorm on the whole batch: even " << even << ", uneven " << uneven);
+  // No affine parameters in the first, no running statistics in the second (batch statistics in eval too).
+  using Plain = knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::BatchNorm2d<3, 1e-5f, 0.1f, false>, knn::ReLU,
+                                knn::Flatten, knn::Linear<3 * 4 * 4, 5>, knn::BatchNorm1d<5, 1e-5f, 0.1f, true, false>>;
+  const double plain = replicas_against_one_model<D, Plain>({3, 5});
+  BOOST_TEST_MESSAGE("SyncBatchNorm over replicas vs BatchNorm on the whole batch: even " << even << ", uneven " << uneven
+                                                                                          << ", no affine / untracked " << plain);
   BOOST_TEST(even <= 1e-5);
   BOOST_TEST(uneven <= 1e-5);
+  BOOST_TEST(plain <= 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_replica_with_an_empty_batch_still_takes_part, D, kiln::test::devices) {
@@ -206,10 +217,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_value_per_channel_over_all_replicas_fails_on_e
     }
   });
   for (const auto& e : errors)
-    BOOST_TEST(e.find("SyncBatchNorm: expected more than 1 value per channel when training, got 1 over the 2 replicas") !=
+    BOOST_TEST(e.find("SyncBatchNorm<4>: expected more than 1 value per channel when training, got 1 over the 2 replicas") !=
                    std::string::npos,
                e);
-  // Nothing changed (torch would have counted the batch already), and the group still works.
+  // Nothing changed (kiln's choice: torch 1.13 checks this only in one process), and the group still works.
   BOOST_TEST(a.buffers().to_vector() == b.buffers().to_vector(), boost::test_tools::per_element());
   BOOST_TEST(a.buffers().to_vector()[8] == 0.0f);
   replicas.run([&](int r) {
@@ -269,6 +280,68 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(batch_norm_checkpoints_load_into_the_converted_net
   const auto v = volume.forward(kt::make_tensor<D>(kt::random_values<float>(2 * 24, -1, 1, 70), Extents<Shape<dyn, 2, 2, 2, 3>>(2)));
   BOOST_TEST(v.numel() == 48);
 }
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(replicas_that_are_all_empty_only_count_the_batch, D, kiln::test::devices) {
+  using Row = Shape<dyn, 4>;
+  using Sync = knn::Model<knn::Sequential<knn::SyncBatchNorm<4>>, Row, kiln::Policy<kiln::Fp32, D>>;
+  kt::ThreadReplicas<D> replicas(2);
+  Sync a(0), b(0);
+  a.set_replica_group(&replicas.group(0));
+  b.set_replica_group(&replicas.group(1));
+  const auto before = a.buffers().to_vector();
+  replicas.run([&](int r) {
+    const auto y = (r == 0 ? a : b).forward(kt::make_tensor<D>(std::vector<float>{}, Extents<Row>(0)));
+    BOOST_TEST(y.numel() == 0);
+  });
+  for (auto* m : {&a, &b}) {
+    const auto after = m->buffers().to_vector();
+    BOOST_TEST(std::vector<float>(after.begin(), after.begin() + 8) == std::vector<float>(before.begin(), before.begin() + 8),
+               boost::test_tools::per_element());
+    BOOST_TEST(after[8] == 1.0f);  // num_batches_tracked
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_replica_that_fails_outside_a_collective_fails_the_others_instead_of_hanging) {
+  // The test harness itself: replica 1 throws before its forward, replica 0 waits in the gather.
+  using Row = Shape<dyn, 4>;
+  using Sync = knn::Model<knn::Sequential<knn::SyncBatchNorm<4>>, Row>;
+  kt::ThreadReplicas<kiln::Cpu> replicas(2);
+  Sync a(0);
+  a.set_replica_group(&replicas.group(0));
+  bool abandoned = false;
+  BOOST_CHECK_EXCEPTION(replicas.run([&](int r) {
+    if (r == 1) throw std::runtime_error("replica 1 failed");
+    try {
+      (void)a.forward(kt::make_tensor<kiln::Cpu>(std::vector<float>(8, 1.0f), Extents<Row>(2)));
+    } catch (const kt::ThreadReplicas<kiln::Cpu>::Abandoned&) {
+      abandoned = true;
+      throw;
+    }
+  }),
+                        std::runtime_error, [](const std::runtime_error& e) { return std::string(e.what()) == "replica 1 failed"; });
+  BOOST_TEST(abandoned);
+}
+
+#if KILN_TEST_CUDA
+BOOST_AUTO_TEST_CASE(a_synchronised_forward_is_refused_inside_a_graph_capture) {
+  // Its collective and count check wait on the host; an evaluation forward exchanges nothing and captures.
+  using Row = Shape<dyn, 4>;
+  using Sync = knn::Model<knn::Sequential<knn::SyncBatchNorm<4>>, Row, kiln::Policy<kiln::Fp32, kiln::Cuda>>;
+  kt::ThreadReplicas<kiln::Cuda> replicas(2);
+  Sync a(0);
+  a.set_replica_group(&replicas.group(0));
+  const auto x = kt::make_tensor<kiln::Cuda>(kt::random_values<float>(8, -1, 1, 90), Extents<Row>(2));
+  kiln::cuda::Graph g;
+  BOOST_CHECK_EXCEPTION(g.capture([&] { (void)a.forward(x); }), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("inside a CUDA graph capture") != std::string::npos;
+  });
+  BOOST_TEST(!kiln::cuda::is_capturing());
+  BOOST_TEST(replicas.collectives() == 0);
+  a.eval();
+  g.capture([&] { (void)a.forward(x); });
+  BOOST_TEST(g.captured());
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE_END()
