@@ -2,6 +2,8 @@
 /// as torch.nn.SyncBatchNorm, and convert_sync_batchnorm_t, which turns a network's BatchNorm1d and
 /// BatchNorm2d layers into it.
 #pragma once
+#include <type_traits>
+
 #include "kiln/nn/batchnorm.hpp"
 #include "kiln/nn/residual.hpp"
 #include "kiln/nn/sequential.hpp"
@@ -16,13 +18,13 @@ struct SyncBatchNormName {
 
 /// torch.nn.SyncBatchNorm(C, eps, momentum, affine, track_running_stats): BatchNorm over the channels
 /// (dimension 1) of inputs [N, C], [N, C, L], [N, C, H, W] or [N, C, D, H, W] whose training forwards,
-/// in a model with a replica group of more than one (DistributedDataParallel's ranks), normalise by the
-/// mean and biased variance of the global batch — every rank's batch together — and move the running
-/// statistics by them, identically on every rank; backward sums the ranks' Σ dy and Σ dy x̂ for dx.
-/// Each training forward (NoGrad ones too) is therefore a collective, and so is its backward when the
-/// layer's input needs a gradient: every rank runs it (a rank with an empty batch too), so never run a
-/// training forward on one rank alone. Without a group (alone, DataParallel's replicas: unlike torch,
-/// which synchronises over any process group larger than one) and in evaluation it is BatchNorm.
+/// in a model with a replica group of more than one (DistributedDataParallel's ranks, DataParallel's
+/// replicas), normalise by the mean and biased variance of the global batch — every replica's batch
+/// together — and move the running statistics by them, identically on every replica; backward sums the
+/// replicas' Σ dy and Σ dy x̂ for dx. Each training forward (NoGrad ones too) is therefore a
+/// collective, and so is its backward when the layer's input needs a gradient: every replica runs it (one
+/// with an empty batch too), so never run a training forward on one replica alone. Without a group (a
+/// model alone) and in evaluation it is BatchNorm.
 /// Same parameters, buffers and state_dict names as BatchNorm1d/2d, so checkpoints move between them.
 /// Example: `Sequential<Conv2d<3, 16, 3, 1, 1>, SyncBatchNorm<16>, ReLU, ...>` trained under
 /// DistributedDataParallel; or convert_sync_batchnorm_t<Net> for an existing network.
@@ -56,5 +58,19 @@ template <class... Layers>
 struct convert_sync_batchnorm<Residual<Layers...>> {
   using type = Residual<convert_sync_batchnorm_t<Layers>...>;
 };
+
+/// Whether Net has a SyncBatchNorm (inside Sequential and Residual too): its training steps are
+/// collectives of all replicas (DataParallel then runs every replica, an empty share too).
+template <class Net>
+struct has_sync_batchnorm : std::false_type {};
+template <class Net>
+inline constexpr bool has_sync_batchnorm_v = has_sync_batchnorm<Net>::value;
+
+template <index_t C, float Eps, float Momentum, bool Affine, bool Track>
+struct has_sync_batchnorm<SyncBatchNorm<C, Eps, Momentum, Affine, Track>> : std::true_type {};
+template <class... Layers>
+struct has_sync_batchnorm<Sequential<Layers...>> : std::bool_constant<(has_sync_batchnorm_v<Layers> || ...)> {};
+template <class... Layers>
+struct has_sync_batchnorm<Residual<Layers...>> : std::bool_constant<(has_sync_batchnorm_v<Layers> || ...)> {};
 
 }  // namespace kiln::nn

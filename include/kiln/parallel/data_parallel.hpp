@@ -19,6 +19,8 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/model.hpp"
+#include "kiln/nn/sync_batchnorm.hpp"
+#include "kiln/parallel/thread_replicas.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -184,7 +186,10 @@ struct ReplicaDevices<Cpu> {
 /// single-device training mask for mask. Buffers (BatchNorm's running statistics) are copied from
 /// replica 0 to the others at the start of every train_step, as torch's replicate() does each forward:
 /// each replica normalises its chunk by that chunk's statistics, and replica 0's running statistics are
-/// the ones that last (what module() evaluates and a checkpoint of it saves).
+/// the ones that last (what module() evaluates and a checkpoint of it saves). With SyncBatchNorm layers
+/// (nn::convert_sync_batchnorm_t) the replicas normalise by their chunks' statistics together, through
+/// a ThreadReplicaGroup: the step then gives one device's result on the whole batch, every replica takes
+/// part (an empty chunk too), and a training forward of one replica alone is an Error (use eval()).
 template <class Net, class In, precision_policy Prec = Fp32, device_policy D = Cpu>
 class DataParallel {
  public:
@@ -200,6 +205,12 @@ class DataParallel {
       [[maybe_unused]] const auto on = devices_.scope(r);  // its kernels (zeroing the gradients) on its GPU
       models_.push_back(std::make_unique<model_type>(seed, std::is_same_v<D, Cpu> ? -1 : r));
     }
+    if constexpr (synchronised) {  // SyncBatchNorm: the replicas' statistics together, through host memory
+      if (replicas > 1) {
+        sync_ = std::make_unique<ThreadReplicaGroup<D>>(replicas);
+        for (int r = 0; r < replicas; ++r) replica(r).set_replica_group(&sync_->group(r));
+      }
+    }
     devices_.synchronize();  // the initialisation is done before the replicas' threads start
 #if KILN_HAS_OPENMP
     threads_per_replica_ = std::max(1, omp_get_max_threads() / replicas);
@@ -210,6 +221,7 @@ class DataParallel {
 #endif
       devices_.bind_worker(r);
     });
+    pool_->run([](int) {});  // a replica thread that could not set up (its GPU) fails here, not in a step
   }
 
   DataParallel(const DataParallel&) = delete;  // the replica threads and optimizers point at this
@@ -246,6 +258,10 @@ class DataParallel {
     if (x.size(0) != y.size(0))
       throw ShapeError("kiln::parallel::DataParallel::train_step: " + std::to_string(x.size(0)) + " inputs but " +
                        std::to_string(y.size(0)) + " targets");
+    for (int r = 1; r < size(); ++r) {  // replica 0's mode on every replica (torch's replicate copies it)
+      replica(r).train(replica(0).training());
+      replica(r).set_grad_enabled(replica(0).grad_enabled());
+    }
     const index_t n = x.size(0);
     const Split split = Split::of(n, size());
     const bool summed = sums(loss);
@@ -254,7 +270,7 @@ class DataParallel {
     if constexpr (model_type::buffer_count > 0) broadcast_buffers();
     run_replicas([&](int r) {
       const index_t count = split.count[static_cast<std::size_t>(r)];
-      if (count == 0) return;
+      if (count == 0 && !sync_) return;  // with SyncBatchNorm an empty share still takes part
       const index_t off = split.offset[static_cast<std::size_t>(r)];
       const auto yh = rows(y, off, count);
       const double mine = counted_rows(loss, yh);
@@ -417,9 +433,11 @@ class DataParallel {
   /// Runs f(r) for every replica: replica 0 on the calling thread (with its OpenMP share, and its GPU
   /// and stream, for the call), the others on their own threads; rethrows the first exception after all
   /// have finished. Each replica's work is finished (its stream drained) when this returns.
+  /// With SyncBatchNorm the replicas' collectives run inside such a call: a replica that throws
+  /// abandons the others' (they return, and its exception is the one rethrown).
   template <class F>
   void run_replicas(F&& f) {
-    const std::function<void(int)> job = [&](int r) {
+    const auto part = [&](int r) {
       if (r == 0) {
         const OmpShare share(threads_per_replica_);
         [[maybe_unused]] const auto scope = devices_.caller_scope();
@@ -430,7 +448,25 @@ class DataParallel {
         devices_.finish(r);
       }
     };
-    pool_->run(job);
+    const std::function<void(int)> job = [&](int r) {
+      if (!sync_) return part(r);
+      try {
+        part(r);
+        sync_->leave();
+      } catch (const typename ThreadReplicaGroup<D>::Abandoned&) {  // another replica's error is reported
+      } catch (...) {
+        sync_->abandon();
+        throw;
+      }
+    };
+    if (sync_) sync_->begin_step();
+    try {
+      pool_->run(job);
+    } catch (...) {
+      if (sync_) sync_->end_step();
+      throw;
+    }
+    if (sync_) sync_->end_step();
   }
   /// The calling thread's OpenMP thread count, set to a replica's share for a scope.
   struct OmpShare {
@@ -450,8 +486,12 @@ class DataParallel {
     int before = 1;
   };
 
+  /// Whether Net has SyncBatchNorm layers, which then normalise by every replica's share together.
+  static constexpr bool synchronised = nn::has_sync_batchnorm_v<Net>;
+
   detail::ReplicaDevices<D> devices_;
-  std::vector<std::unique_ptr<model_type>> models_;
+  std::unique_ptr<ThreadReplicaGroup<D>> sync_;  // SyncBatchNorm's collectives (2 replicas or more)
+  std::vector<std::unique_ptr<model_type>> models_;  // after sync_: they point into it
   int threads_per_replica_ = 1;
   std::unique_ptr<detail::ReplicaPool> pool_;  // last: its threads stop before the replicas go
 };

@@ -1,8 +1,8 @@
 // DataParallel with CUDA replicas (one per GPU, ncclCommInitAll, grouped ncclAllReduce): on as many GPUs
 // as the machine has (at most 4; one GPU: one replica), 20 Adam steps of the seeds' MLP and a small LeNet
 // on the same global batches as one GPU end within 1e-5 of its parameters, with the replicas identical;
-// BatchNorm's buffers start every step from replica 0's; the grouped all-reduce itself, called directly
-// (also on one GPU).
+// BatchNorm's buffers start every step from replica 0's; SyncBatchNorm replicas train like one GPU; the
+// grouped all-reduce itself, called directly (also on one GPU).
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -56,6 +56,8 @@ double train_both(int steps, const Extents<In>& ext, const std::vector<Y>& targe
   const auto a = dp.module().parameters().to_vector(), b = single.parameters().to_vector();
   double d = 0;
   for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+  const auto ab = dp.module().buffers().to_vector(), bb = single.buffers().to_vector();  // running statistics
+  for (std::size_t i = 0; i < ab.size(); ++i) d = std::max(d, std::abs(static_cast<double>(ab[i]) - bb[i]));
   return d;
 }
 }  // namespace
@@ -76,6 +78,18 @@ BOOST_AUTO_TEST_CASE(gpu_replicas_train_a_small_lenet_like_one_gpu) {
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
   const double d = train_both<LeNet>(20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
   BOOST_TEST_MESSAGE(gpus() << " GPU replica(s), LeNet, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(sync_batch_norm_gpu_replicas_train_like_one_gpu) {
+  // SyncBatchNorm across the GPUs' replicas (through host memory; on one GPU there is no group and it
+  // is BatchNorm): one GPU's parameters and running statistics on the whole batch.
+  const kiln::test::DeterministicCudnn deterministic;
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
+  using Sync = knn::convert_sync_batchnorm_t<kiln::test::parallel_models::LeNetBn>;
+  const double d = train_both<Sync>(20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE(gpus() << " GPU replica(s), LeNet with SyncBatchNorm, 20 steps: largest difference " << d);
   BOOST_TEST(d <= 1e-5);
 }
 

@@ -5,7 +5,8 @@
 // makes no collective, nor does backward for a first layer (torch reduces only for the input's
 // gradient); all-empty replicas only count the batch; convert_sync_batchnorm_t keeps names, so torch's
 // BatchNorm checkpoints load; on a GPU a synchronised forward is refused inside a graph capture. Also
-// checks that the thread harness fails instead of hanging.
+// checks that the replica group fails instead of hanging (a replica that throws, replicas in different
+// modes, different layers).
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -43,6 +44,8 @@ static_assert(std::is_same_v<SyncNet, knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>
                                                       knn::SyncBatchNorm<5, 1e-3f, knn::cumulative_average>>>);
 static_assert(std::is_same_v<knn::convert_sync_batchnorm_t<knn::Residual<knn::BatchNorm1d<4>, knn::ReLU>>,
                              knn::Residual<knn::SyncBatchNorm<4>, knn::ReLU>>);
+static_assert(knn::has_sync_batchnorm_v<SyncNet> && !knn::has_sync_batchnorm_v<BnNet>);
+static_assert(knn::has_sync_batchnorm_v<knn::Sequential<knn::Linear<2, 2>, knn::Residual<knn::SyncBatchNorm<2>>>>);
 using In = Shape<dyn, 2, 4, 4>;
 constexpr index_t row = 2 * 4 * 4;
 
@@ -320,6 +323,37 @@ BOOST_AUTO_TEST_CASE(a_replica_that_fails_outside_a_collective_fails_the_others_
   }),
                         std::runtime_error, [](const std::runtime_error& e) { return std::string(e.what()) == "replica 1 failed"; });
   BOOST_TEST(abandoned);
+}
+
+BOOST_AUTO_TEST_CASE(replicas_that_disagree_fail_instead_of_hanging) {
+  // Replica 0 in eval() makes no collective and ends its part: replica 1, waiting in the gather, fails.
+  using Row = Shape<dyn, 4>;
+  using Sync4 = knn::Model<knn::Sequential<knn::SyncBatchNorm<4>>, Row>;
+  using Sync3 = knn::Model<knn::Sequential<knn::SyncBatchNorm<3>>, Shape<dyn, 3>>;
+  kt::ThreadReplicas<kiln::Cpu> replicas(2);
+  Sync4 a(0), b(0);
+  a.set_replica_group(&replicas.group(0));
+  b.set_replica_group(&replicas.group(1));
+  a.eval();
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8, -1, 1, 95), Extents<Row>(2));
+  BOOST_CHECK_EXCEPTION(replicas.run([&](int r) { (void)(r == 0 ? a : b).forward(x); }), kiln::Error,
+                        [](const kiln::Error& e) {
+                          return std::string(e.what()).find("1 replica(s) ended the step without it") != std::string::npos;
+                        });
+  // Different layers on the replicas: 9 and 7 values to gather, an error on both.
+  Sync3 c(0);
+  c.set_replica_group(&replicas.group(1));
+  a.train();
+  std::vector<std::string> errors(2);
+  replicas.run([&](int r) {
+    try {
+      if (r == 0) (void)a.forward(x);
+      else (void)c.forward(kt::make_tensor<kiln::Cpu>(kt::random_values<float>(6, -1, 1, 96), Extents<Shape<dyn, 3>>(2)));
+    } catch (const kiln::Error& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (const auto& e : errors) BOOST_TEST(e.find("replica 1 sent 7 values and replica 0 9") != std::string::npos, e);
 }
 
 #if KILN_TEST_CUDA

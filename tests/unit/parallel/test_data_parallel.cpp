@@ -5,11 +5,12 @@
 // by the rows that count; sum-reduced and label-smoothed losses, probability targets and KLDivLoss's
 // reductions train like one device; fp16 replicas step through one GradScaler like one fp16 device
 // (skips counted once); OneCycleLR drives every replica's optimizer; BatchNorm's buffers start every
-// step from replica 0's; an error on a replica's thread
-// reaches the caller.
+// step from replica 0's; SyncBatchNorm replicas train like one device (an empty chunk too), fail
+// together and never train alone; an error on a replica's thread reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
 #include <kiln/parallel/data_parallel.hpp>
@@ -40,10 +41,11 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 /// `steps` Adam steps on one device and on `replicas` replicas, the same global batches; returns the
-/// largest parameter difference.
+/// largest parameter or buffer (running statistics) difference. A Net with SyncBatchNorm is BatchNorm
+/// on the one device. Each step's loss is checked too unless `same_loss` is false.
 template <class Net, class In, class Y, class SY, class Loss>
 double train_both(int replicas, int steps, const Extents<In>& ext, const std::vector<Y>& targets,
-                  const Extents<SY>& target_ext, Loss loss) {
+                  const Extents<SY>& target_ext, Loss loss, bool same_loss = true) {
   knn::Model<Net, In> single(5);
   kiln::optim::Adam opt(single, {.lr = 1e-2f});
   DataParallel<Net, In> dp(replicas, 5);
@@ -62,10 +64,11 @@ double train_both(int replicas, int steps, const Extents<In>& ext, const std::ve
     opts.zero_grad();
     const double got = dp.train_step(x, y, loss);
     opts.step();
-    BOOST_TEST(got == want, boost::test_tools::tolerance(1e-5));
+    if (same_loss) BOOST_TEST(got == want, boost::test_tools::tolerance(1e-5));
   }
   BOOST_TEST(dp.in_sync());
-  return max_abs_diff(dp.module().parameters().to_vector(), single.parameters().to_vector());
+  return std::max(max_abs_diff(dp.module().parameters().to_vector(), single.parameters().to_vector()),
+                  max_abs_diff(dp.module().buffers().to_vector(), single.buffers().to_vector()));
 }
 }  // namespace
 
@@ -223,6 +226,51 @@ BOOST_AUTO_TEST_CASE(batch_norm_buffers_start_every_step_from_replica_zeros) {
   BOOST_TEST(max_abs_diff(dp.replica(0).buffers().to_vector(), first.buffers().to_vector()) <= 1e-6);
   BOOST_TEST(max_abs_diff(dp.replica(1).buffers().to_vector(), second.buffers().to_vector()) <= 1e-6);
   BOOST_TEST(max_abs_diff(first.buffers().to_vector(), second.buffers().to_vector()) > 1e-3);
+}
+
+BOOST_AUTO_TEST_CASE(sync_batch_norm_replicas_train_like_one_device) {
+  // SyncBatchNorm normalises by all the replicas' chunks together: 20 Adam steps on 2 and on 3 replicas
+  // (an uneven split) give one device's parameters and running statistics; so does a batch of 2 on 3
+  // replicas, where the third replica's chunk is empty and it still takes part.
+  using Sync = knn::convert_sync_batchnorm_t<kiln::test::parallel_models::LeNetBn>;
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 3) % 10);
+  const double two = train_both<Sync, Image>(2, 20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  const double three = train_both<Sync, Image>(3, 20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  const double empty = train_both<Sync, Image>(3, 5, Extents<Image>(2), std::vector<std::int64_t>{3, 7},
+                                               Extents<Shape<dyn>>(2), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("SyncBatchNorm LeNet, 2 / 3 / 3 replicas with an empty chunk: " << two << " / " << three << " / " << empty);
+  BOOST_TEST(two <= 1e-5);
+  BOOST_TEST(three <= 1e-5);
+  BOOST_TEST(empty <= 1e-5);
+  const double plain = train_both<kiln::test::parallel_models::LeNetBn, Image>(2, 20, Extents<Image>(32), labels,
+                                                                                Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{},
+                                                                                /*same_loss=*/false);
+  BOOST_TEST(plain > 1e-4);  // BatchNorm normalises each chunk by its own statistics
+}
+
+BOOST_AUTO_TEST_CASE(sync_batch_norm_replicas_fail_together_and_never_train_alone) {
+  using Sync = knn::convert_sync_batchnorm_t<kiln::test::parallel_models::LeNetBn>;
+  DataParallel<Sync, Image> dp(2, 0);
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 12), Extents<Image>(4));
+  // Label 42 on replica 1 after both forwards' collectives: replica 0's backward collective is
+  // abandoned, and the label's error reaches the caller.
+  const auto bad = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 1, 2, 42}, Extents<Shape<dyn>>(4));
+  BOOST_CHECK_THROW((void)dp.train_step(x, bad, knn::CrossEntropyLoss{}), kiln::ValueError);
+  const auto y = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 1, 2, 3}, Extents<Shape<dyn>>(4));
+  BOOST_TEST(std::isfinite(dp.train_step(x, y, knn::CrossEntropyLoss{})));  // the group works again
+  // One replica's training forward outside a step would wait for the others forever: refused.
+  BOOST_CHECK_EXCEPTION((void)dp.module().forward(x), kiln::Error, [](const kiln::Error& e) {
+    return std::string(e.what()).find("outside a step of all 2 replicas") != std::string::npos;
+  });
+  dp.eval();
+  BOOST_TEST(dp.module().forward(x).numel() == 40);  // evaluation exchanges nothing
+  // A step takes replica 0's mode to every replica (torch's replicate): no replica waits for another
+  // that evaluates.
+  dp.module().train();
+  dp.replica(1).eval();
+  BOOST_TEST(std::isfinite(dp.train_step(x, y, knn::CrossEntropyLoss{})));
+  BOOST_TEST(dp.replica(1).training());
 }
 
 BOOST_AUTO_TEST_CASE(schedulers_drive_every_replicas_optimizer) {
