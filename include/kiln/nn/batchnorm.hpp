@@ -452,18 +452,13 @@ struct BatchNormLayer {
         Tensor<double, Shape<dyn>, D> part(Extents<Shape<dyn>>(2 * C * cc.chunks), x.device_index());
         kiln::detail::executor<D>::for_each(C * cc.chunks, BatchNormStatsChunks<T>{x.data(), part.data(), cc},
                                             cc.block());
-        const double momentum = Momentum == cumulative_average ? -1.0 : static_cast<double>(Momentum);
         kiln::detail::executor<D>::for_each(
-            C, BatchNormStatsMerge<M>{part.data(), stats.data(), running, cc, static_cast<double>(Eps), momentum}, cc.chunks);
+            C, BatchNormStatsMerge<M>{part.data(), stats.data(), running, cc, static_cast<double>(Eps), momentum_factor},
+            cc.chunks);
       } else {
         kiln::detail::executor<D>::for_each(C, BatchNormRunningStats<M>{b_, stats.data(), C, static_cast<double>(Eps)});
       }
-      constexpr bool planes = std::is_same_v<D, Cpu>;
-      kiln::detail::executor<D>::for_each(
-          planes ? x.size(0) * C : x.numel(),
-          BatchNormApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr, Affine ? p_ + C : nullptr,
-                               running ? running + 2 * C : nullptr, C, length, planes},
-          planes ? length : 1);
+      normalise(x, y, stats, running);
       x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
       stats_ = ctx.grad ? std::move(stats) : Stats();
       batch_ = batch;
@@ -561,20 +556,13 @@ struct BatchNormLayer {
       Tensor<T, S, D> y(x.extents(), device);
       M* running = Track ? b_ : nullptr;
       Doubles stats(Extents<Shape<dyn>>(2 * C), device);
-      if (total > 0) {
-        const double momentum = Momentum == cumulative_average ? -1.0 : static_cast<double>(Momentum);
+      if (total > 0)
         kiln::detail::executor<D>::for_each(
             C, BatchNormGatheredMerge<M>{gathered.data(), stats.data(), running, C, replicas, static_cast<double>(Eps),
-                                         momentum},
+                                         momentum_factor},
             replicas);
-      }
       if (count > 0 && total > 0) {
-        constexpr bool planes = std::is_same_v<D, Cpu>;
-        kiln::detail::executor<D>::for_each(
-            planes ? x.size(0) * C : x.numel(),
-            BatchNormApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr, Affine ? p_ + C : nullptr,
-                                 running ? running + 2 * C : nullptr, C, length, planes},
-            planes ? length : 1);
+        normalise(x, y, stats, running);
       } else if (running) {  // nothing here to normalise: the batch is counted all the same
         kiln::detail::executor<D>::for_each(1, BatchNormCountBatch<M>{running + 2 * C});
       }
@@ -584,6 +572,19 @@ struct BatchNormLayer {
       group_ = ctx.grad && total > 0 ? &group : nullptr;
       global_count_ = total;
       return y;
+    }
+    /// The running statistics' update factor as the merges take it (< 0: the cumulative average).
+    static constexpr double momentum_factor = Momentum == cumulative_average ? -1.0 : static_cast<double>(Momentum);
+    /// y = x normalised by `stats`, counting the batch in num_batches_tracked when running is non-null:
+    /// per element on a GPU, per [n, c] plane on the CPU.
+    void normalise(const Tensor<T, S, D>& x, Tensor<T, S, D>& y, const Tensor<double, Shape<dyn>, D>& stats, M* running) {
+      constexpr bool planes = std::is_same_v<D, Cpu>;
+      const index_t length = spatial(x);
+      kiln::detail::executor<D>::for_each(
+          planes ? x.size(0) * C : x.numel(),
+          BatchNormApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr, Affine ? p_ + C : nullptr,
+                               running ? running + 2 * C : nullptr, C, length, planes},
+          planes ? length : 1);
     }
     /// "kiln::nn::SyncBatchNorm<16>": who speaks in the synchronised passes' messages.
     static std::string what() { return "kiln::nn::" + std::string(Named::kind) + "<" + std::to_string(C) + ">"; }

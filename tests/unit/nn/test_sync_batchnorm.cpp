@@ -128,6 +128,16 @@ double replicas_against_one_model(const std::vector<index_t>& shares) {
   BOOST_TEST(replicas.collectives() == 8);
   return worst;
 }
+/// Two replicas of Net (input Row) on device D from seed 0, each in the group.
+template <class Net, class Row, class D>
+struct TwoReplicas {
+  kt::ThreadReplicas<D> replicas{2};
+  knn::Model<Net, Row, kiln::Policy<kiln::Fp32, D>> a{0}, b{0};
+  TwoReplicas() {
+    a.set_replica_group(&replicas.group(0));
+    b.set_replica_group(&replicas.group(1));
+  }
+};
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(nn)
@@ -206,11 +216,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_replica_with_an_empty_batch_still_takes_part, D,
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(one_value_per_channel_over_all_replicas_fails_on_every_replica, D, kiln::test::devices) {
   using Row = Shape<dyn, 4>;
-  using Sync = knn::Model<knn::Sequential<knn::SyncBatchNorm<4>>, Row, kiln::Policy<kiln::Fp32, D>>;
-  kt::ThreadReplicas<D> replicas(2);
-  Sync a(0), b(0);
-  a.set_replica_group(&replicas.group(0));
-  b.set_replica_group(&replicas.group(1));
+  TwoReplicas<knn::Sequential<knn::SyncBatchNorm<4>>, Row, D> two;
+  auto& replicas = two.replicas;
+  auto &a = two.a, &b = two.b;
   std::vector<std::string> errors(2);
   replicas.run([&](int r) {
     try {
@@ -235,11 +243,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_value_per_channel_over_all_replicas_fails_on_e
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(evaluation_and_a_first_layers_backward_make_no_collective, D, kiln::test::devices) {
   using Row = Shape<dyn, 4>;
-  using Sync = knn::Model<knn::Sequential<knn::SyncBatchNorm<4>, knn::Linear<4, 2>>, Row, kiln::Policy<kiln::Fp32, D>>;
-  kt::ThreadReplicas<D> replicas(2);
-  Sync a(0), b(0);
-  a.set_replica_group(&replicas.group(0));
-  b.set_replica_group(&replicas.group(1));
+  TwoReplicas<knn::Sequential<knn::SyncBatchNorm<4>, knn::Linear<4, 2>>, Row, D> two;
+  auto& replicas = two.replicas;
+  auto &a = two.a, &b = two.b;
   const auto dy = kt::make_tensor<D>(std::vector<float>(6, 0.5f), Extents<Shape<dyn, 2>>(3));
   replicas.run([&](int r) {
     auto& m = r == 0 ? a : b;
@@ -286,11 +292,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(batch_norm_checkpoints_load_into_the_converted_net
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(replicas_that_are_all_empty_only_count_the_batch, D, kiln::test::devices) {
   using Row = Shape<dyn, 4>;
-  using Sync = knn::Model<knn::Sequential<knn::SyncBatchNorm<4>>, Row, kiln::Policy<kiln::Fp32, D>>;
-  kt::ThreadReplicas<D> replicas(2);
-  Sync a(0), b(0);
-  a.set_replica_group(&replicas.group(0));
-  b.set_replica_group(&replicas.group(1));
+  TwoReplicas<knn::Sequential<knn::SyncBatchNorm<4>>, Row, D> two;
+  auto& replicas = two.replicas;
+  auto &a = two.a, &b = two.b;
   const auto before = a.buffers().to_vector();
   replicas.run([&](int r) {
     const auto y = (r == 0 ? a : b).forward(kt::make_tensor<D>(std::vector<float>{}, Extents<Row>(0)));
@@ -328,12 +332,10 @@ BOOST_AUTO_TEST_CASE(a_replica_that_fails_outside_a_collective_fails_the_others_
 BOOST_AUTO_TEST_CASE(replicas_that_disagree_fail_instead_of_hanging) {
   // Replica 0 in eval() makes no collective and ends its part: replica 1, waiting in the gather, fails.
   using Row = Shape<dyn, 4>;
-  using Sync4 = knn::Model<knn::Sequential<knn::SyncBatchNorm<4>>, Row>;
   using Sync3 = knn::Model<knn::Sequential<knn::SyncBatchNorm<3>>, Shape<dyn, 3>>;
-  kt::ThreadReplicas<kiln::Cpu> replicas(2);
-  Sync4 a(0), b(0);
-  a.set_replica_group(&replicas.group(0));
-  b.set_replica_group(&replicas.group(1));
+  TwoReplicas<knn::Sequential<knn::SyncBatchNorm<4>>, Row, kiln::Cpu> two;
+  auto& replicas = two.replicas;
+  auto &a = two.a, &b = two.b;
   a.eval();
   const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8, -1, 1, 95), Extents<Row>(2));
   BOOST_CHECK_EXCEPTION(replicas.run([&](int r) { (void)(r == 0 ? a : b).forward(x); }), kiln::Error,
