@@ -14,6 +14,11 @@ using LeNet = Sequential<Conv2d<3, 6, 5>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, 
 /// LeNet with BatchNorm2d after each convolution (the step's normalisation cost against PyTorch's).
 using LeNetBn = Sequential<Conv2d<3, 6, 5>, BatchNorm2d<6>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, BatchNorm2d<16>, ReLU,
                            MaxPool2d<2>, Flatten, Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;
+/// LeNet with GroupNorm after each convolution (groups of 3 and 4 channels) and LayerNorm after the
+/// first Linear: the per-sample normalisations' cost against PyTorch's.
+using LeNetGn = Sequential<Conv2d<3, 6, 5>, GroupNorm<2, 6>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, GroupNorm<4, 16>, ReLU,
+                           MaxPool2d<2>, Flatten, Linear<400, 120>, LayerNorm<120>, ReLU, Linear<120, 84>, ReLU,
+                           Linear<84, 10>>;
 /// LeNet on 1 x 28 x 28 images (the first convolution padded by 2): the main job's.
 using LeNet28 = Sequential<Conv2d<1, 6, 5, 1, 2>, ReLU, MaxPool2d<2>, Conv2d<6, 16, 5>, ReLU, MaxPool2d<2>, Flatten,
                            Linear<400, 120>, ReLU, Linear<120, 84>, ReLU, Linear<84, 10>>;

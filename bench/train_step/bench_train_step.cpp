@@ -4,6 +4,7 @@
 //   mlp    13-16-32-1 MLP, MSE, Adam(1e-3)       target: >= 10x PyTorch's step (about 130 tiny ops there)
 //   lenet  LeNet on 3x32x32, cross entropy, Adam  target: >= 1.2x PyTorch's step
 //   lenet_bn  the same with BatchNorm2d after each convolution  target: >= 1.2x PyTorch's step
+//   lenet_gn  the same with GroupNorm after each convolution, LayerNorm after the first Linear  target: >= 1.2x
 //
 // Memory: kiln's peak allocator bytes during a LeNet step against PyTorch's peak RSS growth over its
 // LeNet steps (an upper bound of its tensor memory): ratio peak_mem_over_torch, target <= 1 (reported as
@@ -40,6 +41,7 @@ using kiln::Shape;
 using namespace kiln::nn;
 using kiln::bench::models::LeNet;
 using kiln::bench::models::LeNetBn;
+using kiln::bench::models::LeNetGn;
 using kiln::bench::models::Mlp;
 
 /// The LeNet step under precision Prec on the CPU (step_case.hpp).
@@ -109,6 +111,14 @@ int main(int argc, char** argv) {
     lenet_bn.backward(ce.backward(logits, ly));
     lenet_bn_opt.step();
   });
+  Model<LeNetGn, Shape<dyn, 3, 32, 32>> lenet_gn(0);
+  kiln::optim::Adam lenet_gn_opt(lenet_gn, {.lr = 1e-3f});
+  h.add("kiln_lenet_gn_step", 0, "LeNet with GroupNorm and LayerNorm, cross entropy, Adam", [&] {
+    lenet_gn_opt.zero_grad();
+    const auto logits = lenet_gn.forward(lx);
+    lenet_gn.backward(ce.backward(logits, ly));
+    lenet_gn_opt.step();
+  });
   LenetCase<kiln::MixedFp16> fp16(lx, ly);
   LenetCase<kiln::MixedBf16> bf16(lx, ly);
   h.add("kiln_lenet_step_fp16", 0, "the same in mixed fp16 + GradScaler", [&] { fp16.step(); });
@@ -164,6 +174,9 @@ int main(int argc, char** argv) {
       if (t.contains("lenet_bn_step_s"))
         h.ratio("lenet_bn_speedup_vs_torch", t["lenet_bn_step_s"].get<double>() / h.median("kiln_lenet_bn_step"), 1.2,
                 "PyTorch step / kiln step, LeNet with BatchNorm2d");
+      if (t.contains("lenet_gn_step_s"))
+        h.ratio("lenet_gn_speedup_vs_torch", t["lenet_gn_step_s"].get<double>() / h.median("kiln_lenet_gn_step"), 1.2,
+                "PyTorch step / kiln step, LeNet with GroupNorm and LayerNorm");
       const double torch_mem = t["lenet_peak_rss_growth_bytes"].get<double>();
       if (torch_mem > 0)
         h.ratio("torch_mem_over_kiln", torch_mem / train_peak, 1.0,

@@ -38,6 +38,12 @@ def lenet_bn():
                          nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
 
 
+def lenet_gn():
+    return nn.Sequential(nn.Conv2d(3, 6, 5), nn.GroupNorm(2, 6), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5),
+                         nn.GroupNorm(4, 16), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120),
+                         nn.LayerNorm(120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+
+
 def wide_mlp():
     return nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
@@ -126,6 +132,7 @@ def main():
     out["lenet_step_s"] = time_steps(lenet(), x, y, nn.CrossEntropyLoss(), a.warmup, a.repeat)
     out["lenet_peak_rss_growth_bytes"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss1) * 1024
     out["lenet_bn_step_s"] = time_steps(lenet_bn(), x, y, nn.CrossEntropyLoss(), a.warmup, a.repeat)
+    out["lenet_gn_step_s"] = time_steps(lenet_gn(), x, y, nn.CrossEntropyLoss(), a.warmup, a.repeat)
     out["baseline_rss_bytes"] = rss0 * 1024
     print(json.dumps(out))
 

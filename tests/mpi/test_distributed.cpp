@@ -1,10 +1,11 @@
 // Distributed<Mpi> on 2 ranks (mpiexec -n 2): rank 0's parameters reach every rank; 20 Adam steps with
 // each rank on its half of the global batch give the parameters of one device on the whole batch
 // (within 1e-5); the averaged gradients equal the single-device ones for every bucket size; no_sync
-// accumulation; rank 0's BatchNorm buffers broadcast before training forwards; SyncBatchNorm training
-// like one device on the whole batch (uneven and empty shares, one value per channel an error on every
-// rank); rank-0 checkpoints that every rank loads; and ranks that disagree (world size, model, a failed
-// checkpoint write) all end with an error instead of hanging.
+// accumulation; GroupNorm and LayerNorm training like one device; rank 0's BatchNorm buffers broadcast
+// before training forwards; SyncBatchNorm training like one device on the whole batch (uneven and empty
+// shares, one value per channel an error on every rank); rank-0 checkpoints that every rank loads; and
+// ranks that disagree (world size, model, a failed checkpoint write) all end with an error instead of
+// hanging.
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
@@ -151,6 +152,23 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulates_locally_and_the_last_backward_averages_
   BOOST_TEST(max_abs_diff(ddp.module().gradients().to_vector(), want) <= 1e-6);
   // The first micro-batch's gradients were this rank's alone (they differ from the average).
   BOOST_TEST(max_abs_diff(local, want) > 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(group_and_layer_norm_ranks_train_like_one_device_with_every_bucket_size) {
+  // Per-sample normalisations need nothing from the other rank: each rank's half trains like one
+  // device on the whole batch, and the averaged gradients match for every bucket size.
+  using Net = kiln::test::parallel_models::LeNetGroupNorm;
+  Group group({.timeout = test_timeout});
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 7) % 10);
+  const double d = kt::train_both<Net, Image, kiln::Mpi, kiln::Cpu>(group, 20, Extents<Image>(32), labels,
+                                                                    Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("rank " << group.rank() << ": GroupNorm + LayerNorm, 20 steps: largest difference " << d);
+  BOOST_TEST(d <= 1e-5);
+  const std::vector<std::int64_t> first(labels.begin(), labels.begin() + 16);
+  const double g = kt::bucketed_gradient_error<Net, Image, kiln::Mpi, kiln::Cpu>(
+      group, Extents<Image>(16), first, Extents<Shape<dyn>>(16), knn::CrossEntropyLoss{});
+  BOOST_TEST(g <= 1e-6);
 }
 
 BOOST_AUTO_TEST_CASE(rank_zeros_batch_norm_buffers_reach_every_rank_before_a_training_forward) {

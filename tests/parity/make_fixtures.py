@@ -437,6 +437,15 @@ def layer_case(name, make_module, shape, seed):
             "grad": {k: tensor(p.grad) for k, p in net.named_parameters()}}
 
 
+def affine_drawn(module):
+    """module with its elementwise weight drawn from U(0.5, 1.5) and bias from N(0, 1) (not 1 and 0, so
+    that a test sees where each goes)."""
+    with torch.no_grad():
+        module.weight.uniform_(0.5, 1.5)
+        module.bias.normal_()
+    return module
+
+
 def layers_fixture():
     nn = torch.nn
     cases = [
@@ -459,6 +468,19 @@ def layers_fixture():
         layer_case("leaky_relu_0.2", lambda: nn.LeakyReLU(0.2), (4, 6), 27),
         layer_case("elu", lambda: nn.ELU(), (4, 6), 28),
         layer_case("elu_0.5", lambda: nn.ELU(alpha=0.5), (4, 6), 29),
+        layer_case("layer_norm", lambda: affine_drawn(nn.LayerNorm(6)), (4, 6), 30),
+        layer_case("layer_norm_last_of_three", lambda: affine_drawn(nn.LayerNorm(5)), (2, 3, 5), 31),
+        layer_case("layer_norm_chw", lambda: affine_drawn(nn.LayerNorm([3, 4, 4], eps=1e-3)), (2, 3, 4, 4), 32),
+        layer_case("layer_norm_no_affine", lambda: nn.LayerNorm(6, elementwise_affine=False), (4, 6), 33),
+        layer_case("group_norm", lambda: affine_drawn(nn.GroupNorm(2, 6)), (3, 6, 4, 4), 34),
+        layer_case("group_norm_features", lambda: affine_drawn(nn.GroupNorm(2, 8)), (4, 8), 35),
+        layer_case("group_norm_length", lambda: affine_drawn(nn.GroupNorm(2, 4, eps=1e-3)), (2, 4, 5), 36),
+        layer_case("group_norm_one_group", lambda: affine_drawn(nn.GroupNorm(1, 4)), (2, 4, 3, 3), 37),
+        layer_case("group_norm_per_channel", lambda: affine_drawn(nn.GroupNorm(4, 4)), (2, 4, 3, 3), 38),
+        layer_case("group_norm_no_affine", lambda: nn.GroupNorm(2, 4, affine=False), (2, 4, 3, 3), 39),
+        layer_case("conv2d_no_bias", lambda: nn.Conv2d(2, 3, 3, stride=2, padding=1, bias=False), (2, 2, 7, 7), 40),
+        layer_case("max_pool2d_padded", lambda: nn.MaxPool2d(3, stride=2, padding=1), (2, 3, 7, 7), 41),
+        layer_case("avg_pool2d_padded", lambda: nn.AvgPool2d(3, stride=2, padding=1), (2, 3, 7, 7), 42),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

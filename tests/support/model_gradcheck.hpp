@@ -3,6 +3,7 @@
 #pragma once
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
+#include <span>
 #include <kiln/nn/nn.hpp>
 
 #include "support/gradcheck.hpp"
@@ -20,11 +21,18 @@ inline constexpr kt::GradcheckOptions tight{.eps = 1e-6, .atol = 1e-8, .rtol = 1
 
 /// L = Σ r ⊙ model(x) for a fixed random r (so dL/dy = r): checks dL/dx from backward and, when the
 /// model has parameters, dL/dθ accumulated in its gradient arena, against finite differences.
-/// Inputs are uniform in [lo, hi) and at least `gap` away from 0 (ReLU's kink).
+/// Inputs are uniform in [lo, hi) and at least `gap` away from 0 (ReLU's kink). `drawn_parameters`:
+/// every parameter uniform in [-1.5, 1.5) instead of the layers' initialisation (whose normalisation
+/// weights of 1 and biases of 0 would hide a backward that forgets them).
 template <class Net, class In, class D>
-void check_model_gradients(const Extents<In>& ext, double lo, double hi, double gap, std::uint32_t stream) {
+void check_model_gradients(const Extents<In>& ext, double lo, double hi, double gap, std::uint32_t stream,
+                           bool drawn_parameters = false) {
   using Model = knn::Model<Net, In, kiln::Policy<kt::Fp64, D>>;
   Model model(/*seed=*/stream);
+  if constexpr (Model::parameter_count > 0)
+    if (drawn_parameters)
+      model.parameters().copy_from(
+          std::span<const double>(kt::random_values<double>(Model::parameter_count, -1.5, 1.5, stream + 2)));
   const auto n = static_cast<std::size_t>(ext.numel());
   const auto x = kt::make_tensor<D>(gap > 0 ? kt::random_nonzero<double>(n, lo, hi, gap, stream)
                                             : kt::random_values<double>(n, lo, hi, stream),

@@ -1,5 +1,6 @@
 // The models the data-parallel tests train (tests/unit/parallel, tests/cuda/parallel, tests/mpi): the
-// seeds' 13-16-32-1 MLP, and a LeNet small enough to train for 20 steps in a test (and one with BatchNorm).
+// seeds' 13-16-32-1 MLP, and a LeNet small enough to train for 20 steps in a test (and ones with BatchNorm,
+// and with GroupNorm and LayerNorm).
 #pragma once
 #include <kiln/nn/nn.hpp>
 
@@ -15,5 +16,10 @@ using Image = Shape<dyn, 1, 8, 8>;
 /// Adam would step along the rounding.
 using LeNetBn = nn::Sequential<nn::Conv2d<1, 4, 3, 1, 1, false>, nn::BatchNorm2d<4>, nn::ReLU, nn::MaxPool2d<2>, nn::Flatten,
                                nn::Linear<4 * 4 * 4, 10>>;
+/// The LeNet with per-sample normalisations (GroupNorm after the convolution, LayerNorm after a hidden
+/// Linear): nothing to synchronise, each sample normalised by itself.
+using LeNetGroupNorm =
+    nn::Sequential<nn::Conv2d<1, 8, 3, 1, 1, false>, nn::GroupNorm<2, 8>, nn::ReLU, nn::MaxPool2d<2>, nn::Flatten,
+                   nn::Linear<8 * 4 * 4, 16>, nn::LayerNorm<16>, nn::ReLU, nn::Linear<16, 10>>;
 
 }  // namespace kiln::test::parallel_models

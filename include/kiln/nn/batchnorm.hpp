@@ -543,7 +543,7 @@ struct BatchNormLayer {
       kiln::detail::executor<D>::for_each(C, BatchNormLocalMoments{part.data(), local.data(), cc}, cc.chunks);
       const index_t replicas = group.size();
       Doubles gathered(Extents<Shape<dyn>>(replicas * (2 * C + 1)), device);
-      group.all_gather(local.data(), gathered.data(), 2 * C + 1, what() + ": gathering the batch statistics");
+      group.all_gather(local.data(), gathered.data(), 2 * C + 1, gather_what());
       double total = 0;  // elements per channel over every replica: the counts, to the host
       const std::vector<double> all = gathered.to_vector();
       for (index_t r = 0; r < replicas; ++r) total += all[static_cast<std::size_t>(r * (2 * C + 1))];
@@ -587,8 +587,19 @@ struct BatchNormLayer {
           planes ? length : 1);
     }
     /// "kiln::nn::SyncBatchNorm<16>": who speaks in the synchronised passes' messages.
-    static std::string what() { return "kiln::nn::" + std::string(Named::kind) + "<" + std::to_string(C) + ">"; }
-    static std::string reduce_what() { return what() + "::backward: summing the gradient statistics"; }
+    /// Built once (each synchronised pass hands them to the collectives).
+    static const std::string& what() {
+      static const std::string s = "kiln::nn::" + std::string(Named::kind) + "<" + std::to_string(C) + ">";
+      return s;
+    }
+    static const std::string& reduce_what() {
+      static const std::string s = what() + "::backward: summing the gradient statistics";
+      return s;
+    }
+    static const std::string& gather_what() {
+      static const std::string s = what() + ": gathering the batch statistics";
+      return s;
+    }
 
     template <class X>
     static void check_channels(const X& x) {

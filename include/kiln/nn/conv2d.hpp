@@ -85,10 +85,12 @@ struct Conv2d {
       if constexpr (Bias) p.push_back({"bias", Out * Patch, Out, {Out}});
       return p;
     }
+    /// torch's repr: padding only when there is some, "bias=False" only without a bias.
     std::string name() const {
-      return "Conv2d(" + std::to_string(In) + ", " + std::to_string(Out) + ", kernel_size=(" + std::to_string(K) +
-             ", " + std::to_string(K) + "), stride=(" + std::to_string(Stride) + ", " + std::to_string(Stride) +
-             "), padding=(" + std::to_string(Padding) + ", " + std::to_string(Padding) + "))";
+      const auto pair = [](index_t v) { return "(" + std::to_string(v) + ", " + std::to_string(v) + ")"; };
+      return "Conv2d(" + std::to_string(In) + ", " + std::to_string(Out) + ", kernel_size=" + pair(K) +
+             ", stride=" + pair(Stride) + (Padding ? ", padding=" + pair(Padding) : std::string()) +
+             (Bias ? "" : ", bias=False") + ")";
     }
 
     /// y = conv(x, W) + b  // [N, In, H, W] -> [N, Out, Ho, Wo]

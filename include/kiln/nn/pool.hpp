@@ -213,7 +213,8 @@ struct Pool2d {
     using typename detail::parameter_free<S, output<S>, P>::output_shape;
     std::string name() const {
       return std::string(Max ? "MaxPool2d" : "AvgPool2d") + "(kernel_size=" + std::to_string(K) +
-             ", stride=" + std::to_string(Stride) + ", padding=" + std::to_string(Padding) + ")";
+             ", stride=" + std::to_string(Stride) + ", padding=" + std::to_string(Padding) +
+             (Max ? ", dilation=1, ceil_mode=False)" : ")");  // torch's repr
     }
 
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {

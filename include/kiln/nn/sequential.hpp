@@ -1,7 +1,9 @@
 /// Sequential: a flat pack of layers applied in order; shapes are inferred, and checked, at compile time.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <iomanip>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -262,14 +264,23 @@ struct Sequential {
       else return fused_with_next<I - 1>;
     }();
 
-    /// A table like torchinfo's: layer, output shape, parameters; totals and bytes.
+    /// A table like torchinfo's: layer, output shape, parameters; totals and bytes. The layer column is
+    /// as wide as its longest name (52 at least), so the columns line up.
     std::string summary(index_t batch = 1) const {
+      std::vector<std::array<std::string, 3>> rows;  // name, output shape, parameters
+      summary_rows<0>(rows, batch);
+      std::size_t width = 52;
+      for (const auto& r : rows) width = std::max(width, r[0].size());
       std::ostringstream os;
-      char line[160];
-      std::snprintf(line, sizeof line, "%-4s %-52s %-22s %12s\n", "#", "layer", "output shape", "parameters");
-      os << line << std::string(92, '-') << '\n';
-      summary_rows<0>(os, batch);
-      os << std::string(92, '-') << '\n';
+      const auto row = [&](const std::string& index, const std::array<std::string, 3>& r) {
+        os << std::left << std::setw(4) << index << ' ' << std::setw(static_cast<int>(width)) << r[0] << ' '
+           << std::setw(22) << r[1] << ' ' << std::right << std::setw(12) << r[2] << '\n';
+      };
+      const std::string rule(width + 41, '-');  // 4 + 1 + width + 1 + 22 + 1 + 12
+      row("#", {"layer", "output shape", "parameters"});
+      os << rule << '\n';
+      for (std::size_t i = 0; i < rows.size(); ++i) row(std::to_string(i), rows[i]);
+      os << rule << '\n';
       os << "total parameters: " << parameter_count << " (" << parameter_count * static_cast<index_t>(sizeof(M))
          << " bytes as " << dtype_name<M>() << ")\n";
       if constexpr (buffer_count > 0)
@@ -332,17 +343,14 @@ struct Sequential {
         if (ready && *ready) (*ready)(offset_of<I>);
     }
     template <std::size_t I>
-    void summary_rows(std::ostringstream& os, index_t batch) const {
+    void summary_rows(std::vector<std::array<std::string, 3>>& rows, index_t batch) const {
       if constexpr (I < n) {
         using Mod = std::tuple_element_t<I, tuple_type>;
-        char line[160];
         std::string layer = std::get<I>(layers_).name();
         if constexpr (fused_into_previous<I>) layer += " [fused into " + std::to_string(I - 1) + "]";
-        std::snprintf(line, sizeof line, "%-4zu %-52s %-22s %12lld\n", I, layer.c_str(),
-                      detail::shape_string<typename Mod::output_shape>(batch).c_str(),
-                      static_cast<long long>(Mod::parameter_count));
-        os << line;
-        summary_rows<I + 1>(os, batch);
+        rows.push_back({layer, detail::shape_string<typename Mod::output_shape>(batch),
+                        std::to_string(Mod::parameter_count)});
+        summary_rows<I + 1>(rows, batch);
       }
     }
 

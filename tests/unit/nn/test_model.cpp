@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <kiln/nn/nn.hpp>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -97,6 +98,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(summary_names_layers_shapes_and_total, D, kiln::te
   BOOST_TEST(c.find("Flatten(start_dim=1, end_dim=-1)") != std::string::npos);
   BOOST_TEST(c.find("[4, 400]") != std::string::npos);
   BOOST_TEST(c.find("total parameters: 4010") != std::string::npos);
+  // A name longer than the column (MaxPool2d's repr, 74 characters) widens it: every row's output shape
+  // starts in the same column.
+  knn::Model<knn::Sequential<knn::MaxPool2d<2>, knn::Flatten, knn::Linear<100, 10>>, Shape<dyn, 4, 10, 10>,
+             kiln::Policy<kiln::Fp32, D>>
+      pooled;
+  std::istringstream rows(pooled.summary(3));
+  std::vector<std::size_t> columns;
+  for (std::string line; std::getline(rows, line);)
+    if (!line.empty() && line[0] >= '0' && line[0] <= '9') columns.push_back(line.find(" [3, "));
+  BOOST_REQUIRE_EQUAL(columns.size(), 3u);
+  BOOST_TEST(columns[0] == 79u);  // 4 + 1 + 74 characters: right after the longest name
+  BOOST_TEST(columns[1] == columns[0]);
+  BOOST_TEST(columns[2] == columns[0]);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(same_seed_same_parameters_different_seed_different, D, kiln::test::devices) {

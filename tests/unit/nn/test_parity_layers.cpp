@@ -87,6 +87,7 @@ void check_layer(const std::string& name) {
     const json& c = layer_case(name);
     knn::Model<knn::Sequential<Layer>, In, kiln::Policy<kiln::Fp32, D>> m(0);
     m.train(false);  // torch's module is in eval() mode (Dropout: the identity)
+    BOOST_TEST(m.net().template layer<0>().name() == c.at("torch").get<std::string>());
     m.parameters().copy_from(std::span<const float>(parity::arena_from_state_dict(m, c.at("state_dict"))));
     const auto x = tensor_of<In, D>(c.at("input"), Extents<In>(parity::shape(c.at("input"))[0]));
     const auto y = m.forward(x);
@@ -131,6 +132,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
   check_layer<knn::LeakyReLU<0.2f>, Shape<dyn, 6>, D>("leaky_relu_0.2");
   check_layer<knn::ELU<>, Shape<dyn, 6>, D>("elu");
   check_layer<knn::ELU<0.5f>, Shape<dyn, 6>, D>("elu_0.5");
+  check_layer<knn::LayerNorm<6>, Shape<dyn, 6>, D>("layer_norm");
+  check_layer<knn::LayerNorm<5>, Shape<dyn, 3, 5>, D>("layer_norm_last_of_three");
+  check_layer<knn::LayerNormOver<Shape<3, 4, 4>, 1e-3f>, Shape<dyn, 3, 4, 4>, D>("layer_norm_chw");
+  check_layer<knn::LayerNorm<6, 1e-5f, false>, Shape<dyn, 6>, D>("layer_norm_no_affine");
+  check_layer<knn::GroupNorm<2, 6>, Shape<dyn, 6, 4, 4>, D>("group_norm");
+  check_layer<knn::GroupNorm<2, 8>, Shape<dyn, 8>, D>("group_norm_features");
+  check_layer<knn::GroupNorm<2, 4, 1e-3f>, Shape<dyn, 4, 5>, D>("group_norm_length");
+  check_layer<knn::GroupNorm<1, 4>, Shape<dyn, 4, 3, 3>, D>("group_norm_one_group");
+  check_layer<knn::GroupNorm<4, 4>, Shape<dyn, 4, 3, 3>, D>("group_norm_per_channel");
+  check_layer<knn::GroupNorm<2, 4, 1e-5f, false>, Shape<dyn, 4, 3, 3>, D>("group_norm_no_affine");
+  check_layer<knn::Conv2d<2, 3, 3, 2, 1, false>, Shape<dyn, 2, 7, 7>, D>("conv2d_no_bias");
+  check_layer<knn::MaxPool2d<3, 2, 1>, Shape<dyn, 3, 7, 7>, D>("max_pool2d_padded");
+  check_layer<knn::AvgPool2d<3, 2, 1>, Shape<dyn, 3, 7, 7>, D>("avg_pool2d_padded");
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test::devices) {

@@ -6,7 +6,8 @@
 // reductions train like one device; fp16 replicas step through one GradScaler like one fp16 device
 // (skips counted once); OneCycleLR drives every replica's optimizer; BatchNorm's buffers start every
 // step from replica 0's; SyncBatchNorm replicas train like one device (an empty chunk too), fail
-// together and never train alone; an error on a replica's thread reaches the caller.
+// together and never train alone; GroupNorm and LayerNorm replicas train like one device; an error on a
+// replica's thread reaches the caller.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -247,6 +248,18 @@ BOOST_AUTO_TEST_CASE(sync_batch_norm_replicas_train_like_one_device) {
                                                                                 Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{},
                                                                                 /*same_loss=*/false);
   BOOST_TEST(plain > 1e-4);  // BatchNorm normalises each chunk by its own statistics
+}
+
+BOOST_AUTO_TEST_CASE(group_and_layer_norm_replicas_train_like_one_device) {
+  // Normalisations within each sample need nothing from the other replicas: 3 replicas (11, 11, 10
+  // samples) train a network with GroupNorm and LayerNorm like one device.
+  using Net = kiln::test::parallel_models::LeNetGroupNorm;
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((i * 7) % 10);
+  const double d =
+      train_both<Net, Image>(3, 20, Extents<Image>(32), labels, Extents<Shape<dyn>>(32), knn::CrossEntropyLoss{});
+  BOOST_TEST_MESSAGE("GroupNorm + LayerNorm, 3 replicas, 20 steps: largest parameter difference " << d);
+  BOOST_TEST(d <= 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(sync_batch_norm_replicas_fail_together_and_never_train_alone) {

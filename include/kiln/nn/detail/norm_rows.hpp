@@ -1,0 +1,476 @@
+/// What LayerNorm and GroupNorm share: rows normalised by their own mean and biased variance, then scaled
+/// and shifted by per-channel (LayerNorm: per-element) weight and bias; the passes and the module.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/nn/layer.hpp"
+#include "kiln/ops/functors.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn::detail {
+
+/// An input seen as rows of `length` elements, each normalised by its own statistics. A row is
+/// `channels` runs of `spatial` elements, each run sharing one weight and bias; row r is sample
+/// r / groups's group r % groups, whose runs take parameters g·channels .. g·channels + channels - 1.
+/// LayerNorm: {L, L, 1, 1} (a parameter per element); GroupNorm<G, C> over [N, C, H, W]:
+/// {C/G · H W, C/G, H W, G} (rows n·G + g).
+struct NormRows {
+  index_t length, channels, spatial, groups;
+  /// The parameter index of row r's channel 0 (channel k's is k more).
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t first_param(index_t r) const { return (r % groups) * channels; }
+  /// f(k, begin, end) for each run of channel k among the row's elements first .. last - 1 (one
+  /// division in all); the caller hoists the run's weight and bias out of its loop over begin .. end.
+  template <class F>
+  KILN_HOST_DEVICE KILN_FORCEINLINE void runs(index_t first, index_t last, F&& f) const {
+    for (index_t k = first / spatial, l = first; l < last; ++k) {
+      const index_t end = (k + 1) * spatial < last ? (k + 1) * spatial : last;
+      f(k, l, end);
+      l = end;
+    }
+  }
+};
+
+/// a += Σ A(l), b += Σ B(l) over l in [first, last), f(l, a_lane, b_lane) adding one element's terms:
+/// in double, in 8 interleaved partial sums added pairwise at the end: independent chains the compiler
+/// keeps in vector registers (a single sum waits for each add before the next: 3x slower on a LayerNorm
+/// row). The same order on every device.
+template <class F>
+KILN_HOST_DEVICE KILN_FORCEINLINE void lane_sums(index_t first, index_t last, double& a, double& b, F&& f) {
+  constexpr index_t W = 8;
+  double pa[W] = {0, 0, 0, 0, 0, 0, 0, 0}, pb[W] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t l = first;
+  for (; l + W <= last; l += W)
+    for (index_t j = 0; j < W; ++j) f(l + j, pa[j], pb[j]);
+  for (index_t j = 0; j < W && l + j < last; ++j) f(l + j, pa[j], pb[j]);  // the last < W
+  a += ((pa[0] + pa[1]) + (pa[2] + pa[3])) + ((pa[4] + pa[5]) + (pa[6] + pa[7]));
+  b += ((pb[0] + pb[1]) + (pb[2] + pb[3])) + ((pb[4] + pb[5]) + (pb[6] + pb[7]));
+}
+
+/// Row r's mean and 1 / sqrt(var + eps) with the biased variance, in double (two passes), to stats[2r]
+/// and stats[2r + 1].
+template <class T>
+KILN_HOST_DEVICE KILN_FORCEINLINE void norm_row_moments(const T* x, double* stats, index_t r, index_t length,
+                                                        double eps) {
+  const T* row = x + r * length;
+  double s = 0, unused = 0;
+  lane_sums(0, length, s, unused,
+            [&](index_t l, double& a, double&) { a += static_cast<double>(to_compute(row[l])); });
+  const double mean = s / static_cast<double>(length);
+  double q = 0;
+  lane_sums(0, length, q, unused, [&](index_t l, double& a, double&) {
+    const double d = static_cast<double>(to_compute(row[l])) - mean;
+    a += d * d;
+  });
+  stats[2 * r] = mean;
+  stats[2 * r + 1] = 1.0 / ops::detail::sqrt_(q / static_cast<double>(length) + eps);
+}
+
+/// Row r's mean(g) and mean(g x̂), with g = dy · weight (dy without affine) and x̂ = (x - mean_r) ·
+/// rstd_r, in double, to coef[2r] and coef[2r + 1]: element by element when each has its own weight,
+/// else run by run (the run's Σ dy and Σ dy (x - mean), then its weight).
+template <class T, class M>
+KILN_HOST_DEVICE KILN_FORCEINLINE void norm_row_grad_means(const T* dy, const T* x, const double* stats,
+                                                           const M* weight, double* coef,
+                                                           const NormRows& rows, index_t r) {
+  const index_t L = rows.length, o = r * L;
+  const double mean = stats[2 * r], rstd = stats[2 * r + 1];
+  const M* w = weight ? weight + rows.first_param(r) : nullptr;
+  double s = 0, sx = 0;
+  if (rows.spatial == 1) {
+    lane_sums(0, L, s, sx, [&](index_t l, double& a, double& b) {
+      double g = static_cast<double>(to_compute(dy[o + l]));
+      if (w) g *= static_cast<double>(w[l]);
+      a += g;
+      b += g * (static_cast<double>(to_compute(x[o + l])) - mean);
+    });
+  } else {
+    for (index_t k = 0; k < rows.channels; ++k) {
+      double sk = 0, sxk = 0;
+      lane_sums(k * rows.spatial, (k + 1) * rows.spatial, sk, sxk, [&](index_t l, double& a, double& b) {
+        const double g = static_cast<double>(to_compute(dy[o + l]));
+        a += g;
+        b += g * (static_cast<double>(to_compute(x[o + l])) - mean);
+      });
+      const double wk = w ? static_cast<double>(w[k]) : 1.0;
+      s += wk * sk;
+      sx += wk * sxk;
+    }
+  }
+  coef[2 * r] = s / static_cast<double>(L);
+  coef[2 * r + 1] = sx * rstd / static_cast<double>(L);
+}
+
+/// Per row r: its statistics (norm_row_moments). A GPU's first forward pass; the CPU's NormRowApply
+/// computes them itself.
+template <class T>
+struct NormRowStats {
+  const T* x;
+  double* stats;
+  index_t length;
+  double eps;
+  KILN_HOST_DEVICE void operator()(index_t r) const { norm_row_moments(x, stats, r, length, eps); }
+  /// x read twice, two doubles written per row; a subtract, multiply and two adds per element.
+  Traffic traffic(index_t n) const {
+    return {2 * kiln::detail::bytes_of<T>(n * length) + kiln::detail::bytes_of<double>(2 * n),
+            4 * static_cast<std::uint64_t>(n * length)};
+  }
+};
+
+/// y = (x - mean_r) · rstd_r · weight + bias (weight and bias null: 1 and 0), in double, then stored
+/// (through compute_t for 16-bit storage): one call per element after NormRowStats (a GPU), or per row (`by_rows`: the CPU), which first
+/// computes the row's statistics into `stats` itself (the row is in cache for the second pass).
+template <class T, class M>
+struct NormRowApply {
+  const T* x;
+  T* y;
+  double* stats;
+  const M* weight;
+  const M* bias;
+  NormRows rows;
+  bool by_rows;
+  double eps;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t L = rows.length, r = by_rows ? i : i / L, first = by_rows ? 0 : i - r * L;
+    if (by_rows) norm_row_moments(x, stats, r, L, eps);
+    const double mean = stats[2 * r], rstd = stats[2 * r + 1];
+    const index_t o = r * L, p = rows.first_param(r), last = by_rows ? L : first + 1;
+    const auto centred = [&](index_t l) { return static_cast<double>(to_compute(x[o + l])) - mean; };
+    const auto store = [&](index_t l, double v) { y[o + l] = from_compute<T>(static_cast<compute_t<T>>(v)); };
+    if (rows.spatial == 1 && weight) {  // LayerNorm: a weight and bias per element
+      for (index_t l = first; l < last; ++l)
+        store(l, centred(l) * (rstd * static_cast<double>(weight[p + l])) + static_cast<double>(bias[p + l]));
+    } else if (rows.spatial == 1) {
+      for (index_t l = first; l < last; ++l) store(l, centred(l) * rstd);
+    } else {  // GroupNorm: one per run of a channel's positions
+      rows.runs(first, last, [&](index_t k, index_t begin, index_t end) {
+        if (weight) {
+          const double scale = rstd * static_cast<double>(weight[p + k]),
+                       shift = static_cast<double>(bias[p + k]);
+          for (index_t l = begin; l < end; ++l) store(l, centred(l) * scale + shift);
+        } else {
+          for (index_t l = begin; l < end; ++l) store(l, centred(l) * rstd);
+        }
+      });
+    }
+  }
+  /// x read (three times per row, statistics included), y written; seven operations per element.
+  Traffic traffic(index_t n) const {
+    const index_t elements = by_rows ? n * rows.length : n;
+    return {(by_rows ? 4 : 2) * kiln::detail::bytes_of<T>(elements) +
+                kiln::detail::bytes_of<double>(by_rows ? 2 * n : 0),
+            (by_rows ? 7 : 3) * static_cast<std::uint64_t>(elements)};
+  }
+};
+
+/// Per row r: mean(g) and mean(g x̂) (norm_row_grad_means). A GPU's first pass for dx.
+template <class T, class M>
+struct NormRowGradMeans {
+  const T* dy;
+  const T* x;
+  const double* stats;
+  const M* weight;
+  double* coef;
+  NormRows rows;
+  KILN_HOST_DEVICE void operator()(index_t r) const {
+    norm_row_grad_means(dy, x, stats, weight, coef, rows, r);
+  }
+  /// dy and x read, two doubles written per row; three multiplies, a subtract and two adds per element.
+  Traffic traffic(index_t n) const {
+    return {2 * kiln::detail::bytes_of<T>(n * rows.length) + kiln::detail::bytes_of<double>(2 * n),
+            6 * static_cast<std::uint64_t>(n * rows.length)};
+  }
+};
+
+/// dx = rstd_r · (g - mean(g) - x̂ · mean(g x̂)) in double, then stored: per element after
+/// NormRowGradMeans (a GPU), or per row (the CPU), which computes the row's means into `coef` first.
+template <class T, class M>
+struct NormRowGradInput {
+  const T* dy;
+  const T* x;
+  T* dx;
+  const double* stats;
+  double* coef;
+  const M* weight;
+  NormRows rows;
+  bool by_rows;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t L = rows.length, r = by_rows ? i : i / L, first = by_rows ? 0 : i - r * L;
+    if (by_rows) norm_row_grad_means(dy, x, stats, weight, coef, rows, r);
+    const double mean = stats[2 * r], rstd = stats[2 * r + 1], mean_g = coef[2 * r],
+                 mean_gx = coef[2 * r + 1];
+    const index_t o = r * L, last = by_rows ? L : first + 1;
+    const M* w = weight ? weight + rows.first_param(r) : nullptr;
+    const auto grad = [&](index_t l, double wl) {
+      const double g = static_cast<double>(to_compute(dy[o + l])) * wl;
+      const double xhat = (static_cast<double>(to_compute(x[o + l])) - mean) * rstd;
+      dx[o + l] = from_compute<T>(static_cast<compute_t<T>>((g - mean_g - xhat * mean_gx) * rstd));
+    };
+    if (rows.spatial == 1 && w) {
+      for (index_t l = first; l < last; ++l) grad(l, static_cast<double>(w[l]));
+    } else if (rows.spatial == 1) {
+      for (index_t l = first; l < last; ++l) grad(l, 1.0);
+    } else {
+      rows.runs(first, last, [&](index_t k, index_t begin, index_t end) {
+        const double wk = w ? static_cast<double>(w[k]) : 1.0;
+        for (index_t l = begin; l < end; ++l) grad(l, wk);
+      });
+    }
+  }
+  /// dy and x read (twice per row on the CPU), dx written.
+  Traffic traffic(index_t n) const {
+    const index_t elements = by_rows ? n * rows.length : n;
+    return {(by_rows ? 5 : 3) * kiln::detail::bytes_of<T>(elements) +
+                kiln::detail::bytes_of<double>(by_rows ? 2 * n : 0),
+            (by_rows ? 13 : 7) * static_cast<std::uint64_t>(elements)};
+  }
+};
+
+/// The parameters' gradients in two passes. First, per chunk c of `block` samples, each parameter p's
+/// Σ dy x̂ and Σ dy over the chunk's runs that p scales (rows n·groups + p / channels), in double, to
+/// part[2c·A + p] and part[(2c + 1)·A + p]: on a GPU one call per (c, p), i = c·A + p (neighbouring
+/// threads, neighbouring parameters and addresses); on the CPU (`by_chunks`) one call per chunk, which
+/// walks its rows in order and adds each element to its parameter's partials (a vector loop along the
+/// row for LayerNorm).
+template <class T>
+struct NormRowGradParamChunks {
+  const T* dy;
+  const T* x;
+  const double* stats;
+  double* part;
+  NormRows rows;
+  index_t samples, block, params;
+  bool by_chunks;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    if (by_chunks) return chunk(i);
+    const index_t c = i / params, p = i - c * params, g = p / rows.channels, k = p - g * rows.channels;
+    const index_t end = (c + 1) * block < samples ? (c + 1) * block : samples;
+    double s = 0, sx = 0;
+    if (rows.spatial == 1) {
+      lane_sums(c * block, end, s, sx, [&](index_t n, double& a, double& b) {
+        const index_t r = n * rows.groups + g, o = r * rows.length + k;
+        const double d = static_cast<double>(to_compute(dy[o]));
+        a += d;
+        b += d * (static_cast<double>(to_compute(x[o])) - stats[2 * r]) * stats[2 * r + 1];
+      });
+    } else {
+      for (index_t n = c * block; n < end; ++n) {
+        const index_t r = n * rows.groups + g;
+        double sn = 0, sxn = 0;
+        run_sums(r, k, sn, sxn);
+        s += sn;
+        sx += sxn * stats[2 * r + 1];
+      }
+    }
+    part[2 * c * params + p] = sx;
+    part[(2 * c + 1) * params + p] = s;
+  }
+  /// The CPU's call: chunk c's rows in order, every parameter's partials at once.
+  KILN_HOST_DEVICE void chunk(index_t c) const {
+    double* pw = part + 2 * c * params;
+    double* pb = pw + params;
+    for (index_t p = 0; p < params; ++p) pw[p] = 0, pb[p] = 0;
+    const index_t end = (c + 1) * block < samples ? (c + 1) * block : samples;
+    for (index_t r = c * block * rows.groups; r < end * rows.groups; ++r) {
+      const index_t o = r * rows.length, first = rows.first_param(r);
+      const double mean = stats[2 * r], rstd = stats[2 * r + 1];
+      if (rows.spatial == 1) {
+        for (index_t l = 0; l < rows.length; ++l) {
+          const double d = static_cast<double>(to_compute(dy[o + l]));
+          pw[first + l] += d * (static_cast<double>(to_compute(x[o + l])) - mean) * rstd;
+          pb[first + l] += d;
+        }
+      } else {
+        for (index_t k = 0; k < rows.channels; ++k) {
+          double sn = 0, sxn = 0;
+          run_sums(r, k, sn, sxn);
+          pw[first + k] += sxn * rstd;
+          pb[first + k] += sn;
+        }
+      }
+    }
+  }
+  /// Row r's run k: Σ dy and Σ dy (x - mean_r).
+  KILN_HOST_DEVICE KILN_FORCEINLINE void run_sums(index_t r, index_t k, double& s, double& sx) const {
+    const index_t o = r * rows.length + k * rows.spatial;
+    const double mean = stats[2 * r];
+    lane_sums(0, rows.spatial, s, sx, [&](index_t t, double& a, double& b) {
+      const double d = static_cast<double>(to_compute(dy[o + t]));
+      a += d;
+      b += d * (static_cast<double>(to_compute(x[o + t])) - mean);
+    });
+  }
+  /// dy and x read once over all the calls, the partials written; five operations per element.
+  Traffic traffic(index_t) const {
+    const index_t elements = samples * rows.groups * rows.length, chunks = (samples + block - 1) / block;
+    return {2 * kiln::detail::bytes_of<T>(elements) + kiln::detail::bytes_of<double>(2 * chunks * params),
+            5 * static_cast<std::uint64_t>(elements)};
+  }
+};
+
+/// Per parameter p: weight_grad[p] += the chunks' Σ dy x̂, bias_grad[p] += their Σ dy, added in chunk
+/// order (the same sums whatever the thread count).
+template <class M>
+struct NormRowGradParamMerge {
+  const double* part;
+  M* weight_grad;
+  M* bias_grad;
+  index_t chunks, params;
+  KILN_HOST_DEVICE void operator()(index_t p) const {
+    double sx = 0, s = 0;
+    for (index_t c = 0; c < chunks; ++c) {
+      sx += part[2 * c * params + p];
+      s += part[(2 * c + 1) * params + p];
+    }
+    weight_grad[p] = static_cast<M>(static_cast<double>(weight_grad[p]) + sx);
+    bias_grad[p] = static_cast<M>(static_cast<double>(bias_grad[p]) + s);
+  }
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<double>(2 * chunks * n) + kiln::detail::bytes_of<M>(4 * n),
+            2 * static_cast<std::uint64_t>(chunks * n)};
+  }
+};
+
+/// Samples per chunk of the parameters' gradient sums: on the CPU a fixed 16 (the sums do not depend on
+/// the thread count; a batch of 16 or fewer sums on one thread); on a GPU enough chunks to fill it with
+/// `params` threads each, each thread summing 32 elements or more (a chunk of one sample when a run
+/// is that long: GroupNorm on 16 x 16 positions). The GPU's sums then depend on its SM count.
+template <class D>
+index_t norm_row_param_block(index_t samples, index_t params, index_t spatial, int device) {
+  const index_t most = samples > 0 ? samples : 1;
+  if constexpr (std::is_same_v<D, Cpu>) {
+    (void)params, (void)spatial, (void)device;
+    return most < 16 ? most : 16;
+  } else {
+    const index_t want_chunks = kiln::detail::executor<D>::resident_threads(device) / params;
+    const index_t fill = want_chunks > 0 ? (samples + want_chunks - 1) / want_chunks : most;
+    const index_t least = (32 + spatial - 1) / spatial;  // samples for 32 elements a thread
+    const index_t block = fill > least ? fill : least;
+    return block < most ? block : most;
+  }
+}
+
+/// The module of LayerNorm and GroupNorm. Spec says what differs:
+///   Spec::affine_count                 weight and bias elements each (L, or C)
+///   Spec::affine_shape()               their shape, as a state_dict lists it
+///   Spec::name()                       torch's repr
+///   Spec::rows_of(x)                   the NormRows of an input, checking its run-time extents
+/// Parameters (Affine): weight (1), bias (0). No buffers: training and evaluation are the same.
+template <class Spec, float Eps, bool Affine, class S, class P>
+class NormRowsModule {
+ public:
+  using T = typename P::precision::storage;
+  using M = typename P::precision::master;
+  using D = typename P::device;
+  using input_shape = S;
+  using output_shape = S;
+  static constexpr index_t A = Spec::affine_count;
+  static constexpr index_t parameter_count = Affine ? 2 * A : 0;
+
+  void bind(M* params, M* grads, T*, int device) { p_ = params, g_ = grads, device_ = device; }
+  /// torch's reset_parameters: weight 1, bias 0 (no draw from the generator).
+  void reset_parameters(Generator&) {
+    if constexpr (Affine) {
+      std::vector<M> v(2 * A, M(0));
+      for (index_t a = 0; a < A; ++a) v[static_cast<std::size_t>(a)] = M(1);
+      Tensor<M, Shape<2 * A>, D>::from_blob(p_, {}, device_).copy_from(std::span<const M>(v));
+    }
+  }
+  std::vector<ParameterInfo> parameters() const {
+    if constexpr (Affine)
+      return {{"weight", 0, A, Spec::affine_shape()}, {"bias", A, A, Spec::affine_shape()}};
+    else
+      return {};
+  }
+  std::string name() const { return Spec::name(); }
+
+  /// Each row normalised by its own mean and biased variance, the same in training and evaluation.
+  Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+    const NormRows rows = Spec::rows_of(x);
+    const index_t count = x.numel() / rows.length;
+    Tensor<T, S, D> y(x.extents(), x.device_index());
+    Tensor<double, Shape<dyn>, D> stats(Extents<Shape<dyn>>(2 * count), x.device_index());
+    if (count > 0) {
+      if constexpr (!by_rows)
+        kiln::detail::executor<D>::for_each(
+            count, NormRowStats<T>{x.data(), stats.data(), rows.length, static_cast<double>(Eps)},
+            rows.length);
+      kiln::detail::executor<D>::for_each(
+          by_rows ? count : x.numel(),
+          NormRowApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr,
+                             Affine ? p_ + A : nullptr, rows, by_rows, static_cast<double>(Eps)},
+          by_rows ? 3 * rows.length : 1);
+    }
+    x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
+    stats_ = ctx.grad ? std::move(stats) : Tensor<double, Shape<dyn>, D>();
+    saved_ = ctx.grad;
+    return y;
+  }
+
+  /// weight_grad += Σ dy x̂, bias_grad += Σ dy; dx = rstd (g - mean(g) - x̂ mean(g x̂)) per row with
+  /// g = dy · weight (empty when input_grad is false).
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
+    if (!saved_)
+      throw Error("kiln::nn::" + name() +
+                  "::backward: no saved input; run forward with gradients enabled first");
+    if (dy.extents() != x_.extents())
+      throw ShapeError("kiln::nn::" + name() + "::backward: dy " + to_string(dy.extents()) +
+                       " does not match the input " + to_string(x_.extents()));
+    const NormRows rows = Spec::rows_of(dy);
+    const index_t count = dy.numel() / rows.length;
+    Tensor<T, S, D> dx = input_grad ? Tensor<T, S, D>(dy.extents(), dy.device_index()) : Tensor<T, S, D>();
+    if (count > 0) {
+      if constexpr (Affine) {
+        const index_t samples = count / rows.groups,
+                      block = norm_row_param_block<D>(samples, A, rows.spatial, dy.device_index());
+        const index_t chunks = (samples + block - 1) / block;
+        Tensor<double, Shape<dyn>, D> part(Extents<Shape<dyn>>(2 * chunks * A), dy.device_index());
+        kiln::detail::executor<D>::for_each(
+            by_rows ? chunks : chunks * A,
+            NormRowGradParamChunks<T>{dy.data(), x_.data(), stats_.data(), part.data(), rows, samples, block,
+                                      A, by_rows},
+            by_rows ? block * rows.groups * rows.length : block * rows.spatial);
+        kiln::detail::executor<D>::for_each(A, NormRowGradParamMerge<M>{part.data(), g_, g_ + A, chunks, A},
+                                            chunks);
+      }
+      if (input_grad) {
+        Tensor<double, Shape<dyn>, D> coef(Extents<Shape<dyn>>(2 * count), dy.device_index());
+        const M* weight = Affine ? p_ : nullptr;
+        if constexpr (!by_rows)
+          kiln::detail::executor<D>::for_each(
+              count, NormRowGradMeans<T, M>{dy.data(), x_.data(), stats_.data(), weight, coef.data(), rows},
+              rows.length);
+        kiln::detail::executor<D>::for_each(
+            by_rows ? count : dy.numel(),
+            NormRowGradInput<T, M>{dy.data(), x_.data(), dx.data(), stats_.data(), coef.data(), weight, rows,
+                                   by_rows},
+            by_rows ? 3 * rows.length : 1);
+      }
+    }
+    x_ = Tensor<T, S, D>();
+    stats_ = Tensor<double, Shape<dyn>, D>();
+    saved_ = false;
+    return dx;
+  }
+
+ protected:
+  M* p_ = nullptr;
+  M* g_ = nullptr;
+  int device_ = 0;
+
+ private:
+  /// Per row on the CPU (a loop with the row's constants), per element on a GPU.
+  static constexpr bool by_rows = std::is_same_v<D, Cpu>;
+
+  Tensor<T, S, D> x_;                    // saved input (with gradients only)
+  Tensor<double, Shape<dyn>, D> stats_;  // each row's mean and 1 / sqrt(var + eps)
+  bool saved_ = false;                   // whether x_ and stats_ are this forward's (x_ may be empty)
+};
+
+}  // namespace kiln::nn::detail
