@@ -481,6 +481,9 @@ def layers_fixture():
         layer_case("conv2d_no_bias", lambda: nn.Conv2d(2, 3, 3, stride=2, padding=1, bias=False), (2, 2, 7, 7), 40),
         layer_case("max_pool2d_padded", lambda: nn.MaxPool2d(3, stride=2, padding=1), (2, 3, 7, 7), 41),
         layer_case("avg_pool2d_padded", lambda: nn.AvgPool2d(3, stride=2, padding=1), (2, 3, 7, 7), 42),
+        layer_case("adaptive_avg_pool2d_global", lambda: nn.AdaptiveAvgPool2d(1), (2, 3, 5, 6), 43),
+        layer_case("adaptive_avg_pool2d_overlapping", lambda: nn.AdaptiveAvgPool2d((3, 2)), (2, 2, 7, 5), 44),
+        layer_case("adaptive_avg_pool2d_upsampling", lambda: nn.AdaptiveAvgPool2d(4), (2, 2, 3, 3), 45),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kiln::test {
@@ -104,6 +105,36 @@ std::vector<T> random_integers(std::size_t n, int lo, int hi, std::uint32_t stre
   std::vector<T> v(n);
   for (auto& x : v) x = from_double<T>(dist(gen));
   return v;
+}
+
+/// `v` rounded to the 16-bit storage type H: the H values, and the same values read back as float (so
+/// that an fp32 run reads exactly what a 16-bit run stores). Mixed-precision tests feed both.
+template <class H>
+std::pair<std::vector<float>, std::vector<H>> rounded_to(std::vector<float> v) {
+  std::vector<H> h;
+  h.reserve(v.size());
+  for (auto& x : v) {
+    h.push_back(kiln::from_compute<H>(x));
+    x = kiln::to_compute(h.back());
+  }
+  return {std::move(v), std::move(h)};
+}
+
+/// The largest |got - want| and the largest |want| over the elements (got of any element type, read as
+/// float): a 16-bit result against fp32 within a fraction of want's scale, where a sum that cancels
+/// leaves small elements with the rounding of large ones.
+/// A NaN on either side makes `worst` NaN (which fails every bound); sizes must agree.
+template <class G>
+std::pair<float, float> worst_and_largest(const std::vector<G>& got, const std::vector<float>& want) {
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  float worst = 0, largest = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    largest = std::max(largest, std::abs(want[i]));
+    const float d = std::abs(static_cast<float>(kiln::to_compute(got[i])) - want[i]);
+    if (std::isnan(d) || d > worst) worst = d;
+    if (std::isnan(worst)) break;
+  }
+  return {worst, largest};
 }
 
 // ---- host tensors --------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ struct GroupNormLayer {
 
   struct Spec {
     static constexpr index_t affine_count = C;
+    using affine_type = Shape<C>;
     static std::vector<index_t> affine_shape() { return {C}; }
     /// torch's repr: "GroupNorm(2, 6, eps=1e-05, affine=True)".
     static std::string name() {
@@ -54,20 +55,7 @@ struct GroupNormLayer {
   };
 
   template <class S, class P>
-  class module : public NormRowsModule<Spec, Eps, Affine, S, P> {
-    using base = NormRowsModule<Spec, Eps, Affine, S, P>;
-
-   public:
-    using typename base::D;
-    using typename base::M;
-    /// Views of the parameters (device memory on a GPU): one per channel.
-    Tensor<M, Shape<C>, D> weight() const requires Affine {
-      return Tensor<M, Shape<C>, D>::from_blob(this->p_, {}, this->device_);
-    }
-    Tensor<M, Shape<C>, D> bias() const requires Affine {
-      return Tensor<M, Shape<C>, D>::from_blob(this->p_ + C, {}, this->device_);
-    }
-  };
+  using module = NormRowsModule<Spec, Eps, Affine, S, P>;
 };
 }  // namespace detail
 

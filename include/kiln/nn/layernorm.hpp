@@ -51,6 +51,7 @@ struct LayerNormLayer {
 
   struct Spec {
     static constexpr index_t affine_count = L;
+    using affine_type = Normalized;
     static std::vector<index_t> affine_shape() { return {Normalized::extents, Normalized::extents + K}; }
     /// "6" or "3, 4, 4": the normalised shape as torch lists it.
     static std::string dims() {
@@ -69,26 +70,13 @@ struct LayerNormLayer {
       for (std::size_t d = 0; d < K; ++d)
         if (x.size(R - K + d) != Normalized::extents[d])
           throw ShapeError("kiln::nn::" + name() + ": input " + to_string(x.extents()) +
-                           " does not end in the " + "normalised shape [" + dims() + "]");
+                           " does not end in the normalised shape [" + dims() + "]");
       return {L, L, 1, 1};
     }
   };
 
   template <class S, class P>
-  class module : public NormRowsModule<Spec, Eps, Affine, S, P> {
-    using base = NormRowsModule<Spec, Eps, Affine, S, P>;
-
-   public:
-    using typename base::D;
-    using typename base::M;
-    /// Views of the parameters (device memory on a GPU), in the normalised shape.
-    Tensor<M, Normalized, D> weight() const requires Affine {
-      return Tensor<M, Normalized, D>::from_blob(this->p_, {}, this->device_);
-    }
-    Tensor<M, Normalized, D> bias() const requires Affine {
-      return Tensor<M, Normalized, D>::from_blob(this->p_ + L, {}, this->device_);
-    }
-  };
+  using module = NormRowsModule<Spec, Eps, Affine, S, P>;
 };
 }  // namespace detail
 

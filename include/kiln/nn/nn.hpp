@@ -1,6 +1,7 @@
 /// kiln::nn in one include: layers, Sequential, Model, losses.
 #pragma once
 #include "kiln/nn/activation.hpp"
+#include "kiln/nn/adaptive_pool.hpp"
 #include "kiln/nn/batchnorm.hpp"
 #include "kiln/nn/conv2d.hpp"
 #include "kiln/nn/dropout.hpp"

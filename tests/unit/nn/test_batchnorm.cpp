@@ -481,29 +481,17 @@ void check_mixed_against_fp32(float tolerance) {
   using In = Shape<dyn, 3, 4, 4>;
   knn::Model<Net, In, kiln::Policy<kiln::Fp32, D>> full(0);
   knn::Model<Net, In, kiln::Policy<Prec, D>> mixed(0);
-  const auto rounded = [](std::vector<float> v) {  // fp32 reads the 16-bit values
-    std::vector<H> h;
-    for (auto& x : v) {
-      h.push_back(kiln::from_compute<H>(x));
-      x = kiln::to_compute(h.back());
-    }
-    return std::pair{v, h};
-  };
-  const auto [x, xh] = rounded(kt::random_values<float>(96, -3, 5, 80));
+  const auto [x, xh] = kt::rounded_to<H>(kt::random_values<float>(96, -3, 5, 80));
   const auto y = full.forward(kt::make_tensor<D>(x, Extents<In>(2))).to_vector();
   const auto yh = mixed.forward(kt::make_tensor<D>(xh, Extents<In>(2))).to_vector();
   for (std::size_t i = 0; i < y.size(); ++i)
     BOOST_TEST(kiln::to_compute(yh[i]) == y[i], boost::test_tools::tolerance(tolerance));
   const auto b = full.buffers().to_vector(), bh = mixed.buffers().to_vector();
   for (std::size_t i = 0; i < b.size(); ++i) BOOST_TEST(bh[i] == b[i], boost::test_tools::tolerance(1e-3f));
-  const auto [dy, dyh] = rounded(kt::random_values<float>(96, -1, 1, 81));
+  const auto [dy, dyh] = kt::rounded_to<H>(kt::random_values<float>(96, -1, 1, 81));
   const auto dx = full.backward_input(kt::make_tensor<D>(dy, Extents<In>(2))).to_vector();
   const auto dxh = mixed.backward_input(kt::make_tensor<D>(dyh, Extents<In>(2))).to_vector();
-  float largest = 0, worst = 0;
-  for (std::size_t i = 0; i < dx.size(); ++i) {
-    largest = std::max(largest, std::abs(dx[i]));
-    worst = std::max(worst, std::abs(kiln::to_compute(dxh[i]) - dx[i]));
-  }
+  const auto [worst, largest] = kt::worst_and_largest(dxh, dx);
   BOOST_TEST(worst <= tolerance * largest, Prec::name << ": dx differs by " << worst << " (largest |dx| " << largest << ")");
 }
 

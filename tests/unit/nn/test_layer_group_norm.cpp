@@ -112,6 +112,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_far_from_zero_keep_their_precision, D, kiln::
   check_close(y, reference_layer_norm(xd, 64, wd, bd, 1e-5));
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(eps_zero_is_allowed_and_a_constant_row_is_nan_as_in_torch, D, kiln::test::devices) {
+  using In = Shape<dyn, 4>;
+  knn::Model<knn::Sequential<knn::LayerNorm<4, 0.0f>>, In, kiln::Policy<kt::Fp64, D>> m(0);
+  const std::vector<double> x{1, 2, 4, 7, 3, 3, 3, 3};  // a varied row, a constant one
+  const auto y = m.forward(kt::make_tensor<D>(x, Extents<In>(2))).to_vector();
+  const auto want = reference_layer_norm(std::vector<double>(x.begin(), x.begin() + 4), 4, std::vector<double>(4, 1.0),
+                                         std::vector<double>(4, 0.0), 0.0);
+  for (std::size_t l = 0; l < 4; ++l) BOOST_TEST(y[l] == want[l], boost::test_tools::tolerance(1e-12));
+  for (std::size_t l = 4; l < 8; ++l) BOOST_TEST(std::isnan(y[l]), "element " << l << ": " << y[l]);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(training_and_evaluation_agree_and_keep_no_statistics, D, kiln::test::devices) {
   using In = Shape<dyn, 3, 4>;
   knn::Model<knn::Sequential<knn::LayerNorm<4>>, In, kiln::Policy<kiln::Fp32, D>> m(0);
@@ -351,35 +362,19 @@ void check_mixed_against_fp32(float tolerance) {
   const auto params = kt::random_values<float>(decltype(full)::parameter_count, 0.5, 1.5, 84);
   full.parameters().copy_from(std::span<const float>(params));
   mixed.parameters().copy_from(std::span<const float>(params));
-  const auto rounded = [](std::vector<float> v) {  // fp32 reads the 16-bit values
-    std::vector<H> h;
-    for (auto& x : v) {
-      h.push_back(kiln::from_compute<H>(x));
-      x = kiln::to_compute(h.back());
-    }
-    return std::pair{v, h};
-  };
-  const auto [x, xh] = rounded(kt::random_values<float>(96, -3, 5, 85));
+  const auto [x, xh] = kt::rounded_to<H>(kt::random_values<float>(96, -3, 5, 85));
   const auto y = full.forward(kt::make_tensor<D>(x, Extents<In>(4))).to_vector();
   const auto yh = mixed.forward(kt::make_tensor<D>(xh, Extents<In>(4))).to_vector();
-  const auto [dy, dyh] = rounded(kt::random_values<float>(96, -1, 1, 86));
+  const auto [dy, dyh] = kt::rounded_to<H>(kt::random_values<float>(96, -1, 1, 86));
   full.zero_grad();
   mixed.zero_grad();
   const auto dx = full.backward_input(kt::make_tensor<D>(dy, Extents<In>(4))).to_vector();
   const auto dxh = mixed.backward_input(kt::make_tensor<D>(dyh, Extents<In>(4))).to_vector();
-  const auto worst_of = [](const auto& got, const std::vector<float>& want) {
-    float largest = 0, worst = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      largest = std::max(largest, std::abs(want[i]));
-      worst = std::max(worst, std::abs(static_cast<float>(kiln::to_compute(got[i])) - want[i]));
-    }
-    return std::pair{worst, largest};
-  };
-  const auto [y_worst, y_largest] = worst_of(yh, y);
+  const auto [y_worst, y_largest] = kt::worst_and_largest(yh, y);
   BOOST_TEST(y_worst <= tolerance * y_largest, Prec::name << ": y differs by " << y_worst);
-  const auto [dx_worst, dx_largest] = worst_of(dxh, dx);
+  const auto [dx_worst, dx_largest] = kt::worst_and_largest(dxh, dx);
   BOOST_TEST(dx_worst <= tolerance * dx_largest, Prec::name << ": dx differs by " << dx_worst);
-  const auto [g_worst, g_largest] = worst_of(mixed.gradients().to_vector(), full.gradients().to_vector());
+  const auto [g_worst, g_largest] = kt::worst_and_largest(mixed.gradients().to_vector(), full.gradients().to_vector());
   BOOST_TEST(g_worst <= tolerance * g_largest, Prec::name << ": parameter gradients differ by " << g_worst);
 }
 

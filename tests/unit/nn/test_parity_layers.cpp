@@ -145,6 +145,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
   check_layer<knn::Conv2d<2, 3, 3, 2, 1, false>, Shape<dyn, 2, 7, 7>, D>("conv2d_no_bias");
   check_layer<knn::MaxPool2d<3, 2, 1>, Shape<dyn, 3, 7, 7>, D>("max_pool2d_padded");
   check_layer<knn::AvgPool2d<3, 2, 1>, Shape<dyn, 3, 7, 7>, D>("avg_pool2d_padded");
+  check_layer<knn::AdaptiveAvgPool2d<1>, Shape<dyn, 3, 5, 6>, D>("adaptive_avg_pool2d_global");
+  check_layer<knn::AdaptiveAvgPool2d<3, 2>, Shape<dyn, 2, 7, 5>, D>("adaptive_avg_pool2d_overlapping");
+  check_layer<knn::AdaptiveAvgPool2d<4>, Shape<dyn, 2, 3, 3>, D>("adaptive_avg_pool2d_upsampling");
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test::devices) {

@@ -359,6 +359,7 @@ index_t norm_row_param_block(index_t samples, index_t params, index_t spatial, i
 /// The module of LayerNorm and GroupNorm. Spec says what differs:
 ///   Spec::affine_count                 weight and bias elements each (L, or C)
 ///   Spec::affine_shape()               their shape, as a state_dict lists it
+///   Spec::affine_type                  the same as a Shape (weight() and bias() views)
 ///   Spec::name()                       torch's repr
 ///   Spec::rows_of(x)                   the NormRows of an input, checking its run-time extents
 /// Parameters (Affine): weight (1), bias (0). No buffers: training and evaluation are the same.
@@ -459,12 +460,19 @@ class NormRowsModule {
     return dx;
   }
 
- protected:
+  /// Views of the parameters (device memory on a GPU), in their state_dict shape.
+  Tensor<M, typename Spec::affine_type, D> weight() const requires Affine {
+    return Tensor<M, typename Spec::affine_type, D>::from_blob(p_, {}, device_);
+  }
+  Tensor<M, typename Spec::affine_type, D> bias() const requires Affine {
+    return Tensor<M, typename Spec::affine_type, D>::from_blob(p_ + A, {}, device_);
+  }
+
+ private:
   M* p_ = nullptr;
   M* g_ = nullptr;
   int device_ = 0;
 
- private:
   /// Per row on the CPU (a loop with the row's constants), per element on a GPU.
   static constexpr bool by_rows = std::is_same_v<D, Cpu>;
 
