@@ -154,6 +154,16 @@ BOOST_AUTO_TEST_CASE(pooling_flatten_and_elementwise_activations) {
       batch<2, 8, 8>(3), 11);
   check_both<knn::Sequential<knn::Linear<24, 16>, knn::Dropout<>, knn::ReLU, knn::Sigmoid, knn::Tanh, knn::GELU>,
              Shape<dyn, 24>, D>(batch<24>(9), 12);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::AdaptiveAvgPool2d<3, 2>, knn::Flatten>, In, D>(
+      batch<2, 8, 8>(3), 21);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::AdaptiveAvgPool2d<1>, knn::Flatten>, In, D>(
+      batch<2, 8, 8>(3), 22);
+}
+
+BOOST_AUTO_TEST_CASE(layer_and_group_norm_between_layers) {
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::LayerNorm<16>, knn::ReLU>, Shape<dyn, 24>, D>(batch<24>(9), 23);
+  check_both<knn::Sequential<knn::Conv2d<2, 4, 3, 1, 1>, knn::GroupNorm<2, 4>, knn::Tanh>, Shape<dyn, 2, 8, 8>, D>(
+      batch<2, 8, 8>(3), 24);
 }
 
 BOOST_AUTO_TEST_CASE(softmax_and_log_softmax_compute_in_fp32) {
