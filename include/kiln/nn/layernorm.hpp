@@ -2,7 +2,6 @@
 /// as torch.nn.LayerNorm(normalized_shape, eps, elementwise_affine).
 #pragma once
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "kiln/core/errors.hpp"
@@ -13,17 +12,12 @@
 namespace kiln::nn {
 
 namespace detail {
-template <class N>
-struct is_shape : std::false_type {};
-template <index_t... E>
-struct is_shape<Shape<E...>> : std::true_type {};
-
 /// LayerNorm over the trailing dimensions Normalized (a static Shape) of its input: rows of L elements,
 /// a weight and bias per element (NormRows {L, L, 1, 1}).
 template <class Normalized, float Eps, bool Affine>
 struct LayerNormLayer {
   static_assert(
-      is_shape<Normalized>::value,
+      kiln::shape<Normalized>,
       "kiln::nn::LayerNormOver<N>: N is the normalised shape as a kiln::Shape, e.g. Shape<6, 28, 28>");
   static_assert(Normalized::rank > 0 && Normalized::is_static && Normalized::static_numel() > 0,
                 "kiln::nn::LayerNorm: the normalised shape needs static, positive extents (no dyn)");

@@ -393,7 +393,7 @@ class NormRowsModule {
 
   /// Each row normalised by its own mean and biased variance, the same in training and evaluation.
   Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
-    const NormRows rows = Spec::rows_of(x);
+    const NormRows rows = Spec::rows_of(x);  // checks x's run-time extents
     const index_t count = x.numel() / rows.length;
     Tensor<T, S, D> y(x.extents(), x.device_index());
     Tensor<double, Shape<dyn>, D> stats(Extents<Shape<dyn>>(2 * count), x.device_index());
@@ -411,6 +411,7 @@ class NormRowsModule {
     x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
     stats_ = ctx.grad ? std::move(stats) : Tensor<double, Shape<dyn>, D>();
     saved_ = ctx.grad;
+    rows_ = rows;
     return y;
   }
 
@@ -423,7 +424,7 @@ class NormRowsModule {
     if (dy.extents() != x_.extents())
       throw ShapeError("kiln::nn::" + name() + "::backward: dy " + to_string(dy.extents()) +
                        " does not match the input " + to_string(x_.extents()));
-    const NormRows rows = Spec::rows_of(dy);
+    const NormRows rows = rows_;  // dy has the forward's extents (checked above)
     const index_t count = dy.numel() / rows.length;
     Tensor<T, S, D> dx = input_grad ? Tensor<T, S, D>(dy.extents(), dy.device_index()) : Tensor<T, S, D>();
     if (count > 0) {
@@ -479,6 +480,7 @@ class NormRowsModule {
   Tensor<T, S, D> x_;                    // saved input (with gradients only)
   Tensor<double, Shape<dyn>, D> stats_;  // each row's mean and 1 / sqrt(var + eps)
   bool saved_ = false;                   // whether x_ and stats_ are this forward's (x_ may be empty)
+  NormRows rows_{1, 1, 1, 1};            // the saved input's layout
 };
 
 }  // namespace kiln::nn::detail
