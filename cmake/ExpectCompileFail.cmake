@@ -4,7 +4,9 @@
 #         [-DCONFIG=<config>] -P ExpectCompileFail.cmake
 #
 # Builds TARGET and succeeds only if the build FAILS and its output matches the regex on the first
-# line of SOURCE (`// expect: <regex>`, CMake regex syntax). The build output is always printed.
+# line of SOURCE (`// expect: <regex>`, CMake regex syntax). An optional second line `// errors: N`
+# also caps the compiler's `error:` lines at N (the misuse is reported once, with no cascade after
+# it). The build output is always printed.
 foreach(var IN ITEMS BUILD_DIR TARGET SOURCE)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "ExpectCompileFail.cmake: -D${var}=... is missing")
@@ -16,6 +18,15 @@ if(NOT first_line MATCHES "^//[ \t]*expect:[ \t]*(.*)$")
   message(FATAL_ERROR "${SOURCE}: the first line must be `// expect: <regex of the diagnostic>`")
 endif()
 string(STRIP "${CMAKE_MATCH_1}" expected)
+file(STRINGS "${SOURCE}" first_lines LIMIT_COUNT 2)
+list(LENGTH first_lines line_count)
+set(most_errors "")
+if(line_count EQUAL 2)
+  list(GET first_lines 1 second_line)
+  if(second_line MATCHES "^//[ \t]*errors:[ \t]*([0-9]+)[ \t]*$")
+    set(most_errors "${CMAKE_MATCH_1}")
+  endif()
+endif()
 
 set(build_args --build "${BUILD_DIR}" --target "${TARGET}")
 if(CONFIG)
@@ -31,5 +42,13 @@ endif()
 if(NOT output MATCHES "${expected}")
   message(FATAL_ERROR "${TARGET}: the build failed (exit ${rc}), but no line matches the `// expect:` "
                       "regex of ${SOURCE}:\n  ${expected}")
+endif()
+if(NOT most_errors STREQUAL "")
+  string(REGEX MATCHALL "error:" error_lines "${output}")
+  list(LENGTH error_lines error_count)
+  if(error_count GREATER most_errors)
+    message(FATAL_ERROR "${TARGET}: the expected diagnostic came with ${error_count} `error:` lines; "
+                        "${SOURCE} allows at most ${most_errors} (its `// errors:` line)")
+  endif()
 endif()
 message(STATUS "${TARGET}: failed to compile, with the expected diagnostic")

@@ -1,4 +1,5 @@
 // expect: static assertion failed: kiln::nn::GroupNorm<G, C>: the channels C must be divisible by the groups G
+// errors: 1
 // GroupNorm<4, 6>: 6 channels do not split into 4 equal groups (torch: ValueError at construction).
 #include <kiln/nn/nn.hpp>
 

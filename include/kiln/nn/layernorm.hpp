@@ -2,6 +2,7 @@
 /// as torch.nn.LayerNorm(normalized_shape, eps, elementwise_affine).
 #pragma once
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/errors.hpp"
@@ -16,9 +17,6 @@ namespace detail {
 /// a weight and bias per element (NormRows {L, L, 1, 1}).
 template <class Normalized, float Eps, bool Affine>
 struct LayerNormLayer {
-  static_assert(
-      kiln::shape<Normalized>,
-      "kiln::nn::LayerNormOver<N>: N is the normalised shape as a kiln::Shape, e.g. Shape<6, 28, 28>");
   static_assert(Normalized::rank > 0 && Normalized::is_static && Normalized::static_numel() > 0,
                 "kiln::nn::LayerNorm: the normalised shape needs static, positive extents (no dyn)");
   static_assert(Eps >= 0.0f, "kiln::nn::LayerNorm: eps must not be negative");
@@ -72,6 +70,10 @@ struct LayerNormLayer {
   template <class S, class P>
   using module = NormRowsModule<Spec, Eps, Affine, S, P>;
 };
+
+/// Normalized when it is a Shape, else a stand-in (LayerNormOver reports the misuse once).
+template <class Normalized>
+using shape_or_stand_in = std::conditional_t<kiln::shape<Normalized>, Normalized, Shape<1>>;
 }  // namespace detail
 
 /// torch.nn.LayerNorm(normalized_shape, eps, elementwise_affine) over the trailing dimensions
@@ -80,7 +82,17 @@ struct LayerNormLayer {
 /// Shapes: [..., *Normalized] -> the same. Parameters (ElementwiseAffine): weight (1) and bias (0), each
 /// of the normalised shape. Example: `LayerNormOver<Shape<6, 28, 28>>` after `Conv2d<1, 6, 5>` on 32 × 32.
 template <class Normalized, float Eps = 1e-5f, bool ElementwiseAffine = true>
-struct LayerNormOver : detail::LayerNormLayer<Normalized, Eps, ElementwiseAffine> {};
+struct LayerNormOver : detail::LayerNormLayer<detail::shape_or_stand_in<Normalized>, Eps, ElementwiseAffine> {
+  // A non-Shape N stops here with this one message: the base is built on a stand-in shape and accepts
+  // any input, so that nothing fails after it.
+  static_assert(
+      kiln::shape<Normalized>,
+      "kiln::nn::LayerNormOver<N>: N is the normalised shape as a kiln::Shape, e.g. Shape<6, 28, 28>");
+  template <class S>
+  static constexpr bool accepts =
+      !kiln::shape<Normalized> ||
+      detail::LayerNormLayer<detail::shape_or_stand_in<Normalized>, Eps, ElementwiseAffine>::template accepts<S>;
+};
 
 /// torch.nn.LayerNorm(F, eps, elementwise_affine): LayerNormOver<Shape<F>>, over the last dimension.
 /// Shapes: [N, F] or [N, ..., F] -> the same. Example: `Sequential<Linear<13, 64>, LayerNorm<64>, GELU,

@@ -349,6 +349,60 @@ BOOST_AUTO_TEST_CASE(per_element_and_per_row_passes_agree) {
   check_gpu_layout_on_the_cpu<knn::GroupNorm<3, 6, 1e-5f, false>>(Extents<Shape<dyn, 6, 7>>(5), 2, 125);
 }
 
+/// The CPU's parameter sums split over parameter slices (a small batch spread over the threads): the
+/// module's gradients equal, bit for bit, the sums of one call per chunk, and every slice count gives the
+/// same partial sums.
+template <class Layer, class In>
+void check_parameter_slices(const Extents<In>& ext, std::uint32_t stream) {
+  namespace kd = kiln::nn::detail;
+  using Ex = kiln::detail::executor<kiln::Cpu>;
+  knn::Model<knn::Sequential<Layer>, In> m(0);
+  using Model = decltype(m);
+  m.parameters().copy_from(
+      std::span<const float>(kt::random_values<float>(Model::parameter_count, -1.5, 1.5, stream)));
+  const auto x = kt::make_tensor<kiln::Cpu>(
+      kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -2, 3, stream + 1), ext);
+  const auto dy = kt::make_tensor<kiln::Cpu>(
+      kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, stream + 2), ext);
+  m.zero_grad();
+  (void)m.forward(x);
+  (void)m.backward_input(dy);
+  const auto g_module = m.gradients().to_vector();
+
+  const kd::NormRows rows = Layer::Spec::rows_of(x);
+  const kiln::index_t count = x.numel() / rows.length, A = Layer::Spec::affine_count,
+                      samples = count / rows.groups;
+  const kiln::index_t block = kd::norm_row_param_block<kiln::Cpu>(samples, A, rows.spatial, -1),
+                      chunks = (samples + block - 1) / block;
+  // The case is large enough that the module slices its sums.
+  BOOST_TEST(kd::norm_row_param_slices(block * rows.groups * rows.length, A) > 1);
+  std::vector<double> stats(static_cast<std::size_t>(2 * count));
+  Ex::for_each(count,
+               kd::NormRowStats<float>{x.data(), stats.data(), rows.length, static_cast<double>(1e-5f)});
+  std::vector<double> whole;
+  for (const kiln::index_t slices : {kiln::index_t{1}, kiln::index_t{2}, kiln::index_t{3}, A}) {
+    std::vector<double> part(static_cast<std::size_t>(2 * chunks * A), -1.0);
+    Ex::for_each(chunks * slices, kd::NormRowGradParamChunks<float>{dy.data(), x.data(), stats.data(),
+                                                                    part.data(), rows, samples, block, A, true,
+                                                                    slices});
+    if (slices == 1) {
+      whole = part;
+      std::vector<float> g(static_cast<std::size_t>(2 * A), 0.0f);
+      Ex::for_each(A, kd::NormRowGradParamMerge<float>{part.data(), g.data(), g.data() + A, chunks, A});
+      BOOST_TEST(g == g_module, boost::test_tools::per_element());
+    } else {
+      BOOST_TEST(part == whole, boost::test_tools::per_element());  // every partial written, the same
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(parameter_sums_do_not_depend_on_slices) {
+  // One chunk (3 samples) of 3 x 40 x 40 LayerNorm rows; two chunks (16 + 4 samples) of GroupNorm with
+  // two channels a group (slices that cut groups in half).
+  check_parameter_slices<knn::LayerNormOver<Shape<3, 40, 40>>>(Extents<Shape<dyn, 3, 40, 40>>(3), 130);
+  check_parameter_slices<knn::GroupNorm<4, 8>>(Extents<Shape<dyn, 8, 16, 16>>(20), 131);
+}
+
 /// Prec's 16-bit activations against fp32 on the same (rounded) inputs, with drawn weights: y, dx and the
 /// parameters' gradients (fp32 master) each within `tolerance` of their largest magnitude (dx's means
 /// cancel, so small elements carry others' rounding).

@@ -235,9 +235,11 @@ struct NormRowGradInput {
 /// The parameters' gradients in two passes. First, per chunk c of `block` samples, each parameter p's
 /// Σ dy x̂ and Σ dy over the chunk's runs that p scales (rows n·groups + p / channels), in double, to
 /// part[2c·A + p] and part[(2c + 1)·A + p]: on a GPU one call per (c, p), i = c·A + p (neighbouring
-/// threads, neighbouring parameters and addresses); on the CPU (`by_chunks`) one call per chunk, which
-/// walks its rows in order and adds each element to its parameter's partials (a vector loop along the
-/// row for LayerNorm).
+/// threads, neighbouring parameters and addresses); on the CPU (`by_chunks`) one call per (chunk,
+/// slice of `slices` of the parameters), i = c·slices + s, which walks the chunk's rows in order and adds
+/// each element of its parameters to their partials (a vector loop along the row for LayerNorm). A
+/// parameter's sums are the same however many slices there are: slicing spreads a small batch (one
+/// chunk) over the threads.
 template <class T>
 struct NormRowGradParamChunks {
   const T* dy;
@@ -247,8 +249,9 @@ struct NormRowGradParamChunks {
   NormRows rows;
   index_t samples, block, params;
   bool by_chunks;
+  index_t slices = 1;
   KILN_HOST_DEVICE void operator()(index_t i) const {
-    if (by_chunks) return chunk(i);
+    if (by_chunks) return chunk(i / slices, i % slices);
     const index_t c = i / params, p = i - c * params, g = p / rows.channels, k = p - g * rows.channels;
     const index_t end = (c + 1) * block < samples ? (c + 1) * block : samples;
     double s = 0, sx = 0;
@@ -271,23 +274,28 @@ struct NormRowGradParamChunks {
     part[2 * c * params + p] = sx;
     part[(2 * c + 1) * params + p] = s;
   }
-  /// The CPU's call: chunk c's rows in order, every parameter's partials at once.
-  KILN_HOST_DEVICE void chunk(index_t c) const {
+  /// The CPU's call: chunk c's rows in order, the partials of slice s's parameters p0 .. p1 - 1.
+  KILN_HOST_DEVICE void chunk(index_t c, index_t s) const {
+    const index_t p0 = s * params / slices, p1 = (s + 1) * params / slices;
     double* pw = part + 2 * c * params;
     double* pb = pw + params;
-    for (index_t p = 0; p < params; ++p) pw[p] = 0, pb[p] = 0;
+    for (index_t p = p0; p < p1; ++p) pw[p] = 0, pb[p] = 0;
     const index_t end = (c + 1) * block < samples ? (c + 1) * block : samples;
     for (index_t r = c * block * rows.groups; r < end * rows.groups; ++r) {
       const index_t o = r * rows.length, first = rows.first_param(r);
+      // The row's channels first .. first + channels - 1, within the slice: channels k0 .. k1 - 1.
+      const index_t k0 = (p0 > first ? p0 : first) - first,
+                    k1 = (p1 < first + rows.channels ? p1 : first + rows.channels) - first;
+      if (k0 >= k1) continue;
       const double mean = stats[2 * r], rstd = stats[2 * r + 1];
       if (rows.spatial == 1) {
-        for (index_t l = 0; l < rows.length; ++l) {
+        for (index_t l = k0; l < k1; ++l) {
           const double d = static_cast<double>(to_compute(dy[o + l]));
           pw[first + l] += d * (static_cast<double>(to_compute(x[o + l])) - mean) * rstd;
           pb[first + l] += d;
         }
       } else {
-        for (index_t k = 0; k < rows.channels; ++k) {
+        for (index_t k = k0; k < k1; ++k) {
           double sn = 0, sxn = 0;
           run_sums(r, k, sn, sxn);
           pw[first + k] += sxn * rstd;
@@ -354,6 +362,14 @@ index_t norm_row_param_block(index_t samples, index_t params, index_t spatial, i
     const index_t block = fill > least ? fill : least;
     return block < most ? block : most;
   }
+}
+
+/// Parameter slices per chunk on the CPU: about 4096 of the chunk's elements per call (at most one slice
+/// per parameter), so that a batch of one chunk still spreads over the threads. The sums do not depend
+/// on it.
+inline index_t norm_row_param_slices(index_t chunk_elements, index_t params) {
+  const index_t want = chunk_elements / 4096;
+  return want < 1 ? 1 : want < params ? want : params;
 }
 
 /// The module of LayerNorm and GroupNorm. Spec says what differs:
@@ -433,11 +449,13 @@ class NormRowsModule {
                       block = norm_row_param_block<D>(samples, A, rows.spatial, dy.device_index());
         const index_t chunks = (samples + block - 1) / block;
         Tensor<double, Shape<dyn>, D> part(Extents<Shape<dyn>>(2 * chunks * A), dy.device_index());
+        const index_t chunk_elements = block * rows.groups * rows.length,
+                      slices = by_rows ? norm_row_param_slices(chunk_elements, A) : 1;
         kiln::detail::executor<D>::for_each(
-            by_rows ? chunks : chunks * A,
+            by_rows ? chunks * slices : chunks * A,
             NormRowGradParamChunks<T>{dy.data(), x_.data(), stats_.data(), part.data(), rows, samples, block,
-                                      A, by_rows},
-            by_rows ? block * rows.groups * rows.length : block * rows.spatial);
+                                      A, by_rows, slices},
+            by_rows ? chunk_elements / slices : block * rows.spatial);
         kiln::detail::executor<D>::for_each(A, NormRowGradParamMerge<M>{part.data(), g_, g_ + A, chunks, A},
                                             chunks);
       }
