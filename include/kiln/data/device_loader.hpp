@@ -42,7 +42,7 @@ struct ScaleNormalize {
 };
 
 namespace detail {
-/// out[i] = (float(in[i]) / divisor - mean[c]) * inv_std[c], c = (i / Plane) % C: the device side of
+/// out[i] = (float(in[i]) / divisor - mean[c]) / sd[c], c = (i / Plane) % C: the device side of
 /// ScaleNormalize, one for_each pass (the same functor in the CPU loop and the CUDA kernel). in may be
 /// out (float inputs, in place). Plane and C come from the sample's static shape, so the channel is a
 /// division by a constant (a multiply; a division by a run-time value made the CPU loop 10x slower).
@@ -52,10 +52,10 @@ struct ScaleNormalizeInto {
   float* out;
   float divisor;
   float mean[C];
-  float inv_std[C];
+  float sd[C];
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t c = (i / Plane) % C;
-    out[i] = (static_cast<float>(in[i]) / divisor - mean[c]) * inv_std[c];
+    out[i] = (static_cast<float>(in[i]) / divisor - mean[c]) / sd[c];
   }
   Traffic traffic(index_t n) const {
     const auto count = static_cast<std::uint64_t>(n);
@@ -77,7 +77,7 @@ ScaleNormalizeInto<In, C, Plane> scale_normalize_into(const ScaleNormalize& t, c
     f.mean[c] = t.mean.empty() ? 0.0f : t.mean[t.mean.size() == 1 ? 0 : k];
     const float sd = t.std.empty() ? 1.0f : t.std[t.std.size() == 1 ? 0 : k];
     if (!(sd != 0.0f)) throw ValueError("kiln::data::ScaleNormalize: std of channel " + std::to_string(c) + " is 0");
-    f.inv_std[c] = 1.0f / sd;  // as the Normalize transform: (x - m) * (1 / s)
+    f.sd[c] = sd;  // as the Normalize transform (and torchvision's): (x - m) / s
   }
   return f;
 }

@@ -138,7 +138,8 @@ inline IdxArray read_idx(const std::string& path, int rank) {
     std::snprintf(claimed, sizeof claimed, "%.6Lg", product);
     std::string dims;
     for (std::size_t d = 0; d < a.dims.size(); ++d) dims += (d ? " x " : "") + std::to_string(a.dims[d]);
-    throw DataError(path, "byte " + std::to_string(bytes.size()),
+    // Truncated: where the file ends; too long: where the first extra byte is.
+    throw DataError(path, "byte " + std::to_string(data < total ? bytes.size() : header + total),
                     (data < total ? "the data ends early (truncated file): " : "extra bytes: ") +
                         std::to_string(data) + " data bytes",
                     (overflow && !zero ? std::string(claimed) : std::to_string(total)) + " data bytes for dimensions " + dims);

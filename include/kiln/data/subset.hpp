@@ -21,8 +21,9 @@
 namespace kiln::data {
 
 /// The samples of a dataset `D` at the given indices, in that order (torch.utils.data.Subset); itself a
-/// dataset. A view: it keeps a pointer to `base`, which must outlive it, and sees later changes to it
-/// (CsvDataset::standardize after random_split reaches every split).
+/// dataset, of D's element type, and a byte dataset where D is one (`Bytes(split)` of a Cifar10 split
+/// feeds a DeviceLoader). A view: it keeps a pointer to `base`, which must outlive it, and sees later
+/// changes to it (CsvDataset::standardize after random_split reaches every split).
 /// Example: `Subset<CsvDataset<13>> firsts(boston, {0, 1, 2});  // samples 0..2 of boston`
 template <class D>
 class Subset {
@@ -33,6 +34,7 @@ class Subset {
 
  public:
   using sample_shape = typename D::sample_shape;
+  using sample_type = sample_type_t<D>;
   using target_type = typename D::target_type;
   using target_shape = typename D::target_shape;
 
@@ -50,11 +52,14 @@ class Subset {
 
   index_t size() const { return static_cast<index_t>(indices_.size()); }
   /// Sample `indices()[i]` of the base dataset; i in [0, size()).
-  void read(index_t i, std::span<float> x, std::span<target_type> y) const {
-    if (i < 0 || i >= size())
-      throw ValueError("kiln::data::Subset::read: index " + std::to_string(i) +
-                       " out of range; expected 0 <= i < " + std::to_string(size()));
-    base_->read(indices_[static_cast<std::size_t>(i)], x, y);
+  void read(index_t i, std::span<sample_type> x, std::span<target_type> y) const {
+    base_->read(base_index("read", i), x, y);
+  }
+  /// The same sample as bytes, where the base dataset keeps bytes (byte_dataset).
+  void read_bytes(index_t i, std::span<std::uint8_t> x, std::span<target_type> y) const
+    requires byte_dataset<D>
+  {
+    base_->read_bytes(base_index("read_bytes", i), x, y);
   }
   /// The indices into the base dataset (torch's Subset.indices).
   const std::vector<index_t>& indices() const { return indices_; }
@@ -62,6 +67,12 @@ class Subset {
   const D& base() const { return *base_; }
 
  private:
+  index_t base_index(const char* who, index_t i) const {
+    if (i < 0 || i >= size())
+      throw ValueError(std::string("kiln::data::Subset::") + who + ": index " + std::to_string(i) +
+                       " out of range; expected 0 <= i < " + std::to_string(size()));
+    return indices_[static_cast<std::size_t>(i)];
+  }
   const D* base_;
   std::vector<index_t> indices_;
 };

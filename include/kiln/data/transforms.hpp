@@ -42,7 +42,8 @@ struct Identity {
 };
 
 /// x[c] = (x[c] - mean[c]) / std[c] per channel (dimension 0 of the sample), as
-/// torchvision.transforms.Normalize; a single value applies to every channel.
+/// torchvision.transforms.Normalize (the same float operations: a subtraction, then a division, so the
+/// results are torchvision's bit for bit); a single mean or std applies to every channel.
 struct Normalize {
   std::vector<float> mean;
   std::vector<float> std;
@@ -53,19 +54,22 @@ struct Normalize {
                   "normalised where they land: DeviceLoader(loader, ScaleNormalize{255, mean, std})");
     const index_t channels = S::extents[0];
     const auto n = static_cast<index_t>(x.size()), plane = n / channels;
-    if ((mean.size() != 1 && static_cast<index_t>(mean.size()) != channels) || mean.size() != std.size())
+    const auto fits = [&](const std::vector<float>& v) {
+      return v.size() == 1 || static_cast<index_t>(v.size()) == channels;
+    };
+    if (!fits(mean) || !fits(std))
       throw ValueError("kiln::data::Normalize: " + std::to_string(mean.size()) + " means and " +
                        std::to_string(std.size()) + " stds for " + std::to_string(channels) +
-                       " channels; give one value or one per channel, as many stds as means");
+                       " channels; give one value or one per channel for each");
     for (std::size_t k = 0; k < std.size(); ++k)
       if (std[k] == 0.0f)  // as torchvision's normalize (and ScaleNormalize)
         throw ValueError("kiln::data::Normalize: std[" + std::to_string(k) + "] is 0; dividing by it would give "
                          "inf or NaN");
     for (index_t c = 0; c < channels; ++c) {
-      const std::size_t k = mean.size() == 1 ? 0 : static_cast<std::size_t>(c);
-      const float m = mean[k], inv = 1.0f / std[k];
+      const auto k = static_cast<std::size_t>(c);
+      const float m = mean[mean.size() == 1 ? 0 : k], sd = std[std.size() == 1 ? 0 : k];
       float* p = x.data() + c * plane;
-      for (index_t i = 0; i < plane; ++i) p[i] = (p[i] - m) * inv;
+      for (index_t i = 0; i < plane; ++i) p[i] = (p[i] - m) / sd;
     }
   }
 };

@@ -245,6 +245,17 @@ BOOST_AUTO_TEST_CASE(a_cell_that_is_not_a_number_is_named_with_its_column) {
   const auto huge = s.write("h.csv", "a,b,MEDV\n1e39,2,3\n");
   BOOST_CHECK_EXCEPTION(CsvDataset<2>{huge}, DataError,
                         says(huge, "line 2, column 1", {"\"1e39\"", "not a finite float"}));
+  // float32's largest as numpy prints it (a little above FLT_MAX) reads back as FLT_MAX; just past the
+  // point where rounding goes to infinity, it is refused.
+  const auto largest = s.write("l.csv", "a,b,MEDV\n3.4028235e+38,-3.4028235e38,3\n");
+  const CsvDataset<2> read_back(largest);
+  std::vector<float> x(2), y(1);
+  read_back.read(0, x, y);
+  BOOST_TEST(x[0] == std::numeric_limits<float>::max());
+  BOOST_TEST(x[1] == -std::numeric_limits<float>::max());
+  const auto past = s.write("p.csv", "a,b,MEDV\n1,3.4028236e38,3\n");
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>{past}, DataError,
+                        says(past, "line 2, column 3", {"\"3.4028236e38\"", "not a finite float"}));
 }
 
 BOOST_AUTO_TEST_CASE(a_ragged_row_names_both_counts) {

@@ -7,6 +7,7 @@
 #include <kiln/data/data.hpp>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support/policies.hpp"
@@ -88,6 +89,32 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bytes_scaled_and_normalised_on_the_device_equal_fl
   BOOST_TEST(on_device.size() == 5);  // 37 samples in batches of 8
   for (int epoch = 0; epoch < 2; ++epoch) same_epoch(floats, on_device, "epoch " + std::to_string(epoch));
   BOOST_TEST(on_device.epoch() == 2u);  // the loader's epochs count on through the DeviceLoader
+}
+
+/// A random_split of a byte dataset keeps its bytes: Bytes(split) and a Subset of Bytes give the float
+/// split's batches, scaled and normalised on the device, bit for bit.
+BOOST_AUTO_TEST_CASE_TEMPLATE(splits_of_a_byte_dataset_are_byte_datasets, D, kiln::test::devices) {
+  const ByteImages images;
+  static_assert(kd::byte_dataset<kd::Subset<ByteImages>>);
+  static_assert(std::is_same_v<kd::sample_type_t<kd::Subset<kd::Bytes<ByteImages>>>, std::uint8_t>);
+  const auto parts = kd::random_split(images, {0.75, 0.25}, 3);
+  const kd::LoaderOptions options{.batch_size = 4, .shuffle = true, .seed = 2};
+  kd::DataLoader floats(parts[1], options, kd::Normalize{means, stds});
+  const kd::Bytes bytes(parts[1]);  // Bytes of a split
+  kd::DataLoader byte_loader(bytes, options);
+  kd::DeviceLoader<D, decltype(byte_loader)> on_device(byte_loader, {255.0f, means, stds});
+  same_epoch(floats, on_device, "Bytes of a split");
+  const kd::Bytes all_bytes(images);  // a split of Bytes
+  const kd::Subset<kd::Bytes<ByteImages>> byte_part(all_bytes, parts[1].indices());
+  kd::DataLoader byte_part_loader(byte_part, options);
+  kd::DeviceLoader<D, decltype(byte_part_loader)> on_device_too(byte_part_loader, {255.0f, means, stds});
+  floats.set_epoch(0);  // the order of the epoch above
+  same_epoch(floats, on_device_too, "a split of Bytes");
+  std::vector<std::uint8_t> x(60);
+  std::vector<std::int64_t> y(1);
+  BOOST_CHECK_EXCEPTION(parts[1].read_bytes(parts[1].size(), x, y), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("Subset::read_bytes: index 9 out of range") != std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(float_batches_with_divisor_one_are_the_normalize_transform, D, kiln::test::devices) {

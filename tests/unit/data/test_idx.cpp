@@ -134,6 +134,13 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   truncated.resize(truncated.size() - 10);
   BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("truncated", truncated), 3), DataError,
                         says({"truncated", "byte " + std::to_string(truncated.size()), "ends early", "1568 data bytes"}));
+  // Too long: the position is the first extra byte's (the header and the data before it).
+  auto longer = images(2);
+  const std::size_t expected_size = longer.size();
+  longer.resize(expected_size + 3, 7);
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("longer", longer), 3), DataError,
+                        says({"longer", "byte " + std::to_string(expected_size), "extra bytes: 1571 data bytes",
+                              "expected 1568 data bytes"}));
   auto short_header = images(1);
   short_header.resize(9);
   BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("header", short_header), 3), DataError,
@@ -177,7 +184,7 @@ BOOST_AUTO_TEST_CASE(dimensions_whose_product_wraps_around_64_bits_are_a_truncat
   BOOST_TEST(none.count() == 0);
   BOOST_TEST(none.values.empty());
   BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.write("extra", idx_bytes(3, {1u << 30, 0, 1u << 30}, {5})), 3),
-                        DataError, says({"extra", "extra bytes: 1 data bytes", "expected 0 data bytes"}));
+                        DataError, says({"extra", "byte 16", "extra bytes: 1 data bytes", "expected 0 data bytes"}));
 }
 
 BOOST_AUTO_TEST_CASE(a_folder_in_place_of_a_file_is_rejected) {

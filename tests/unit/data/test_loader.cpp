@@ -261,6 +261,27 @@ BOOST_AUTO_TEST_CASE(a_samplers_length_is_the_size_of_its_order) {
   BOOST_TEST(epoch(evens).first == (std::vector<std::int64_t>{0, 2, 4, 6, 8}), boost::test_tools::per_element());
 }
 
+/// Normalize makes torchvision's float operations, (x - m) / s, so a CIFAR-10 image (bytes / 255) comes out
+/// as torchvision's bit for bit; (x - m) * (1 / s) would differ in the last bit for 51 of the 256 values
+/// of the red channel.
+BOOST_AUTO_TEST_CASE(normalize_is_torchvisions_bit_for_bit) {
+  using S = Shape<3, 16, 16>;
+  const std::vector<float> mean = {0.4914f, 0.4822f, 0.4465f}, sd = {0.2470f, 0.2435f, 0.2616f};
+  std::vector<float> x(3 * 256);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 256) / 255.0f;  // ToTensor
+  auto y = x;
+  kd::SampleRng rng(0);
+  kd::Normalize{mean, sd}.apply<S>(std::span<float>(y), rng);
+  int differ_from_reciprocal = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t c = i / 256;
+    const float torchvision = (x[i] - mean[c]) / sd[c];  // tensor.sub_(mean).div_(std)
+    BOOST_TEST(y[i] == torchvision);
+    differ_from_reciprocal += (x[i] - mean[c]) * (1.0f / sd[c]) != torchvision;
+  }
+  BOOST_TEST(differ_from_reciprocal > 0);  // the check above tells the two apart
+}
+
 BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
   using S = Shape<2, 3, 4>;
   std::vector<float> x(24);
@@ -279,6 +300,11 @@ BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
   BOOST_CHECK_EXCEPTION((kd::Normalize{{1, 2}, {2, 0}}.apply<S>(std::span<float>(n), rng)), kiln::ValueError,
                         [](const kiln::ValueError& e) { return std::string(e.what()).find("std[1] is 0") != std::string::npos; });
   BOOST_CHECK_THROW((kd::Normalize{{1}, {0}}.apply<S>(std::span<float>(n), rng)), kiln::ValueError);
+  // Mean and std each broadcast on their own, as torchvision's (one std for both channels here).
+  auto b = x;
+  kd::Normalize{{1.0f, 2.0f}, {4.0f}}.apply<S>(std::span<float>(b), rng);
+  BOOST_TEST(b[1] == 0.0f);
+  BOOST_TEST(b[13] == (13.0f - 2.0f) / 4.0f);
   // RandomCrop(padding 1): the output is the input shifted by some (dy, dx) in [-1, 1]^2, zeros outside,
   // and over many draws every shift appears.
   std::set<std::pair<int, int>> shifts;

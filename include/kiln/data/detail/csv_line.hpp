@@ -131,7 +131,9 @@ inline float to_float(const Cell& c, const std::string& name, const std::string&
   if (!parse_number(c.text, v))
     throw DataError(file, where, what + " is " + shown(c.text) + ", not a number",
                     "a decimal number such as 0.538, -12 or 1.5e-3");
-  if (!std::isfinite(v) || std::abs(v) > static_cast<double>(std::numeric_limits<float>::max()))
+  // Below 2^128 - 2^103 a number rounds to a finite float (numpy prints float32's largest as
+  // 3.4028235e+38, a little above FLT_MAX, which reads back as FLT_MAX); from there on to infinity.
+  if (!std::isfinite(v) || !(std::abs(v) < 0x1.ffffffp127))
     throw DataError(file, where, what + " is " + shown(c.text) + ", not a finite float",
                     "a finite number of magnitude at most 3.4e38");
   return static_cast<float>(v);
