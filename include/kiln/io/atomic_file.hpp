@@ -22,17 +22,22 @@ namespace detail {
 
 /// A temporary file next to `path` that no other writer has: `path`.tmp.<pid>.<k>, created with
 /// O_EXCL (an existing file or link of that name is never opened), mode 0666 less the umask. Errors
-/// are FileErrors naming the file.
+/// are FileErrors naming the file; given `open_error`, a file that cannot be created sets it to the
+/// errno instead (the TempFile is then empty).
 class TempFile {
  public:
-  explicit TempFile(const std::filesystem::path& path) {
+  explicit TempFile(const std::filesystem::path& path, int* open_error = nullptr) {
     static std::atomic<unsigned> serial{0};
     for (int attempt = 0; fd_ < 0; ++attempt) {
       path_ = path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       const int error = errno;
-      if (fd_ < 0 && (error != EEXIST || attempt == 100))
-        throw FileError("kiln: cannot write " + path_.string() + ": " + std::strerror(error));
+      if (fd_ < 0 && (error != EEXIST || attempt == 100)) {
+        if (!open_error) throw FileError("kiln: cannot write " + path_.string() + ": " + std::strerror(error));
+        *open_error = error;
+        path_.clear();
+        return;
+      }
     }
   }
   TempFile(const TempFile&) = delete;
@@ -97,6 +102,15 @@ class TempFile {
   int fd_ = -1;
 };
 
+/// Whether an error creating or renaming the temporary file is one where the file may still be written
+/// in place: the folder takes no new file (not ours, read-only, the name too long for a suffix) or the
+/// file cannot be replaced (a bind mount, another user's in a sticky folder). Not for a full disk, a
+/// quota or an I/O error, where writing in place could leave half a file.
+inline bool may_write_in_place(int error) {
+  return error == EACCES || error == EPERM || error == EROFS || error == EBUSY || error == EXDEV ||
+         error == ENAMETOOLONG;
+}
+
 /// Writes `bytes` straight into `path` (truncating it), or throws naming it.
 inline void write_in_place(const std::filesystem::path& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -150,20 +164,26 @@ inline std::string why_unwritable(const std::filesystem::path& path, bool new_fi
 /// writer's own in the same folder, flushed to disk and renamed over `path` (a link is followed: the
 /// file it names is replaced, the link stays). Where that cannot be done it writes in place: `path` is
 /// not a regular file (a FIFO, /dev/stdout), the folder takes no new file, or the file cannot be
-/// replaced (a bind-mounted file, another user's in a sticky folder). Throws FileError naming the file
-/// when it cannot be written at all.
+/// replaced (a bind-mounted file, another user's in a sticky folder: detail::may_write_in_place). Throws
+/// FileError naming the file when it cannot be written at all, or when the temporary file failed for
+/// another reason (a full disk, a quota): the old file is then left as it was.
 inline void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
   const auto target = detail::atomic_target(path);
   if (!target) return detail::write_in_place(path, bytes);
-  std::optional<detail::TempFile> tmp;
-  try {
-    tmp.emplace(*target);
-  } catch (const FileError&) {  // a folder that takes no new file (read-only, not ours)
-    return detail::write_in_place(*target, bytes);
+  int open_error = 0;
+  detail::TempFile tmp(*target, &open_error);
+  if (open_error != 0) {
+    if (detail::may_write_in_place(open_error)) return detail::write_in_place(*target, bytes);
+    throw FileError("kiln: cannot write " + target->string() + " through a temporary file next to it: " +
+                    std::strerror(open_error));
   }
-  tmp->write(bytes.data(), bytes.size());
-  tmp->flush_and_close();
-  if (tmp->rename_to(*target)) detail::write_in_place(*target, bytes);  // (the temporary file goes with tmp)
+  tmp.write(bytes.data(), bytes.size());
+  tmp.flush_and_close();
+  if (const auto ec = tmp.rename_to(*target)) {  // (the temporary file goes with tmp)
+    if (!detail::may_write_in_place(ec.value()))
+      throw FileError("kiln: cannot replace " + target->string() + ": " + ec.message());
+    detail::write_in_place(*target, bytes);
+  }
 }
 
 }  // namespace kiln

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -51,6 +52,10 @@ constexpr const char* safetensors_dtype() {
 }
 
 namespace detail {
+/// The largest header the reader takes (bytes; the reference reader's limit) and how deep its JSON may
+/// nest (a header needs 3).
+inline constexpr std::uint64_t max_header_size = 100'000'000;
+inline constexpr int max_header_depth = 16;
 /// The reference writer's rank of a dtype (safetensors' Dtype enum order): its data goes highest rank
 /// first, so each tensor starts at a multiple of its element size. -1 for a dtype kiln does not know.
 inline int dtype_rank(const std::string& d) {
@@ -148,7 +153,13 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
     header[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
     offset += e.bytes.size();
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // a name or metadata value that is not UTF-8 (JSON is)
+    throw CheckpointError("kiln: " + path.string() + ": cannot write the header: " + e.what() +
+                          "; tensor names and metadata must be UTF-8 text");
+  }
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes, as the reference writer does
   const std::uint64_t size = text.size();
   unsigned char le[8];
@@ -194,15 +205,28 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   in.read(reinterpret_cast<char*>(le), 8);
   std::uint64_t hsize = 0;
   for (int i = 0; i < 8; ++i) hsize |= static_cast<std::uint64_t>(le[i]) << (8 * i);
-  if (hsize > file_size - 8 || hsize > (100u << 20))
+  if (hsize > file_size - 8)
     throw CheckpointError(where + ": at offset 0: header size " + std::to_string(hsize) + " does not fit the file (" +
                           std::to_string(file_size) + " bytes)");
+  if (hsize > detail::max_header_size)  // the reference reader's limit
+    throw CheckpointError(where + ": at offset 0: header size " + std::to_string(hsize) + " is over the " +
+                          std::to_string(detail::max_header_size) + " bytes a safetensors header may have");
   std::string text(hsize, '\0');
   in.read(text.data(), static_cast<std::streamsize>(hsize));
   if (!in) throw CheckpointError(where + ": could not read the " + std::to_string(hsize) + "-byte header at offset 8");
   json header;
+  // A header nests three deep (the object, an entry, its shape); a deeper one is refused while it is
+  // parsed, before it costs memory (100 MB of '[' would build gigabytes of nested arrays).
+  const json::parser_callback_t shallow = [&](int depth, json::parse_event_t, json&) {
+    if (depth > detail::max_header_depth)
+      throw CheckpointError(where + ": header JSON nests deeper than " + std::to_string(detail::max_header_depth) +
+                            " levels; a safetensors header is an object of tensor entries");
+    return true;
+  };
   try {
-    header = json::parse(text);
+    header = json::parse(text, shallow);
+  } catch (const std::bad_alloc&) {
+    throw CheckpointError(where + ": the " + std::to_string(hsize) + "-byte header JSON does not fit in memory");
   } catch (const json::parse_error& e) {
     throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + e.byte) + ": " + e.what());
   } catch (const json::exception& e) {  // a number too large for any JSON type, say
@@ -214,7 +238,12 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   // Every entry is checked, and the spans together, before any data is read: a header that claims the
   // same bytes many times costs no memory.
   std::map<std::string, SafetensorsEntry> out;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+  struct Span {
+    std::uint64_t begin, end;
+    const std::string* name;
+    bool operator<(const Span& o) const { return begin != o.begin ? begin < o.begin : end < o.end; }
+  };
+  std::vector<Span> spans;
   struct Read {
     SafetensorsEntry* entry;
     std::uint64_t begin, end;  // data offsets
@@ -225,6 +254,7 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     const json& v = item.value();  // a reference, not a structured binding: lambdas below capture it
     if (name == "__metadata__") {
       const std::string m = where + ": \"__metadata__\" must map names to strings";
+      if (v.is_null()) continue;  // as the reference reader (an optional map)
       if (!v.is_object()) throw CheckpointError(m + ", got " + detail::json_shown(v));
       for (const auto& [k, s] : v.items()) {
         if (!s.is_string()) throw CheckpointError(m + ", got \"" + k + "\": " + detail::json_shown(s));
@@ -274,16 +304,23 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     if (end - b != n * element)
       throw CheckpointError(t + ": " + std::to_string(end - b) + " bytes but shape " + detail::shape_text(e.shape) +
                             " of " + e.dtype + " needs " + std::to_string(n * element));
-    spans.emplace_back(b, end);
-    reads.push_back({&out.emplace(name, std::move(e)).first->second, b, end});
+    const auto placed = out.emplace(name, std::move(e)).first;
+    spans.push_back({b, end, &placed->first});
+    reads.push_back({&placed->second, b, end});
   }
   std::sort(spans.begin(), spans.end());
   std::uint64_t expect = 0;
-  for (const auto& [b, end] : spans) {
-    if (b != expect)
-      throw CheckpointError(where + ": tensor data must be contiguous: a tensor starts at data byte " +
-                            std::to_string(b) + ", expected " + std::to_string(expect));
-    expect = end;
+  const std::string* previous = nullptr;
+  for (const Span& span : spans) {
+    if (span.begin != expect)
+      throw CheckpointError(where + ": tensor data must be contiguous: tensor '" + *span.name +
+                            "' starts at data byte " + std::to_string(span.begin) + ", expected " +
+                            std::to_string(expect) +
+                            (!previous                 ? std::string(" (the start of the data)")
+                             : span.begin < expect     ? ", inside '" + *previous + "' (the two overlap)"
+                                                       : ", where '" + *previous + "' ends (a gap)"));
+    expect = span.end;
+    previous = span.name;
   }
   if (expect != data_size)
     throw CheckpointError(where + ": " + std::to_string(data_size - expect) + " bytes after the last tensor");
@@ -322,13 +359,26 @@ SafetensorsEntry make_entry(std::span<const T> values, std::vector<index_t> shap
   return e;
 }
 
+namespace detail {
+/// The metadata key under which save_checkpoint lists the caller's extra entries (a JSON array of their
+/// names), so that load_checkpoint returns them instead of taking `ema.0.weight` for another model's.
+inline constexpr const char* extra_entries_key = "kiln.extra_entries";
+}  // namespace detail
+
 /// Saves a model's parameters and buffers under PyTorch's state_dict names (plus optional extra entries
-/// such as optimizer state, and metadata). Loadable by `safetensors.torch.load_file` + `load_state_dict`.
+/// such as optimizer state or an EMA copy of the weights, and metadata; the extras' names are listed in
+/// the metadata under "kiln.extra_entries"). Loadable by `safetensors.torch.load_file` +
+/// `load_state_dict` (strict=False where there are extras).
 template <class Model>
 void save_checkpoint(const std::filesystem::path& path, const Model& model,
                      std::map<std::string, SafetensorsEntry> extra = {},
-                     const std::map<std::string, std::string>& metadata = {}) {
+                     std::map<std::string, std::string> metadata = {}) {
   using M = typename Model::M;
+  if (!extra.empty()) {
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& item : extra) names.push_back(item.first);
+    metadata[detail::extra_entries_key] = names.dump();
+  }
   const std::vector<M> host = model.parameters().to_vector();
   for (const auto& p : model.named_parameters())
     extra[p.name] = make_entry<M>(std::span<const M>(host.data() + p.offset, static_cast<std::size_t>(p.count)), p.shape);
@@ -393,13 +443,27 @@ void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::fil
 /// BatchNorm loads an old checkpoint); the first difference is reported with the file, the name, and
 /// both shapes or dtypes. As torch's load_state_dict(strict=True), an entry named like a parameter or a
 /// buffer (`*.weight`, `*.bias`, `*.running_mean`, `*.running_var`, `*.num_batches_tracked`) that the
-/// model does not have is an error too: the checkpoint is of another (deeper, wider) model. Returns the
-/// other entries (optimizer state, the caller's own extras).
+/// model does not have is an error too: the checkpoint is of another (deeper, wider) model, unless
+/// save_checkpoint listed it among the caller's extras. Returns the other entries (optimizer state, the
+/// caller's own extras).
 template <class Model>
 std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::path& path, Model& model,
                                                         std::map<std::string, std::string>* metadata = nullptr) {
   using M = typename Model::M;
-  auto entries = read_safetensors(path, metadata);
+  std::map<std::string, std::string> meta;
+  auto entries = read_safetensors(path, &meta);
+  std::vector<std::string> extras;  // save_checkpoint's list of the caller's entries
+  if (const auto it = meta.find(detail::extra_entries_key); it != meta.end()) {
+    const auto names = nlohmann::json::parse(it->second, nullptr, false);
+    const bool listed = names.is_array() && std::all_of(names.begin(), names.end(), [](const nlohmann::json& n) {
+      return n.is_string();
+    });
+    if (!listed)
+      throw CheckpointError("kiln: " + path.string() + ": metadata \"" + detail::extra_entries_key +
+                            "\" must be a JSON array of entry names, got " + it->second.substr(0, 80));
+    for (const auto& n : names) extras.push_back(n.get<std::string>());
+  }
+  if (metadata) *metadata = meta;
   std::vector<M> host(static_cast<std::size_t>(model.parameters().numel()));
   for (const auto& p : model.named_parameters())
     detail::take_entry(entries, path, p.name, p.shape, false, "parameter", host.data() + p.offset);
@@ -412,7 +476,8 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   std::string unexpected;
   for (const auto& [name, e] : entries) {
     const auto ends_with = [&](std::string_view s) { return name.size() > s.size() && name.ends_with(s); };
-    if (name.starts_with("optimizer.") || !(ends_with(".weight") || ends_with(".bias") || ends_with(".running_mean") ||
+    const bool extra = std::find(extras.begin(), extras.end(), name) != extras.end();
+    if (extra || name.starts_with("optimizer.") || !(ends_with(".weight") || ends_with(".bias") || ends_with(".running_mean") ||
                                             ends_with(".running_var") || ends_with(".num_batches_tracked")))
       continue;
     unexpected += (unexpected.empty() ? "'" : ", '") + name + "' " + detail::shape_text(e.shape);

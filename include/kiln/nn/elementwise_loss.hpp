@@ -208,15 +208,6 @@ void check_term_gradient(const char* who, const Tensor<T, S, D>& pred, const Ten
                      " " + to_string(pred.extents()));
 }
 
-/// Checks the input (`input`: what loss `who` calls it) and the target: one device, one shape.
-template <class T, class S, class D>
-void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, const char* input = "pred") {
-  kiln::detail::check_same_device(who, pred, target);
-  if (!(pred.extents() == target.extents()))
-    throw ShapeError(std::string(who) + ": " + input + " " + to_string(pred.extents()) + " and target " +
-                     to_string(target.extents()) + " must have the same shape");
-}
-
 /// On the CPU, a ValueError naming the first element of `p` outside [0, 1] (or NaN) for loss `who`, as
 /// torch's CPU kernel refuses it (one parallel scan, as the loss's own pass); on the GPU nothing is read
 /// back (such a term is NaN).

@@ -101,6 +101,15 @@ struct MseGrad {
             (upstream ? 3 : 2) * static_cast<std::uint64_t>(n)};
   }
 };
+
+/// Checks the input (`input`: what loss `who` calls it) and the target: one device, one shape.
+template <class T, class S, class D>
+void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, const char* input = "pred") {
+  kiln::detail::check_same_device(who, pred, target);
+  if (!(pred.extents() == target.extents()))
+    throw ShapeError(std::string(who) + ": " + input + " " + to_string(pred.extents()) + " and target " +
+                     to_string(target.extents()) + " must have the same shape");
+}
 }  // namespace detail
 
 /// mean((pred - target)^2), as torch.nn.MSELoss(); with `.reduction = Reduction::sum`, the sum
@@ -115,7 +124,7 @@ struct MSELoss {
 
   template <class T, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    kiln::detail::check_same_device("kiln::nn::MSELoss", pred, target);
+    detail::check_pair("kiln::nn::MSELoss", pred, target);
     const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));  // pred's GPU, whichever is current
     const auto d = pred - target;
     return reduction == Reduction::sum ? sum(d * d) : mean(d * d);  // one pass
@@ -124,7 +133,7 @@ struct MSELoss {
   /// a plain step; a device scale is read by the pass, which then stays one pass also with fusion off).
   template <class T, class S, class D>
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
-    kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, target);
+    detail::check_pair("kiln::nn::MSELoss::backward", pred, target);  // (the device-scale pass reads target[i])
     const int device = kiln::detail::pass_device(pred);
     const kiln::detail::device_scope<D> on(device);
     Tensor<T, S, D> g(pred.extents(), device);
@@ -142,7 +151,7 @@ struct MSELoss {
   /// mse_loss): torch's MSELoss(reduction='none'). One pass (fused); `reduction` is not used.
   template <class T, class S, class D>
   Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
-    kiln::detail::check_same_device("kiln::nn::MSELoss::unreduced", pred, target);
+    detail::check_pair("kiln::nn::MSELoss::unreduced", pred, target);
     const int device = kiln::detail::pass_device(pred);
     const kiln::detail::device_scope<D> on(device);
     Tensor<compute_t<T>, S, D> out(pred.extents(), device);
@@ -158,7 +167,7 @@ struct MSELoss {
   Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::MSELoss::backward: dloss must have the shape type of pred");
-    kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, target);
+    detail::check_pair("kiln::nn::MSELoss::backward", pred, target);
     kiln::detail::check_same_device("kiln::nn::MSELoss::backward", pred, dloss);
     if (!(dloss.extents() == pred.extents()))
       throw ShapeError("kiln::nn::MSELoss::backward: dloss " + to_string(dloss.extents()) +

@@ -131,7 +131,13 @@ class SGD {
                        "; give weight_decay >= 0");
     if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
       throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
-    if (o.momentum != 0.0f) buf_ = arena_type(params.extents(), params.device_index());
+    if (params.numel() != grads.numel())
+      throw ShapeError("kiln::optim::SGD: " + std::to_string(params.numel()) + " parameters but " +
+                       std::to_string(grads.numel()) + " gradients; pass a model's parameters() and gradients()");
+    if (o.momentum != 0.0f) {  // zeros until the first step sets it (a checkpoint before it holds zeros)
+      buf_ = arena_type(params.extents(), params.device_index());
+      buf_.fill(M(0));
+    }
     if (o.capturable) {
       const double initial[detail::SgdScalars::count] = {o.lr, 1.0, 0.0, 0.0};
       scalars_ = detail::DeviceScalars<D>(initial, params.device_index());

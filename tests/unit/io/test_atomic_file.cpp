@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <boost/test/unit_test.hpp>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -108,6 +110,23 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_written_is_a_file_error_naming_it) {
     BOOST_TEST(std::string(e.what()).find(file.string()) != std::string::npos);
   }
   BOOST_TEST(entries(dir) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(only_a_folder_that_takes_no_new_file_falls_back_to_writing_in_place) {
+  // Writing in place is for a temporary file the folder will not take (permissions, a read-only file
+  // system, a name too long for the suffix) or a file that cannot be replaced; after a full disk, a
+  // quota or an I/O error it would truncate the old file and could stop halfway, so those throw.
+  for (const int e : {EACCES, EPERM, EROFS, EBUSY, EXDEV, ENAMETOOLONG})
+    BOOST_TEST(kiln::detail::may_write_in_place(e), std::strerror(e));
+  for (const int e : {ENOSPC, EDQUOT, EIO, EMFILE, ENFILE, ENOENT, ENOTDIR})
+    BOOST_TEST(!kiln::detail::may_write_in_place(e), std::strerror(e));
+  // A name one short of NAME_MAX takes no ".tmp.<pid>.<k>" suffix: written in place, completely.
+  const kiln::test::TempDir scratch;
+  const auto file = scratch.path() / std::string(250, 'n');
+  kiln::write_file_atomically(file, "old");
+  kiln::write_file_atomically(file, "the new text");
+  BOOST_TEST(contents(file) == "the new text");
+  BOOST_TEST(entries(scratch.path()) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(why_unwritable_names_the_folder_or_file_and_the_reason) {

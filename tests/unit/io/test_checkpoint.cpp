@@ -142,6 +142,24 @@ BOOST_AUTO_TEST_CASE(a_deeper_models_checkpoint_is_rejected_naming_the_extra_par
   kiln::nn::Model<Mlp, Shape<dyn, 13>> mlp(0);
   kiln::save_checkpoint(dir / "mlp.safetensors", mlp, {{"my.note", kiln::make_entry<float>(one, {1})}});
   BOOST_TEST(kiln::load_checkpoint(dir / "mlp.safetensors", mlp).count("my.note") == 1u);
+  // An extra named like a parameter (an EMA copy of a weight) is listed by save_checkpoint as the
+  // caller's, so it loads and comes back; the same entry in a file of another writer is another model's.
+  const std::vector<float> ema(16, 0.5f);
+  kiln::save_checkpoint(dir / "ema.safetensors", mlp, {{"ema.2.weight", kiln::make_entry<float>(ema, {1, 16})}},
+                        {{"epoch", "4"}});
+  std::map<std::string, std::string> meta;
+  const auto rest = kiln::load_checkpoint(dir / "ema.safetensors", mlp, &meta);
+  BOOST_TEST(rest.count("ema.2.weight") == 1u);
+  BOOST_TEST(meta.at("epoch") == "4");
+  BOOST_TEST(meta.at("kiln.extra_entries") == R"(["ema.2.weight"])");
+  auto entries = kiln::read_safetensors(dir / "ema.safetensors");
+  kiln::write_safetensors(dir / "ema_unlisted.safetensors", entries, {{"epoch", "4"}});
+  BOOST_TEST(rejects(dir / "ema_unlisted.safetensors",
+                     [](const std::string& m) { return contains(m, "unexpected parameters 'ema.2.weight' [1, 16]"); }));
+  kiln::write_safetensors(dir / "ema_bad_list.safetensors", entries, {{"kiln.extra_entries", "ema.2.weight"}});
+  BOOST_TEST(rejects(dir / "ema_bad_list.safetensors", [](const std::string& m) {
+    return contains(m, "metadata \"kiln.extra_entries\" must be a JSON array of entry names, got ema.2.weight");
+  }));
 }
 
 BOOST_AUTO_TEST_CASE(missing_truncated_and_corrupt_files_are_rejected_with_the_position) {
@@ -283,15 +301,57 @@ BOOST_AUTO_TEST_CASE(every_whole_byte_dtype_reads_and_no_tensors_round_trip) {
 }
 
 BOOST_AUTO_TEST_CASE(a_deeply_nested_header_is_a_checkpoint_error_not_a_crash) {
-  // nlohmann's parser takes any depth; showing the value must not recurse through all of it (json::dump
-  // overflowed the stack at 100,000 levels).
+  // nlohmann's parser takes any depth, at about 70 bytes a level: the reader stops at 16 levels, while
+  // parsing (20 MB of '[' took 1.4 GB; json::dump of such a value overflowed the stack).
   const auto dir = scratch("deep");
   const std::string deep = std::string(200000, '[') + std::string(200000, ']');
-  BOOST_TEST(header_rejected(dir, deep, 0, "must be a JSON object, got [[[[[[[[[["));
-  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,4]}})", 4,
-                             "dtype must be a string such as \"F32\", got [[[["));
+  const std::string too_deep = "nests deeper than 16 levels";
+  BOOST_TEST(header_rejected(dir, deep, 0, too_deep));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,4]}})", 4, too_deep));
   BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[{"a":)" + deep + R"(}],"data_offsets":[0,4]}})", 4,
-                             "shape entries must be integers >= 0, got {\"a\":[[[["));
+                             too_deep));
+  BOOST_REQUIRE(reset_peak());
+  const long before = peak_mib();
+  BOOST_TEST(header_rejected(dir, std::string(20'000'000, '['), 0, too_deep));  // no closing brackets needed
+  BOOST_TEST(peak_mib() - before < 128, "peak memory grew by " << peak_mib() - before << " MiB");
+  // 16 levels still read (the values are then shown, not dumped whole).
+  const std::string sixteen = std::string(14, '[') + std::string(14, ']');
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":)" + sixteen + R"(,"shape":[1],"data_offsets":[0,4]}})", 4,
+                             "dtype must be a string such as \"F32\", got [[[["));
+}
+
+BOOST_AUTO_TEST_CASE(header_limits_null_metadata_and_the_overlap_names) {
+  const auto dir = scratch("limits");
+  // Over the reference reader's 100,000,000 bytes (a sparse file that is large enough).
+  const auto big = dir / "big.safetensors";
+  {
+    std::ofstream f(big, std::ios::binary);
+    const std::uint64_t n = 100'000'001;
+    f.write(reinterpret_cast<const char*>(&n), 8);
+  }
+  fs::resize_file(big, 8 + 100'000'001);
+  BOOST_CHECK_EXCEPTION(kiln::read_safetensors(big), kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+    return contains(e.what(), "header size 100000001 is over the 100000000 bytes");
+  });
+  fs::remove(big);
+  // "__metadata__": null is no metadata, as the reference reader takes it.
+  write_raw(dir / "null_meta.safetensors", R"({"__metadata__":null,"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", 2);
+  std::map<std::string, std::string> meta;
+  BOOST_TEST(kiln::read_safetensors(dir / "null_meta.safetensors", &meta).at("w").bytes.size() == 2u);
+  BOOST_TEST(meta.empty());
+  // Overlaps and gaps name both tensors.
+  BOOST_TEST(header_rejected(dir, R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})", 6,
+                             "tensor 'b' starts at data byte 2, expected 4, inside 'a' (the two overlap)"));
+  BOOST_TEST(header_rejected(dir, R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})", 6,
+                             "tensor 'b' starts at data byte 4, expected 2, where 'a' ends (a gap)"));
+  BOOST_TEST(header_rejected(dir, R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", 3,
+                             "tensor 'a' starts at data byte 1, expected 0 (the start of the data)"));
+  // A name that is not UTF-8 cannot go into the JSON header: a CheckpointError, and no file.
+  kiln::SafetensorsEntry e{"U8", {1}, {7}};
+  BOOST_CHECK_EXCEPTION(kiln::write_safetensors(dir / "latin1.safetensors", {{"caf\xe9", e}}), kiln::CheckpointError,
+                        [](const kiln::CheckpointError& error) { return contains(error.what(), "must be UTF-8"); });
+  BOOST_TEST(!fs::exists(dir / "latin1.safetensors"));
+  BOOST_TEST(temporary_files(dir) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(entries_that_claim_the_same_bytes_are_rejected_before_any_is_read) {

@@ -412,6 +412,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_and_shapes_are_refused, D, kiln::test:
                         says("kiln::nn::KLDivLoss: input [2, 3] and target [1, 3] must have the same shape"));
   BOOST_CHECK_EXCEPTION((void)knn::KLDivLoss{}.backward(x, y, dloss), kiln::ShapeError,
                         says("kiln::nn::KLDivLoss: dloss [1, 3] must have the shape of input [2, 3]"));
+  // MSELoss alike, also where the loss scale lives on the device (a pass that reads target[i] for every
+  // element of pred: a shorter target would be read past its end).
+  const auto scale = kiln::test::make_tensor<D>(std::vector<double>{2.0}, Extents<Shape<dyn>>(1));
+  const auto device_scale = knn::LossScale::on_device(scale.data());
+  const char* mse_says = "kiln::nn::MSELoss::backward: pred [2, 3] and target [1, 3] must have the same shape";
+  BOOST_CHECK_EXCEPTION((void)knn::MSELoss{}.backward(x, z), kiln::ShapeError, says(mse_says));
+  BOOST_CHECK_EXCEPTION((void)knn::MSELoss{}.backward(x, z, device_scale), kiln::ShapeError, says(mse_says));
+  const auto full_dloss = kiln::test::make_tensor<D>(std::vector<float>(6, 1.0f), Extents<Pairs>(2));
+  BOOST_CHECK_EXCEPTION((void)knn::MSELoss{}.backward(x, z, full_dloss, device_scale), kiln::ShapeError,
+                        says(mse_says));
+  BOOST_CHECK_EXCEPTION((void)knn::MSELoss{}(x, z), kiln::ShapeError,
+                        says("kiln::nn::MSELoss: pred [2, 3] and target [1, 3] must have the same shape"));
+  BOOST_CHECK_EXCEPTION((void)knn::MSELoss{}.unreduced(x, z), kiln::ShapeError,
+                        says("kiln::nn::MSELoss::unreduced: pred [2, 3] and target [1, 3] must have the same shape"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

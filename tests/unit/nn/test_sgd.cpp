@@ -128,8 +128,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nesterov_needs_momentum_and_no_dampening, D, kiln:
                         kt::message_contains({"invalid momentum"}));
   BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1f, .weight_decay = -1e-4f}), kiln::ValueError,
                         kt::message_contains({"invalid weight_decay"}));
+  // Arenas of different lengths (as Adam and RMSprop refuse them): the step would read past the shorter.
+  auto params = kt::make_tensor<D>(std::vector<float>{1, 2, 3}, Extents<Shape<dyn>>(3));
+  auto short_grads = kt::make_tensor<D>(std::vector<float>{1, 2}, Extents<Shape<dyn>>(2));
+  BOOST_CHECK_EXCEPTION((SGD<float, D>(params, short_grads, {.lr = 0.1f})), kiln::ShapeError,
+                        kt::message_contains({"SGD", "3 parameters but 2 gradients"}));
   SGD opt(model, {.lr = 0.1f});
   BOOST_TEST(opt.momentum_buffer().empty(), "no momentum: no buffer");
+  // With momentum, the buffer holds zeros until the first step (a checkpoint taken before it is zeros,
+  // not whatever the memory held).
+  {
+    kiln::Tensor<float, Shape<dyn>, D> garbage(3);  // freed memory the buffer may be given
+    garbage.fill(7.0f);
+  }
+  SGD<float, D> with_momentum(params, params, {.lr = 0.1f, .momentum = 0.9f});
+  for (float b : with_momentum.momentum_buffer().to_vector()) BOOST_TEST(b == 0.0f);
   opt.set_lr(0.5f);
   BOOST_TEST(opt.lr() == 0.5f);
 }
