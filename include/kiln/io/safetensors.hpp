@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <new>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -56,6 +57,33 @@ namespace detail {
 /// nest (a header needs 3).
 inline constexpr std::uint64_t max_header_size = 100'000'000;
 inline constexpr int max_header_depth = 16;
+
+/// The byte offset in `text` (JSON) of the first '[' or '{' that opens the (most + 1)-th nested container
+/// (the outermost is the first), outside strings; npos when none nests that deep. One linear scan, so
+/// that a deep text is refused before the parser builds it (nlohmann's parser takes any depth, at about
+/// 70 bytes a level; its callback parser, which could stop it, is quadratic in a container's size).
+inline std::size_t json_too_deep_at(std::string_view text, int most) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > most) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
 /// The reference writer's rank of a dtype (safetensors' Dtype enum order): its data goes highest rank
 /// first, so each tensor starts at a multiple of its element size. -1 for a dtype kiln does not know.
 inline int dtype_rank(const std::string& d) {
@@ -215,16 +243,14 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   in.read(text.data(), static_cast<std::streamsize>(hsize));
   if (!in) throw CheckpointError(where + ": could not read the " + std::to_string(hsize) + "-byte header at offset 8");
   json header;
-  // A header nests three deep (the object, an entry, its shape); a deeper one is refused while it is
-  // parsed, before it costs memory (100 MB of '[' would build gigabytes of nested arrays).
-  const json::parser_callback_t shallow = [&](int depth, json::parse_event_t, json&) {
-    if (depth > detail::max_header_depth)
-      throw CheckpointError(where + ": header JSON nests deeper than " + std::to_string(detail::max_header_depth) +
-                            " levels; a safetensors header is an object of tensor entries");
-    return true;
-  };
+  // A header nests three deep (the object, an entry, its shape); a deeper one is refused before it is
+  // parsed, as it would cost memory (100 MB of '[' would build gigabytes of nested arrays).
+  if (const std::size_t at = detail::json_too_deep_at(text, detail::max_header_depth); at != std::string::npos)
+    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + at) + " nests deeper than " +
+                          std::to_string(detail::max_header_depth) +
+                          " levels; a safetensors header is an object of tensor entries");
   try {
-    header = json::parse(text, shallow);
+    header = json::parse(text);
   } catch (const std::bad_alloc&) {
     throw CheckpointError(where + ": the " + std::to_string(hsize) + "-byte header JSON does not fit in memory");
   } catch (const json::parse_error& e) {
@@ -374,10 +400,18 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model,
                      std::map<std::string, SafetensorsEntry> extra = {},
                      std::map<std::string, std::string> metadata = {}) {
   using M = typename Model::M;
+  if (metadata.contains(detail::extra_entries_key))
+    throw CheckpointError("kiln: " + path.string() + ": the metadata key \"" + detail::extra_entries_key +
+                          "\" is save_checkpoint's own (the list of the extra entries); use another name");
   if (!extra.empty()) {
     nlohmann::json names = nlohmann::json::array();
     for (const auto& item : extra) names.push_back(item.first);
-    metadata[detail::extra_entries_key] = names.dump();
+    try {
+      metadata[detail::extra_entries_key] = names.dump();
+    } catch (const nlohmann::json::exception& e) {  // a name that is not UTF-8 (JSON is)
+      throw CheckpointError("kiln: " + path.string() + ": cannot list the extra entries: " + e.what() +
+                            "; tensor names must be UTF-8 text");
+    }
   }
   const std::vector<M> host = model.parameters().to_vector();
   for (const auto& p : model.named_parameters())
@@ -452,16 +486,17 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   using M = typename Model::M;
   std::map<std::string, std::string> meta;
   auto entries = read_safetensors(path, &meta);
-  std::vector<std::string> extras;  // save_checkpoint's list of the caller's entries
+  std::set<std::string> extras;  // save_checkpoint's list of the caller's entries
   if (const auto it = meta.find(detail::extra_entries_key); it != meta.end()) {
-    const auto names = nlohmann::json::parse(it->second, nullptr, false);
+    const bool flat = detail::json_too_deep_at(it->second, 1) == std::string::npos;  // an array of strings
+    const auto names = flat ? nlohmann::json::parse(it->second, nullptr, false) : nlohmann::json();
     const bool listed = names.is_array() && std::all_of(names.begin(), names.end(), [](const nlohmann::json& n) {
       return n.is_string();
     });
     if (!listed)
       throw CheckpointError("kiln: " + path.string() + ": metadata \"" + detail::extra_entries_key +
                             "\" must be a JSON array of entry names, got " + it->second.substr(0, 80));
-    for (const auto& n : names) extras.push_back(n.get<std::string>());
+    for (const auto& n : names) extras.insert(n.get<std::string>());
   }
   if (metadata) *metadata = meta;
   std::vector<M> host(static_cast<std::size_t>(model.parameters().numel()));
@@ -476,7 +511,7 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   std::string unexpected;
   for (const auto& [name, e] : entries) {
     const auto ends_with = [&](std::string_view s) { return name.size() > s.size() && name.ends_with(s); };
-    const bool extra = std::find(extras.begin(), extras.end(), name) != extras.end();
+    const bool extra = extras.contains(name);
     if (extra || name.starts_with("optimizer.") || !(ends_with(".weight") || ends_with(".bias") || ends_with(".running_mean") ||
                                             ends_with(".running_var") || ends_with(".num_batches_tracked")))
       continue;

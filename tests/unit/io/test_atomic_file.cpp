@@ -120,7 +120,8 @@ BOOST_AUTO_TEST_CASE(only_a_folder_that_takes_no_new_file_falls_back_to_writing_
     BOOST_TEST(kiln::detail::may_write_in_place(e), std::strerror(e));
   for (const int e : {ENOSPC, EDQUOT, EIO, EMFILE, ENFILE, ENOENT, ENOTDIR})
     BOOST_TEST(!kiln::detail::may_write_in_place(e), std::strerror(e));
-  // A name one short of NAME_MAX takes no ".tmp.<pid>.<k>" suffix: written in place, completely.
+  // A name of 250 characters has no room for the ".tmp.<pid>.<k>" suffix within NAME_MAX (255): written
+  // in place, completely.
   const kiln::test::TempDir scratch;
   const auto file = scratch.path() / std::string(250, 'n');
   kiln::write_file_atomically(file, "old");

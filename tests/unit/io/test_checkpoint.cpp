@@ -160,6 +160,22 @@ BOOST_AUTO_TEST_CASE(a_deeper_models_checkpoint_is_rejected_naming_the_extra_par
   BOOST_TEST(rejects(dir / "ema_bad_list.safetensors", [](const std::string& m) {
     return contains(m, "metadata \"kiln.extra_entries\" must be a JSON array of entry names, got ema.2.weight");
   }));
+  // A nested list is refused before it is parsed (its depth would cost memory).
+  kiln::write_safetensors(dir / "ema_deep_list.safetensors", entries,
+                          {{"kiln.extra_entries", std::string(1'000'000, '[')}});
+  BOOST_TEST(rejects(dir / "ema_deep_list.safetensors", [](const std::string& m) {
+    return contains(m, "must be a JSON array of entry names, got [[[[");
+  }));
+  // The key is save_checkpoint's own; an extra whose name is not UTF-8 cannot be listed.
+  BOOST_CHECK_EXCEPTION(kiln::save_checkpoint(dir / "reserved.safetensors", mlp, {}, {{"kiln.extra_entries", "[]"}}),
+                        kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+                          return contains(e.what(), "\"kiln.extra_entries\" is save_checkpoint's own");
+                        });
+  BOOST_CHECK_EXCEPTION(
+      kiln::save_checkpoint(dir / "latin1.safetensors", mlp, {{"caf\xe9", kiln::make_entry<float>(one, {1})}}),
+      kiln::CheckpointError, [](const kiln::CheckpointError& e) { return contains(e.what(), "must be UTF-8"); });
+  BOOST_TEST(!fs::exists(dir / "reserved.safetensors"));
+  BOOST_TEST(!fs::exists(dir / "latin1.safetensors"));
 }
 
 BOOST_AUTO_TEST_CASE(missing_truncated_and_corrupt_files_are_rejected_with_the_position) {
@@ -301,7 +317,7 @@ BOOST_AUTO_TEST_CASE(every_whole_byte_dtype_reads_and_no_tensors_round_trip) {
 }
 
 BOOST_AUTO_TEST_CASE(a_deeply_nested_header_is_a_checkpoint_error_not_a_crash) {
-  // nlohmann's parser takes any depth, at about 70 bytes a level: the reader stops at 16 levels, while
+  // nlohmann's parser takes any depth, at about 70 bytes a level: the reader refuses a 17th level before
   // parsing (20 MB of '[' took 1.4 GB; json::dump of such a value overflowed the stack).
   const auto dir = scratch("deep");
   const std::string deep = std::string(200000, '[') + std::string(200000, ']');
@@ -314,10 +330,15 @@ BOOST_AUTO_TEST_CASE(a_deeply_nested_header_is_a_checkpoint_error_not_a_crash) {
   const long before = peak_mib();
   BOOST_TEST(header_rejected(dir, std::string(20'000'000, '['), 0, too_deep));  // no closing brackets needed
   BOOST_TEST(peak_mib() - before < 128, "peak memory grew by " << peak_mib() - before << " MiB");
-  // 16 levels still read (the values are then shown, not dumped whole).
-  const std::string sixteen = std::string(14, '[') + std::string(14, ']');
-  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":)" + sixteen + R"(,"shape":[1],"data_offsets":[0,4]}})", 4,
+  // 16 levels still parse (the header object, an entry, 14 arrays), 17 do not; brackets in strings
+  // do not count.
+  const auto nested = [](int n) { return std::string(n, '[') + std::string(n, ']'); };
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":)" + nested(14) + R"(,"shape":[1],"data_offsets":[0,4]}})", 4,
                              "dtype must be a string such as \"F32\", got [[[["));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":)" + nested(15) + R"(,"shape":[1],"data_offsets":[0,4]}})", 4,
+                             "header JSON at byte 36 nests deeper than 16 levels"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":")" + std::string(100, '[') + R"(\"[{","shape":[1],"data_offsets":[0,4]}})",
+                             4, "unsupported dtype"));
 }
 
 BOOST_AUTO_TEST_CASE(header_limits_null_metadata_and_the_overlap_names) {

@@ -12,32 +12,14 @@
 #include <vector>
 
 #include "kiln/backend/cpu/blas.hpp"
+#include "kiln/backend/cpu/threads.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/nn/detail/conv_functors.hpp"
 #include "kiln/policy/device.hpp"
 #include "kiln/tensor/tensor.hpp"
 
-#if KILN_HAS_OPENMP
-#include <omp.h>
-#endif
-
 namespace kiln::nn::detail {
-
-inline int cpu_threads() {
-#if KILN_HAS_OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-inline int cpu_thread() {
-#if KILN_HAS_OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
 
 /// The output columns [lo, hi) whose tap kj reads inside a row of `w` (the others read padding).
 inline void valid_columns(const ConvGeometry& g, index_t kj, index_t stride, index_t& lo, index_t& hi) {
@@ -149,7 +131,7 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
                                   bytes_of<T>(outputs) * (z ? 2 : 1),
                               static_cast<std::uint64_t>(outputs) * (2 * patch + (bias ? 1 : 0) + (E::identity ? 0 : 1))});
   }
-  const int threads = cpu_threads();
+  const int threads = backend::cpu::threads();
   // Narrow T: the image is widened once into the buffer (im2col reads each pixel K K times).
   const index_t per_thread = patch * p + (direct ? 0 : out * p + g.image());
   auto scratch = cpu_scratch<A>(per_thread, threads);
@@ -160,7 +142,7 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
   (void)parallel;
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
   for (index_t n = 0; n < g.n; ++n) {
-    A* cols = scratch_all + cpu_thread() * per_thread;
+    A* cols = scratch_all + backend::cpu::thread() * per_thread;
     im2col_image<Stride>(widened_image(x + n * g.image(), cols + patch * p + (direct ? 0 : out * p), g), cols, one);
     T* yn = y + n * out * p;
     T* zn = z ? z + n * out * p : nullptr;
@@ -205,7 +187,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
              static_cast<std::uint64_t>(outputs) * ((E::identity ? 0 : 1) + (gb ? 1 : 0))});
   }
   const index_t groups = std::min<index_t>(g.n, 32), per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
-  const int threads = cpu_threads();
+  const int threads = backend::cpu::threads();
   const index_t per_thread =
       patch * p + (wide_dz ? out * p : 0) + (dx ? patch * p : 0) + (narrow ? (dx ? 2 : 1) * g.image() : 0);
   auto scratch = cpu_scratch<A>(per_thread, threads);
@@ -220,7 +202,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
   (void)parallel;
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
   for (index_t grp = 0; grp < groups; ++grp) {
-    A* cols = scratch_all + cpu_thread() * per_thread;
+    A* cols = scratch_all + backend::cpu::thread() * per_thread;
     A* dz_buf = cols + patch * p;
     A* dcols = dz_buf + (wide_dz ? out * p : 0);
     A* dx_buf = dcols + (dx ? patch * p : 0);

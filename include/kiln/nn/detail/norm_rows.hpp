@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/backend/cpu/threads.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/expr/executor.hpp"
@@ -346,7 +347,7 @@ struct NormRowGradParamMerge {
 };
 
 /// Samples per chunk of the parameters' gradient sums: on the CPU a fixed 16 (the sums do not depend on
-/// the thread count; a batch of 16 or fewer sums on one thread); on a GPU enough chunks to fill it with
+/// the thread count; a batch of few chunks is also split by parameters: norm_row_param_slices); on a GPU enough chunks to fill it with
 /// `params` threads each, each thread summing 32 elements or more (a chunk of one sample when a run
 /// is that long: GroupNorm on 16 x 16 positions). The GPU's sums then depend on its SM count.
 template <class D>
@@ -364,12 +365,16 @@ index_t norm_row_param_block(index_t samples, index_t params, index_t spatial, i
   }
 }
 
-/// Parameter slices per chunk on the CPU: about 4096 of the chunk's elements per call (at most one slice
-/// per parameter), so that a batch of one chunk still spreads over the threads. The sums do not depend
-/// on it.
-inline index_t norm_row_param_slices(index_t chunk_elements, index_t params) {
-  const index_t want = chunk_elements / 4096;
-  return want < 1 ? 1 : want < params ? want : params;
+/// Parameter slices per chunk on the CPU, where there are fewer chunks than threads (a small batch):
+/// two calls per thread, each of at least 4096 of the chunk's elements, at most one slice per parameter.
+/// The sums do not depend on it (each parameter's partial is one call's, over the same rows in order), so
+/// it may follow the thread count; with enough chunks, one call per chunk walks its rows once.
+inline index_t norm_row_param_slices(index_t chunks, index_t chunk_elements, index_t params) {
+  const index_t threads = backend::cpu::threads();
+  if (chunks >= threads) return 1;
+  const index_t want = (2 * threads + chunks - 1) / chunks, most = chunk_elements / 4096;
+  const index_t slices = want < most ? want : most;
+  return slices < 1 ? 1 : slices < params ? slices : params;
 }
 
 /// The module of LayerNorm and GroupNorm. Spec says what differs:
@@ -450,7 +455,7 @@ class NormRowsModule {
         const index_t chunks = (samples + block - 1) / block;
         Tensor<double, Shape<dyn>, D> part(Extents<Shape<dyn>>(2 * chunks * A), dy.device_index());
         const index_t chunk_elements = block * rows.groups * rows.length,
-                      slices = by_rows ? norm_row_param_slices(chunk_elements, A) : 1;
+                      slices = by_rows ? norm_row_param_slices(chunks, chunk_elements, A) : 1;
         kiln::detail::executor<D>::for_each(
             by_rows ? chunks * slices : chunks * A,
             NormRowGradParamChunks<T>{dy.data(), x_.data(), stats_.data(), part.data(), rows, samples, block,
