@@ -4,16 +4,13 @@
 #include <type_traits>
 #include <utility>
 
+#include <kiln/backend/cpu/threads.hpp>
 #include <kiln/core/config.hpp>
 #include <kiln/data/device_loader.hpp>
 #include <kiln/parallel/data_parallel.hpp>
 #include <kiln/policy/device.hpp>
 #include <kiln/expr/cast.hpp>
 #include <kiln/tensor/tensor.hpp>
-
-#if KILN_HAS_OPENMP
-#include <omp.h>
-#endif
 
 namespace examples {
 
@@ -66,12 +63,6 @@ auto device_batches(const Trained&, Loader& loader, kiln::data::ScaleNormalize t
 }
 
 /// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).
-inline int threads() {
-#if KILN_HAS_OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
+inline int threads() { return kiln::backend::cpu::threads(); }
 
 }  // namespace examples

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/backend/cpu/threads.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/nn/loss.hpp"
@@ -439,7 +440,7 @@ class DataParallel {
   void run_replicas(F&& f) {
     const auto part = [&](int r) {
       if (r == 0) {
-        const OmpShare share(threads_per_replica_);
+        const backend::cpu::ScopedThreads share(threads_per_replica_);  // the calling thread: a replica's share
         [[maybe_unused]] const auto scope = devices_.caller_scope();
         f(0);
         devices_.finish(0);
@@ -468,23 +469,6 @@ class DataParallel {
     }
     if (sync_) sync_->end_step();
   }
-  /// The calling thread's OpenMP thread count, set to a replica's share for a scope.
-  struct OmpShare {
-    explicit OmpShare([[maybe_unused]] int n) {
-#if KILN_HAS_OPENMP
-      before = omp_get_max_threads();
-      omp_set_num_threads(n);
-#endif
-    }
-    ~OmpShare() {
-#if KILN_HAS_OPENMP
-      omp_set_num_threads(before);
-#endif
-    }
-    OmpShare(const OmpShare&) = delete;
-    OmpShare& operator=(const OmpShare&) = delete;
-    int before = 1;
-  };
 
   /// Whether Net has SyncBatchNorm layers, which then normalise by every replica's share together.
   static constexpr bool synchronised = nn::has_sync_batchnorm_v<Net>;

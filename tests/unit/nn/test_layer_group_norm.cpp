@@ -12,6 +12,7 @@
 #include <kiln/nn/nn.hpp>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,9 +20,6 @@
 #include "support/policies.hpp"
 #include "support/reference.hpp"
 
-#if KILN_HAS_OPENMP
-#include <omp.h>
-#endif
 
 namespace {
 namespace knn = kiln::nn;
@@ -295,6 +293,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_wrong_run_time_extent_is_a_shape_error, D, kiln:
       });
 }
 
+/// Layer alone on the CPU with drawn parameters (U(-1.5, 1.5), when it has any), and drawn x and dy.
+template <class Layer, class In>
+struct DrawnNorm {
+  knn::Model<knn::Sequential<Layer>, In> m{0};
+  Tensor<float, In, kiln::Cpu> x, dy;
+  DrawnNorm(const Extents<In>& ext, std::uint32_t stream)
+      : x(kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -2, 3, stream + 1), ext)),
+        dy(kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, stream + 2), ext)) {
+    constexpr auto count = decltype(m)::parameter_count;
+    if constexpr (count > 0)
+      m.parameters().copy_from(std::span<const float>(kt::random_values<float>(count, -1.5, 1.5, stream)));
+  }
+};
+
 /// The GPU's passes (per element after per-row statistics and means, the parameter sums per (chunk,
 /// parameter) in chunks of `block` samples) run by the CPU executor against the CPU's (per row, per
 /// chunk of 16 samples): y and dx bit for bit, the parameter gradients within double rounding.
@@ -302,15 +314,10 @@ template <class Layer, class In>
 void check_gpu_layout_on_the_cpu(const Extents<In>& ext, kiln::index_t block, std::uint32_t stream) {
   namespace kd = kiln::nn::detail;
   using Ex = kiln::detail::executor<kiln::Cpu>;
-  knn::Model<knn::Sequential<Layer>, In> m(0);
-  using Model = decltype(m);
-  if constexpr (Model::parameter_count > 0)
-    m.parameters().copy_from(
-        std::span<const float>(kt::random_values<float>(Model::parameter_count, -1.5, 1.5, stream)));
-  const auto x = kt::make_tensor<kiln::Cpu>(
-      kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -2, 3, stream + 1), ext);
-  const auto dy = kt::make_tensor<kiln::Cpu>(
-      kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, stream + 2), ext);
+  DrawnNorm<Layer, In> drawn(ext, stream);
+  auto& m = drawn.m;
+  const auto &x = drawn.x, &dy = drawn.dy;
+  using Model = std::remove_reference_t<decltype(m)>;
   m.zero_grad();
   const auto y_cpu = m.forward(x).to_vector();
   const auto dx_cpu = m.backward_input(dy).to_vector();
@@ -354,25 +361,6 @@ BOOST_AUTO_TEST_CASE(per_element_and_per_row_passes_agree) {
   check_gpu_layout_on_the_cpu<knn::GroupNorm<3, 6, 1e-5f, false>>(Extents<Shape<dyn, 6, 7>>(5), 2, 125);
 }
 
-/// OpenMP's thread count set for a scope (nothing without OpenMP).
-struct OmpThreads {
-  int before = kiln::backend::cpu::threads();
-  explicit OmpThreads(int n) {
-#if KILN_HAS_OPENMP
-    omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-  }
-  ~OmpThreads() {
-#if KILN_HAS_OPENMP
-    omp_set_num_threads(before);
-#endif
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-};
-
 /// The CPU's parameter sums split over parameter slices (a small batch spread over the threads): the
 /// module's gradients equal, bit for bit, the sums of one call per chunk, and every slice count gives the
 /// same partial sums.
@@ -380,14 +368,9 @@ template <class Layer, class In>
 void check_parameter_slices(const Extents<In>& ext, std::uint32_t stream) {
   namespace kd = kiln::nn::detail;
   using Ex = kiln::detail::executor<kiln::Cpu>;
-  knn::Model<knn::Sequential<Layer>, In> m(0);
-  using Model = decltype(m);
-  m.parameters().copy_from(
-      std::span<const float>(kt::random_values<float>(Model::parameter_count, -1.5, 1.5, stream)));
-  const auto x = kt::make_tensor<kiln::Cpu>(
-      kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -2, 3, stream + 1), ext);
-  const auto dy = kt::make_tensor<kiln::Cpu>(
-      kt::random_values<float>(static_cast<std::size_t>(ext.numel()), -1, 1, stream + 2), ext);
+  DrawnNorm<Layer, In> drawn(ext, stream);
+  auto& m = drawn.m;
+  const auto &x = drawn.x, &dy = drawn.dy;
   m.zero_grad();
   (void)m.forward(x);
   (void)m.backward_input(dy);
@@ -422,7 +405,7 @@ void check_parameter_slices(const Extents<In>& ext, std::uint32_t stream) {
 
 BOOST_AUTO_TEST_CASE(parameter_sums_do_not_depend_on_slices) {
   // Slices are made where there are fewer chunks than threads: 4 threads here, whatever the machine has.
-  const OmpThreads four(4);
+  const kiln::backend::cpu::ScopedThreads four(4);
   // One chunk (3 samples) of 3 x 40 x 40 LayerNorm rows; two chunks (16 + 4 samples) of GroupNorm with
   // two channels a group (3 slices cut groups in half).
   check_parameter_slices<knn::LayerNormOver<Shape<3, 40, 40>>>(Extents<Shape<dyn, 3, 40, 40>>(3), 130);

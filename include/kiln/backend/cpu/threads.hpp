@@ -26,4 +26,25 @@ inline int thread() {
 #endif
 }
 
+/// Sets the calling thread's OpenMP thread count (omp_set_num_threads) for a scope, then restores it;
+/// nothing without OpenMP. DataParallel gives each replica its share this way.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads([[maybe_unused]] int n) {
+#if KILN_HAS_OPENMP
+    omp_set_num_threads(n);
+#endif
+  }
+  ~ScopedThreads() {
+#if KILN_HAS_OPENMP
+    omp_set_num_threads(before_);
+#endif
+  }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int before_ = threads();
+};
+
 }  // namespace kiln::backend::cpu
