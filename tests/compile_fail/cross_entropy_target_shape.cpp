@@ -1,4 +1,5 @@
 // expect: error: static assertion failed: kiln::nn::CrossEntropyLoss: a probability target has the logits' shape \[N, C\] \(class labels are int64 \[N\]\)
+// errors: 1
 // Probability targets of 5 classes for logits of 10: the target must have the logits' shape.
 #include <kiln/nn/nn.hpp>
 

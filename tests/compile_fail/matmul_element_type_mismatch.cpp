@@ -1,4 +1,5 @@
 // expect: kiln::matmul: A, B and C must have the same element type \(C may be float when A and B are half or bfloat16\); cast<T>\(\) one of them
+// errors: 1
 // float x double: GEMM operands share one element type.
 #include <kiln/kiln.hpp>
 

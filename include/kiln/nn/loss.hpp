@@ -785,9 +785,10 @@ struct CrossEntropyLoss {
                   "kiln::nn::CrossEntropyLoss: a probability target has the logits' shape [N, C] "
                   "(class labels are int64 [N])");
     kiln::detail::check_same_device(who, logits, target);
-    if (!(target.extents() == logits.extents()))  // (C too, where the shape leaves it dynamic)
-      throw ShapeError(std::string(who) + ": logits " + to_string(logits.extents()) + " but target " +
-                       to_string(target.extents()) + "; expected a probability target of the logits' shape");
+    if constexpr (std::is_same_v<ST, S>)  // (else the static_assert above is the one error)
+      if (!(target.extents() == logits.extents()))  // (C too, where the shape leaves it dynamic)
+        throw ShapeError(std::string(who) + ": logits " + to_string(logits.extents()) + " but target " +
+                         to_string(target.extents()) + "; expected a probability target of the logits' shape");
     if (ignore_index >= 0)  // (torch 1.13's test: a negative one names no class)
       throw ValueError(std::string(who) + ": ignore_index is not supported for floating point target (ignore_index " +
                        std::to_string(ignore_index) + " with probability targets [N, C])");

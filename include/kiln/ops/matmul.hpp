@@ -84,9 +84,11 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
                                           "evaluate expressions first with kiln::eval()");
   static_assert(TA::rank == 2 && TB::rank == 2 && SC::rank == 2, "kiln::matmul: operands must be matrices (rank 2)");
   using TAB = typename TA::element_type;
-  static_assert(std::is_same_v<typename TB::element_type, TAB> &&
-                    (std::is_same_v<TAB, TC> ||
-                     (std::is_same_v<TC, float> && (std::is_same_v<TAB, half> || std::is_same_v<TAB, bfloat16>))),
+  constexpr bool types_match =
+      std::is_same_v<typename TB::element_type, TAB> &&
+      (std::is_same_v<TAB, TC> ||
+       (std::is_same_v<TC, float> && (std::is_same_v<TAB, half> || std::is_same_v<TAB, bfloat16>)));
+  static_assert(types_match,
                 "kiln::matmul: A, B and C must have the same element type (C may be float when A and B are half "
                 "or bfloat16); cast<T>() one of them");
   static_assert(std::is_same_v<typename TA::device, DC> && std::is_same_v<typename TB::device, DC>,
@@ -111,8 +113,9 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
     detail::count_pass({detail::bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0f ? 2 : 1),
                         2 * static_cast<std::uint64_t>(m) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(k)});
   }
-  detail::gemm_backend<DC>::template run<TAB, TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1), b.data(),
-                                             b.size(1), beta, c.data(), n, c.device_index());
+  if constexpr (types_match)  // (else the static_assert above is the one error)
+    detail::gemm_backend<DC>::template run<TAB, TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1),
+                                                    b.data(), b.size(1), beta, c.data(), n, c.device_index());
 }
 
 /// op(A) op(B) as a new tensor [M, N] (M may be dyn).
