@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -66,19 +67,19 @@ EpochResult run_epoch(Loader& loader, int accumulate, int epoch, int epochs, Bat
   return {samples > 0 ? loss_sum / static_cast<double>(samples) : 0.0, samples, seconds_since(t0)};
 }
 
-/// The backward pass of a micro-batch: model.backward(dy). DistributedDataParallel averages the
-/// gradients over the ranks only in the micro-batch an optimizer step follows (`steps`), as
-/// torch's no_sync() does for the others.
-template <class Model, class Dy>
-void backward_for_step(Model& model, const Dy& dy, bool /*steps*/) {
-  model.backward(dy);
+/// What a micro-batch's forward and backward run under: DistributedDataParallel averages the gradients
+/// over the ranks only in the micro-batch an optimizer step follows (`steps`); the others run under
+/// no_sync(), as in torch. Nothing for one device or DataParallel.
+template <class Model>
+int sync_for_step(Model&, bool /*steps*/) {
+  return 0;
 }
 #if KILN_WITH_MPI
-template <class Net, class In, class B, class Prec, class D, class Dy>
-void backward_for_step(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, const Dy& dy, bool steps) {
-  ddp.set_require_sync(steps);
-  ddp.backward(dy);
-  ddp.set_require_sync(true);
+template <class Net, class In, class B, class Prec, class D>
+auto sync_for_step(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, bool steps) {
+  using NoSync = typename kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>::NoSync;
+  if (steps) return std::optional<NoSync>();
+  return std::optional<NoSync>(std::in_place, ddp);
 }
 #endif
 
@@ -98,10 +99,11 @@ EpochResult train_epoch(Model& model, Optimizer& opt, Scaler& scaler, Loss& loss
       [&](const auto& b, double weight) {
         const auto x = to_model_input<D, T>(b.x);
         const auto y = to_model_input<D, T>(b.y);
+        ++seen;
+        [[maybe_unused]] const auto sync = sync_for_step(model, seen % accumulate == 0 || seen == batches);
         const auto pred = model.forward(x);
         const double l = static_cast<double>(loss(pred, y).item());
-        ++seen;
-        backward_for_step(model, loss.backward(pred, y, scaler.scale() * weight), seen % accumulate == 0 || seen == batches);
+        model.backward(loss.backward(pred, y, scaler.scale() * weight));
         return l;
       },
       [&] {

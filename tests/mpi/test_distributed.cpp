@@ -1,7 +1,7 @@
 // Distributed<Mpi> on 2 ranks (mpiexec -n 2): rank 0's parameters reach every rank; 20 Adam steps with
 // each rank on its half of the global batch give the parameters of one device on the whole batch
 // (within 1e-5); the averaged gradients equal the single-device ones for every bucket size; no_sync
-// accumulation; GroupNorm and LayerNorm training like one device; rank 0's BatchNorm buffers broadcast
+// accumulation, decided by the forward as in torch; GroupNorm and LayerNorm training like one device; rank 0's BatchNorm buffers broadcast
 // before training forwards; SyncBatchNorm training like one device on the whole batch (uneven and empty
 // shares, one value per channel an error on every rank); rank-0 checkpoints that every rank loads; and
 // ranks that disagree (world size, model, a failed checkpoint write) all end with an error instead of
@@ -18,6 +18,7 @@
 #include <kiln/optim/optim.hpp>
 #include <kiln/parallel/distributed.hpp>
 #include <kiln/parallel/mpi.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -152,6 +153,36 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulates_locally_and_the_last_backward_averages_
   BOOST_TEST(max_abs_diff(ddp.module().gradients().to_vector(), want) <= 1e-6);
   // The first micro-batch's gradients were this rank's alone (they differ from the average).
   BOOST_TEST(max_abs_diff(local, want) > 1e-4);
+}
+
+// torch prepares its reducer in forward: a forward under no_sync() makes the backward after it local
+// wherever that backward is called, a forward outside it makes it average even inside no_sync().
+BOOST_AUTO_TEST_CASE(no_sync_is_decided_by_the_forward_as_in_torch) {
+  Group group({.timeout = test_timeout});
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 4), Extents<Row>(16));
+  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16, -1, 1, 5), Extents<Shape<dyn, 1>>(16));
+  knn::MSELoss mse;
+  knn::Model<Mlp, Row> single(6);
+  single.backward(mse.backward(single.forward(x), y));
+  const auto want = single.gradients().to_vector();
+  const auto mine_x = share(x, group.rank(), group.size());
+  const auto mine_y = share(y, group.rank(), group.size());
+
+  Ddp<Mlp, Row> local(group, 6);
+  std::optional<Ddp<Mlp, Row>::NoSync> guard(std::in_place, local);
+  const auto pred = local.forward(mine_x);
+  guard.reset();
+  BOOST_TEST(local.require_sync());
+  local.backward(mse.backward(pred, mine_y));  // forward under no_sync: this rank's own gradients
+  BOOST_TEST(max_abs_diff(local.module().gradients().to_vector(), want) > 1e-4);
+
+  Ddp<Mlp, Row> averaged(group, 6);
+  const auto pred2 = averaged.forward(mine_x);
+  {
+    auto inside = averaged.no_sync();
+    averaged.backward(mse.backward(pred2, mine_y));  // forward outside: averaged
+  }
+  BOOST_TEST(max_abs_diff(averaged.module().gradients().to_vector(), want) <= 1e-6);
 }
 
 BOOST_AUTO_TEST_CASE(group_and_layer_norm_ranks_train_like_one_device_with_every_bucket_size) {

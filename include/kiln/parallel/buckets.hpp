@@ -2,6 +2,7 @@
 /// in reverse layer order (the order backward produces them), as torch.nn.parallel.DistributedDataParallel.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -34,16 +35,19 @@ struct BucketOptions {
 /// down to 0 (each bucket's begin is the next one's end).
 inline std::vector<Bucket> plan_buckets(std::vector<nn::ParameterInfo> params, std::size_t element_bytes,
                                         const BucketOptions& o = {}) {
-  if (!(o.bucket_cap_mb > 0) || !(o.first_bucket_mb > 0))
-    throw ValueError("kiln::parallel::plan_buckets: bucket sizes must be positive (bucket_cap_mb " +
+  if (!(o.bucket_cap_mb > 0) || !(o.first_bucket_mb > 0) || !std::isfinite(o.bucket_cap_mb) ||
+      !std::isfinite(o.first_bucket_mb))
+    throw ValueError("kiln::parallel::plan_buckets: bucket sizes must be positive and finite (bucket_cap_mb " +
                      std::to_string(o.bucket_cap_mb) + ", first_bucket_mb " + std::to_string(o.first_bucket_mb) + ")");
   std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.offset > b.offset; });
   std::vector<Bucket> buckets;
   index_t expected_end = params.empty() ? 0 : params.front().offset + params.front().count;
   Bucket current;
   current.end = expected_end;
-  const auto cap_elements = [&](double mb) {
-    return std::max<index_t>(1, static_cast<index_t>(mb * 1048576.0 / static_cast<double>(element_bytes)));
+  const auto cap_elements = [&](double mb) {  // a cap past any arena (1e30 MiB) is one bucket, not UB
+    const double elements = mb * 1048576.0 / static_cast<double>(element_bytes);
+    if (!(elements < 0x1p62)) return index_t{1} << 62;
+    return std::max<index_t>(1, static_cast<index_t>(elements));
   };
   for (const auto& p : params) {
     if (p.offset + p.count != expected_end)

@@ -67,16 +67,14 @@ namespace detail {
 class ReplicaPool {
  public:
   ReplicaPool(int n, std::function<void(int)> setup) : setup_(std::move(setup)) {
-    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { work(r); });
-  }
-  ~ReplicaPool() {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      stop_ = true;
+    try {
+      for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { work(r); });
+    } catch (...) {  // a thread that could not start (std::system_error): stop and join those that did
+      stop();
+      throw;
     }
-    wake_.notify_all();
-    for (auto& t : threads_) t.join();
   }
+  ~ReplicaPool() { stop(); }
   ReplicaPool(const ReplicaPool&) = delete;
   ReplicaPool& operator=(const ReplicaPool&) = delete;
 
@@ -97,6 +95,14 @@ class ReplicaPool {
   }
 
  private:
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
   void work(int r) {
     std::exception_ptr setup_error;  // reported by every job, instead of running it
     try {
@@ -184,7 +190,8 @@ struct ReplicaDevices<Cpu> {
 /// ignore), so the summed gradient is the full batch's mean gradient, whatever the split; for a
 /// `reduction` of `sum` each weighs 1, and the summed gradient is the full batch's sum's. Dropout draws
 /// its mask from each replica's own element indices, so a model with Dropout does not reproduce
-/// single-device training mask for mask. Buffers (BatchNorm's running statistics) are copied from
+/// single-device training mask for mask, and replicas' chunks of one size get the same masks (as in
+/// torch's DataParallel, whose GPUs torch.manual_seed seeds alike). Buffers (BatchNorm's running statistics) are copied from
 /// replica 0 to the others at the start of every train_step, as torch's replicate() does each forward:
 /// each replica normalises its chunk by that chunk's statistics, and replica 0's running statistics are
 /// the ones that last (what module() evaluates and a checkpoint of it saves). With SyncBatchNorm layers
@@ -251,7 +258,8 @@ class DataParallel {
   /// Forward and backward of one global batch: x [n, ...] and its targets (labels [n] or values [n, ...]),
   /// on the host for CUDA replicas (each replica's chunk is copied to its device). Each replica computes
   /// its chunk's loss on its own host thread and accumulates its parameter gradients; then the
-  /// gradients are summed across replicas (in place, on every replica). Returns the batch's loss (its
+  /// gradients are summed across replicas (in place, on every replica). As on one device, gradients
+  /// accumulate over train_steps until zero_grad (gradient accumulation). Returns the batch's loss (its
   /// mean, or its sum for a sum-reduced loss).
   /// `scale` multiplies every loss gradient (a GradScaler's scale).
   template <class Y, class SY, class Loss>
@@ -270,6 +278,10 @@ class DataParallel {
     std::vector<double> losses(models_.size(), 0.0);
     if constexpr (model_type::buffer_count > 0) broadcast_buffers();
     run_replicas([&](int r) {
+      // Replica 0 holds the running sum of the steps since zero_grad (every replica did, after the last
+      // all-reduce); the others start from zero so that the all-reduce adds this step's gradients to it
+      // once: train_steps without zero_grad accumulate, as torch's .grad does.
+      if (r > 0) replica(r).gradients().fill(M(0));
       const index_t count = split.count[static_cast<std::size_t>(r)];
       if (count == 0 && !sync_) return;  // with SyncBatchNorm an empty share still takes part
       const index_t off = split.offset[static_cast<std::size_t>(r)];

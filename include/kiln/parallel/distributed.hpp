@@ -121,14 +121,16 @@ class DistributedDataParallel {
         group_.broadcast(model_.buffers().data(), model_type::buffer_count, 0, "broadcasting rank 0's buffers");
       sync_buffers_ = model_.grad_enabled() && sync_;
     }
+    backward_syncs_ = sync_;
     return model_.forward(x);
   }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
 
   /// model.backward(dy), then the gradients are averaged over the ranks, bucket by bucket as backward
-  /// reaches them. Under no_sync() only the local gradients accumulate.
+  /// reaches them, unless the forward before it was made under no_sync() (as torch, which prepares its
+  /// reducer in forward): then only the local gradients accumulate.
   void backward(const Tensor<T, output_shape, D>& dy) {
-    if (!sync_) {
+    if (!backward_syncs_) {
       model_.backward(dy);
       return;
     }
@@ -147,8 +149,9 @@ class DistributedDataParallel {
     group_.wait_all();
   }
 
-  /// Within its scope backward() does not communicate (torch: `with ddp.no_sync():`): the micro-batches
-  /// of gradient accumulation before the last one.
+  /// A forward made within its scope is followed by a backward() that does not communicate (torch:
+  /// `with ddp.no_sync():`, around forward and backward): the micro-batches of gradient accumulation
+  /// before the last one. What counts is where the forward was made, as in torch.
   class NoSync {
    public:
     explicit NoSync(DistributedDataParallel& d) : d_(d), was_(d.sync_) { d_.sync_ = false; }
@@ -160,7 +163,9 @@ class DistributedDataParallel {
     DistributedDataParallel& d_;
     bool was_;
   };
-  NoSync no_sync() { return NoSync(*this); }
+  [[nodiscard("no_sync() is a scope guard: keep it, `auto guard = ddp.no_sync();`")]] NoSync no_sync() {
+    return NoSync(*this);
+  }
   void set_require_sync(bool on) { sync_ = on; }
   bool require_sync() const { return sync_; }
 
@@ -217,9 +222,9 @@ class DistributedDataParallel {
     const Bucket& k = buckets_[b];
     group_.template start_average<M, D>(model_.gradients().data() + k.begin, k.size(), labels_[b]);
   }
-  /// Parameter count, every parameter's and buffer's name and shape, and the layers (the summary names
+  /// Parameter count, every parameter's and buffer's name and shape, the layers (the summary names
   /// each, with its arguments: BatchNorm2d and SyncBatchNorm differ, and would make different
-  /// collectives), hashed; all ranks must agree.
+  /// collectives) and the gradient buckets, hashed; all ranks must agree.
   void check_same_model() {
     std::uint64_t h = detail::fnv1a(&model_type::parameter_count, sizeof(index_t));
     if constexpr (requires { model_.net().summary(1); }) {
@@ -235,6 +240,10 @@ class DistributedDataParallel {
       h = detail::fnv1a(b.shape.data(), b.shape.size() * sizeof(index_t), h);
     }
     h = detail::fnv1a(&sizeof_m, sizeof sizeof_m, h);
+    for (const auto& b : buckets_) {  // ranks with other BucketOptions would make collectives of other sizes
+      h = detail::fnv1a(&b.begin, sizeof b.begin, h);
+      h = detail::fnv1a(&b.end, sizeof b.end, h);
+    }
     const auto all = group_.all_gather(static_cast<std::int64_t>(h), "comparing the model's layout");
     const auto counts = group_.all_gather(model_type::parameter_count, "comparing the model's size");
     std::string differ;
@@ -244,7 +253,8 @@ class DistributedDataParallel {
     if (!differ.empty())
       throw DistributedError(detail::rank_prefix(group_.rank(), group_.size()) +
                              "the ranks build different models: rank 0 has " + std::to_string(counts[0]) +
-                             " parameters, and these ranks different layers, parameters or buffers (parameter count):" +
+                             " parameters, and these ranks different layers, parameters, buffers or gradient "
+                             "buckets (BucketOptions) (parameter count):" +
                              differ);
   }
   std::uint64_t parameter_fingerprint() const {
@@ -263,6 +273,7 @@ class DistributedDataParallel {
   std::size_t started_early_ = 0;
   bool sync_ = true;
   bool sync_buffers_ = true;  // whether the next forward broadcasts rank 0's buffers first
+  bool backward_syncs_ = true;  // whether the last forward was made outside no_sync()
 };
 
 }  // namespace kiln::parallel

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -105,10 +106,14 @@ class ProcessGroup<Mpi> {
  public:
   explicit ProcessGroup(ProcessGroupOptions o = {}) : options_(o) {
     detail::MpiRuntime::get().ensure_initialized();
-    KILN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    KILN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    KILN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    // The group's own communicator, made within the timeout too (MPI_Comm_dup would wait for a rank that
+    // never comes).
+    MPI_Request req = MPI_REQUEST_NULL;
+    KILN_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &req));
+    wait(&req, 1, "creating the group's communicator");
     KILN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));  // codes come back to be checked
-    KILN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-    KILN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
     local_rank_ = find_local_rank();
 
     // Launch checks: every rank learns whether any failed, so all end together.
@@ -122,7 +127,14 @@ class ProcessGroup<Mpi> {
                 std::to_string(size_) + " (mpirun -np " + std::to_string(options_.expected_world_size) + ")";
     agree(problem, "checking the launch");
   }
+  /// Destroyed by an exception that ends this rank (one of the program's own, not a collective's): the
+  /// job is marked failed, so that this rank's exit aborts it (mpirun then ends every rank) rather than
+  /// waiting in MPI_Finalize for ranks that wait in a collective for it until their timeout.
   ~ProcessGroup() {
+    if (std::uncaught_exceptions() > uncaught_exceptions_) {
+      failed_ = true;
+      detail::MpiRuntime::get().failed = true;
+    }
     if (comm_ != MPI_COMM_NULL && !failed_) (void)MPI_Comm_free(&comm_);
   }
   ProcessGroup(const ProcessGroup&) = delete;
@@ -235,11 +247,16 @@ class ProcessGroup<Mpi> {
   int find_local_rank() {
     if (const auto l = detail::env_int("LOCAL_RANK")) return *l;
     if (const auto l = detail::env_int("OMPI_COMM_WORLD_LOCAL_RANK")) return *l;
-    MPI_Comm node = MPI_COMM_NULL;
-    KILN_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    // The ranks before this one on the same host (by MPI_Get_processor_name; gathered within the
+    // timeout, where MPI_Comm_split_type would block).
+    std::vector<char> name(MPI_MAX_PROCESSOR_NAME + 1, '\0');
+    int length = 0;
+    KILN_MPI_CHECK(MPI_Get_processor_name(name.data(), &length));
+    std::vector<char> all(name.size() * static_cast<std::size_t>(size_));
+    all_gather(name.data(), all.data(), static_cast<index_t>(name.size()), "finding the ranks on this host");
     int local = 0;
-    KILN_MPI_CHECK(MPI_Comm_rank(node, &local));
-    KILN_MPI_CHECK(MPI_Comm_free(&node));
+    for (int r = 0; r < rank_; ++r)
+      if (std::equal(name.begin(), name.end(), all.begin() + static_cast<std::ptrdiff_t>(name.size()) * r)) ++local;
     return local;
   }
   /// A count MPI takes in one call (an int), else a ValueError naming the collective.
@@ -288,6 +305,7 @@ class ProcessGroup<Mpi> {
   int size_ = 1;
   int local_rank_ = 0;
   bool failed_ = false;
+  int uncaught_exceptions_ = std::uncaught_exceptions();  // at construction: more at destruction is unwinding
   std::vector<MPI_Request> pending_;
   std::vector<std::string> pending_what_;
 };

@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <exception>
 #include <optional>
 #include <string>
 #include <thread>
@@ -59,7 +60,7 @@ class ProcessGroup<Nccl> {
   /// marks the job failed (the rank's exit then aborts the job instead of hanging in MPI_Finalize).
   ~ProcessGroup() {
     if (comm_ == nullptr) return;
-    if (failed_) {
+    if (failed_ || std::uncaught_exceptions() > uncaught_exceptions_) {  // a failure, or an exception ending the rank
       abort_communicator();
       return;
     }
@@ -220,6 +221,7 @@ class ProcessGroup<Nccl> {
   ncclComm_t comm_ = nullptr;
   std::string last_what_;
   bool failed_ = false;
+  int uncaught_exceptions_ = std::uncaught_exceptions();  // at construction: more at destruction is unwinding
 };
 
 }  // namespace kiln::parallel

@@ -2,7 +2,8 @@
 # throw) and checks that the job ends with a non-zero status within LIMIT seconds (no hang), with the
 # message that says why (EXPECT, a regex over stdout + stderr). MPIEXEC=none runs PROGRAM MODE alone
 # (watchdog_exit.cpp: a process that must end itself).
-#   cmake -DMPIEXEC=... -DPROGRAM=... -DMODE=... -DLIMIT=... -DEXPECT=... -P check.cmake
+# GROUP_TIMEOUT, where given, is the group's timeout in seconds (the program's second argument).
+#   cmake -DMPIEXEC=... -DPROGRAM=... -DMODE=... -DLIMIT=... -DEXPECT=... [-DGROUP_TIMEOUT=...] -P check.cmake
 foreach(v IN ITEMS MPIEXEC PROGRAM MODE LIMIT EXPECT)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "check.cmake: -D${v}=... is required")
@@ -13,7 +14,7 @@ set(launch ${MPIEXEC} -n 2)
 if(MPIEXEC STREQUAL "none")
   set(launch "")
 endif()
-execute_process(COMMAND ${launch} ${PROGRAM} ${MODE}
+execute_process(COMMAND ${launch} ${PROGRAM} ${MODE} ${GROUP_TIMEOUT}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out TIMEOUT ${LIMIT})
 string(TIMESTAMP stop "%s" UTC)
 math(EXPR elapsed "${stop} - ${start}")

@@ -1,7 +1,9 @@
 // A Distributed<Mpi> training loop in which rank 1 fails at step 3, as tests/mpi/failures/check.cmake
 // runs it under mpiexec -n 2: `kill` (rank 1 dies by SIGKILL), `hang` (rank 1 stops taking part),
 // `throw` (rank 1 ends with an exception). Rank 0 must not hang: it ends with an error within the
-// group's timeout (2 s here), or mpirun ends it when rank 1 dies.
+// group's timeout (2 s, or the seconds of a second argument), or mpirun ends it when rank 1 dies (an
+// exception that unwinds the group makes rank 1's exit abort the job: with a timeout of 600 s the job
+// still ends at once).
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -21,11 +23,12 @@ using Row = kiln::Shape<kiln::dyn, 13>;
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "kill" && mode != "hang" && mode != "throw") {
-    std::fprintf(stderr, "usage: %s kill|hang|throw\n", argv[0]);
+    std::fprintf(stderr, "usage: %s kill|hang|throw [group timeout in seconds]\n", argv[0]);
     return 2;
   }
   try {
-    kiln::parallel::ProcessGroup<kiln::Mpi> group({.timeout = std::chrono::seconds(2)});
+    const int timeout_s = argc > 2 ? std::stoi(argv[2]) : 2;
+    kiln::parallel::ProcessGroup<kiln::Mpi> group({.timeout = std::chrono::seconds(timeout_s)});
     kiln::parallel::DistributedDataParallel<Mlp, Row, kiln::Mpi> ddp(group, 0);
     kiln::optim::SGD opt(ddp.module(), {.lr = 0.01f});
     kiln::Tensor<float, Row> x(kiln::Extents<Row>(8));

@@ -3,6 +3,7 @@
 // signal comes once per layer with parameters, last layer first, with that layer's arena offset, and
 // each offset is told only after that layer's gradients are written.
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <kiln/nn/nn.hpp>
 #include <kiln/parallel/buckets.hpp>
 #include <string>
@@ -81,6 +82,10 @@ BOOST_AUTO_TEST_CASE(bad_caps_and_holes_are_errors) {
   knn::Model<Mlp, Row> m(0);
   BOOST_CHECK_THROW(plan_buckets(m.named_parameters(), 4, {.bucket_cap_mb = 0}), kiln::ValueError);
   BOOST_CHECK_THROW(plan_buckets(m.named_parameters(), 4, {.bucket_cap_mb = 25, .first_bucket_mb = -1}), kiln::ValueError);
+  // torch: int(inf * 2**20) is an OverflowError; a cap past any arena is one bucket (it was UB: one each).
+  BOOST_CHECK_THROW(plan_buckets(m.named_parameters(), 4, {.bucket_cap_mb = INFINITY}), kiln::ValueError);
+  BOOST_CHECK_THROW(plan_buckets(m.named_parameters(), 4, {.bucket_cap_mb = NAN}), kiln::ValueError);
+  BOOST_TEST(plan_buckets(m.named_parameters(), 4, {.bucket_cap_mb = 1e30, .first_bucket_mb = 1e30}).size() == 1u);
   auto params = m.named_parameters();
   params.erase(params.begin() + 2);  // a hole where 2.weight was
   BOOST_CHECK_THROW(plan_buckets(params, 4), kiln::ValueError);

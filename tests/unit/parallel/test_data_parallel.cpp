@@ -4,7 +4,7 @@
 // replicas follow one bf16 device; CrossEntropyLoss's (and NLLLoss's) ignored labels weigh each replica
 // by the rows that count; sum-reduced and label-smoothed losses, probability targets and KLDivLoss's
 // reductions train like one device; fp16 replicas step through one GradScaler like one fp16 device
-// (skips counted once); OneCycleLR drives every replica's optimizer; BatchNorm's buffers start every
+// (skips counted once); train_steps without zero_grad accumulate gradients like one device; OneCycleLR drives every replica's optimizer; BatchNorm's buffers start every
 // step from replica 0's; SyncBatchNorm replicas train like one device (an empty chunk too), fail
 // together and never train alone; GroupNorm and LayerNorm replicas train like one device; an error on a
 // replica's thread reaches the caller.
@@ -91,6 +91,39 @@ BOOST_AUTO_TEST_CASE(two_replicas_train_the_mlp_like_one_device) {
   const double d = train_both<Mlp>(2, 20, Extents<Row>(64), targets, Extents<Shape<dyn, 1>>(64), knn::MSELoss{});
   BOOST_TEST_MESSAGE("MLP, 2 replicas, 20 steps: largest parameter difference " << d);
   BOOST_TEST(d <= 1e-5);
+}
+
+// torch.nn.DataParallel reduces into the module's .grad, which accumulates: K train_steps without zero_grad
+// give the K batches' summed gradient on every replica, as K backward passes on one device do (an uneven
+// split with an empty share too: 5 rows on 4 replicas).
+BOOST_AUTO_TEST_CASE(gradients_accumulate_over_train_steps_like_one_device) {
+  for (const int rows : {24, 5}) {
+    knn::Model<Mlp, Row> single(5);
+    kiln::optim::Adam opt(single, {.lr = 1e-2f});
+    DataParallel<Mlp, Row> dp(rows == 5 ? 4 : 3, 5);
+    auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); });
+    const knn::MSELoss loss;
+    const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(rows), -2, 2, 8),
+                                              Extents<Shape<dyn, 1>>(rows));
+    for (int round = 0; round < 2; ++round) {
+      opt.zero_grad();
+      opts.zero_grad();
+      for (int micro = 0; micro < 3; ++micro) {
+        const auto x = kt::make_tensor<kiln::Cpu>(
+            kt::random_values<float>(static_cast<std::size_t>(rows) * 13, -1, 1, 200 + 10 * round + micro),
+            Extents<Row>(rows));
+        single.backward(loss.backward(single.forward(x), y));
+        dp.train_step(x, y, loss);
+      }
+      const auto want = single.gradients().to_vector();
+      for (int r = 0; r < dp.size(); ++r)
+        BOOST_TEST(max_abs_diff(dp.replica(r).gradients().to_vector(), want) <= 1e-5);
+      opt.step();
+      opts.step();
+    }
+    BOOST_TEST(dp.in_sync());
+    BOOST_TEST(max_abs_diff(dp.module().parameters().to_vector(), single.parameters().to_vector()) <= 1e-5);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(two_replicas_train_a_small_lenet_like_one_device) {
