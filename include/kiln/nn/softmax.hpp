@@ -38,6 +38,11 @@ struct SoftmaxLayer {
 
     /// y = exp(x - max) / Σ exp(x - max), or its log: four passes (max, exp-sum, output).
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      if (x.numel() == 0) {  // no rows, or no features (Shape<dyn, dyn>): an empty output, as torch's
+        Tensor<T, S, D> y(x.extents(), x.device_index());
+        y_ = ctx.grad ? y : Tensor<T, S, D>();
+        return y;
+      }
       const auto m = as_column(max<1>(x));            // [N, 1]
       const auto s = as_column(sum<1>(exp(x - m)));   // [N, 1]
       Tensor<T, S, D> y(x.extents(), x.device_index());

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <kiln/nn/nn.hpp>
+#include <span>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -222,6 +223,40 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(linear_checks_a_dynamic_feature_count_at_run_time,
   BOOST_CHECK_EXCEPTION(model.forward(bad), kiln::ShapeError, kt::message_contains({"Linear<5, 4>", "expected 5"}));
   const auto good = kt::make_tensor<D>(kt::random_values<float>(3 * 5, -1, 1, 34), Extents<Wide>(3, 5));
   BOOST_TEST(model.forward(good).size(1) == 4);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_on_a_dynamic_width_trains_and_refuses_a_dy_of_other_rows, D, kiln::test::devices) {
+  // Linear<5, 4> on Shape<dyn, dyn> trains as on Shape<dyn, 5> (the same gradients; dx has the input's
+  // shape). A dy with other rows than the forward's is a ShapeError before anything is written (the
+  // bias gradient's sum came first before): Model checks it, and so does the layer driven directly.
+  using P = kiln::Policy<kiln::Fp32, D>;
+  using Wide = Shape<dyn, dyn>;
+  using Net = knn::Sequential<knn::Linear<5, 4>, knn::ReLU>;
+  knn::Model<Net, Wide, P> wide(0);
+  knn::Model<Net, Shape<dyn, 5>, P> fixed(0);
+  const auto values = kt::random_values<float>(3 * 5, -1, 1, 35);
+  const auto dy = kt::make_tensor<D>(kt::random_values<float>(3 * 4, -1, 1, 36), Extents<Shape<dyn, 4>>(3));
+  (void)wide.forward(kt::make_tensor<D>(values, Extents<Wide>(3, 5)));
+  wide.backward(dy);
+  (void)fixed.forward(kt::make_tensor<D>(values, Extents<Shape<dyn, 5>>(3)));
+  fixed.backward(dy);
+  BOOST_TEST(wide.gradients().to_vector() == fixed.gradients().to_vector(), boost::test_tools::per_element());
+
+  typename knn::Linear<5, 4>::template module<Wide, P> m;
+  kiln::Tensor<float, Shape<dyn>, D> params(24), grads(24);
+  params.copy_from(std::span<const float>(fixed.parameters().to_vector()));
+  grads.fill(0.0f);
+  m.bind(params.data(), grads.data(), params.data(), params.device_index());
+  (void)m.forward(kt::make_tensor<D>(values, Extents<Wide>(3, 5)), {});
+  const auto dx = m.backward(dy);
+  BOOST_TEST(dx.size(0) == 3);
+  BOOST_TEST(dx.size(1) == 5);
+  (void)m.forward(kt::make_tensor<D>(values, Extents<Wide>(3, 5)), {});
+  const auto before = grads.to_vector();
+  const auto four = kt::make_tensor<D>(std::vector<float>(16, 1.0f), Extents<Shape<dyn, 4>>(4));
+  BOOST_CHECK_EXCEPTION((void)m.backward(four), kiln::ShapeError,
+                        kt::message_contains({"Linear::backward: dy has 4 rows; the forward pass had 3"}));
+  BOOST_TEST(grads.to_vector() == before, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(training_forward_saves_its_input_without_a_copy_for_any_batch, D, kiln::test::devices) {

@@ -65,6 +65,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_rows_sum_to_one_even_for_large_logits, D, 
   BOOST_TEST(y[5] == 0.66524096f, boost::test_tools::tolerance(1e-5f));
 }
 
+// torch.softmax / log_softmax of a [2, 0] tensor is a [2, 0] tensor (max over no features would throw).
+BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_of_no_features_is_empty, D, kiln::test::devices) {
+  using Wide = Shape<dyn, dyn>;
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Softmax>, Wide, kiln::Policy<kiln::Fp32, D>> soft(0);
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::LogSoftmax>, Wide, kiln::Policy<kiln::Fp32, D>> log_soft(0);
+  const kiln::Tensor<float, Wide, D> x(kiln::Extents<Wide>(2, 0));
+  const auto y = soft.forward(x);
+  BOOST_TEST(y.size(0) == 2);
+  BOOST_TEST(y.size(1) == 0);
+  soft.backward(y);
+  BOOST_TEST(log_soft.forward(x).numel() == 0);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_backward_matches_numeric, D, kiln::test::devices) {
   const kiln::Extents<Rows> ext(6);
   const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(42, -4.0, 4.0, 3), ext);

@@ -180,6 +180,10 @@ class ConvPlan {
   void build(index_t n, index_t c, index_t h, index_t w, index_t k, index_t r, index_t stride, index_t pad) {
     const index_t limit = std::numeric_limits<int>::max();
     if (n > limit || n * c * h * w > limit || k * c * r * r > limit) return;  // usable_ stays false
+    // The output too, before its descriptor (which would refuse it: CUDNN_STATUS_NOT_SUPPORTED): the
+    // caller then takes the im2col path, whose GEMMs take 64-bit sizes.
+    const index_t out_h = (h + 2 * pad - r) / stride + 1, out_w = (w + 2 * pad - r) / stride + 1;
+    if (out_h > 0 && out_w > 0 && n * k * out_h * out_w > limit) return;
     DeviceGuard g(device_);
     constexpr cudnnDataType_t type = detail::cudnn_type<T>();
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));

@@ -131,16 +131,18 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
                                   bytes_of<T>(outputs) * (z ? 2 : 1),
                               static_cast<std::uint64_t>(outputs) * (2 * patch + (bias ? 1 : 0) + (E::identity ? 0 : 1))});
   }
-  const int threads = backend::cpu::threads();
+  // A team of no more threads than images, each with its own columns (scratch for a thread that
+  // would have no image would only cost memory).
+  const int team = static_cast<int>(std::min<index_t>(backend::cpu::threads(), std::max<index_t>(g.n, 1)));
   // Narrow T: the image is widened once into the buffer (im2col reads each pixel K K times).
   const index_t per_thread = patch * p + (direct ? 0 : out * p + g.image());
-  auto scratch = cpu_scratch<A>(per_thread, threads);
+  auto scratch = cpu_scratch<A>(per_thread, team);
   Tensor<A, Shape<dyn>, Cpu> wide;
   const A* wa = gemm_weight<A>(w, out * patch, wide);
   A* const scratch_all = scratch.data();
-  const bool parallel = g.n > 1 && threads > 1;
+  const bool parallel = team > 1;
   (void)parallel;
-  KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
+  KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) num_threads(team))
   for (index_t n = 0; n < g.n; ++n) {
     A* cols = scratch_all + backend::cpu::thread() * per_thread;
     im2col_image<Stride>(widened_image(x + n * g.image(), cols + patch * p + (direct ? 0 : out * p), g), cols, one);
@@ -188,9 +190,10 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
   }
   const index_t groups = std::min<index_t>(g.n, 32), per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
   const int threads = backend::cpu::threads();
+  const int team = static_cast<int>(std::min<index_t>(threads, std::max<index_t>(groups, 1)));  // a group or more each
   const index_t per_thread =
       patch * p + (wide_dz ? out * p : 0) + (dx ? patch * p : 0) + (narrow ? (dx ? 2 : 1) * g.image() : 0);
-  auto scratch = cpu_scratch<A>(per_thread, threads);
+  auto scratch = cpu_scratch<A>(per_thread, team);
   auto partial = cpu_scratch<A>(out * patch, static_cast<int>(groups));
   Tensor<A, Shape<dyn>, Cpu> wide;
   const A* wa = dx ? gemm_weight<A>(w, out * patch, wide) : nullptr;
@@ -198,9 +201,9 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
   A* const scratch_all = scratch.data();
   A* const gw_partial = partial.data();
   double* const gb_partial = bias_partial.data();
-  const bool parallel = groups > 1 && threads > 1;
+  const bool parallel = team > 1;
   (void)parallel;
-  KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
+  KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) num_threads(team))
   for (index_t grp = 0; grp < groups; ++grp) {
     A* cols = scratch_all + backend::cpu::thread() * per_thread;
     A* dz_buf = cols + patch * p;
@@ -239,6 +242,11 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
       }
     }
   }
+  // The partials added in group order for each weight, the weights spread over the threads (the same
+  // sums whatever the thread count).
+  const bool parallel_sum = threads > 1 && groups > 1 && out * patch * groups >= 65536;
+  (void)parallel_sum;
+  KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel_sum))
   for (index_t k = 0; k < out * patch; ++k) {
     compute_t<G> acc = to_compute(gw[k]);
     for (index_t grp = 0; grp < groups; ++grp) acc += static_cast<compute_t<G>>(gw_partial[grp * out * patch + k]);
