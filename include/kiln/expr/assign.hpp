@@ -74,7 +74,9 @@ void assign_expr(Tensor<T, S, D>& dst, const E& e) {
 
 /// dst[i] = src[i] for every element, in one pass on dst's device (one OpenMP loop or one CUDA
 /// kernel). src is a tensor, an expression, or a number (a fill). A lower-rank src broadcasts to dst.
-/// An empty dst (dynamic shape, no storage yet) is first allocated with src's extents.
+/// An empty dst (dynamic shape, no storage yet) is first allocated with src's extents when src has
+/// dst's rank; a number or a lower-rank src broadcasts into dst's extents as they are (into an empty
+/// dst: no elements, as torch's fill_ of an empty tensor).
 template <class T, class S, class D, class Src>
 void assign(Tensor<T, S, D>& dst, const Src& src) {
   constexpr bool valid = tensor<Src> || expression<Src> || std::is_arithmetic_v<Src>;

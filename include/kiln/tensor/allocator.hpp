@@ -57,6 +57,8 @@ struct RawAllocator {
   /// Optional (CUDA): waits for everything queued on `device`, before cached blocks are given back
   /// (their last kernels may still be running; cudaFree only "may" synchronise).
   void (*synchronize)(int device) = nullptr;
+  /// Optional (pinned host memory, which has no device to synchronise): waits until a marker is reached.
+  void (*wait_marker)(void* marker) = nullptr;
 };
 
 /// A private pool's name (CachingAllocator::begin_pool); 0 is none.
@@ -325,10 +327,17 @@ class CachingAllocator {
     free_.emplace(Key{b.stream, size}, p);
   }
 
+  /// Frees every cached block, and (as torch's retry and empty_cache, which wait for outstanding
+  /// events) every freed block still waiting on a recorded use, once the device has finished with it.
   void release_cache_locked() {
     if (capturing_ != 0) return;  // a cudaFree now would end the capture (and synchronise the device)
     if (!pending_.empty()) collect_pending_locked();
-    if (!free_.empty() && raw_.synchronize != nullptr) raw_.synchronize(device_);
+    if ((!free_.empty() || !pending_.empty()) && raw_.synchronize != nullptr) raw_.synchronize(device_);
+    if (!pending_.empty() && raw_.wait_marker != nullptr)
+      for (const Pending& q : pending_)
+        if (const auto m = markers_.find(q.p); m != markers_.end())
+          for (void* marker : m->second) raw_.wait_marker(marker);
+    if (!pending_.empty()) collect_pending_locked();
     for (auto& [key, p] : free_) {
       raw_.deallocate(p, device_);
       stats_.reserved_bytes -= key.second;

@@ -200,7 +200,7 @@ class Tensor {
 
   /// A copy with its own storage.
   Tensor clone() const {
-    Tensor t(ext_, device_index());
+    Tensor t(ext_, storage_ ? storage_->device : -1);  // no storage (empty): the current device, not 0
     t = *this;
     return t;
   }

@@ -555,6 +555,43 @@ BOOST_AUTO_TEST_CASE(a_block_freed_during_a_capture_while_still_in_use_joins_the
   FakeStreams::reset();
 }
 
+BOOST_AUTO_TEST_CASE(the_out_of_memory_retry_and_empty_cache_wait_for_blocks_still_in_use) {
+  // As torch's retry and empty_cache (which wait for outstanding events): a block freed while a recorded
+  // use (an asynchronous copy) may still run is waited for and freed too, through the device's
+  // synchronize hook, or (pinned memory, no device) by waiting on its markers.
+  for (const bool pinned : {false, true}) {
+    BOOST_TEST_CONTEXT((pinned ? "wait_marker" : "synchronize")) {
+      static int waits = 0;
+      waits = 0;
+      FakeStreams::reset();
+      {
+        kiln::RawAllocator raw = FakeStreams::raw();
+        if (pinned)
+          raw.wait_marker = [](void* m) { ++waits, FakeStreams::reached.at(reinterpret_cast<std::uintptr_t>(m) - 1) = true; };
+        else
+          raw.synchronize = [](int) { ++waits, FakeStreams::reached.assign(FakeStreams::reached.size(), true); };
+        CachingAllocator a(raw, 0);
+        a.set_limit(64 * KiB);
+        void* p = a.allocate(64 * KiB);
+        a.record_use(p, 0);
+        a.deallocate(p);
+        FakeStreams::current = 2;
+        void* q = nullptr;
+        BOOST_CHECK_NO_THROW(q = a.allocate(64 * KiB));  // over the limit until p is waited for and freed
+        BOOST_TEST(waits == 1);
+        BOOST_TEST(CountingRaw::frees == 1);
+        a.record_use(q, 0);
+        a.deallocate(q);
+        a.empty_cache();
+        BOOST_TEST(waits == 2);
+        BOOST_TEST(CountingRaw::frees == 2);
+        BOOST_TEST(a.stats().reserved_bytes == 0u);
+      }
+      FakeStreams::reset();
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(empty_cache_waits_for_the_device_before_it_frees) {
   // The CUDA allocator's synchronize hook runs before cached blocks go back (cudaFree is not documented
   // to wait for the kernels that used them), and only when there is something to free.

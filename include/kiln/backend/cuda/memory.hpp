@@ -22,9 +22,17 @@ namespace kiln::cuda::detail {
 class QuietDeviceGuard {
  public:
   explicit QuietDeviceGuard(int device) {
-    if (device >= 0 && cudaGetDevice(&prev_) == cudaSuccess && prev_ != device)
+    // Only this guard's own errors are cleared: an error of the program's (a bad launch) that is still
+    // pending stays for its own cudaGetLastError, or for kiln's next checked call.
+    if (device < 0) return;
+    if (cudaGetDevice(&prev_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (prev_ != device) {
       changed_ = cudaSetDevice(device) == cudaSuccess;
-    (void)cudaGetLastError();
+      if (!changed_) (void)cudaGetLastError();
+    }
   }
   QuietDeviceGuard(const QuietDeviceGuard&) = delete;
   QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
@@ -82,8 +90,7 @@ inline void* raw_device_allocate(std::size_t bytes, int device) {
 /// queued kernel still uses the block.
 inline void raw_device_deallocate(void* p, int device) {
   QuietDeviceGuard g(device);
-  (void)cudaFree(p);
-  (void)cudaGetLastError();
+  if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 /// Waits for `device`'s queued work before cached blocks go back to the driver (empty_cache, or a
@@ -96,7 +103,7 @@ inline void raw_device_synchronize(int device) {
 inline bool raw_device_memory(int device, std::size_t* free, std::size_t* total) {
   QuietDeviceGuard g(device);
   const bool ok = cudaMemGetInfo(free, total) == cudaSuccess;
-  (void)cudaGetLastError();
+  if (!ok) (void)cudaGetLastError();
   return ok;
 }
 
@@ -113,8 +120,7 @@ inline void* raw_pinned_allocate(std::size_t bytes, int) {
 }
 
 inline void raw_pinned_deallocate(void* p, int) {
-  (void)cudaFreeHost(p);
-  (void)cudaGetLastError();
+  if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 /// The calling thread's current stream on `device` as the caching allocator's key. The per-thread
@@ -153,12 +159,17 @@ inline bool stream_marker_reached(void* marker) {
   const RelaxedCaptureMode relaxed;
   const cudaError_t rc = cudaEventQuery(e);
   if (rc == cudaErrorNotReady) {
-    (void)cudaGetLastError();
+    (void)cudaGetLastError();  // (cudaErrorNotReady is no error: cleared in case a runtime records it)
     return false;
   }
-  (void)cudaEventDestroy(e);
-  (void)cudaGetLastError();
+  if (cudaEventDestroy(e) != cudaSuccess || rc != cudaSuccess) (void)cudaGetLastError();
   return true;
+}
+
+/// Waits until the stream has reached a marker (the pinned allocator's retry after out of memory, and
+/// its empty_cache). The marker stays until stream_marker_reached() destroys it.
+inline void wait_stream_marker(void* marker) {
+  if (cudaEventSynchronize(static_cast<cudaEvent_t>(marker)) != cudaSuccess) (void)cudaGetLastError();
 }
 
 }  // namespace kiln::cuda::detail
@@ -259,7 +270,8 @@ struct pinned_host_memory<Cpu> {
   static CachingAllocator& allocator() {
     static CachingAllocator* a = new CachingAllocator(
         RawAllocator{&cuda::detail::raw_pinned_allocate, &cuda::detail::raw_pinned_deallocate, nullptr, "pinned",
-                     nullptr, &cuda::detail::record_stream_marker, &cuda::detail::stream_marker_reached},
+                     nullptr, &cuda::detail::record_stream_marker, &cuda::detail::stream_marker_reached, nullptr,
+                     &cuda::detail::wait_stream_marker},
         0);
     return *a;
   }
