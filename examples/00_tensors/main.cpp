@@ -15,7 +15,7 @@
 // Run (after `cmake --preset cpu && cmake --build build/cpu`):
 //   ./build/cpu/examples/00_tensors                      # batch 8, on the CPU
 //   ./build/cpu/examples/00_tensors --batch 3 --device auto
-// --device cpu|cuda|auto: cuda needs a binary built with CUDA (preset ci or cuda-native) and a GPU;
+// --device cpu|cuda|auto: cuda needs a binary built with CUDA (preset cuda or cuda-native) and a GPU;
 // auto takes the GPU when there is one. The last line is `result: key=value ...` (the smoke test reads it).
 #include <kiln/core/config.hpp>
 #if KILN_CUDA_COMPILER
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
       if (o.device == "cuda") {
         std::fprintf(stderr,
                      "00_tensors: --device cuda: this binary was built without CUDA; configure with the "
-                     "ci preset (nvcc at /usr/local/cuda/bin/nvcc) to compile the examples as CUDA\n");
+                     "cuda preset (nvcc at /usr/local/cuda/bin/nvcc) to compile the examples as CUDA\n");
         return 1;
       }
       std::printf("(--device auto: built without CUDA; running on the CPU)\n");

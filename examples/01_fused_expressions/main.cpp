@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
         std::fprintf(
             stderr,
             "01_fused_expressions: --device cuda: this binary was built without CUDA; configure "
-            "with the ci preset (nvcc at /usr/local/cuda/bin/nvcc) to compile the examples as CUDA\n");
+            "with the cuda preset (nvcc at /usr/local/cuda/bin/nvcc) to compile the examples as CUDA\n");
         return 1;
       }
       std::printf("(--device auto: built without CUDA; running on the CPU)\n");

@@ -17,6 +17,7 @@
 //   ./build/cpu/examples/lenet_fashion_mnist                      # 5 epochs, CPU, about 87-89 %
 //   ./build/cpu/examples/lenet_fashion_mnist --epochs 1 --limit 2048 --metrics m.jsonl
 // Flags: --help. The last line is `result: test_accuracy=... epochs=... seconds=... ok=1`.
+#include <kiln/backend/cpu/threads.hpp>
 #include <kiln/core/config.hpp>
 #if KILN_CUDA_COMPILER
 #include <kiln/cuda.hpp>
@@ -67,7 +68,7 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
     int start = 0;
     if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler);
-    const int threads = examples::classification::threads();
+    const int threads = kiln::backend::cpu::threads();
     std::printf("%s: Fashion-MNIST %lld train / %lld test images from %s; LeNet (%lld parameters) on %s (%d thread%s), "
                 "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
                 program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),

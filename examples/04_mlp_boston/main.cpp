@@ -21,6 +21,7 @@
 //   ./build/cpu/examples/mlp_boston --seed 1 --metrics m.jsonl
 //   ./build/cpu/examples/mlp_boston --data houses.csv --target PRICE
 // Flags: --help. The last line is `result: test_rmse=... baseline_rmse=... epochs=... seconds=... ok=1`.
+#include <kiln/backend/cpu/threads.hpp>
 #include <kiln/core/config.hpp>
 #if KILN_CUDA_COMPILER
 #include <kiln/cuda.hpp>
@@ -88,7 +89,7 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
     int start = 0;
     if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler);
-    const int threads = reg::threads();
+    const int threads = kiln::backend::cpu::threads();
     std::printf("%s: %lld train / %lld test rows of %s (13 features -> %s, standardized on the train rows); "
                 "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
                 program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),

@@ -31,17 +31,30 @@ void save_training_state(const std::string& path, const Model& model, const Opti
 }
 
 /// Restores what save_training_state wrote; returns the epochs already done. A checkpoint without a
-/// scaler state (written in fp32 or bf16) leaves the scaler at its initial scale.
+/// scaler state (written in fp32 or bf16) leaves the scaler at its initial scale. Every part is checked
+/// before any is written: a bad checkpoint (another model's, another optimizer's, a broken epoch or scale)
+/// throws a kiln::CheckpointError naming the file and leaves model, optimizer and scaler as they were.
 template <class Model, class Optimizer, class Scaler>
 int load_training_state(const std::string& path, Model& model, Optimizer& opt, Scaler& scaler) {
   std::map<std::string, std::string> meta;
-  const auto rest = kiln::load_checkpoint(path, model, &meta);
-  const std::int64_t epochs = kiln::metadata_count(meta, "epoch", path);
-  if (epochs > INT_MAX)
-    throw kiln::CheckpointError("kiln: " + path + ": metadata 'epoch' is " + std::to_string(epochs) +
-                                "; expected at most " + std::to_string(INT_MAX));
+  std::int64_t epochs = 0;
+  const auto scaler_state = [&](auto&& apply) {  // the scaler's messages with the file's name
+    try {
+      apply();
+    } catch (const kiln::ValueError& e) {
+      throw kiln::CheckpointError("kiln: " + path + ": " + e.what());
+    }
+  };
+  const auto rest = kiln::load_checkpoint(path, model, &meta, [&](const auto& entries, const auto& m) {
+    epochs = kiln::metadata_count(m, "epoch", path);
+    if (epochs > INT_MAX)
+      throw kiln::CheckpointError("kiln: " + path + ": metadata 'epoch' is " + std::to_string(epochs) +
+                                  "; expected at most " + std::to_string(INT_MAX));
+    kiln::check_optimizer_state(opt, entries, m, path);
+    if (m.count("grad_scaler.scale")) scaler_state([&] { scaler.check_state(m, "grad_scaler."); });
+  });
   kiln::load_optimizer_state(opt, rest, meta, path);
-  if (meta.count("grad_scaler.scale")) scaler.load_state(meta, "grad_scaler.");
+  if (meta.count("grad_scaler.scale")) scaler_state([&] { scaler.load_state(meta, "grad_scaler."); });
   return static_cast<int>(epochs);
 }
 

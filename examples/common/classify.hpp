@@ -26,7 +26,6 @@
 
 namespace examples::classification {
 
-using examples::threads;
 using examples::to_device;
 
 /// The first `limit` samples of a dataset, all of them when `limit` < 0 (--limit for a reader without

@@ -4,7 +4,6 @@
 #include <type_traits>
 #include <utility>
 
-#include <kiln/backend/cpu/threads.hpp>
 #include <kiln/core/config.hpp>
 #include <kiln/data/device_loader.hpp>
 #include <kiln/parallel/data_parallel.hpp>
@@ -61,8 +60,5 @@ template <class Trained, class Loader>
 auto device_batches(const Trained&, Loader& loader, kiln::data::ScaleNormalize t) {
   return kiln::data::DeviceLoader<typename batch_device<Trained>::type, Loader>(loader, std::move(t));
 }
-
-/// The threads the CPU loops run on (OMP_NUM_THREADS; 1 without OpenMP).
-inline int threads() { return kiln::backend::cpu::threads(); }
 
 }  // namespace examples

@@ -34,7 +34,6 @@ inline void add_regression_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
 }
 
-using examples::threads;
 using examples::to_device;
 
 /// Every target of a dataset with one float target per sample (a CsvDataset or a Subset of one), in order.

@@ -1,4 +1,5 @@
 // expect: use of deleted function .kiln::data::DataLoader<Ds, Transform, Sampler>::DataLoader\(const Ds&&
+// errors: 1
 // A DataLoader keeps a pointer to its dataset (as Subset and Bytes do), so a temporary dataset would be
 // gone before the first batch: the rvalue constructors are deleted, and the note points at them, whose
 // comment says to name the dataset first.

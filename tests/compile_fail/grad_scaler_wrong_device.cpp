@@ -1,4 +1,5 @@
 // expect: kiln::optim::GradScaler<D>: the optimizer's gradients live on another device; declare the scaler for theirs: kiln::optim::GradScaler<kiln::Cuda>
+// errors: 1
 // A GradScaler unscales the gradients of one device (its template argument, kiln::Cpu by default); an
 // optimizer whose gradient arena is on the GPU needs GradScaler<kiln::Cuda>. The check is on the
 // types alone, so this compiles without CUDA (the optimizer's functions are only declared).

@@ -1,4 +1,5 @@
 // expect: kiln::mean: the operand holds integers
+// errors: 1
 // torch refuses mean() of an integer tensor; kiln's is a compile error naming the cast to take.
 #include <kiln/kiln.hpp>
 

@@ -1,4 +1,5 @@
 // expect: kiln::nn::Model: the Policy's parallel axis must be SingleDevice.*kiln::parallel::DataParallel
+// errors: 1
 // The parallel axis of a Policy is not something a Model does by itself: a Model is one device's network,
 // and DataParallel / DistributedDataParallel wrap it. Naming the strategy in a Model's Policy is refused
 // at compile time, pointing to the wrappers, instead of being silently ignored.

@@ -1,4 +1,5 @@
 // expect: kiln: reduction axis out of range for the operand's rank
+// errors: 1
 // A rank-2 tensor has axes 0, 1 (or -1, -2); axis 2 does not exist.
 #include <kiln/kiln.hpp>
 

@@ -1,4 +1,5 @@
 // expect: kiln: subtracting bools \(torch refuses it too\)
+// errors: 1
 // torch raises for bool - bool ("Subtraction, the `-` operator, with two bool tensors is not supported").
 #include <kiln/kiln.hpp>
 

@@ -1,4 +1,5 @@
 // expect: kiln::assign: wrong device: the expression's tensors live on another device than the destination
+// errors: 1
 // A CPU tensor cannot receive an expression over GPU memory: move the operands first.
 #include <kiln/kiln.hpp>
 

@@ -114,16 +114,13 @@ OptimizerState optimizer_state(const Opt& opt) {
   return s;
 }
 
-/// Restores what optimizer_state wrote, from the entries and metadata load_checkpoint gave (`path` for
-/// the messages). Throws CheckpointError when the checkpoint holds another optimizer's state, or a state
-/// is missing or of another size or dtype (a checkpoint of another model, say).
-template <class Opt>
-void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
-                          const std::map<std::string, std::string>& metadata, const std::string& path) {
-  static_assert(detail::adam_like<Opt> || detail::rmsprop_like<Opt> || detail::sgd_like<Opt>,
-                "kiln::load_optimizer_state: Adam, AdamW, RMSprop or SGD");
+namespace detail {
+/// load_optimizer_state's checks, then (where `write`) its writes; `Opt` is const where not.
+template <bool write, class Opt>
+void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
+                             const std::map<std::string, std::string>& metadata, const std::string& path) {
   const auto type = metadata.find("optimizer.type");
-  const std::string expected = detail::optimizer_type<Opt>();
+  const std::string expected = detail::optimizer_type<std::remove_const_t<Opt>>();
   if (type == metadata.end() || type->second != expected)
     throw CheckpointError("kiln: " + path + ": " +
                           (type == metadata.end() ? std::string("no optimizer state (metadata 'optimizer.type')")
@@ -137,10 +134,12 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
     const SafetensorsEntry* vmax =
         opt.options().amsgrad ? &detail::entry_for(opt.max_exp_avg_sq(), entries, "optimizer.max_exp_avg_sq", path)
                               : nullptr;
-    detail::load_arena(opt.exp_avg(), m);
-    detail::load_arena(opt.exp_avg_sq(), v);
-    if (vmax) detail::load_arena(opt.max_exp_avg_sq(), *vmax);
-    opt.set_step_count(step);
+    if constexpr (write) {
+      detail::load_arena(opt.exp_avg(), m);
+      detail::load_arena(opt.exp_avg_sq(), v);
+      if (vmax) detail::load_arena(opt.max_exp_avg_sq(), *vmax);
+      opt.set_step_count(step);
+    }
   } else if constexpr (detail::rmsprop_like<Opt>) {
     // As torch's: the centred average where the optimizer is centred; the momentum buffers where the
     // checkpoint has them, else zeros where this optimizer has a momentum (torch 1.13 would fail at its
@@ -152,15 +151,17 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
     const SafetensorsEntry* b = entries.contains("optimizer.momentum_buffer")
                                     ? &detail::entry_for(opt.gradients(), entries, "optimizer.momentum_buffer", path)
                                     : nullptr;
-    detail::load_arena(opt.square_avg(), v);
-    if (m) detail::load_arena(opt.grad_avg(), *m);
-    if (b) {
-      opt.make_momentum_buffer();
-      detail::load_arena(opt.momentum_buffer(), *b);
-    } else if (!opt.momentum_buffer().empty()) {
-      opt.momentum_buffer().fill(0.0f);
+    if constexpr (write) {
+      detail::load_arena(opt.square_avg(), v);
+      if (m) detail::load_arena(opt.grad_avg(), *m);
+      if (b) {
+        opt.make_momentum_buffer();
+        detail::load_arena(opt.momentum_buffer(), *b);
+      } else if (!opt.momentum_buffer().empty()) {
+        opt.momentum_buffer().fill(0.0f);
+      }
+      opt.set_step_count(step);
     }
-    opt.set_step_count(step);
   } else {
     // Buffers where the checkpoint has them, whatever the momentum is now (a scheduler may set it after
     // loading); none (torch: no momentum_buffer in the state) and the next step starts them afresh.
@@ -168,13 +169,38 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
       const std::int64_t on = metadata_count(metadata, "optimizer.momentum_initialized", path);
       // (checked against the gradients, which the buffers match, before any buffer is made)
       const auto& buf = detail::entry_for(opt.gradients(), entries, "optimizer.momentum_buffer", path);
-      opt.make_momentum_buffer();
-      detail::load_arena(opt.momentum_buffer(), buf);
-      opt.set_momentum_initialized(on != 0);
-    } else if (!opt.momentum_buffer().empty()) {
-      opt.set_momentum_initialized(false);
+      if constexpr (write) {
+        opt.make_momentum_buffer();
+        detail::load_arena(opt.momentum_buffer(), buf);
+        opt.set_momentum_initialized(on != 0);
+      }
+    } else if constexpr (write) {
+      if (!opt.momentum_buffer().empty()) opt.set_momentum_initialized(false);
     }
   }
+}
+}  // namespace detail
+
+/// Restores what optimizer_state wrote, from the entries and metadata load_checkpoint gave (`path` for
+/// the messages). Throws CheckpointError when the checkpoint holds another optimizer's state, or a state
+/// is missing or of another size or dtype (a checkpoint of another model, say); everything is checked
+/// before anything is written, so a bad checkpoint leaves the optimizer as it was.
+template <class Opt>
+void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
+                          const std::map<std::string, std::string>& metadata, const std::string& path) {
+  static_assert(detail::adam_like<Opt> || detail::rmsprop_like<Opt> || detail::sgd_like<Opt>,
+                "kiln::load_optimizer_state: Adam, AdamW, RMSprop or SGD");
+  detail::restore_optimizer_state<true>(opt, entries, metadata, path);
+}
+
+/// load_optimizer_state's checks without its writes: throws what it would throw, changes nothing. For a
+/// resume that checks every part of a checkpoint before it writes any (load_checkpoint's `check`).
+template <class Opt>
+void check_optimizer_state(const Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
+                           const std::map<std::string, std::string>& metadata, const std::string& path) {
+  static_assert(detail::adam_like<Opt> || detail::rmsprop_like<Opt> || detail::sgd_like<Opt>,
+                "kiln::check_optimizer_state: Adam, AdamW, RMSprop or SGD");
+  detail::restore_optimizer_state<false>(opt, entries, metadata, path);
 }
 
 }  // namespace kiln

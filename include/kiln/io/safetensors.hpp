@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/errors.hpp"
@@ -442,6 +443,11 @@ inline index_t shape_count(const std::vector<index_t>& shape) {
 /// `integer`) and removes it; a CheckpointError naming the file, the entry and what differs when it is
 /// missing or of another dtype or shape. `what`: "parameter" or "buffer". A missing integer buffer
 /// (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
+/// load_checkpoint's default check: nothing.
+struct CheckNothing {
+  void operator()(const std::map<std::string, SafetensorsEntry>&, const std::map<std::string, std::string>&) const {}
+};
+
 template <class M>
 void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::filesystem::path& path,
                 const std::string& name, const std::vector<index_t>& shape, bool integer, const char* what, M* out) {
@@ -480,9 +486,15 @@ void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::fil
 /// model does not have is an error too: the checkpoint is of another (deeper, wider) model, unless
 /// save_checkpoint listed it among the caller's extras. Returns the other entries (optimizer state, the
 /// caller's own extras).
-template <class Model>
+///
+/// Nothing is written before everything is checked: an error leaves the model as it was. `check`, where
+/// given, is called as check(other_entries, metadata) after the model's entries are checked and before
+/// they are written, so that a resume checks the rest of the checkpoint (check_optimizer_state,
+/// GradScaler::check_state, its own metadata) before it changes anything; what it throws propagates.
+template <class Model, class Check = detail::CheckNothing>
 std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::path& path, Model& model,
-                                                        std::map<std::string, std::string>* metadata = nullptr) {
+                                                        std::map<std::string, std::string>* metadata = nullptr,
+                                                        Check&& check = {}) {
   using M = typename Model::M;
   std::map<std::string, std::string> meta;
   auto entries = read_safetensors(path, &meta);
@@ -498,7 +510,6 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
                             "\" must be a JSON array of entry names, got " + it->second.substr(0, 80));
     for (const auto& n : names) extras.insert(n.get<std::string>());
   }
-  if (metadata) *metadata = meta;
   std::vector<M> host(static_cast<std::size_t>(model.parameters().numel()));
   for (const auto& p : model.named_parameters())
     detail::take_entry(entries, path, p.name, p.shape, false, "parameter", host.data() + p.offset);
@@ -520,6 +531,8 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   if (!unexpected.empty())
     throw CheckpointError("kiln: " + path.string() + ": unexpected parameters " + unexpected +
                           ": the model has none of that name; the checkpoint is of another model");
+  check(std::as_const(entries), std::as_const(meta));
+  if (metadata) *metadata = meta;
   model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
   if constexpr (requires { model.named_buffers(); })
     if (!buffers.empty()) model.buffers().copy_from(std::span<const M>(buffers.data(), buffers.size()));

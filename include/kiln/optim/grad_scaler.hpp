@@ -175,7 +175,7 @@ struct grad_scaler_accepts {
   // >>> Stopped here? The optimizer does not give GradScaler what it needs. <<<
   static_assert(has_gradient_arena<O>,
                 "kiln::optim::GradScaler: the optimizer needs gradients() returning its gradient arena "
-                "(Tensor<M, Shape<dyn>, D>&); kiln's SGD, Adam and AdamW have it: add one to your optimizer");
+                "(Tensor<M, Shape<dyn>, D>&); kiln's SGD, Adam, AdamW and RMSprop have it: add one to your optimizer");
   static_assert(has_step<O>, "kiln::optim::GradScaler: the optimizer needs step()");
   using arena = gradient_arena_of<O>;
   static constexpr bool same_device = !has_gradient_arena<O> || std::is_same_v<typename arena::device, D>;
@@ -210,6 +210,8 @@ class GradScaler {
   static_assert(device_policy<D>,
                 "kiln::optim::GradScaler<D>: D is the device of the gradients it unscales; "
                 "give kiln::Cpu or kiln::Cuda");
+  // The members' device: a stand-in where D is not one, so that the static_assert is the only error.
+  using Dev = std::conditional_t<device_policy<D>, D, Cpu>;
 
  public:
   using device_type = D;
@@ -394,6 +396,29 @@ class GradScaler {
   /// nothing (torch's load_state_dict).
   void load_state(const std::map<std::string, std::string>& state, std::string_view prefix = {}) {
     if (!o_.enabled) return;
+    const Saved s = parse_state(state, prefix);
+    scale_ = s.scale;
+    tracker_ = s.tracker;
+    skipped_ = s.skipped;
+    if (capturable()) {
+      write_state(scale_);
+      state_.set(detail::ScalerState::tracker, static_cast<double>(s.tracker));
+      state_.set(detail::ScalerState::skipped, static_cast<double>(s.skipped));
+    }
+  }
+  /// load_state's checks without its writes: throws what it would throw, changes nothing (a resume
+  /// checks every part of a checkpoint before it writes any).
+  void check_state(const std::map<std::string, std::string>& state, std::string_view prefix = {}) const {
+    if (o_.enabled) (void)parse_state(state, prefix);
+  }
+
+ private:
+  /// A state as load_state reads it.
+  struct Saved {
+    float scale;
+    std::int64_t tracker, skipped;
+  };
+  Saved parse_state(const std::map<std::string, std::string>& state, std::string_view prefix) const {
     const std::string p(prefix);
     const auto get = [&](const std::string& key) -> const std::string& {
       const auto it = state.find(p + key);
@@ -414,17 +439,8 @@ class GradScaler {
     std::int64_t tracker = 0, skipped = 0;
     if (!parse(get("growth_tracker"), tracker) || tracker < 0) throw bad("growth_tracker", "an integer >= 0");
     if (!parse(get("skipped_steps"), skipped) || skipped < 0) throw bad("skipped_steps", "an integer >= 0");
-    scale_ = static_cast<float>(scale);
-    tracker_ = tracker;
-    skipped_ = skipped;
-    if (capturable()) {
-      write_state(scale_);
-      state_.set(detail::ScalerState::tracker, static_cast<double>(tracker));
-      state_.set(detail::ScalerState::skipped, static_cast<double>(skipped));
-    }
+    return {static_cast<float>(scale), tracker, skipped};
   }
-
- private:
   bool capturable() const { return o_.capturable && o_.enabled; }
   /// Capturable: a new scale on the device, with inv_scale = float(1 / scale) as unscale computes it.
   void write_state(float scale) {
@@ -484,7 +500,7 @@ class GradScaler {
   /// `slots` gives them), and whether it is known to hold 0. A copy of the scaler gets its own flag
   /// (allocated at its first pass): a shared one could hold another copy's 1.
   struct Flag {
-    Tensor<std::int32_t, Shape<dyn>, D> tensor;
+    Tensor<std::int32_t, Shape<dyn>, Dev> tensor;
     bool clear = false;
     std::vector<const void*> slots;
     Flag() = default;
@@ -572,7 +588,7 @@ class GradScaler {
   std::int64_t skipped_ = 0;
   std::vector<PerOptimizer> per_optimizer_;
   Flag flag_;
-  detail::DeviceScalars<D> state_;  // capturable only: detail::ScalerState (the flag is flag_'s tensor)
+  detail::DeviceScalars<Dev> state_;  // capturable only: detail::ScalerState (the flag is flag_'s tensor)
 };
 
 }  // namespace kiln::optim

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <kiln/io/optimizer_state.hpp>
 #include <kiln/io/safetensors.hpp>
 #include <kiln/nn/nn.hpp>
+#include <kiln/optim/optim.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -115,6 +117,59 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(save_then_load_round_trips_atomically, D, kiln::te
   // Overwriting keeps a complete file at every moment: the new one replaces the old by rename.
   kiln::save_checkpoint(file, b);
   BOOST_TEST(kiln::read_safetensors(file).size() == 6u);
+}
+
+// A resume (model, Adam, GradScaler) that checks every part in load_checkpoint's `check` before it writes
+// any: a checkpoint whose last-checked part is broken leaves model, optimizer, scaler and the caller's
+// metadata as they were; a whole one restores them all.
+BOOST_AUTO_TEST_CASE(a_resume_checked_before_it_writes_changes_nothing_on_a_bad_part) {
+  const auto dir = scratch("resume");
+  const auto file = dir / "state.safetensors";
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> saved(1), resumed(2);
+  kiln::optim::Adam<float, kiln::Cpu> a(saved), b(resumed);
+  a.exp_avg().fill(0.25f);
+  a.set_step_count(7);
+  kiln::optim::GradScaler<kiln::Cpu> saved_scaler({.init_scale = 8.0}), scaler;
+  const kiln::OptimizerState state = kiln::optimizer_state(a);
+  auto meta = saved_scaler.state("grad_scaler.");
+  meta.insert(state.metadata.begin(), state.metadata.end());
+  std::map<std::string, std::string> got{{"untouched", "1"}};
+  const auto resume = [&](const std::map<std::string, std::string>& written) {
+    kiln::save_checkpoint(file, saved, state.entries, written);
+    const auto rest = kiln::load_checkpoint(file, resumed, &got, [&](const auto& entries, const auto& m) {
+      kiln::check_optimizer_state(b, entries, m, file.string());
+      scaler.check_state(m, "grad_scaler.");
+    });
+    kiln::load_optimizer_state(b, rest, got, file.string());
+    scaler.load_state(got, "grad_scaler.");
+  };
+  const auto fresh = resumed.parameters().to_vector();
+  const auto unchanged = [&] {
+    return resumed.parameters().to_vector() == fresh && b.step_count() == 0 && b.exp_avg().to_vector()[0] == 0.0f &&
+           scaler.scale() == 65536.0 && got.size() == 1;
+  };
+  auto bad = meta;
+  bad["grad_scaler.scale"] = "-1";
+  BOOST_CHECK_EXCEPTION(resume(bad), kiln::ValueError,
+                        [](const kiln::ValueError& e) { return contains(e.what(), "'grad_scaler.scale' is '-1'"); });
+  BOOST_TEST(unchanged());
+  bad = meta;
+  bad["optimizer.type"] = "SGD";
+  BOOST_CHECK_EXCEPTION(resume(bad), kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+    return contains(e.what(), "the optimizer state is SGD's; expected Adam's");
+  });
+  BOOST_TEST(unchanged());
+  bad = meta;
+  bad["optimizer.step"] = "x";
+  BOOST_CHECK_THROW(resume(bad), kiln::CheckpointError);
+  BOOST_TEST(unchanged());
+
+  resume(meta);
+  BOOST_TEST(resumed.parameters().to_vector() == saved.parameters().to_vector());
+  BOOST_TEST(b.step_count() == 7);
+  BOOST_TEST(b.exp_avg().to_vector() == a.exp_avg().to_vector());
+  BOOST_TEST(scaler.scale() == 8.0);
+  BOOST_TEST(got.at("optimizer.type") == "Adam");
 }
 
 BOOST_AUTO_TEST_CASE(a_model_of_another_shape_is_rejected_with_both_shapes) {

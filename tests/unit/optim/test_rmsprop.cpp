@@ -1,7 +1,7 @@
 // RMSprop (kiln/optim/rmsprop.hpp): torch's defaults; three steps against a float64 transcription of
 // torch 1.13's single-tensor step (plain; centered with momentum and weight decay); one pass per step,
 // and with fusion off one pass per operation landing where the fused step does; the working copy under
-// mixed precision; a momentum turned on before the first step is the one built in; OneCycleLR cycles it;
+// mixed precision; a GradScaler drives it; a momentum turned on before the first step is the one built in; OneCycleLR cycles it;
 // bad options refused with torch's words. (Parity with torch itself: tests/unit/optim/test_parity_mlp.cpp.)
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -143,6 +143,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_under_mixed_precisio
       same = same && static_cast<float>(work[i]) == static_cast<float>(kiln::bfloat16(masters[i]));
     BOOST_TEST(same, (fused ? "fused" : "unfused"));
   }
+}
+
+// GradScaler drives RMSprop as it drives SGD and Adam: gradients scaled by 2^k step exactly as the
+// unscaled ones (1 / 2^k is exact), and a step with an inf is skipped.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_rmsprop, D, kiln::test::devices) {
+  using P = kiln::Policy<kiln::Fp32, D>;
+  knn::Model<Net, In, P> plain(4), scaled(4);
+  kiln::optim::RMSprop a(plain, {.momentum = 0.9f}), b(scaled, {.momentum = 0.9f});
+  kiln::optim::GradScaler<D> scaler({.init_scale = 1024.0});
+  const auto n = static_cast<std::size_t>(plain.parameter_count);
+  for (std::uint32_t step = 0; step < 3; ++step) {
+    const auto g = kt::random_values<float>(n, -1, 1, 40 + step);
+    std::vector<float> big(g);
+    for (float& v : big) v *= static_cast<float>(scaler.scale());
+    plain.gradients().copy_from(std::span<const float>(g));
+    scaled.gradients().copy_from(std::span<const float>(big));
+    a.step();
+    scaler.step(b);
+    scaler.update();
+  }
+  BOOST_TEST(scaled.parameters().to_vector() == plain.parameters().to_vector(), boost::test_tools::per_element());
+  std::vector<float> inf(n, 1.0f);
+  inf[3] = INFINITY;
+  scaled.gradients().copy_from(std::span<const float>(inf));
+  const auto before = scaled.parameters().to_vector();
+  scaler.step(b);
+  scaler.update();
+  BOOST_TEST(scaled.parameters().to_vector() == before, boost::test_tools::per_element());
+  BOOST_TEST(scaler.scale() == 512.0);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_set_before_the_first_step_is_one_built_in, D, kiln::test::devices) {
