@@ -86,13 +86,13 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   // --checkpoint. On one model, or on CPU replicas with --parallel dp (examples/common/trainer.hpp).
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
     int start = 0;
-    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler);
+    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler, examples::run_settings(o));
     const int threads = kiln::backend::cpu::threads();
     std::printf("%s: CIFAR-10 %lld train / %lld test images from %s; LeNet (%lld parameters) on %s (%d thread%s), "
                 "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
                 program, static_cast<long long>(train.size()), static_cast<long long>(test.size()),
                 train_split.directory().c_str(), static_cast<long long>(Model<LeNet, Image, P>::parameter_count), where.c_str(), threads,
-                threads == 1 ? "" : "s", o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
+                threads == 1 ? "" : "s", o.batch_size, o.accumulate, static_cast<double>(opt.lr()), o.workers, o.workers == 1 ? "" : "s");
     if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
     auto train_batches = examples::device_batches(trained, train_loader, to_float);  // on the GPU: a copy stream
     auto test_batches = examples::device_batches(trained, test_loader, to_float);

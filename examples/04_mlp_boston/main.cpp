@@ -88,13 +88,13 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   // batches, the test RMSE without gradients (NoGrad + eval()), the epoch's line, --metrics, --checkpoint.
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
     int start = 0;
-    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler);
+    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler, examples::run_settings(o));
     const int threads = kiln::backend::cpu::threads();
     std::printf("%s: %lld train / %lld test rows of %s (13 features -> %s, standardized on the train rows); "
                 "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
                 program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),
                 o.target.c_str(), static_cast<long long>(Model<Mlp, Row, P>::parameter_count), where.c_str(), threads,
-                threads == 1 ? "" : "s", o.batch_size, o.accumulate, o.lr, o.workers, o.workers == 1 ? "" : "s");
+                threads == 1 ? "" : "s", o.batch_size, o.accumulate, static_cast<double>(opt.lr()), o.workers, o.workers == 1 ? "" : "s");
     std::printf("baseline: predicting the training mean %.4f for every test row gives test RMSE %.4f\n", train_mean,
                 baseline_rmse);
     if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);

@@ -18,15 +18,24 @@
 #include <kiln/parallel/distributed.hpp>
 #endif
 
+#include "cli.hpp"
+
 namespace examples {
+
+/// The flags a resumed run must share with the run that wrote the checkpoint, by flag name ("seed": it
+/// draws the initialisation, the shuffles and mlp_boston's split; resumed with another, test rows of the
+/// first run could be trained on). Saved as metadata "run.<flag>".
+using RunSettings = std::map<std::string, std::string>;
+inline RunSettings run_settings(const TrainOptions& o) { return {{"seed", std::to_string(o.seed)}}; }
 
 template <class Model, class Optimizer, class Scaler>
 void save_training_state(const std::string& path, const Model& model, const Optimizer& opt, const Scaler& scaler,
-                         int epochs_done) {
+                         int epochs_done, const RunSettings& run) {
   kiln::OptimizerState state = kiln::optimizer_state(opt);  // Adam's moments and step count
   auto meta = scaler.state("grad_scaler.");                 // empty unless loss scaling is on
   meta.insert(state.metadata.begin(), state.metadata.end());
   meta.insert({{"epoch", std::to_string(epochs_done)}, {"format", "kiln training state"}});
+  for (const auto& [flag, value] : run) meta["run." + flag] = value;
   kiln::save_checkpoint(path, model, std::move(state.entries), meta);
 }
 
@@ -35,7 +44,7 @@ void save_training_state(const std::string& path, const Model& model, const Opti
 /// before any is written: a bad checkpoint (another model's, another optimizer's, a broken epoch or scale)
 /// throws a kiln::CheckpointError naming the file and leaves model, optimizer and scaler as they were.
 template <class Model, class Optimizer, class Scaler>
-int load_training_state(const std::string& path, Model& model, Optimizer& opt, Scaler& scaler) {
+int load_training_state(const std::string& path, Model& model, Optimizer& opt, Scaler& scaler, const RunSettings& run) {
   std::map<std::string, std::string> meta;
   std::int64_t epochs = 0;
   const auto scaler_state = [&](auto&& apply) {  // the scaler's messages with the file's name
@@ -50,6 +59,11 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
     if (epochs > INT_MAX)
       throw kiln::CheckpointError("kiln: " + path + ": metadata 'epoch' is " + std::to_string(epochs) +
                                   "; expected at most " + std::to_string(INT_MAX));
+    for (const auto& [flag, value] : run)  // a checkpoint of an older kiln has none: not checked
+      if (const auto it = m.find("run." + flag); it != m.end() && it->second != value)
+        throw kiln::CheckpointError("kiln: " + path + ": the checkpoint was trained with --" + flag + " " + it->second +
+                                    "; this run has --" + flag + " " + value + ": resume with --" + flag + " " +
+                                    it->second);
     kiln::check_optimizer_state(opt, entries, m, path);
     if (m.count("grad_scaler.scale")) scaler_state([&] { scaler.check_state(m, "grad_scaler."); });
   });
@@ -62,14 +76,14 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
 /// every replica and optimizer is restored.
 template <class Net, class In, class Prec, class D, class Optimizers, class Scaler>
 void save_training_state(const std::string& path, const kiln::parallel::DataParallel<Net, In, Prec, D>& dp,
-                         Optimizers& opts, const Scaler& scaler, int epochs_done) {
-  save_training_state(path, dp.replica(0), opts.replica(0), scaler, epochs_done);
+                         Optimizers& opts, const Scaler& scaler, int epochs_done, const RunSettings& run) {
+  save_training_state(path, dp.replica(0), opts.replica(0), scaler, epochs_done, run);
 }
 template <class Net, class In, class Prec, class D, class Optimizers, class Scaler>
 int load_training_state(const std::string& path, kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Optimizers& opts,
-                        Scaler& scaler) {
+                        Scaler& scaler, const RunSettings& run) {
   int epochs = 0;
-  for (int r = 0; r < dp.size(); ++r) epochs = load_training_state(path, dp.replica(r), opts.replica(r), scaler);
+  for (int r = 0; r < dp.size(); ++r) epochs = load_training_state(path, dp.replica(r), opts.replica(r), scaler, run);
   return epochs;
 }
 
@@ -78,14 +92,14 @@ int load_training_state(const std::string& path, kiln::parallel::DataParallel<Ne
 /// file is whole; every rank loads. A failure on any rank is an error on all of them.
 template <class Net, class In, class B, class Prec, class D, class Optimizer, class Scaler>
 void save_training_state(const std::string& path, kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp,
-                         Optimizer& opt, const Scaler& scaler, int epochs_done) {
-  ddp.on_main_rank([&] { save_training_state(path, ddp.module(), opt, scaler, epochs_done); }, "writing " + path);
+                         Optimizer& opt, const Scaler& scaler, int epochs_done, const RunSettings& run) {
+  ddp.on_main_rank([&] { save_training_state(path, ddp.module(), opt, scaler, epochs_done, run); }, "writing " + path);
 }
 template <class Net, class In, class B, class Prec, class D, class Optimizer, class Scaler>
 int load_training_state(const std::string& path, kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp,
-                        Optimizer& opt, Scaler& scaler) {
+                        Optimizer& opt, Scaler& scaler, const RunSettings& run) {
   int epochs = 0;
-  ddp.on_every_rank([&] { epochs = load_training_state(path, ddp.module(), opt, scaler); }, "loading " + path);
+  ddp.on_every_rank([&] { epochs = load_training_state(path, ddp.module(), opt, scaler, run); }, "loading " + path);
   return epochs;
 }
 #endif

@@ -104,7 +104,7 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(integer_at_least(1));
   app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(integer_at_least(0));
   app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(integer_at_least(1));
-  app.add_option("--seed", o.seed, "initialisation, shuffling and augmentation seed")
+  app.add_option("--seed", o.seed, "initialisation and shuffling seed (and the data split where an example makes one)")
       ->capture_default_str()
       ->check(integer_at_least<std::uint64_t>(0));
   app.add_option("--limit", o.limit, "use only the first N training samples")->check(integer_at_least<long long>(1));

@@ -157,14 +157,14 @@ EpochResult train_epoch(kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Opts
 /// every rank learns whether it did (a file that cannot be written stops every rank with its message,
 /// not the others with a collective's timeout).
 template <class Trained>
-void write_metrics(Trained&, const std::string& path, const nlohmann::json& fields) {
-  append_metrics(path, fields);
+void write_metrics(Trained&, const std::string& path, const nlohmann::json& fields, bool first) {
+  append_metrics(path, fields, first);
 }
 #if KILN_WITH_MPI
 template <class Net, class In, class B, class Prec, class D>
 void write_metrics(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp, const std::string& path,
-                   const nlohmann::json& fields) {
-  if (!path.empty()) ddp.on_main_rank([&] { append_metrics(path, fields); }, "appending to " + path);
+                   const nlohmann::json& fields, bool first) {
+  if (!path.empty()) ddp.on_main_rank([&] { append_metrics(path, fields, first); }, "appending to " + path);
 }
 #endif
 
@@ -192,8 +192,9 @@ void start_outputs(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>&
 #endif
 
 /// What every epoch ends with: one JSON line in o.metrics (`fields` — the epoch's losses and test metric
-/// — plus epoch, lr, samples/s, seconds, loss scale and skipped steps) and, with o.checkpoint, the
-/// training state written atomically.
+/// — plus epoch, lr, samples/s, seconds, loss scale and skipped steps; a fresh run's first line replaces
+/// the file) and, with o.checkpoint, the training state written atomically (also when the metrics line
+/// could not be written: the error comes after, and the epoch's training is kept).
 template <class Trained, class Optimizer, class Scaler>
 void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const Scaler& scaler, int epoch,
                   const EpochResult& e, nlohmann::json fields) {
@@ -203,8 +204,13 @@ void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const
   fields["seconds"] = e.seconds;
   fields["loss_scale"] = scaler.scale();
   fields["skipped_steps"] = scaler.skipped_steps();
-  write_metrics(trained, o.metrics, fields);  // --parallel ddp: rank 0's line for the job
-  if (!o.checkpoint.empty()) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1);
+  try {
+    write_metrics(trained, o.metrics, fields, epoch == 0);  // --parallel ddp: rank 0's line for the job
+  } catch (...) {
+    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o));
+    throw;
+  }
+  if (!o.checkpoint.empty()) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o));
 }
 
 /// The model a trainer evaluates and checkpoints: the model itself, or DataParallel's first replica.

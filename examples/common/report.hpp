@@ -50,15 +50,20 @@ class Progress {
   Clock::time_point t0_;
 };
 
-/// Starts the metrics file of a run: keeps the lines of its first `epochs` epochs (none for a fresh run;
-/// the checkpoint's when resuming, so a line written past the checkpoint just before a kill goes). A
-/// regular file (or a link to one) is rewritten: emptied in place for a fresh run, through a temporary
-/// file and a rename when resuming (kiln::write_file_atomically).
-/// Anything else (a FIFO, /dev/stdout) is left to take the lines as they come. Fails here, before any
-/// training, when the file cannot be written.
+/// Starts the metrics file of a run: keeps the lines of its first `epochs` epochs (the checkpoint's when
+/// resuming, so a line written past the checkpoint just before a kill goes), rewritten through a
+/// temporary file and a rename (kiln::write_file_atomically). A fresh run (`epochs` 0) leaves the file as
+/// it is until its first epoch's line replaces it (append_metrics), so a run stopped in its first epoch
+/// loses no earlier run's history. Anything else than a regular file (a FIFO, /dev/stdout) takes the
+/// lines as they come. Fails here, before any training, when the file cannot be written.
 inline void keep_metrics(const std::string& path, int epochs) {
   namespace fs = std::filesystem;
   if (path.empty()) return;
+  if (epochs == 0) {
+    if (const auto why = kiln::why_unwritable(path); !why.empty())
+      throw kiln::Error("cannot write the metrics file " + path + ": " + why);
+    return;
+  }
   std::error_code ec;
   const auto status = fs::status(path, ec);  // through links
   if (fs::exists(status) && !fs::is_regular_file(status)) return;
@@ -81,9 +86,14 @@ inline void keep_metrics(const std::string& path, int epochs) {
   kiln::write_file_atomically(target, kept);
 }
 
-/// Appends one JSON object per line to `path` (nothing when path is empty).
-inline void append_metrics(const std::string& path, const nlohmann::json& line) {
+/// Appends one JSON object per line to `path` (nothing when path is empty); `first` (a fresh run's first
+/// epoch) replaces the file with the line instead, atomically.
+inline void append_metrics(const std::string& path, const nlohmann::json& line, bool first = false) {
   if (path.empty()) return;
+  if (first) {
+    kiln::write_file_atomically(path, line.dump() + '\n');
+    return;
+  }
   std::ofstream out(path, std::ios::app);
   if (!out) throw kiln::Error("cannot open the metrics file " + path + " for appending");
   out << line.dump() << '\n';

@@ -26,7 +26,8 @@ namespace examples {
 template <class Net, class In, class Precision, class D, class Run>
 int with_trainer(const TrainOptions& o, const std::string& device, const kiln::optim::AdamOptions& adam, Run run) {
 #if KILN_WITH_MPI
-  if (o.parallel == "ddp") return with_distributed<Net, In, Precision, D>(o, device, adam, run);
+  if constexpr (std::is_same_v<D, kiln::Cpu> || built_with_nccl)  // on GPUs ddp is NCCL's (cli.hpp refuses it otherwise)
+    if (o.parallel == "ddp") return with_distributed<Net, In, Precision, D>(o, device, adam, run);
 #endif
   if constexpr (std::is_same_v<D, kiln::Cpu> || built_with_nccl) {
     if (o.parallel == "dp") {  // the seeds' multi-device run: replicas, each batch split across them

@@ -1,5 +1,7 @@
 /// Optimizer state in checkpoints: torch.optim's state_dict() as safetensors entries and metadata.
 #pragma once
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -23,8 +25,14 @@ namespace kiln {
 ///                 OneCycleLR); metadata "optimizer.momentum_initialized" ("1" once a step has filled it).
 ///                 Loaded whatever the momentum is now; a state without it makes the next step start
 ///                 the buffers from its gradient (torch: no momentum_buffer in the state)
-/// and "optimizer.type" (Adam, AdamW, RMSprop, SGD). The learning rate and hyperparameters are the program's (as
-/// torch's param_groups, they are set when the optimizer is made; a scheduler's epoch sets the lr).
+/// and "optimizer.type" (Adam, AdamW, RMSprop, SGD). The hyperparameters are metadata too, as torch's
+/// param_groups are in its state_dict: "optimizer.lr" and "optimizer.weight_decay"; Adam/AdamW "beta1",
+/// "beta2", "eps", "amsgrad"; RMSprop "alpha", "eps", "momentum", "centered"; SGD "momentum", "dampening",
+/// "nesterov". Loading restores the learning rate, the betas and the momentum (what schedulers move during
+/// training: a resumed run goes on with the values the run had reached, as torch's load_state_dict
+/// does); the others must equal the optimizer's (torch would take the checkpoint's; kiln fixes them, and
+/// amsgrad, centered and nesterov shape the state, at construction), else a CheckpointError names both.
+/// A checkpoint without them (written before kiln saved them) leaves the optimizer's.
 struct OptimizerState {
   std::map<std::string, SafetensorsEntry> entries;
   std::map<std::string, std::string> metadata;
@@ -56,6 +64,50 @@ std::string optimizer_type() {
   if constexpr (adam_like<Opt>) return Opt::decoupled_weight_decay ? "AdamW" : "Adam";
   else if constexpr (rmsprop_like<Opt>) return "RMSprop";
   else return "SGD";
+}
+
+/// A hyperparameter as metadata: the shortest text that reads back to the same value (bool: 0 or 1).
+template <class V>
+std::string hyper_text(V v) {
+  if constexpr (std::is_same_v<V, bool>) {
+    return v ? "1" : "0";
+  } else {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  }
+}
+/// The hyperparameter `optimizer.<name>` where the checkpoint has it (else `current`, as in checkpoints
+/// written before kiln saved them); a CheckpointError when it is not a number of V's type.
+template <class V>
+V hyper_value(const std::map<std::string, std::string>& meta, const std::string& name, V current, const std::string& path) {
+  const auto it = meta.find("optimizer." + name);
+  if (it == meta.end()) return current;
+  const std::string& t = it->second;
+  V v{};
+  bool ok = false;
+  if constexpr (std::is_same_v<V, bool>) {
+    ok = t == "0" || t == "1";
+    v = t == "1";
+  } else {
+    const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+    ok = r.ec == std::errc() && r.ptr == t.data() + t.size() && !t.empty() && std::isfinite(v);
+  }
+  if (!ok)
+    throw CheckpointError("kiln: " + path + ": metadata 'optimizer." + name + "' is '" + t + "'; expected " +
+                          (std::is_same_v<V, bool> ? "0 or 1" : "a finite number"));
+  return v;
+}
+/// A hyperparameter that shapes the optimizer's state (amsgrad, centered, nesterov, ...) or that kiln
+/// cannot change after construction: the checkpoint's must be the optimizer's, else a CheckpointError
+/// that names both (torch's load_state_dict would take the checkpoint's).
+template <class V>
+void hyper_must_match(const std::map<std::string, std::string>& meta, const std::string& name, V current,
+                      const std::string& type, const std::string& path) {
+  const V saved = hyper_value(meta, name, current, path);
+  if (!(saved == current))
+    throw CheckpointError("kiln: " + path + ": the checkpoint's " + type + " has " + name + " = " + hyper_text(saved) +
+                          ", this one " + hyper_text(current) + "; build the optimizer with the checkpoint's " + name);
 }
 
 template <class Arena>
@@ -95,6 +147,25 @@ OptimizerState optimizer_state(const Opt& opt) {
                 "kiln::optimizer_state: Adam, AdamW, RMSprop or SGD");
   OptimizerState s;
   s.metadata["optimizer.type"] = detail::optimizer_type<Opt>();
+  const auto hyper = [&](const std::string& name, auto v) { s.metadata["optimizer." + name] = detail::hyper_text(v); };
+  const auto& o = opt.options();
+  hyper("lr", opt.lr());
+  hyper("weight_decay", o.weight_decay);
+  if constexpr (detail::adam_like<Opt>) {
+    hyper("beta1", o.betas.beta1);
+    hyper("beta2", o.betas.beta2);
+    hyper("eps", o.eps);
+    hyper("amsgrad", o.amsgrad);
+  } else if constexpr (detail::rmsprop_like<Opt>) {
+    hyper("alpha", o.alpha);
+    hyper("eps", o.eps);
+    hyper("momentum", o.momentum);
+    hyper("centered", o.centered);
+  } else {
+    hyper("momentum", o.momentum);
+    hyper("dampening", o.dampening);
+    hyper("nesterov", o.nesterov);
+  }
   if constexpr (detail::adam_like<Opt>) {
     detail::add_arena(s, "optimizer.exp_avg", opt.exp_avg());
     detail::add_arena(s, "optimizer.exp_avg_sq", opt.exp_avg_sq());
@@ -126,8 +197,30 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
                           (type == metadata.end() ? std::string("no optimizer state (metadata 'optimizer.type')")
                                                   : "the optimizer state is " + type->second + "'s") +
                           "; expected " + expected + "'s");
+  // The hyperparameters, as torch's load_state_dict restores param_groups: the learning rate, betas and
+  // momentum (which schedulers move during training) are the checkpoint's; the others must match.
+  const auto& o = opt.options();
+  const float lr = detail::hyper_value(metadata, "lr", opt.lr(), path);
+  if (!(lr >= 0.0f)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.lr' is negative");
+  detail::hyper_must_match(metadata, "weight_decay", o.weight_decay, expected, path);
+  if constexpr (detail::adam_like<Opt>) {
+    detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
+    detail::hyper_must_match(metadata, "amsgrad", o.amsgrad, expected, path);
+  } else if constexpr (detail::rmsprop_like<Opt>) {
+    detail::hyper_must_match(metadata, "alpha", o.alpha, expected, path);
+    detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
+    detail::hyper_must_match(metadata, "centered", o.centered, expected, path);
+  } else {
+    detail::hyper_must_match(metadata, "dampening", o.dampening, expected, path);
+    detail::hyper_must_match(metadata, "nesterov", o.nesterov, expected, path);
+  }
   // Everything is checked before anything is written: a bad checkpoint leaves the optimizer as it was.
   if constexpr (detail::adam_like<Opt>) {
+    const std::remove_cvref_t<decltype(o.betas)> betas{detail::hyper_value(metadata, "beta1", o.betas.beta1, path),
+                                                       detail::hyper_value(metadata, "beta2", o.betas.beta2, path)};
+    if (!(betas.beta1 >= 0.0f && betas.beta1 < 1.0f && betas.beta2 >= 0.0f && betas.beta2 < 1.0f))
+      throw CheckpointError("kiln: " + path + ": metadata betas (" + detail::hyper_text(betas.beta1) + ", " +
+                            detail::hyper_text(betas.beta2) + ") are not in [0, 1)");
     const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
     const auto& m = detail::entry_for(opt.exp_avg(), entries, "optimizer.exp_avg", path);
     const auto& v = detail::entry_for(opt.exp_avg_sq(), entries, "optimizer.exp_avg_sq", path);
@@ -139,11 +232,14 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
       detail::load_arena(opt.exp_avg_sq(), v);
       if (vmax) detail::load_arena(opt.max_exp_avg_sq(), *vmax);
       opt.set_step_count(step);
+      opt.set_betas(betas);
     }
   } else if constexpr (detail::rmsprop_like<Opt>) {
     // As torch's: the centred average where the optimizer is centred; the momentum buffers where the
     // checkpoint has them, else zeros where this optimizer has a momentum (torch 1.13 would fail at its
     // next step with KeyError: 'momentum_buffer').
+    const float momentum = detail::hyper_value(metadata, "momentum", o.momentum, path);
+    if (!(momentum >= 0.0f)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum' is negative");
     const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
     const auto& v = detail::entry_for(opt.square_avg(), entries, "optimizer.square_avg", path);
     const SafetensorsEntry* m =
@@ -161,10 +257,13 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
         opt.momentum_buffer().fill(0.0f);
       }
       opt.set_step_count(step);
+      opt.set_momentum(momentum);
     }
   } else {
     // Buffers where the checkpoint has them, whatever the momentum is now (a scheduler may set it after
     // loading); none (torch: no momentum_buffer in the state) and the next step starts them afresh.
+    const float momentum = detail::hyper_value(metadata, "momentum", o.momentum, path);
+    if (!(momentum >= 0.0f)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum' is negative");
     if (entries.contains("optimizer.momentum_buffer") || metadata.contains("optimizer.momentum_initialized")) {
       const std::int64_t on = metadata_count(metadata, "optimizer.momentum_initialized", path);
       // (checked against the gradients, which the buffers match, before any buffer is made)
@@ -177,7 +276,9 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     } else if constexpr (write) {
       if (!opt.momentum_buffer().empty()) opt.set_momentum_initialized(false);
     }
+    if constexpr (write) opt.set_momentum(momentum);  // after the buffers: one turned on starts them afresh
   }
+  if constexpr (write) opt.set_lr(lr);
 }
 }  // namespace detail
 

@@ -122,6 +122,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_resumes_from_a_checkpoint_as_if_never_stop
   Rms centered(p, g, {.centered = true});  // a centred RMSprop needs the gradient average
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(centered, state.entries, state.metadata, "r.safetensors"),
                         kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+                          return std::string(e.what()).find("has centered = 0, this one 1") != std::string::npos;
+                        });
+  auto unlabelled = state.metadata;  // without the hyperparameters, the missing average is what is seen
+  unlabelled.erase("optimizer.centered");
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(centered, state.entries, unlabelled, "r.safetensors"),
+                        kiln::CheckpointError, [](const kiln::CheckpointError& e) {
                           return std::string(e.what()).find("optimizer.grad_avg") != std::string::npos;
                         });
 }
@@ -146,8 +152,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_later_goes_through_a_checkpoint, D, kiln::test::devices) {
   // An SGD built without a momentum, which OneCycleLR turns on (set_momentum): 3 steps, a checkpoint,
-  // a fresh SGD without a momentum restored from it (before or after its momentum is set again), 2
-  // more steps: as 5 in one go. A state without buffers makes the next step start them afresh.
+  // a fresh SGD without a momentum restored from it (before or after its momentum is set again: loading
+  // restores the checkpoint's momentum, 0, as torch's param_groups), 2 more steps: as 5 in one go. A
+  // state without buffers makes the next step start them afresh.
   using Sgd = kiln::optim::SGD<float, D>;
   const kiln::optim::SGDOptions o{.lr = 0.1f, .dampening = 0.5f};
   const auto start = kt::random_values<float>(n, -1, 1, 698);
@@ -171,7 +178,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_later_goes_through_a_checkpoi
       Sgd c(pc, gc, o);
       if (!load_first) c.set_momentum(0.9f);
       kiln::load_optimizer_state(c, state.entries, state.metadata, "ckpt.safetensors");
-      if (load_first) c.set_momentum(0.9f);
+      BOOST_TEST(c.momentum() == 0.0f);  // the checkpoint's
+      c.set_momentum(0.9f);               // the schedule's next value
       BOOST_TEST(c.momentum_initialized());
       steps(c, gc, 3, 5);
       BOOST_TEST(pc.to_vector() == pa.to_vector(), boost::test_tools::per_element());
@@ -181,12 +189,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_later_goes_through_a_checkpoi
   // buffer the first step left, 3, would give 0.5 * 3 + 0.5 * 1 = 2).
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
   auto g = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 3.0f));
-  Sgd plain(p, g, o);
+  Sgd plain(p, g, {.lr = 1.0f, .dampening = 0.5f});
   const auto none = kiln::optimizer_state(plain);
   BOOST_TEST(!none.entries.contains("optimizer.momentum_buffer"));
   Sgd later(p, g, {.lr = 1.0f, .momentum = 0.5f, .dampening = 0.5f});
   later.step();  // buf = 3
   kiln::load_optimizer_state(later, none.entries, none.metadata, "ckpt.safetensors");
+  BOOST_TEST(later.momentum() == 0.0f);  // the checkpoint's
+  later.set_momentum(0.5f);
   BOOST_TEST(!later.momentum_initialized());
   g.fill(1.0f);
   const float before = p.to_vector()[0];
@@ -233,6 +243,57 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(another_optimizers_state_is_refused_with_what_it_i
   adam_state.metadata["optimizer.step"] = "9007199254740992";  // 2^53 itself is a count
   BOOST_CHECK_NO_THROW(kiln::load_optimizer_state(adam, adam_state.entries, adam_state.metadata, "f"));
   BOOST_TEST(adam.step_count() == 9007199254740992);
+}
+
+// As torch's load_state_dict restores param_groups: the learning rate, betas and momentum come from the
+// checkpoint (a resumed run goes on with what a scheduler had reached); a hyperparameter kiln fixes at
+// construction must match, else a CheckpointError naming both, before anything is written; a checkpoint
+// without them keeps the optimizer's.
+BOOST_AUTO_TEST_CASE_TEMPLATE(hyperparameters_come_back_as_torchs_param_groups, D, kiln::test::devices) {
+  auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.5f));
+  Tensor<float, Shape<dyn>, D> g(n);
+  kiln::optim::Adam<float, D> saved(p, g, {.lr = 0.01f, .betas = {0.8f, 0.9f}, .weight_decay = 0.1f});
+  saved.set_lr(0.0025f);  // where a scheduler had taken it
+  const auto state = kiln::optimizer_state(saved);
+  BOOST_TEST(state.metadata.at("optimizer.lr") == "0.0025");
+  kiln::optim::Adam<float, D> resumed(p, g, {.lr = 0.5f, .weight_decay = 0.1f});
+  kiln::load_optimizer_state(resumed, state.entries, state.metadata, "f");
+  BOOST_TEST(resumed.lr() == 0.0025f);
+  BOOST_TEST(resumed.betas().beta1 == 0.8f);
+  BOOST_TEST(resumed.betas().beta2 == 0.9f);
+
+  kiln::optim::Adam<float, D> other(p, g, {.lr = 0.5f});  // weight_decay 0
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(other, state.entries, state.metadata, "f"), kiln::CheckpointError,
+                        [](const kiln::CheckpointError& e) {
+                          return std::string(e.what()) ==
+                                 "kiln: f: the checkpoint's Adam has weight_decay = 0.1, this one 0; build the "
+                                 "optimizer with the checkpoint's weight_decay";
+                        });
+  BOOST_TEST(other.lr() == 0.5f);
+  auto old = state.metadata;  // written before the hyperparameters were saved
+  for (const char* k : {"optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps", "optimizer.weight_decay",
+                        "optimizer.amsgrad"})
+    old.erase(k);
+  kiln::load_optimizer_state(other, state.entries, old, "f");
+  BOOST_TEST(other.lr() == 0.5f);
+  old["optimizer.lr"] = "fast";
+  BOOST_CHECK_THROW(kiln::load_optimizer_state(other, state.entries, old, "f"), kiln::CheckpointError);
+
+  kiln::optim::SGD<float, D> sgd(p, g, {.lr = 0.1f, .momentum = 0.9f});
+  kiln::optim::SGD<float, D> plain(p, g, {.lr = 0.3f});
+  kiln::load_optimizer_state(plain, kiln::optimizer_state(sgd).entries, kiln::optimizer_state(sgd).metadata, "f");
+  BOOST_TEST(plain.lr() == 0.1f);
+  BOOST_TEST(plain.momentum() == 0.9f);
+  BOOST_TEST(!plain.momentum_buffer().empty());
+  kiln::optim::SGD<float, D> nesterov(p, g, {.lr = 0.1f, .momentum = 0.9f, .nesterov = true});
+  BOOST_CHECK_THROW(kiln::load_optimizer_state(nesterov, kiln::optimizer_state(sgd).entries,
+                                               kiln::optimizer_state(sgd).metadata, "f"),
+                    kiln::CheckpointError);
+  kiln::optim::RMSprop<float, D> rms(p, g, {.lr = 0.02f, .momentum = 0.5f});
+  kiln::optim::RMSprop<float, D> rms2(p, g, {.lr = 0.3f});
+  kiln::load_optimizer_state(rms2, kiln::optimizer_state(rms).entries, kiln::optimizer_state(rms).metadata, "f");
+  BOOST_TEST(rms2.lr() == 0.02f);
+  BOOST_TEST(rms2.momentum() == 0.5f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
