@@ -4,7 +4,7 @@
 # Runs the program once with --batch-size 2*BATCH, and under `mpiexec -n 2` with --parallel ddp
 # --batch-size BATCH. The DistributedSampler shares of one shuffled order make the same global batches
 # (rank r takes every other sample), and the averaged gradient is the global batch's mean, so both runs
-# must end ok=1 with KEY within TOLERANCE; the ddp run must also log its ranks once.
+# must end ok=1 with KEY within TOLERANCE and train_loss within 1 %; the ddp run must also log its ranks once.
 foreach(_var PROGRAM MPIEXEC KEY TOLERANCE BATCH ARGS)
   if(NOT DEFINED ${_var})
     message(FATAL_ERROR "ddp_check.cmake: pass -D${_var}=...")
@@ -30,4 +30,20 @@ endif()
 if(_diff GREATER _tol)
   message(FATAL_ERROR "FAILED: ddp ${KEY}=${_ddp} differs from one process's ${_single} by more than ${TOLERANCE}")
 endif()
-message("ddp check passed: ${KEY} one process ${_single}, 2 ranks ${_ddp}")
+# The epoch's training loss too (the ranks' means averaged over the job: equal shares, so the global
+# batch's mean): within 1 % of one process's.
+foreach(_run IN ITEMS single ddp)
+  if(NOT _${_run}_line MATCHES "train_loss=([0-9.]+)")
+    message(FATAL_ERROR "FAILED: no train_loss= in `${_${_run}_line}`")
+  endif()
+  _micro(${CMAKE_MATCH_1} _${_run}_loss)
+endforeach()
+math(EXPR _loss_diff "${_ddp_loss} - ${_single_loss}")
+if(_loss_diff LESS 0)
+  math(EXPR _loss_diff "-${_loss_diff}")
+endif()
+math(EXPR _loss_allowed "${_single_loss} / 100")
+if(_loss_diff GREATER _loss_allowed)
+  message(FATAL_ERROR "FAILED: ddp train_loss (${_ddp_loss} millionths) differs from one process's (${_single_loss}) by more than 1 %")
+endif()
+message("ddp check passed: ${KEY} one process ${_single}, 2 ranks ${_ddp}; train_loss ${_single_loss} and ${_ddp_loss} millionths")
