@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpi/ddp_support.hpp"
@@ -47,6 +48,19 @@ using kiln::test::parallel_models::Mlp;
 using kiln::test::parallel_models::Row;
 
 constexpr auto test_timeout = std::chrono::seconds(60);
+
+/// The no_sync tests' batch: 16 rows and targets, and one device's gradient of its mean MSE (seed 6).
+struct SixteenRows {
+  Tensor<float, Row> x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 4), Extents<Row>(16));
+  Tensor<float, Shape<dyn, 1>> y =
+      kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16, -1, 1, 5), Extents<Shape<dyn, 1>>(16));
+  std::vector<float> want;
+  SixteenRows() {
+    knn::Model<Mlp, Row> single(6);
+    single.backward(knn::MSELoss{}.backward(single.forward(x), y));
+    want = single.gradients().to_vector();
+  }
+};
 
 }  // namespace
 
@@ -127,14 +141,26 @@ BOOST_AUTO_TEST_CASE(buckets_start_while_backward_is_still_running) {
   BOOST_TEST(ddp.buckets_started_during_backward() == early);
 }
 
+BOOST_AUTO_TEST_CASE(without_launcher_variables_the_local_rank_comes_from_the_host_names) {
+  // mpirun sets OMPI_COMM_WORLD_LOCAL_RANK; without it and LOCAL_RANK the group gathers the ranks' host
+  // names (within its timeout): this test's ranks share one host, so each one's local rank is its rank.
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"})
+    if (const char* v = std::getenv(name)) saved.emplace_back(name, v);
+  ::unsetenv("LOCAL_RANK");
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  {
+    Group group({.timeout = test_timeout});
+    BOOST_TEST(group.local_rank() == group.rank());
+  }
+  for (const auto& [name, value] : saved) ::setenv(name.c_str(), value.c_str(), 1);
+}
+
 BOOST_AUTO_TEST_CASE(no_sync_accumulates_locally_and_the_last_backward_averages_everything) {
   Group group({.timeout = test_timeout});
-  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 4), Extents<Row>(16));
-  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16, -1, 1, 5), Extents<Shape<dyn, 1>>(16));
+  const SixteenRows batch;
+  const auto& [x, y, want] = batch;
   knn::MSELoss mse;
-  knn::Model<Mlp, Row> single(6);
-  single.backward(mse.backward(single.forward(x), y));
-  const auto want = single.gradients().to_vector();
 
   // Two micro-batches of 4 per rank (quarters of the batch), each loss gradient halved.
   Ddp<Mlp, Row> ddp(group, 6);
@@ -159,12 +185,9 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulates_locally_and_the_last_backward_averages_
 // wherever that backward is called, a forward outside it makes it average even inside no_sync().
 BOOST_AUTO_TEST_CASE(no_sync_is_decided_by_the_forward_as_in_torch) {
   Group group({.timeout = test_timeout});
-  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 4), Extents<Row>(16));
-  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16, -1, 1, 5), Extents<Shape<dyn, 1>>(16));
+  const SixteenRows batch;
+  const auto& [x, y, want] = batch;
   knn::MSELoss mse;
-  knn::Model<Mlp, Row> single(6);
-  single.backward(mse.backward(single.forward(x), y));
-  const auto want = single.gradients().to_vector();
   const auto mine_x = share(x, group.rank(), group.size());
   const auto mine_y = share(y, group.rank(), group.size());
 

@@ -54,44 +54,10 @@ struct op_count<Cast<T, A>> : std::integral_constant<int, 1 + op_count<A>::value
 template <class E, class Out>
 struct op_count<Broadcast<E, Out>> : std::integral_constant<int, op_count<E>::value> {};
 
-/// The element type the tensors under an expression hold, where they say: void with none (numbers
-/// only), float where they differ (half + float computes and is stored in float, as torch promotes).
-template <class E>
-struct leaf_element {
-  using type = void;  // a number
-};
-template <class T, class S, class D>
-struct leaf_element<TensorView<T, S, D>> {
-  using type = std::remove_const_t<T>;
-};
-template <class A, class B>
-using joined_element = std::conditional_t<std::is_void_v<A>, B, std::conditional_t<std::is_void_v<B> || std::is_same_v<A, B>, A, float>>;
-template <class F, class A>
-struct leaf_element<Unary<F, A>> : leaf_element<A> {};
-template <class F, class A, class B>
-struct leaf_element<Binary<F, A, B>> {
-  using type = joined_element<typename leaf_element<A>::type, typename leaf_element<B>::type>;
-};
-template <class C, class A, class B>
-struct leaf_element<Where<C, A, B>> {
-  using type = joined_element<typename leaf_element<A>::type, typename leaf_element<B>::type>;
-};
-template <class T, class A>
-struct leaf_element<Cast<T, A>> {
-  using type = T;
-};
-template <class E, class Out>
-struct leaf_element<Broadcast<E, Out>> : leaf_element<E> {};
-
-/// The element type an operation's result is stored in: a cast's target type; half or bfloat16 where
-/// the operation computes in float on tensors of that type (as an eager framework stores each
-/// intermediate in its inputs' type: torch's fp16 chain writes fp16 temporaries); else its value type.
+/// The element type an operation's result is stored in: a cast's target type, else its value type.
 template <class E>
 struct stored_type {
-  using leaf = typename leaf_element<E>::type;
-  using type = std::conditional_t<std::is_same_v<typename E::value_type, float> &&
-                                      (std::is_same_v<leaf, half> || std::is_same_v<leaf, bfloat16>),
-                                  leaf, typename E::value_type>;
+  using type = typename E::value_type;
 };
 template <class T, class A>
 struct stored_type<Cast<T, A>> {

@@ -439,15 +439,15 @@ inline index_t shape_count(const std::vector<index_t>& shape) {
   for (const auto d : shape) n *= d;
   return n;
 }
-/// Copies the entry `name` (shape `shape`) out of `entries` into `out` (converted from int64 when
-/// `integer`) and removes it; a CheckpointError naming the file, the entry and what differs when it is
-/// missing or of another dtype or shape. `what`: "parameter" or "buffer". A missing integer buffer
-/// (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
 /// load_checkpoint's default check: nothing.
 struct CheckNothing {
   void operator()(const std::map<std::string, SafetensorsEntry>&, const std::map<std::string, std::string>&) const {}
 };
 
+/// Copies the entry `name` (shape `shape`) out of `entries` into `out` (converted from int64 when
+/// `integer`) and removes it; a CheckpointError naming the file, the entry and what differs when it is
+/// missing or of another dtype or shape. `what`: "parameter" or "buffer". A missing integer buffer
+/// (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
 template <class M>
 void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::filesystem::path& path,
                 const std::string& name, const std::vector<index_t>& shape, bool integer, const char* what, M* out) {

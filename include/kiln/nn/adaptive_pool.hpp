@@ -134,9 +134,7 @@ struct AdaptiveAvgPool2dLayer {
     Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
       if (!saved_ && dy.numel() != 0)
         throw Error("kiln::nn::AdaptiveAvgPool2d::backward: run forward with gradients enabled first");
-      if (dy.size(0) != rows_in_)  // dx has the forward pass's rows
-        throw ShapeError("kiln::nn::AdaptiveAvgPool2d::backward: dy has " + std::to_string(dy.size(0)) +
-                         " rows; the forward pass had " + std::to_string(rows_in_));
+      detail::check_backward_rows("AdaptiveAvgPool2d", dy.size(0), rows_in_);
       Extents<S> e = {};
       e[0] = dy.size(0);
       Tensor<T, S, D> dx(e, dy.device_index());

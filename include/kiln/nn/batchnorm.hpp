@@ -471,6 +471,7 @@ struct BatchNormLayer {
     /// subtracts their means over the global batch (torch's; skipped, on every replica, when input_grad is
     /// false); weight_grad and bias_grad stay this replica's own (DistributedDataParallel averages them).
     Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
+      if (!x_.empty()) detail::check_backward_rows(Named::kind, dy.size(0), x_.size(0));  // (more would read past x_)
       if (dy.numel() == 0) {
         if (group_ != nullptr && input_grad) {  // the others wait for this replica's (zero) sums
           Tensor<double, Shape<dyn>, D> zeros(Extents<Shape<dyn>>(2 * C), dy.device_index());

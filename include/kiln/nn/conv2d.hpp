@@ -143,9 +143,7 @@ struct Conv2d {
         throw Error("kiln::nn::Conv2d::backward: no saved input; run forward with gradients enabled first");
       if (!E::identity && saved_.empty() && dy.numel() != 0)
         throw Error("kiln::nn::Conv2d::backward: no saved activation; run forward with gradients enabled first");
-      if (dy.size(0) != x_.size(0))  // the saved input, and dx, have the forward pass's rows
-        throw ShapeError("kiln::nn::Conv2d::backward: dy has " + std::to_string(dy.size(0)) +
-                         " rows; the forward pass had " + std::to_string(x_.size(0)));
+      detail::check_backward_rows("Conv2d", dy.size(0), x_.size(0));
       const auto g = geometry(dy.size(0));
       Tensor<T, S, D> dx = input_grad ? Tensor<T, S, D>(x_.extents(), dy.device_index()) : Tensor<T, S, D>();
       if constexpr (std::is_same_v<D, Cpu>) {

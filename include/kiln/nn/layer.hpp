@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/shape.hpp"
@@ -137,6 +138,14 @@ std::string python_float(F v) {
     out = digits.substr(0, static_cast<std::size_t>(exp) + 1) + "." + digits.substr(static_cast<std::size_t>(exp) + 1);
   }
   return (negative ? "-" : "") + out;
+}
+
+/// A layer's backward takes a dy of its forward pass's rows (what the layer saved, and dx, have them;
+/// more would read past them): else a ShapeError naming the layer, before anything is written.
+inline void check_backward_rows(const std::string& layer, index_t dy_rows, index_t forward_rows) {
+  if (dy_rows != forward_rows)
+    throw ShapeError("kiln::nn::" + layer + "::backward: dy has " + std::to_string(dy_rows) +
+                     " rows; the forward pass had " + std::to_string(forward_rows));
 }
 
 /// U(-bound, bound) into host memory (PyTorch's kaiming_uniform_(a = sqrt(5)) and bias init both

@@ -131,9 +131,7 @@ struct Linear {
     Tensor<T, S, D> backward_fused(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
       if (x_.empty() && dy.size(0) != 0)
         throw Error("kiln::nn::Linear::backward: no saved input; run forward with gradients enabled first");
-      if (dy.size(0) != x_.size(0))  // the saved input (and activation), and dx, have the forward pass's rows
-        throw ShapeError("kiln::nn::Linear::backward: dy has " + std::to_string(dy.size(0)) +
-                         " rows; the forward pass had " + std::to_string(x_.size(0)));
+      detail::check_backward_rows("Linear", dy.size(0), x_.size(0));
       Tensor<T, output_shape, D> dz;
       if constexpr (E::identity) {
         dz = Tensor<T, output_shape, D>(dy);  // shares dy
@@ -168,9 +166,13 @@ struct Linear {
       }
       auto gw = weight_grad();
       matmul_into(gw, transposed(dz), x_, 1.0f, 1.0f);  // [Out, In]
-      Tensor<T, S, D> dx = input_grad ? Tensor<T, S, D>(x_.extents(), dy.device_index()) : Tensor<T, S, D>();
-      x_ = Tensor<T, S, D>();
-      if (input_grad) matmul_into(dx, dz, weight_operand());  // [N, In] (S's: In may be checked at run time)
+      Extents<S> e = x_.extents();  // dx's: S's (its In may be a run-time extent), N rows
+      e[0] = dy.size(0);
+      if constexpr (S::extents[1] == dyn) e[1] = In;
+      x_ = Tensor<T, S, D>();  // released first: dx may take its block
+      if (!input_grad) return Tensor<T, S, D>();
+      Tensor<T, S, D> dx(e, dy.device_index());
+      matmul_into(dx, dz, weight_operand());  // [N, In]
       return dx;
     }
 

@@ -241,9 +241,7 @@ struct Pool2d {
         throw Error("kiln::nn::MaxPool2d::backward: no saved indices; run forward with gradients first");
       if (!Max && !saved_ && dy.numel() != 0)
         throw Error("kiln::nn::AvgPool2d::backward: run forward with gradients enabled first");
-      if (dy.size(0) != in_[0])  // dx has the forward pass's rows
-        throw ShapeError(std::string("kiln::nn::") + (Max ? "MaxPool2d" : "AvgPool2d") + "::backward: dy has " +
-                         std::to_string(dy.size(0)) + " rows; the forward pass had " + std::to_string(in_[0]));
+      detail::check_backward_rows(Max ? "MaxPool2d" : "AvgPool2d", dy.size(0), in_[0]);
       Tensor<T, S, D> dx(in_, dy.device_index());
       const auto g = geometry(dy.size(0));
       if constexpr (Max) {

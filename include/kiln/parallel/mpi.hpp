@@ -129,9 +129,11 @@ class ProcessGroup<Mpi> {
   }
   /// Destroyed by an exception that ends this rank (one of the program's own, not a collective's): the
   /// job is marked failed, so that this rank's exit aborts it (mpirun then ends every rank) rather than
-  /// waiting in MPI_Finalize for ranks that wait in a collective for it until their timeout.
+  /// waiting in MPI_Finalize for ranks that wait in a collective for it until their timeout. An error
+  /// every rank throws together (agree(): a failed checkpoint write, a bad launch) ends them all cleanly.
   ~ProcessGroup() {
-    if (std::uncaught_exceptions() > uncaught_exceptions_) {
+    const int unwinding = std::uncaught_exceptions();
+    if (unwinding > uncaught_exceptions_ && unwinding != agreed_unwinding_) {
       failed_ = true;
       detail::MpiRuntime::get().failed = true;
     }
@@ -203,6 +205,7 @@ class ProcessGroup<Mpi> {
     for (int r = 0; r < size_; ++r)
       if (!ok[static_cast<std::size_t>(r)]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
     if (bad.empty()) return;
+    agreed_unwinding_ = std::uncaught_exceptions() + 1;  // every rank throws this one: no abort for it
     throw DistributedError(detail::rank_prefix(rank_, size_) + what + " failed on rank" +
                            (bad.find(',') == std::string::npos ? " " : "s ") + bad +
                            (problem.empty() ? "" : ": " + problem));
@@ -306,6 +309,7 @@ class ProcessGroup<Mpi> {
   int local_rank_ = 0;
   bool failed_ = false;
   int uncaught_exceptions_ = std::uncaught_exceptions();  // at construction: more at destruction is unwinding
+  int agreed_unwinding_ = -1;  // the exception count while agree()'s error, which every rank throws, is in flight
   std::vector<MPI_Request> pending_;
   std::vector<std::string> pending_what_;
 };

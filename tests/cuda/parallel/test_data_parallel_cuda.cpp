@@ -1,7 +1,8 @@
 // DataParallel with CUDA replicas (one per GPU, ncclCommInitAll, grouped ncclAllReduce): on as many GPUs
 // as the machine has (at most 4; one GPU: one replica), 20 Adam steps of the seeds' MLP and a small LeNet
 // on the same global batches as one GPU end within 1e-5 of its parameters, with the replicas identical;
-// BatchNorm's buffers start every step from replica 0's; SyncBatchNorm replicas train like one GPU; the
+// BatchNorm's buffers start every step from replica 0's; train_steps without zero_grad accumulate like one
+// GPU; SyncBatchNorm replicas train like one GPU; the
 // grouped all-reduce itself, called directly (also on one GPU).
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
@@ -125,6 +126,35 @@ BOOST_AUTO_TEST_CASE(batch_norm_buffers_start_every_step_from_replica_zeros) {
     (void)one.forward(x1.slice(4 * r, 4 * r + 4).template to<kiln::Cuda>(0));
     const auto want = one.buffers().to_vector(), got = dp.replica(r).buffers().to_vector();
     for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-6f));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gradients_accumulate_over_train_steps_like_one_gpu) {
+  // Three train_steps without zero_grad give the three batches' summed gradient on every replica, as
+  // three backward passes on one GPU (replicas 1..N-1 start each step from zero on their own GPU).
+  using P = kiln::Policy<kiln::Fp32, kiln::Cuda>;
+  const int n = gpus();
+  knn::Model<Mlp, Row, P> single(5, 0);
+  kiln::parallel::DataParallel<Mlp, Row, kiln::Fp32, kiln::Cuda> dp(n, 5);
+  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); });
+  const knn::MSELoss mse;
+  const auto rows = static_cast<kiln::index_t>(6 * n);
+  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(rows), -2, 2, 8),
+                                            Extents<Shape<dyn, 1>>(rows));
+  single.zero_grad();
+  opts.zero_grad();
+  for (int micro = 0; micro < 3; ++micro) {
+    const auto x = kt::make_tensor<kiln::Cpu>(
+        kt::random_values<float>(static_cast<std::size_t>(rows * 13), -1, 1, 200 + micro), Extents<Row>(rows));
+    single.backward(mse.backward(single.forward(x.template to<kiln::Cuda>(0)), y.template to<kiln::Cuda>(0)));
+    (void)dp.train_step(x, y, mse);
+  }
+  const auto want = single.gradients().to_vector();
+  for (int r = 0; r < n; ++r) {
+    const auto got = dp.replica(r).gradients().to_vector();
+    double d = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
+    BOOST_TEST(d <= 1e-5, "replica " << r << ": largest difference " << d);
   }
 }
 

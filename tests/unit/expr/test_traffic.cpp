@@ -1,8 +1,7 @@
 // The work counters (kiln::counters(), issue #7): a pass's bytes are its operands read once and its
 // destination written once, a broadcast operand at its own size, a repeated operand once; its operations
 // one per Unary/Binary/Where per element (casts none), one per element a reduction reads, 2mnk a GEMM.
-// The same chain unfused does the same arithmetic and moves each intermediate twice more (in half for a
-// half chain, as torch's eager fp16).
+// The same chain unfused does the same arithmetic and moves each intermediate twice more.
 #include <boost/test/unit_test.hpp>
 #include <kiln/core/fusion.hpp>
 #include <kiln/optim/adam.hpp>
@@ -74,40 +73,6 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unfused_does_the_same_arithmetic_and_moves_the_int
   BOOST_TEST(fused.ops == 4u * n);
   BOOST_TEST(fused.bytes == 2 * n * sizeof(float));
   BOOST_TEST(unfused.bytes == fused.bytes + (3 * 2 + 1) * n * sizeof(float));
-}
-
-// Eager torch stores an fp16 chain's intermediates in fp16 (and rounds each): so does Unfused, so that
-// it moves half the bytes of float temporaries, and each pass's result is the one of the chain computed
-// step by step into half tensors. A chain over half and float tensors is stored in float.
-BOOST_AUTO_TEST_CASE_TEMPLATE(unfused_half_chains_store_half_intermediates_as_torch, D, kiln::test::devices) {
-  using kiln::half;
-  constexpr kiln::index_t n = 1031;
-  const Extents<Shape<dyn>> ext(n);
-  const auto values = kt::random_values<float>(n, -2, 2, 5);
-  std::vector<half> hv(values.begin(), values.end());
-  const auto x = kt::make_tensor<D>(hv, ext);
-  Tensor<half, Shape<dyn>, D> y(ext), a(ext), b(ext);
-  kiln::Counters unfused;
-  {
-    kiln::Unfused off;
-    unfused = work_of([&] { kiln::assign(y, kiln::exp(-x) * 3.0f + x); });
-  }
-  BOOST_TEST(unfused.passes == 4u);
-  BOOST_TEST(unfused.bytes == (2 + 3 * 2 + 1) * n * sizeof(half));
-  kiln::assign(a, -x);  // step by step, each rounded to half
-  kiln::assign(b, kiln::exp(a));
-  kiln::assign(a, b * 3.0f);
-  kiln::assign(b, a + x);
-  const auto got = y.to_vector(), want = b.to_vector();
-  for (kiln::index_t i = 0; i < n; ++i) BOOST_TEST(static_cast<float>(got[i]) == static_cast<float>(want[i]));
-  // half * float: float temporaries (torch promotes).
-  const auto f = kt::make_tensor<D>(values, ext);
-  Tensor<float, Shape<dyn>, D> z(ext);
-  {
-    kiln::Unfused off;
-    unfused = work_of([&] { kiln::assign(z, (x * f) + 1.0f); });
-  }
-  BOOST_TEST(unfused.bytes == (n * sizeof(half) + n * sizeof(float) + n * sizeof(float)) + 2 * n * sizeof(float));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(reductions_and_gemms, D, kiln::test::devices) {

@@ -128,8 +128,8 @@ void check_backward_rows(Module& m, kiln::index_t rows) {
   BOOST_TEST(kiln::passes() == before);
 }
 
-// Called as layers (not through Model, which checks too), conv and pools compare dy's rows with the
-// forward pass's: more rows would read past the saved input and write past dx.
+// Called as layers (not through Model, which checks too), conv, pools, BatchNorm and Linear compare dy's
+// rows with the forward pass's before writing anything: more rows would read past the saved input.
 BOOST_AUTO_TEST_CASE_TEMPLATE(layers_refuse_a_dy_with_other_rows_than_the_forward_pass, D, kiln::test::devices) {
   using In = Shape<dyn, 2, 6, 6>;
   using P = kiln::Policy<kiln::Fp32, D>;
@@ -143,17 +143,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(layers_refuse_a_dy_with_other_rows_than_the_forwar
   check_backward_rows<decltype(max_pool), D>(max_pool, 64);
   typename kiln::nn::AvgPool2d<2>::template module<In, P> avg_pool;
   check_backward_rows<decltype(avg_pool), D>(avg_pool, 1);
+  typename kiln::nn::BatchNorm2d<2>::template module<In, P> bn;
+  kiln::Tensor<float, Shape<dyn>, D> bn_params(bn.parameter_count), bn_grads(bn.parameter_count), bn_buffers(bn.buffer_count);
+  bn_params.fill(1.0f);
+  bn_grads.fill(0.0f);
+  bn_buffers.fill(0.0f);
+  bn.bind(bn_params.data(), bn_grads.data(), bn_params.data(), bn_params.device_index());
+  bn.bind_buffers(bn_buffers.data(), bn_buffers.device_index());
+  check_backward_rows<decltype(bn), D>(bn, 64);
+  using Rows = Shape<dyn, 8>;
+  typename kiln::nn::Linear<8, 3>::template module<Rows, P> linear;
+  kiln::Tensor<float, Shape<dyn>, D> l_params(linear.parameter_count), l_grads(linear.parameter_count);
+  l_params.fill(0.5f);
+  l_grads.fill(0.0f);
+  linear.bind(l_params.data(), l_grads.data(), l_params.data(), l_params.device_index());
+  check_backward_rows<decltype(linear), D>(linear, 64);
+  BOOST_TEST(l_grads.to_vector() == std::vector<float>(static_cast<std::size_t>(linear.parameter_count), 0.0f),
+             boost::test_tools::per_element());  // the bias gradient's sum used to come first
 }
 
 // The CPU convolution runs a team of at most one thread per image (each with its own columns), and sums
 // the weight gradient in partials per group of images (at most 32) added in group order: output, input
 // gradient and parameter gradients are the same bits on 1, 2, 3 and 5 threads, for 40 images and for 2.
 BOOST_AUTO_TEST_CASE(conv2d_results_do_not_depend_on_the_thread_count) {
-  using In = Shape<dyn, 3, 9, 9>;
-  using Model = kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Conv2d<3, 8, 3, 2, 1>, kiln::nn::ReLU>, In>;
+  // (16 x 32 x 3 x 3 weights in 32 groups: 147456 partial values, past the threshold of the parallel sum)
+  using In = Shape<dyn, 16, 9, 9>;
+  using Model = kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Conv2d<16, 32, 3, 2, 1>, kiln::nn::ReLU>, In>;
   for (const kiln::index_t n : {40, 2}) {
     const auto x = kiln::test::make_tensor<kiln::Cpu>(
-        kiln::test::random_values<float>(static_cast<std::size_t>(n * 3 * 81), -1, 1, 21), kiln::Extents<In>(n));
+        kiln::test::random_values<float>(static_cast<std::size_t>(n * 16 * 81), -1, 1, 21), kiln::Extents<In>(n));
     kiln::Extents<Model::output_shape> out;
     out[0] = n;
     const auto dy = kiln::test::make_tensor<kiln::Cpu>(

@@ -286,12 +286,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(hyperparameters_come_back_as_torchs_param_groups, 
   BOOST_TEST(plain.momentum() == 0.9f);
   BOOST_TEST(!plain.momentum_buffer().empty());
   kiln::optim::SGD<float, D> nesterov(p, g, {.lr = 0.1f, .momentum = 0.9f, .nesterov = true});
-  BOOST_CHECK_THROW(kiln::load_optimizer_state(nesterov, kiln::optimizer_state(sgd).entries,
-                                               kiln::optimizer_state(sgd).metadata, "f"),
+  const auto sgd_state = kiln::optimizer_state(sgd);
+  BOOST_CHECK_THROW(kiln::check_optimizer_state(nesterov, sgd_state.entries, sgd_state.metadata, "f"),
                     kiln::CheckpointError);
+  BOOST_CHECK_THROW(kiln::load_optimizer_state(nesterov, sgd_state.entries, sgd_state.metadata, "f"),
+                    kiln::CheckpointError);
+  BOOST_CHECK_NO_THROW(kiln::check_optimizer_state(plain, sgd_state.entries, sgd_state.metadata, "f"));
   kiln::optim::RMSprop<float, D> rms(p, g, {.lr = 0.02f, .momentum = 0.5f});
   kiln::optim::RMSprop<float, D> rms2(p, g, {.lr = 0.3f});
-  kiln::load_optimizer_state(rms2, kiln::optimizer_state(rms).entries, kiln::optimizer_state(rms).metadata, "f");
+  const auto rms_state = kiln::optimizer_state(rms);
+  kiln::optim::RMSprop<float, D> centered(p, g, {.lr = 0.02f, .momentum = 0.5f, .centered = true});
+  BOOST_CHECK_THROW(kiln::check_optimizer_state(centered, rms_state.entries, rms_state.metadata, "f"),
+                    kiln::CheckpointError);
+  BOOST_CHECK_NO_THROW(kiln::check_optimizer_state(rms2, rms_state.entries, rms_state.metadata, "f"));
+  BOOST_TEST(rms2.lr() == 0.3f);  // a check writes nothing
+  kiln::load_optimizer_state(rms2, rms_state.entries, rms_state.metadata, "f");
   BOOST_TEST(rms2.lr() == 0.02f);
   BOOST_TEST(rms2.momentum() == 0.5f);
 }

@@ -159,7 +159,7 @@ inline bool stream_marker_reached(void* marker) {
   const RelaxedCaptureMode relaxed;
   const cudaError_t rc = cudaEventQuery(e);
   if (rc == cudaErrorNotReady) {
-    (void)cudaGetLastError();  // (cudaErrorNotReady is no error: cleared in case a runtime records it)
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();  // only if it is the one recorded
     return false;
   }
   if (cudaEventDestroy(e) != cudaSuccess || rc != cudaSuccess) (void)cudaGetLastError();
@@ -169,6 +169,7 @@ inline bool stream_marker_reached(void* marker) {
 /// Waits until the stream has reached a marker (the pinned allocator's retry after out of memory, and
 /// its empty_cache). The marker stays until stream_marker_reached() destroys it.
 inline void wait_stream_marker(void* marker) {
+  const RelaxedCaptureMode relaxed;
   if (cudaEventSynchronize(static_cast<cudaEvent_t>(marker)) != cudaSuccess) (void)cudaGetLastError();
 }
 
