@@ -29,7 +29,8 @@ auto to_device(const kiln::Tensor<T, S, D>& t) {
 }
 
 /// A batch's tensor on device D, float features as the model's storage type T (fp16 / bf16: one
-/// conversion pass on the device) and anything else (int64 labels) as it is.
+/// conversion pass on the device) and anything else (int64 labels) as it is. Targets go to the loss
+/// as `to_model_target`.
 template <class D, class T, class E, class S, class From>
 auto to_model_input(const kiln::Tensor<E, S, From>& t) {
   static_assert(std::is_same_v<From, kiln::Cpu> || std::is_same_v<From, D>, "a batch on another device");
@@ -41,6 +42,14 @@ auto to_model_input(const kiln::Tensor<E, S, From>& t) {
     kiln::assign(out, kiln::cast<T>(on_device));
     return out;
   }
+}
+
+/// A batch's targets on device D for a loss of the model's outputs (storage type T): float targets in
+/// T's compute type (float for fp16 / bf16, as autocast computes the loss in fp32 on the data's own
+/// targets: a house price of 21.6 stays 21.6, not bfloat16's 21.625), labels as they are.
+template <class D, class T, class E, class S, class From>
+auto to_model_target(const kiln::Tensor<E, S, From>& t) {
+  return to_model_input<D, kiln::compute_t<T>>(t);
 }
 
 /// The device a trained model takes its batches on: a model's (or a DistributedDataParallel rank's)

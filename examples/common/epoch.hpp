@@ -98,7 +98,7 @@ EpochResult train_epoch(Model& model, Optimizer& opt, Scaler& scaler, Loss& loss
       loader, accumulate, epoch, epochs,
       [&](const auto& b, double weight) {
         const auto x = to_model_input<D, T>(b.x);
-        const auto y = to_model_input<D, T>(b.y);
+        const auto y = to_model_target<D, T>(b.y);
         ++seen;
         [[maybe_unused]] const auto sync = sync_for_step(model, seen % accumulate == 0 || seen == batches);
         const auto pred = model.forward(x);
@@ -143,7 +143,7 @@ EpochResult train_epoch(kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Opts
   return run_epoch(
       loader, accumulate, epoch, epochs,
       [&](const auto& b, double weight) {
-        return dp.train_step(to_model_input<kiln::Cpu, T>(b.x), to_model_input<kiln::Cpu, T>(b.y), loss,
+        return dp.train_step(to_model_input<kiln::Cpu, T>(b.x), to_model_target<kiln::Cpu, T>(b.y), loss,
                              scaler.scale() * weight);
       },
       [&] {

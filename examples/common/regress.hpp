@@ -88,7 +88,7 @@ Evaluation evaluate(Trained& trained, Loader& loader) {
   long long seen = 0;
   for (const auto& b : loader) {
     const auto pred = model.forward(to_model_input<D, T>(b.x));  // [N, 1]
-    const auto y = to_model_input<D, T>(b.y);                    // [N, 1]
+    const auto y = to_model_target<D, T>(b.y);                   // [N, 1]
     squares += static_cast<double>(mse(pred, y).item()) * static_cast<double>(b.size());
     seen += b.size();
   }

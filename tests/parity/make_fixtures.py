@@ -37,6 +37,12 @@ mlp.json
                   zero_grad(); loss = MSE(model(input), target); loss.backward(); opt.step();
                   parameters are the state_dict after the last step.
 
+mlp_maximize.json
+  torch_version, seed, layers, state_dict, input, target   as in mlp.json (the same draws)
+  optimizers      as in mlp.json, each with maximize=True in its options (SGD with momentum and with
+                  Nesterov, Adam with L2 and amsgrad, AdamW, RMSprop centered with momentum and L2): the
+                  gradient is negated before the weight decay, momentum and moments
+
 schedulers.json
   torch_version   str
   base_lr         float   the optimizer's lr before the scheduler is built (0.1)
@@ -80,6 +86,17 @@ layers.json
                      output: tensor (module(input)), grad_input: tensor (dL/dx),
                      grad: {name: tensor} (each parameter's dL/dp)} ]
                   every module in eval() mode (Dropout: the identity)
+
+layers_strided.json
+  torch_version   str
+  cases           as in layers.json: Conv2d, MaxPool2d and AvgPool2d whose stride exceeds the kernel
+                  (windows skip input rows and columns), on odd inputs [2, C, 7, 8] so that the last
+                  rows or columns fall in no window, with padding 0 and 1; the pools' defaults
+                  (ceil_mode=False; AvgPool2d count_include_pad=True, as kiln's)
+                  conv2d_k2_s3, conv2d_k2_s3_p1          Conv2d(2, 3, 2, stride=3, padding=0 / 1)
+                  conv2d_k1_s2, conv2d_k1_s2_p1          Conv2d(2, 3, 1, stride=2, padding=0 / 1)
+                  max_pool2d_k2_s3, max_pool2d_k2_s3_p1  MaxPool2d(2, stride=3, padding=0 / 1)
+                  avg_pool2d_k2_s3, avg_pool2d_k2_s3_p1  AvgPool2d(2, stride=3, padding=0 / 1)
 
 losses.json
   torch_version   str
@@ -217,12 +234,18 @@ def optimizer_runs(make_model, initial, configs, loss_fn, x, target):
     return runs
 
 
-def mlp_fixture():
+def mlp_draws():
+    """mlp.json's model (its initial state_dict) and batch, drawn after torch.manual_seed(SEED)."""
     torch.manual_seed(SEED)
     model = make_mlp()
     x = torch.randn(8, 13)
     target = torch.randn(8, 1)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
+    return model, x, target, initial
+
+
+def mlp_fixture():
+    model, x, target, initial = mlp_draws()
     loss_fn = torch.nn.MSELoss()
 
     out = model(x)
@@ -256,6 +279,33 @@ def mlp_fixture():
         "loss": f32([loss.item()])[0],
         "grad": grad,
         "optimizers": optimizers,
+    }
+
+
+def mlp_maximize_fixture():
+    """mlp.json's optimizer runs with maximize=True. A file of its own: rewriting mlp.json with another
+    torch build would change the last bits of its other values."""
+    _, x, target, initial = mlp_draws()
+    configs = [
+        ("sgd_momentum_maximize", "SGD",
+         dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-2, nesterov=False, maximize=True)),
+        ("sgd_nesterov_maximize", "SGD",
+         dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-2, nesterov=True, maximize=True)),
+        ("adam_l2_amsgrad_maximize", "Adam",
+         dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-8, weight_decay=1e-2, amsgrad=True, maximize=True)),
+        ("adamw_maximize", "AdamW",
+         dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=False, maximize=True)),
+        ("rmsprop_centered_momentum_l2_maximize", "RMSprop",
+         dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=1e-2, momentum=0.9, centered=True, maximize=True)),
+    ]
+    return {
+        "torch_version": torch.__version__,
+        "seed": SEED,
+        "layers": "Sequential(Linear(13,16), ReLU, Linear(16,32), ReLU, Linear(32,1))",
+        "state_dict": {k: tensor(v) for k, v in initial.items()},
+        "input": tensor(x),
+        "target": tensor(target),
+        "optimizers": optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target),
     }
 
 
@@ -484,6 +534,23 @@ def layers_fixture():
         layer_case("adaptive_avg_pool2d_global", lambda: nn.AdaptiveAvgPool2d(1), (2, 3, 5, 6), 43),
         layer_case("adaptive_avg_pool2d_overlapping", lambda: nn.AdaptiveAvgPool2d((3, 2)), (2, 2, 7, 5), 44),
         layer_case("adaptive_avg_pool2d_upsampling", lambda: nn.AdaptiveAvgPool2d(4), (2, 2, 3, 3), 45),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
+def layers_strided_fixture():
+    """Strides larger than the kernel. A file of its own: rewriting layers.json with another torch build
+    would change the last bits of its other values."""
+    nn = torch.nn
+    cases = [
+        layer_case("conv2d_k2_s3", lambda: nn.Conv2d(2, 3, 2, stride=3), (2, 2, 7, 8), 101),
+        layer_case("conv2d_k2_s3_p1", lambda: nn.Conv2d(2, 3, 2, stride=3, padding=1), (2, 2, 7, 8), 102),
+        layer_case("conv2d_k1_s2", lambda: nn.Conv2d(2, 3, 1, stride=2), (2, 2, 7, 8), 103),
+        layer_case("conv2d_k1_s2_p1", lambda: nn.Conv2d(2, 3, 1, stride=2, padding=1), (2, 2, 7, 8), 104),
+        layer_case("max_pool2d_k2_s3", lambda: nn.MaxPool2d(2, stride=3), (2, 3, 7, 8), 105),
+        layer_case("max_pool2d_k2_s3_p1", lambda: nn.MaxPool2d(2, stride=3, padding=1), (2, 3, 7, 8), 106),
+        layer_case("avg_pool2d_k2_s3", lambda: nn.AvgPool2d(2, stride=3), (2, 3, 7, 8), 107),
+        layer_case("avg_pool2d_k2_s3_p1", lambda: nn.AvgPool2d(2, stride=3, padding=1), (2, 3, 7, 8), 108),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 
@@ -742,8 +809,10 @@ def write(name, data):
     print(f"{path}: {os.path.getsize(path)} bytes")
 
 
-FIXTURES = {"mlp.json": lambda: mlp_fixture(), "schedulers.json": lambda: schedulers_fixture(),
+FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_maximize_fixture(),
+            "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
+            "layers_strided.json": lambda: layers_strided_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}

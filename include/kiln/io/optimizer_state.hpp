@@ -26,12 +26,13 @@ namespace kiln {
 ///                 Loaded whatever the momentum is now; a state without it makes the next step start
 ///                 the buffers from its gradient (torch: no momentum_buffer in the state)
 /// and "optimizer.type" (Adam, AdamW, RMSprop, SGD). The hyperparameters are metadata too, as torch's
-/// param_groups are in its state_dict: "optimizer.lr" and "optimizer.weight_decay"; Adam/AdamW "beta1",
-/// "beta2", "eps", "amsgrad"; RMSprop "alpha", "eps", "momentum", "centered"; SGD "momentum", "dampening",
-/// "nesterov". Loading restores the learning rate, the betas and the momentum (what schedulers move during
-/// training: a resumed run goes on with the values the run had reached, as torch's load_state_dict
-/// does); the others must equal the optimizer's (torch would take the checkpoint's; kiln fixes them, and
-/// amsgrad, centered and nesterov shape the state, at construction), else a CheckpointError names both.
+/// param_groups are in its state_dict: "optimizer.lr", "optimizer.weight_decay" and "optimizer.maximize";
+/// Adam/AdamW "beta1", "beta2", "eps", "amsgrad"; RMSprop "alpha", "eps", "momentum", "centered"; SGD
+/// "momentum", "dampening", "nesterov". Loading restores the learning rate, the betas and the momentum
+/// (what schedulers move during training: a resumed run goes on with the values the run had reached, as
+/// torch's load_state_dict does); the others must equal the optimizer's (torch would take the
+/// checkpoint's; kiln fixes them, and amsgrad, centered and nesterov shape the state, at construction),
+/// else a CheckpointError names both.
 /// A checkpoint without them (written before kiln saved them) leaves the optimizer's.
 struct OptimizerState {
   std::map<std::string, SafetensorsEntry> entries;
@@ -166,6 +167,7 @@ OptimizerState optimizer_state(const Opt& opt) {
     hyper("dampening", o.dampening);
     hyper("nesterov", o.nesterov);
   }
+  hyper("maximize", o.maximize);
   if constexpr (detail::adam_like<Opt>) {
     detail::add_arena(s, "optimizer.exp_avg", opt.exp_avg());
     detail::add_arena(s, "optimizer.exp_avg_sq", opt.exp_avg_sq());
@@ -214,6 +216,7 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     detail::hyper_must_match(metadata, "dampening", o.dampening, expected, path);
     detail::hyper_must_match(metadata, "nesterov", o.nesterov, expected, path);
   }
+  detail::hyper_must_match(metadata, "maximize", o.maximize, expected, path);
   // Everything is checked before anything is written: a bad checkpoint leaves the optimizer as it was.
   if constexpr (detail::adam_like<Opt>) {
     const std::remove_cvref_t<decltype(o.betas)> betas{detail::hyper_value(metadata, "beta1", o.betas.beta1, path),

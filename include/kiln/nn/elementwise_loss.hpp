@@ -119,10 +119,10 @@ struct TermOfPair {
 
 /// g = term.grad(pred, target) k, k = the loss scale over the mean's count (read on the device for a
 /// device scale), times dloss[i] where an upstream gradient is given (reduction='none').
-template <class T, class Term>
+template <class T, class Term, class U = T>
 struct TermGrad {
   const T* pred;
-  const T* target;
+  const U* target;
   T* g;
   GradFactor<compute_t<T>> factor;
   Term term;
@@ -132,7 +132,8 @@ struct TermGrad {
     g[i] = from_compute<T>(upstream ? d * upstream[i] : d);
   }
   Traffic traffic(index_t n) const {
-    return {3 * kiln::detail::bytes_of<T>(n) + (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0),
+    return {2 * kiln::detail::bytes_of<T>(n) + kiln::detail::bytes_of<U>(n) +
+                (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0),
             (upstream ? 5 : 4) * static_cast<std::uint64_t>(n)};
   }
 };
@@ -148,10 +149,10 @@ KILN_HOST_DEVICE KILN_FORCEINLINE V bce_with_logits(V x, V y, V p) {
 }
 /// out[i] = bce_with_logits(x[i], y[i], pos_weight[i % C]) (C: the last extent, or 1 for one weight), in
 /// the compute type.
-template <class T>
+template <class T, class U = T>
 struct BceWithLogitsRows {
   const T* x;
-  const T* y;
+  const U* y;
   compute_t<T>* out;
   const compute_t<T>* pos_weight;  // [C], or none
   index_t c;
@@ -160,17 +161,17 @@ struct BceWithLogitsRows {
     out[i] = bce_with_logits(to_compute(x[i]), to_compute(y[i]), pos_weight ? pos_weight[i % c] : V(1));
   }
   Traffic traffic(index_t n) const {
-    return {2 * kiln::detail::bytes_of<T>(n) + kiln::detail::bytes_of<compute_t<T>>(n) +
+    return {kiln::detail::bytes_of<T>(n) + kiln::detail::bytes_of<U>(n) + kiln::detail::bytes_of<compute_t<T>>(n) +
                 (pos_weight ? kiln::detail::bytes_of<compute_t<T>>(c) : 0),
             12 * static_cast<std::uint64_t>(n)};
   }
 };
 /// g[i] = ((p y + 1 - y) sigmoid(x) - p y) k (torch's gradient; sigmoid(x) - y without pos_weight), k as
 /// TermGrad's, times dloss[i] where given.
-template <class T>
+template <class T, class U = T>
 struct BceWithLogitsGrad {
   const T* x;
-  const T* y;
+  const U* y;
   T* g;
   GradFactor<compute_t<T>> factor;
   const compute_t<T>* pos_weight;  // [C], or none
@@ -191,8 +192,8 @@ struct BceWithLogitsGrad {
     g[i] = from_compute<T>(upstream ? d * upstream[i] : d);
   }
   Traffic traffic(index_t n) const {
-    return {3 * kiln::detail::bytes_of<T>(n) + (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0) +
-                (pos_weight ? kiln::detail::bytes_of<compute_t<T>>(c) : 0),
+    return {2 * kiln::detail::bytes_of<T>(n) + kiln::detail::bytes_of<U>(n) +
+                (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0) + (pos_weight ? kiln::detail::bytes_of<compute_t<T>>(c) : 0),
             (pos_weight ? 10 : 6) * static_cast<std::uint64_t>(n)};
   }
 };
@@ -243,8 +244,8 @@ inline constexpr const char* input_name = std::is_same_v<Term, KLDivTerm> ? "inp
 // of the compute type. Each loss is an aggregate of its options (no base class, so that designated
 // initializers name them all) whose members forward here.
 /// The mean (or sum) of the terms, in the compute type: one pass.
-template <class Term, class T, class S, class D>
-auto pair_loss(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) {
+template <class Term, class T, class U, class S, class D>
+auto pair_loss(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) {
   check_pair(who, pred, target, input_name<Term>);
   if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
   const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));
@@ -252,9 +253,9 @@ auto pair_loss(const char* who, Reduction how, Term term, const Tensor<T, S, D>&
   return how == Reduction::sum ? sum(terms) : mean(terms);
 }
 /// Each element's term in the compute type (reduction='none'): one pass.
-template <class Term, class T, class S, class D>
+template <class Term, class T, class U, class S, class D>
 Tensor<compute_t<T>, S, D> pair_terms(const char* who, Term term, const Tensor<T, S, D>& pred,
-                                      const Tensor<T, S, D>& target) {
+                                      const Tensor<U, S, D>& target) {
   check_pair(who, pred, target, input_name<Term>);
   if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
   const int device = kiln::detail::pass_device(pred);
@@ -265,9 +266,9 @@ Tensor<compute_t<T>, S, D> pair_terms(const char* who, Term term, const Tensor<T
 }
 /// dL/dpred: the term's gradient times `scale` over `den` (what the loss divides its sum by), or times
 /// dloss[i] where `dloss` (pred's shape) is given. One pass.
-template <class Term, class T, class S, class D>
+template <class Term, class T, class U, class S, class D>
 Tensor<T, S, D> pair_gradient(const char* who, double den, Term term, const Tensor<T, S, D>& pred,
-                              const Tensor<T, S, D>& target, LossScale scale,
+                              const Tensor<U, S, D>& target, LossScale scale,
                               const Tensor<compute_t<T>, S, D>* dloss = nullptr) {
   check_pair(who, pred, target, input_name<Term>);
   if constexpr (std::is_same_v<Term, BceTerm>) check_probabilities(who, pred);
@@ -279,14 +280,14 @@ Tensor<T, S, D> pair_gradient(const char* who, double den, Term term, const Tens
   const kiln::detail::device_scope<D> on(device);
   Tensor<T, S, D> g(pred.extents(), device);
   kiln::detail::executor<D>::for_each(
-      g.numel(), TermGrad<T, Term>{pred.data(), target.data(), g.data(), GradFactor<compute_t<T>>::make(scale, 1.0, den),
+      g.numel(), TermGrad<T, Term, U>{pred.data(), target.data(), g.data(), GradFactor<compute_t<T>>::make(scale, 1.0, den),
                                    term, dloss ? dloss->data() : nullptr});
   return g;
 }
 /// pair_gradient over the elements for a mean, 1 for a sum.
-template <class Term, class T, class S, class D>
+template <class Term, class T, class U, class S, class D>
 Tensor<T, S, D> pair_backward(const char* who, Reduction how, Term term, const Tensor<T, S, D>& pred,
-                              const Tensor<T, S, D>& target, LossScale scale,
+                              const Tensor<U, S, D>& target, LossScale scale,
                               const Tensor<compute_t<T>, S, D>* dloss = nullptr) {
   return pair_gradient(who, how == Reduction::sum ? 1.0 : static_cast<double>(pred.numel()), term, pred, target,
                        scale, dloss);
@@ -304,23 +305,23 @@ struct L1Loss {
   Reduction reduction = Reduction::mean;
   static constexpr const char* name = "kiln::nn::L1Loss";
 
-  template <class T, class S, class D>
-  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_loss(name, reduction, term<compute_t<T>>(), pred, target);
   }
   /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
-  template <class T, class S, class D>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+  template <class T, class U, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target, LossScale scale = {}) const {
     return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
   }
   /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
-  template <class T, class S, class D>
-  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_terms(name, term<compute_t<T>>(), pred, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
-  template <class T, class S, class D, class SG>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+  template <class T, class U, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::L1Loss::backward(pred, target, dloss): dloss must have pred's shape type "
                                          "(one upstream gradient per element, as unreduced() gives terms)");
@@ -342,23 +343,23 @@ struct SmoothL1Loss {
   double beta = 1.0;
   static constexpr const char* name = "kiln::nn::SmoothL1Loss";
 
-  template <class T, class S, class D>
-  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_loss(name, reduction, term<compute_t<T>>(), pred, target);
   }
   /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
-  template <class T, class S, class D>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+  template <class T, class U, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target, LossScale scale = {}) const {
     return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
   }
   /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
-  template <class T, class S, class D>
-  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_terms(name, term<compute_t<T>>(), pred, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
-  template <class T, class S, class D, class SG>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+  template <class T, class U, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::SmoothL1Loss::backward(pred, target, dloss): dloss must have pred's shape type "
                                          "(one upstream gradient per element, as unreduced() gives terms)");
@@ -382,23 +383,23 @@ struct HuberLoss {
   double delta = 1.0;
   static constexpr const char* name = "kiln::nn::HuberLoss";
 
-  template <class T, class S, class D>
-  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_loss(name, reduction, term<compute_t<T>>(), pred, target);
   }
   /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
-  template <class T, class S, class D>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+  template <class T, class U, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target, LossScale scale = {}) const {
     return detail::pair_backward(name, reduction, term<compute_t<T>>(), pred, target, scale);
   }
   /// Each element's loss in the compute type (fp32 for 16-bit operands, as autocast): reduction='none'.
-  template <class T, class S, class D>
-  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_terms(name, term<compute_t<T>>(), pred, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
-  template <class T, class S, class D, class SG>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+  template <class T, class U, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::HuberLoss::backward(pred, target, dloss): dloss must have pred's shape type "
                                          "(one upstream gradient per element, as unreduced() gives terms)");
@@ -430,23 +431,23 @@ struct BCELoss {
   Reduction reduction = Reduction::mean;
   static constexpr const char* name = "kiln::nn::BCELoss";
 
-  template <class T, class S, class D>
-  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_loss(name, reduction, term<T>(), pred, target);
   }
   /// dL/dpred, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
-  template <class T, class S, class D>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+  template <class T, class U, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target, LossScale scale = {}) const {
     return detail::pair_backward(name, reduction, term<T>(), pred, target, scale);
   }
   /// Each element's loss in the compute type (fp32 for 16-bit operands): reduction='none'.
-  template <class T, class S, class D>
-  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_terms(name, term<T>(), pred, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (pred's shape), times `scale`.
-  template <class T, class S, class D, class SG>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+  template <class T, class U, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::BCELoss::backward(pred, target, dloss): dloss must have pred's shape type "
                                          "(one upstream gradient per element, as unreduced() gives terms)");
@@ -478,33 +479,33 @@ struct BCEWithLogitsLoss {
   std::vector<double> pos_weight = {};  ///< one per class (the last extent), one for all, or empty (all 1)
   static constexpr const char* name = "kiln::nn::BCEWithLogitsLoss";
 
-  template <class T, class S, class D>
-  auto operator()(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  auto operator()(const Tensor<T, S, D>& logits, const Tensor<U, S, D>& target) const {
     const kiln::detail::device_scope<D> on(kiln::detail::pass_device(logits));  // the logits' GPU
     const auto terms = unreduced(logits, target);
     return reduction == Reduction::sum ? sum(terms) : mean(terms);
   }
   /// dL/dlogits over the elements (1 for a sum), times `scale`. One pass.
-  template <class T, class S, class D>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+  template <class T, class U, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<U, S, D>& target, LossScale scale = {}) const {
     const double den = reduction == Reduction::sum ? 1.0 : static_cast<double>(logits.numel());
     return gradient(logits, target, detail::GradFactor<compute_t<T>>::make(scale, 1.0, den), nullptr);
   }
   /// Each element's loss in the compute type: torch's reduction='none'. One pass.
-  template <class T, class S, class D>
-  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<U, S, D>& target) const {
     detail::check_pair(name, logits, target, "logits");
     const int device = kiln::detail::pass_device(logits);
     const kiln::detail::device_scope<D> on(device);
     const auto w = weights<T>(logits, device);
     Tensor<compute_t<T>, S, D> out(logits.extents(), device);
     kiln::detail::executor<D>::for_each(
-        out.numel(), detail::BceWithLogitsRows<T>{logits.data(), target.data(), out.data(), w.data(), weight_period(logits)});
+        out.numel(), detail::BceWithLogitsRows<T, U>{logits.data(), target.data(), out.data(), w.data(), weight_period(logits)});
     return out;
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (the logits' shape), times `scale`.
-  template <class T, class S, class D, class SG>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target,
+  template <class T, class U, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<U, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::BCEWithLogitsLoss::backward(logits, target, dloss): dloss must have the "
                                          "logits' shape type (one upstream gradient per element, as unreduced() gives terms)");
@@ -531,15 +532,15 @@ struct BCEWithLogitsLoss {
     return detail::class_weights<compute_t<T>, D>(name, pos_weight, weight_period(logits),
                                                   device);
   }
-  template <class T, class S, class D>
-  Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<T, S, D>& target,
+  template <class T, class U, class S, class D>
+  Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<U, S, D>& target,
                            detail::GradFactor<compute_t<T>> factor, const compute_t<T>* upstream) const {
     detail::check_pair(name, logits, target, "logits");
     const int device = kiln::detail::pass_device(logits);
     const kiln::detail::device_scope<D> on(device);
     const auto w = weights<T>(logits, device);
     Tensor<T, S, D> g(logits.extents(), device);
-    kiln::detail::executor<D>::for_each(g.numel(), detail::BceWithLogitsGrad<T>{logits.data(), target.data(), g.data(),
+    kiln::detail::executor<D>::for_each(g.numel(), detail::BceWithLogitsGrad<T, U>{logits.data(), target.data(), g.data(),
                                                                                 factor, w.data(), weight_period(logits),
                                                                                 upstream});
     return g;
@@ -568,8 +569,8 @@ struct KLDivLoss {
   bool log_target = false;
   static constexpr const char* name = "kiln::nn::KLDivLoss";
 
-  template <class T, class S, class D>
-  auto operator()(const Tensor<T, S, D>& input, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  auto operator()(const Tensor<T, S, D>& input, const Tensor<U, S, D>& target) const {
     if (reduction != KLDivReduction::batchmean)
       return detail::pair_loss(name, reduction == KLDivReduction::sum ? Reduction::sum : Reduction::mean, term<T>(),
                                input, target);
@@ -581,19 +582,19 @@ struct KLDivLoss {
     return total;
   }
   /// dL/dinput, times `scale` (1 for a plain step; a device scale is read by the pass). One pass.
-  template <class T, class S, class D>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& input, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+  template <class T, class U, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& input, const Tensor<U, S, D>& target, LossScale scale = {}) const {
     return detail::pair_gradient(name, count(input), term<T>(), input, target, scale);
   }
   /// Each element's term in the compute type (fp32 for 16-bit operands, as autocast runs kl_div):
   /// reduction='none'.
-  template <class T, class S, class D>
-  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& input, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& input, const Tensor<U, S, D>& target) const {
     return detail::pair_terms(name, term<T>(), input, target);
   }
   /// The gradient through `unreduced` of an upstream gradient `dloss` (the input's shape), times `scale`.
-  template <class T, class S, class D, class SG>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& input, const Tensor<T, S, D>& target,
+  template <class T, class U, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& input, const Tensor<U, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::KLDivLoss::backward(input, target, dloss): dloss must have the input's "
                                          "shape type (one upstream gradient per element, as unreduced() gives terms)");

@@ -85,10 +85,10 @@ struct GradFactor {
 };
 /// g = (pred - target) k, k from the device (MSELoss::backward with a device scale), times dloss[i]
 /// where an upstream gradient is given.
-template <class T>
+template <class T, class U = T>
 struct MseGrad {
   const T* pred;
-  const T* target;
+  const U* target;
   T* g;
   GradFactor<compute_t<T>> factor;
   const compute_t<T>* upstream = nullptr;
@@ -97,14 +97,22 @@ struct MseGrad {
     g[i] = from_compute<T>(upstream ? d * upstream[i] : d);
   }
   Traffic traffic(index_t n) const {
-    return {3 * kiln::detail::bytes_of<T>(n) + (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0),
+    return {2 * kiln::detail::bytes_of<T>(n) + kiln::detail::bytes_of<U>(n) +
+                (upstream ? kiln::detail::bytes_of<compute_t<T>>(n) : 0),
             (upstream ? 3 : 2) * static_cast<std::uint64_t>(n)};
   }
 };
 
-/// Checks the input (`input`: what loss `who` calls it) and the target: one device, one shape.
-template <class T, class S, class D>
-void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, const char* input = "pred") {
+/// Checks the input (`input`: what loss `who` calls it) and the target: one device, one shape. The
+/// target has the input's element type or its compute type: float targets for half or bfloat16
+/// predictions, as torch's autocast runs these losses in fp32 on the data's own float targets (rounding
+/// them to 16 bits would move a regression target of 21.6 to 21.625 in bfloat16).
+template <class T, class U, class S, class D>
+void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target, const char* input = "pred") {
+  // >>> Stopped here? The target's element type is neither the prediction's nor its compute type. <<<
+  static_assert(std::is_same_v<U, T> || std::is_same_v<U, compute_t<T>>,
+                "kiln::nn: a loss's target must have the prediction's element type or its compute type (float "
+                "targets for half or bfloat16 predictions)");
   kiln::detail::check_same_device(who, pred, target);
   if (!(pred.extents() == target.extents()))
     throw ShapeError(std::string(who) + ": " + input + " " + to_string(pred.extents()) + " and target " +
@@ -122,8 +130,8 @@ void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<T, S,
 struct MSELoss {
   Reduction reduction = Reduction::mean;
 
-  template <class T, class S, class D>
-  auto operator()(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     detail::check_pair("kiln::nn::MSELoss", pred, target);
     const kiln::detail::device_scope<D> on(kiln::detail::pass_device(pred));  // pred's GPU, whichever is current
     const auto d = pred - target;
@@ -131,8 +139,8 @@ struct MSELoss {
   }
   /// 2 (pred - target) / numel (sum: 2 (pred - target)), times the loss's own gradient `scale` (1 for
   /// a plain step; a device scale is read by the pass, which then stays one pass also with fusion off).
-  template <class T, class S, class D>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target, LossScale scale = {}) const {
+  template <class T, class U, class S, class D>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target, LossScale scale = {}) const {
     detail::check_pair("kiln::nn::MSELoss::backward", pred, target);  // (the device-scale pass reads target[i])
     const int device = kiln::detail::pass_device(pred);
     const kiln::detail::device_scope<D> on(device);
@@ -143,14 +151,14 @@ struct MSELoss {
       g = (pred - target) * f.host;
       return g;
     }
-    kiln::detail::executor<D>::for_each(g.numel(), detail::MseGrad<T>{pred.data(), target.data(), g.data(), f});
+    kiln::detail::executor<D>::for_each(g.numel(), detail::MseGrad<T, U>{pred.data(), target.data(), g.data(), f});
     return g;
   }
 
   /// (pred - target)^2 elementwise, in the compute type (fp32 for 16-bit operands, as autocast runs
   /// mse_loss): torch's MSELoss(reduction='none'). One pass (fused); `reduction` is not used.
-  template <class T, class S, class D>
-  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target) const {
+  template <class T, class U, class S, class D>
+  Tensor<compute_t<T>, S, D> unreduced(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     detail::check_pair("kiln::nn::MSELoss::unreduced", pred, target);
     const int device = kiln::detail::pass_device(pred);
     const kiln::detail::device_scope<D> on(device);
@@ -163,8 +171,8 @@ struct MSELoss {
   /// shape of pred): 2 (pred - target) dloss, as autograd's for reduction='none', times `scale` (the
   /// loss scale, read on the device as the other backward's). One pass (fused). A mean or weights go
   /// into dloss. (SG is deduced, so that `backward(pred, target, {})` still means a scale of 1.)
-  template <class T, class S, class D, class SG>
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<T, S, D>& target,
+  template <class T, class U, class S, class D, class SG>
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
     static_assert(std::is_same_v<SG, S>, "kiln::nn::MSELoss::backward: dloss must have the shape type of pred");
     detail::check_pair("kiln::nn::MSELoss::backward", pred, target);
@@ -180,7 +188,7 @@ struct MSELoss {
       return g;
     }
     const auto f = detail::GradFactor<compute_t<T>>::make(scale, 2.0, 1.0);
-    kiln::detail::executor<D>::for_each(g.numel(), detail::MseGrad<T>{pred.data(), target.data(), g.data(), f, dloss.data()});
+    kiln::detail::executor<D>::for_each(g.numel(), detail::MseGrad<T, U>{pred.data(), target.data(), g.data(), f, dloss.data()});
     return g;
   }
 };

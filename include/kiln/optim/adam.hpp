@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
@@ -32,6 +33,8 @@ struct AdamOptions {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
   bool amsgrad = false;
+  /// Step up the gradient: g = -grad before the weight decay and the moments (torch's maximize).
+  bool maximize = false;
   /// The step count and learning rate live on the device and each step derives its bias corrections
   /// there (one extra one-thread pass), so a kiln::cuda::Graph that captured step() replays correct
   /// steps (torch's capturable=True). step_count(), set_step_count() and set_lr() then copy one value.
@@ -45,6 +48,7 @@ struct AdamWOptions {
   float eps = 1e-8f;
   float weight_decay = 1e-2f;
   bool amsgrad = false;
+  bool maximize = false;    ///< as AdamOptions::maximize
   bool capturable = false;  ///< as AdamOptions::capturable
 };
 
@@ -80,6 +84,7 @@ struct AdamPrepare {
 };
 
 /// One element of an Adam/AdamW step, in torch 1.13's single-tensor order:
+///   maximize: g = -g
 ///   AdamW: p *= 1 - lr wd          Adam: g += wd p
 ///   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g;  (amsgrad: vmax = max(vmax, v), used for v)
 ///   p += -step_size m / (sqrt(v) / sqrt(bias_correction2) + eps),  step_size = lr / bias_correction1.
@@ -106,6 +111,7 @@ struct AdamStep {
   C decay;  // AdamW's 1 - lr wd (1 for Adam)
   C neg_step_size, bias_correction2_sqrt, eps;
   const double* scalars = nullptr;  // Capturable: AdamScalars on the device
+  bool maximize = false;  // g = -grad first, a multiply by -1 (exact), as SgdStep::maximize
 
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     C neg_step = neg_step_size, bc2_sqrt = bias_correction2_sqrt, dec = decay;
@@ -117,6 +123,7 @@ struct AdamStep {
     }
     C w = static_cast<C>(p[i]);
     C g = static_cast<C>(grad[i]);
+    g = (maximize ? C(-1) : C(1)) * g;
     if constexpr (Decoupled) w = w * dec;
     else if constexpr (L2) g = g + l2 * w;
     const C mi = static_cast<C>(m[i]) * beta1 + one_minus_beta1 * g;
@@ -135,12 +142,13 @@ struct AdamStep {
     if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
   }
   /// p, m, v (and vmax) read and written, the gradient read, the working copy written; the arithmetic
-  /// above (the decay or L2 counted, the comparison for amsgrad).
+  /// above (the decay or L2 counted, the comparison for amsgrad, the negation for maximize).
   Traffic traffic(index_t n) const {
     const std::uint64_t arrays = 7 + (Amsgrad ? 2 : 0);
     const std::uint64_t per = arrays * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
     return {static_cast<std::uint64_t>(n) * per + (Capturable ? 4 * sizeof(double) : 0),
-            static_cast<std::uint64_t>(n) * (13 + (Decoupled ? 1 : L2 ? 2 : 0) + (Amsgrad ? 1 : 0))};
+            static_cast<std::uint64_t>(n) *
+                (13 + (Decoupled ? 1 : L2 ? 2 : 0) + (Amsgrad ? 1 : 0) + (maximize ? 1 : 0))};
   }
 };
 
@@ -258,7 +266,8 @@ class AdamBase {
           neg_step_size,
           bc2_sqrt,
           static_cast<C>(o_.eps),
-          scalars_.data()};
+          scalars_.data(),
+          o_.maximize};
       kiln::detail::executor<D>::for_each(p_.numel(), f);
     };
     const auto with_decay = [&](auto amsgrad) {  // Adam's L2 term only when the decay is not 0 (as torch)
@@ -268,17 +277,22 @@ class AdamBase {
     if (o_.amsgrad) with_decay(std::true_type{});
     else with_decay(std::false_type{});
   }
-  /// step() with fusion off, as torch.optim.Adam(foreach=False) runs it: p *= decay (AdamW); g + wd p
-  /// into a new tensor (Adam's L2); m = m b1, m += (1 - b1) g; v = v b2, v += (1 - b2) g g;
-  /// (amsgrad: vmax = max(vmax, v)); denom = sqrt(v), /= sqrt(bc2), += eps; p += (-step_size m) / denom;
-  /// and the working copy rewritten from p (mixed precision).
+  /// step() with fusion off, as torch.optim.Adam(foreach=False) runs it: -g into a new tensor
+  /// (maximize); p *= decay (AdamW); g + wd p into a new tensor (Adam's L2); m = m b1, m += (1 - b1) g;
+  /// v = v b2, v += (1 - b2) g g; (amsgrad: vmax = max(vmax, v)); denom = sqrt(v), /= sqrt(bc2), += eps;
+  /// p += (-step_size m) / denom; and the working copy rewritten from p (mixed precision).
   template <class C>
   void step_unfused(C b1, C b2, C l2, C decay, C neg_step_size, C bc2_sqrt, C eps) {
-    if constexpr (Decoupled) kiln::assign(p_, p_ * decay);
-    arena_type g = g_;  // shares the gradients, unless Adam's L2 term makes a new tensor
-    if (l2 != C(0)) {
+    arena_type g = g_;  // shares the gradients, unless maximize or Adam's L2 term makes a new tensor
+    if (o_.maximize) {  // rebinding g (a move: a copy assignment would write into the gradients)
       g = arena_type(g_.extents(), g_.device_index());
-      kiln::assign(g, g_ + p_ * l2);
+      kiln::assign(g, -g_);
+    }
+    if constexpr (Decoupled) kiln::assign(p_, p_ * decay);
+    if (l2 != C(0)) {
+      arena_type d(g_.extents(), g_.device_index());
+      kiln::assign(d, g + p_ * l2);
+      g = std::move(d);
     }
     kiln::assign(m_, m_ * b1);
     kiln::assign(m_, m_ + g * (C(1) - b1));

@@ -29,11 +29,13 @@ struct RMSpropOptions {
   float weight_decay = 0.0f;  ///< an L2 term added to the gradient
   float momentum = 0.0f;
   bool centered = false;  ///< divide by an estimate of the gradient's variance, not its second moment
+  /// Step up the gradient: g = -grad before the weight decay and the averages (torch's maximize).
+  bool maximize = false;
 };
 
 namespace detail {
 /// One element of an RMSprop step, in torch 1.13's single-tensor order:
-///   g += wd p;  v = alpha v + (1 - alpha) g g;
+///   maximize: g = -g;  g += wd p;  v = alpha v + (1 - alpha) g g;
 ///   centered: m = alpha m + (1 - alpha) g, avg = sqrt(v - m m) + eps;  else avg = sqrt(v) + eps;
 ///   momentum: buf = momentum buf + g / avg, p -= lr buf;  else p -= (lr g) / avg.
 /// In float, or double for double master weights; the working copy rewritten in the same pass under
@@ -48,10 +50,12 @@ struct RMSpropStep {
   M* buf;       // momentum only
   W* work;      // mixed precision only
   C lr, alpha, one_minus_alpha, eps, weight_decay, momentum;
+  bool maximize = false;  // g = -grad first, a multiply by -1 (exact), as SgdStep::maximize
 
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     const C w = static_cast<C>(p[i]);
     C g = static_cast<C>(grad[i]);
+    g = (maximize ? C(-1) : C(1)) * g;
     if constexpr (L2) g = g + weight_decay * w;
     const C v = static_cast<C>(square_avg[i]) * alpha + one_minus_alpha * g * g;
     square_avg[i] = static_cast<M>(v);
@@ -80,7 +84,8 @@ struct RMSpropStep {
     const std::uint64_t arrays = 5 + (Centered ? 2 : 0) + (Momentum ? 2 : 0);
     const std::uint64_t per = arrays * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
     return {static_cast<std::uint64_t>(n) * per,
-            static_cast<std::uint64_t>(n) * (8 + (L2 ? 2 : 0) + (Centered ? 5 : 0) + (Momentum ? 1 : 0))};
+            static_cast<std::uint64_t>(n) *
+                (8 + (maximize ? 1 : 0) + (L2 ? 2 : 0) + (Centered ? 5 : 0) + (Momentum ? 1 : 0))};
   }
 };
 }  // namespace detail
@@ -134,7 +139,7 @@ class RMSprop {
           detail::RMSpropStep<M, W, decltype(momentum)::value, decltype(centered)::value, decltype(l2)::value>{
               p_.data(), g_.data(), square_avg_.data(), grad_avg_.data(), buf_.data(), work_, static_cast<C>(o_.lr),
               static_cast<C>(o_.alpha), static_cast<C>(1.0 - o_.alpha), static_cast<C>(o_.eps),
-              static_cast<C>(o_.weight_decay), static_cast<C>(o_.momentum)});
+              static_cast<C>(o_.weight_decay), static_cast<C>(o_.momentum), o_.maximize});
     };
     const auto with = [](bool b, auto f) {
       if (b) f(std::true_type{});
@@ -181,16 +186,22 @@ class RMSprop {
     a.fill(M(0));
     return a;
   }
-  /// step() as torch.optim.RMSprop(foreach=False) runs it: g + wd p into a new tensor; v *= alpha,
+  /// step() as torch.optim.RMSprop(foreach=False) runs it: -g into a new tensor (maximize); g + wd p
+  /// into a new tensor; v *= alpha,
   /// v += (1 - alpha) g g; (centered: m *= alpha, m += (1 - alpha) g, avg = sqrt(v - m m)) avg =
   /// sqrt(v), += eps; momentum: buf *= momentum, buf += g / avg, p += -lr buf; else p += -lr g / avg;
   /// and the working copy rewritten from p (mixed precision).
   void step_unfused() {
     using C = typename detail::RMSpropStep<M, W>::C;
-    arena_type g = g_;  // shares the gradients unless the L2 term makes a new tensor
-    if (o_.weight_decay != 0.0f) {
+    arena_type g = g_;  // shares the gradients unless maximize or the L2 term makes a new tensor
+    if (o_.maximize) {  // rebinding g (a move: a copy assignment would write into the gradients)
       g = arena_type(g_.extents(), g_.device_index());
-      kiln::assign(g, g_ + p_ * C(o_.weight_decay));
+      kiln::assign(g, -g_);
+    }
+    if (o_.weight_decay != 0.0f) {
+      arena_type d(g_.extents(), g_.device_index());
+      kiln::assign(d, g + p_ * C(o_.weight_decay));
+      g = std::move(d);
     }
     const C alpha = C(o_.alpha), rest = static_cast<C>(1.0 - o_.alpha);
     kiln::assign(square_avg_, square_avg_ * alpha);

@@ -386,6 +386,63 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_device_loss_scale_and_16_bit_operands, D, kiln::
   BOOST_TEST(static_cast<float>(g16.to_vector()[1]) == 0.5f);
 }
 
+/// A loss of 16-bit predictions (L, as kiln::half or kiln::bfloat16) against float targets is the loss of
+/// the same predictions held in float (autocast: the loss in fp32 on the data's own targets): the value
+/// and the terms bit for bit, the gradients (host scale, device scale, an upstream dloss) rounded once.
+template <class D, class L, class Loss>
+void check_float_targets(const Loss& loss, const std::vector<float>& pv, const std::vector<float>& tv) {
+  const Extents<Pairs> ext(static_cast<kiln::index_t>(pv.size() / 3));
+  std::vector<L> p16v;
+  std::vector<float> p32v;
+  for (const float v : pv) {
+    p16v.push_back(L(v));
+    p32v.push_back(static_cast<float>(L(v)));  // the 16-bit value, held in float
+  }
+  const auto p16 = kiln::test::make_tensor<D>(p16v, ext);
+  const auto p32 = kiln::test::make_tensor<D>(p32v, ext);
+  const auto t = kiln::test::make_tensor<D>(tv, ext);
+  BOOST_TEST(loss(p16, t).item() == loss(p32, t).item());
+  const auto terms = loss.unreduced(p16, t);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(terms)>, Tensor<float, Pairs, D>>);
+  BOOST_TEST(terms.to_vector() == loss.unreduced(p32, t).to_vector(), boost::test_tools::per_element());
+  const auto scale = kiln::test::make_tensor<D>(std::vector<double>{4.0}, Extents<Shape<dyn>>(1));
+  const auto dloss = kiln::test::make_tensor<D>(kiln::test::random_values<float>(pv.size(), 0.5f, 2.0f, 81), ext);
+  const std::vector<std::pair<std::vector<L>, std::vector<float>>> grads = {
+      {loss.backward(p16, t).to_vector(), loss.backward(p32, t).to_vector()},
+      {loss.backward(p16, t, knn::LossScale::on_device(scale.data())).to_vector(), loss.backward(p32, t, 4.0).to_vector()},
+      {loss.backward(p16, t, dloss).to_vector(), loss.backward(p32, t, dloss).to_vector()}};
+  for (const auto& [g16, g32] : grads)
+    for (std::size_t i = 0; i < g32.size(); ++i)
+      BOOST_TEST(static_cast<float>(g16[i]) == static_cast<float>(L(g32[i])), "element " << i);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(float_targets_for_16_bit_predictions_as_autocast, D, kiln::test::devices) {
+  // Probabilities and targets in (0, 1) that 16 bits do not hold (0.1, 0.3, ...), for every pair loss.
+  const auto p = kiln::test::random_values<float>(12, 0.05f, 0.95f, 82);
+  const auto t = kiln::test::random_values<float>(12, 0.05f, 0.95f, 83);
+  const auto each = [&]<class L>(L) {
+    check_float_targets<D, L>(knn::MSELoss{}, p, t);
+    check_float_targets<D, L>(knn::MSELoss{.reduction = knn::Reduction::sum}, p, t);
+    check_float_targets<D, L>(knn::L1Loss{}, p, t);
+    check_float_targets<D, L>(knn::SmoothL1Loss{.beta = 0.25}, p, t);
+    check_float_targets<D, L>(knn::HuberLoss{.delta = 0.25}, p, t);
+    check_float_targets<D, L>(knn::BCELoss{}, p, t);
+    check_float_targets<D, L>(knn::BCEWithLogitsLoss{.pos_weight = {2.0}}, p, t);
+    check_float_targets<D, L>(knn::KLDivLoss{.reduction = knn::KLDivReduction::batchmean}, p, t);
+  };
+  each(kiln::half{});
+  each(kiln::bfloat16{});
+  // A regression target of 21.6 is 21.625 in bfloat16: a float target keeps the error the data has.
+  const Extents<Pairs> one(1);
+  using B = kiln::bfloat16;
+  const auto pred = kiln::test::make_tensor<D>(std::vector<B>{B(20.0f), B(21.0f), B(22.0f)}, one);
+  const auto y32 = kiln::test::make_tensor<D>(std::vector<float>{21.6f, 21.6f, 21.6f}, one);
+  const auto y16 = kiln::test::make_tensor<D>(std::vector<B>(3, B(21.6f)), one);
+  const knn::MSELoss mse{.reduction = knn::Reduction::sum};
+  BOOST_TEST(mse(pred, y32).item() == (1.6f * 1.6f + 0.6f * 0.6f + 0.4f * 0.4f), boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(mse(pred, y16).item() == (1.625f * 1.625f + 0.625f * 0.625f + 0.375f * 0.375f));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_and_shapes_are_refused, D, kiln::test::devices) {
   const auto x = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), Extents<Pairs>(2));
   const auto y = kiln::test::make_tensor<D>(std::vector<float>(6, 0.0f), Extents<Pairs>(2));

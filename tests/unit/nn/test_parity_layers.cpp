@@ -1,10 +1,10 @@
 // PyTorch parity of every layer, the losses (MSE, cross entropy and NLL: mean, sum and unreduced; cross
 // entropy also with label smoothing, fused and unfused, class weights and probability targets)
-// and a whole LeNet (tests/parity/fixtures/layers.json, losses.json, lenet.json, written by
-// tests/parity/make_fixtures.py with torch 1.13): the same weights
-// and inputs give the same outputs, input gradients and parameter gradients, and LeNet the same
-// parameters after three steps of SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to
-// each element, floored at 1% of its tensor's scale: parity::scale_floor). Both devices.
+// and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, losses.json, lenet.json,
+// written by tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same
+// outputs, input gradients and parameter gradients, and LeNet the same parameters after three steps of
+// SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of
+// its tensor's scale: parity::scale_floor). Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -40,10 +40,10 @@ const json& fixture(const std::string& file) {
   if (it == cache.end()) it = cache.emplace(file, parity::load(file)).first;
   return it->second;
 }
-const json& layer_case(const std::string& name) {
-  for (const auto& c : fixture("layers.json").at("cases"))
+const json& layer_case(const std::string& name, const std::string& file = "layers.json") {
+  for (const auto& c : fixture(file).at("cases"))
     if (c.at("name") == name) return c;
-  throw std::runtime_error("layers.json: no case " + name);
+  throw std::runtime_error(file + ": no case " + name);
 }
 
 /// got against the fixture tensor want, within rtol relative to each element, floored at `floor` times
@@ -80,11 +80,12 @@ Tensor<std::int64_t, Shape<dyn>, D> labels_of(const json& t) {
                                                    Extents<Shape<dyn>>(static_cast<kiln::index_t>(v.size())));
 }
 
-/// A one-layer model's forward and backward against the fixture case `name` (In: the input's shape).
+/// A one-layer model's forward and backward against the fixture case `name` of `file` (In: the input's
+/// shape).
 template <class Layer, class In, class D>
-void check_layer(const std::string& name) {
+void check_layer(const std::string& name, const std::string& file = "layers.json") {
   BOOST_TEST_CONTEXT("layer " << name) {
-    const json& c = layer_case(name);
+    const json& c = layer_case(name, file);
     knn::Model<knn::Sequential<Layer>, In, kiln::Policy<kiln::Fp32, D>> m(0);
     m.train(false);  // torch's module is in eval() mode (Dropout: the identity)
     BOOST_TEST(m.net().template layer<0>().name() == c.at("torch").get<std::string>());
@@ -148,6 +149,22 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
   check_layer<knn::AdaptiveAvgPool2d<1>, Shape<dyn, 3, 5, 6>, D>("adaptive_avg_pool2d_global");
   check_layer<knn::AdaptiveAvgPool2d<3, 2>, Shape<dyn, 2, 7, 5>, D>("adaptive_avg_pool2d_overlapping");
   check_layer<knn::AdaptiveAvgPool2d<4>, Shape<dyn, 2, 3, 3>, D>("adaptive_avg_pool2d_upsampling");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(strides_larger_than_the_kernel_match_pytorch, D, kiln::test::devices) {
+  // layers_strided.json: windows that skip input rows and columns, on [2, C, 7, 8] inputs whose last
+  // rows or columns fall in no window, without and with padding (AvgPool2d counts the padding, torch's
+  // count_include_pad=True default; kiln has no ceil_mode or count_include_pad=False).
+  const std::string f = "layers_strided.json";
+  check_layer<knn::Conv2d<2, 3, 2, 3>, Shape<dyn, 2, 7, 8>, D>("conv2d_k2_s3", f);
+  check_layer<knn::Conv2d<2, 3, 2, 3, 1>, Shape<dyn, 2, 7, 8>, D>("conv2d_k2_s3_p1", f);
+  check_layer<knn::Conv2d<2, 3, 1, 2>, Shape<dyn, 2, 7, 8>, D>("conv2d_k1_s2", f);
+  check_layer<knn::Conv2d<2, 3, 1, 2, 1>, Shape<dyn, 2, 7, 8>, D>("conv2d_k1_s2_p1", f);
+  check_layer<knn::MaxPool2d<2, 3>, Shape<dyn, 3, 7, 8>, D>("max_pool2d_k2_s3", f);
+  check_layer<knn::MaxPool2d<2, 3, 1>, Shape<dyn, 3, 7, 8>, D>("max_pool2d_k2_s3_p1", f);
+  check_layer<knn::AvgPool2d<2, 3>, Shape<dyn, 3, 7, 8>, D>("avg_pool2d_k2_s3", f);
+  check_layer<knn::AvgPool2d<2, 3, 1>, Shape<dyn, 3, 7, 8>, D>("avg_pool2d_k2_s3_p1", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 8u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test::devices) {

@@ -1,6 +1,6 @@
 // Adam and AdamW: torch's defaults, one fused pass per step, a float64 reference of torch 1.13's
 // single-tensor formulas on an arena large enough for the parallel CPU loop and many GPU blocks,
-// decoupled decay, amsgrad, the moment arenas, zero_grad, lr and step count, and option checks.
+// decoupled decay, amsgrad, maximize, the moment arenas, zero_grad, lr and step count, and option checks.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -25,7 +25,7 @@ using kiln::Tensor;
 /// torch 1.13 _single_tensor_adam / _single_tensor_adamw on one element, in double.
 struct ReferenceAdam {
   double lr, b1, b2, eps, wd;
-  bool decoupled, amsgrad;
+  bool decoupled, amsgrad, maximize;
   std::vector<double> m, v, vmax;
   std::int64_t t = 0;
   void step(std::vector<double>& p, const std::vector<double>& g) {
@@ -33,7 +33,7 @@ struct ReferenceAdam {
     if (m.empty()) m.assign(p.size(), 0.0), v.assign(p.size(), 0.0), vmax.assign(p.size(), 0.0);
     const double bc1 = 1 - std::pow(b1, double(t)), bc2 = 1 - std::pow(b2, double(t));
     for (std::size_t i = 0; i < p.size(); ++i) {
-      double gi = g[i];
+      double gi = maximize ? -g[i] : g[i];
       if (decoupled) p[i] *= 1 - lr * wd;
       else gi += wd * p[i];
       m[i] = b1 * m[i] + (1 - b1) * gi;
@@ -58,7 +58,8 @@ double against_reference(const Options& o, bool decoupled, std::size_t n, double
   auto p = arena<M, D>(pv);
   Tensor<M, Shape<dyn>, D> g(Extents<Shape<dyn>>(static_cast<kiln::index_t>(n)));
   Opt opt(p, g, o);
-  ReferenceAdam ref{o.lr, o.betas.beta1, o.betas.beta2, o.eps, o.weight_decay, decoupled, o.amsgrad, {}, {}, {}};
+  ReferenceAdam ref{o.lr, o.betas.beta1, o.betas.beta2, o.eps, o.weight_decay, decoupled, o.amsgrad,
+                    o.maximize, {}, {}, {}};
   std::vector<double> rp(pv.begin(), pv.end());
   for (std::uint32_t s = 0; s < 3; ++s) {
     // Gradients of mixed scale, some exactly zero, one step with smaller ones (amsgrad keeps the max).
@@ -77,7 +78,7 @@ double against_reference(const Options& o, bool decoupled, std::size_t n, double
   const auto got = p.to_vector();
   const auto d = parity::compare(std::span<const M>(got), std::span<const double>(rp), floor);
   BOOST_TEST_MESSAGE("adam reference (" << (decoupled ? "AdamW" : "Adam") << (o.amsgrad ? ", amsgrad" : "")
-                                        << ", " << sizeof(M) * 8 << "-bit): " << parity::describe(d));
+                                        << (o.maximize ? ", maximize" : "") << ", " << sizeof(M) * 8 << "-bit): " << parity::describe(d));
   return d.max_rel;
 }
 }  // namespace
@@ -87,10 +88,10 @@ BOOST_AUTO_TEST_SUITE(optim)
 BOOST_AUTO_TEST_CASE(adam_options_default_to_torch) {
   constexpr kiln::optim::AdamOptions a{};
   static_assert(a.lr == 1e-3f && a.betas.beta1 == 0.9f && a.betas.beta2 == 0.999f && a.eps == 1e-8f &&
-                a.weight_decay == 0.0f && !a.amsgrad);
+                a.weight_decay == 0.0f && !a.amsgrad && !a.maximize);
   constexpr kiln::optim::AdamWOptions w{};
   static_assert(w.lr == 1e-3f && w.betas.beta1 == 0.9f && w.betas.beta2 == 0.999f && w.eps == 1e-8f &&
-                w.weight_decay == 1e-2f && !w.amsgrad);
+                w.weight_decay == 1e-2f && !w.amsgrad && !w.maximize);
   // [doc:adam_options]
   constexpr kiln::optim::AdamOptions o{.lr = 1e-3f, .betas = {0.9f, 0.999f}, .eps = 1e-8f, .amsgrad = true};
   // [doc:adam_options]
@@ -129,6 +130,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adam_matches_a_float64_reference_of_torch, D, kiln
   BOOST_TEST((against_reference<float, D, AdamW>(kiln::optim::AdamWOptions{.lr = 1e-2f}, true, n, 1e-2)) <= 1e-5);
   BOOST_TEST((against_reference<float, D, AdamW>(
                  kiln::optim::AdamWOptions{.lr = 3e-2f, .weight_decay = 0.5f, .amsgrad = true}, true, n, 1e-2)) <= 1e-5);
+  // maximize: the gradient negated before the L2 term and the moments.
+  BOOST_TEST((against_reference<float, D, Adam>(
+                 kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true, .maximize = true}, false,
+                 n, 1e-2)) <= 1e-5);
+  BOOST_TEST((against_reference<float, D, AdamW>(
+                 kiln::optim::AdamWOptions{.lr = 3e-2f, .weight_decay = 0.5f, .maximize = true}, true, n, 1e-2)) <= 1e-5);
   // Double master weights compute in double.
   using AdamD = kiln::optim::Adam<double, D>;
   BOOST_TEST((against_reference<double, D, AdamD>(kiln::optim::AdamOptions{.lr = 1e-2f, .amsgrad = true}, false, 1000,

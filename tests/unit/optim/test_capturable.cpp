@@ -1,7 +1,7 @@
 // Capturable optimizers (state on the device, for kiln::cuda::Graph): Adam, AdamW and SGD with
-// {.capturable = true} step as their plain forms do, bit for bit, through a learning-rate change, a
-// restored step count, an unfused step and a step skipped on the device (step_unless); a fused step is
-// the one-thread prepare pass plus the update pass.
+// {.capturable = true} step as their plain forms do (with maximize too), bit for bit, through a
+// learning-rate change, a restored step count, an unfused step and a step skipped on the device
+// (step_unless); a fused step is the one-thread prepare pass plus the update pass.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <optional>
@@ -83,6 +83,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(capturable_adam_steps_as_the_plain_one_bit_for_bit
   capturable_follows_plain<kiln::optim::Adam<float, D>, D>(
       kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true});
   capturable_follows_plain<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2f, .weight_decay = 0.3f});
+  capturable_follows_plain<kiln::optim::Adam<float, D>, D>(
+      kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true, .maximize = true});
+  capturable_follows_plain<kiln::optim::AdamW<float, D>, D>(
+      kiln::optim::AdamWOptions{.lr = 1e-2f, .weight_decay = 0.3f, .maximize = true});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(capturable_sgd_steps_as_the_plain_one_bit_for_bit, D, kt::devices) {
@@ -92,6 +96,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(capturable_sgd_steps_as_the_plain_one_bit_for_bit,
   capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f});
   capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f});
   capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .nesterov = true});
+  capturable_follows_plain<Sgd, D>(
+      kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true, .maximize = true});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,7 +2,7 @@
 // Adam (amsgrad, capturable), AdamW and RMSprop (plain; centered with momentum) stopped after 3 steps, saved to a safetensors file and restored
 // into a fresh optimizer continue bit for bit as if they had never stopped, as torch's
 // optimizer.load_state_dict does. A restored SGD momentum buffer is used, not restarted from the gradient;
-// one turned on after construction (OneCycleLR) goes through too.
+// one turned on after construction (OneCycleLR) goes through too. maximize is saved and must match.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -75,6 +75,45 @@ void resumes_as_if_never_stopped(Options o, const std::string& name) {
   steps(c, gc, 3, 5);
   BOOST_TEST(pc.to_vector() == pa.to_vector(), boost::test_tools::per_element());
 }
+
+/// An optimizer with o and maximize, one without: each one's state says its maximize, and the other
+/// refuses it with both values (check and load), writing nothing; without the key (a checkpoint written
+/// before kiln saved it) each loads the other's and keeps its own; a value other than 0 or 1 is refused.
+template <class Opt, class D, class Options>
+void maximize_must_match(Options o) {
+  auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.5f));
+  Tensor<float, Shape<dyn>, D> g(n);
+  o.maximize = true;
+  Opt up(p, g, o);
+  o.maximize = false;
+  Opt down(p, g, o);
+  const auto up_state = kiln::optimizer_state(up), down_state = kiln::optimizer_state(down);
+  BOOST_TEST(up_state.metadata.at("optimizer.maximize") == "1");
+  BOOST_TEST(down_state.metadata.at("optimizer.maximize") == "0");
+  const std::string type = up_state.metadata.at("optimizer.type");
+  const auto names_both = [&](const char* saved, const char* here) {
+    const std::string want = "kiln: ckpt.safetensors: the checkpoint's " + type + " has maximize = " + saved +
+                             ", this one " + here + "; build the optimizer with the checkpoint's maximize";
+    return [want](const kiln::CheckpointError& e) { return std::string(e.what()) == want; };
+  };
+  down.set_lr(0.125f);
+  BOOST_CHECK_EXCEPTION(kiln::check_optimizer_state(down, up_state.entries, up_state.metadata, "ckpt.safetensors"),
+                        kiln::CheckpointError, names_both("1", "0"));
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(down, up_state.entries, up_state.metadata, "ckpt.safetensors"),
+                        kiln::CheckpointError, names_both("1", "0"));
+  BOOST_TEST(down.lr() == 0.125f);  // nothing written
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(up, down_state.entries, down_state.metadata, "ckpt.safetensors"),
+                        kiln::CheckpointError, names_both("0", "1"));
+  auto old_up = up_state.metadata, old_down = down_state.metadata;
+  old_up.erase("optimizer.maximize");
+  old_down.erase("optimizer.maximize");
+  BOOST_CHECK_NO_THROW(kiln::load_optimizer_state(down, up_state.entries, old_up, "ckpt.safetensors"));
+  BOOST_CHECK_NO_THROW(kiln::load_optimizer_state(up, down_state.entries, old_down, "ckpt.safetensors"));
+  BOOST_TEST(up.options().maximize);
+  BOOST_TEST(!down.options().maximize);
+  old_up["optimizer.maximize"] = "true";
+  BOOST_CHECK_THROW(kiln::check_optimizer_state(up, up_state.entries, old_up, "ckpt.safetensors"), kiln::CheckpointError);
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(optim)
@@ -130,6 +169,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_resumes_from_a_checkpoint_as_if_never_stop
                         kiln::CheckpointError, [](const kiln::CheckpointError& e) {
                           return std::string(e.what()).find("optimizer.grad_avg") != std::string::npos;
                         });
+}
+
+// torch's maximize is a param_groups entry; kiln fixes it at construction, as amsgrad and nesterov: a run
+// that maximizes resumes as if never stopped, and a checkpoint of the other kind is refused with both.
+BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match, D, kiln::test::devices) {
+  using Sgd = kiln::optim::SGD<float, D>;
+  using Adam = kiln::optim::Adam<float, D>;
+  using AdamW = kiln::optim::AdamW<float, D>;
+  using Rms = kiln::optim::RMSprop<float, D>;
+  resumes_as_if_never_stopped<Sgd, D>(
+      kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = true, .maximize = true},
+      "sgd_maximize");
+  resumes_as_if_never_stopped<Adam, D>(
+      kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 1e-3f, .amsgrad = true, .maximize = true}, "adam_maximize");
+  resumes_as_if_never_stopped<AdamW, D>(kiln::optim::AdamWOptions{.lr = 1e-2f, .maximize = true, .capturable = true},
+                                        "adamw_maximize");
+  resumes_as_if_never_stopped<Rms, D>(
+      kiln::optim::RMSpropOptions{.weight_decay = 1e-2f, .momentum = 0.9f, .centered = true, .maximize = true},
+      "rmsprop_maximize");
+  maximize_must_match<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f});
+  maximize_must_match<Adam, D>(kiln::optim::AdamOptions{.amsgrad = true});
+  maximize_must_match<AdamW, D>(kiln::optim::AdamWOptions{});
+  maximize_must_match<Rms, D>(kiln::optim::RMSpropOptions{.momentum = 0.9f, .centered = true});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next_step, D, kiln::test::devices) {

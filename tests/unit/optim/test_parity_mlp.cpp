@@ -2,10 +2,12 @@
 // tests/parity/make_fixtures.py with torch 1.13): the state_dict loads into a kiln Model by name; the
 // forward output, the MSE loss, every gradient, and the parameters after three steps of SGD (momentum,
 // Nesterov), Adam and AdamW (also with L2 / decoupled decay and amsgrad) and RMSprop (plain; centered with
-// momentum and L2) agree within 1e-5 relative (fp32;
-// relative to each element, floored at 1% of its tensor's scale: see parity::scale_floor).
+// momentum and L2), and those with maximize=True (mlp_maximize.json, the same model and batch), agree
+// within 1e-5 relative (fp32; relative to each element, floored at 1% of its tensor's scale: see
+// parity::scale_floor).
 #include <boost/test/unit_test.hpp>
 #include <cstddef>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -67,10 +69,11 @@ struct Batch {
   Tensor<float, Shape<dyn, 13>, D> x;
   Tensor<float, Shape<dyn, 1>, D> target;
 };
+/// The fixture's batch (mlp.json's, or mlp_maximize.json's: the same draws).
 template <class D>
-Batch<D> batch() {
-  const auto xv = parity::values(fixture().at("input"));
-  const auto tv = parity::values(fixture().at("target"));
+Batch<D> batch(const json& fx = fixture()) {
+  const auto xv = parity::values(fx.at("input"));
+  const auto tv = parity::values(fx.at("target"));
   const kiln::index_t n = static_cast<kiln::index_t>(tv.size());
   return {Tensor<float, Shape<dyn, 13>, D>::from(std::span<const float>(xv), Extents<Shape<dyn, 13>>(n)),
           Tensor<float, Shape<dyn, 1>, D>::from(std::span<const float>(tv), Extents<Shape<dyn, 1>>(n))};
@@ -86,8 +89,8 @@ void train_step(Model& m, Opt& opt, const Batch<D>& b) {
 }
 
 template <class D, class Opt>
-double run_steps(Mlp<D>& m, Opt& opt, const json& config) {
-  const auto b = batch<D>();
+double run_steps(Mlp<D>& m, Opt& opt, const json& config, const json& fx) {
+  const auto b = batch<D>(fx);
   const int steps = config.at("steps").get<int>();
   for (int s = 0; s < steps; ++s) train_step(m, opt, b);
   double pure = 0.0;
@@ -98,28 +101,33 @@ double run_steps(Mlp<D>& m, Opt& opt, const json& config) {
   return worst;
 }
 
+/// One of the fixture's optimizer runs, from its state_dict on its batch (options without "maximize":
+/// false, torch's default).
 template <class D>
-double check_optimizer(const json& config) {
+double check_optimizer(const json& config, const json& fx = fixture()) {
   Mlp<D> m(/*seed=*/0);
-  load_state_dict(m, fixture().at("state_dict"));
+  load_state_dict(m, fx.at("state_dict"));
   const auto& o = config.at("options");
   const std::string type = config.at("type").get<std::string>();
+  const bool maximize = o.value("maximize", false);
   if (type == "RMSprop") {
     kiln::optim::RMSprop opt(m, {.lr = o.at("lr").get<float>(),
                                  .alpha = o.at("alpha").get<double>(),
                                  .eps = o.at("eps").get<float>(),
                                  .weight_decay = o.at("weight_decay").get<float>(),
                                  .momentum = o.at("momentum").get<float>(),
-                                 .centered = o.at("centered").get<bool>()});
-    return run_steps(m, opt, config);
+                                 .centered = o.at("centered").get<bool>(),
+                                 .maximize = maximize});
+    return run_steps(m, opt, config, fx);
   }
   if (type == "SGD") {
     kiln::optim::SGD opt(m, {.lr = o.at("lr").get<float>(),
                              .momentum = o.at("momentum").get<float>(),
                              .dampening = o.at("dampening").get<float>(),
                              .weight_decay = o.at("weight_decay").get<float>(),
-                             .nesterov = o.at("nesterov").get<bool>()});
-    return run_steps(m, opt, config);
+                             .nesterov = o.at("nesterov").get<bool>(),
+                             .maximize = maximize});
+    return run_steps(m, opt, config, fx);
   }
   const kiln::optim::AdamBetas betas{o.at("betas")[0].get<float>(), o.at("betas")[1].get<float>()};
   if (type == "Adam") {
@@ -127,16 +135,18 @@ double check_optimizer(const json& config) {
                               .betas = betas,
                               .eps = o.at("eps").get<float>(),
                               .weight_decay = o.at("weight_decay").get<float>(),
-                              .amsgrad = o.at("amsgrad").get<bool>()});
-    return run_steps(m, opt, config);
+                              .amsgrad = o.at("amsgrad").get<bool>(),
+                              .maximize = maximize});
+    return run_steps(m, opt, config, fx);
   }
   if (type == "AdamW") {
     kiln::optim::AdamW opt(m, {.lr = o.at("lr").get<float>(),
                                .betas = betas,
                                .eps = o.at("eps").get<float>(),
                                .weight_decay = o.at("weight_decay").get<float>(),
-                               .amsgrad = o.at("amsgrad").get<bool>()});
-    return run_steps(m, opt, config);
+                               .amsgrad = o.at("amsgrad").get<bool>(),
+                               .maximize = maximize});
+    return run_steps(m, opt, config, fx);
   }
   BOOST_FAIL("unknown optimizer type " << type << " in mlp.json");
   return 0.0;
@@ -182,6 +192,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(three_optimizer_steps_match_pytorch, D, kiln::test
       check_optimizer<D>(config);
     }
   }
+}
+
+// torch's maximize=True: the gradient negated before the weight decay, momentum and moments. Every
+// optimizer, with the options the negation meets (L2 and decoupled decay, momentum, Nesterov, amsgrad,
+// centered).
+BOOST_AUTO_TEST_CASE_TEMPLATE(optimizer_steps_with_maximize_match_pytorch, D, kiln::test::devices) {
+  static const json fx = parity::load("mlp_maximize.json");
+  const auto& configs = fx.at("optimizers");
+  BOOST_TEST_REQUIRE(configs.size() >= 5u);
+  std::set<std::string> types;
+  for (const auto& config : configs) {
+    BOOST_TEST_CONTEXT("optimizer " << config.at("name").get<std::string>() << " " << config.at("options").dump()) {
+      BOOST_TEST(config.at("options").at("maximize").get<bool>());
+      types.insert(config.at("type").get<std::string>());
+      check_optimizer<D>(config, fx);
+    }
+  }
+  BOOST_TEST(types.size() == 4u);  // SGD, Adam, AdamW, RMSprop
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,6 +1,6 @@
 // RMSprop (kiln/optim/rmsprop.hpp): torch's defaults; three steps against a float64 transcription of
-// torch 1.13's single-tensor step (plain; centered with momentum and weight decay); one pass per step,
-// and with fusion off one pass per operation landing where the fused step does; the working copy under
+// torch 1.13's single-tensor step (plain; centered with momentum and weight decay, also with maximize);
+// one pass per step, and with fusion off one pass per operation landing where the fused step does; the working copy under
 // mixed precision; a GradScaler drives it; a momentum turned on before the first step is the one built in; OneCycleLR cycles it;
 // bad options refused with torch's words. (Parity with torch itself: tests/unit/optim/test_parity_mlp.cpp.)
 #include <boost/test/unit_test.hpp>
@@ -34,6 +34,7 @@ struct Reference {
   kiln::optim::RMSpropOptions o;
   double p, v = 0, m = 0, buf = 0;
   void step(double g) {
+    if (o.maximize) g = -g;
     if (o.weight_decay != 0) g += o.weight_decay * p;
     v = v * o.alpha + (1 - o.alpha) * g * g;
     double avg;
@@ -64,15 +65,23 @@ BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   BOOST_TEST(o.weight_decay == 0.0f);
   BOOST_TEST(o.momentum == 0.0f);
   BOOST_TEST(!o.centered);
+  BOOST_TEST(!o.maximize);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(three_steps_match_a_float64_transcription_of_torch, D, kiln::test::devices) {
   const std::vector<double> p0 = kt::random_values<double>(64, -1, 1, 1);
   for (const kiln::optim::RMSpropOptions o :
-       {kiln::optim::RMSpropOptions{}, kiln::optim::RMSpropOptions{.lr = 1e-3f, .alpha = 0.9, .eps = 1e-6f,
-                                                                  .weight_decay = 1e-2f, .momentum = 0.9f,
-                                                                  .centered = true}}) {
-    BOOST_TEST_CONTEXT("centered " << o.centered) {
+       {kiln::optim::RMSpropOptions{},
+        kiln::optim::RMSpropOptions{
+            .lr = 1e-3f, .alpha = 0.9, .eps = 1e-6f, .weight_decay = 1e-2f, .momentum = 0.9f, .centered = true},
+        kiln::optim::RMSpropOptions{.lr = 1e-3f,
+                                    .alpha = 0.9,
+                                    .eps = 1e-6f,
+                                    .weight_decay = 1e-2f,
+                                    .momentum = 0.9f,
+                                    .centered = true,
+                                    .maximize = true}}) {
+    BOOST_TEST_CONTEXT("centered " << o.centered << ", maximize " << o.maximize) {
       auto p = kt::make_tensor<D>(p0, Extents<Shape<dyn>>(64));
       Tensor<double, Shape<dyn>, D> g(Extents<Shape<dyn>>(64));
       kiln::optim::RMSprop opt(p, g, o);

@@ -1,7 +1,7 @@
 // Optimizer steps with fusion off (kiln::Unfused): SGD (weight decay, momentum, dampening, Nesterov),
-// Adam (L2, amsgrad) and AdamW run one pass per operation, torch's single-tensor order, and land where
-// the one-pass step does (within float rounding) over several steps; under mixed precision the working
-// copy is rewritten too.
+// Adam (L2, amsgrad) and AdamW, and with maximize (-g first) those and RMSprop, run one pass per operation,
+// torch's single-tensor order, and land where the one-pass step does (within float rounding) over several
+// steps; under mixed precision the working copy is rewritten too.
 #include <boost/test/unit_test.hpp>
 #include <kiln/core/fusion.hpp>
 #include <kiln/nn/nn.hpp>
@@ -75,10 +75,36 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adam_and_adamw_unfused_follow_the_fused_step, D, k
   check_steps<P>([](auto& m) { return kiln::optim::AdamW(m, {.lr = 1e-2f}); }, 5, 8);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_unfused_follows_the_fused_step, D, kiln::test::devices) {
+  // -g into a new tensor first (torch's `grad = -grad`): one pass more than without maximize.
+  using P = kiln::Policy<kiln::Fp32, D>;
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .maximize = true}); }, 4, 2);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .weight_decay = 0.01f, .maximize = true}); },
+                 4, 3);
+  check_steps<P>(
+      [](auto& m) {
+        return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true, .maximize = true});
+      },
+      4, 5);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .maximize = true}); }, 4, 3);
+  check_steps<P>(
+      [](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true, .maximize = true}); },
+      5, 9);
+  check_steps<P>([](auto& m) { return kiln::optim::AdamW(m, {.lr = 1e-2f, .maximize = true}); }, 5, 9);
+  check_steps<P>([](auto& m) { return kiln::optim::RMSprop(m, {.lr = 1e-3f, .maximize = true}); }, 4, 5);
+  check_steps<P>(
+      [](auto& m) {
+        return kiln::optim::RMSprop(
+            m, {.lr = 1e-3f, .weight_decay = 0.01f, .momentum = 0.5f, .centered = true, .maximize = true});
+      },
+      4, 10);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_unfused, D, kiln::test::devices) {
   using P = kiln::Policy<kiln::MixedBf16, D>;
   check_steps<P>([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); }, 3, 8);
   check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f}); }, 3, 2);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .maximize = true}); }, 3, 3);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
