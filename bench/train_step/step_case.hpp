@@ -1,7 +1,7 @@
 // A training step of one model under one precision on one device, as bench_train_step (CPU),
 // bench_train_step_cuda and kiln-bench time it: Adam(1e-3), a loss (cross entropy unless told), the
-// GradScaler loop (a pass-through for fp32 and bf16), inputs rounded to the storage type once (and
-// regression targets too); an inference step; and the activation memory of a training forward. Both
+// GradScaler loop (a pass-through for fp32 and bf16), inputs rounded to the storage type once
+// (regression targets in its compute type, fp32, as under autocast); an inference step; and the activation memory of a training forward. Both
 // steps can be captured into a kiln::cuda::Graph (the training step with a capturable Adam and
 // GradScaler).
 #pragma once
@@ -20,7 +20,7 @@ template <class Net, class In, class Prec, class D, class Loss = kiln::nn::Cross
           class SY = kiln::Shape<kiln::dyn>>
 struct StepCase {
   using T = typename Prec::storage;
-  using YT = std::conditional_t<std::is_floating_point_v<Y>, T, Y>;  // regression targets in the storage type
+  using YT = std::conditional_t<std::is_floating_point_v<Y>, kiln::compute_t<T>, Y>;  // regression targets: fp32
   kiln::nn::Model<Net, In, kiln::Policy<Prec, D>> model{0};
   kiln::optim::Adam<float, D, T> opt;
   kiln::optim::GradScaler<D> scaler;

@@ -51,8 +51,9 @@ schedulers.json
                      (StepLR: step_size, gamma; MultiStepLR: milestones, gamma; CosineAnnealingLR:
                      T_max, eta_min; linear warm-up: warmup_steps, start_factor and, when it hands over
                      to a cosine schedule, T_max, eta_min; ExponentialLR: gamma; LambdaLR: none, the
-                     function is in `torch`; CosineAnnealingWarmRestarts: T_0, T_mult, eta_min),
-                     lr: [float] * epochs} ]
+                     function is in `torch`; CosineAnnealingWarmRestarts: T_0, T_mult, eta_min;
+                     ChainedScheduler: chain, [{scheduler: str (the torch class), its arguments}] in
+                     the order built), lr: [float] * epochs} ]
                   lr[0] is the lr right after construction, lr[e] after the e-th scheduler.step()
                   (each preceded by an optimizer.step()); float64 as Python prints it.
   plateaus        [ {name, torch, mode ("min"/"max"), factor, patience, threshold, threshold_mode
@@ -97,6 +98,24 @@ layers_strided.json
                   conv2d_k1_s2, conv2d_k1_s2_p1          Conv2d(2, 3, 1, stride=2, padding=0 / 1)
                   max_pool2d_k2_s3, max_pool2d_k2_s3_p1  MaxPool2d(2, stride=3, padding=0 / 1)
                   avg_pool2d_k2_s3, avg_pool2d_k2_s3_p1  AvgPool2d(2, stride=3, padding=0 / 1)
+
+layers_pool_modes.json
+  torch_version   str
+  cases           as in layers.json: MaxPool2d and AvgPool2d with ceil_mode, AvgPool2d with
+                  count_include_pad=False and divisor_override, on inputs [2, 3, H, W] where ceil mode adds
+                  a last, partial window (5x7 for K 2; W 6 for K 3 stride 3 padding 1; H 8 for K 3 stride 2
+                  padding 1) and where torch drops a last window that would start in the padding (H 5 for
+                  K 2 stride 2 padding 1 and for K 3 stride 3 padding 1)
+                  max_pool2d_ceil, avg_pool2d_ceil                  (2, ceil_mode=True), 5x7
+                  max_pool2d_ceil_k2_s2_p1, avg_pool2d_ceil_k2_s2_p1  (2, 2, 1, ceil_mode=True), 5x6
+                  max_pool2d_ceil_k3_s3_p1, avg_pool2d_ceil_k3_s3_p1  (3, 3, 1, ceil_mode=True), 5x6
+                  max_pool2d_ceil_k3_s2_p1, avg_pool2d_ceil_k3_s2_p1  (3, 2, 1, ceil_mode=True), 8x7
+                  avg_pool2d_exclude_pad             AvgPool2d(3, 2, 1, count_include_pad=False), 7x6
+                  avg_pool2d_ceil_exclude_pad        AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), 8x7
+                  avg_pool2d_ceil_k3_s3_p1_exclude_pad   AvgPool2d(3, 3, 1, ceil_mode=True, count_include_pad=False), 5x6
+                  avg_pool2d_divisor                 AvgPool2d(2, divisor_override=3), 6x6
+                  avg_pool2d_ceil_exclude_pad_divisor    AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False,
+                                                     divisor_override=2), 8x7 (the override wins)
 
 losses.json
   torch_version   str
@@ -353,6 +372,30 @@ def schedulers_fixture():
     specs.append(({"name": "cosine_warm_restarts_fixed", "torch": "CosineAnnealingWarmRestarts(T_0=7)",
                    "T_0": 7, "T_mult": 1, "eta_min": 0.0},
                   lambda o: S.CosineAnnealingWarmRestarts(o, T_0=7)))
+    # ChainedScheduler: the schedules built one after another on the optimizer, in the list's order.
+    chains = [
+        ("chained_exponential_multi_step",
+         [{"scheduler": "ExponentialLR", "gamma": 0.9}, {"scheduler": "MultiStepLR", "milestones": [2], "gamma": 0.1}],
+         lambda o: [S.ExponentialLR(o, gamma=0.9), S.MultiStepLR(o, milestones=[2], gamma=0.1)]),
+        ("chained_step_linear",
+         [{"scheduler": "StepLR", "step_size": 7, "gamma": 0.5},
+          {"scheduler": "LinearLR", "start_factor": 0.25, "total_iters": 4}],
+         lambda o: [S.StepLR(o, step_size=7, gamma=0.5), S.LinearLR(o, start_factor=0.25, total_iters=4)]),
+        ("chained_cosine_exponential",
+         [{"scheduler": "CosineAnnealingLR", "T_max": 30, "eta_min": 0.0}, {"scheduler": "ExponentialLR", "gamma": 0.95}],
+         lambda o: [S.CosineAnnealingLR(o, T_max=30, eta_min=0), S.ExponentialLR(o, gamma=0.95)]),
+        ("chained_multi_step_linear_step",
+         [{"scheduler": "MultiStepLR", "milestones": [0, 5], "gamma": 0.5},
+          {"scheduler": "LinearLR", "start_factor": 0.5, "total_iters": 3},
+          {"scheduler": "StepLR", "step_size": 4, "gamma": 0.8}],
+         lambda o: [S.MultiStepLR(o, milestones=[0, 5], gamma=0.5), S.LinearLR(o, start_factor=0.5, total_iters=3),
+                    S.StepLR(o, step_size=4, gamma=0.8)]),
+    ]
+    for name, chain, make in chains:
+        built = ", ".join(c["scheduler"] + "(" + ", ".join(f"{k}={v}" for k, v in c.items() if k != "scheduler") + ")"
+                          for c in chain)
+        specs.append(({"name": name, "torch": f"ChainedScheduler([{built}])", "chain": chain},
+                      lambda o, make=make: S.ChainedScheduler(make(o))))
     schedules = []
     for spec, make in specs:
         entry = dict(spec)
@@ -551,6 +594,32 @@ def layers_strided_fixture():
         layer_case("max_pool2d_k2_s3_p1", lambda: nn.MaxPool2d(2, stride=3, padding=1), (2, 3, 7, 8), 106),
         layer_case("avg_pool2d_k2_s3", lambda: nn.AvgPool2d(2, stride=3), (2, 3, 7, 8), 107),
         layer_case("avg_pool2d_k2_s3_p1", lambda: nn.AvgPool2d(2, stride=3, padding=1), (2, 3, 7, 8), 108),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
+def layers_pool_modes_fixture():
+    """MaxPool2d and AvgPool2d's ceil_mode, AvgPool2d's count_include_pad=False and divisor_override."""
+    nn = torch.nn
+    cases = [
+        layer_case("max_pool2d_ceil", lambda: nn.MaxPool2d(2, ceil_mode=True), (2, 3, 5, 7), 201),
+        layer_case("avg_pool2d_ceil", lambda: nn.AvgPool2d(2, ceil_mode=True), (2, 3, 5, 7), 202),
+        layer_case("max_pool2d_ceil_k2_s2_p1", lambda: nn.MaxPool2d(2, 2, 1, ceil_mode=True), (2, 3, 5, 6), 203),
+        layer_case("avg_pool2d_ceil_k2_s2_p1", lambda: nn.AvgPool2d(2, 2, 1, ceil_mode=True), (2, 3, 5, 6), 204),
+        layer_case("max_pool2d_ceil_k3_s3_p1", lambda: nn.MaxPool2d(3, 3, 1, ceil_mode=True), (2, 3, 5, 6), 205),
+        layer_case("avg_pool2d_ceil_k3_s3_p1", lambda: nn.AvgPool2d(3, 3, 1, ceil_mode=True), (2, 3, 5, 6), 206),
+        layer_case("max_pool2d_ceil_k3_s2_p1", lambda: nn.MaxPool2d(3, 2, 1, ceil_mode=True), (2, 3, 8, 7), 207),
+        layer_case("avg_pool2d_ceil_k3_s2_p1", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True), (2, 3, 8, 7), 208),
+        layer_case("avg_pool2d_exclude_pad", lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False), (2, 3, 7, 6),
+                   209),
+        layer_case("avg_pool2d_ceil_exclude_pad",
+                   lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), (2, 3, 8, 7), 210),
+        layer_case("avg_pool2d_ceil_k3_s3_p1_exclude_pad",
+                   lambda: nn.AvgPool2d(3, 3, 1, ceil_mode=True, count_include_pad=False), (2, 3, 5, 6), 211),
+        layer_case("avg_pool2d_divisor", lambda: nn.AvgPool2d(2, divisor_override=3), (2, 3, 6, 6), 212),
+        layer_case("avg_pool2d_ceil_exclude_pad_divisor",
+                   lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False, divisor_override=2),
+                   (2, 3, 8, 7), 213),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 
@@ -813,6 +882,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
             "layers_strided.json": lambda: layers_strided_fixture(),
+            "layers_pool_modes.json": lambda: layers_pool_modes_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}

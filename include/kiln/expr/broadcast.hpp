@@ -64,14 +64,23 @@ struct Broadcast {
 };
 
 namespace detail {
+/// Dimension d of Out in an operand of shape S, right-aligned: dimension d + rank - Out::rank, or 1
+/// where S has fewer dimensions. (No comparison at equal ranks: nvcc warns that `d + r < r` is pointless.)
+template <class Out, class S>
+index_t aligned_extent(const Extents<S>& e, std::size_t d) {
+  if constexpr (S::rank == Out::rank)
+    return e[d];
+  else
+    return d + S::rank < Out::rank ? 1 : e[d + S::rank - Out::rank];
+}
+
 /// Run-time broadcast of two extents (right-aligned); throws ShapeError naming both.
 template <class Out, class A, class B>
 Extents<Out> broadcast_extents(const Extents<A>& a, const Extents<B>& b, const char* what) {
   Extents<Out> o;
   for (std::size_t d = 0; d != Out::rank; ++d) {
-    // Right-aligned: dimension d of Out is dimension d + rank - Out::rank of each operand, if any.
-    const index_t x = d + A::rank < Out::rank ? 1 : a[d + A::rank - Out::rank];
-    const index_t y = d + B::rank < Out::rank ? 1 : b[d + B::rank - Out::rank];
+    const index_t x = aligned_extent<Out>(a, d);
+    const index_t y = aligned_extent<Out>(b, d);
     if (x != y && x != 1 && y != 1)
       throw ShapeError(std::string("kiln: ") + what + ": shape mismatch: " + to_string(a) + " and " + to_string(b) +
                        " do not broadcast (dimension " + std::to_string(d) + ": " + std::to_string(x) + " vs " +

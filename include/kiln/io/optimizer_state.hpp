@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -101,11 +102,14 @@ V hyper_value(const std::map<std::string, std::string>& meta, const std::string&
 }
 /// A hyperparameter that shapes the optimizer's state (amsgrad, centered, nesterov, ...) or that kiln
 /// cannot change after construction: the checkpoint's must be the optimizer's, else a CheckpointError
-/// that names both (torch's load_state_dict would take the checkpoint's).
+/// that names both (torch's load_state_dict would take the checkpoint's). A checkpoint without the key
+/// matches, unless `absent` says what every optimizer that wrote such a checkpoint had.
 template <class V>
 void hyper_must_match(const std::map<std::string, std::string>& meta, const std::string& name, V current,
-                      const std::string& type, const std::string& path) {
-  const V saved = hyper_value(meta, name, current, path);
+                      const std::string& type, const std::string& path,
+                      std::optional<V> absent = std::nullopt) {
+  const V saved =
+      absent && !meta.contains("optimizer." + name) ? *absent : hyper_value(meta, name, current, path);
   if (!(saved == current))
     throw CheckpointError("kiln: " + path + ": the checkpoint's " + type + " has " + name + " = " + hyper_text(saved) +
                           ", this one " + hyper_text(current) + "; build the optimizer with the checkpoint's " + name);
@@ -216,7 +220,8 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     detail::hyper_must_match(metadata, "dampening", o.dampening, expected, path);
     detail::hyper_must_match(metadata, "nesterov", o.nesterov, expected, path);
   }
-  detail::hyper_must_match(metadata, "maximize", o.maximize, expected, path);
+  // (a checkpoint from before maximize was saved comes from an optimizer that minimised)
+  detail::hyper_must_match(metadata, "maximize", o.maximize, expected, path, std::optional<bool>(false));
   // Everything is checked before anything is written: a bad checkpoint leaves the optimizer as it was.
   if constexpr (detail::adam_like<Opt>) {
     const std::remove_cvref_t<decltype(o.betas)> betas{detail::hyper_value(metadata, "beta1", o.betas.beta1, path),

@@ -1,4 +1,5 @@
-/// MaxPool2d and AvgPool2d over K x K windows (stride defaults to K), as torch.nn's.
+/// MaxPool2d and AvgPool2d over K x K windows (stride defaults to K; ceil_mode, count_include_pad and
+/// divisor_override), as torch.nn's.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -38,10 +39,20 @@ using window_index_t = std::conditional_t<(K * K < 255), std::uint8_t, std::int3
 template <class I>
 inline constexpr I no_winner = std::numeric_limits<I>::max();
 
+/// The outputs of a pool along an axis of n inputs, as torch's pooling_output_shape: (n + 2 Padding - K)
+/// / Stride rounded down (up in ceil mode), + 1; in ceil mode a last window that would start at or past
+/// n + Padding (in the trailing padding alone) is dropped.
+template <index_t K, index_t Stride, index_t Padding, bool CeilMode>
+constexpr index_t pool_extent(index_t n) {
+  const index_t o = (n + 2 * Padding - K + (CeilMode ? Stride - 1 : 0)) / Stride + 1;
+  return CeilMode && (o - 1) * Stride >= n + Padding ? o - 1 : o;
+}
+
 /// The max of x over window (oh, ow) of one plane and the winner's tap ki K + kj (-1: none; padding is
 /// -inf; ties keep the first; NaN propagates, the last NaN winning, as torch's CPU and CUDA kernels
-/// route the gradient). The window is a constant: its loops unroll.
-template <index_t K, index_t Stride, index_t Padding, class T>
+/// route the gradient). Taps outside the plane are skipped; Bounded = false (no padding, no ceil-mode
+/// window past the last row or column) compiles the checks out. The window is a constant: its loops unroll.
+template <index_t K, index_t Stride, index_t Padding, bool Bounded, class T>
 KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t ow, const PoolGeometry& g,
                                                 index_t& arg) {
   compute_t<T> best = -static_cast<compute_t<T>>(INFINITY);
@@ -49,11 +60,11 @@ KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t
   KILN_UNROLL
   for (index_t ki = 0; ki < K; ++ki) {
     const index_t ih = oh * Stride - Padding + ki;
-    if (Padding > 0 && (ih < 0 || ih >= g.h)) continue;
+    if (Bounded && (ih < 0 || ih >= g.h)) continue;
     KILN_UNROLL
     for (index_t kj = 0; kj < K; ++kj) {
       const index_t iw = ow * Stride - Padding + kj;
-      if (Padding > 0 && (iw < 0 || iw >= g.w)) continue;
+      if (Bounded && (iw < 0 || iw >= g.w)) continue;
       const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
       if (arg < 0 || v > best || v != v) best = v, arg = ki * K + kj;
     }
@@ -62,7 +73,7 @@ KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t
 }
 
 /// y = max over the window, idx = the winner's tap; one call per output element (CUDA).
-template <class T, index_t K, index_t Stride, index_t Padding>
+template <class T, index_t K, index_t Stride, index_t Padding, bool Bounded>
 struct MaxPoolForward {
   using I = window_index_t<K>;
   const T* x;
@@ -72,13 +83,13 @@ struct MaxPoolForward {
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t ow = i % g.wo, oh = (i / g.wo) % g.ho, plane = i / (g.wo * g.ho);
     index_t arg;
-    y[i] = from_compute<T>(window_max<K, Stride, Padding>(x + plane * g.h * g.w, oh, ow, g, arg));
+    y[i] = from_compute<T>(window_max<K, Stride, Padding, Bounded>(x + plane * g.h * g.w, oh, ow, g, arg));
     if (idx) idx[i] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
   }
   Traffic traffic(index_t) const { return g.traffic<T, T, I>(idx != nullptr); }
 };
 /// The same, one call per (n, c) plane: no division per element (CPU).
-template <class T, index_t K, index_t Stride, index_t Padding>
+template <class T, index_t K, index_t Stride, index_t Padding, bool Bounded>
 struct MaxPoolForwardPlanes {
   using I = window_index_t<K>;
   const T* x;
@@ -91,7 +102,7 @@ struct MaxPoolForwardPlanes {
     for (index_t oh = 0; oh < g.ho; ++oh)
       for (index_t ow = 0; ow < g.wo; ++ow) {
         index_t arg;
-        y[o + oh * g.wo + ow] = from_compute<T>(window_max<K, Stride, Padding>(xp, oh, ow, g, arg));
+        y[o + oh * g.wo + ow] = from_compute<T>(window_max<K, Stride, Padding, Bounded>(xp, oh, ow, g, arg));
         if (idx) idx[o + oh * g.wo + ow] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
       }
   }
@@ -149,8 +160,26 @@ struct MaxPoolBackward {
   Traffic traffic(index_t) const { return g.traffic<T, T, I>(true); }
 };
 
-/// y = mean over the K x K window, padding counted (count_include_pad=True).
-template <class T>
+/// The divisor of window (oh, ow) of an AvgPool2d, as torch's avg_pool2d: Divisor where every window
+/// has the same one (K K, or divisor_override); else (Divisor = 0) the window's taps inside the input and
+/// its padding (CountIncludePad: a ceil-mode window is cut at the end of the padding), or inside the input
+/// alone. Every window holds an input tap (padding is at most K / 2), so the count is positive.
+template <index_t Divisor, bool CountIncludePad>
+KILN_HOST_DEVICE inline index_t window_divisor(index_t oh, index_t ow, const PoolGeometry& g) {
+  if constexpr (Divisor > 0) {
+    return Divisor;
+  } else {
+    const index_t hs = oh * g.stride - g.pad, ws = ow * g.stride - g.pad;  // may lie in the padding
+    const index_t he = hs + g.k, we = ws + g.k;
+    if constexpr (CountIncludePad)
+      return ((he < g.h + g.pad ? he : g.h + g.pad) - hs) * ((we < g.w + g.pad ? we : g.w + g.pad) - ws);
+    else
+      return ((he < g.h ? he : g.h) - (hs > 0 ? hs : 0)) * ((we < g.w ? we : g.w) - (ws > 0 ? ws : 0));
+  }
+}
+
+/// y = the sum over the K x K window's input taps / the window's divisor (window_divisor).
+template <class T, index_t Divisor, bool CountIncludePad>
 struct AvgPoolForward {
   const T* x;
   T* y;
@@ -167,11 +196,14 @@ struct AvgPoolForward {
         if (iw >= 0 && iw < g.w) acc += to_compute(xp[ih * g.w + iw]);
       }
     }
-    y[i] = from_compute<T>(acc / static_cast<compute_t<T>>(g.k * g.k));
+    const index_t divisor = window_divisor<Divisor, CountIncludePad>(oh, ow, g);
+    y[i] = from_compute<T>(acc / static_cast<compute_t<T>>(divisor));
   }
   Traffic traffic(index_t) const { return g.traffic<T, T>(false); }
 };
-template <class T>
+/// dx[i] = Σ dy / divisor over the windows that cover i (a gather: one write per input, no atomics); one
+/// division at the end where every window has the same divisor.
+template <class T, index_t Divisor, bool CountIncludePad>
 struct AvgPoolBackward {
   const T* dy;
   T* dx;
@@ -185,25 +217,35 @@ struct AvgPoolBackward {
       for (index_t kj = 0; kj < g.k; ++kj) {
         const index_t tw = iw + g.pad - kj;
         if (tw < 0 || tw % g.stride != 0 || tw / g.stride >= g.wo) continue;
-        acc += to_compute(dy[(plane * g.ho + th / g.stride) * g.wo + tw / g.stride]);
+        const compute_t<T> d = to_compute(dy[(plane * g.ho + th / g.stride) * g.wo + tw / g.stride]);
+        if constexpr (Divisor > 0)
+          acc += d;
+        else
+          acc += d / static_cast<compute_t<T>>(
+                         window_divisor<Divisor, CountIncludePad>(th / g.stride, tw / g.stride, g));
       }
     }
-    dx[i] = from_compute<T>(acc / static_cast<compute_t<T>>(g.k * g.k));
+    dx[i] = from_compute<T>(Divisor > 0 ? acc / static_cast<compute_t<T>>(Divisor) : acc);
   }
   Traffic traffic(index_t) const { return g.traffic<T, T>(false); }
 };
 
-template <bool Max, index_t K, index_t Stride, index_t Padding>
+template <bool Max, index_t K, index_t Stride, index_t Padding, bool CeilMode, bool CountIncludePad,
+          index_t DivisorOverride>
 struct Pool2d {
   static_assert(K > 0 && Stride > 0 && Padding >= 0 && 2 * Padding <= K,
                 "kiln::nn::MaxPool2d/AvgPool2d<K, Stride, Padding>: K and stride positive, padding at most K/2");
+  // >>> Stopped here? AvgPool2d's last argument is torch's divisor_override: a positive count, or 0. <<<
+  static_assert(DivisorOverride >= 0,
+                "kiln::nn::AvgPool2d<K, Stride, Padding, CeilMode, CountIncludePad, DivisorOverride>: "
+                "DivisorOverride must be positive (every window's sum is divided by it), or 0 for none");
   template <class S>
   static constexpr bool accepts = S::rank == 4 && S::extents[1] != dyn && S::extents[2] != dyn &&
                                   S::extents[3] != dyn && S::extents[2] + 2 * Padding >= K &&
                                   S::extents[3] + 2 * Padding >= K;
   template <class S>
-  using output = Shape<S::extents[0], S::extents[1], (S::extents[2] + 2 * Padding - K) / Stride + 1,
-                       (S::extents[3] + 2 * Padding - K) / Stride + 1>;
+  using output = Shape<S::extents[0], S::extents[1], pool_extent<K, Stride, Padding, CeilMode>(S::extents[2]),
+                       pool_extent<K, Stride, Padding, CeilMode>(S::extents[3])>;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {
@@ -211,10 +253,11 @@ struct Pool2d {
     using typename detail::parameter_free<S, output<S>, P>::T;
     using typename detail::parameter_free<S, output<S>, P>::D;
     using typename detail::parameter_free<S, output<S>, P>::output_shape;
+    /// torch's repr (AvgPool2d's leaves out ceil_mode, count_include_pad and divisor_override, as torch's).
     std::string name() const {
       return std::string(Max ? "MaxPool2d" : "AvgPool2d") + "(kernel_size=" + std::to_string(K) +
              ", stride=" + std::to_string(Stride) + ", padding=" + std::to_string(Padding) +
-             (Max ? ", dilation=1, ceil_mode=False)" : ")");  // torch's repr
+             (Max ? (CeilMode ? ", dilation=1, ceil_mode=True)" : ", dilation=1, ceil_mode=False)") : ")");
     }
 
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
@@ -225,12 +268,15 @@ struct Pool2d {
       if constexpr (Max) {
         idx_ = ctx.grad ? index_tensor(e, x.device_index()) : index_tensor();
         if constexpr (std::is_same_v<D, Cpu>)
-          kiln::detail::executor<D>::for_each(g.nc, MaxPoolForwardPlanes<T, K, Stride, Padding>{x.data(), y.data(), idx_.data(), g},
-                                              g.h * g.w);
+          kiln::detail::executor<D>::for_each(
+              g.nc, MaxPoolForwardPlanes<T, K, Stride, Padding, bounded>{x.data(), y.data(), idx_.data(), g},
+              g.h * g.w);
         else
-          kiln::detail::executor<D>::for_each(y.numel(), MaxPoolForward<T, K, Stride, Padding>{x.data(), y.data(), idx_.data(), g});
+          kiln::detail::executor<D>::for_each(
+              y.numel(), MaxPoolForward<T, K, Stride, Padding, bounded>{x.data(), y.data(), idx_.data(), g});
       } else {
-        kiln::detail::executor<D>::for_each(y.numel(), AvgPoolForward<T>{x.data(), y.data(), g});
+        using Mean = AvgPoolForward<T, divisor, CountIncludePad>;
+        kiln::detail::executor<D>::for_each(y.numel(), Mean{x.data(), y.data(), g});
         saved_ = ctx.grad;
       }
       in_ = x.extents();
@@ -252,17 +298,27 @@ struct Pool2d {
           kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T, K>{dy.data(), idx_.data(), dx.data(), g});
         idx_ = index_tensor();
       } else {
-        kiln::detail::executor<D>::for_each(dx.numel(), AvgPoolBackward<T>{dy.data(), dx.data(), g});
+        using MeanBackward = AvgPoolBackward<T, divisor, CountIncludePad>;
+        kiln::detail::executor<D>::for_each(dx.numel(), MeanBackward{dy.data(), dx.data(), g});
         saved_ = false;
       }
       return dx;
     }
 
    private:
-    static PoolGeometry geometry(index_t n) {
-      return {n * S::extents[1], S::extents[2], S::extents[3], K, Stride, Padding, output_shape::extents[2],
-              output_shape::extents[3]};
-    }
+    static constexpr index_t h = S::extents[2], w = S::extents[3];
+    static constexpr index_t ho = output_shape::extents[2], wo = output_shape::extents[3];
+    /// Some window reaches past the plane: into the padding, or (ceil mode) past the last row or column.
+    static constexpr bool bounded = Padding > 0 || (ho - 1) * Stride - Padding + K > h ||
+                                    (wo - 1) * Stride - Padding + K > w;
+    /// Some window reaches past the trailing padding (ceil mode): torch's count_include_pad leaves that out.
+    static constexpr bool past_padding = (ho - 1) * Stride + K > h + 2 * Padding ||
+                                         (wo - 1) * Stride + K > w + 2 * Padding;
+    /// AvgPool2d's divisor where every window has the same one, else 0 (one per window: window_divisor).
+    static constexpr index_t divisor = DivisorOverride > 0                              ? DivisorOverride
+                                       : !bounded || (CountIncludePad && !past_padding) ? K * K
+                                                                                        : 0;
+    static PoolGeometry geometry(index_t n) { return {n * S::extents[1], h, w, K, Stride, Padding, ho, wo}; }
     using index_tensor = Tensor<window_index_t<K>, output_shape, D>;
     index_tensor idx_;  // the winner's tap per output (MaxPool2d, training only)
     Extents<S> in_{};
@@ -271,12 +327,23 @@ struct Pool2d {
 };
 }  // namespace detail
 
-/// Max over K x K windows (stride defaults to K, as torch.nn.MaxPool2d(K)); NaN propagates.
-/// Shapes: [N, C, H, W] -> [N, C, (H + 2 Padding - K) / Stride + 1, (W + 2 Padding - K) / Stride + 1].
-template <index_t K, index_t Stride = K, index_t Padding = 0>
-struct MaxPool2d : detail::Pool2d<true, K, Stride, Padding> {};
-/// Mean over K x K windows (stride defaults to K; padding counted, as torch.nn.AvgPool2d(K)).
-template <index_t K, index_t Stride = K, index_t Padding = 0>
-struct AvgPool2d : detail::Pool2d<false, K, Stride, Padding> {};
+/// Max over K x K windows (stride defaults to K, as torch.nn.MaxPool2d(K)); NaN propagates. CeilMode:
+/// torch's ceil_mode=True (a last, partial window over the remaining rows and columns; its taps past the
+/// input are left out).
+/// Shapes: [N, C, H, W] -> [N, C, Ho, Wo], Ho = floor((H + 2 Padding - K) / Stride) + 1 (ceil in ceil
+/// mode, less one if that last window would start at or past H + Padding); Wo alike.
+/// Example: `MaxPool2d<3, 2, 1, true>` is torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True).
+template <index_t K, index_t Stride = K, index_t Padding = 0, bool CeilMode = false>
+struct MaxPool2d : detail::Pool2d<true, K, Stride, Padding, CeilMode, true, 0> {};
+/// Mean over K x K windows (stride defaults to K), as torch.nn.AvgPool2d with its arguments in torch's
+/// order: CeilMode (ceil_mode), CountIncludePad (count_include_pad: divide by the window's taps inside the
+/// input and its padding, else inside the input alone; a ceil-mode window is cut at the end of the
+/// padding), DivisorOverride (divisor_override: every window's sum divided by it; 0 for none).
+/// Shapes: as MaxPool2d's.
+/// Example: `AvgPool2d<3, 2, 1, true, false>` is torch.nn.AvgPool2d(3, 2, 1, ceil_mode=True,
+/// count_include_pad=False).
+template <index_t K, index_t Stride = K, index_t Padding = 0, bool CeilMode = false,
+          bool CountIncludePad = true, index_t DivisorOverride = 0>
+struct AvgPool2d : detail::Pool2d<false, K, Stride, Padding, CeilMode, CountIncludePad, DivisorOverride> {};
 
 }  // namespace kiln::nn

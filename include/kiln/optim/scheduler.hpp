@@ -1,8 +1,9 @@
 /// Learning-rate schedulers: StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR,
-/// CosineAnnealingWarmRestarts and LinearWarmup over epochs, OneCycleLR over batches (with the
-/// momentum), and ReduceLROnPlateau on a metric (torch 1.13 semantics).
+/// CosineAnnealingWarmRestarts and LinearWarmup over epochs, ChainedScheduler (their product),
+/// OneCycleLR over batches (with the momentum), and ReduceLROnPlateau on a metric (torch 1.13 semantics).
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <numbers>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -45,6 +47,9 @@ concept lr_schedule = requires(const S& s, std::int64_t epoch) {
   { s.base_lr() } -> std::convertible_to<double>;
   { s.optimizer() } -> std::same_as<typename S::optimizer_type&>;
 };
+
+template <class First, class... Rest>
+class ChainedScheduler;
 
 namespace detail {
 
@@ -88,6 +93,9 @@ class LRScheduler {
   }
 
  private:
+  template <class First, class... Rest>
+  friend class kiln::optim::ChainedScheduler;  // sets its copies' base_lr to 1, to read their factors
+
   Opt* opt_;
   double base_lr_;
   std::int64_t epoch_ = 0;
@@ -542,5 +550,244 @@ class ReduceLROnPlateau {
   std::int64_t cooldown_counter_ = 0;
   std::int64_t last_epoch_ = 0;
 };
+
+namespace detail {
+
+/// The epoch schedules whose torch form is chainable (each step multiplies the optimizer's current lr
+/// by its own factor), so that torch's ChainedScheduler of them is the product of their schedules.
+template <class S>
+inline constexpr bool chainable_schedule = false;
+template <class O>
+inline constexpr bool chainable_schedule<StepLR<O>> = true;
+template <class O>
+inline constexpr bool chainable_schedule<MultiStepLR<O>> = true;
+template <class O>
+inline constexpr bool chainable_schedule<ExponentialLR<O>> = true;
+template <class O>
+inline constexpr bool chainable_schedule<CosineAnnealingLR<O>> = true;
+template <class O>
+inline constexpr bool chainable_schedule<LinearWarmup<O, void>> = true;
+template <class First, class... Rest>
+inline constexpr bool chainable_schedule<ChainedScheduler<First, Rest...>> = true;
+
+template <class S>
+inline constexpr bool is_lambda_lr = false;
+template <class O, class F>
+inline constexpr bool is_lambda_lr<LambdaLR<O, F>> = true;
+template <class S>
+inline constexpr bool is_warm_restarts = false;
+template <class O>
+inline constexpr bool is_warm_restarts<CosineAnnealingWarmRestarts<O>> = true;
+template <class S>
+inline constexpr bool is_one_cycle = false;
+template <class O>
+inline constexpr bool is_one_cycle<OneCycleLR<O>> = true;
+template <class S>
+inline constexpr bool is_plateau = false;
+template <class O>
+inline constexpr bool is_plateau<ReduceLROnPlateau<O>> = true;
+template <class S>
+inline constexpr bool is_wrapping_warmup = false;
+template <class O, class Then>
+inline constexpr bool is_wrapping_warmup<LinearWarmup<O, Then>> = !std::is_void_v<Then>;
+template <class S>
+inline constexpr bool is_cosine = false;
+template <class O>
+inline constexpr bool is_cosine<CosineAnnealingLR<O>> = true;
+
+/// Refused with a message of its own (the others, not schedules at all, get the general one).
+template <class S>
+inline constexpr bool named_refusal =
+    is_lambda_lr<S> || is_warm_restarts<S> || is_one_cycle<S> || is_plateau<S> || is_wrapping_warmup<S>;
+
+/// Stands in for the optimizer of an argument that is not a schedule, so that only the
+/// static_assert reports it.
+struct NotAnOptimizer {
+  float lr() const { return 0.0f; }
+  void set_lr(float) {}
+};
+template <class S>
+struct chained_optimizer {
+  using type = NotAnOptimizer;
+};
+template <class S>
+requires requires { typename S::optimizer_type; }
+struct chained_optimizer<S> {
+  using type = typename S::optimizer_type;
+};
+
+}  // namespace detail
+
+/// torch.optim.lr_scheduler.ChainedScheduler: the product of epoch schedules on one optimizer, lr =
+/// base_lr * prod_i s_i.lr_at(epoch) / s_i.base_lr(), as torch's for StepLR, MultiStepLR, ExponentialLR,
+/// CosineAnnealingLR (eta_min 0 and epochs up to T_max, a ValueError otherwise), LinearWarmup(opt, N) and
+/// ChainedScheduler; the others are compile errors (torch's do not multiply them). The schedules, taken by
+/// value, are built on the optimizer one after another, in any order; base_lr is its lr before the first
+/// (torch's initial_lr). The constructor sets the lr of epoch 0; the chain counts epochs from there.
+/// Example:
+///   namespace ko = kiln::optim;
+///   ko::ChainedScheduler sched(ko::ExponentialLR(opt, 0.9), ko::MultiStepLR(opt, {2}, 0.1));
+///   for (int epoch = 0; epoch < 30; ++epoch) { train_one_epoch(); sched.step(); }  // lr 1, 0.9, 0.081, ...
+template <class First, class... Rest>
+class ChainedScheduler : public detail::LRScheduler<typename detail::chained_optimizer<First>::type,
+                                                    ChainedScheduler<First, Rest...>> {
+  using Opt = typename detail::chained_optimizer<First>::type;
+  using base = detail::LRScheduler<Opt, ChainedScheduler<First, Rest...>>;
+  static constexpr std::size_t count = 1 + sizeof...(Rest);
+
+  // >>> Stopped here? A schedule that torch's ChainedScheduler does not multiply, or not a schedule. <<<
+  static_assert(
+      !(detail::is_lambda_lr<First> || ... || detail::is_lambda_lr<Rest>),
+      "kiln::optim::ChainedScheduler: LambdaLR cannot be chained: torch's sets base_lr * lambda(epoch) "
+      "at each step, overriding the other schedules (the last stepped wins, not a product); "
+      "multiply the other schedules into its function instead");
+  static_assert(
+      !(detail::is_warm_restarts<First> || ... || detail::is_warm_restarts<Rest>),
+      "kiln::optim::ChainedScheduler: CosineAnnealingWarmRestarts cannot be chained: torch's sets its "
+      "lr from the base lr at each step, overriding the other schedules (not a product)");
+  static_assert(
+      !(detail::is_one_cycle<First> || ... || detail::is_one_cycle<Rest>),
+      "kiln::optim::ChainedScheduler: OneCycleLR cannot be chained: torch's sets its lr from max_lr "
+      "at each step (and the momentum), overriding the other schedules (not a product)");
+  static_assert(
+      !(detail::is_wrapping_warmup<First> || ... || detail::is_wrapping_warmup<Rest>),
+      "kiln::optim::ChainedScheduler: LinearWarmup around a schedule (torch's SequentialLR) cannot be "
+      "chained: torch's resets the lr to the base lr when built and at the hand-over (not a product); "
+      "chain LinearWarmup(opt, N) alone, or wrap the ChainedScheduler in LinearWarmup");
+  static_assert(!(detail::is_plateau<First> || ... || detail::is_plateau<Rest>),
+                "kiln::optim::ChainedScheduler: ReduceLROnPlateau steps on a metric, not an epoch: step it "
+                "beside the ChainedScheduler (torch's ChainedScheduler cannot hold it either)");
+  static_assert(((detail::chainable_schedule<First> || detail::named_refusal<First>)&&... &&
+                 (detail::chainable_schedule<Rest> || detail::named_refusal<Rest>)),
+                "kiln::optim::ChainedScheduler: every argument must be a chainable epoch schedule: StepLR, "
+                "MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearWarmup(opt, N) or ChainedScheduler");
+  static constexpr bool chainable =
+      (detail::chainable_schedule<First> && ... && detail::chainable_schedule<Rest>);
+  static_assert(
+      !chainable || (std::is_same_v<typename detail::chained_optimizer<Rest>::type, Opt> && ...),
+      "kiln::optim::ChainedScheduler: the schedules must drive the same optimizer (they have different "
+      "optimizer types)");
+  static constexpr bool valid =
+      chainable && (std::is_same_v<typename detail::chained_optimizer<Rest>::type, Opt> && ...);
+
+ public:
+  /// The schedules, each built on the optimizer (the same one: a ValueError otherwise, as torch's).
+  explicit ChainedScheduler(First first, Rest... rest)
+      : base(optimizer_of(first), initial_lr(first, rest...)),
+        schedules_(std::move(first), std::move(rest)...) {
+    if constexpr (valid) {
+      // The copies kept give their factors: base_lr 1, lr_at(epoch) = the factor.
+      std::apply([](auto&... s) { ((s.base_lr_ = 1.0), ...); }, schedules_);
+      std::apply([](const auto&... s) { (check(s), ...); }, schedules_);
+      this->apply();
+    }
+  }
+  double lr_at(std::int64_t epoch) const {
+    if constexpr (valid) {
+      return std::apply(
+          [&](const auto&... s) {
+            (check_epoch(s, epoch), ...);
+            return (this->base_lr() * ... * s.lr_at(epoch));
+          },
+          schedules_);
+    } else {
+      return 0.0;
+    }
+  }
+
+ private:
+  static Opt& optimizer_of(First& first) {
+    if constexpr (requires {
+                    { first.optimizer() } -> std::same_as<Opt&>;
+                  }) {
+      return first.optimizer();
+    } else {  // not a schedule: the static_assert above says so
+      static detail::NotAnOptimizer none;
+      return none;
+    }
+  }
+  /// The optimizer's lr before the first schedule was built. Each schedule takes the optimizer's lr as
+  /// its base and sets the lr of its epoch 0, which the one built next takes as its base: the bases
+  /// follow from one another in the order they were built, which this finds (preferring an order that
+  /// ends at the optimizer's lr now, then the arguments' order).
+  static double initial_lr(const First& first, const Rest&... rest) {
+    if constexpr (valid) {
+      std::size_t index = 0;
+      const auto same_optimizer = [&](const auto& s) {
+        ++index;
+        if (&s.optimizer() != &first.optimizer())
+          throw ValueError(
+              "kiln::optim::ChainedScheduler: expects all schedulers to belong to the same optimizer, "
+              "but got schedulers at index 0 and " +
+              std::to_string(index) + " to be different");
+      };
+      (same_optimizer(rest), ...);
+      const std::array<double, count> bases{first.base_lr(), rest.base_lr()...};
+      // The lr each one leaves on the optimizer (a float) when built: the next one's base.
+      const std::array<double, count> after{static_cast<double>(static_cast<float>(first.lr_at(0))),
+                                            static_cast<double>(static_cast<float>(rest.lr_at(0)))...};
+      const double now = static_cast<double>(first.optimizer().lr());
+      std::array<bool, count> used{};
+      std::size_t start = 0;
+      double found = std::numeric_limits<double>::quiet_NaN();  // the first of the first whole order found
+      // Depth first over the orders: `last` was built last of `built` so far; true on a whole order
+      // that ends at the optimizer's lr now.
+      const auto extend = [&](const auto& self, std::size_t last, std::size_t built) -> bool {
+        if (built == count) {
+          if (std::isnan(found)) found = bases[start];
+          return after[last] == now;
+        }
+        for (std::size_t j = 0; j < count; ++j) {
+          if (used[j] || bases[j] != after[last]) continue;
+          used[j] = true;
+          const bool ends_now = self(self, j, built + 1);
+          used[j] = false;
+          if (ends_now) return true;
+        }
+        return false;
+      };
+      for (start = 0; start < count; ++start) {
+        used[start] = true;
+        if (extend(extend, start, 1)) return bases[start];
+        used[start] = false;
+      }
+      if (std::isnan(found))
+        throw ValueError(
+            "kiln::optim::ChainedScheduler: the schedules' base lrs do not follow from one another "
+            "(each takes the optimizer's lr when built, which the one built before it set to its "
+            "epoch 0's): build them on the optimizer one after another, as its arguments");
+      return found;
+    } else {
+      return 0.0;
+    }
+  }
+  template <class S>
+  static void check(const S& s) {
+    if constexpr (detail::is_cosine<S>) {
+      if (s.eta_min() != 0.0) {
+        std::ostringstream text;
+        text
+            << "kiln::optim::ChainedScheduler: CosineAnnealingLR with eta_min " << s.eta_min()
+            << " is not a factor (torch's chained form, eta_min + ratio (lr - eta_min), depends on the other "
+               "schedules and their order): chain it with eta_min 0";
+        throw ValueError(text.str());
+      }
+    }
+  }
+  template <class S>
+  static void check_epoch(const S& s, std::int64_t epoch) {
+    if constexpr (detail::is_cosine<S>) {
+      if (epoch > s.T_max())
+        throw ValueError("kiln::optim::ChainedScheduler: epoch " + std::to_string(epoch) +
+                         " is past CosineAnnealingLR's T_max (" + std::to_string(s.T_max()) +
+                         "), where torch's chained cosine restarts from the base lr, dropping the other "
+                         "schedules' factors (not a product): give T_max the whole run");
+    }
+  }
+
+  std::tuple<First, Rest...> schedules_;
+};
+template <class... S>
+ChainedScheduler(S...) -> ChainedScheduler<S...>;
 
 }  // namespace kiln::optim

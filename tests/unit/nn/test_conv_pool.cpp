@@ -1,5 +1,7 @@
 // Conv2d, MaxPool2d, AvgPool2d: forward against direct float64 loops, backward against float64 finite
-// differences, for odd sizes, stride and padding; and the LeNet of the seeds end to end.
+// differences, for odd sizes, stride and padding (the pools also in ceil mode, AvgPool2d without the
+// padding counted and with a divisor override); the pools' output shapes and names as torch's; and the
+// LeNet of the seeds end to end.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <kiln/backend/cpu/threads.hpp>
@@ -55,6 +57,10 @@ void check_gradients(kiln::index_t batch) {
   }
 }
 
+/// The output shape of Sequential<Layer> on In.
+template <class Layer, class In>
+using output_of = typename kiln::nn::Sequential<Layer>::template output<In>;
+
 /// y[n, f, oh, ow] = b[f] + Σ w[f, c, ki, kj] x[n, c, oh s - p + ki, ow s - p + kj], in double.
 std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<double>& wb, int n, int c, int h,
                                 int w, int f, int k, int s, int p) {
@@ -108,6 +114,54 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pools_backward_match_numeric, D, kiln::test::devic
   static_assert(std::is_same_v<kiln::nn::detail::window_index_t<15>, std::uint8_t> &&
                 std::is_same_v<kiln::nn::detail::window_index_t<16>, std::int32_t>);
   check_gradients<kiln::nn::MaxPool2d<16, 4, 2>, Shape<dyn, 1, 20, 18>, D>(1);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_backward_match_numeric, D, kiln::test::devices) {
+  using kiln::nn::AvgPool2d;
+  using kiln::nn::MaxPool2d;
+  // ceil mode: a last, partial window over row 4 and column 6 (no padding: its taps past the input are
+  // left out, and AvgPool2d divides by the taps inside)
+  check_gradients<MaxPool2d<2, 2, 0, true>, Shape<dyn, 3, 5, 7>, D>(2);
+  check_gradients<AvgPool2d<2, 2, 0, true>, Shape<dyn, 3, 5, 7>, D>(2);
+  // K 3 stride 2 padding 1 on 8 x 7: a fifth row of windows starting at row 7, cut at the end of the
+  // padding (count_include_pad) or of the input (not)
+  check_gradients<MaxPool2d<3, 2, 1, true>, Shape<dyn, 2, 8, 7>, D>(2);
+  check_gradients<AvgPool2d<3, 2, 1, true>, Shape<dyn, 2, 8, 7>, D>(2);
+  check_gradients<AvgPool2d<3, 2, 1, true, false>, Shape<dyn, 2, 8, 7>, D>(2);
+  // K 3 stride 3 padding 1 on 5 x 6: the last row of windows dropped, a last column added
+  check_gradients<AvgPool2d<3, 3, 1, true>, Shape<dyn, 2, 5, 6>, D>(2);
+  check_gradients<AvgPool2d<3, 2, 1, false, false>, Shape<dyn, 2, 7, 5>, D>(2);    // padding not counted
+  check_gradients<AvgPool2d<3, 2, 1, true, false, 2>, Shape<dyn, 2, 8, 7>, D>(2);  // the override wins
+  check_gradients<AvgPool2d<2, 2, 0, false, true, 3>, Shape<dyn, 3, 6, 4>, D>(2);
+}
+
+// torch's pooling_output_shape: floor((H + 2 P - K) / S) + 1, ceil in ceil mode less a last window that
+// would start at or past H + P; names as torch 1.13 prints the modules (AvgPool2d's leaves its modes out).
+BOOST_AUTO_TEST_CASE(pool_modes_have_torchs_shapes_and_names) {
+  using namespace kiln::nn;
+  static_assert(std::is_same_v<output_of<MaxPool2d<2>, Shape<dyn, 3, 5, 7>>, Shape<dyn, 3, 2, 3>>);
+  static_assert(
+      std::is_same_v<output_of<MaxPool2d<2, 2, 0, true>, Shape<dyn, 3, 5, 7>>, Shape<dyn, 3, 3, 4>>);
+  // K 2 stride 2 padding 1, H 5: ceil(5 / 2) + 1 = 4, but the fourth window would start at row 6 = H + P
+  static_assert(
+      std::is_same_v<output_of<AvgPool2d<2, 2, 1, true>, Shape<dyn, 3, 5, 6>>, Shape<dyn, 3, 3, 4>>);
+  static_assert(
+      std::is_same_v<output_of<MaxPool2d<3, 3, 1, true>, Shape<dyn, 3, 5, 6>>, Shape<dyn, 3, 2, 3>>);
+  static_assert(std::is_same_v<output_of<MaxPool2d<3, 3, 1>, Shape<dyn, 3, 5, 6>>, Shape<dyn, 3, 2, 2>>);
+  static_assert(std::is_same_v<output_of<AvgPool2d<3, 2, 1, true, false, 2>, Shape<dyn, 2, 8, 7>>,
+                               Shape<dyn, 2, 5, 4>>);
+  // A stack, as torch: rows 31 -> 16 (floor: 15) -> 9 (8) -> 4, columns 30 -> 15 -> 8 -> 4 (floor: 3)
+  using Net = Sequential<MaxPool2d<2, 2, 0, true>, AvgPool2d<3, 2, 1, true, false>, MaxPool2d<3, 2, 0, true>>;
+  static_assert(std::is_same_v<Net::output<Shape<dyn, 4, 31, 30>>, Shape<dyn, 4, 4, 4>>);
+  using In = Shape<dyn, 3, 8, 7>;
+  using P = kiln::Policy<>;
+  using CeilMax = MaxPool2d<3, 2, 1, true>::module<In, P>;
+  using FloorMax = MaxPool2d<3, 2, 1>::module<In, P>;
+  using Avg = AvgPool2d<3, 2, 1, true, false, 2>::module<In, P>;
+  BOOST_TEST(CeilMax().name() == "MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=1, ceil_mode=True)");
+  BOOST_TEST(FloorMax().name() ==
+             "MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=1, ceil_mode=False)");
+  BOOST_TEST(Avg().name() == "AvgPool2d(kernel_size=3, stride=2, padding=1)");
 }
 
 /// forward on 2 rows, then backward with dy of `rows` rows: a ShapeError naming both, before any pass.

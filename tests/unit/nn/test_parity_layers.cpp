@@ -1,10 +1,10 @@
 // PyTorch parity of every layer, the losses (MSE, cross entropy and NLL: mean, sum and unreduced; cross
 // entropy also with label smoothing, fused and unfused, class weights and probability targets)
-// and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, losses.json, lenet.json,
-// written by tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same
-// outputs, input gradients and parameter gradients, and LeNet the same parameters after three steps of
-// SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of
-// its tensor's scale: parity::scale_floor). Both devices.
+// and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, layers_pool_modes.json,
+// losses.json, lenet.json, written by tests/parity/make_fixtures.py with torch 1.13): the same weights and
+// inputs give the same outputs, input gradients and parameter gradients, and LeNet the same parameters
+// after three steps of SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to each element,
+// floored at 1% of its tensor's scale: parity::scale_floor). Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
 BOOST_AUTO_TEST_CASE_TEMPLATE(strides_larger_than_the_kernel_match_pytorch, D, kiln::test::devices) {
   // layers_strided.json: windows that skip input rows and columns, on [2, C, 7, 8] inputs whose last
   // rows or columns fall in no window, without and with padding (AvgPool2d counts the padding, torch's
-  // count_include_pad=True default; kiln has no ceil_mode or count_include_pad=False).
+  // count_include_pad=True default; ceil_mode and count_include_pad=False: pool_modes_match_pytorch).
   const std::string f = "layers_strided.json";
   check_layer<knn::Conv2d<2, 3, 2, 3>, Shape<dyn, 2, 7, 8>, D>("conv2d_k2_s3", f);
   check_layer<knn::Conv2d<2, 3, 2, 3, 1>, Shape<dyn, 2, 7, 8>, D>("conv2d_k2_s3_p1", f);
@@ -165,6 +165,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(strides_larger_than_the_kernel_match_pytorch, D, k
   check_layer<knn::AvgPool2d<2, 3>, Shape<dyn, 3, 7, 8>, D>("avg_pool2d_k2_s3", f);
   check_layer<knn::AvgPool2d<2, 3, 1>, Shape<dyn, 3, 7, 8>, D>("avg_pool2d_k2_s3_p1", f);
   BOOST_TEST(fixture(f).at("cases").size() == 8u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_match_pytorch, D, kiln::test::devices) {
+  // layers_pool_modes.json: ceil_mode where it adds a last, partial window (K 2 on 5x7; W 6 for K 3
+  // stride 3 padding 1; H 8 for K 3 stride 2 padding 1) and where torch drops a last window that would
+  // start in the padding (H 5 for K 2 stride 2 padding 1 and K 3 stride 3 padding 1); AvgPool2d's
+  // count_include_pad=False (padding 1, with and without ceil mode) and divisor_override.
+  const std::string f = "layers_pool_modes.json";
+  check_layer<knn::MaxPool2d<2, 2, 0, true>, Shape<dyn, 3, 5, 7>, D>("max_pool2d_ceil", f);
+  check_layer<knn::AvgPool2d<2, 2, 0, true>, Shape<dyn, 3, 5, 7>, D>("avg_pool2d_ceil", f);
+  check_layer<knn::MaxPool2d<2, 2, 1, true>, Shape<dyn, 3, 5, 6>, D>("max_pool2d_ceil_k2_s2_p1", f);
+  check_layer<knn::AvgPool2d<2, 2, 1, true>, Shape<dyn, 3, 5, 6>, D>("avg_pool2d_ceil_k2_s2_p1", f);
+  check_layer<knn::MaxPool2d<3, 3, 1, true>, Shape<dyn, 3, 5, 6>, D>("max_pool2d_ceil_k3_s3_p1", f);
+  check_layer<knn::AvgPool2d<3, 3, 1, true>, Shape<dyn, 3, 5, 6>, D>("avg_pool2d_ceil_k3_s3_p1", f);
+  check_layer<knn::MaxPool2d<3, 2, 1, true>, Shape<dyn, 3, 8, 7>, D>("max_pool2d_ceil_k3_s2_p1", f);
+  check_layer<knn::AvgPool2d<3, 2, 1, true>, Shape<dyn, 3, 8, 7>, D>("avg_pool2d_ceil_k3_s2_p1", f);
+  check_layer<knn::AvgPool2d<3, 2, 1, false, false>, Shape<dyn, 3, 7, 6>, D>("avg_pool2d_exclude_pad", f);
+  check_layer<knn::AvgPool2d<3, 2, 1, true, false>, Shape<dyn, 3, 8, 7>, D>("avg_pool2d_ceil_exclude_pad", f);
+  using ExcludePadK3S3 = knn::AvgPool2d<3, 3, 1, true, false>;
+  check_layer<ExcludePadK3S3, Shape<dyn, 3, 5, 6>, D>("avg_pool2d_ceil_k3_s3_p1_exclude_pad", f);
+  check_layer<knn::AvgPool2d<2, 2, 0, false, true, 3>, Shape<dyn, 3, 6, 6>, D>("avg_pool2d_divisor", f);
+  using ExcludePadDivisor = knn::AvgPool2d<3, 2, 1, true, false, 2>;
+  check_layer<ExcludePadDivisor, Shape<dyn, 3, 8, 7>, D>("avg_pool2d_ceil_exclude_pad_divisor", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 13u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test::devices) {

@@ -5,6 +5,8 @@
 // metric curve (min/rel and max/abs with cooldown and min_lr), NaN metrics, resuming from its state, a
 // hand-set lr, and bad options. OneCycleLR's lr and momentum (SGD's, Adam's beta1; cosine and
 // three-phase linear) step by step, its momentum turned on in an SGD without, and its errors.
+// ChainedScheduler against torch's (products of two and three schedules), whatever order its schedules
+// are built in, resumed at an epoch, and what it refuses at run time.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -31,6 +33,11 @@ const json& schedule(const std::string& name) {
   for (const auto& s : j.at("schedules"))
     if (s.at("name") == name) return s;
   throw std::runtime_error("schedulers.json has no schedule " + name);
+}
+
+/// An argument of a ChainedScheduler's schedule in the fixture: `key` of the i-th one built.
+const json& chain_arg(const std::string& name, std::size_t i, const char* key) {
+  return schedule(name).at("chain").at(i).at(key);
 }
 
 const json& one_cycle(const std::string& name) {
@@ -200,6 +207,186 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cosine_annealing_warm_restarts_matches_pytorch, D,
   kiln::optim::CosineAnnealingWarmRestarts sched(o.opt, 4, 2);
   for (const std::int64_t e : {0, 4, 12, 28, 60}) BOOST_TEST(sched.lr_at(e) == sched.base_lr(), "epoch " << e);
   BOOST_TEST(sched.lr_at(27) < sched.lr_at(26));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(chained_scheduler_matches_pytorch, D, kiln::test::devices) {
+  namespace ko = kiln::optim;
+  {
+    OneParameter<D>
+        o;  // torch: ChainedScheduler([ExponentialLR(gamma=0.9), MultiStepLR(milestones=[2], gamma=0.1)])
+    const std::string name = "chained_exponential_multi_step";
+    ko::ChainedScheduler sched(
+        ko::ExponentialLR(o.opt, chain_arg(name, 0, "gamma").get<double>()),
+        ko::MultiStepLR(o.opt, chain_arg(name, 1, "milestones").get<std::vector<std::int64_t>>(),
+                        chain_arg(name, 1, "gamma").get<double>()));
+    static_assert(std::is_same_v<decltype(sched), ko::ChainedScheduler<ko::ExponentialLR<ko::SGD<float, D>>,
+                                                                       ko::MultiStepLR<ko::SGD<float, D>>>>);
+    check_sequence(sched, o.opt, schedule(name));
+  }
+  {
+    OneParameter<D> o;  // torch: ChainedScheduler([StepLR(step_size=7, gamma=0.5),
+                        // LinearLR(start_factor=0.25, total_iters=4)])
+    const std::string name = "chained_step_linear";
+    ko::ChainedScheduler sched(ko::StepLR(o.opt, chain_arg(name, 0, "step_size").get<std::int64_t>(),
+                                          chain_arg(name, 0, "gamma").get<double>()),
+                               ko::LinearWarmup(o.opt, chain_arg(name, 1, "total_iters").get<std::int64_t>(),
+                                                chain_arg(name, 1, "start_factor").get<double>()));
+    check_sequence(sched, o.opt, schedule(name));
+  }
+  {
+    OneParameter<D>
+        o;  // torch: ChainedScheduler([CosineAnnealingLR(T_max=30, eta_min=0), ExponentialLR(gamma=0.95)])
+    const std::string name = "chained_cosine_exponential";
+    ko::ChainedScheduler sched(ko::CosineAnnealingLR(o.opt, chain_arg(name, 0, "T_max").get<std::int64_t>(),
+                                                     chain_arg(name, 0, "eta_min").get<double>()),
+                               ko::ExponentialLR(o.opt, chain_arg(name, 1, "gamma").get<double>()));
+    check_sequence(sched, o.opt, schedule(name));
+  }
+  {
+    OneParameter<D> o;  // torch: ChainedScheduler([MultiStepLR([0, 5], 0.5), LinearLR(0.5, total_iters=3),
+                        // StepLR(4, 0.8)])
+    const std::string name = "chained_multi_step_linear_step";
+    ko::ChainedScheduler sched(
+        ko::MultiStepLR(o.opt, chain_arg(name, 0, "milestones").get<std::vector<std::int64_t>>(),
+                        chain_arg(name, 0, "gamma").get<double>()),
+        ko::LinearWarmup(o.opt, chain_arg(name, 1, "total_iters").get<std::int64_t>(),
+                         chain_arg(name, 1, "start_factor").get<double>()),
+        ko::StepLR(o.opt, chain_arg(name, 2, "step_size").get<std::int64_t>(),
+                   chain_arg(name, 2, "gamma").get<double>()));
+    check_sequence(sched, o.opt, schedule(name));
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(chained_scheduler_does_not_depend_on_the_order_its_schedules_are_built, D,
+                              kiln::test::devices) {
+  namespace ko = kiln::optim;
+  // Each schedule sets the optimizer's lr of its epoch 0 (x0.5 for the milestone at 0, x0.5 for the
+  // warm-up's start) and the next one built takes that as its base; the chain's base is the lr before
+  // the first (torch's initial_lr), whichever was built first, and it leaves the lr of its epoch 0.
+  const auto want = schedule("chained_multi_step_linear_step").at("lr").get<std::vector<double>>();
+  const auto check = [&](const auto& sched, const ko::SGD<float, D>& opt, const std::string& order) {
+    BOOST_TEST_CONTEXT("built " << order) {
+      BOOST_TEST(sched.base_lr() == static_cast<double>(0.1f));
+      BOOST_TEST(sched.last_epoch() == 0);
+      BOOST_TEST(opt.lr() == static_cast<float>(want[0]));
+      for (std::size_t e = 0; e < want.size(); ++e)
+        BOOST_TEST(std::abs(sched.lr_at(static_cast<std::int64_t>(e)) - want[e]) / want[e] <= rtol,
+                   "epoch " << e);
+    }
+  };
+  {
+    OneParameter<D> o;
+    ko::MultiStepLR multi(o.opt, {0, 5}, 0.5);
+    ko::LinearWarmup warm(o.opt, 3, 0.5);
+    ko::StepLR step(o.opt, 4, 0.8);
+    check(ko::ChainedScheduler(multi, warm, step), o.opt, "multi, warm, step");
+  }
+  {
+    OneParameter<D> o;
+    ko::StepLR step(o.opt, 4, 0.8);
+    ko::LinearWarmup warm(o.opt, 3, 0.5);
+    ko::MultiStepLR multi(o.opt, {0, 5}, 0.5);
+    BOOST_TEST(multi.base_lr() == 0.5 * static_cast<double>(0.1f));  // built last: a scaled base
+    check(ko::ChainedScheduler(multi, warm, step), o.opt, "step, warm, multi");
+  }
+  {
+    OneParameter<D> o;
+    ko::LinearWarmup warm(o.opt, 3, 0.5);
+    ko::MultiStepLR multi(o.opt, {0, 5}, 0.5);
+    ko::StepLR step(o.opt, 4, 0.8);
+    check(ko::ChainedScheduler(step, multi, warm), o.opt, "warm, multi, step; given step, multi, warm");
+  }
+  {
+    OneParameter<D> o;  // built in the call, in the order the compiler chooses
+    check(ko::ChainedScheduler(ko::LinearWarmup(o.opt, 3, 0.5), ko::StepLR(o.opt, 4, 0.8),
+                               ko::MultiStepLR(o.opt, {0, 5}, 0.5)),
+          o.opt, "in the call");
+  }
+  // Factors of epoch 0 that cancel (x2, x0.5): both orders explain the bases, but only the one built
+  // (the warm-up first, from 0.1) ends at the optimizer's lr now, 0.1.
+  OneParameter<D> o;
+  ko::LinearWarmup warm(o.opt, 3, 0.5);
+  ko::MultiStepLR doubled(o.opt, {0}, 2.0);
+  BOOST_TEST(o.opt.lr() == 0.1f);
+  ko::ChainedScheduler sched(doubled, warm);
+  BOOST_TEST(sched.base_lr() == static_cast<double>(0.1f));
+  BOOST_TEST(sched.get_last_lr() == static_cast<double>(0.1f));
+  BOOST_TEST(sched.lr_at(3) == 2.0 * static_cast<double>(0.1f));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(chained_scheduler_resumes_at_an_epoch_and_nests, D, kiln::test::devices) {
+  namespace ko = kiln::optim;
+  OneParameter<D> o;
+  ko::ChainedScheduler sched(ko::StepLR(o.opt, 7, 0.5), ko::LinearWarmup(o.opt, 4, 0.25));
+  std::vector<double> stepped{sched.get_last_lr()};
+  for (int e = 1; e < 12; ++e) {
+    sched.step();
+    stepped.push_back(sched.get_last_lr());
+  }
+  OneParameter<D> o2;
+  ko::ChainedScheduler resumed(ko::StepLR(o2.opt, 7, 0.5), ko::LinearWarmup(o2.opt, 4, 0.25));
+  resumed.set_last_epoch(9);  // resume from a checkpoint taken at epoch 9
+  BOOST_TEST(resumed.last_epoch() == 9);
+  BOOST_TEST(resumed.get_last_lr() == stepped[9]);
+  BOOST_TEST(o2.opt.lr() == static_cast<float>(stepped[9]));
+  resumed.step();
+  resumed.step();
+  BOOST_TEST(resumed.get_last_lr() == stepped[11]);
+  BOOST_TEST(stepped[11] == static_cast<double>(0.1f) * 0.5, boost::test_tools::tolerance(1e-15));
+  sched.set_last_epoch(2);
+  BOOST_TEST(o.opt.lr() == static_cast<float>(stepped[2]));
+  // A chain is a schedule: it chains, and LinearWarmup wraps it.
+  OneParameter<D> o3;
+  ko::ChainedScheduler nested(
+      ko::ChainedScheduler(ko::StepLR(o3.opt, 7, 0.5), ko::ExponentialLR(o3.opt, 0.9)),
+      ko::LinearWarmup(o3.opt, 4, 0.25));
+  BOOST_TEST(nested.base_lr() == static_cast<double>(0.1f));
+  BOOST_TEST(nested.lr_at(2) == 0.1f * 0.81 * 0.625, boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(nested.lr_at(8) == 0.1f * 0.5 * std::pow(0.9, 8), boost::test_tools::tolerance(1e-15));
+  OneParameter<D> o4;
+  ko::LinearWarmup warm(ko::ChainedScheduler(ko::StepLR(o4.opt, 7, 0.5), ko::ExponentialLR(o4.opt, 0.9)), 2,
+                        0.5);
+  BOOST_TEST(o4.opt.lr() == 0.05f);
+  BOOST_TEST(warm.lr_at(2 + 8) == 0.1f * 0.5 * std::pow(0.9, 8), boost::test_tools::tolerance(1e-15));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(chained_scheduler_refuses_what_torch_does_not_multiply, D,
+                              kiln::test::devices) {
+  namespace ko = kiln::optim;
+  OneParameter<D> o, other;
+  // Two optimizers: torch's message.
+  BOOST_CHECK_EXCEPTION(
+      ko::ChainedScheduler(ko::StepLR(o.opt, 3), ko::ExponentialLR(o.opt, 0.9), ko::StepLR(other.opt, 3)),
+      kiln::ValueError, [](const kiln::ValueError& e) {
+        return std::string(e.what()) ==
+               "kiln::optim::ChainedScheduler: expects all schedulers to belong to the same "
+               "optimizer, but got schedulers at index 0 and 2 to be different";
+      });
+  // A cosine with eta_min: torch's chained form is not a product (and depends on the order).
+  BOOST_CHECK_EXCEPTION(
+      ko::ChainedScheduler(ko::CosineAnnealingLR(o.opt, 10, 1e-4), ko::ExponentialLR(o.opt, 0.9)),
+      kiln::ValueError, [](const kiln::ValueError& e) {
+        return std::string(e.what()).find("CosineAnnealingLR with eta_min 0.0001 is not a factor") !=
+               std::string::npos;
+      });
+  // Past T_max torch's chained cosine restarts from the base lr, dropping the others' factors.
+  OneParameter<D> o2;
+  ko::ChainedScheduler cosine(ko::ExponentialLR(o2.opt, 0.9), ko::CosineAnnealingLR(o2.opt, 3));
+  for (int e = 0; e < 3; ++e) cosine.step();
+  BOOST_TEST(cosine.get_last_lr() == 0.0);
+  BOOST_CHECK_EXCEPTION(cosine.step(), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("epoch 4 is past CosineAnnealingLR's T_max (3)") != std::string::npos;
+  });
+  BOOST_CHECK_THROW(cosine.set_last_epoch(7), kiln::ValueError);
+  // Bases that no order of building explains: the lr was set by hand between two of them.
+  OneParameter<D> o3;
+  ko::LinearWarmup warm(o3.opt, 4, 0.25);
+  o3.opt.set_lr(0.3f);
+  ko::StepLR step(o3.opt, 7, 0.5);
+  BOOST_CHECK_EXCEPTION(ko::ChainedScheduler(warm, step), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("the schedules' base lrs do not follow from one another") !=
+           std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_lr_on_plateau_matches_pytorch, D, kiln::test::devices) {
