@@ -34,7 +34,8 @@ namespace kiln {
 /// torch's load_state_dict does); the others must equal the optimizer's (torch would take the
 /// checkpoint's; kiln fixes them, and amsgrad, centered and nesterov shape the state, at construction),
 /// else a CheckpointError names both.
-/// A checkpoint without them (written before kiln saved them) leaves the optimizer's.
+/// A checkpoint without them (written before kiln saved them) leaves the optimizer's; its maximize,
+/// which kiln did not have then, counts as false.
 struct OptimizerState {
   std::map<std::string, SafetensorsEntry> entries;
   std::map<std::string, std::string> metadata;

@@ -63,20 +63,14 @@ class LRScheduler {
   using optimizer_type = Opt;
 
   /// Advances one epoch and sets the optimizer's lr, like torch's scheduler.step().
-  void step() {
-    ++epoch_;
-    apply();
-  }
+  void step() { apply(epoch_ + 1); }
   /// The lr set by the last step (float64; the optimizer holds it rounded to float), like torch's
   /// get_last_lr()[0].
   double get_last_lr() const { return last_lr_; }
   /// Epochs stepped so far (torch's last_epoch; 0 right after construction).
   std::int64_t last_epoch() const { return epoch_; }
   /// Jumps to an epoch (resuming from a checkpoint) and sets the lr of that epoch.
-  void set_last_epoch(std::int64_t epoch) {
-    epoch_ = epoch;
-    apply();
-  }
+  void set_last_epoch(std::int64_t epoch) { apply(epoch); }
   /// The optimizer's lr when the scheduler was built.
   double base_lr() const { return base_lr_; }
   Opt& optimizer() const { return *opt_; }
@@ -84,13 +78,17 @@ class LRScheduler {
  protected:
   explicit LRScheduler(Opt& opt, double base_lr) : opt_(&opt), base_lr_(base_lr) {}
   explicit LRScheduler(Opt& opt) : LRScheduler(opt, static_cast<double>(opt.lr())) {}
-  /// Sets the lr of the epoch (and, for a schedule that cycles it, the momentum: `apply_momentum`).
-  void apply() {
+  /// Moves to `epoch` and sets its lr (and, for a schedule that cycles it, the momentum:
+  /// `apply_momentum`); an epoch the schedule refuses (lr_at throws) changes nothing.
+  void apply(std::int64_t epoch) {
     auto& schedule = static_cast<Schedule&>(*this);
-    last_lr_ = schedule.lr_at(epoch_);
+    const double lr = schedule.lr_at(epoch);
+    epoch_ = epoch;
+    last_lr_ = lr;
     opt_->set_lr(static_cast<float>(last_lr_));
     if constexpr (requires { schedule.apply_momentum(epoch_); }) schedule.apply_momentum(epoch_);
   }
+  void apply() { apply(epoch_); }
 
  private:
   template <class First, class... Rest>

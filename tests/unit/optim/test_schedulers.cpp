@@ -378,6 +378,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(chained_scheduler_refuses_what_torch_does_not_mult
     return std::string(e.what()).find("epoch 4 is past CosineAnnealingLR's T_max (3)") != std::string::npos;
   });
   BOOST_CHECK_THROW(cosine.set_last_epoch(7), kiln::ValueError);
+  // A refused epoch changes nothing: stepping again is refused for the same epoch.
+  BOOST_TEST(cosine.last_epoch() == 3);
+  BOOST_TEST(cosine.get_last_lr() == 0.0);
+  BOOST_TEST(o2.opt.lr() == 0.0f);
+  BOOST_CHECK_EXCEPTION(cosine.step(), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("epoch 4 is past") != std::string::npos;
+  });
   // Bases that no order of building explains: the lr was set by hand between two of them.
   OneParameter<D> o3;
   ko::LinearWarmup warm(o3.opt, 4, 0.25);
@@ -507,6 +514,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_cycle_lr_turns_on_sgd_momentum_and_refuses_wha
     return std::string(e.what()) ==
            "kiln::optim::OneCycleLR: Tried to step 12 times. The specified number of total steps is 10";
   });
+  BOOST_TEST(sched.last_epoch() == 10);  // the refused step changed nothing
   // pct_start * total_steps = 1: the first phase has no steps (torch divides by zero).
   const kiln::optim::OneCycleOptions tenth{.pct_start = 0.1};
   BOOST_CHECK_THROW(kiln::optim::OneCycleLR(o.opt, 0.1, 10, tenth), kiln::ValueError);
