@@ -1,5 +1,5 @@
 /// Reductions: sum, mean, max, min, argmax, over one axis or everything. Each is one pass that also
-/// evaluates its (fused) argument expression; the result is a tensor.
+/// evaluates its (fused) argument expression; the result is a tensor. Over an axis, `keepdim` keeps it.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -12,12 +12,22 @@
 
 namespace kiln {
 
+/// The tag of an axis reduction that keeps its axis as extent 1, torch's keepdim=True: the result
+/// broadcasts against its operand, `x / sum<1>(x, keepdim)` (x.sum(1, keepdim=True)).
+inline constexpr struct KeepDim {
+} keepdim{};
+
 namespace detail {
 template <class S, std::size_t Axis, std::size_t... I>
 auto remove_axis(std::index_sequence<I...>) -> Shape<S::extents[I < Axis ? I : I + 1]...>;
 /// S without dimension Axis.
 template <class S, std::size_t Axis>
 using remove_axis_t = decltype(remove_axis<S, Axis>(std::make_index_sequence<S::rank - 1>{}));
+template <class S, std::size_t Axis, std::size_t... I>
+auto keep_axis(std::index_sequence<I...>) -> Shape<(I == Axis ? index_t{1} : S::extents[I])...>;
+/// S with dimension Axis of extent 1 (a reduction with keepdim).
+template <class S, std::size_t Axis>
+using keep_axis_t = decltype(keep_axis<S, Axis>(std::make_index_sequence<S::rank>{}));
 
 /// The element type of a reduction of values V: int64 for argmax (an index) and for a sum of integers
 /// or bools (as torch: a count does not overflow int32), float for a mean of bools (a fraction:
@@ -59,7 +69,8 @@ auto reduce_all(const X& x) {
   return out;
 }
 
-template <ReduceKind K, int Axis, class X>
+/// Over Axis, which the result drops, or with Keep holds as extent 1 (the same layout).
+template <ReduceKind K, int Axis, bool Keep = false, class X>
 auto reduce_axis(const X& x) {
   auto e = as_expr(x);
   using E = decltype(e);
@@ -68,7 +79,7 @@ auto reduce_axis(const X& x) {
   // >>> Stopped here? The axis is outside [-rank, rank) for this operand's shape. <<<
   static_assert(Axis >= -rank && Axis < rank, "kiln: reduction axis out of range for the operand's rank");
   constexpr std::size_t axis = static_cast<std::size_t>(Axis < 0 ? Axis + rank : Axis);
-  using R = remove_axis_t<S, axis>;
+  using R = std::conditional_t<Keep, keep_axis_t<S, axis>, remove_axis_t<S, axis>>;
   using Out = reduce_result_t<K, typename E::value_type>;
   const auto ext = e.extents();
   index_t outer = 1, inner = 1;
@@ -80,6 +91,7 @@ auto reduce_axis(const X& x) {
   Extents<R> re;
   for (std::size_t d = 0, k = 0; d != S::rank; ++d)
     if (d != axis) re[k++] = ext[d];
+    else if constexpr (Keep) re[k++] = 1;
   const device_scope<device_of_t<X>> on(reduction_device<K>(x, e));
   Tensor<Out, R, device_of_t<X>> out(re);
   if (out.numel() > 0) executor<device_of_t<X>>::template reduce<K>(out.data(), e, outer, len, inner);
@@ -98,6 +110,12 @@ template <int Axis, operand X>
 auto sum(const X& x) {
   return detail::reduce_axis<ReduceKind::sum, Axis>(x);
 }
+/// Sum over one axis, kept as extent 1: [N, F] --sum<1>(x, keepdim)--> [N, 1] (x.sum(1, keepdim=True)).
+/// So for every axis reduction: `mean<Axis>(x, keepdim)`, `max`, `min`, `argmax`.
+template <int Axis, operand X>
+auto sum(const X& x, KeepDim) {
+  return detail::reduce_axis<ReduceKind::sum, Axis, true>(x);
+}
 /// Mean of all elements (or over one axis); floating operands, or bools (the fraction true, as float).
 template <operand X>
 auto mean(const X& x) {
@@ -113,6 +131,13 @@ auto mean(const X& x) {
                                          "take mean<Axis>(cast<float>(x))");
   return detail::reduce_axis<ReduceKind::mean, Axis>(x);
 }
+template <int Axis, operand X>
+auto mean(const X& x, KeepDim) {
+  // >>> Stopped here? The operand holds integers.
+  static_assert(detail::mean_defined<X>, "kiln::mean: the operand holds integers (torch refuses them too); "
+                                         "take mean<Axis>(cast<float>(x), keepdim)");
+  return detail::reduce_axis<ReduceKind::mean, Axis, true>(x);
+}
 /// Largest element (NaN propagates); throws ValueError on an empty input.
 template <operand X>
 auto max(const X& x) {
@@ -122,6 +147,10 @@ template <int Axis, operand X>
 auto max(const X& x) {
   return detail::reduce_axis<ReduceKind::max, Axis>(x);
 }
+template <int Axis, operand X>
+auto max(const X& x, KeepDim) {
+  return detail::reduce_axis<ReduceKind::max, Axis, true>(x);
+}
 template <operand X>
 auto min(const X& x) {
   return detail::reduce_all<ReduceKind::min>(x);
@@ -129,6 +158,10 @@ auto min(const X& x) {
 template <int Axis, operand X>
 auto min(const X& x) {
   return detail::reduce_axis<ReduceKind::min, Axis>(x);
+}
+template <int Axis, operand X>
+auto min(const X& x, KeepDim) {
+  return detail::reduce_axis<ReduceKind::min, Axis, true>(x);
 }
 /// Flat index of the largest element (the first one on ties; the first NaN if any), as int64.
 template <operand X>
@@ -139,6 +172,11 @@ auto argmax(const X& x) {
 template <int Axis, operand X>
 auto argmax(const X& x) {
   return detail::reduce_axis<ReduceKind::argmax, Axis>(x);
+}
+/// logits [N, 10] --argmax<1>(x, keepdim)--> [N, 1], as int64.
+template <int Axis, operand X>
+auto argmax(const X& x, KeepDim) {
+  return detail::reduce_axis<ReduceKind::argmax, Axis, true>(x);
 }
 
 }  // namespace kiln

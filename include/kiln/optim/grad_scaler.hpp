@@ -71,7 +71,9 @@ struct UnscaleAndCheck {
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     const M inv = inv_scale_device ? static_cast<M>(*inv_scale_device) : inv_scale;
     const M g = grad[i];
-    if (is_inf_or_nan(g)) {
+    // Capturable: a scale so small that 1 / scale is inf (after ~150 backoffs) skips the step too, as
+    // g * inf would write inf/NaN (the host's unscale throws instead).
+    if (is_inf_or_nan(g) || (inv_scale_device && is_inf_or_nan(inv))) {
 #if KILN_DEVICE_PASS
       *static_cast<volatile std::int32_t*>(found_inf) = 1;
       if (any) *static_cast<volatile std::int32_t*>(any) = 1;
@@ -92,21 +94,25 @@ struct ScalerState {
 };
 
 /// A capturable scaler's update() (one thread), torch's rule as GradScaler::update() runs it on the
-/// host: after an inf/NaN, scale *= backoff, the tracker restarts and the step counts as skipped;
-/// otherwise the tracker counts, and at the interval the scale grows unless that overflows float32.
-/// Then inv_scale = float(1 / scale) and the flags (found_inf[0], any optimizer's, then each
-/// optimizer's) are cleared for the next iteration.
+/// host: after an inf/NaN, scale *= backoff and the tracker restarts; otherwise the tracker counts, and
+/// at the interval the scale grows unless that overflows float32 (update(new_scale): `new_scale` > 0,
+/// the tracker kept). Each optimizer whose flag is set counts a skipped step, as the host's step()
+/// counts them. Then inv_scale = float(1 / scale) and the flags (found_inf[0], any optimizer's, then
+/// each optimizer's) are cleared for the next iteration.
 struct ScaleUpdate {
   double* s;
   std::int32_t* found_inf;
   double growth_factor, backoff_factor, growth_interval;
   index_t flags = 1;
+  float new_scale = 0.0f;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t) const {
     float scale = static_cast<float>(s[ScalerState::scale]);
-    if (*found_inf != 0) {
+    for (index_t k = 1; k < flags; ++k) s[ScalerState::skipped] += found_inf[k] != 0 ? 1 : 0;
+    if (new_scale > 0.0f) {
+      scale = new_scale;
+    } else if (*found_inf != 0) {
       scale = static_cast<float>(static_cast<double>(scale) * backoff_factor);
       s[ScalerState::tracker] = 0;
-      s[ScalerState::skipped] += 1;
     } else if ((s[ScalerState::tracker] += 1) >= growth_interval) {
       const float grown = static_cast<float>(static_cast<double>(scale) * growth_factor);
       if (!is_inf_or_nan(grown)) scale = grown;
@@ -117,7 +123,8 @@ struct ScaleUpdate {
     for (index_t k = 0; k < flags; ++k) found_inf[k] = 0;
   }
   Traffic traffic(index_t) const {
-    return {7 * sizeof(double) + static_cast<std::uint64_t>(1 + flags) * sizeof(std::int32_t), 6};
+    return {7 * sizeof(double) + static_cast<std::uint64_t>(2 * flags) * sizeof(std::int32_t),
+            static_cast<std::uint64_t>(5 + flags)};
   }
 };
 
@@ -219,10 +226,10 @@ class GradScaler {
   explicit GradScaler(GradScalerOptions o = {}) : o_(o) {
     const auto bad = [](const std::string& what) { return ValueError("kiln::optim::GradScaler: " + what); };
     const float init = static_cast<float>(o.init_scale);
-    if (!(o.init_scale > 0.0) || !std::isfinite(init) || init == 0.0f)
+    if (!(o.init_scale > 0.0) || detail::is_inf_or_nan(init) || init == 0.0f)
       throw bad("invalid init_scale " + format(o.init_scale) +
                 "; give a positive, finite float32 (default 65536)");
-    if (!(o.growth_factor > 1.0) || !std::isfinite(o.growth_factor))
+    if (!(o.growth_factor > 1.0) || detail::is_inf_or_nan(o.growth_factor))
       throw bad("invalid growth_factor " + format(o.growth_factor) +
                 "; give a finite factor > 1 (default 2)");
     if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0))
@@ -293,6 +300,7 @@ class GradScaler {
         opt.step();
         return true;
       }
+      if (capturable()) check_steps_on_device(opt);  // before the gradients change
       PerOptimizer& s = state_of(&opt);
       if (s.stepped)
         throw Error(
@@ -302,11 +310,12 @@ class GradScaler {
         s.found_inf = unscale_and_check_all(opt);
         s.unscaled = true;
       }
-      s.stepped = true;
       if (capturable()) {
         step_on_device(opt);
+        s.stepped = true;
         return true;
       }
+      s.stepped = true;
       if (s.found_inf) {
         ++skipped_;
         return false;
@@ -341,7 +350,7 @@ class GradScaler {
       tracker_ = 0;
     } else if (++tracker_ >= o_.growth_interval) {
       const float grown = static_cast<float>(static_cast<double>(scale_) * o_.growth_factor);
-      if (std::isfinite(grown)) scale_ = grown;
+      if (!detail::is_inf_or_nan(grown)) scale_ = grown;
       tracker_ = 0;
     }
     per_optimizer_.clear();
@@ -350,13 +359,15 @@ class GradScaler {
   void update(double new_scale) {
     if (!o_.enabled) return;
     const float s = static_cast<float>(new_scale);
-    if (!(new_scale > 0.0) || !std::isfinite(s) || s == 0.0f)
+    if (!(new_scale > 0.0) || detail::is_inf_or_nan(s) || s == 0.0f)
       throw ValueError("kiln::optim::GradScaler::update: invalid new_scale " + format(new_scale) +
                        "; give a positive, finite float32");
     scale_ = s;
-    if (capturable()) {
-      write_state(s);
-      flag_.tensor.fill(0);
+    if (capturable()) {  // the skips of this iteration's flags count, as the host's step() counted them
+      const kiln::detail::device_scope<D> on(state_.device());
+      kiln::detail::executor<D>::for_each(
+          1, detail::ScaleUpdate{state_.data(), flag_.tensor.data(), o_.growth_factor, o_.backoff_factor,
+                                 static_cast<double>(o_.growth_interval), flag_.tensor.numel(), s});
     }
     per_optimizer_.clear();
   }
@@ -480,13 +491,18 @@ class GradScaler {
   /// Capturable: the optimizer steps or skips on the device, by its flag, which the unscale pass set.
   template <class Opt>
   void step_on_device(Opt& opt) {
-    if constexpr (requires(const std::int32_t* f) { opt.step_unless(f); }) {
-      opt.step_unless(optimizer_flag(&opt));
-    } else {
+    if constexpr (requires(const std::int32_t* f) { opt.step_unless(f); }) opt.step_unless(optimizer_flag(&opt));
+  }
+  /// Capturable: refuses an optimizer that cannot skip on the device (a type without step_unless, or
+  /// one built without capturable), before anything is unscaled.
+  template <class Opt>
+  static void check_steps_on_device(const Opt& opt) {
+    bool can = false;
+    if constexpr (requires(Opt& o, const std::int32_t* f) { o.step_unless(f); }) can = opt.options().capturable;
+    if (!can)
       throw ValueError(
           "kiln::optim::GradScaler: a capturable scaler needs an optimizer that skips on the device: "
           "SGD, Adam or AdamW with {.capturable = true} (DataParallel bundles are not capturable)");
-    }
   }
 
   /// Where one optimizer is in the current iteration (torch's per-optimizer stage and found_inf).
@@ -562,7 +578,13 @@ class GradScaler {
     }
     flag_.clear = false;  // until the read-back says so
     // torch: inv_scale = scale.double().reciprocal().float()
-    const M inv_scale = static_cast<M>(static_cast<float>(1.0 / static_cast<double>(scale_)));
+    const float inv = static_cast<float>(1.0 / static_cast<double>(scale_));
+    if (detail::is_inf_or_nan(inv))  // torch would multiply by inf and write inf/NaN into the weights
+      throw Error("kiln::optim::GradScaler: the scale fell to " + format(scale_) +
+                  ", whose inverse is not a float32, after " + std::to_string(skipped_) +
+                  " skipped steps: the gradients are inf/NaN at every scale; check the data, the loss and "
+                  "the learning rate");
+    const M inv_scale = static_cast<M>(inv);
     kiln::detail::executor<D>::for_each(grads.numel(),
                                         detail::UnscaleAndCheck<M>{grads.data(), inv_scale, flag.data()});
     const bool found = flag.item() != 0;

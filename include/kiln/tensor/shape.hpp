@@ -166,7 +166,9 @@ constexpr index_t broadcast_extent(index_t a, index_t b) {
   if (a == b) return a;
   if (a == 1) return b;
   if (b == 1) return a;
-  if (a == dyn || b == dyn) return dyn;  // resolved at run time
+  if (a == dyn && b == dyn) return dyn;  // resolved at run time
+  if (a == dyn) return b;                // b > 1: a must be 1 or b at run time, and the result is b
+  if (b == dyn) return a;
   return -2;                             // incompatible
 }
 /// Extent i of X when X is right-aligned inside rank r (1 where X has no such dimension).

@@ -78,13 +78,20 @@ class Tensor {
   /// Moves leave the source empty (no storage, every extent 0), so a stale handle cannot write into
   /// memory it no longer owns.
   Tensor(Tensor&& o) noexcept : storage_(std::move(o.storage_)), data_(o.data_), ext_(o.ext_) { o.reset(); }
-  Tensor& operator=(Tensor&& o) noexcept {  // rebinds
+  /// A named tensor (an lvalue) takes another's storage: `t = eval(e);` rebinds t, as libtorch's.
+  Tensor& operator=(Tensor&& o) & noexcept {
     if (this != &o) {
       storage_ = std::move(o.storage_);
       data_ = o.data_;
       ext_ = o.ext_;
       o.reset();
     }
+    return *this;
+  }
+  /// A temporary view (`x.slice(1, 5) = eval(e);`) is written into, as libtorch's Tensor::operator= &&:
+  /// rebinding a temporary would write nothing.
+  Tensor& operator=(Tensor&& o) && {
+    if (this != &o) assign(*this, o);
     return *this;
   }
   /// Writes other's values into this tensor's storage (allocating when empty).

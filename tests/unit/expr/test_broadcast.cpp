@@ -182,4 +182,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_time_extents_that_do_not_broadcast_name_both_s
                         kt::message_contains({"[3, 4]", "[3, 5]"}));
 }
 
+// A dynamic extent meets a static one: the result has the static extent, and the dynamic operand is
+// broadcast when it is 1 at run time (torch: [1, 3] + [4, 3] is [4, 3]).
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_dynamic_extent_of_one_broadcasts_against_a_static_one, D, kiln::test::devices) {
+  const auto row = kt::make_tensor<D>(std::vector<float>{1, 2, 3}, Extents<Shape<dyn, 3>>(1));
+  Tensor<float, Shape<4, 3>, D> m;
+  m.fill(10.0f);
+  using Sum = decltype(row + m);
+  static_assert(std::is_same_v<typename Sum::shape_type, Shape<4, 3>>);
+  const auto y = kiln::eval(row + m);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{11, 12, 13, 11, 12, 13, 11, 12, 13, 11, 12, 13}));
+  const auto same = kt::make_tensor<D>(std::vector<float>(12, 1.0f), Extents<Shape<dyn, 3>>(4));
+  BOOST_TEST(kt::all_equal(kiln::eval(m - same).to_vector(), std::vector<float>(12, 9.0f)));
+  Tensor<float, Shape<dyn, 3>, D> wrong(2);
+  wrong.fill(0.0f);
+  BOOST_CHECK_EXCEPTION(wrong + m, kiln::ShapeError, kt::message_contains({"[2, 3]", "[4, 3]"}));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -537,8 +537,61 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_scaler_trains_as_the_host_one_through
 
   kiln::optim::SGD sgd(captured_model, {.lr = 0.1f});  // not capturable: it cannot skip on the device
   backward(captured_model, b, captured.loss_scale());
-  BOOST_CHECK_THROW(captured.step(sgd), kiln::ValueError);
+  const auto scaled = captured_model.gradients().to_vector();
+  BOOST_TEST(throws_with<kiln::ValueError>([&] { captured.step(sgd); }, "skips on the device"));
+  BOOST_TEST(captured_model.gradients().to_vector() == scaled, boost::test_tools::per_element());  // untouched
+  BOOST_TEST(throws_with<kiln::ValueError>([&] { captured.step(sgd); }, "skips on the device"));  // not "already"
   BOOST_CHECK_THROW(plain_opt.step_unless(nullptr), kiln::ValueError);  // not capturable
+}
+
+// skipped_steps() counts each optimizer that skipped, on the host and on the device alike, also in an
+// iteration ended by update(new_scale).
+BOOST_AUTO_TEST_CASE_TEMPLATE(host_and_capturable_scalers_count_skips_alike, D, kt::devices) {
+  const Batch<D> b;
+  for (const bool capturable : {false, true}) {
+    BOOST_TEST_CONTEXT("capturable " << capturable) {
+      Mlp<D> m1(/*seed=*/1), m2(/*seed=*/2);
+      kiln::optim::SGD o1(m1, {.lr = 0.1f, .capturable = capturable});
+      kiln::optim::SGD o2(m2, {.lr = 0.1f, .capturable = capturable});
+      GradScaler<D> scaler({.init_scale = 1024.0, .capturable = capturable});
+      backward(m1, b, scaler.loss_scale());
+      backward(m2, b, scaler.loss_scale());
+      poison(m1.gradients(), 3, infinity);
+      poison(m2.gradients(), 5, std::numeric_limits<float>::quiet_NaN());
+      scaler.step(o1);
+      scaler.step(o2);
+      scaler.update();
+      BOOST_TEST(scaler.skipped_steps() == 2);  // both optimizers skipped
+      BOOST_TEST(scaler.scale() == 512.0);      // one backoff
+      backward(m1, b, scaler.loss_scale());
+      poison(m1.gradients(), 0, infinity);
+      scaler.step(o1);
+      scaler.update(8.0);
+      BOOST_TEST(scaler.skipped_steps() == 3);
+      BOOST_TEST(scaler.scale() == 8.0);
+      BOOST_TEST(scaler.growth_tracker() == 0);
+    }
+  }
+}
+
+// A scale so small that 1 / scale is not a float32 (torch would multiply the gradients by inf): the
+// host's unscale says so and changes nothing; a capturable scaler, which cannot throw from the device,
+// skips the step.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_scale_without_a_float_inverse_is_refused_or_skipped, D, kt::devices) {
+  const Batch<D> b;
+  Mlp<D> model(/*seed=*/3);
+  kiln::optim::SGD opt(model, {.lr = 0.1f, .capturable = true});
+  const auto weights = model.parameters().to_vector();
+  GradScaler<D> host({.init_scale = 2e-39});  // a float32 subnormal: 1 / 2e-39 = 5e38 > FLT_MAX
+  backward(model, b, host.scale());
+  const auto grads = model.gradients().to_vector();
+  BOOST_TEST(throws_with<kiln::Error>([&] { host.step(opt); }, "whose inverse is not a float32"));
+  BOOST_TEST(model.gradients().to_vector() == grads, boost::test_tools::per_element());
+  GradScaler<D> captured({.init_scale = 2e-39, .capturable = true});
+  BOOST_TEST(captured.step(opt));  // decided on the device
+  captured.update();
+  BOOST_TEST(captured.skipped_steps() == 1);
+  BOOST_TEST(model.parameters().to_vector() == weights, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_loss_gradient_scaled_on_the_device_equals_the_host_scaled_one, D, kt::devices) {

@@ -1,5 +1,5 @@
 // Reductions (sum mean max min argmax) against float64: full reductions on odd sizes, and over every
-// axis of rank-3 tensors with odd extents; a fused argument costs no extra pass.
+// axis of rank-3 tensors with odd extents; a fused argument costs no extra pass; keepdim keeps the axis.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -87,12 +87,49 @@ void check_every_axis(kiln::index_t a, kiln::index_t b, kiln::index_t c, std::ui
   check_axis<-1>(x, xv);
   check_axis<-3>(x, xv);
 }
+
+/// Every reduction over axis A with keepdim: the shape with that extent 1 (in the type and at run time),
+/// the values of the reduction without it.
+template <int A, class D, class T, class S>
+void check_keepdim(const Tensor<T, S, D>& x) {
+  constexpr std::size_t axis =
+      A < 0 ? static_cast<std::size_t>(A + static_cast<int>(S::rank)) : static_cast<std::size_t>(A);
+  using K = kiln::detail::keep_axis_t<S, axis>;
+  using V = typename Tensor<T, S, D>::value_type;  // half reduces to float, as without keepdim
+  Extents<K> want = {};
+  for (std::size_t d = 0; d != S::rank; ++d) want[d] = d == axis ? 1 : x.size(d);
+  BOOST_TEST_CONTEXT(kiln::to_string(x.extents()) << ", axis " << A) {
+    const auto s = kiln::sum<A>(x, kiln::keepdim);
+    const auto m = kiln::mean<A>(x, kiln::keepdim);
+    const auto hi = kiln::max<A>(x, kiln::keepdim);
+    const auto lo = kiln::min<A>(x, kiln::keepdim);
+    const auto am = kiln::argmax<A>(x, kiln::keepdim);
+    static_assert(std::is_same_v<decltype(s), const Tensor<V, K, D>>);
+    static_assert(std::is_same_v<decltype(m), const Tensor<V, K, D>>);
+    static_assert(std::is_same_v<decltype(hi), const Tensor<V, K, D>>);
+    static_assert(std::is_same_v<decltype(lo), const Tensor<V, K, D>>);
+    static_assert(std::is_same_v<decltype(am), const Tensor<std::int64_t, K, D>>);
+    BOOST_TEST((s.extents() == want));
+    BOOST_TEST((m.extents() == want));
+    BOOST_TEST((hi.extents() == want));
+    BOOST_TEST((lo.extents() == want));
+    BOOST_TEST((am.extents() == want));
+    BOOST_TEST(kt::all_equal(s.to_vector(), kiln::sum<A>(x).to_vector()));
+    BOOST_TEST(kt::all_equal(m.to_vector(), kiln::mean<A>(x).to_vector()));
+    BOOST_TEST(kt::all_equal(hi.to_vector(), kiln::max<A>(x).to_vector()));
+    BOOST_TEST(kt::all_equal(lo.to_vector(), kiln::min<A>(x).to_vector()));
+    BOOST_TEST(kt::all_equal(am.to_vector(), kiln::argmax<A>(x).to_vector()));
+  }
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(reduce)
 
 static_assert(std::is_same_v<kiln::detail::remove_axis_t<Shape<dyn, 7, 9>, 1>, Shape<dyn, 9>>);
 static_assert(std::is_same_v<kiln::detail::remove_axis_t<Shape<dyn, 7, 9>, 0>, Shape<7, 9>>);
+static_assert(std::is_same_v<kiln::detail::keep_axis_t<Shape<dyn, 7, 9>, 1>, Shape<dyn, 1, 9>>);
+static_assert(std::is_same_v<kiln::detail::keep_axis_t<Shape<dyn, 7, 9>, 0>, Shape<1, 7, 9>>);
+static_assert(std::is_same_v<kiln::detail::keep_axis_t<Shape<dyn>, 0>, Shape<1>>);
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(full_reductions_match_float64_on_odd_sizes, D, kiln::test::devices) {
   for (std::size_t n : {1u, 7u, 1023u, 100003u}) {
@@ -218,6 +255,101 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(integer_reductions_are_exact, D, kiln::test::devic
   BOOST_TEST(kiln::max(x).item() == *std::max_element(xv.begin(), xv.end()));
   BOOST_TEST(kiln::min(x).item() == *std::min_element(xv.begin(), xv.end()));
   BOOST_TEST(kiln::argmax(x).item() == std::max_element(xv.begin(), xv.end()) - xv.begin());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(keepdim_keeps_the_axis_as_extent_1, D, kiln::test::devices) {
+  Tensor<float, Shape<dyn, 10>, D> x(4);
+  static_assert(std::is_same_v<decltype(kiln::sum<1>(x, kiln::keepdim)), Tensor<float, Shape<dyn, 1>, D>>);
+  static_assert(std::is_same_v<decltype(kiln::sum<-1>(x, kiln::keepdim)), Tensor<float, Shape<dyn, 1>, D>>);
+  static_assert(std::is_same_v<decltype(kiln::mean<0>(x, kiln::keepdim)), Tensor<float, Shape<1, 10>, D>>);
+  static_assert(std::is_same_v<decltype(kiln::sum<0>(x > 0.0f, kiln::keepdim)),
+                               Tensor<std::int64_t, Shape<1, 10>, D>>, "bool sums count, as int64");
+
+  const auto v = kt::random_values<float>(5 * 7 * 9, -10, 10, 76);
+  const auto y = kt::make_tensor<D>(v, Extents<Shape<dyn, 7, dyn>>(5, 9));
+  check_keepdim<0>(y);
+  check_keepdim<1>(y);
+  check_keepdim<2>(y);
+  check_keepdim<-1>(y);
+  check_keepdim<-3>(y);
+  const auto h = kt::make_tensor<D>(kt::random_values<kiln::half>(3 * 11, -4, 4, 77), Extents<Shape<3, 11>>{});
+  check_keepdim<0>(h);
+  check_keepdim<1>(h);
+  const auto r1 = kt::make_tensor<D>(kt::random_values<double>(13, -1, 1, 78), Extents<Shape<dyn>>(13));
+  check_keepdim<0>(r1);  // rank 1: [13] -> [1], as torch (rank 0 without keepdim)
+
+  auto fused = kiln::sum<1>(y * y, kiln::keepdim);  // the argument is fused, as without keepdim
+  static_assert(std::is_same_v<decltype(fused), Tensor<float, Shape<dyn, 1, dyn>, D>>);
+  BOOST_TEST(kt::all_equal(fused.to_vector(), kiln::sum<1>(y * y).to_vector()));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(keepdim_sums_normalise_rows, D, kiln::test::devices) {
+  // torch: x / x.sum(1, keepdim=True). Without keepdim the sums [N] align with F (numpy's rule).
+  const auto x = kt::make_tensor<D>(std::vector<float>{1, 2, 3, 4, 4, 2}, Extents<Shape<dyn, 3>>(2));
+  const auto sums = kiln::sum<1>(x, kiln::keepdim);
+  BOOST_TEST(kiln::to_string(sums.extents()) == "[2, 1]");
+  BOOST_TEST(kt::all_equal(sums.to_vector(), std::vector<float>{6, 10}));
+  auto p = kiln::eval(x / sums);
+  static_assert(std::is_same_v<decltype(p), Tensor<float, Shape<dyn, 3>, D>>);
+  BOOST_TEST(kiln::to_string(p.extents()) == "[2, 3]");
+  BOOST_TEST(kt::all_close(p.to_vector(), std::vector<double>{1. / 6, 2. / 6, 3. / 6, 0.4, 0.4, 0.2}));
+  const auto inline_sum = kiln::eval(x / kiln::sum<1>(x, kiln::keepdim));
+  BOOST_TEST(kt::all_equal(inline_sum.to_vector(), p.to_vector()));
+  BOOST_CHECK_THROW(kiln::eval(x / kiln::sum<1>(x)), kiln::ShapeError);  // [2, 3] / [2]: 3 against 2
+
+  // and softmax's stabiliser: x - max over the row, kept
+  const auto shifted = kiln::eval(x - kiln::max<1>(x, kiln::keepdim));
+  BOOST_TEST(kt::all_equal(shifted.to_vector(), std::vector<float>{-2, -1, 0, 0, 0, -2}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(keepdim_mean_over_the_middle_axis_broadcasts_back, D, kiln::test::devices) {
+  std::vector<double> v(24);
+  std::iota(v.begin(), v.end(), 0.0);  // x[a, b, c] = 12 a + 4 b + c
+  const auto x = kt::make_tensor<D>(v, Extents<Shape<dyn, 3, 4>>(2));
+  auto m = kiln::mean<1>(x, kiln::keepdim);  // [2, 3, 4] -> [2, 1, 4]: 12 a + 4 + c
+  static_assert(std::is_same_v<decltype(m), Tensor<double, Shape<dyn, 1, 4>, D>>);
+  BOOST_TEST(kiln::to_string(m.extents()) == "[2, 1, 4]");
+  BOOST_TEST(kt::all_equal(m.to_vector(), std::vector<double>{4, 5, 6, 7, 16, 17, 18, 19}));
+  auto centred = kiln::eval(x - m);  // [2, 3, 4]: 4 (b - 1)
+  static_assert(std::is_same_v<decltype(centred), Tensor<double, Shape<dyn, 3, 4>, D>>);
+  std::vector<double> want;
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 3; ++b)
+      for (int c = 0; c < 4; ++c) want.push_back(4.0 * (b - 1));
+  BOOST_TEST(kt::all_equal(centred.to_vector(), want));
+  BOOST_TEST(kt::all_equal(kiln::sum<1>(centred, kiln::keepdim).to_vector(), std::vector<double>(8, 0.0)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(keepdim_max_over_axis_0_and_argmax_as_int64, D, kiln::test::devices) {
+  const auto x = kt::make_tensor<D>(std::vector<float>{1, 9, -3, 7, 2, -1, 7, 5, 4, -8, 9, 0},
+                                    Extents<Shape<dyn, 3>>(4));  // [4, 3]
+  auto hi = kiln::max<0>(x, kiln::keepdim);
+  static_assert(std::is_same_v<decltype(hi), Tensor<float, Shape<1, 3>, D>>);
+  BOOST_TEST(kiln::to_string(hi.extents()) == "[1, 3]");
+  BOOST_TEST(kt::all_equal(hi.to_vector(), std::vector<float>{7, 9, 4}));
+  auto lo = kiln::min<-2>(x, kiln::keepdim);
+  static_assert(std::is_same_v<decltype(lo), Tensor<float, Shape<1, 3>, D>>);
+  BOOST_TEST(kt::all_equal(lo.to_vector(), std::vector<float>{-8, 2, -3}));
+  BOOST_TEST(kt::all_equal(kiln::eval(x - hi).to_vector(),
+                           std::vector<float>{-6, 0, -7, 0, -7, -5, 0, -4, 0, -15, 0, -4}));
+
+  auto at = kiln::argmax<0>(x, kiln::keepdim);  // the first of ties: rows 1 and 2 both hold 7
+  static_assert(std::is_same_v<decltype(at), Tensor<std::int64_t, Shape<1, 3>, D>>);
+  BOOST_TEST(kt::all_equal(at.to_vector(), std::vector<std::int64_t>{1, 0, 2}));
+  auto labels = kiln::argmax<1>(x, kiln::keepdim);  // [4, 3] -> [4, 1]
+  static_assert(std::is_same_v<decltype(labels), Tensor<std::int64_t, Shape<dyn, 1>, D>>);
+  BOOST_TEST(kiln::to_string(labels.extents()) == "[4, 1]");
+  BOOST_TEST(kt::all_equal(labels.to_vector(), std::vector<std::int64_t>{1, 0, 0, 1}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(keepdim_of_an_empty_operand, D, kiln::test::devices) {
+  const Tensor<float, Shape<dyn, 3>, D> x(0);  // [0, 3]
+  const auto rows = kiln::sum<1>(x, kiln::keepdim);
+  BOOST_TEST(kiln::to_string(rows.extents()) == "[0, 1]");
+  const auto cols = kiln::sum<0>(x, kiln::keepdim);  // torch: zeros [1, 3]
+  BOOST_TEST(kiln::to_string(cols.extents()) == "[1, 3]");
+  BOOST_TEST(kt::all_equal(cols.to_vector(), std::vector<float>(3, 0.0f)));
+  BOOST_CHECK_THROW(kiln::max<0>(x, kiln::keepdim), kiln::ValueError);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

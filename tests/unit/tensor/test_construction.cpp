@@ -24,6 +24,10 @@ static_assert(kiln::shape<Shape<dyn, 4>> && !kiln::shape<int>);
 static_assert(kiln::broadcastable<Shape<dyn, 4>, Shape<4>> && !kiln::broadcastable<Shape<dyn, 3>, Shape<4>>);
 static_assert(std::is_same_v<kiln::broadcast_shape_t<Shape<dyn, 1>, Shape<1, 7>>, Shape<dyn, 7>>);
 static_assert(std::is_same_v<kiln::broadcast_shape_t<Shape<5, 1, 3>, Shape<4, 1>>, Shape<5, 4, 3>>);
+// A dynamic extent against a static one > 1 is that one (the dynamic one must be 1 or equal at run time).
+static_assert(std::is_same_v<kiln::broadcast_shape_t<Shape<dyn, 3>, Shape<4, 3>>, Shape<4, 3>>);
+static_assert(std::is_same_v<kiln::broadcast_shape_t<Shape<4, 3>, Shape<dyn, 1>>, Shape<4, 3>>);
+static_assert(std::is_same_v<kiln::broadcast_shape_t<Shape<dyn, 3>, Shape<dyn, 3>>, Shape<dyn, 3>>);
 static_assert(std::is_same_v<Tensor<float, Shape<4>>::device, kiln::Cpu>, "the device defaults to the CPU");
 static_assert(std::is_same_v<Tensor<kiln::half, Shape<4>>::value_type, float>, "half computes in float");
 static_assert(kiln::dtype_name<float>() == "float32" && kiln::dtype_name<kiln::half>() == "float16" &&

@@ -56,6 +56,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(copy_assignment_writes_values_and_move_assignment_
   BOOST_TEST(kiln::test::all_equal(self.to_vector(), iota(6)));
 }
 
+// libtorch's rule: a temporary view on the left (a slice, a reshape) is written into, whatever the right
+// side, a temporary Tensor included; rebinding it would write nothing (torch: x[1:] = x[:-1] * 2).
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_temporary_view_is_written_into_by_a_temporary_tensor, D, kiln::test::devices) {
+  auto x = kiln::test::make_tensor<D>(iota(5), Extents<Shape<dyn>>(5));
+  x.slice(1, 5) = kiln::eval(x.slice(0, 4) * 2.0f);
+  BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{0, 0, 2, 4, 6}));
+  x.slice(0, 2) = x.slice(3, 5).clone();
+  BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{4, 6, 2, 4, 6}));
+  auto m = kiln::test::make_tensor<D>(iota(6), Extents<Shape<dyn, 3>>(2));
+  m.reshape(Extents<Shape<dyn>>(6)) = kiln::test::make_tensor<D>(std::vector<float>(6, 7.0f), Extents<Shape<dyn>>(6));
+  BOOST_TEST(kiln::test::all_equal(m.to_vector(), std::vector<float>(6, 7.0f)));
+  // An overlapping temporary view is refused as any overlapping operand is, before anything is written.
+  BOOST_CHECK_THROW(x.slice(1, 5) = x.slice(0, 4), kiln::ValueError);
+  BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{4, 6, 2, 4, 6}));
+  // A named tensor still takes a temporary's storage.
+  Tensor<float, Shape<dyn>, D> named = x;
+  named = kiln::eval(x * 10.0f);
+  BOOST_TEST(!named.shares_storage_with(x));
+  BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{4, 6, 2, 4, 6}));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(reshape_views_the_same_storage, D, kiln::test::devices) {
   auto a = kiln::test::make_tensor<D>(iota(24), Extents<Shape<dyn, 4>>(6));
   auto b = a.template reshape<Shape<dyn, 8>>();  // the dyn extent is inferred
