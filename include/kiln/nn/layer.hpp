@@ -11,6 +11,7 @@
 
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/shape.hpp"
 
@@ -114,7 +115,7 @@ struct parameter_free {
 /// scientific outside, whatever the locale.
 template <class F>
 std::string python_float(F v) {
-  if (v != v) return "nan";
+  if (kiln::detail::is_nan(v)) return "nan";
   if (v == std::numeric_limits<F>::infinity()) return "inf";
   if (v == -std::numeric_limits<F>::infinity()) return "-inf";
   char buf[64];

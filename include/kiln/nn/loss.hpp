@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/executor.hpp"
@@ -201,7 +202,7 @@ KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> row_logsumexp(const T* x, index_t
   V m = -static_cast<V>(INFINITY);
   for (index_t j = 0; j < c; ++j) {
     const V v = to_compute(x[j]);
-    m = (v > m || v != v) ? v : m;
+    m = (v > m || kiln::detail::is_nan(v)) ? v : m;
   }
   V s = 0;
   for (index_t j = 0; j < c; ++j) s += ops::detail::exp_(to_compute(x[j]) - m);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -66,7 +67,7 @@ KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t
       const index_t iw = ow * Stride - Padding + kj;
       if (Bounded && (iw < 0 || iw >= g.w)) continue;
       const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
-      if (arg < 0 || v > best || v != v) best = v, arg = ki * K + kj;
+      if (arg < 0 || v > best || kiln::detail::is_nan(v)) best = v, arg = ki * K + kj;
     }
   }
   return best;

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/nan.hpp"
 
 namespace kiln::ops {
 
@@ -117,7 +118,7 @@ struct Maximum {
   KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
     using R = detail::promote_t<A, B>;
     const R x = static_cast<R>(a), y = static_cast<R>(b);
-    return (x > y || x != x) ? x : y;
+    return (x > y || kiln::detail::is_nan(x)) ? x : y;
   }
 };
 /// min(a, b); NaN in either propagates (torch.minimum).
@@ -126,7 +127,7 @@ struct Minimum {
   KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
     using R = detail::promote_t<A, B>;
     const R x = static_cast<R>(a), y = static_cast<R>(b);
-    return (x < y || x != x) ? x : y;
+    return (x < y || kiln::detail::is_nan(x)) ? x : y;
   }
 };
 /// a^b in the promoted type (integers: exact, see detail::ipow_).
@@ -200,10 +201,12 @@ struct Sigmoid {
     return R(1) / (R(1) + detail::exp_(-static_cast<R>(a)));
   }
 };
-/// max(x, 0); NaN stays NaN (torch.relu).
+/// max(x, 0); NaN stays NaN (torch.relu), also under -ffast-math (kiln::detail::is_nan).
 struct Relu {
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const { return a < A(0) ? A(0) : a; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {
+    return (a < A(0) && !kiln::detail::is_nan(a)) ? A(0) : a;
+  }
 };
 /// x^p for a fixed exponent.
 template <class P>

@@ -11,6 +11,7 @@
 
 #include "kiln/core/errors.hpp"
 #include "kiln/core/counters.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/nn/layer.hpp"
@@ -54,14 +55,14 @@ double total_norm(const Tensor<M, Shape<dyn>, D>& grads, double p, const std::ve
 template <class M, class D>
 double clip(Tensor<M, Shape<dyn>, D>& grads, double max_norm, double norm_type, bool error_if_nonfinite,
             const std::vector<nn::ParameterInfo>& parts) {
-  if (std::isnan(norm_type))
+  if (kiln::detail::is_nan(norm_type))
     throw ValueError("kiln::optim::clip_grad_norm: norm_type is NaN; give 2 (the default), 1, another p, 0, or "
                      "+/-std::numeric_limits<double>::infinity()");
   if (grads.numel() == 0) return 0.0;
   const kiln::detail::device_scope<D> on(grads.device_index());  // the reductions on the gradients' GPU
   using C = compute_t<M>;
   const C total = static_cast<C>(total_norm(grads, norm_type, parts));
-  if (error_if_nonfinite && !std::isfinite(static_cast<double>(total)))
+  if (error_if_nonfinite && kiln::detail::is_inf_or_nan(static_cast<double>(total)))
     throw ValueError("kiln::optim::clip_grad_norm: the total norm of order " + norm_name(norm_type) +
                      " of the gradients is non-finite (" + std::to_string(static_cast<double>(total)) +
                      "), so it cannot be clipped; the gradients are left as they are. To scale them by the "
@@ -110,9 +111,9 @@ struct ClipValue {
   C lo, hi;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     C x = to_compute(g[i]);
-    if (lo != lo) {
+    if (kiln::detail::is_nan(lo)) {
       x = lo;
-    } else if (x == x) {
+    } else if (!kiln::detail::is_nan(x)) {
       x = x < lo ? lo : x;
       x = x > hi ? hi : x;
     }

@@ -18,6 +18,7 @@
 #include "kiln/core/counters.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/nn/loss.hpp"
 #include "kiln/optim/device_scalars.hpp"
@@ -46,16 +47,8 @@ struct GradScalerOptions {
 
 namespace detail {
 
-/// Whether x (float or double) is inf or NaN: every exponent bit set. A bit test, so that -ffast-math
-/// (which lets the compiler assume every float is finite) cannot fold the check away.
-template <class M>
-KILN_HOST_DEVICE KILN_FORCEINLINE bool is_inf_or_nan(M x) {
-  static_assert(std::is_same_v<M, float> || std::is_same_v<M, double>);
-  if constexpr (std::is_same_v<M, double>)
-    return (std::bit_cast<std::uint64_t>(x) & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
-  else
-    return (std::bit_cast<std::uint32_t>(x) & 0x7f800000u) == 0x7f800000u;
-}
+/// Whether x (float or double) is inf or NaN: a bit test that -ffast-math cannot fold (kiln/core/nan.hpp).
+using kiln::detail::is_inf_or_nan;
 
 /// One element of the unscale pass: g *= inv_scale, and a shared flag set to 1 when g (still scaled) is
 /// inf or NaN, as torch's _amp_foreach_non_finite_check_and_unscale_ (capturable: the optimizer's own

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/core/errors.hpp"
+#include "kiln/core/nan.hpp"
 
 namespace kiln::optim {
 
@@ -732,7 +733,7 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
       // that ends at the optimizer's lr now.
       const auto extend = [&](const auto& self, std::size_t last, std::size_t built) -> bool {
         if (built == count) {
-          if (std::isnan(found)) found = bases[start];
+          if (kiln::detail::is_nan(found)) found = bases[start];
           return after[last] == now;
         }
         for (std::size_t j = 0; j < count; ++j) {
@@ -749,7 +750,7 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
         if (extend(extend, start, 1)) return bases[start];
         used[start] = false;
       }
-      if (std::isnan(found))
+      if (kiln::detail::is_nan(found))
         throw ValueError(
             "kiln::optim::ChainedScheduler: the schedules' base lrs do not follow from one another "
             "(each takes the optimizer's lr when built, which the one built before it set to its "

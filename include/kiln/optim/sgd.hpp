@@ -10,6 +10,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/fusion.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/optim/device_scalars.hpp"
@@ -129,7 +130,7 @@ class SGD {
   SGD(arena_type& params, arena_type& grads, SGDOptions o, working_arena_type* work = nullptr)
       : p_(params), g_(grads), work_(detail::working_copy(params, work, "SGD")), o_(o) {
     // torch.optim.SGD's checks (a NaN is refused too), in Adam's words.
-    if (std::isnan(o.lr))
+    if (kiln::detail::is_nan(o.lr))
       throw ValueError("kiln::optim::SGD: no learning rate (lr not given, or NaN); it has no default, as in "
                        "torch.optim.SGD: SGD(model, {.lr = 0.01f})");
     if (o.lr < 0.0f) throw ValueError("kiln::optim::SGD: invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");

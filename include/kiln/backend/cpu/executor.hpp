@@ -9,6 +9,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/expr/detail/row.hpp"
 #include "kiln/expr/detail/traffic.hpp"
 #include "kiln/expr/executor.hpp"
@@ -47,7 +48,9 @@ struct Reducer {
       acc += static_cast<Acc>(v);
     } else {
       // max/min/argmax: the first NaN wins and sticks (torch semantics); ties keep the first index.
-      const bool better = !started || (acc == acc && (v != v || (K == ReduceKind::min ? v < acc : v > acc)));
+      // is_nan, not v != v: a user's -ffast-math folds the latter to false (kiln/core/nan.hpp).
+      const bool better = !started || (!kiln::detail::is_nan(acc) &&
+                                       (kiln::detail::is_nan(v) || (K == ReduceKind::min ? v < acc : v > acc)));
       if (better) acc = v, arg = k, started = true;
     }
   }

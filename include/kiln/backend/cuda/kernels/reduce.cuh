@@ -10,6 +10,7 @@
 #include "kiln/backend/cpu/executor.hpp"
 #include "kiln/backend/cuda/launch.cuh"
 #include "kiln/core/index.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/expr/executor.hpp"
 
 namespace kiln::cuda::detail {
@@ -31,10 +32,7 @@ struct ReduceOp {
   static constexpr bool keeps_index = K == ReduceKind::max || K == ReduceKind::min || K == ReduceKind::argmax;
   using State = std::conditional_t<keeps_index, ArgValue<V>, backend::cpu::accumulator_t<V>>;
 
-  KILN_HOST_DEVICE KILN_FORCEINLINE static bool is_nan(V v) {
-    if constexpr (std::is_floating_point_v<V>) return v != v;
-    else return false;
-  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE static bool is_nan(V v) { return kiln::detail::is_nan(v); }
   /// The state of no element: the identity of the combine.
   KILN_HOST_DEVICE KILN_FORCEINLINE static State empty() {
     if constexpr (keeps_index) return State{-1, V{}};
