@@ -99,6 +99,16 @@ layers_strided.json
                   max_pool2d_k2_s3, max_pool2d_k2_s3_p1  MaxPool2d(2, stride=3, padding=0 / 1)
                   avg_pool2d_k2_s3, avg_pool2d_k2_s3_p1  AvgPool2d(2, stride=3, padding=0 / 1)
 
+layers_conv_modes.json
+  torch_version   str
+  cases           as in layers.json: Conv2d with dilation and groups
+                  conv2d_dilation2                 Conv2d(3, 4, 3, padding=2, dilation=2), 9x7
+                  conv2d_dilation3_s2              Conv2d(2, 3, 3, stride=2, dilation=3), 11x9
+                  conv2d_groups2                   Conv2d(4, 6, 3, padding=1, groups=2), 7x6
+                  conv2d_depthwise                 Conv2d(6, 6, 3, stride=2, padding=1, groups=6), 8x7
+                  conv2d_depthwise_multiplier      Conv2d(3, 6, 3, padding=1, groups=3, bias=False), 6x5
+                  conv2d_dilation2_groups2_s2      Conv2d(4, 8, 2, stride=2, padding=1, dilation=2, groups=2), 9x8
+
 layers_pool_modes.json
   torch_version   str
   cases           as in layers.json: MaxPool2d and AvgPool2d with ceil_mode, AvgPool2d with
@@ -598,6 +608,22 @@ def layers_strided_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def layers_conv_modes_fixture():
+    """Conv2d's dilation and groups (depthwise among them), with stride, padding and without a bias."""
+    nn = torch.nn
+    cases = [
+        layer_case("conv2d_dilation2", lambda: nn.Conv2d(3, 4, 3, padding=2, dilation=2), (2, 3, 9, 7), 301),
+        layer_case("conv2d_dilation3_s2", lambda: nn.Conv2d(2, 3, 3, stride=2, dilation=3), (2, 2, 11, 9), 302),
+        layer_case("conv2d_groups2", lambda: nn.Conv2d(4, 6, 3, padding=1, groups=2), (2, 4, 7, 6), 303),
+        layer_case("conv2d_depthwise", lambda: nn.Conv2d(6, 6, 3, stride=2, padding=1, groups=6), (2, 6, 8, 7), 304),
+        layer_case("conv2d_depthwise_multiplier",
+                   lambda: nn.Conv2d(3, 6, 3, padding=1, groups=3, bias=False), (2, 3, 6, 5), 305),
+        layer_case("conv2d_dilation2_groups2_s2",
+                   lambda: nn.Conv2d(4, 8, 2, stride=2, padding=1, dilation=2, groups=2), (2, 4, 9, 8), 306),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
 def layers_pool_modes_fixture():
     """MaxPool2d and AvgPool2d's ceil_mode, AvgPool2d's count_include_pad=False and divisor_override."""
     nn = torch.nn
@@ -883,6 +909,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
             "layers_strided.json": lambda: layers_strided_fixture(),
             "layers_pool_modes.json": lambda: layers_pool_modes_fixture(),
+            "layers_conv_modes.json": lambda: layers_conv_modes_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}

@@ -26,27 +26,43 @@
 namespace kiln::nn {
 
 /// Convolution with In input channels, Out output channels and a K x K kernel (stride, zero padding,
-/// optional bias), as torch.nn.Conv2d(In, Out, K, stride, padding).
-/// Shapes: [N, In, H, W] -> [N, Out, (H + 2 Padding - K) / Stride + 1, (W + 2 Padding - K) / Stride + 1].
-/// Parameters: weight [Out, In, K, K], bias [Out]; PyTorch's initialisation (bound 1/sqrt(In K K)).
-/// CPU: one GEMM per image, [Out, In K K] x [In K K, Ho Wo], columns built in cache and the result written
-/// NCHW (nn/detail/conv_cpu.hpp). CUDA: cuDNN (backend/cuda/cudnn.hpp; without cuDNN, im2col and one
-/// cuBLAS GEMM over the batch, [Out, In K K] x [In K K, N Ho Wo]).
+/// dilation, groups, optional bias), as torch.nn.Conv2d(In, Out, K, stride, padding, dilation, groups,
+/// bias), with its parameters in torch's order.
+/// Shapes: [N, In, H, W] -> [N, Out, Ho, Wo], Ho = (H + 2 Padding - Dilation (K - 1) - 1) / Stride + 1
+/// (Wo alike). Groups: the channels in Groups groups, each group's Out / Groups filters reading its
+/// In / Groups channels (Groups = In: depthwise).
+/// Parameters: weight [Out, In / Groups, K, K], bias [Out]; PyTorch's initialisation (bound
+/// 1/sqrt(In / Groups K K)).
+/// CPU: one GEMM per image and group, [Out / G, (In / G) K K] x [(In / G) K K, Ho Wo], columns built in
+/// cache and the result written NCHW (nn/detail/conv_cpu.hpp). CUDA: cuDNN (backend/cuda/cudnn.hpp;
+/// without cuDNN, im2col and one cuBLAS GEMM per group over the batch).
 /// Followed by ReLU, Sigmoid, Tanh, GELU, SiLU, LeakyReLU or ELU in a Sequential, the bias and the
 /// activation are one epilogue.
 /// Example:  kiln::nn::Sequential<kiln::nn::Conv2d<3, 6, 5>, kiln::nn::ReLU, kiln::nn::MaxPool2d<2>, ...>
-template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, bool Bias = true>
+template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, index_t Dilation = 1,
+          index_t Groups = 1, bool Bias = true>
 struct Conv2d {
   static_assert(In > 0 && Out > 0 && K > 0 && Stride > 0 && Padding >= 0,
-                "kiln::nn::Conv2d<In, Out, K, Stride, Padding>: channels, kernel and stride must be positive");
+                "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: channels, kernel and "
+                "stride must be positive, padding not negative");
+  static_assert(Dilation > 0,
+                "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: the dilation must be "
+                "positive (the sixth parameter is the dilation, as in torch.nn.Conv2d; without a bias: "
+                "Conv2d<In, Out, K, Stride, Padding, 1, 1, false>)");
+  static_assert(
+      Groups > 0 && In % Groups == 0 && Out % Groups == 0,
+      "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: the groups must divide "
+      "both In and Out (as torch.nn.Conv2d's)");
+  /// The kernel's extent on the input: Dilation (K - 1) + 1.
+  static constexpr index_t span = Dilation * (K - 1) + 1;
 
   template <class S>
-  static constexpr bool accepts = S::rank == 4 && S::extents[1] == In && S::extents[2] != dyn &&
-                                  S::extents[3] != dyn && S::extents[2] + 2 * Padding >= K &&
-                                  S::extents[3] + 2 * Padding >= K;
+  static constexpr bool accepts =
+      S::rank == 4 && S::extents[1] == In&& S::extents[2] != dyn&& S::extents[3] !=
+                          dyn&& S::extents[2] + 2 * Padding >= span&& S::extents[3] + 2 * Padding >= span;
   template <class S>
-  using output = Shape<S::extents[0], Out, (S::extents[2] + 2 * Padding - K) / Stride + 1,
-                       (S::extents[3] + 2 * Padding - K) / Stride + 1>;
+  using output = Shape<S::extents[0], Out, (S::extents[2] + 2 * Padding - span) / Stride + 1,
+                       (S::extents[3] + 2 * Padding - span) / Stride + 1>;
 
   template <class S, class P>
   class module {
@@ -58,7 +74,8 @@ struct Conv2d {
     using output_shape = output<S>;
     static constexpr index_t H = S::extents[2], W = S::extents[3];
     static constexpr index_t Ho = output_shape::extents[2], Wo = output_shape::extents[3];
-    static constexpr index_t Patch = In * K * K;
+    static constexpr index_t Patch = In / Groups * K * K;  // one filter's weights
+    static constexpr index_t Fg = Out / Groups;            // filters per group
     static constexpr index_t parameter_count = Out * Patch + (Bias ? Out : 0);
 
     void bind(M* params, M* grads, T* work, int device) { p_ = params, g_ = grads, w_ = work, device_ = device; }
@@ -69,7 +86,8 @@ struct Conv2d {
       weight().copy_from(std::span<const M>(v.data(), Out * Patch));
       if constexpr (Bias) bias().copy_from(std::span<const M>(v.data() + Out * Patch, Out));
     }
-    /// The weight as the GEMM sees it: [Out, In K K] (the same memory as PyTorch's [Out, In, K, K]).
+    /// The weight as the GEMM sees it: [Out, (In / G) K K] (the same memory as PyTorch's [Out, In / G, K,
+    /// K]).
     Tensor<M, Shape<Out, Patch>, D> weight() const { return Tensor<M, Shape<Out, Patch>, D>::from_blob(p_, {}, device_); }
     Tensor<M, Shape<Out>, D> bias() const { return Tensor<M, Shape<Out>, D>::from_blob(p_ + Out * Patch, {}, device_); }
     Tensor<M, Shape<Out, Patch>, D> weight_grad() const {
@@ -81,15 +99,18 @@ struct Conv2d {
       return Tensor<T, Shape<Out, Patch>, D>::from_blob(w_, {}, device_);
     }
     std::vector<ParameterInfo> parameters() const {
-      std::vector<ParameterInfo> p{{"weight", 0, Out * Patch, {Out, In, K, K}}};
+      std::vector<ParameterInfo> p{{"weight", 0, Out * Patch, {Out, In / Groups, K, K}}};
       if constexpr (Bias) p.push_back({"bias", Out * Patch, Out, {Out}});
       return p;
     }
-    /// torch's repr: padding only when there is some, "bias=False" only without a bias.
+    /// torch's repr: padding, dilation and groups only when not the default, "bias=False" only without
+    /// a bias.
     std::string name() const {
       const auto pair = [](index_t v) { return "(" + std::to_string(v) + ", " + std::to_string(v) + ")"; };
       return "Conv2d(" + std::to_string(In) + ", " + std::to_string(Out) + ", kernel_size=" + pair(K) +
              ", stride=" + pair(Stride) + (Padding ? ", padding=" + pair(Padding) : std::string()) +
+             (Dilation != 1 ? ", dilation=" + pair(Dilation) : std::string()) +
+             (Groups != 1 ? ", groups=" + std::to_string(Groups) : std::string()) +
              (Bias ? "" : ", bias=False") + ")";
     }
 
@@ -188,12 +209,19 @@ struct Conv2d {
       return dx;
     }
    private:
-    /// im2col + one GEMM for the whole batch, then one pass for bias + activation (CUDA without cuDNN).
+    /// Per group, im2col + one GEMM for the whole batch, then one pass for bias + activation (CUDA
+    /// without cuDNN).
     template <class E>
     void forward_im2col(const Tensor<T, S, D>& x, const detail::ConvGeometry& g, const M* b,
                         Tensor<T, output_shape, D>& z, Tensor<T, output_shape, D>& y) {
-      auto cols = im2col(x, g);                  // [In K K, N Ho Wo]
-      auto yt = matmul(weight_operand(), cols);  // [Out, N Ho Wo]
+      Extents<Shape<Out, dyn>> ye;
+      ye[1] = g.columns();
+      Tensor<T, Shape<Out, dyn>, D> yt(ye, x.device_index());  // [Out, N Ho Wo]
+      for (index_t grp = 0; grp < Groups; ++grp) {
+        auto cols = im2col(x, g, grp);  // [(In / G) K K, N Ho Wo]
+        auto ytg = group_rows(yt, grp);
+        matmul_into(ytg, group_weight(weight_operand(), grp), cols);
+      }
       kiln::detail::executor<D>::for_each(
           x.size(0) * Out, detail::ColumnsToNchw<T, M, E>{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
     }
@@ -210,16 +238,32 @@ struct Conv2d {
         auto gb = bias_grad();
         gb += sum<1>(dyt);  // [Out]
       }
-      {
-        auto cols = im2col(x_, g);
-        auto gw = weight_grad();
-        matmul_into(gw, dyt, transposed(cols), 1.0f, 1.0f);  // [Out, In K K]
+      for (index_t grp = 0; grp < Groups; ++grp) {
+        const auto dytg = group_rows(dyt, grp);  // [Out / G, N Ho Wo]
+        {
+          auto cols = im2col(x_, g, grp);
+          auto gw = group_weight(weight_grad(), grp);
+          matmul_into(gw, dytg, transposed(cols), 1.0f, 1.0f);  // [Out / G, (In / G) K K]
+        }
+        if (input_grad) {
+          auto dcols =
+              matmul(transposed(group_weight(weight_operand(), grp)), dytg);  // [(In / G) K K, N Ho Wo]
+          using Col2im = detail::Col2imRows<T, Stride>;
+          kiln::detail::executor<D>::for_each(Col2im::count(g),
+                                              Col2im{dcols.data(), dx.data(), g, grp * (In / Groups)}, g.w);
+        }
       }
-      if (input_grad) {
-        auto dcols = matmul(transposed(weight_operand()), dyt);  // [In K K, N Ho Wo]
-        using Col2im = detail::Col2imRows<T, Stride>;
-        kiln::detail::executor<D>::for_each(Col2im::count(g), Col2im{dcols.data(), dx.data(), g}, g.w);
-      }
+    }
+    /// Group grp's filters of a weight-shaped tensor, [Out / G, (In / G) K K] (a view: w shares its storage).
+    template <class V>
+    static Tensor<V, Shape<Fg, Patch>, D> group_weight(Tensor<V, Shape<Out, Patch>, D> w, index_t grp) {
+      return Tensor<V, Shape<Fg, Patch>, D>::from_blob(w.data() + grp * Fg * Patch, {}, w.device_index());
+    }
+    /// Group grp's rows of a [Out, N Ho Wo] tensor, [Out / G, N Ho Wo] (a view).
+    static Tensor<T, Shape<Fg, dyn>, D> group_rows(Tensor<T, Shape<Out, dyn>, D> t, index_t grp) {
+      Extents<Shape<Fg, dyn>> e;
+      e[1] = t.size(1);
+      return Tensor<T, Shape<Fg, dyn>, D>::from_blob(t.data() + grp * Fg * t.size(1), e, t.device_index());
     }
 
 #if KILN_WITH_CUDNN
@@ -228,18 +272,24 @@ struct Conv2d {
     /// then im2col + cuBLAS run, as in builds without cuDNN.
     const kiln::cuda::ConvPlan<T>* plan(index_t n, int device) {
       if (!plan_ || plan_->batch() != n || plan_->device() != device)
-        plan_ = std::make_shared<kiln::cuda::ConvPlan<T>>(n, In, H, W, Out, K, Stride, Padding, device);
+        plan_ = std::make_shared<kiln::cuda::ConvPlan<T>>(n, In, H, W, Out, K, Stride, Padding, Dilation,
+                                                          Groups, device);
       return plan_->usable() ? plan_.get() : nullptr;
     }
     std::shared_ptr<kiln::cuda::ConvPlan<T>> plan_;
 #endif
-    static detail::ConvGeometry geometry(index_t n) { return {n, In, H, W, K, Stride, Padding, Ho, Wo}; }
-    Tensor<T, Shape<Patch, dyn>, D> im2col(const Tensor<T, S, D>& x, const detail::ConvGeometry& g) const {
+    static detail::ConvGeometry geometry(index_t n) {
+      return {n, In, H, W, K, Stride, Padding, Ho, Wo, Dilation, Groups};
+    }
+    /// Group grp's columns, [(In / G) K K, N Ho Wo].
+    Tensor<T, Shape<Patch, dyn>, D> im2col(const Tensor<T, S, D>& x, const detail::ConvGeometry& g,
+                                           index_t grp) const {
       Extents<Shape<Patch, dyn>> ce;
       ce[1] = g.columns();
       Tensor<T, Shape<Patch, dyn>, D> cols(ce, x.device_index());
       using Im2col = detail::Im2colRows<T, Stride>;
-      kiln::detail::executor<D>::for_each(Im2col::count(g), Im2col{x.data(), cols.data(), g}, g.wo);
+      kiln::detail::executor<D>::for_each(Im2col::count(g),
+                                          Im2col{x.data(), cols.data(), g, grp * (In / Groups)}, g.wo);
       return cols;
     }
 

@@ -1,5 +1,6 @@
 // cuDNN takes the convolutions: a ConvPlan finds an algorithm for every direction in float, double,
-// half and bfloat16 for the seeds' LeNet shapes and a padded, strided one. Without this the Conv2d tests
+// half and bfloat16 for the seeds' LeNet shapes, a padded, strided one, a dilated one and grouped ones
+// (depthwise among them). Without this the Conv2d tests
 // would pass on the im2col + cuBLAS fallback and hide a plan that is never usable.
 #include <kiln/cuda.hpp>
 
@@ -14,17 +15,20 @@
 
 namespace {
 struct ConvShape {
-  kiln::index_t n, c, h, w, k, r, stride, pad;
+  kiln::index_t n, c, h, w, k, r, stride, pad, dilation = 1, groups = 1;
   std::string describe() const {
     return "x [" + std::to_string(n) + ", " + std::to_string(c) + ", " + std::to_string(h) + ", " +
-           std::to_string(w) + "], " + std::to_string(k) + " filters " + std::to_string(r) + "x" + std::to_string(r) +
-           ", stride " + std::to_string(stride) + ", padding " + std::to_string(pad);
+           std::to_string(w) + "], " + std::to_string(k) + " filters " + std::to_string(r) + "x" +
+           std::to_string(r) + ", stride " + std::to_string(stride) + ", padding " + std::to_string(pad) +
+           ", dilation " + std::to_string(dilation) + ", groups " + std::to_string(groups);
   }
 };
 constexpr ConvShape shapes[] = {
-    {128, 3, 32, 32, 6, 5, 1, 0},   // LeNet's first convolution
-    {128, 6, 14, 14, 16, 5, 1, 0},  // and its second
-    {8, 3, 16, 16, 4, 3, 2, 1},
+    {128, 3, 32, 32, 6, 5, 1, 0},                                        // LeNet's first convolution
+    {128, 6, 14, 14, 16, 5, 1, 0},                                       // and its second
+    {8, 3, 16, 16, 4, 3, 2, 1},       {8, 4, 16, 16, 6, 3, 1, 2, 2, 1},  // dilated
+    {8, 4, 16, 16, 6, 3, 1, 1, 1, 2},                                    // two groups
+    {8, 8, 16, 16, 8, 3, 2, 1, 1, 8},                                    // depthwise
 };
 }  // namespace
 
@@ -36,7 +40,8 @@ using Types = std::tuple<float, double, kiln::half, kiln::bfloat16>;
 BOOST_AUTO_TEST_CASE_TEMPLATE(every_direction_has_an_algorithm, T, Types) {
   for (const ConvShape& s : shapes) {
     BOOST_TEST_CONTEXT(s.describe()) {
-      const kiln::cuda::ConvPlan<T> plan(s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, 0);
+      const kiln::cuda::ConvPlan<T> plan(s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, s.dilation, s.groups,
+                                         0);
       BOOST_TEST(plan.usable());
     }
   }
@@ -49,7 +54,7 @@ BOOST_AUTO_TEST_CASE(deterministic_algorithms_exist_for_float) {
   };
   const auto plan = [] {
     const Deterministic on;
-    return std::make_unique<kiln::cuda::ConvPlan<float>>(128, 3, 32, 32, 6, 5, 1, 0, 0);
+    return std::make_unique<kiln::cuda::ConvPlan<float>>(128, 3, 32, 32, 6, 5, 1, 0, 1, 1, 0);
   }();
   BOOST_TEST(plan->usable());
 }

@@ -528,8 +528,10 @@ BOOST_AUTO_TEST_CASE(parallel_data_parallel_step) {
 [[maybe_unused]] void parallel_sync_batch_norm_compiles() {
   kiln::parallel::ProcessGroup<kiln::Mpi> group;
 #include "parallel.sync_batch_norm.inc"
-  static_assert(std::is_same_v<SyncNet, kiln::nn::Sequential<kiln::nn::Conv2d<3, 16, 3, 1, 1, false>, kiln::nn::SyncBatchNorm<16>,
-                                                             kiln::nn::ReLU, kiln::nn::Flatten, kiln::nn::Linear<16 * 32 * 32, 10>>>);
+  static_assert(
+      std::is_same_v<SyncNet, kiln::nn::Sequential<kiln::nn::Conv2d<3, 16, 3, 1, 1, 1, 1, false>,
+                                                   kiln::nn::SyncBatchNorm<16>, kiln::nn::ReLU,
+                                                   kiln::nn::Flatten, kiln::nn::Linear<16 * 32 * 32, 10>>>);
   (void)ddp;
 }
 #endif

@@ -1,7 +1,7 @@
 // Conv2d, MaxPool2d, AvgPool2d: forward against direct float64 loops, backward against float64 finite
-// differences, for odd sizes, stride and padding (the pools also in ceil mode, AvgPool2d without the
-// padding counted and with a divisor override); the pools' output shapes and names as torch's; and the
-// LeNet of the seeds end to end.
+// differences, for odd sizes, stride and padding (Conv2d also dilated and grouped, depthwise among them;
+// the pools also in ceil mode, AvgPool2d without the padding counted and with a divisor override); the
+// output shapes and names as torch's; and the LeNet of the seeds end to end.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <kiln/backend/cpu/threads.hpp>
@@ -61,23 +61,25 @@ void check_gradients(kiln::index_t batch) {
 template <class Layer, class In>
 using output_of = typename kiln::nn::Sequential<Layer>::template output<In>;
 
-/// y[n, f, oh, ow] = b[f] + Σ w[f, c, ki, kj] x[n, c, oh s - p + ki, ow s - p + kj], in double.
-std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<double>& wb, int n, int c, int h,
-                                int w, int f, int k, int s, int p) {
-  const int ho = (h + 2 * p - k) / s + 1, wo = (w + 2 * p - k) / s + 1;
+/// y[n, f, oh, ow] = b[f] + Σ w[f, c, ki, kj] x[n, g C/G + c, oh s - p + ki d, ow s - p + kj d] over the
+/// C/G channels c of f's group g = f / (F/G), in double (dilation d, groups G).
+std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<double>& wb, int n, int c,
+                                int h, int w, int f, int k, int s, int p, int d = 1, int groups = 1) {
+  const int span = d * (k - 1) + 1, cg = c / groups, fg = f / groups;
+  const int ho = (h + 2 * p - span) / s + 1, wo = (w + 2 * p - span) / s + 1;
   std::vector<double> y(static_cast<std::size_t>(n * f * ho * wo));
   for (int a = 0; a < n; ++a)
     for (int o = 0; o < f; ++o)
       for (int i = 0; i < ho; ++i)
         for (int j = 0; j < wo; ++j) {
-          double acc = wb[static_cast<std::size_t>(f * c * k * k + o)];
-          for (int ch = 0; ch < c; ++ch)
+          double acc = wb[static_cast<std::size_t>(f * cg * k * k + o)];
+          for (int ch = 0; ch < cg; ++ch)
             for (int ki = 0; ki < k; ++ki)
               for (int kj = 0; kj < k; ++kj) {
-                const int ih = i * s - p + ki, iw = j * s - p + kj;
+                const int ih = i * s - p + ki * d, iw = j * s - p + kj * d;
                 if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
-                acc += wb[static_cast<std::size_t>(((o * c + ch) * k + ki) * k + kj)] *
-                       x[static_cast<std::size_t>(((a * c + ch) * h + ih) * w + iw)];
+                acc += wb[static_cast<std::size_t>(((o * cg + ch) * k + ki) * k + kj)] *
+                       x[static_cast<std::size_t>(((a * c + o / fg * cg + ch) * h + ih) * w + iw)];
               }
           y[static_cast<std::size_t>(((a * f + o) * ho + i) * wo + j)] = acc;
         }
@@ -99,10 +101,62 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_forward_matches_direct_convolution, D, kiln
   for (std::size_t i = 0; i < y.size(); ++i) BOOST_TEST(y[i] == ref[i], boost::test_tools::tolerance(1e-12));
 }
 
+/// Conv2d<C, F, K, S, P, Dl, G> on a batch of 2 [C, H, W] against direct_conv, in double.
+template <class Layer, kiln::index_t C, kiln::index_t H, kiln::index_t W, class D>
+void check_forward(int f, int k, int s, int p, int d, int groups) {
+  using In = Shape<dyn, C, H, W>;
+  kiln::nn::Model<kiln::nn::Sequential<Layer>, In, kiln::Policy<Fp64Conv, D>> model(3);
+  const auto xs = kiln::test::random_values<double>(static_cast<std::size_t>(2 * C * H * W), -1.0, 1.0, 21);
+  const auto y = model.forward(kiln::test::make_tensor<D>(xs, kiln::Extents<In>(2))).to_vector();
+  const auto ref = direct_conv(xs, model.parameters().to_vector(), 2, C, H, W, f, k, s, p, d, groups);
+  BOOST_REQUIRE_EQUAL(y.size(), ref.size());
+  for (std::size_t i = 0; i < y.size(); ++i) BOOST_TEST(y[i] == ref[i], boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dilated_and_grouped_conv2d_forward_matches_direct_convolution, D,
+                              kiln::test::devices) {
+  using kiln::nn::Conv2d;
+  check_forward<Conv2d<3, 4, 3, 1, 2, 2>, 3, 9, 7, D>(4, 3, 1, 2, 2, 1);            // dilation 2
+  check_forward<Conv2d<3, 4, 3, 2, 0, 3>, 3, 11, 9, D>(4, 3, 2, 0, 3, 1);           // dilation 3, stride 2
+  check_forward<Conv2d<4, 6, 3, 1, 1, 1, 2>, 4, 7, 6, D>(6, 3, 1, 1, 1, 2);         // two groups
+  check_forward<Conv2d<6, 6, 3, 2, 1, 1, 6>, 6, 8, 7, D>(6, 3, 2, 1, 1, 6);         // depthwise
+  check_forward<Conv2d<4, 8, 2, 2, 1, 2, 4, false>, 4, 9, 8, D>(8, 2, 2, 1, 2, 4);  // all, no bias
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dilated_and_grouped_conv2d_backward_matches_numeric, D, kiln::test::devices) {
+  using kiln::nn::Conv2d;
+  check_gradients<Conv2d<2, 3, 3, 1, 2, 2>, Shape<dyn, 2, 6, 5>, D>(2);
+  check_gradients<Conv2d<2, 3, 2, 2, 1, 3>, Shape<dyn, 2, 7, 8>, D>(2);
+  check_gradients<Conv2d<4, 6, 3, 1, 1, 1, 2>, Shape<dyn, 4, 5, 6>, D>(2);
+  check_gradients<Conv2d<3, 3, 3, 2, 1, 1, 3>, Shape<dyn, 3, 6, 5>, D>(2);         // depthwise
+  check_gradients<Conv2d<3, 6, 3, 1, 1, 1, 3, false>, Shape<dyn, 3, 5, 5>, D>(1);  // two filters a channel
+  check_gradients<Conv2d<4, 4, 2, 2, 2, 2, 2>, Shape<dyn, 4, 7, 6>, D>(2);
+}
+
+// torch's output size: floor((H + 2 P - D (K - 1) - 1) / S) + 1; the weight [Out, In / G, K, K]; the
+// names as torch 1.13 prints the modules.
+BOOST_AUTO_TEST_CASE(dilated_and_grouped_conv2d_have_torchs_shapes_and_names) {
+  using namespace kiln::nn;
+  static_assert(
+      std::is_same_v<output_of<Conv2d<3, 4, 3, 1, 0, 2>, Shape<dyn, 3, 9, 7>>, Shape<dyn, 4, 5, 3>>);
+  static_assert(
+      std::is_same_v<output_of<Conv2d<3, 4, 3, 2, 1, 3>, Shape<dyn, 3, 9, 8>>, Shape<dyn, 4, 3, 2>>);
+  static_assert(!Conv2d<3, 4, 3, 1, 0, 3>::accepts<Shape<dyn, 3, 6, 9>>);  // a 7 x 7 span on 6 rows
+  static_assert(Conv2d<3, 4, 3, 1, 0, 3>::accepts<Shape<dyn, 3, 7, 9>>);
+  using In = Shape<dyn, 4, 8, 8>;
+  using P = kiln::Policy<>;
+  using Grouped = Conv2d<4, 6, 3, 1, 1, 1, 2>::module<In, P>;
+  static_assert(Grouped::parameter_count == 6 * 2 * 3 * 3 + 6);
+  BOOST_TEST(Grouped().parameters()[0].shape == std::vector<kiln::index_t>({6, 2, 3, 3}));
+  BOOST_TEST(Grouped().name() == "Conv2d(4, 6, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), groups=2)");
+  BOOST_TEST((Conv2d<4, 4, 3, 2, 0, 2, 4, false>::module<In, P>().name()) ==
+             "Conv2d(4, 4, kernel_size=(3, 3), stride=(2, 2), dilation=(2, 2), groups=4, bias=False)");
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_backward_matches_numeric, D, kiln::test::devices) {
   check_gradients<kiln::nn::Conv2d<2, 3, 3>, Shape<dyn, 2, 6, 5>, D>(2);
   check_gradients<kiln::nn::Conv2d<2, 3, 3, 2, 1>, Shape<dyn, 2, 7, 6>, D>(2);
-  check_gradients<kiln::nn::Conv2d<1, 2, 5, 1, 2, false>, Shape<dyn, 1, 5, 5>, D>(1);
+  check_gradients<kiln::nn::Conv2d<1, 2, 5, 1, 2, 1, 1, false>, Shape<dyn, 1, 5, 5>, D>(1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(pools_backward_match_numeric, D, kiln::test::devices) {

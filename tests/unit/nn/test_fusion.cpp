@@ -100,8 +100,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fused_conv_backward_matches_numeric, D, kiln::test
   using In = Shape<dyn, 2, 7, 6>;
   kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3, 2, 1>, knn::ReLU>, In, D>(Extents<In>(3), -2, 2, 0, 31);
   kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::GELU>, In, D>(Extents<In>(3), -2, 2, 0, 32);
-  kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1, false>, knn::Tanh>, In, D>(Extents<In>(2), -2,
-                                                                                                 2, 0, 33);
+  kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1, 1, 1, false>, knn::Tanh>, In, D>(
+      Extents<In>(2), -2, 2, 0, 33);
   kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 4, 3, 3, 2>, knn::Sigmoid>, In, D>(Extents<In>(2), -2, 2,
                                                                                               0, 34);
   kt::check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::ELU<>>, In, D>(Extents<In>(2), -2, 2, 0, 35);

@@ -143,7 +143,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
   check_layer<knn::GroupNorm<1, 4>, Shape<dyn, 4, 3, 3>, D>("group_norm_one_group");
   check_layer<knn::GroupNorm<4, 4>, Shape<dyn, 4, 3, 3>, D>("group_norm_per_channel");
   check_layer<knn::GroupNorm<2, 4, 1e-5f, false>, Shape<dyn, 4, 3, 3>, D>("group_norm_no_affine");
-  check_layer<knn::Conv2d<2, 3, 3, 2, 1, false>, Shape<dyn, 2, 7, 7>, D>("conv2d_no_bias");
+  check_layer<knn::Conv2d<2, 3, 3, 2, 1, 1, 1, false>, Shape<dyn, 2, 7, 7>, D>("conv2d_no_bias");
   check_layer<knn::MaxPool2d<3, 2, 1>, Shape<dyn, 3, 7, 7>, D>("max_pool2d_padded");
   check_layer<knn::AvgPool2d<3, 2, 1>, Shape<dyn, 3, 7, 7>, D>("avg_pool2d_padded");
   check_layer<knn::AdaptiveAvgPool2d<1>, Shape<dyn, 3, 5, 6>, D>("adaptive_avg_pool2d_global");
@@ -165,6 +165,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(strides_larger_than_the_kernel_match_pytorch, D, k
   check_layer<knn::AvgPool2d<2, 3>, Shape<dyn, 3, 7, 8>, D>("avg_pool2d_k2_s3", f);
   check_layer<knn::AvgPool2d<2, 3, 1>, Shape<dyn, 3, 7, 8>, D>("avg_pool2d_k2_s3_p1", f);
   BOOST_TEST(fixture(f).at("cases").size() == 8u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dilated_and_grouped_convolutions_match_pytorch, D, kiln::test::devices) {
+  // layers_conv_modes.json: dilation 2 and 3 (with stride 2), two groups, depthwise (with stride and with
+  // two filters a channel, no bias), and all of them together.
+  const std::string f = "layers_conv_modes.json";
+  check_layer<knn::Conv2d<3, 4, 3, 1, 2, 2>, Shape<dyn, 3, 9, 7>, D>("conv2d_dilation2", f);
+  check_layer<knn::Conv2d<2, 3, 3, 2, 0, 3>, Shape<dyn, 2, 11, 9>, D>("conv2d_dilation3_s2", f);
+  check_layer<knn::Conv2d<4, 6, 3, 1, 1, 1, 2>, Shape<dyn, 4, 7, 6>, D>("conv2d_groups2", f);
+  check_layer<knn::Conv2d<6, 6, 3, 2, 1, 1, 6>, Shape<dyn, 6, 8, 7>, D>("conv2d_depthwise", f);
+  check_layer<knn::Conv2d<3, 6, 3, 1, 1, 1, 3, false>, Shape<dyn, 3, 6, 5>, D>("conv2d_depthwise_multiplier",
+                                                                               f);
+  check_layer<knn::Conv2d<4, 8, 2, 2, 1, 2, 2>, Shape<dyn, 4, 9, 8>, D>("conv2d_dilation2_groups2_s2", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 6u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_match_pytorch, D, kiln::test::devices) {

@@ -27,7 +27,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(residual_backward_matches_numeric, D, kiln::test::
   kt::check_model_gradients<knn::Sequential<knn::Linear<4, 5>, Block, knn::Sigmoid, knn::Linear<5, 2>>, Shape<dyn, 4>,
                             D>(Extents<Shape<dyn, 4>>(3), -2, 2, 0, 61);
   using In = Shape<dyn, 2, 5, 4>;
-  using ConvBlock = knn::Residual<knn::Conv2d<2, 2, 3, 1, 1>, knn::Tanh, knn::Conv2d<2, 2, 3, 1, 1, false>>;
+  using ConvBlock =
+      knn::Residual<knn::Conv2d<2, 2, 3, 1, 1>, knn::Tanh, knn::Conv2d<2, 2, 3, 1, 1, 1, 1, false>>;
   kt::check_model_gradients<knn::Sequential<ConvBlock, ConvBlock>, In, D>(Extents<In>(2), -2, 2, 0, 62);
 }
 

@@ -143,8 +143,15 @@ BOOST_AUTO_TEST_CASE(linear_with_each_fused_activation) {
 BOOST_AUTO_TEST_CASE(conv2d_with_stride_padding_and_activation) {
   check_both<knn::Sequential<knn::Conv2d<2, 3, 3>>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 7);
   check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 2, 1>, knn::ReLU>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 8);
-  check_both<knn::Sequential<knn::Conv2d<2, 4, 5, 1, 2, false>, knn::Tanh>, Shape<dyn, 2, 8, 8>, D>(
+  check_both<knn::Sequential<knn::Conv2d<2, 4, 5, 1, 2, 1, 1, false>, knn::Tanh>, Shape<dyn, 2, 8, 8>, D>(
       batch<2, 8, 8>(2), 9);
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_dilated_grouped_and_depthwise) {
+  check_both<knn::Sequential<knn::Conv2d<4, 6, 3, 1, 2, 2, 2>, knn::ReLU>, Shape<dyn, 4, 9, 9>, D>(
+      batch<4, 9, 9>(3), 41);
+  check_both<knn::Sequential<knn::Conv2d<4, 4, 3, 2, 1, 1, 4, false>, knn::Tanh>, Shape<dyn, 4, 8, 8>, D>(
+      batch<4, 8, 8>(2), 42);
 }
 
 BOOST_AUTO_TEST_CASE(pooling_flatten_and_elementwise_activations) {

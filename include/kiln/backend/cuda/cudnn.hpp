@@ -110,16 +110,17 @@ inline cudnnHandle_t cudnn_handle(int device = -1) {
   return h;
 }
 
-/// One convolution of fixed shape: x [N, C, H, W] * w [K, C, R, R] (stride, padding) -> y [N, K, Ho, Wo],
-/// element type T, on `device`. Holds the descriptors and the algorithms cuDNN's heuristics chose for
-/// forward, backward data and backward filter, and the largest workspace they need.
+/// One convolution of fixed shape: x [N, C, H, W] * w [K, C / G, R, R] (stride, padding, dilation, G
+/// groups) -> y [N, K, Ho, Wo], element type T, on `device`. Holds the descriptors and the algorithms cuDNN's
+/// heuristics chose for forward, backward data and backward filter, and the largest workspace they need.
 template <class T>
 class ConvPlan {
  public:
-  ConvPlan(index_t n, index_t c, index_t h, index_t w, index_t k, index_t r, index_t stride, index_t pad, int device)
+  ConvPlan(index_t n, index_t c, index_t h, index_t w, index_t k, index_t r, index_t stride, index_t pad,
+           index_t dilation, index_t groups, int device)
       : n_(n), device_(device) {
     try {
-      build(n, c, h, w, k, r, stride, pad);
+      build(n, c, h, w, k, r, stride, pad, dilation, groups);
     } catch (...) {
       destroy();  // the descriptors created so far
       throw;
@@ -177,12 +178,15 @@ class ConvPlan {
  private:
   static int i(index_t v) { return static_cast<int>(v); }
   /// The descriptors, then the algorithms (usable_); cuDNN's int dimensions bound what it can take.
-  void build(index_t n, index_t c, index_t h, index_t w, index_t k, index_t r, index_t stride, index_t pad) {
+  void build(index_t n, index_t c, index_t h, index_t w, index_t k, index_t r, index_t stride, index_t pad,
+             index_t dilation, index_t groups) {
     const index_t limit = std::numeric_limits<int>::max();
-    if (n > limit || n * c * h * w > limit || k * c * r * r > limit) return;  // usable_ stays false
+    const index_t cg = c / groups;                                             // the filter's channels
+    if (n > limit || n * c * h * w > limit || k * cg * r * r > limit) return;  // usable_ stays false
     // The output too, before its descriptor (which would refuse it: CUDNN_STATUS_NOT_SUPPORTED): the
     // caller then takes the im2col path, whose GEMMs take 64-bit sizes.
-    const index_t out_h = (h + 2 * pad - r) / stride + 1, out_w = (w + 2 * pad - r) / stride + 1;
+    const index_t span = dilation * (r - 1) + 1;
+    const index_t out_h = (h + 2 * pad - span) / stride + 1, out_w = (w + 2 * pad - span) / stride + 1;
     if (out_h > 0 && out_w > 0 && n * k * out_h * out_w > limit) return;
     DeviceGuard g(device_);
     constexpr cudnnDataType_t type = detail::cudnn_type<T>();
@@ -192,16 +196,18 @@ class ConvPlan {
     KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
     KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv_));
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, type, i(n), i(c), i(h), i(w)));
-    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, type, CUDNN_TENSOR_NCHW, i(k), i(c), i(r), i(r)));
-    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_, i(pad), i(pad), i(stride), i(stride), 1, 1,
-                                                     CUDNN_CROSS_CORRELATION, detail::cudnn_compute_type<T>()));
+    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, type, CUDNN_TENSOR_NCHW, i(k), i(cg), i(r), i(r)));
+    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_, i(pad), i(pad), i(stride), i(stride), i(dilation),
+                                                     i(dilation), CUDNN_CROSS_CORRELATION,
+                                                     detail::cudnn_compute_type<T>()));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_, i(groups)));
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, detail::query_math<T>()));
     int on = 0, oc = 0, oh = 0, ow = 0;
     KILN_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_, x_, w_, &on, &oc, &oh, &ow));
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, type, on, oc, oh, ow));
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(b_, CUDNN_TENSOR_NCHW, type, 1, oc, 1, 1));
     x_count_ = n * c * h * w;
-    w_count_ = k * c * r * r;
+    w_count_ = k * cg * r * r;
     y_count_ = static_cast<index_t>(on) * oc * oh * ow;
     out_channels_ = oc;
     usable_ = choose_algorithms();  // (the output's size was checked above)

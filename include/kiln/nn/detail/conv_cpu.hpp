@@ -23,33 +23,34 @@ namespace kiln::nn::detail {
 
 /// The output columns [lo, hi) whose tap kj reads inside a row of `w` (the others read padding).
 inline void valid_columns(const ConvGeometry& g, index_t kj, index_t stride, index_t& lo, index_t& hi) {
-  const index_t first = g.pad - kj;  // ow * stride >= first
+  const index_t first = g.pad - kj * g.dilation;  // ow * stride >= first
   lo = first <= 0 ? 0 : (first + stride - 1) / stride;
-  const index_t last = g.w - 1 + g.pad - kj;  // ow * stride <= last
+  const index_t last = g.w - 1 + g.pad - kj * g.dilation;  // ow * stride <= last
   hi = last < 0 ? 0 : std::min(g.wo, last / stride + 1);
   lo = std::min(lo, hi);
 }
 
-/// cols[(c, ki, kj), (oh, ow)] = x[c, oh s - pad + ki, ow s - pad + kj] for one image (0 outside): the
-/// loops carry the indices, so there is no division per row (Im2colRows divides, which is fine on a GPU
-/// and costs more than the copy on a CPU). The columns are in the GEMM's type A: T itself, or float for
-/// half and bfloat16 (widening is exact).
+/// cols[(c, ki, kj), (oh, ow)] = x[c, oh s - pad + ki d, ow s - pad + kj d] for one group of one image
+/// (x: its first channel; 0 outside): the loops carry the indices, so there is no division per row
+/// (Im2colRows divides, which is fine on a GPU and costs more than the copy on a CPU). The columns are in
+/// the GEMM's type A: T itself, or float for half and bfloat16 (widening is exact).
 template <index_t Stride, class T, class A>
 void im2col_image(const T* x, A* cols, const ConvGeometry& g) {
   A* out = cols;
-  for (index_t c = 0; c < g.c; ++c)
+  for (index_t c = 0; c < g.group_channels(); ++c)
     for (index_t ki = 0; ki < g.k; ++ki)
       for (index_t kj = 0; kj < g.k; ++kj) {
         index_t lo, hi;
         valid_columns(g, kj, Stride, lo, hi);
         for (index_t oh = 0; oh < g.ho; ++oh, out += g.wo) {
-          const index_t ih = oh * Stride - g.pad + ki;
+          const index_t ih = oh * Stride - g.pad + ki * g.dilation;
           if (ih < 0 || ih >= g.h) {
             for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = A(0);
             continue;
           }
           const T* in = x + (c * g.h + ih) * g.w;
-          const index_t shift = kj - g.pad;  // iw = ow s + shift, inside [0, w) for ow in [lo, hi)
+          const index_t shift =
+              kj * g.dilation - g.pad;  // iw = ow s + shift, inside [0, w) for ow in [lo, hi)
           for (index_t ow = 0; ow < lo; ++ow) out[ow] = A(0);
           if constexpr (Stride == 1 && std::is_same_v<T, A>)
             std::memcpy(out + lo, in + lo + shift, static_cast<std::size_t>(hi - lo) * sizeof(T));
@@ -60,22 +61,23 @@ void im2col_image(const T* x, A* cols, const ConvGeometry& g) {
       }
 }
 
-/// dx[c, ih, iw] = Σ of dcols over the taps that read it, for one image: a scatter-add in the order of
-/// im2col_image (one thread owns the image, so there is no race). A is float or double.
+/// dx[c, ih, iw] = Σ of dcols over the taps that read it, for one group of one image (dx: its first
+/// channel): a scatter-add in the order of im2col_image (one thread owns the image, so there is no race).
+/// A is float or double.
 template <index_t Stride, class A>
 void col2im_image(const A* dcols, A* dx, const ConvGeometry& g) {
-  for (index_t i = 0; i < g.image(); ++i) dx[i] = A(0);
+  for (index_t i = 0; i < g.group_image(); ++i) dx[i] = A(0);
   const A* d = dcols;
-  for (index_t c = 0; c < g.c; ++c)
+  for (index_t c = 0; c < g.group_channels(); ++c)
     for (index_t ki = 0; ki < g.k; ++ki)
       for (index_t kj = 0; kj < g.k; ++kj) {
         index_t lo, hi;
         valid_columns(g, kj, Stride, lo, hi);
         for (index_t oh = 0; oh < g.ho; ++oh, d += g.wo) {
-          const index_t ih = oh * Stride - g.pad + ki;
+          const index_t ih = oh * Stride - g.pad + ki * g.dilation;
           if (ih < 0 || ih >= g.h) continue;
           A* out = dx + (c * g.h + ih) * g.w;
-          const index_t shift = kj - g.pad;
+          const index_t shift = kj * g.dilation - g.pad;
           for (index_t ow = lo; ow < hi; ++ow) out[ow * Stride + shift] += d[ow];
         }
       }
@@ -113,7 +115,8 @@ const A* gemm_weight(const W* w, index_t count, Tensor<A, Shape<dyn>, Cpu>& wide
   }
 }
 
-/// y = E(conv(x, w) + b) for the batch; z keeps the pre-activation when not null. One parallel pass.
+/// y = E(conv(x, w) + b) for the batch; z keeps the pre-activation when not null. One parallel pass;
+/// one GEMM per image and group ([Out / G, (C / G) K K] x [(C / G) K K, P] writes the group's planes).
 /// T: activations; W: the weight the GEMM reads (T's working copy); B: the bias (master type). The
 /// GEMM runs in A = compute_t<T> (fp32 arithmetic for half and bfloat16, whose result is rounded once,
 /// in the epilogue).
@@ -123,7 +126,7 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
   constexpr bool direct = std::is_same_v<T, A>;  // the GEMM writes NCHW output itself
   ConvGeometry one = g;
   one.n = 1;
-  const index_t patch = g.patch(), p = g.pixels();
+  const index_t patch = g.patch(), p = g.pixels(), fg = out / g.groups;
   {  // the images, weights and bias read, y (and z) written; the columns stay in this thread's cache
     using kiln::detail::bytes_of;
     const index_t outputs = g.n * out * p;
@@ -145,20 +148,23 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) num_threads(team))
   for (index_t n = 0; n < g.n; ++n) {
     A* cols = scratch_all + backend::cpu::thread() * per_thread;
-    im2col_image<Stride>(widened_image(x + n * g.image(), cols + patch * p + (direct ? 0 : out * p), g), cols, one);
+    const A* image = widened_image(x + n * g.image(), cols + patch * p + (direct ? 0 : out * p), g);
     T* yn = y + n * out * p;
     T* zn = z ? z + n * out * p : nullptr;
-    if constexpr (direct) {
-      T* r = zn ? zn : yn;
-      backend::cpu::gemm<A>(false, false, out, p, patch, 1.0f, wa, patch, cols, p, 0.0f, r, p);
-      const ColumnsToNchw<T, B, E> epilogue{r, bias, zn, yn, out, p, p};
-      for (index_t f = 0; f < out; ++f) epilogue(f);
-    } else {
-      A* r = cols + patch * p;
-      backend::cpu::gemm<A>(false, false, out, p, patch, 1.0f, wa, patch, cols, p, 0.0f, r, p);
-      const ColumnsToNchw<T, B, E, A> epilogue{r, bias, zn, yn, out, p, p};
-      for (index_t f = 0; f < out; ++f) epilogue(f);
+    // the GEMM's [Out, P] result: z or y itself (NCHW already), or a float buffer for narrow T
+    auto* r = [&] {
+      if constexpr (direct)
+        return zn ? zn : yn;
+      else
+        return cols + patch * p;
+    }();
+    for (index_t grp = 0; grp < g.groups; ++grp) {
+      im2col_image<Stride>(image + grp * g.group_image(), cols, one);
+      backend::cpu::gemm<A>(false, false, fg, p, patch, 1.0f, wa + grp * fg * patch, patch, cols, p, 0.0f,
+                            r + grp * fg * p, p);
     }
+    const ColumnsToNchw<T, B, E, std::remove_pointer_t<decltype(r)>> epilogue{r, bias, zn, yn, out, p, p};
+    for (index_t f = 0; f < out; ++f) epilogue(f);
   }
 }
 
@@ -175,7 +181,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
   constexpr bool wide_dz = !E::identity || narrow;  // dz goes through a per-thread buffer
   ConvGeometry one = g;
   one.n = 1;
-  const index_t patch = g.patch(), p = g.pixels();
+  const index_t patch = g.patch(), p = g.pixels(), fg = out / g.groups;
   {  // the images, dy (and the saved value) and the weights read; the weight and bias gradients read and
      // written, dx written; the derivative, the bias sum, the weight-gradient GEMM (and the data GEMM
      // and col2im's adds)
@@ -184,8 +190,9 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
     const std::uint64_t gemm = 2 * static_cast<std::uint64_t>(outputs) * static_cast<std::uint64_t>(patch);
     kiln::detail::count_pass(
         {bytes_of<T>(g.n * g.image()) * (dx ? 2 : 1) + bytes_of<T>(outputs) * (E::identity ? 1 : 2) +
-             (dx ? bytes_of<W>(out * patch) : 0) + 2 * bytes_of<G>(out * patch) + (gb ? 2 * bytes_of<G>(out) : 0),
-         (dx ? 2 * gemm + static_cast<std::uint64_t>(patch * p * g.n) : gemm) +
+             (dx ? bytes_of<W>(out * patch) : 0) + 2 * bytes_of<G>(out * patch) +
+             (gb ? 2 * bytes_of<G>(out) : 0),
+         (dx ? 2 * gemm + static_cast<std::uint64_t>(patch * p * g.n * g.groups) : gemm) +
              static_cast<std::uint64_t>(outputs) * ((E::identity ? 0 : 1) + (gb ? 1 : 0))});
   }
   const index_t groups = std::min<index_t>(g.n, 32), per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
@@ -228,18 +235,25 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
         for (index_t q = 0; q < p; ++q) s += static_cast<double>(dz[f * p + q]);
         pb[f] += s;
       }
-      im2col_image<Stride>(widened_image(x + n * g.image(), x_buf, g), cols, one);
-      backend::cpu::gemm<A>(false, true, out, patch, p, 1.0f, dz, p, cols, p, 1.0f, pw, patch);
-      if (dx) {
-        backend::cpu::gemm<A>(true, false, patch, p, out, 1.0f, wa, patch, dz, p, 0.0f, dcols, p);
-        T* dxn = dx + n * g.image();
-        if constexpr (narrow) {
-          col2im_image<Stride>(dcols, dx_buf, one);
-          for (index_t i = 0; i < g.image(); ++i) dxn[i] = from_compute<T>(dx_buf[i]);
-        } else {
-          col2im_image<Stride>(dcols, dxn, one);
+      const A* image = widened_image(x + n * g.image(), x_buf, g);
+      T* dxn = dx ? dx + n * g.image() : nullptr;
+      for (index_t grp = 0; grp < g.groups; ++grp) {  // group grp: its filters fg, its channels C / G
+        im2col_image<Stride>(image + grp * g.group_image(), cols, one);
+        const A* dzg = dz + grp * fg * p;
+        backend::cpu::gemm<A>(false, true, fg, patch, p, 1.0f, dzg, p, cols, p, 1.0f, pw + grp * fg * patch,
+                              patch);
+        if (dx) {
+          backend::cpu::gemm<A>(true, false, patch, p, fg, 1.0f, wa + grp * fg * patch, patch, dzg, p, 0.0f,
+                                dcols, p);
+          if constexpr (narrow)
+            col2im_image<Stride>(dcols, dx_buf + grp * g.group_image(), one);
+          else
+            col2im_image<Stride>(dcols, dxn + grp * g.group_image(), one);
         }
       }
+      if constexpr (narrow)
+        if (dx)
+          for (index_t i = 0; i < g.image(); ++i) dxn[i] = from_compute<T>(dx_buf[i]);
     }
   }
   // The partials added in group order for each weight, the weights spread over the threads (the same

@@ -11,67 +11,80 @@
 
 namespace kiln::nn::detail {
 
-/// The geometry of one convolution: input [N, C, H, W], kernel K x K, stride, padding, output Ho x Wo.
+/// The geometry of one convolution: input [N, C, H, W], kernel K x K, stride, padding, dilation (the
+/// taps K apart by `dilation`), C / groups input channels per group, output Ho x Wo.
 struct ConvGeometry {
-  index_t n, c, h, w, k, stride, pad, ho, wo;
-  KILN_HOST_DEVICE index_t pixels() const { return ho * wo; }       // P
-  KILN_HOST_DEVICE index_t patch() const { return c * k * k; }      // C K K
+  index_t n, c, h, w, k, stride, pad, ho, wo, dilation = 1, groups = 1;
+  KILN_HOST_DEVICE index_t pixels() const { return ho * wo; }             // P
+  KILN_HOST_DEVICE index_t group_channels() const { return c / groups; }  // C / G
+  KILN_HOST_DEVICE index_t patch() const {
+    return group_channels() * k * k;
+  }                                                                 // (C / G) K K: one group's rows
   KILN_HOST_DEVICE index_t columns() const { return n * ho * wo; }  // N P
   KILN_HOST_DEVICE index_t image() const { return c * h * w; }      // one input image
+  KILN_HOST_DEVICE index_t group_image() const { return group_channels() * h * w; }  // one group of it
 };
 
-/// cols[(c, ki, kj), (n, oh, ow)] = x[n, c, oh s - pad + ki, ow s - pad + kj] (0 outside): [CKK, N P].
-/// One call per output row (r, n, oh): the inner loop over ow has no divisions.
+/// cols[(c, ki, kj), (n, oh, ow)] = x[n, c0 + c, oh s - pad + ki d, ow s - pad + kj d] (0 outside):
+/// [(C / G) K K, N P] for the group whose first input channel is c0. One call per output row
+/// (r, n, oh): the inner loop over ow has no divisions.
 template <class T, index_t Stride>
 struct Im2colRows {
   const T* x;
   T* cols;
   ConvGeometry g;
+  index_t c0 = 0;
   static index_t count(const ConvGeometry& g) { return g.patch() * g.n * g.ho; }
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t r = i / (g.n * g.ho), rem = i - r * (g.n * g.ho), n = rem / g.ho, oh = rem - n * g.ho;
     const index_t c = r / (g.k * g.k), kk = r - c * g.k * g.k, ki = kk / g.k, kj = kk - ki * g.k;
-    const index_t ih = oh * Stride - g.pad + ki;
+    const index_t ih = oh * Stride - g.pad + ki * g.dilation;
     T* out = cols + r * g.columns() + n * g.pixels() + oh * g.wo;
     if (ih < 0 || ih >= g.h) {
       for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = T(0);
       return;
     }
-    const T* in = x + ((n * g.c + c) * g.h + ih) * g.w;
+    const T* in = x + ((n * g.c + c0 + c) * g.h + ih) * g.w;
+    const index_t shift = kj * g.dilation - g.pad;  // iw = ow s + shift
     if (Stride == 1 && g.pad == 0) {  // every tap inside: a plain copy
-      for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = in[ow + kj];
+      for (index_t ow = 0; ow < g.wo; ++ow) out[ow] = in[ow + shift];
       return;
     }
     for (index_t ow = 0; ow < g.wo; ++ow) {
-      const index_t iw = ow * Stride - g.pad + kj;
+      const index_t iw = ow * Stride + shift;
       out[ow] = (iw >= 0 && iw < g.w) ? in[iw] : T(0);
     }
   }
-  /// The images read, the columns written; no arithmetic.
+  /// The group's images read, the columns written; no arithmetic.
   Traffic traffic(index_t) const {
-    return {kiln::detail::bytes_of<T>(g.n * g.image()) + kiln::detail::bytes_of<T>(g.patch() * g.columns()), 0};
+    return {
+        kiln::detail::bytes_of<T>(g.n * g.group_image()) + kiln::detail::bytes_of<T>(g.patch() * g.columns()),
+        0};
   }
 };
 
-/// dx[n, c, ih, iw] = Σ over the kernel taps that read it of dcols[(c, ki, kj), (n, oh, ow)]: a gather,
-/// so every input element is written once (deterministic, no atomics). One call per input row.
+/// dx[n, c0 + c, ih, iw] = Σ over the kernel taps that read it of dcols[(c, ki, kj), (n, oh, ow)]: a
+/// gather over one group's columns, so every input element is written once (deterministic, no atomics).
+/// One call per input row of the group.
 template <class T, index_t Stride>
 struct Col2imRows {
   const T* dcols;
   T* dx;
   ConvGeometry g;
-  static index_t count(const ConvGeometry& g) { return g.n * g.c * g.h; }
+  index_t c0 = 0;
+  static index_t count(const ConvGeometry& g) { return g.n * g.group_channels() * g.h; }
   KILN_HOST_DEVICE void operator()(index_t i) const {
-    const index_t ih = i % g.h, c = (i / g.h) % g.c, n = i / (g.h * g.c);
-    T* out = dx + i * g.w;
+    const index_t cg = g.group_channels();
+    const index_t ih = i % g.h, c = (i / g.h) % cg, n = i / (g.h * cg);
+    T* out = dx + ((n * g.c + c0 + c) * g.h + ih) * g.w;
     for (index_t iw = 0; iw < g.w; ++iw) {
       compute_t<T> acc = 0;
       for (index_t ki = 0; ki < g.k; ++ki) {
-        const index_t th = ih + g.pad - ki;
+        const index_t th = ih + g.pad - ki * g.dilation;
         if (th < 0 || th % Stride != 0 || th / Stride >= g.ho) continue;
         const T* row = dcols + ((c * g.k + ki) * g.k) * g.columns() + n * g.pixels() + (th / Stride) * g.wo;
         for (index_t kj = 0; kj < g.k; ++kj) {
-          const index_t tw = iw + g.pad - kj;
+          const index_t tw = iw + g.pad - kj * g.dilation;
           if (tw < 0 || tw % Stride != 0 || tw / Stride >= g.wo) continue;
           acc += to_compute(row[kj * g.columns() + tw / Stride]);
         }
@@ -79,10 +92,11 @@ struct Col2imRows {
       out[iw] = from_compute<T>(acc);
     }
   }
-  /// The column gradients read, the image gradients written; one add per column element.
+  /// The group's column gradients read, its image gradients written; one add per column element.
   Traffic traffic(index_t) const {
-    return {kiln::detail::bytes_of<T>(g.patch() * g.columns()) + kiln::detail::bytes_of<T>(g.n * g.image()),
-            static_cast<std::uint64_t>(g.patch() * g.columns())};
+    return {
+        kiln::detail::bytes_of<T>(g.patch() * g.columns()) + kiln::detail::bytes_of<T>(g.n * g.group_image()),
+        static_cast<std::uint64_t>(g.patch() * g.columns())};
   }
 };
 
