@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/real.hpp"
 #include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/elementwise.hpp"
@@ -87,15 +88,18 @@ struct SiLU : detail::PointwiseActivation<epilogue::Silu, SiLU> {
 };
 /// x where x > 0, else NegativeSlope x: torch.nn.LeakyReLU(negative_slope=0.01), the slope a float
 /// template argument as Dropout's p (`LeakyReLU<0.2f>`). Shapes: any -> the same.
-template <float NegativeSlope = 0.01f>
-struct LeakyReLU : detail::PointwiseActivation<epilogue::LeakyRelu<NegativeSlope>, LeakyReLU<NegativeSlope>> {
-  static std::string repr() { return "LeakyReLU(negative_slope=" + detail::python_float(NegativeSlope) + ")"; }
+template <Real NegativeSlope = 0.01f>
+struct LeakyReLU
+    : detail::PointwiseActivation<epilogue::LeakyRelu<NegativeSlope.value>, LeakyReLU<NegativeSlope>> {
+  static std::string repr() {
+    return "LeakyReLU(negative_slope=" + detail::python_float(NegativeSlope.value) + ")";
+  }
 };
 /// x where x > 0, else Alpha (e^x - 1): torch.nn.ELU(alpha=1.0), `ELU<>` or `ELU<0.5f>`. Shapes: any ->
 /// the same.
-template <float Alpha = 1.0f>
-struct ELU : detail::PointwiseActivation<epilogue::Elu<Alpha>, ELU<Alpha>> {
-  static std::string repr() { return "ELU(alpha=" + detail::python_float(Alpha) + ")"; }
+template <Real Alpha = 1.0f>
+struct ELU : detail::PointwiseActivation<epilogue::Elu<Alpha.value>, ELU<Alpha>> {
+  static std::string repr() { return "ELU(alpha=" + detail::python_float(Alpha.value) + ")"; }
 };
 
 // After a Linear or Conv2d in a Sequential, these run inside its epilogue (nn/epilogue.hpp).
@@ -115,13 +119,13 @@ template <>
 struct epilogue_of<SiLU> {
   using type = epilogue::Silu;
 };
-template <float NegativeSlope>
+template <Real NegativeSlope>
 struct epilogue_of<LeakyReLU<NegativeSlope>> {
-  using type = epilogue::LeakyRelu<NegativeSlope>;
+  using type = epilogue::LeakyRelu<NegativeSlope.value>;
 };
-template <float Alpha>
+template <Real Alpha>
 struct epilogue_of<ELU<Alpha>> {
-  using type = epilogue::Elu<Alpha>;
+  using type = epilogue::Elu<Alpha.value>;
 };
 
 }  // namespace kiln::nn

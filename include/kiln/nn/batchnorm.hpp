@@ -10,6 +10,7 @@
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
+#include "kiln/core/real.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/replica_group.hpp"
@@ -651,15 +652,17 @@ struct BatchNorm2dName {
 /// towards the batch's (unbiased variance) by Momentum, or by 1 / batches for kiln::nn::cumulative_average
 /// (torch's momentum=None); evaluation normalises by the running statistics (by the batch's without
 /// Track). Example: `Sequential<Linear<13, 16>, BatchNorm1d<16>, ReLU, Linear<16, 1>>`.
-template <index_t C, float Eps = 1e-5f, float Momentum = 0.1f, bool Affine = true, bool TrackRunningStats = true>
-struct BatchNorm1d
-    : detail::BatchNormLayer<detail::BatchNorm1dName, 2, 3, C, Eps, Momentum, Affine, TrackRunningStats> {};
+template <index_t C, Real Eps = 1e-5f, Real Momentum = 0.1f, bool Affine = true,
+          bool TrackRunningStats = true>
+struct BatchNorm1d : detail::BatchNormLayer<detail::BatchNorm1dName, 2, 3, C, Eps.value, Momentum.value,
+                                            Affine, TrackRunningStats> {};
 
 /// torch.nn.BatchNorm2d(C, ...): as BatchNorm1d, over the batch and the H × W positions of each of C
 /// channels. Shapes: [N, C, H, W] -> the same.
 /// Example: `Sequential<Conv2d<3, 16, 3, 1, 1>, BatchNorm2d<16>, ReLU, MaxPool2d<2>, ...>`.
-template <index_t C, float Eps = 1e-5f, float Momentum = 0.1f, bool Affine = true, bool TrackRunningStats = true>
-struct BatchNorm2d
-    : detail::BatchNormLayer<detail::BatchNorm2dName, 4, 4, C, Eps, Momentum, Affine, TrackRunningStats> {};
+template <index_t C, Real Eps = 1e-5f, Real Momentum = 0.1f, bool Affine = true,
+          bool TrackRunningStats = true>
+struct BatchNorm2d : detail::BatchNormLayer<detail::BatchNorm2dName, 4, 4, C, Eps.value, Momentum.value,
+                                            Affine, TrackRunningStats> {};
 
 }  // namespace kiln::nn

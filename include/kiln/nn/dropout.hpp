@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/real.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -43,7 +44,7 @@ struct DropoutApply {
 /// the identity (no pass). Masks are drawn from a
 /// counter-based generator seeded by the model's seed, so runs are reproducible on every device.
 /// Shapes: any -> the same. Example: `Sequential<Linear<400, 120>, ReLU, Dropout<0.1f>, Linear<120, 84>>`.
-template <float P = 0.5f>
+template <Real P = 0.5f>
 struct Dropout {
   static_assert(P >= 0.0f && P <= 1.0f, "kiln::nn::Dropout<P>: P must be in [0, 1]");
   template <class S>
@@ -58,7 +59,7 @@ struct Dropout {
     using typename detail::parameter_free<S, S, Pol>::D;
 
     void reset_parameters(Generator& g) { seed_ = g(); }  // the mask's seed: the model's, in layer order
-    std::string name() const { return "Dropout(p=" + detail::python_float(P) + ", inplace=False)"; }
+    std::string name() const { return "Dropout(p=" + detail::python_float(P.value) + ", inplace=False)"; }
 
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       active_ = ctx.training && P > 0.0f;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/core/errors.hpp"
+#include "kiln/core/real.hpp"
 #include "kiln/nn/detail/norm_rows.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -66,7 +67,7 @@ struct GroupNormLayer {
 /// whole (LayerNorm over [C, H, W] with per-channel parameters); G = C each channel alone.
 /// Shapes: [N, C, *] -> the same. Parameters (Affine): weight [C] (1), bias [C] (0).
 /// Example: `Sequential<Conv2d<3, 32, 3, 1, 1>, GroupNorm<8, 32>, ReLU, ...>`.
-template <index_t G, index_t C, float Eps = 1e-5f, bool Affine = true>
-struct GroupNorm : detail::GroupNormLayer<G, C, Eps, Affine> {};
+template <index_t G, index_t C, Real Eps = 1e-5f, bool Affine = true>
+struct GroupNorm : detail::GroupNormLayer<G, C, Eps.value, Affine> {};
 
 }  // namespace kiln::nn

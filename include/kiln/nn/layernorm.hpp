@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/core/errors.hpp"
+#include "kiln/core/real.hpp"
 #include "kiln/nn/detail/norm_rows.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -81,8 +82,9 @@ using shape_or_stand_in = std::conditional_t<kiln::shape<Normalized>, Normalized
 /// normalised by their own mean and biased variance, the same in training and evaluation.
 /// Shapes: [..., *Normalized] -> the same. Parameters (ElementwiseAffine): weight (1) and bias (0), each
 /// of the normalised shape. Example: `LayerNormOver<Shape<6, 28, 28>>` after `Conv2d<1, 6, 5>` on 32 × 32.
-template <class Normalized, float Eps = 1e-5f, bool ElementwiseAffine = true>
-struct LayerNormOver : detail::LayerNormLayer<detail::shape_or_stand_in<Normalized>, Eps, ElementwiseAffine> {
+template <class Normalized, Real Eps = 1e-5f, bool ElementwiseAffine = true>
+struct LayerNormOver
+    : detail::LayerNormLayer<detail::shape_or_stand_in<Normalized>, Eps.value, ElementwiseAffine> {
   // A non-Shape N stops here with this one message: the base is built on a stand-in shape and accepts
   // any input, so that nothing fails after it.
   static_assert(
@@ -90,14 +92,14 @@ struct LayerNormOver : detail::LayerNormLayer<detail::shape_or_stand_in<Normaliz
       "kiln::nn::LayerNormOver<N>: N is the normalised shape as a kiln::Shape, e.g. Shape<6, 28, 28>");
   template <class S>
   static constexpr bool accepts =
-      !kiln::shape<Normalized> ||
-      detail::LayerNormLayer<detail::shape_or_stand_in<Normalized>, Eps, ElementwiseAffine>::template accepts<S>;
+      !kiln::shape<Normalized> || detail::LayerNormLayer<detail::shape_or_stand_in<Normalized>, Eps.value,
+                                                         ElementwiseAffine>::template accepts<S>;
 };
 
 /// torch.nn.LayerNorm(F, eps, elementwise_affine): LayerNormOver<Shape<F>>, over the last dimension.
 /// Shapes: [N, F] or [N, ..., F] -> the same. Example: `Sequential<Linear<13, 64>, LayerNorm<64>, GELU,
 /// ...>`.
-template <index_t F, float Eps = 1e-5f, bool ElementwiseAffine = true>
-struct LayerNorm : detail::LayerNormLayer<Shape<F>, Eps, ElementwiseAffine> {};
+template <index_t F, Real Eps = 1e-5f, bool ElementwiseAffine = true>
+struct LayerNorm : detail::LayerNormLayer<Shape<F>, Eps.value, ElementwiseAffine> {};
 
 }  // namespace kiln::nn

@@ -28,9 +28,10 @@ struct SyncBatchNormName {
 /// Same parameters, buffers and state_dict names as BatchNorm1d/2d, so checkpoints move between them.
 /// Example: `Sequential<Conv2d<3, 16, 3, 1, 1>, SyncBatchNorm<16>, ReLU, ...>` trained under
 /// DistributedDataParallel; or convert_sync_batchnorm_t<Net> for an existing network.
-template <index_t C, float Eps = 1e-5f, float Momentum = 0.1f, bool Affine = true, bool TrackRunningStats = true>
-struct SyncBatchNorm
-    : detail::BatchNormLayer<detail::SyncBatchNormName, 2, 5, C, Eps, Momentum, Affine, TrackRunningStats, true> {};
+template <index_t C, Real Eps = 1e-5f, Real Momentum = 0.1f, bool Affine = true,
+          bool TrackRunningStats = true>
+struct SyncBatchNorm : detail::BatchNormLayer<detail::SyncBatchNormName, 2, 5, C, Eps.value, Momentum.value,
+                                              Affine, TrackRunningStats, true> {};
 
 /// Net with every BatchNorm1d and BatchNorm2d (inside Sequential and Residual too) replaced by
 /// SyncBatchNorm with the same arguments: torch's `SyncBatchNorm.convert_sync_batchnorm(model)` as a
@@ -42,13 +43,13 @@ struct convert_sync_batchnorm {
 template <class Net>
 using convert_sync_batchnorm_t = typename convert_sync_batchnorm<Net>::type;
 
-template <index_t C, float Eps, float Momentum, bool Affine, bool Track>
+template <index_t C, Real Eps, Real Momentum, bool Affine, bool Track>
 struct convert_sync_batchnorm<BatchNorm1d<C, Eps, Momentum, Affine, Track>> {
-  using type = SyncBatchNorm<C, Eps, Momentum, Affine, Track>;
+  using type = SyncBatchNorm<C, Eps.value, Momentum.value, Affine, Track>;
 };
-template <index_t C, float Eps, float Momentum, bool Affine, bool Track>
+template <index_t C, Real Eps, Real Momentum, bool Affine, bool Track>
 struct convert_sync_batchnorm<BatchNorm2d<C, Eps, Momentum, Affine, Track>> {
-  using type = SyncBatchNorm<C, Eps, Momentum, Affine, Track>;
+  using type = SyncBatchNorm<C, Eps.value, Momentum.value, Affine, Track>;
 };
 template <class... Layers>
 struct convert_sync_batchnorm<Sequential<Layers...>> {
@@ -66,7 +67,7 @@ struct has_sync_batchnorm : std::false_type {};
 template <class Net>
 inline constexpr bool has_sync_batchnorm_v = has_sync_batchnorm<Net>::value;
 
-template <index_t C, float Eps, float Momentum, bool Affine, bool Track>
+template <index_t C, Real Eps, Real Momentum, bool Affine, bool Track>
 struct has_sync_batchnorm<SyncBatchNorm<C, Eps, Momentum, Affine, Track>> : std::true_type {};
 template <class... Layers>
 struct has_sync_batchnorm<Sequential<Layers...>> : std::bool_constant<(has_sync_batchnorm_v<Layers> || ...)> {};
