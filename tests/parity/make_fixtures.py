@@ -88,6 +88,12 @@ layers.json
                      grad: {name: tensor} (each parameter's dL/dp)} ]
                   every module in eval() mode (Dropout: the identity)
 
+clip_coefficient.json
+  torch_version   str
+  cases           [ {grad: [a, b] (a Pythagorean pair: its 2-norm c is exact), max_norm: float,
+                     clipped: tensor (torch's gradients after clip_grad_norm_), division_differs: bool
+                     (max_norm / (c + 1e-6) rounds otherwise than torch's reciprocal(c + 1e-6) * max_norm)} ]
+
 layers_strided.json
   torch_version   str
   cases           as in layers.json: Conv2d, MaxPool2d and AvgPool2d whose stride exceeds the kernel
@@ -493,6 +499,24 @@ def clip_fixture():
     return {"torch_version": torch.__version__, "parts": parts,
             "grad": tensor(torch.cat([g.reshape(-1) for g in grads])), "cases": cases,
             "order_zero": clip_order_zero_fixture(grads)}
+
+
+def clip_coefficient_fixture():
+    """clip_grad_norm_'s coefficient to the bit: gradients [a, b] of Pythagorean triples (a, b, c), whose
+    2-norm c every summation order gets exactly, so the clipped values differ only by how the coefficient
+    is rounded (torch: reciprocal(c + 1e-6) * max_norm, Tensor.__rtruediv__; max_norm / (c + 1e-6)
+    rounds differently in the cases marked)."""
+    cases = []
+    for a, b, c in [(3, 4, 5), (6, 8, 10), (5, 12, 13), (20, 21, 29), (16, 30, 34), (12, 35, 37), (9, 40, 41)]:
+        for max_norm in [0.3, 0.7, 0.9, 1.3]:
+            p = torch.nn.Parameter(torch.zeros(2))
+            p.grad = torch.tensor([float(a), float(b)])
+            torch.nn.utils.clip_grad_norm_([p], max_norm)
+            t = torch.tensor(float(c))
+            divided = torch.tensor(max_norm, dtype=torch.float32) / (t + 1e-6)
+            cases.append({"grad": [a, b], "max_norm": max_norm, "clipped": tensor(p.grad),
+                          "division_differs": bool(divided.item() != ((1 / (t + 1e-6)) * max_norm).item())})
+    return {"torch_version": torch.__version__, "cases": cases}
 
 
 def clip_order_zero_fixture(grads):
@@ -907,6 +931,7 @@ def write(name, data):
 FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_maximize_fixture(),
             "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
+            "clip_coefficient.json": lambda: clip_coefficient_fixture(),
             "layers_strided.json": lambda: layers_strided_fixture(),
             "layers_pool_modes.json": lambda: layers_pool_modes_fixture(),
             "layers_conv_modes.json": lambda: layers_conv_modes_fixture(),

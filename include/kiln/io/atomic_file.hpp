@@ -2,6 +2,7 @@
 /// then renamed over it, so a reader (or a crash) sees the old file or the whole new one.
 #pragma once
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -60,6 +61,13 @@ class TempFile {
       n -= static_cast<std::size_t>(w);
     }
   }
+  /// Gives the file the permission bits of `target` when that is a file already (a checkpoint kept
+  /// private, 0600, stays so; a new file keeps 0666 less the umask). Best effort: without the right to
+  /// change them the file keeps its own.
+  void keep_mode_of(const std::filesystem::path& target) {
+    struct ::stat st;
+    if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::fchmod(fd_, st.st_mode & 07777);
+  }
   /// Flushes the file to disk (fsync, so that a rename over the old file never leaves an empty one
   /// after a power loss) and closes it.
   void flush_and_close() {
@@ -90,8 +98,9 @@ class TempFile {
     }
     return {};
   }
-  /// flush_and_close, then rename_to `to`, or throws naming both files.
+  /// keep_mode_of `to`, flush_and_close, then rename_to `to`, or throws naming both files.
   void commit(const std::filesystem::path& to) {
+    keep_mode_of(to);
     flush_and_close();
     if (const auto ec = rename_to(to))
       throw FileError("kiln: cannot rename " + path_.string() + " to " + to.string() + ": " + ec.message());
@@ -162,11 +171,11 @@ inline std::string why_unwritable(const std::filesystem::path& path, bool new_fi
 
 /// Writes `bytes` to `path` so that no reader sees half of it: through a temporary file of this
 /// writer's own in the same folder, flushed to disk and renamed over `path` (a link is followed: the
-/// file it names is replaced, the link stays). Where that cannot be done it writes in place: `path` is
-/// not a regular file (a FIFO, /dev/stdout), the folder takes no new file, or the file cannot be
-/// replaced (a bind-mounted file, another user's in a sticky folder: detail::may_write_in_place). Throws
-/// FileError naming the file when it cannot be written at all, or when the temporary file failed for
-/// another reason (a full disk, a quota): the old file is then left as it was.
+/// file it names is replaced, the link stays; the file keeps its permission bits). Where that cannot be done
+/// it writes in place: `path` is not a regular file (a FIFO, /dev/stdout), the folder takes no new file, or
+/// the file cannot be replaced (a bind-mounted file, another user's in a sticky folder:
+/// detail::may_write_in_place). Throws FileError naming the file when it cannot be written at all, or when
+/// the temporary file failed for another reason (a full disk, a quota): the old file is then left as it was.
 inline void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
   const auto target = detail::atomic_target(path);
   if (!target) return detail::write_in_place(path, bytes);
@@ -178,6 +187,7 @@ inline void write_file_atomically(const std::filesystem::path& path, std::string
                     std::strerror(open_error));
   }
   tmp.write(bytes.data(), bytes.size());
+  tmp.keep_mode_of(*target);
   tmp.flush_and_close();
   if (const auto ec = tmp.rename_to(*target)) {  // (the temporary file goes with tmp)
     if (!detail::may_write_in_place(ec.value()))

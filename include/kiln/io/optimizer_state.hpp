@@ -140,7 +140,7 @@ template <class Arena>
 void load_arena(Arena& a, const SafetensorsEntry& e) {
   using M = typename Arena::element_type;
   std::vector<M> host(static_cast<std::size_t>(a.numel()));
-  std::memcpy(host.data(), e.bytes.data(), e.bytes.size());
+  if (!e.bytes.empty()) std::memcpy(host.data(), e.bytes.data(), e.bytes.size());
   a.copy_from(std::span<const M>(host));
 }
 

@@ -193,12 +193,19 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
   const std::uint64_t size = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(size >> (8 * i));
-  try {  // no in-place fallback here (write_file_atomically's): a checkpoint is replaced whole or not at all
-    detail::TempFile tmp(path);
+  // The file a link names is replaced (the link stays), as write_file_atomically does; no in-place
+  // fallback here: a checkpoint is replaced whole or not at all.
+  const auto target = detail::atomic_target(path);
+  if (!target)
+    throw CheckpointError("kiln: " + path.string() +
+                          ": not a regular file; a checkpoint is written to a temporary file next to it and "
+                          "renamed over it");
+  try {
+    detail::TempFile tmp(*target);
     tmp.write(le, 8);
     tmp.write(text.data(), text.size());
     for (const auto* item : order) tmp.write(item->second.bytes.data(), item->second.bytes.size());
-    tmp.commit(path);
+    tmp.commit(*target);
   } catch (const FileError& e) {
     throw CheckpointError(e.what());
   }
@@ -243,6 +250,11 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   std::string text(hsize, '\0');
   in.read(text.data(), static_cast<std::streamsize>(hsize));
   if (!in) throw CheckpointError(where + ": could not read the " + std::to_string(hsize) + "-byte header at offset 8");
+  // nlohmann's parser takes a NUL byte for the end of its input, so JSON, a NUL and anything after it
+  // would pass; the reference reader (serde_json) refuses trailing bytes, and so does this one.
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
+    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + nul) +
+                          ": a NUL byte; the header is UTF-8 JSON padded with spaces");
   json header;
   // A header nests three deep (the object, an entry, its shape); a deeper one is refused before it is
   // parsed, as it would cost memory (100 MB of '[' would build gigabytes of nested arrays).
@@ -382,7 +394,7 @@ template <class T>
 SafetensorsEntry make_entry(std::span<const T> values, std::vector<index_t> shape) {
   SafetensorsEntry e{safetensors_dtype<T>(), std::move(shape), {}};
   e.bytes.resize(values.size_bytes());
-  std::memcpy(e.bytes.data(), values.data(), values.size_bytes());
+  if (!values.empty()) std::memcpy(e.bytes.data(), values.data(), values.size_bytes());  // (null for none)
   return e;
 }
 
@@ -468,10 +480,10 @@ void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::fil
                           ", the model expects " + shape_text(shape));
   if (integer) {
     std::vector<std::int64_t> v(e.bytes.size() / sizeof(std::int64_t));
-    std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+    if (!e.bytes.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
     for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<M>(v[i]);
   } else {
-    std::memcpy(out, e.bytes.data(), e.bytes.size());
+    if (!e.bytes.empty()) std::memcpy(out, e.bytes.data(), e.bytes.size());
   }
   entries.erase(it);
 }

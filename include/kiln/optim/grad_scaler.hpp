@@ -89,18 +89,21 @@ struct ScalerState {
 /// A capturable scaler's update() (one thread), torch's rule as GradScaler::update() runs it on the
 /// host: after an inf/NaN, scale *= backoff and the tracker restarts; otherwise the tracker counts, and
 /// at the interval the scale grows unless that overflows float32 (update(new_scale): `new_scale` > 0,
-/// the tracker kept). Each optimizer whose flag is set counts a skipped step, as the host's step()
-/// counts them. Then inv_scale = float(1 / scale) and the flags (found_inf[0], any optimizer's, then
-/// each optimizer's) are cleared for the next iteration.
+/// the tracker kept). Each optimizer whose flag is set and that reached step() (bit k - 1 of `stepped`
+/// for flag k: the host knows which did) counts a skipped step, as the host's step() counts them; one
+/// only unscaled does not. Then inv_scale = float(1 / scale) and the flags (found_inf[0], any
+/// optimizer's, then each optimizer's) are cleared for the next iteration.
 struct ScaleUpdate {
   double* s;
   std::int32_t* found_inf;
   double growth_factor, backoff_factor, growth_interval;
   index_t flags = 1;
   float new_scale = 0.0f;
+  std::uint32_t stepped = ~0u;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t) const {
     float scale = static_cast<float>(s[ScalerState::scale]);
-    for (index_t k = 1; k < flags; ++k) s[ScalerState::skipped] += found_inf[k] != 0 ? 1 : 0;
+    for (index_t k = 1; k < flags; ++k)
+      s[ScalerState::skipped] += found_inf[k] != 0 && ((stepped >> (k - 1)) & 1u) != 0 ? 1 : 0;
     if (new_scale > 0.0f) {
       scale = new_scale;
     } else if (*found_inf != 0) {
@@ -265,6 +268,7 @@ class GradScaler {
       return false;  // its static_assert said what is missing
     } else {
       if (!o_.enabled) return true;
+      if (capturable()) check_steps_on_device(opt);  // as step() would, before the gradients change
       PerOptimizer& s = state_of(&opt);
       if (s.stepped)
         throw Error(
@@ -320,7 +324,9 @@ class GradScaler {
 
   /// Ends the iteration, torch's rule: after an inf/NaN, scale *= backoff_factor and the growth tracker
   /// restarts at 0; otherwise the tracker counts one more finite step, and at growth_interval the scale
-  /// is multiplied by growth_factor (unless that overflows float32) and the tracker restarts. Throws
+  /// is multiplied by growth_factor (unless that overflows float32) and the tracker restarts. (A tracker
+  /// loaded past the interval, from a scaler with a longer one, grows at the next finite step; torch's
+  /// `==` would never grow again.) Throws
   /// kiln::Error when no step() or unscale_() ran since the last update(). Disabled: does nothing.
   void update() {
     if (!o_.enabled) return;
@@ -332,7 +338,8 @@ class GradScaler {
       const kiln::detail::device_scope<D> on(state_.device());
       kiln::detail::executor<D>::for_each(
           1, detail::ScaleUpdate{state_.data(), flag_.tensor.data(), o_.growth_factor, o_.backoff_factor,
-                                 static_cast<double>(o_.growth_interval), flag_.tensor.numel()});
+                                 static_cast<double>(o_.growth_interval), flag_.tensor.numel(), 0.0f,
+                                 stepped_slots()});
       per_optimizer_.clear();
       return;
     }
@@ -360,7 +367,8 @@ class GradScaler {
       const kiln::detail::device_scope<D> on(state_.device());
       kiln::detail::executor<D>::for_each(
           1, detail::ScaleUpdate{state_.data(), flag_.tensor.data(), o_.growth_factor, o_.backoff_factor,
-                                 static_cast<double>(o_.growth_interval), flag_.tensor.numel(), s});
+                                 static_cast<double>(o_.growth_interval), flag_.tensor.numel(), s,
+                                 stepped_slots()});
     }
     per_optimizer_.clear();
   }
@@ -480,6 +488,16 @@ class GradScaler {
       slots.push_back(opt);
     }
     return flags + 1 + k;
+  }
+  /// Capturable: bit k set for each optimizer in slot k that reached step() this iteration (ScaleUpdate
+  /// counts only their skips).
+  std::uint32_t stepped_slots() const {
+    static_assert(max_capturable_optimizers <= 32, "one bit per slot");
+    std::uint32_t mask = 0;
+    for (const PerOptimizer& p : per_optimizer_)
+      for (std::size_t k = 0; k < flag_.slots.size(); ++k)
+        if (p.stepped && flag_.slots[k] == p.optimizer) mask |= 1u << k;
+    return mask;
   }
   /// Capturable: the optimizer steps or skips on the device, by its flag, which the unscale pass set.
   template <class Opt>

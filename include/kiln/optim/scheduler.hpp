@@ -216,13 +216,25 @@ class CosineAnnealingWarmRestarts : public detail::LRScheduler<Opt, CosineAnneal
                        std::to_string(T_mult));
     this->apply();
   }
+  /// O(1) for T_mult 1 (a remainder), O(log epoch) otherwise (one period per restart); a period past
+  /// int64's range ends the walk (it outlasts any epoch) instead of overflowing.
   double lr_at(std::int64_t epoch) const {
-    std::int64_t t_cur = epoch < 0 ? 0 : epoch, t_i = t0_;
-    while (t_cur >= t_i) {  // one period per restart: O(log epoch) for T_mult > 1
-      t_cur -= t_i;
-      t_i *= t_mult_;
+    std::int64_t t_cur = epoch < 0 ? 0 : epoch;
+    double t_i = static_cast<double>(t0_);
+    if (t_mult_ == 1) {
+      t_cur %= t0_;
+    } else {
+      for (std::int64_t period = t0_; t_cur >= period;) {
+        t_cur -= period;
+        if (period > std::numeric_limits<std::int64_t>::max() / t_mult_) {
+          t_i = static_cast<double>(period) * static_cast<double>(t_mult_);
+          break;
+        }
+        period *= t_mult_;
+        t_i = static_cast<double>(period);
+      }
     }
-    const double c = std::cos(std::numbers::pi * static_cast<double>(t_cur) / static_cast<double>(t_i));
+    const double c = std::cos(std::numbers::pi * static_cast<double>(t_cur) / t_i);
     return eta_min_ + (this->base_lr() - eta_min_) * (1.0 + c) / 2.0;
   }
   std::int64_t T_0() const { return t0_; }

@@ -77,6 +77,21 @@ BOOST_AUTO_TEST_CASE(a_link_stays_a_link_and_the_file_it_names_is_replaced) {
   BOOST_TEST(entries(dir) == 2);
 }
 
+BOOST_AUTO_TEST_CASE(a_replaced_file_keeps_its_permission_bits) {
+  const kiln::test::TempDir scratch;
+  const auto file = scratch.path() / "private.json";
+  kiln::write_file_atomically(file, "old");
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);  // 0600
+  kiln::write_file_atomically(file, "new");
+  BOOST_TEST(contents(file) == "new");
+  BOOST_TEST(((fs::status(file).permissions() & fs::perms::all) ==
+              (fs::perms::owner_read | fs::perms::owner_write)));
+  fs::permissions(file, fs::perms::owner_all | fs::perms::group_read);  // 0740
+  kiln::write_file_atomically(file, "newer");
+  BOOST_TEST(
+      ((fs::status(file).permissions() & fs::perms::all) == (fs::perms::owner_all | fs::perms::group_read)));
+}
+
 BOOST_AUTO_TEST_CASE(a_fifo_is_written_in_place) {
   const kiln::test::TempDir scratch;
   const auto& dir = scratch.path();

@@ -396,6 +396,44 @@ BOOST_AUTO_TEST_CASE(a_deeply_nested_header_is_a_checkpoint_error_not_a_crash) {
                              4, "unsupported dtype"));
 }
 
+// nlohmann's parser stops at a NUL byte: JSON, a NUL and junk after it was read as a good header.
+BOOST_AUTO_TEST_CASE(a_nul_byte_in_the_header_is_a_checkpoint_error_at_its_byte) {
+  const auto dir = scratch("nul");
+  const std::string json = R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})";
+  BOOST_TEST(header_rejected(dir, json + std::string(1, '\0') + "this is not JSON {{{ ]]", 2,
+                             "header JSON at byte " + std::to_string(8 + json.size()) + ": a NUL byte"));
+  BOOST_TEST(header_rejected(dir, json + std::string(1, '\0'), 2, "a NUL byte"));
+}
+
+// write_safetensors replaces the file a link names (the link stays, as write_file_atomically's) and keeps
+// the permission bits of the file it replaces (a private checkpoint stays private).
+BOOST_AUTO_TEST_CASE(a_checkpoint_through_a_link_replaces_its_file_and_keeps_the_files_mode) {
+  const auto dir = scratch("link_mode");
+  const std::map<std::string, kiln::SafetensorsEntry> one{{"w", {"U8", {2}, {1, 2}}}},
+      two{{"w", {"U8", {3}, {3, 4, 5}}}};
+  fs::create_directories(dir / "run3");
+  const auto real = dir / "run3" / "ckpt.safetensors";
+  kiln::write_safetensors(real, one);
+  fs::permissions(real, fs::perms::owner_read | fs::perms::owner_write);
+  fs::create_symlink(real, dir / "latest.safetensors");
+  kiln::write_safetensors(dir / "latest.safetensors", two);
+  BOOST_TEST(fs::is_symlink(fs::symlink_status(dir / "latest.safetensors")));
+  BOOST_TEST(kiln::read_safetensors(real).at("w").bytes == std::vector<std::uint8_t>({3, 4, 5}));
+  BOOST_TEST(((fs::status(real).permissions() & fs::perms::all) ==
+              (fs::perms::owner_read | fs::perms::owner_write)));
+  BOOST_TEST(std::distance(fs::directory_iterator(dir / "run3"), fs::directory_iterator()) ==
+             1);                                          // no temporary left
+  kiln::write_safetensors(dir / "new.safetensors", one);  // a new file: 0666 less the umask, as before
+  BOOST_TEST(((fs::status(dir / "new.safetensors").permissions() & fs::perms::owner_write) ==
+              fs::perms::owner_write));
+  // Not a regular file (a FIFO here; as root the rename once replaced /dev/null itself): refused, untouched.
+  BOOST_REQUIRE(::mkfifo((dir / "pipe").c_str(), 0600) == 0);
+  BOOST_CHECK_EXCEPTION(
+      kiln::write_safetensors(dir / "pipe", one), kiln::CheckpointError,
+      [](const kiln::CheckpointError& e) { return contains(e.what(), "pipe: not a regular file"); });
+  BOOST_TEST(fs::is_fifo(fs::symlink_status(dir / "pipe")));
+}
+
 BOOST_AUTO_TEST_CASE(header_limits_null_metadata_and_the_overlap_names) {
   const auto dir = scratch("limits");
   // Over the reference reader's 100,000,000 bytes (a sparse file that is large enough).

@@ -574,6 +574,43 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(host_and_capturable_scalers_count_skips_alike, D, 
   }
 }
 
+// An optimizer only unscaled (its gradients read, say, for a norm) and not stepped skips no step: the
+// host counts skips in step(), the capturable scaler's update counts only the optimizers that reached it.
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_optimizer_only_unscaled_counts_no_skip, D, kt::devices) {
+  const Batch<D> b;
+  for (const bool capturable : {false, true}) {
+    BOOST_TEST_CONTEXT("capturable " << capturable) {
+      Mlp<D> m1(/*seed=*/1), m2(/*seed=*/2);
+      kiln::optim::SGD o1(m1, {.lr = 0.1f, .capturable = capturable});
+      kiln::optim::SGD o2(m2, {.lr = 0.1f, .capturable = capturable});
+      GradScaler<D> scaler({.init_scale = 1024.0, .capturable = capturable});
+      backward(m1, b, scaler.loss_scale());
+      backward(m2, b, scaler.loss_scale());
+      poison(m1.gradients(), 3, infinity);
+      poison(m2.gradients(), 5, infinity);
+      scaler.unscale_(o1);  // not stepped
+      scaler.step(o2);
+      scaler.update();
+      BOOST_TEST(scaler.skipped_steps() == 1);  // o2's only
+      BOOST_TEST(scaler.scale() == 512.0);      // the inf still backs off
+    }
+  }
+}
+
+// A capturable scaler refuses an optimizer that cannot skip on the device in unscale_() as in step(),
+// before the gradients change (unscale_ went ahead, then step() refused: half an iteration).
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_unscale_refuses_an_optimizer_that_cannot_skip_on_the_device, D,
+                              kt::devices) {
+  const Batch<D> b;
+  Mlp<D> model(/*seed=*/4);
+  kiln::optim::SGD opt(model, {.lr = 0.1f});  // not capturable
+  GradScaler<D> scaler({.init_scale = 1024.0, .capturable = true});
+  backward(model, b, scaler.loss_scale());
+  const auto grads = model.gradients().to_vector();
+  BOOST_TEST(throws_with<kiln::ValueError>([&] { scaler.unscale_(opt); }, "skips on the device"));
+  BOOST_TEST(model.gradients().to_vector() == grads, boost::test_tools::per_element());
+}
+
 // A scale so small that 1 / scale is not a float32 (torch would multiply the gradients by inf): the
 // host's unscale says so and changes nothing; a capturable scaler, which cannot throw from the device,
 // skips the step.

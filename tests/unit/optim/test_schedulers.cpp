@@ -10,10 +10,11 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <kiln/optim/optim.hpp>
+#include <limits>
+#include <numbers>
 #include <string>
 #include <vector>
-
-#include <kiln/optim/optim.hpp>
 
 #include "support/parity.hpp"
 #include "support/policies.hpp"
@@ -207,6 +208,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cosine_annealing_warm_restarts_matches_pytorch, D,
   kiln::optim::CosineAnnealingWarmRestarts sched(o.opt, 4, 2);
   for (const std::int64_t e : {0, 4, 12, 28, 60}) BOOST_TEST(sched.lr_at(e) == sched.base_lr(), "epoch " << e);
   BOOST_TEST(sched.lr_at(27) < sched.lr_at(26));
+}
+
+// Far epochs: T_mult 1 takes the remainder (the walk was one step per period: 3e9 steps here), and a
+// period that would pass int64 ends the walk (T_0 1000, T_mult 1e16: the second period is 1e19).
+BOOST_AUTO_TEST_CASE_TEMPLATE(cosine_annealing_warm_restarts_reaches_far_epochs, D, kiln::test::devices) {
+  OneParameter<D> o;
+  kiln::optim::CosineAnnealingWarmRestarts fixed(o.opt, 7, 1, 0.25);
+  const std::int64_t far = 3'000'000'003;  // 3e9 + 3: 3 epochs into a period (3e9 = 7 * 428571428 + 4)
+  const auto cosine = [](double base, double eta_min, double t_cur, double t_i) {
+    return eta_min + (base - eta_min) * (1.0 + std::cos(std::numbers::pi * t_cur / t_i)) / 2.0;
+  };
+  BOOST_TEST(fixed.lr_at(far) == cosine(fixed.base_lr(), 0.25, static_cast<double>(far % 7), 7.0),
+             boost::test_tools::tolerance(1e-15));
+  fixed.set_last_epoch(far);
+  BOOST_TEST(o.opt.lr() == static_cast<float>(fixed.lr_at(far)));
+  kiln::optim::CosineAnnealingWarmRestarts growing(o.opt, 1000, 10'000'000'000'000'000);
+  BOOST_TEST(growing.lr_at(999) < growing.lr_at(998));
+  BOOST_TEST(growing.lr_at(1000) == growing.base_lr());  // the restart
+  BOOST_TEST(growing.lr_at(1005) == cosine(growing.base_lr(), 0.0, 5.0, 1e19),
+             boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(growing.lr_at(std::numeric_limits<std::int64_t>::max()) < growing.base_lr());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(chained_scheduler_matches_pytorch, D, kiln::test::devices) {
