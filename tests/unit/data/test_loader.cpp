@@ -120,6 +120,23 @@ BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
   BOOST_TEST(none.size() == 0);
 }
 
+BOOST_AUTO_TEST_CASE(a_batch_copies_into_a_tensor_with_only_the_data_header) {
+  // <kiln/data/data.hpp> is kiln::data in one include: clone, fill and a tensor's copy-assignment
+  // (kiln::assign) link with no other kiln header, as in this file.
+  const auto ds = images(4);
+  kd::DataLoader loader(ds, {.batch_size = 4});
+  for (const auto& b : loader) {
+    auto values = b.y.clone();
+    values.fill(7);
+    BOOST_TEST(values.to_vector() == (std::vector<std::int64_t>{7, 7, 7, 7}),
+               boost::test_tools::per_element());
+    values = b.y;
+    BOOST_TEST(values.to_vector() == (std::vector<std::int64_t>{0, 1, 2, 3}),
+               boost::test_tools::per_element());
+    BOOST_TEST(!values.shares_storage_with(b.y));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(shuffle_visits_every_sample_once_in_a_fresh_order_each_epoch) {
   const auto ds = images(50);
   kd::DataLoader loader(ds, {.batch_size = 8, .shuffle = true, .seed = 3});
