@@ -55,6 +55,19 @@ struct Batch {
   Tensor<typename Ds::target_type, batched_t<typename Ds::target_shape>, Cpu> y;
   index_t index = 0;
   index_t size() const { return x.size(0); }
+
+  Batch() = default;
+  Batch(const Batch&) = default;  // shares the tensors
+  Batch(Batch&&) noexcept = default;
+  /// Rebinds to o's tensors, as copying does (and as libtorch's Tensor handles): Tensor's copy-assignment
+  /// writes values into the storage held, which a short last batch does not fit and a copy may share.
+  Batch& operator=(const Batch& o) {
+    x = decltype(x)(o.x);
+    y = decltype(y)(o.y);
+    index = o.index;
+    return *this;
+  }
+  Batch& operator=(Batch&&) noexcept = default;  // Tensor's move-assignment rebinds
 };
 
 /// Batches of `dataset` (kept by reference: it must outlive the loader), in the order of a sampler
