@@ -206,6 +206,19 @@ BOOST_AUTO_TEST_CASE(batches_do_not_depend_on_the_worker_count) {
   BOOST_TEST(runs[0].second == runs[2].second);
 }
 
+BOOST_AUTO_TEST_CASE(a_huge_prefetch_window_over_a_few_batches_allocates_only_what_they_need) {
+  // 8 workers x 2^28 batches ahead over 3 batches: the window (2^31 slots, hundreds of GB) is cut to the
+  // epoch's batches and only as many workers start; the batches are those of no workers at all.
+  const auto ds = images(5);
+  kd::DataLoader loader(ds, {.batch_size = 2, .num_workers = 8, .prefetch_factor = 1 << 28});
+  kd::DataLoader inline_loader(ds, {.batch_size = 2});
+  const auto got = epoch(loader);
+  BOOST_TEST(got.first == (std::vector<std::int64_t>{0, 1, 2, 3, 4}), boost::test_tools::per_element());
+  BOOST_TEST(got.second == epoch(inline_loader).second, boost::test_tools::per_element());
+  kd::DataLoader none(ds, {.batch_size = 8, .drop_last = true, .num_workers = 8, .prefetch_factor = 1 << 28});
+  BOOST_TEST(epoch(none).first.empty());  // no batches: no workers
+}
+
 BOOST_AUTO_TEST_CASE(a_worker_error_reaches_the_reader_and_an_early_break_does_not_hang) {
   const Throws ds;
   for (int workers : {0, 2}) {
