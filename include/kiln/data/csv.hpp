@@ -102,7 +102,8 @@ inline std::string joined(const std::vector<std::string>& names) {
 /// `target` is the target; every other column is a feature, in file order, and there must be `Features`
 /// of them. Names may be quoted ("CRIM"); cells may have spaces around them; lines may end in \r\n;
 /// blank lines (and a final newline, or none) are skipped; numbers are read with std::from_chars
-/// (0.00632, 18, -1.5e-3, +2), must be finite and fit a float. Anything else throws DataError with the
+/// (0.00632, 18, -1.5e-3, +2), must be finite and fit a float (one too close to 0, 1e-50 or 1e-400,
+/// reads as 0 of its sign, as numpy.float32(float(cell)) does). Anything else throws DataError with the
 /// file, the line and column (1-based) and what was expected: a missing or empty file, no header row, a
 /// cell that is not a number, a row with more or fewer cells than the header, a target name not in the
 /// header, a number of features other than `Features`.

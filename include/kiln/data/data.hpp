@@ -12,3 +12,4 @@
 #include "kiln/data/standardize.hpp"
 #include "kiln/data/subset.hpp"
 #include "kiln/data/transforms.hpp"
+#include "kiln/expr/assign.hpp"  // kiln::assign, which tensor copy-assignment, fill and clone call

@@ -119,6 +119,18 @@ class DeviceLoader {
     Tensor<target_type, batched_t<target_shape>, D> y;
     index_t index = 0;
     index_t size() const { return x.size(0); }
+
+    batch_type() = default;
+    batch_type(const batch_type&) = default;  // shares the tensors
+    batch_type(batch_type&&) noexcept = default;
+    /// Rebinds to o's tensors, as a loader's Batch does (Tensor's copy-assignment would write values).
+    batch_type& operator=(const batch_type& o) {
+      x = decltype(x)(o.x);
+      y = decltype(y)(o.y);
+      index = o.index;
+      return *this;
+    }
+    batch_type& operator=(batch_type&&) noexcept = default;  // Tensor's move-assignment rebinds
   };
 
  private:

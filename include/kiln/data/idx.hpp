@@ -8,6 +8,7 @@
 #include <system_error>
 #include <vector>
 
+#include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/data/error.hpp"
 
@@ -88,8 +89,12 @@ inline std::uint32_t big_endian_u32(const std::uint8_t* p) {
 
 /// Reads an IDX file of unsigned bytes (type 0x08) with `rank` dimensions: magic 0x0000 08 <rank>,
 /// the dimensions as big-endian 32-bit integers, then the values. A file ending in .gz is decompressed.
-/// Every mismatch throws DataError with the file, the byte offset and what was expected.
+/// Every mismatch throws DataError with the file, the byte offset and what was expected; a rank outside
+/// 0-255 (one byte of the magic number) throws ValueError.
 inline IdxArray read_idx(const std::string& path, int rank) {
+  if (rank < 0 || rank > 255)  // -1 wrapped the header size; 256 and up ran into the type byte
+    throw ValueError("kiln::data::read_idx: rank is " + std::to_string(rank) +
+                     "; it must be 0 to 255 (the magic number's last byte)");
   const auto bytes = detail::read_file_bytes(path);
   const std::size_t header = 4 + 4 * static_cast<std::size_t>(rank);
   if (bytes.empty()) throw DataError(path, "byte 0", "the file is empty", "an IDX header of " + std::to_string(header) + " bytes");

@@ -1,8 +1,9 @@
 /// DataLoader: batches of a dataset in a sampler's order, collated by worker threads ahead of use.
 #pragma once
+#include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <concepts>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -55,6 +56,19 @@ struct Batch {
   Tensor<typename Ds::target_type, batched_t<typename Ds::target_shape>, Cpu> y;
   index_t index = 0;
   index_t size() const { return x.size(0); }
+
+  Batch() = default;
+  Batch(const Batch&) = default;  // shares the tensors
+  Batch(Batch&&) noexcept = default;
+  /// Rebinds to o's tensors, as copying does (and as libtorch's Tensor handles): Tensor's copy-assignment
+  /// writes values into the storage held, which a short last batch does not fit and a copy may share.
+  Batch& operator=(const Batch& o) {
+    x = decltype(x)(o.x);
+    y = decltype(y)(o.y);
+    index = o.index;
+    return *this;
+  }
+  Batch& operator=(Batch&&) noexcept = default;  // Tensor's move-assignment rebinds
 };
 
 /// Batches of `dataset` (kept by reference: it must outlive the loader), in the order of a sampler
@@ -149,9 +163,11 @@ class DataLoader {
    public:
     Epoch(const DataLoader* l, std::uint64_t epoch) : l_(l), epoch_(epoch), order_(l->indices(epoch)) {
       batches_ = DataLoader::batch_count(static_cast<index_t>(order_.size()), l_->o_);
-      const int workers = l_->o_.num_workers;
+      // No more workers and slots than the epoch has batches: a large prefetch_factor allocates no more
+      // (none when there are no batches). The batches do not depend on either.
+      const int workers = static_cast<int>(std::min<index_t>(l_->o_.num_workers, batches_));
       if (workers > 0) {
-        window_ = static_cast<index_t>(workers) * l_->o_.prefetch_factor;
+        window_ = std::min(static_cast<index_t>(workers) * l_->o_.prefetch_factor, batches_);
         slots_.resize(static_cast<std::size_t>(window_));
 #if KILN_WITH_CUDA
         if (l_->pin_) device_ = kiln::cuda::current_device();  // pinning workers call CUDA: on this GPU

@@ -244,7 +244,7 @@ BOOST_AUTO_TEST_CASE(a_cell_that_is_not_a_number_is_named_with_its_column) {
                         says(nan, "line 2, column 5", {"\"nan\"", "not a finite float"}));
   const auto huge = s.write("h.csv", "a,b,MEDV\n1e39,2,3\n");
   BOOST_CHECK_EXCEPTION(CsvDataset<2>{huge}, DataError,
-                        says(huge, "line 2, column 1", {"\"1e39\"", "not a finite float"}));
+                        says(huge, "line 2, column 1", {"\"1e39\"", "out of range for a float"}));
   // float32's largest as numpy prints it (a little above FLT_MAX) reads back as FLT_MAX; just past the
   // point where rounding goes to infinity, it is refused.
   const auto largest = s.write("l.csv", "a,b,MEDV\n3.4028235e+38,-3.4028235e38,3\n");
@@ -255,7 +255,41 @@ BOOST_AUTO_TEST_CASE(a_cell_that_is_not_a_number_is_named_with_its_column) {
   BOOST_TEST(x[1] == -std::numeric_limits<float>::max());
   const auto past = s.write("p.csv", "a,b,MEDV\n1,3.4028236e38,3\n");
   BOOST_CHECK_EXCEPTION(CsvDataset<2>{past}, DataError,
-                        says(past, "line 2, column 3", {"\"3.4028236e38\"", "not a finite float"}));
+                        says(past, "line 2, column 3", {"\"3.4028236e38\"", "out of range for a float"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_number_beyond_a_doubles_range_is_out_of_range_or_zero) {
+  // std::from_chars reports both 1e400 and 1e-400 out of a double's range: the first is refused as out of
+  // range for a float, the second reads as 0 of its sign, as Python's float() reads it.
+  Scratch s;
+  const auto big = s.write("big.csv", "A,B,MEDV\n1,2,3\n4,1e400,6\n");
+  BOOST_CHECK_EXCEPTION(
+      CsvDataset<2>{big}, DataError,
+      says(big, "line 3, column 3",
+           {"the cell of column \"B\" is \"1e400\", out of range for a float (magnitude above 3.4e38)",
+            "expected a finite number of magnitude at most 3.4e38"}));
+  const auto negative = s.write("negative.csv", "A,B,MEDV\n1,2,-123456789012345678901234567890e290\n");
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>{negative}, DataError,
+                        says(negative, "line 2, column 5", {"column \"MEDV\"", "out of range for a float"}));
+  const auto exponent = s.write("exponent.csv", "A,B,MEDV\n1e99999999999999999999,2,3\n");
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>{exponent}, DataError,
+                        says(exponent, "line 2, column 1", {"column \"A\"", "out of range for a float"}));
+  const auto tiny = s.write("tiny.csv", "A,B,MEDV\n1e-400,-0.001e-322,1e-99999999999999999999\n");
+  const CsvDataset<2> zeros(tiny);
+  std::vector<float> x(2), y(1);
+  zeros.read(0, x, y);
+  BOOST_TEST(x[0] == 0.0f);
+  BOOST_TEST(x[1] == 0.0f);
+  BOOST_TEST(std::signbit(x[1]));
+  BOOST_TEST(y[0] == 0.0f);
+  const auto inf = s.write("inf.csv", "A,B,MEDV\n1,-inf,3\n");  // infinity as such is not out of range
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>{inf}, DataError,
+                        says(inf, "line 2, column 3", {"\"-inf\"", "not a finite float"}));
+  // A number out of range is still a number: a first line of them is not a header row.
+  const auto no_header = s.write("no_header.csv", "1,1e400,3\n4,5,6\n");
+  BOOST_CHECK_EXCEPTION(
+      CsvDataset<2>{no_header}, DataError,
+      says(no_header, "line 1, column 1", {"no header row: \"1,1e400,3\" holds only numbers"}));
 }
 
 BOOST_AUTO_TEST_CASE(a_ragged_row_names_both_counts) {

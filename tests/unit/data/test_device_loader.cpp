@@ -163,6 +163,33 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(leaving_an_epoch_early_then_starting_another_works
   same_epoch(expected, on_device, "after an early exit");
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(assigning_a_device_batch_rebinds_it_and_leaves_copies_kept_elsewhere_alone, D,
+                              kiln::test::devices) {
+  // As a loader's batches: assignment shares the other batch's tensors instead of writing into the ones
+  // held, so the short last batch (37 = 9 x 4 + 1) fits over a full one and a copy kept aside stays.
+  const ByteImages images;
+  const kd::Bytes bytes(images);
+  kd::DataLoader loader(bytes, {.batch_size = 4});
+  kd::DeviceLoader<D, decltype(loader)> on_device(loader, {255.0f});
+  using Batch = typename decltype(on_device)::batch_type;
+  std::vector<Batch> kept;
+  Batch keep;
+  for (const auto& b : on_device) {
+    keep = b;
+    if (b.index == 0) kept.push_back(keep);  // shares keep's tensors
+    BOOST_TEST(keep.x.shares_storage_with(b.x));
+    BOOST_TEST(kept[0].index == 0);
+    BOOST_TEST(host(kept[0].y) == (std::vector<std::int64_t>{0, 1, 2, 3}), boost::test_tools::per_element());
+  }
+  BOOST_TEST(keep.index == 9);
+  BOOST_TEST(keep.size() == 1);
+  BOOST_TEST(host(keep.y) == (std::vector<std::int64_t>{6}), boost::test_tools::per_element());
+  Batch moved;
+  moved = std::move(keep);
+  BOOST_TEST(moved.index == 9);
+  BOOST_TEST(host(moved.y) == (std::vector<std::int64_t>{6}), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(bad_scale_and_normalise_settings_are_refused_when_made) {
   const ByteImages images;
   kd::DataLoader loader(images, {.batch_size = 4});

@@ -187,6 +187,22 @@ BOOST_AUTO_TEST_CASE(dimensions_whose_product_wraps_around_64_bits_are_a_truncat
                         DataError, says({"extra", "byte 16", "extra bytes: 1 data bytes", "expected 0 data bytes"}));
 }
 
+BOOST_AUTO_TEST_CASE(a_rank_outside_one_byte_is_an_argument_error) {
+  // The rank is the magic number's last byte: -1 wrapped the header size around 2^64, 256 ran into the
+  // type byte. Refused before the file is read.
+  TempDir dir;
+  const auto path = dir.write("a-idx3-ubyte", images(2, 3, 4));
+  for (const int rank : {-1, 256}) {
+    BOOST_CHECK_EXCEPTION(
+        kiln::data::read_idx(path, rank), kiln::ValueError,
+        kiln::test::message_contains(
+            {"kiln::data::read_idx: rank is " + std::to_string(rank), "it must be 0 to 255"}));
+    BOOST_CHECK_THROW(kiln::data::read_idx(dir.file("missing"), rank), kiln::ValueError);
+  }
+  BOOST_TEST(kiln::data::read_idx(path, 3).dims == (std::vector<kiln::index_t>{2, 3, 4}),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(a_folder_in_place_of_a_file_is_rejected) {
   // A folder opens as a stream whose end is at byte 2^63 - 1 (ext4): read_idx threw std::bad_alloc.
   TempDir dir;

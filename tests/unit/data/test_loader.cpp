@@ -120,6 +120,61 @@ BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
   BOOST_TEST(none.size() == 0);
 }
 
+BOOST_AUTO_TEST_CASE(a_batch_copies_into_a_tensor_with_only_the_data_header) {
+  // <kiln/data/data.hpp> is kiln::data in one include: clone, fill and a tensor's copy-assignment
+  // (kiln::assign) link with no other kiln header, as in this file.
+  const auto ds = images(4);
+  kd::DataLoader loader(ds, {.batch_size = 4});
+  for (const auto& b : loader) {
+    auto values = b.y.clone();
+    values.fill(7);
+    BOOST_TEST(values.to_vector() == (std::vector<std::int64_t>{7, 7, 7, 7}),
+               boost::test_tools::per_element());
+    values = b.y;
+    BOOST_TEST(values.to_vector() == (std::vector<std::int64_t>{0, 1, 2, 3}),
+               boost::test_tools::per_element());
+    BOOST_TEST(!values.shares_storage_with(b.y));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_short_last_batch_can_be_assigned_over_a_full_one) {
+  // Assigning a batch rebinds it to the other's tensors, as copying one does (and as libtorch's tensors
+  // do): the full batch held before is not written into, so the short last one fits.
+  const auto ds = images(10);
+  kd::DataLoader loader(ds, {.batch_size = 4, .num_workers = 2});
+  decltype(loader)::batch_type keep;
+  for (const auto& b : loader) {
+    keep = b;
+    BOOST_TEST(keep.x.shares_storage_with(b.x));
+    BOOST_TEST(keep.y.shares_storage_with(b.y));
+  }
+  BOOST_TEST(keep.index == 2);
+  BOOST_TEST(keep.size() == 2);
+  BOOST_TEST(keep.y.to_vector() == (std::vector<std::int64_t>{8, 9}), boost::test_tools::per_element());
+  decltype(loader)::batch_type moved;
+  moved = std::move(keep);
+  BOOST_TEST(moved.index == 2);
+  BOOST_TEST(moved.y.to_vector() == (std::vector<std::int64_t>{8, 9}), boost::test_tools::per_element());
+  BOOST_TEST(keep.x.empty());  // moved from, as a tensor is
+}
+
+BOOST_AUTO_TEST_CASE(assigning_a_batch_leaves_a_copy_kept_elsewhere_as_it_was) {
+  const auto ds = images(8);
+  kd::DataLoader loader(ds, {.batch_size = 4});
+  std::vector<decltype(loader)::batch_type> kept;
+  auto it = loader.begin();
+  decltype(loader)::batch_type prev = *it;
+  kept.push_back(prev);  // shares prev's tensors
+  ++it;
+  prev = *it;  // rebinds prev; kept[0] still holds batch 0
+  BOOST_TEST(prev.index == 1);
+  BOOST_TEST(prev.y.to_vector() == (std::vector<std::int64_t>{4, 5, 6, 7}), boost::test_tools::per_element());
+  BOOST_TEST(kept[0].index == 0);
+  BOOST_TEST(kept[0].y.to_vector() == (std::vector<std::int64_t>{0, 1, 2, 3}),
+             boost::test_tools::per_element());
+  BOOST_TEST(kept[0].x.to_vector()[24 * 3 + 5] == 305.0f);
+}
+
 BOOST_AUTO_TEST_CASE(shuffle_visits_every_sample_once_in_a_fresh_order_each_epoch) {
   const auto ds = images(50);
   kd::DataLoader loader(ds, {.batch_size = 8, .shuffle = true, .seed = 3});
@@ -149,6 +204,19 @@ BOOST_AUTO_TEST_CASE(batches_do_not_depend_on_the_worker_count) {
   BOOST_TEST(runs[0].first == runs[2].first);
   BOOST_TEST(runs[0].second == runs[1].second);
   BOOST_TEST(runs[0].second == runs[2].second);
+}
+
+BOOST_AUTO_TEST_CASE(a_huge_prefetch_window_over_a_few_batches_allocates_only_what_they_need) {
+  // 8 workers x 2^28 batches ahead over 3 batches: the window (2^31 slots, hundreds of GB) is cut to the
+  // epoch's batches and only as many workers start; the batches are those of no workers at all.
+  const auto ds = images(5);
+  kd::DataLoader loader(ds, {.batch_size = 2, .num_workers = 8, .prefetch_factor = 1 << 28});
+  kd::DataLoader inline_loader(ds, {.batch_size = 2});
+  const auto got = epoch(loader);
+  BOOST_TEST(got.first == (std::vector<std::int64_t>{0, 1, 2, 3, 4}), boost::test_tools::per_element());
+  BOOST_TEST(got.second == epoch(inline_loader).second, boost::test_tools::per_element());
+  kd::DataLoader none(ds, {.batch_size = 8, .drop_last = true, .num_workers = 8, .prefetch_factor = 1 << 28});
+  BOOST_TEST(epoch(none).first.empty());  // no batches: no workers
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_error_reaches_the_reader_and_an_early_break_does_not_hang) {

@@ -104,14 +104,39 @@ inline bool is_count(std::string_view s) {
   return true;
 }
 
+/// Whether a number std::from_chars found out of a double's range is too large (else too close to 0):
+/// the range spans about 1e-324 to 1.8e308, so the sign of its power of ten decides.
+inline bool beyond_double_max(std::string_view s) {
+  const std::size_t e = std::min(s.find_first_of("eE"), s.size());
+  const std::string_view digits = s.substr(0, e);
+  const std::size_t point = std::min(digits.find('.'), digits.size());
+  const std::size_t first = digits.find_first_of("123456789");  // there is one: 0 is in range
+  // The power of ten of the first significant digit, before the exponent: "123.4" 2, "0.001" -3.
+  const long long lead =
+      first < point ? static_cast<long long>(point - first - 1) : -static_cast<long long>(first - point);
+  if (e == s.size()) return lead > 0;
+  std::string_view exponent = s.substr(e + 1);
+  if (exponent.front() == '+') exponent.remove_prefix(1);
+  long long x = 0;
+  if (std::from_chars(exponent.data(), exponent.data() + exponent.size(), x).ec != std::errc())
+    return exponent.front() != '-';  // an exponent beyond 2^63
+  return x > -lead;
+}
+
 /// Reads all of `s` as a number into `value` (std::from_chars in double precision, after an optional
 /// leading '+'); false when `s` is empty or not entirely a number. Accepts what Python's float() prints and
-/// pandas writes: 0.00632, 18, -1.5e-3.
+/// pandas writes: 0.00632, 18, -1.5e-3. A number beyond a double's range rounds as Python's float() rounds
+/// it: to infinity (1e400) or to 0 of its sign (1e-400).
 inline bool parse_number(std::string_view s, double& value) {
   if (s.size() > 1 && s.front() == '+' && s[1] != '-' && s[1] != '+') s.remove_prefix(1);
   if (s.empty()) return false;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value, std::chars_format::general);
-  return ec == std::errc() && end == s.data() + s.size();
+  if (end != s.data() + s.size()) return false;
+  if (ec == std::errc::result_out_of_range) {  // from_chars leaves `value` as it was
+    value = std::copysign(beyond_double_max(s) ? HUGE_VAL : 0.0, s.front() == '-' ? -1.0 : 1.0);
+    return true;
+  }
+  return ec == std::errc();
 }
 
 /// Whether `s` reads as a number (finite or not): used to tell a header row from a data row.
@@ -131,11 +156,16 @@ inline float to_float(const Cell& c, const std::string& name, const std::string&
   if (!parse_number(c.text, v))
     throw DataError(file, where, what + " is " + shown(c.text) + ", not a number",
                     "a decimal number such as 0.538, -12 or 1.5e-3");
+  const std::string expected = "a finite number of magnitude at most 3.4e38";
+  if (std::isnan(v) || (std::isinf(v) && c.text.find_first_of("0123456789") == std::string_view::npos))
+    throw DataError(file, where, what + " is " + shown(c.text) + ", not a finite float", expected);
   // Below 2^128 - 2^103 a number rounds to a finite float (numpy prints float32's largest as
-  // 3.4028235e+38, a little above FLT_MAX, which reads back as FLT_MAX); from there on to infinity.
-  if (!std::isfinite(v) || !(std::abs(v) < 0x1.ffffffp127))
-    throw DataError(file, where, what + " is " + shown(c.text) + ", not a finite float",
-                    "a finite number of magnitude at most 3.4e38");
+  // 3.4028235e+38, a little above FLT_MAX, which reads back as FLT_MAX); from there on to infinity. One
+  // too close to 0 rounds to 0 of its sign, as numpy.float32 rounds it.
+  if (!(std::abs(v) < 0x1.ffffffp127))
+    throw DataError(file, where,
+                    what + " is " + shown(c.text) + ", out of range for a float (magnitude above 3.4e38)",
+                    expected);
   return static_cast<float>(v);
 }
 
