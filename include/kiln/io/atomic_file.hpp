@@ -61,12 +61,14 @@ class TempFile {
       n -= static_cast<std::size_t>(w);
     }
   }
-  /// Gives the file the permission bits of `target` when that is a file already (a checkpoint kept
-  /// private, 0600, stays so; a new file keeps 0666 less the umask). Best effort: without the right to
-  /// change them the file keeps its own.
+  /// Gives the file the permission bits (0777: not setuid, setgid or sticky) of `target` when that is
+  /// this user's file already: a checkpoint kept private, 0600, stays so. Another user's file is not
+  /// copied (the new file is this user's, and its bits would apply to this user; the file keeps 0666
+  /// less the umask, as a new one does). Best effort: a file system that refuses keeps the file's own.
   void keep_mode_of(const std::filesystem::path& target) {
     struct ::stat st;
-    if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::fchmod(fd_, st.st_mode & 07777);
+    if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid())
+      (void)::fchmod(fd_, st.st_mode & 0777);
   }
   /// Flushes the file to disk (fsync, so that a rename over the old file never leaves an empty one
   /// after a power loss) and closes it.
@@ -133,13 +135,23 @@ inline void write_in_place(const std::filesystem::path& path, std::string_view b
 }
 
 /// The file write_file_atomically replaces through a temporary file and a rename: `path` itself when
-/// it does not exist yet, the file a link names (so the link stays); none (write in place) for what is
-/// not a regular file.
+/// it does not exist yet, the file a link names (so the link stays: a dangling link's target is
+/// created, as open() would create it); none (write in place) for what is not a regular file or a link
+/// that cannot be followed (a loop).
 inline std::optional<std::filesystem::path> atomic_target(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto status = fs::status(path, ec);  // through links (ec is ENOENT for a new file)
-  if (!fs::exists(status)) return path;
+  if (!fs::exists(status)) {
+    fs::path p = path;
+    for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {  // a dangling link: its target
+      if (hops == 40) return std::nullopt;                                   // (Linux's ELOOP limit)
+      const fs::path to = fs::read_symlink(p, ec);
+      if (ec) return std::nullopt;
+      p = to.is_absolute() ? to : p.parent_path() / to;
+    }
+    return p;
+  }
   if (!fs::is_regular_file(status)) return std::nullopt;
   std::error_code canonical_ec;
   auto target = fs::canonical(path, canonical_ec);
@@ -157,8 +169,11 @@ inline std::optional<std::filesystem::path> atomic_target(const std::filesystem:
 inline std::string why_unwritable(const std::filesystem::path& path, bool new_file_only = false) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // The folder the temporary file goes to: the target's, through links (detail::atomic_target).
+  const auto target = detail::atomic_target(path);
+  if (new_file_only && !target) return "cannot write " + path.string() + " (not a regular file)";
   const bool file = !new_file_only && fs::exists(path, ec);
-  const fs::path where = file ? path : fs::absolute(path, ec).parent_path();
+  const fs::path where = file ? path : fs::absolute(target ? *target : path, ec).parent_path();
   int error = 0;
   if (!file && fs::exists(where, ec) && !fs::is_directory(where, ec))
     error = ENOTDIR;  // (access() would say EACCES, for want of the execute bit)

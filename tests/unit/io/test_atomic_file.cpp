@@ -92,6 +92,52 @@ BOOST_AUTO_TEST_CASE(a_replaced_file_keeps_its_permission_bits) {
       ((fs::status(file).permissions() & fs::perms::all) == (fs::perms::owner_all | fs::perms::group_read)));
 }
 
+// Only the permission bits (a setuid file rewritten is not setuid: an in-place write would clear the
+// bit too), and only from this user's file: another user's mode would apply to this user's new file
+// (that user could lose access to the path); the new file then has a new file's mode.
+BOOST_AUTO_TEST_CASE(a_replaced_file_keeps_its_permission_bits_but_not_setuid_or_another_users_mode) {
+  const kiln::test::TempDir scratch;
+  const auto file = scratch.path() / "tool.bin";
+  kiln::write_file_atomically(file, "old");
+  BOOST_REQUIRE(::chmod(file.c_str(), 04750) == 0);
+  kiln::write_file_atomically(file, "new");
+  struct ::stat st;
+  BOOST_REQUIRE(::stat(file.c_str(), &st) == 0);
+  BOOST_TEST((st.st_mode & 07777) == 0750u);
+  if (::geteuid() != 0) {
+    BOOST_TEST_MESSAGE("not root: another user's file cannot be made here, that part is not checked");
+    return;
+  }
+  const ::mode_t mask = ::umask(0);
+  ::umask(mask);
+  BOOST_REQUIRE(::chown(file.c_str(), 1000, 1000) == 0);
+  BOOST_REQUIRE(::chmod(file.c_str(), 0600) == 0);
+  kiln::write_file_atomically(file, "newer");
+  BOOST_REQUIRE(::stat(file.c_str(), &st) == 0);
+  BOOST_TEST(st.st_uid == 0u);
+  BOOST_TEST((st.st_mode & 07777) == (0666u & ~mask));
+}
+
+// A dangling link: its target is created (as open() creates it) and the link stays; a link loop cannot
+// be followed and is written in place, which fails naming it.
+BOOST_AUTO_TEST_CASE(a_dangling_link_gets_its_target_created) {
+  const kiln::test::TempDir scratch;
+  const auto& dir = scratch.path();
+  fs::create_directories(dir / "b");
+  fs::create_symlink("b/target.json", dir / "link.json");     // relative to the link's folder
+  fs::create_symlink(dir / "link.json", dir / "link2.json");  // a link to the dangling link
+  BOOST_TEST((kiln::detail::atomic_target(dir / "link2.json") ==
+              std::optional<fs::path>(dir / "b" / "target.json")));
+  kiln::write_file_atomically(dir / "link2.json", "made");
+  BOOST_TEST(fs::is_symlink(fs::symlink_status(dir / "link.json")));
+  BOOST_TEST(fs::is_symlink(fs::symlink_status(dir / "link2.json")));
+  BOOST_TEST(contents(dir / "b" / "target.json") == "made");
+  fs::create_symlink(dir / "loop_b", dir / "loop_a");
+  fs::create_symlink(dir / "loop_a", dir / "loop_b");
+  BOOST_TEST(!kiln::detail::atomic_target(dir / "loop_a").has_value());
+  BOOST_CHECK_THROW(kiln::write_file_atomically(dir / "loop_a", "x"), kiln::FileError);
+}
+
 BOOST_AUTO_TEST_CASE(a_fifo_is_written_in_place) {
   const kiln::test::TempDir scratch;
   const auto& dir = scratch.path();
@@ -158,6 +204,14 @@ BOOST_AUTO_TEST_CASE(why_unwritable_names_the_folder_or_file_and_the_reason) {
              "cannot write into " + (dir / "plain").string() + " (Not a directory)");
   BOOST_TEST(kiln::why_unwritable(dir / "plain").empty());  // an existing file that is writable
   BOOST_TEST(kiln::why_unwritable("/dev/null").empty());  // written in place, whatever its folder
+  // A file replaced whole goes next to the file a link names: that folder is the one checked.
+  fs::create_symlink(dir / "no_such_folder" / "ckpt", dir / "ckpt_link");
+  BOOST_TEST(kiln::why_unwritable(dir / "ckpt_link", true) ==
+             "cannot write into " + (dir / "no_such_folder").string() + " (No such file or directory)");
+  BOOST_REQUIRE(::mkfifo((dir / "pipe").c_str(), 0600) == 0);
+  BOOST_TEST(kiln::why_unwritable(dir / "pipe", true) ==
+             "cannot write " + (dir / "pipe").string() + " (not a regular file)");
+  BOOST_TEST(kiln::why_unwritable(dir / "pipe").empty());  // written in place
 }
 
 BOOST_AUTO_TEST_SUITE_END()

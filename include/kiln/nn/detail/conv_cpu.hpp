@@ -158,10 +158,10 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
       else
         return cols + patch * p;
     }();
-    for (index_t grp = 0; grp < g.groups; ++grp) {
-      im2col_image<Stride>(image + grp * g.group_image(), cols, one);
-      backend::cpu::gemm<A>(false, false, fg, p, patch, 1.0f, wa + grp * fg * patch, patch, cols, p, 0.0f,
-                            r + grp * fg * p, p);
+    for (index_t gi = 0; gi < g.groups; ++gi) {
+      im2col_image<Stride>(image + gi * g.group_image(), cols, one);
+      backend::cpu::gemm<A>(false, false, fg, p, patch, 1.0f, wa + gi * fg * patch, patch, cols, p, 0.0f,
+                            r + gi * fg * p, p);
     }
     const ColumnsToNchw<T, B, E, std::remove_pointer_t<decltype(r)>> epilogue{r, bias, zn, yn, out, p, p};
     for (index_t f = 0; f < out; ++f) epilogue(f);
@@ -237,18 +237,18 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
       }
       const A* image = widened_image(x + n * g.image(), x_buf, g);
       T* dxn = dx ? dx + n * g.image() : nullptr;
-      for (index_t grp = 0; grp < g.groups; ++grp) {  // group grp: its filters fg, its channels C / G
-        im2col_image<Stride>(image + grp * g.group_image(), cols, one);
-        const A* dzg = dz + grp * fg * p;
-        backend::cpu::gemm<A>(false, true, fg, patch, p, 1.0f, dzg, p, cols, p, 1.0f, pw + grp * fg * patch,
+      for (index_t gi = 0; gi < g.groups; ++gi) {  // convolution group gi: its filters fg, its channels C / G
+        im2col_image<Stride>(image + gi * g.group_image(), cols, one);
+        const A* dzg = dz + gi * fg * p;
+        backend::cpu::gemm<A>(false, true, fg, patch, p, 1.0f, dzg, p, cols, p, 1.0f, pw + gi * fg * patch,
                               patch);
         if (dx) {
-          backend::cpu::gemm<A>(true, false, patch, p, fg, 1.0f, wa + grp * fg * patch, patch, dzg, p, 0.0f,
+          backend::cpu::gemm<A>(true, false, patch, p, fg, 1.0f, wa + gi * fg * patch, patch, dzg, p, 0.0f,
                                 dcols, p);
           if constexpr (narrow)
-            col2im_image<Stride>(dcols, dx_buf + grp * g.group_image(), one);
+            col2im_image<Stride>(dcols, dx_buf + gi * g.group_image(), one);
           else
-            col2im_image<Stride>(dcols, dxn + grp * g.group_image(), one);
+            col2im_image<Stride>(dcols, dxn + gi * g.group_image(), one);
         }
       }
       if constexpr (narrow)
