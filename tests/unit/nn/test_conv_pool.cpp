@@ -61,7 +61,8 @@ void check_gradients(kiln::index_t batch) {
 template <class Layer, class In>
 using output_of = typename kiln::nn::Sequential<Layer>::template output<In>;
 
-/// y[n, f, oh, ow] = b[f] + Σ w[f, c, ki, kj] x[n, g C/G + c, oh s - p + ki d, ow s - p + kj d] over the
+/// y[n, f, oh, ow] = b[f] (0 without a bias: wb holds only the weights) + Σ w[f, c, ki, kj]
+/// x[n, g C/G + c, oh s - p + ki d, ow s - p + kj d] over the
 /// C/G channels c of f's group g = f / (F/G), in double (dilation d, groups G).
 std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<double>& wb, int n, int c,
                                 int h, int w, int f, int k, int s, int p, int d = 1, int groups = 1) {
@@ -72,7 +73,8 @@ std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<
     for (int o = 0; o < f; ++o)
       for (int i = 0; i < ho; ++i)
         for (int j = 0; j < wo; ++j) {
-          double acc = wb[static_cast<std::size_t>(f * cg * k * k + o)];
+          const std::size_t weights = static_cast<std::size_t>(f * cg * k * k);  // then the bias, if any
+          double acc = wb.size() > weights ? wb[weights + static_cast<std::size_t>(o)] : 0.0;
           for (int ch = 0; ch < cg; ++ch)
             for (int ki = 0; ki < k; ++ki)
               for (int kj = 0; kj < k; ++kj) {
