@@ -25,12 +25,18 @@
 
 namespace kiln::nn {
 
+/// Conv2d's Padding for torch's padding='same': the output as large as the input (stride 1).
+/// Example: `Conv2d<16, 16, 3, 1, kiln::nn::padding_same>`.
+inline constexpr index_t padding_same = -1;
+
 /// Convolution with In input channels, Out output channels and a K x K kernel (stride, zero padding,
 /// dilation, groups, optional bias), as torch.nn.Conv2d(In, Out, K, stride, padding, dilation, groups,
 /// bias), with its parameters in torch's order.
 /// Shapes: [N, In, H, W] -> [N, Out, Ho, Wo], Ho = (H + 2 Padding - Dilation (K - 1) - 1) / Stride + 1
-/// (Wo alike). Groups: the channels in Groups groups, each group's Out / Groups filters reading its
-/// In / Groups channels (Groups = In: depthwise).
+/// (Wo alike). Padding = padding_same (torch's padding='same': stride 1 and an odd Dilation (K - 1) + 1)
+/// pads (Dilation (K - 1)) / 2 on each side: Ho = H, Wo = W.
+/// Groups: the channels in Groups groups, each group's Out / Groups filters reading its In / Groups
+/// channels (Groups = In: depthwise).
 /// Parameters: weight [Out, In / Groups, K, K], bias [Out]; PyTorch's initialisation (bound
 /// 1/sqrt(In / Groups K K)).
 /// CPU: one GEMM per image and group, [Out / G, (In / G) K K] x [(In / G) K K, Ho Wo], columns built in
@@ -42,9 +48,9 @@ namespace kiln::nn {
 template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, index_t Dilation = 1,
           index_t Groups = 1, bool Bias = true>
 struct Conv2d {
-  static_assert(In > 0 && Out > 0 && K > 0 && Stride > 0 && Padding >= 0,
+  static_assert(In > 0 && Out > 0 && K > 0 && Stride > 0 && (Padding >= 0 || Padding == padding_same),
                 "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: channels, kernel and "
-                "stride must be positive, padding not negative");
+                "stride must be positive, padding not negative (or kiln::nn::padding_same)");
   static_assert(Dilation > 0,
                 "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: the dilation must be "
                 "positive (the sixth parameter is the dilation, as in torch.nn.Conv2d; without a bias: "
@@ -55,14 +61,22 @@ struct Conv2d {
       "both In and Out (as torch.nn.Conv2d's)");
   /// The kernel's extent on the input: Dilation (K - 1) + 1.
   static constexpr index_t span = Dilation * (K - 1) + 1;
+  static_assert(Padding != padding_same || Stride == 1,
+                "kiln::nn::Conv2d: padding_same needs stride 1, as torch's padding='same'");
+  static_assert(
+      Padding != padding_same || span % 2 == 1,
+      "kiln::nn::Conv2d: padding_same needs an odd Dilation (K - 1) + 1: torch pads an even one more "
+      "on the right and bottom, and kiln's padding is the same on every side; give it explicitly");
+  /// The padding on each side: Padding, or for padding_same (Dilation (K - 1)) / 2.
+  static constexpr index_t pad = Padding == padding_same ? Dilation * (K - 1) / 2 : Padding;
 
   template <class S>
-  static constexpr bool accepts =
-      S::rank == 4 && S::extents[1] == In&& S::extents[2] != dyn&& S::extents[3] !=
-                          dyn&& S::extents[2] + 2 * Padding >= span&& S::extents[3] + 2 * Padding >= span;
+  static constexpr bool accepts = (S::rank == 4) && (S::extents[1] == In) && (S::extents[2] != dyn) &&
+                                  (S::extents[3] != dyn) && (S::extents[2] + 2 * pad >= span) &&
+                                  (S::extents[3] + 2 * pad >= span);
   template <class S>
-  using output = Shape<S::extents[0], Out, (S::extents[2] + 2 * Padding - span) / Stride + 1,
-                       (S::extents[3] + 2 * Padding - span) / Stride + 1>;
+  using output = Shape<S::extents[0], Out, (S::extents[2] + 2 * pad - span) / Stride + 1,
+                       (S::extents[3] + 2 * pad - span) / Stride + 1>;
 
   template <class S, class P>
   class module {
@@ -108,7 +122,10 @@ struct Conv2d {
     std::string name() const {
       const auto pair = [](index_t v) { return "(" + std::to_string(v) + ", " + std::to_string(v) + ")"; };
       return "Conv2d(" + std::to_string(In) + ", " + std::to_string(Out) + ", kernel_size=" + pair(K) +
-             ", stride=" + pair(Stride) + (Padding ? ", padding=" + pair(Padding) : std::string()) +
+             ", stride=" + pair(Stride) +
+             (Padding == padding_same ? std::string(", padding=same")
+              : Padding               ? ", padding=" + pair(Padding)
+                                      : std::string()) +
              (Dilation != 1 ? ", dilation=" + pair(Dilation) : std::string()) +
              (Groups != 1 ? ", groups=" + std::to_string(Groups) : std::string()) +
              (Bias ? "" : ", bias=False") + ")";
@@ -272,14 +289,14 @@ struct Conv2d {
     /// then im2col + cuBLAS run, as in builds without cuDNN.
     const kiln::cuda::ConvPlan<T>* plan(index_t n, int device) {
       if (!plan_ || plan_->batch() != n || plan_->device() != device)
-        plan_ = std::make_shared<kiln::cuda::ConvPlan<T>>(n, In, H, W, Out, K, Stride, Padding, Dilation,
-                                                          Groups, device);
+        plan_ = std::make_shared<kiln::cuda::ConvPlan<T>>(n, In, H, W, Out, K, Stride, pad, Dilation, Groups,
+                                                          device);
       return plan_->usable() ? plan_.get() : nullptr;
     }
     std::shared_ptr<kiln::cuda::ConvPlan<T>> plan_;
 #endif
     static detail::ConvGeometry geometry(index_t n) {
-      return {n, In, H, W, K, Stride, Padding, Ho, Wo, Dilation, Groups};
+      return {n, In, H, W, K, Stride, pad, Ho, Wo, Dilation, Groups};
     }
     /// Group grp's columns, [(In / G) K K, N Ho Wo].
     Tensor<T, Shape<Patch, dyn>, D> im2col(const Tensor<T, S, D>& x, const detail::ConvGeometry& g,

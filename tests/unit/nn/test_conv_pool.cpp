@@ -123,6 +123,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dilated_and_grouped_conv2d_forward_matches_direct_
   check_forward<Conv2d<4, 6, 3, 1, 1, 1, 2>, 4, 7, 6, D>(6, 3, 1, 1, 1, 2);         // two groups
   check_forward<Conv2d<6, 6, 3, 2, 1, 1, 6>, 6, 8, 7, D>(6, 3, 2, 1, 1, 6);         // depthwise
   check_forward<Conv2d<4, 8, 2, 2, 1, 2, 4, false>, 4, 9, 8, D>(8, 2, 2, 1, 2, 4);  // all, no bias
+  check_forward<Conv2d<3, 4, 3, 1, kiln::nn::padding_same, 2>, 3, 9, 7, D>(4, 3, 1, 2, 2, 1);  // pads 2
+  check_forward<Conv2d<2, 4, 5, 1, kiln::nn::padding_same, 1, 2>, 2, 6, 7, D>(4, 5, 1, 2, 1, 2);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(dilated_and_grouped_conv2d_backward_matches_numeric, D, kiln::test::devices) {
@@ -133,6 +135,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dilated_and_grouped_conv2d_backward_matches_numeri
   check_gradients<Conv2d<3, 3, 3, 2, 1, 1, 3>, Shape<dyn, 3, 6, 5>, D>(2);         // depthwise
   check_gradients<Conv2d<3, 6, 3, 1, 1, 1, 3, false>, Shape<dyn, 3, 5, 5>, D>(1);  // two filters a channel
   check_gradients<Conv2d<4, 4, 2, 2, 2, 2, 2>, Shape<dyn, 4, 7, 6>, D>(2);
+  check_gradients<Conv2d<2, 3, 3, 1, kiln::nn::padding_same, 3>, Shape<dyn, 2, 6, 5>, D>(2);
 }
 
 // torch's output size: floor((H + 2 P - D (K - 1) - 1) / S) + 1; the weight [Out, In / G, K, K]; the
@@ -151,6 +154,12 @@ BOOST_AUTO_TEST_CASE(dilated_and_grouped_conv2d_have_torchs_shapes_and_names) {
   static_assert(Grouped::parameter_count == 6 * 2 * 3 * 3 + 6);
   BOOST_TEST(Grouped().parameters()[0].shape == std::vector<kiln::index_t>({6, 2, 3, 3}));
   BOOST_TEST(Grouped().name() == "Conv2d(4, 6, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), groups=2)");
+  // padding_same (torch's padding='same'): (Dilation (K - 1)) / 2 on each side, the input's size out
+  static_assert(Conv2d<3, 4, 3, 1, padding_same>::pad == 1 && Conv2d<3, 4, 3, 1, padding_same, 2>::pad == 2 &&
+                Conv2d<3, 4, 5, 1, padding_same, 3>::pad == 6);
+  static_assert(std::is_same_v<output_of<Conv2d<4, 6, 5, 1, padding_same, 2>, In>, Shape<dyn, 6, 8, 8>>);
+  BOOST_TEST((Conv2d<4, 4, 3, 1, padding_same>::module<In, P>().name()) ==
+             "Conv2d(4, 4, kernel_size=(3, 3), stride=(1, 1), padding=same)");
   BOOST_TEST((Conv2d<4, 4, 3, 2, 0, 2, 4, false>::module<In, P>().name()) ==
              "Conv2d(4, 4, kernel_size=(3, 3), stride=(2, 2), dilation=(2, 2), groups=4, bias=False)");
 }
