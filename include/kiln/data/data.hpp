@@ -1,5 +1,6 @@
 /// kiln::data in one include: datasets, readers, transforms, samplers, the loader and DeviceLoader.
 #pragma once
+#include "kiln/data/batch.hpp"
 #include "kiln/data/cifar10.hpp"
 #include "kiln/data/csv.hpp"
 #include "kiln/data/dataset.hpp"

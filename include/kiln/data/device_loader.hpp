@@ -16,6 +16,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/errors.hpp"
+#include "kiln/data/batch.hpp"
 #include "kiln/data/dataset.hpp"
 #include "kiln/policy/device.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -113,25 +114,10 @@ class DeviceLoader {
   static_assert(channels <= 1024, "kiln::data::DeviceLoader: at most 1024 channels (features of a flat sample): "
                                   "their means and scales travel as kernel arguments");
 
-  /// One batch on D: float inputs [B, sample...], targets [B, target...], its index in the epoch.
-  struct batch_type {
-    Tensor<float, batched_t<sample_shape>, D> x;
-    Tensor<target_type, batched_t<target_shape>, D> y;
-    index_t index = 0;
-    index_t size() const { return x.size(0); }
-
-    batch_type() = default;
-    batch_type(const batch_type&) = default;  // shares the tensors
-    batch_type(batch_type&&) noexcept = default;
-    /// Rebinds to o's tensors, as a loader's Batch does (Tensor's copy-assignment would write values).
-    batch_type& operator=(const batch_type& o) {
-      x = decltype(x)(o.x);
-      y = decltype(y)(o.y);
-      index = o.index;
-      return *this;
-    }
-    batch_type& operator=(batch_type&&) noexcept = default;  // Tensor's move-assignment rebinds
-  };
+  /// One batch on D: float inputs [B, sample...], targets [B, target...], its index in the epoch;
+  /// assignment rebinds, as a loader's Batch (data/batch.hpp).
+  using batch_type =
+      TensorBatch<Tensor<float, batched_t<sample_shape>, D>, Tensor<target_type, batched_t<target_shape>, D>>;
 
  private:
   /// A batch on its way: the device tensors, the host batch and device bytes the copy still reads, and

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kiln/core/errors.hpp"
+#include "kiln/data/batch.hpp"
 #include "kiln/data/dataset.hpp"
 #include "kiln/data/sampler.hpp"
 #include "kiln/data/transforms.hpp"
@@ -49,27 +50,10 @@ struct LoaderOptions {
 };
 
 /// One batch: inputs [B, sample...] (floats, or bytes for a Bytes<...> dataset) and targets [B, target...]
-/// on the CPU, and its index in the epoch.
+/// on the CPU, and its index in the epoch; assignment rebinds (data/batch.hpp).
 template <dataset Ds>
-struct Batch {
-  Tensor<sample_type_t<Ds>, batched_t<typename Ds::sample_shape>, Cpu> x;
-  Tensor<typename Ds::target_type, batched_t<typename Ds::target_shape>, Cpu> y;
-  index_t index = 0;
-  index_t size() const { return x.size(0); }
-
-  Batch() = default;
-  Batch(const Batch&) = default;  // shares the tensors
-  Batch(Batch&&) noexcept = default;
-  /// Rebinds to o's tensors, as copying does (and as libtorch's Tensor handles): Tensor's copy-assignment
-  /// writes values into the storage held, which a short last batch does not fit and a copy may share.
-  Batch& operator=(const Batch& o) {
-    x = decltype(x)(o.x);
-    y = decltype(y)(o.y);
-    index = o.index;
-    return *this;
-  }
-  Batch& operator=(Batch&&) noexcept = default;  // Tensor's move-assignment rebinds
-};
+struct Batch : TensorBatch<Tensor<sample_type_t<Ds>, batched_t<typename Ds::sample_shape>, Cpu>,
+                           Tensor<typename Ds::target_type, batched_t<typename Ds::target_shape>, Cpu>> {};
 
 /// Batches of `dataset` (kept by reference: it must outlive the loader), in the order of a sampler
 /// (sequential, or RandomSampler{seed} when shuffle is on; a DistributedSampler may be given), with

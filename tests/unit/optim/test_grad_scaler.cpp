@@ -544,18 +544,32 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_scaler_trains_as_the_host_one_through
   BOOST_CHECK_THROW(plain_opt.step_unless(nullptr), kiln::ValueError);  // not capturable
 }
 
+/// Two models with an SGD each (capturable or not) and one scaler at 1024, after one scaled backward
+/// each: the skip-counting tests' start.
+template <class D>
+struct TwoOptimizers {
+  Mlp<D> m1{/*seed=*/1}, m2{/*seed=*/2};
+  kiln::optim::SGD<float, D> o1, o2;
+  GradScaler<D> scaler;
+  TwoOptimizers(const Batch<D>& b, bool capturable)
+      : o1(m1, {.lr = 0.1f, .capturable = capturable}),
+        o2(m2, {.lr = 0.1f, .capturable = capturable}),
+        scaler({.init_scale = 1024.0, .capturable = capturable}) {
+    backward(m1, b, scaler.loss_scale());
+    backward(m2, b, scaler.loss_scale());
+  }
+};
+
 // skipped_steps() counts each optimizer that skipped, on the host and on the device alike, also in an
 // iteration ended by update(new_scale).
 BOOST_AUTO_TEST_CASE_TEMPLATE(host_and_capturable_scalers_count_skips_alike, D, kt::devices) {
   const Batch<D> b;
   for (const bool capturable : {false, true}) {
     BOOST_TEST_CONTEXT("capturable " << capturable) {
-      Mlp<D> m1(/*seed=*/1), m2(/*seed=*/2);
-      kiln::optim::SGD o1(m1, {.lr = 0.1f, .capturable = capturable});
-      kiln::optim::SGD o2(m2, {.lr = 0.1f, .capturable = capturable});
-      GradScaler<D> scaler({.init_scale = 1024.0, .capturable = capturable});
-      backward(m1, b, scaler.loss_scale());
-      backward(m2, b, scaler.loss_scale());
+      TwoOptimizers<D> t(b, capturable);
+      auto &m1 = t.m1, &m2 = t.m2;
+      auto &o1 = t.o1, &o2 = t.o2;
+      auto& scaler = t.scaler;
       poison(m1.gradients(), 3, infinity);
       poison(m2.gradients(), 5, std::numeric_limits<float>::quiet_NaN());
       scaler.step(o1);
@@ -580,12 +594,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_optimizer_only_unscaled_counts_no_skip, D, kt::
   const Batch<D> b;
   for (const bool capturable : {false, true}) {
     BOOST_TEST_CONTEXT("capturable " << capturable) {
-      Mlp<D> m1(/*seed=*/1), m2(/*seed=*/2);
-      kiln::optim::SGD o1(m1, {.lr = 0.1f, .capturable = capturable});
-      kiln::optim::SGD o2(m2, {.lr = 0.1f, .capturable = capturable});
-      GradScaler<D> scaler({.init_scale = 1024.0, .capturable = capturable});
-      backward(m1, b, scaler.loss_scale());
-      backward(m2, b, scaler.loss_scale());
+      TwoOptimizers<D> t(b, capturable);
+      auto &m1 = t.m1, &m2 = t.m2;
+      auto &o1 = t.o1, &o2 = t.o2;
+      auto& scaler = t.scaler;
       poison(m1.gradients(), 3, infinity);
       poison(m2.gradients(), 5, infinity);
       scaler.unscale_(o1);  // not stepped
