@@ -115,6 +115,21 @@ layers_conv_modes.json
                   conv2d_depthwise_multiplier      Conv2d(3, 6, 3, padding=1, groups=3, bias=False), 6x5
                   conv2d_dilation2_groups2_s2      Conv2d(4, 8, 2, stride=2, padding=1, dilation=2, groups=2), 9x8
 
+layers_padding.json
+  torch_version   str
+  cases           as in layers.json: the padding layers and Conv2d's padding modes, on [2, 3, 5, 6]
+                  zero_pad2d                       ZeroPad2d((1, 2, 0, 3))
+                  constant_pad2d                   ConstantPad2d(2, 3.5)
+                  reflection_pad2d                 ReflectionPad2d((1, 3, 4, 0)) (4: the largest for H 5)
+                  replication_pad2d                ReplicationPad2d((2, 7, 1, 0)) (7: more than W)
+                  circular_pad2d                   CircularPad2d((1, 6, 2, 5)) (F.pad mode='circular'; torch
+                                                   1.13 has no CircularPad2d: a module with torch 2.1's repr)
+                  conv2d_reflect                   Conv2d(3, 4, 3, padding=1, padding_mode='reflect')
+                  conv2d_replicate_s2_d2           Conv2d(3, 4, 3, stride=2, padding=2, dilation=2,
+                                                   padding_mode='replicate')
+                  conv2d_circular_groups           Conv2d(3, 6, 3, padding='same', groups=3, bias=False,
+                                                   padding_mode='circular')
+
 layers_pool_modes.json
   torch_version   str
   cases           as in layers.json: MaxPool2d and AvgPool2d with ceil_mode, AvgPool2d with
@@ -648,6 +663,41 @@ def layers_conv_modes_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def layers_padding_fixture():
+    """The padding layers (asymmetric, reflect and circular at their largest, replicate past the input) and
+    Conv2d's padding modes."""
+    nn = torch.nn
+
+    class CircularPad2d(nn.Module):
+        """torch 2.1's nn.CircularPad2d, which torch 1.13 lacks: F.pad(x, padding, mode='circular')."""
+
+        def __init__(self, padding):
+            super().__init__()
+            self.padding = padding
+
+        def forward(self, x):
+            return torch.nn.functional.pad(x, self.padding, mode="circular")
+
+        def extra_repr(self):
+            return str(self.padding)
+
+    shape = (2, 3, 5, 6)
+    cases = [
+        layer_case("zero_pad2d", lambda: nn.ZeroPad2d((1, 2, 0, 3)), shape, 401),
+        layer_case("constant_pad2d", lambda: nn.ConstantPad2d(2, 3.5), shape, 402),
+        layer_case("reflection_pad2d", lambda: nn.ReflectionPad2d((1, 3, 4, 0)), shape, 403),
+        layer_case("replication_pad2d", lambda: nn.ReplicationPad2d((2, 7, 1, 0)), shape, 404),
+        layer_case("circular_pad2d", lambda: CircularPad2d((1, 6, 2, 5)), shape, 405),
+        layer_case("conv2d_reflect", lambda: nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), shape, 406),
+        layer_case("conv2d_replicate_s2_d2",
+                   lambda: nn.Conv2d(3, 4, 3, stride=2, padding=2, dilation=2, padding_mode="replicate"), shape, 407),
+        layer_case("conv2d_circular_groups",
+                   lambda: nn.Conv2d(3, 6, 3, padding="same", groups=3, bias=False, padding_mode="circular"),
+                   shape, 408),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
 def layers_pool_modes_fixture():
     """MaxPool2d and AvgPool2d's ceil_mode, AvgPool2d's count_include_pad=False and divisor_override."""
     nn = torch.nn
@@ -935,6 +985,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_strided.json": lambda: layers_strided_fixture(),
             "layers_pool_modes.json": lambda: layers_pool_modes_fixture(),
             "layers_conv_modes.json": lambda: layers_conv_modes_fixture(),
+            "layers_padding.json": lambda: layers_padding_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}

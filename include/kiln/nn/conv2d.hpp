@@ -14,6 +14,7 @@
 #include "kiln/nn/detail/conv_functors.hpp"
 #include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
+#include "kiln/nn/padding.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -29,14 +30,16 @@ namespace kiln::nn {
 /// Example: `Conv2d<16, 16, 3, 1, kiln::nn::padding_same>`.
 inline constexpr index_t padding_same = -1;
 
-/// Convolution with In input channels, Out output channels and a K x K kernel (stride, zero padding,
-/// dilation, groups, optional bias), as torch.nn.Conv2d(In, Out, K, stride, padding, dilation, groups,
-/// bias), with its parameters in torch's order.
+/// Convolution with In input channels, Out output channels and a K x K kernel (stride, padding, dilation,
+/// groups, optional bias, padding mode), as torch.nn.Conv2d(In, Out, K, stride, padding, dilation, groups,
+/// bias, padding_mode), with its parameters in torch's order.
 /// Shapes: [N, In, H, W] -> [N, Out, Ho, Wo], Ho = (H + 2 Padding - Dilation (K - 1) - 1) / Stride + 1
 /// (Wo alike). Padding = padding_same (torch's padding='same': stride 1 and an odd Dilation (K - 1) + 1)
 /// pads (Dilation (K - 1)) / 2 on each side: Ho = H, Wo = W.
 /// Groups: the channels in Groups groups, each group's Out / Groups filters reading its In / Groups
 /// channels (Groups = In: depthwise).
+/// Mode: what the padding reads (nn/padding.hpp): zeros, or PaddingMode::reflect (Padding less than H and
+/// W), replicate or circular (Padding at most H and W), which pad the input into a copy first.
 /// Parameters: weight [Out, In / Groups, K, K], bias [Out]; PyTorch's initialisation (bound
 /// 1/sqrt(In / Groups K K)).
 /// CPU: one GEMM per image and group, [Out / G, (In / G) K K] x [(In / G) K K, Ho Wo], columns built in
@@ -45,8 +48,9 @@ inline constexpr index_t padding_same = -1;
 /// Followed by ReLU, Sigmoid, Tanh, GELU, SiLU, LeakyReLU or ELU in a Sequential, the bias and the
 /// activation are one epilogue.
 /// Example:  kiln::nn::Sequential<kiln::nn::Conv2d<3, 6, 5>, kiln::nn::ReLU, kiln::nn::MaxPool2d<2>, ...>
+///           Conv2d<3, 16, 3, 1, 1, 1, 1, true, PaddingMode::reflect> is torch's padding_mode='reflect'.
 template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, index_t Dilation = 1,
-          index_t Groups = 1, bool Bias = true>
+          index_t Groups = 1, bool Bias = true, PaddingMode Mode = PaddingMode::zeros>
 struct Conv2d {
   static_assert(In > 0 && Out > 0 && K > 0 && Stride > 0 && (Padding >= 0 || Padding == padding_same),
                 "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: channels, kernel and "
@@ -70,16 +74,39 @@ struct Conv2d {
   /// The padding on each side: Padding, or for padding_same (Dilation (K - 1)) / 2.
   static constexpr index_t pad = Padding == padding_same ? Dilation * (K - 1) / 2 : Padding;
 
+  // >>> Stopped here? Conv2d takes [N, In, H, W] with static H and W, padded at least as large as the
+  //     kernel's span; PaddingMode::reflect needs the padding smaller than H and W, circular at most. <<<
   template <class S>
-  static constexpr bool accepts = (S::rank == 4) && (S::extents[1] == In) && (S::extents[2] != dyn) &&
-                                  (S::extents[3] != dyn) && (S::extents[2] + 2 * pad >= span) &&
-                                  (S::extents[3] + 2 * pad >= span);
+  static constexpr bool accepts =
+      (S::rank == 4) && (S::extents[1] == In) && (S::extents[2] != dyn) && (S::extents[3] != dyn) &&
+      (S::extents[2] + 2 * pad >= span) &&
+      (S::extents[3] + 2 * pad >= span) && detail::padding_fits<Mode>(pad, pad, S::extents[2]) &&
+      detail::padding_fits<Mode>(pad, pad, S::extents[3]);
   template <class S>
   using output = Shape<S::extents[0], Out, (S::extents[2] + 2 * pad - span) / Stride + 1,
                        (S::extents[3] + 2 * pad - span) / Stride + 1>;
 
+  /// torch's repr: padding, dilation and groups only when not the default, "bias=False" only without
+  /// a bias, the padding mode only when not zeros.
+  static std::string repr() {
+    const auto pair = [](index_t v) { return "(" + std::to_string(v) + ", " + std::to_string(v) + ")"; };
+    constexpr const char* modes[] = {"zeros", "reflect", "replicate", "circular"};
+    return "Conv2d(" + std::to_string(In) + ", " + std::to_string(Out) + ", kernel_size=" + pair(K) +
+           ", stride=" + pair(Stride) +
+           (Padding == padding_same ? std::string(", padding=same")
+            : Padding               ? ", padding=" + pair(Padding)
+                                    : std::string()) +
+           (Dilation != 1 ? ", dilation=" + pair(Dilation) : std::string()) +
+           (Groups != 1 ? ", groups=" + std::to_string(Groups) : std::string()) +
+           (Bias ? "" : ", bias=False") +
+           (Mode != PaddingMode::zeros ? std::string(", padding_mode=") + modes[static_cast<int>(Mode)]
+                                       : "") +
+           ")";
+  }
+
+  /// The convolution proper, with zero padding (and, for another Mode, on the padded input: padded_module).
   template <class S, class P>
-  class module {
+  class zero_padded_module {
    public:
     using T = typename P::precision::storage;
     using M = typename P::precision::master;
@@ -117,19 +144,7 @@ struct Conv2d {
       if constexpr (Bias) p.push_back({"bias", Out * Patch, Out, {Out}});
       return p;
     }
-    /// torch's repr: padding, dilation and groups only when not the default, "bias=False" only without
-    /// a bias.
-    std::string name() const {
-      const auto pair = [](index_t v) { return "(" + std::to_string(v) + ", " + std::to_string(v) + ")"; };
-      return "Conv2d(" + std::to_string(In) + ", " + std::to_string(Out) + ", kernel_size=" + pair(K) +
-             ", stride=" + pair(Stride) +
-             (Padding == padding_same ? std::string(", padding=same")
-              : Padding               ? ", padding=" + pair(Padding)
-                                      : std::string()) +
-             (Dilation != 1 ? ", dilation=" + pair(Dilation) : std::string()) +
-             (Groups != 1 ? ", groups=" + std::to_string(Groups) : std::string()) +
-             (Bias ? "" : ", bias=False") + ")";
-    }
+    std::string name() const { return repr(); }
 
     /// y = conv(x, W) + b  // [N, In, H, W] -> [N, Out, Ho, Wo]
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
@@ -317,6 +332,46 @@ struct Conv2d {
     Tensor<T, S, D> x_;                 // saved input (training only)
     Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)
   };
+
+  /// A reflect, replicate or circular Conv2d: the input padded in Mode into a copy, then the convolution
+  /// without padding on it (whose parameters, names and fused epilogues this module has); the backward
+  /// pass adds the padded input's gradient back onto the input (nn/padding.hpp).
+  template <class S, class P>
+  class padded_module
+      : public Conv2d<In, Out, K, Stride, 0, Dilation, Groups,
+                      Bias>::template zero_padded_module<detail::padded_shape<S, pad, pad, pad, pad>, P> {
+    using padded = detail::padded_shape<S, pad, pad, pad, pad>;
+    using base = typename Conv2d<In, Out, K, Stride, 0, Dilation, Groups,
+                                 Bias>::template zero_padded_module<padded, P>;
+
+   public:
+    using typename base::D;
+    using typename base::output_shape;
+    using typename base::T;
+    using input_shape = S;
+    std::string name() const { return repr(); }
+
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      return forward_fused<epilogue::Identity>(x, ctx);
+    }
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      return backward_fused<epilogue::Identity>(dy, input_grad);
+    }
+    template <class E>
+    Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
+      return base::template forward_fused<E>(detail::pad2d<Mode, pad, pad, pad, pad>(x), ctx);
+    }
+    template <class E>
+    Tensor<T, S, D> backward_fused(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      const auto dxp = base::template backward_fused<E>(dy, input_grad);
+      if (!input_grad) return Tensor<T, S, D>();
+      return detail::pad2d_backward<Mode, pad, pad, pad, pad, T, S>(dxp);
+    }
+  };
+
+  template <class S, class P>
+  using module =
+      std::conditional_t<Mode == PaddingMode::zeros, zero_padded_module<S, P>, padded_module<S, P>>;
 };
 
 }  // namespace kiln::nn

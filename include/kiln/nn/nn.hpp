@@ -14,6 +14,7 @@
 #include "kiln/nn/linear.hpp"
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/model.hpp"
+#include "kiln/nn/padding.hpp"
 #include "kiln/nn/pool.hpp"
 #include "kiln/nn/residual.hpp"
 #include "kiln/nn/sequential.hpp"

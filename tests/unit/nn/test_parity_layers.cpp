@@ -1,10 +1,11 @@
 // PyTorch parity of every layer, the losses (MSE, cross entropy and NLL: mean, sum and unreduced; cross
 // entropy also with label smoothing, fused and unfused, class weights and probability targets)
 // and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, layers_pool_modes.json,
-// losses.json, lenet.json, written by tests/parity/make_fixtures.py with torch 1.13): the same weights and
-// inputs give the same outputs, input gradients and parameter gradients, and LeNet the same parameters
-// after three steps of SGD (momentum) and of Adam, within 1e-5 relative in fp32 (relative to each element,
-// floored at 1% of its tensor's scale: parity::scale_floor). Both devices.
+// layers_conv_modes.json, layers_padding.json, losses.json, lenet.json, written by
+// tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs, input
+// gradients and parameter gradients, and LeNet the same parameters after three steps of SGD (momentum) and of
+// Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of its tensor's scale:
+// parity::scale_floor). Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -179,6 +180,26 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dilated_and_grouped_convolutions_match_pytorch, D,
                                                                                f);
   check_layer<knn::Conv2d<4, 8, 2, 2, 1, 2, 2>, Shape<dyn, 4, 9, 8>, D>("conv2d_dilation2_groups2_s2", f);
   BOOST_TEST(fixture(f).at("cases").size() == 6u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(padding_layers_and_conv2d_padding_modes_match_pytorch, D, kiln::test::devices) {
+  // layers_padding.json, on [2, 3, 5, 6]: each padding layer with four different sides (reflect and
+  // circular at their largest, replicate past the input), and Conv2d in each padding mode (with stride
+  // and dilation; with padding='same', groups and no bias).
+  const std::string f = "layers_padding.json";
+  using In = Shape<dyn, 3, 5, 6>;
+  using knn::PaddingMode;
+  check_layer<knn::ZeroPad2d<1, 2, 0, 3>, In, D>("zero_pad2d", f);
+  check_layer<knn::ConstantPad2d<3.5, 2>, In, D>("constant_pad2d", f);
+  check_layer<knn::ReflectionPad2d<1, 3, 4, 0>, In, D>("reflection_pad2d", f);
+  check_layer<knn::ReplicationPad2d<2, 7, 1, 0>, In, D>("replication_pad2d", f);
+  check_layer<knn::CircularPad2d<1, 6, 2, 5>, In, D>("circular_pad2d", f);
+  check_layer<knn::Conv2d<3, 4, 3, 1, 1, 1, 1, true, PaddingMode::reflect>, In, D>("conv2d_reflect", f);
+  check_layer<knn::Conv2d<3, 4, 3, 2, 2, 2, 1, true, PaddingMode::replicate>, In, D>("conv2d_replicate_s2_d2",
+                                                                                     f);
+  using CircularGroups = knn::Conv2d<3, 6, 3, 1, knn::padding_same, 1, 3, false, PaddingMode::circular>;
+  check_layer<CircularGroups, In, D>("conv2d_circular_groups", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 8u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_match_pytorch, D, kiln::test::devices) {

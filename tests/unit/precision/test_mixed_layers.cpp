@@ -154,6 +154,17 @@ BOOST_AUTO_TEST_CASE(conv2d_dilated_grouped_and_depthwise) {
       batch<4, 8, 8>(2), 42);
 }
 
+BOOST_AUTO_TEST_CASE(padding_layers_and_conv2d_padding_modes) {
+  using knn::PaddingMode;
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1, 1, 1, true, PaddingMode::reflect>, knn::ReLU>,
+             Shape<dyn, 2, 8, 8>, D>(batch<2, 8, 8>(3), 43);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 2, 2, 1, 1, false, PaddingMode::circular>>,
+             Shape<dyn, 2, 7, 8>, D>(batch<2, 7, 8>(2), 44);
+  check_both<
+      knn::Sequential<knn::ReplicationPad2d<1, 2, 0, 3>, knn::Conv2d<2, 3, 3>, knn::ConstantPad2d<0.5, 1>>,
+      Shape<dyn, 2, 6, 5>, D>(batch<2, 6, 5>(2), 45);
+}
+
 BOOST_AUTO_TEST_CASE(pooling_flatten_and_elementwise_activations) {
   using In = Shape<dyn, 2, 8, 8>;
   check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::MaxPool2d<2>>, In, D>(batch<2, 8, 8>(3), 10);
