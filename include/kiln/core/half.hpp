@@ -82,6 +82,28 @@ inline float bfloat16_bits_to_float(std::uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+/// v as a float that rounds to the same half or bfloat16 as v itself (host): rounded to odd, toward zero
+/// with the last bit set where digits were dropped, so a value just past a tie between two 16-bit
+/// neighbours is not first rounded onto the tie (`static_cast<float>` then binary16 would round
+/// 1 + 2^-11 + 2^-40 to 1). Float keeps 13 bits more than binary16 and 16 more than bfloat16, enough for
+/// round to odd to be exact. A float is itself (and any other type converts as it does); NaN stays NaN.
+template <class V>
+inline float narrow_to_odd(V v) {
+  if constexpr (std::is_same_v<V, float> || !std::is_arithmetic_v<V>) {
+    return static_cast<float>(v);
+  } else {
+    const double d = static_cast<double>(v);  // exact for float and 32-bit integers; an int64 rounds to 53
+    float f = static_cast<float>(d);  // bits, which the 16-bit rounding does not feel (53 >= 2 11 + 2)
+    if (static_cast<double>(f) != d && d == d) {
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      if ((f < 0 ? -static_cast<double>(f) : static_cast<double>(f)) > (d < 0 ? -d : d)) --u;  // toward zero
+      u |= 1u;
+      std::memcpy(&f, &u, 4);
+    }
+    return f;
+  }
+}
 }  // namespace detail
 
 #if KILN_HAS_CUDA_HALF
@@ -153,28 +175,35 @@ KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> to_compute(T v) {
   }
 }
 
-/// Store: any arithmetic value -> storage type T (round to nearest even for half/bfloat16).
+/// Store: any arithmetic value -> storage type T (round to nearest even for half/bfloat16, once: a double
+/// or a wide integer is not rounded to float first).
 template <class T, class V>
 KILN_HOST_DEVICE KILN_FORCEINLINE T from_compute(V v) {
   if constexpr (std::is_same_v<T, half>) {
 #if KILN_HAS_CUDA_HALF && defined(__CUDA_ARCH__)
-    return __float2half_rn(static_cast<float>(v));
+    if constexpr (std::is_same_v<V, double> || std::is_integral_v<V>)
+      return __double2half(static_cast<double>(v));
+    else
+      return __float2half_rn(static_cast<float>(v));
 #elif KILN_HAS_CUDA_HALF
     __half_raw r;
-    r.x = detail::float_to_half_bits(static_cast<float>(v));
+    r.x = detail::float_to_half_bits(detail::narrow_to_odd(v));
     return half(r);
 #else
-    return half(static_cast<float>(v));
+    return half(detail::narrow_to_odd(v));
 #endif
   } else if constexpr (std::is_same_v<T, bfloat16>) {
 #if KILN_HAS_CUDA_HALF && defined(__CUDA_ARCH__)
-    return __float2bfloat16_rn(static_cast<float>(v));
+    if constexpr (std::is_same_v<V, double> || std::is_integral_v<V>)
+      return __double2bfloat16(static_cast<double>(v));
+    else
+      return __float2bfloat16_rn(static_cast<float>(v));
 #elif KILN_HAS_CUDA_HALF
     __nv_bfloat16_raw r;
-    r.x = detail::float_to_bfloat16_bits(static_cast<float>(v));
+    r.x = detail::float_to_bfloat16_bits(detail::narrow_to_odd(v));
     return bfloat16(r);
 #else
-    return bfloat16(static_cast<float>(v));
+    return bfloat16(detail::narrow_to_odd(v));
 #endif
   } else {
     return static_cast<T>(v);

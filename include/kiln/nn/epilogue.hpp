@@ -186,6 +186,38 @@ struct BiasEpilogue {
   }
   Traffic traffic(index_t n) const { return bias_epilogue_traffic<T, B, E>(n / cols, cols, z, bias, y); }
 };
+/// y = E(acc + b) from a wider accumulator (mixed precision: the GEMM's fp32 sum), so that the sum, the
+/// bias and the activation are rounded to T once, as torch's addmm; z, when not null, keeps the rounded
+/// pre-activation. One call per row (Rows: the CPU, contiguous) or per element (CUDA, coalesced).
+template <class T, class A, class B, class E, bool Rows>
+struct WideBiasEpilogue {
+  const A* acc;
+  const B* bias;  // null: no bias
+  T* z;           // null: pre-activation not kept
+  T* y;
+  index_t cols;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    if constexpr (Rows) {
+      for (index_t j = 0; j < cols; ++j) at(i * cols + j, j);
+    } else {
+      at(i, i % cols);
+    }
+  }
+  KILN_HOST_DEVICE void at(index_t k, index_t j) const {
+    const compute_t<T> v = static_cast<compute_t<T>>(acc[k]) +
+                           (bias ? static_cast<compute_t<T>>(to_compute(bias[j])) : compute_t<T>(0));
+    if (z) z[k] = from_compute<T>(v);
+    y[k] = from_compute<T>(E::forward(v));
+  }
+  /// acc read, y (and z) written, the bias read; the add and the activation.
+  Traffic traffic(index_t calls) const {
+    const index_t n = Rows ? calls * cols : calls;
+    return {kiln::detail::bytes_of<A>(n) + kiln::detail::bytes_of<T>(n) * (z ? 2 : 1) +
+                (bias ? kiln::detail::bytes_of<B>(cols) : 0),
+            static_cast<std::uint64_t>(n) * ((bias ? 1 : 0) + (E::identity ? 0 : 1))};
+  }
+};
+
 /// How many chunks of rows the GPU's activation-backward pass splits a [rows, cols] gradient into:
 /// enough threads (splits x cols) to fill the device's `resident` threads, each chunk at least
 /// `min_rows` long so that the partial sums stay a small part of the traffic. 1 (one thread per column

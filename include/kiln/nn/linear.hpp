@@ -110,6 +110,27 @@ struct Linear {
         }
       }
 #endif
+      if constexpr (!std::is_same_v<T, compute_t<T>> && (Bias || !E::identity)) {
+        // Mixed precision: the GEMM's fp32 sum, the bias and the activation rounded to T once, as torch's
+        // addmm under autocast (a sum past T's range that the bias brings back stays finite).
+        Extents<output_shape> e = {};
+        e[0] = x.size(0);
+        Tensor<compute_t<T>, output_shape, D> acc(e, x.device_index());
+        matmul_into(acc, x, transposed(weight_operand()));
+        Tensor<T, output_shape, D> y(e, x.device_index());
+        constexpr bool keeps_z = !E::identity && !E::saves_output;  // the activation's backward reads z
+        Tensor<T, output_shape, D> z = keeps_z && ctx.grad ? Tensor<T, output_shape, D>(e, x.device_index())
+                                                           : Tensor<T, output_shape, D>();
+        const M* b = nullptr;
+        if constexpr (Bias) b = bias().data();
+        constexpr bool rows = std::is_same_v<D, Cpu>;
+        using Epilogue = detail::WideBiasEpilogue<T, compute_t<T>, M, E, rows>;
+        const Epilogue f{acc.data(), b, z.empty() ? nullptr : z.data(), y.data(), Out};
+        kiln::detail::executor<D>::for_each(rows ? acc.size(0) : acc.numel(), f, rows ? Out : 1);
+        if constexpr (!E::identity)
+          saved_ = ctx.grad ? (E::saves_output ? y : z) : Tensor<T, output_shape, D>();
+        return y;
+      }
       auto z = matmul(x, transposed(weight_operand()));  // [N, Out]
       if constexpr (E::identity && !Bias) {
         return z;

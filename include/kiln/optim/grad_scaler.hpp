@@ -380,7 +380,8 @@ class GradScaler {
     return capturable() ? static_cast<std::int64_t>(state_.get(detail::ScalerState::tracker)) : tracker_;
   }
   /// Optimizer steps skipped because of an inf/NaN gradient, since construction (or as loaded).
-  /// Capturable: counted by update(), once per iteration with an inf/NaN.
+  /// Capturable: counted by update(), once per optimizer that reached step() in an iteration with an
+  /// inf/NaN (as without capturable).
   std::int64_t skipped_steps() const {
     return capturable() ? static_cast<std::int64_t>(state_.get(detail::ScalerState::skipped)) : skipped_;
   }

@@ -34,7 +34,9 @@ struct MixedBf16 {
   static constexpr std::string_view name = "bf16";
 };
 
-/// Requirements: `storage`, `compute`, `master` element types, a `loss_scaling` flag and a `name`.
+/// Requirements: `storage`, `compute`, `master` element types, a `loss_scaling` flag and a `name`; `compute`
+/// is what kiln computes `storage` in (compute_t: float for half and bfloat16, the type itself otherwise),
+/// so a policy cannot declare an arithmetic that the layers would not use.
 template <class P>
 concept precision_policy = requires {
   typename P::storage;
@@ -42,6 +44,8 @@ concept precision_policy = requires {
   typename P::master;
   { P::loss_scaling } -> std::convertible_to<bool>;
   { P::name } -> std::convertible_to<std::string_view>;
-} && element<typename P::storage> && element<typename P::master>;
+}
+&&element<typename P::storage>&& element<typename P::master>&&
+    std::same_as<typename P::compute, compute_t<typename P::storage>>;
 
 }  // namespace kiln

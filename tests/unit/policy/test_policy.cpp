@@ -58,6 +58,16 @@ struct NotAPrecision {
   static constexpr std::string_view name = "x";
 };
 static_assert(!kiln::device_policy<NotADevice> && !kiln::precision_policy<NotAPrecision>);
+// A compute type that is not what the storage computes in: half storage does its arithmetic in float, so
+// a policy promising double arithmetic is refused rather than silently computing in float.
+struct HalfInDouble {
+  using storage = kiln::half;
+  using compute = double;
+  using master = float;
+  static constexpr bool loss_scaling = true;
+  static constexpr std::string_view name = "fp16-in-double";
+};
+static_assert(!kiln::precision_policy<HalfInDouble>);
 static_assert(!kiln::parallel_policy<kiln::Nccl>,
               "a communication backend is not itself a parallel strategy");
 }  // namespace

@@ -29,8 +29,8 @@ std::uint16_t bits_of(kiln::half h) {
 }
 /// The binary16 value nearest to x (ties to the even mantissa), by search over the positive finite values;
 /// 0x7c00 (inf) beyond 65504 + half an ulp.
-std::uint16_t nearest_half(float x) {
-  const double a = std::abs(static_cast<double>(x));
+std::uint16_t nearest_half(double x) {
+  const double a = std::abs(x);
   const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
   if (a >= 65520.0) return sign | 0x7c00;  // 65504 + 16: the tie rounds to the even one, which is inf
   std::uint16_t lo = 0, hi = 0x7bff;
@@ -90,6 +90,37 @@ BOOST_AUTO_TEST_CASE(stores_round_to_nearest_even_with_subnormals_and_overflow) 
   BOOST_TEST(wrong == 0);
   const std::uint16_t nan = bits_of(kiln::from_compute<kiln::half>(std::numeric_limits<float>::quiet_NaN()));
   BOOST_TEST(((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0));
+}
+
+BOOST_AUTO_TEST_CASE(doubles_and_wide_integers_round_once) {
+  // A double just past a tie between two binary16 neighbours rounds to the nearer one; through float it
+  // would first land on the tie, then go to the even neighbour (half of these cases).
+  int wrong = 0;
+  for (std::uint16_t b = 0; b < 0x7bff; ++b) {
+    const double mid = (half_value(b) + half_value(static_cast<std::uint16_t>(b + 1))) / 2;
+    for (const double x : {mid * (1 + 0x1p-40), mid * (1 - 0x1p-40), -mid * (1 + 0x1p-40), mid}) {
+      const std::uint16_t got = bits_of(kiln::from_compute<kiln::half>(x)), want = nearest_half(x);
+      if (got != want && wrong++ < 5) BOOST_TEST_MESSAGE(x << ": got " << got << ", want " << want);
+    }
+  }
+  BOOST_TEST(wrong == 0);
+  BOOST_TEST(bits_of(kiln::from_compute<kiln::half>(70000.0)) == 0x7c00);
+  BOOST_TEST(bits_of(kiln::from_compute<kiln::half>(-std::numeric_limits<double>::infinity())) == 0xfc00);
+  BOOST_TEST(
+      std::isnan(kiln::to_compute(kiln::from_compute<kiln::half>(std::numeric_limits<double>::quiet_NaN()))));
+  // bfloat16: 1 + 2^-8 + 2^-40 is past the tie between 1 and 1 + 2^-7; the tie itself goes to the even 1.
+  const auto bf = [](auto v) { return kiln::to_compute(kiln::from_compute<kiln::bfloat16>(v)); };
+  BOOST_TEST(bf(1 + 0x1p-8 + 0x1p-40) == 1.0078125f);
+  BOOST_TEST(bf(-(1 + 0x1p-8 + 0x1p-40)) == -1.0078125f);
+  BOOST_TEST(bf(1 + 0x1p-8) == 1.0f);
+  BOOST_TEST(bf(1 + 0x1p-8 - 0x1p-40) == 1.0f);
+  // An int64 past a tie: 2^30 + 2^22 + 1 lies between 2^30 and 2^30 + 2^23; float would round it onto
+  // the tie (2^30 + 2^22), and bfloat16 then to 2^30.
+  BOOST_TEST(bf(std::int64_t{(1 << 30) + (1 << 22) + 1}) == 0x1p30f + 0x1p23f);
+  BOOST_TEST(bf(std::int64_t{(1 << 30) + (1 << 22)}) == 0x1p30f);
+  // Past float's range: inf, as the value itself rounds to in both types.
+  BOOST_TEST(std::isinf(bf(1e39)));
+  BOOST_TEST(bf(3.39e38) == 0x1.fep127f);  // bfloat16's largest finite value, 3.3895e38
 }
 
 BOOST_AUTO_TEST_CASE(every_bfloat16_loads_exactly_and_stores_round_to_nearest_even) {

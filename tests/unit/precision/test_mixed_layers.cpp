@@ -7,6 +7,7 @@
 #include <cmath>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,33 @@ using D = std::tuple_element_t<0, kt::devices>;
 BOOST_AUTO_TEST_CASE(linear_with_and_without_bias) {
   check_both<knn::Sequential<knn::Linear<24, 16>>, Shape<dyn, 24>, D>(batch<24>(9), 1);
   check_both<knn::Sequential<knn::Linear<24, 16, false>>, Shape<dyn, 24>, D>(batch<24>(9), 2);
+}
+
+BOOST_AUTO_TEST_CASE(linear_rounds_its_sum_bias_and_activation_once) {
+  // fp16, y = x Wᵀ + b with the fp32 sum, the bias and the activation rounded once, as torch's addmm:
+  // 1 + (2^-11 + 2^-14) - 2^-14 is exactly 1 (rounding the sum first gives 1 + 2^-10, then 1 + 2^-10
+  // again), and 65504 (1 + 2^-10) - 100 is 65468 -> 65472 (the sum alone, 65568, is past fp16's 65504:
+  // rounded first, inf).
+  using In = Shape<dyn, 2>;
+  const auto run = [](auto model, std::vector<float> params, std::vector<float> x) {
+    model.parameters().copy_from(std::span<const float>(params));
+    std::vector<kiln::half> xh;
+    for (float v : x) xh.push_back(kiln::from_compute<kiln::half>(v));
+    return kiln::to_compute(
+        model.forward(Tensor<kiln::half, In, D>::from(std::span<const kiln::half>(xh), Extents<In>(1)))
+            .to_vector()[0]);
+  };
+  using P = kiln::Policy<kiln::MixedFp16, D>;
+  using Plain = knn::Model<knn::Sequential<knn::Linear<2, 1>>, In, P>;
+  using WithReLU = knn::Model<knn::Sequential<knn::Linear<2, 1>, knn::ReLU>, In, P>;
+  using WithGELU = knn::Model<knn::Sequential<knn::Linear<2, 1>, knn::GELU>, In, P>;
+  const std::vector<float> tie = {1.0f, 0x1p-11f + 0x1p-14f, -0x1p-14f},
+                           past = {1.0f + 0x1p-10f, 0.0f, -100.0f};
+  BOOST_TEST(run(Plain(0), tie, {1.0f, 1.0f}) == 1.0f);
+  BOOST_TEST(run(WithReLU(0), tie, {1.0f, 1.0f}) == 1.0f);
+  BOOST_TEST(run(Plain(0), past, {65504.0f, 1.0f}) == 65472.0f);
+  BOOST_TEST(run(WithReLU(0), past, {65504.0f, 1.0f}) == 65472.0f);
+  BOOST_TEST(run(WithGELU(0), past, {65504.0f, 1.0f}) == 65472.0f);
 }
 
 BOOST_AUTO_TEST_CASE(linear_with_each_fused_activation) {
