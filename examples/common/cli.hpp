@@ -50,6 +50,10 @@ struct TrainOptions {
   bool resume = false;
   std::string metrics;
   std::string target;             // regression examples: the target column
+  // Not a flag: what the example read from --data (row counts; a CSV's columns and a checksum of its
+  // values), set once the data is loaded. Checkpoints record it, and a resume on other data is refused
+  // (checkpoint.hpp run_settings); "" records nothing.
+  std::string data_summary;
 };
 
 /// A flag's number checked before CLI11 converts it into a T, with a message that says what it expects
