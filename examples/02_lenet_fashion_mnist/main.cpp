@@ -49,10 +49,12 @@ using Image = Shape<dyn, 1, 28, 28>;
 constexpr const char* program = "lenet_fashion_mnist";
 
 template <class D, class Precision>
-int run(const examples::TrainOptions& o, const std::string& device) {
+int run(examples::TrainOptions o, const std::string& device) {  // a copy: o.data_summary is set below
   using P = kiln::Policy<Precision, D>;
   const auto t_start = examples::Clock::now();
   const kiln::data::FashionMnist train(o.data, true, o.limit), test(o.data, false);
+  o.data_summary = std::to_string(train.size()) + " train / " + std::to_string(test.size()) +
+                   " test images";  // checkpoints record it: a resume on other data is refused
   // The loaders collate the images' bytes (a quarter of floats' traffic, pinned for the GPU); where the
   // batches land they become floats, ToTensor + Normalize(0.5, 0.5), in one pass (one kernel on a GPU).
   const kiln::data::Bytes train_bytes(train), test_bytes(test);
@@ -67,7 +69,9 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   // --checkpoint. On one model, or on CPU replicas with --parallel dp (examples/common/trainer.hpp).
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
     int start = 0;
-    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler, examples::run_settings(o));
+    if (o.resume)  // refused when the checkpoint was trained with other settings or data (run_settings)
+      start = examples::load_training_state(o.checkpoint, trained, opt, scaler,
+                                            examples::run_settings(o, trained));
     const int threads = kiln::backend::cpu::threads();
     std::printf("%s: Fashion-MNIST %lld train / %lld test images from %s; LeNet (%lld parameters) on %s (%d thread%s), "
                 "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",

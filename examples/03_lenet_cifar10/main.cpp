@@ -55,7 +55,7 @@ constexpr const char* program = "lenet_cifar10";
 constexpr const char* default_data = "data/cifar10/cifar-10-batches-bin";  // what scripts/get-cifar10 writes
 
 template <class D, class Precision>
-int run(const examples::TrainOptions& o, const std::string& device) {
+int run(examples::TrainOptions o, const std::string& device) {  // a copy: o.data_summary is set below
   using P = kiln::Policy<Precision, D>;
   const auto t_start = examples::Clock::now();
   std::error_code ec;
@@ -71,6 +71,8 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   }
   const kiln::data::Cifar10 train_split(o.data, true), test(o.data, false);  // [3, 32, 32] in [0, 1], class
   const examples::classification::FirstSamples train(train_split, o.limit);  // --limit N: the first N images
+  o.data_summary = std::to_string(train_split.size()) + " train / " + std::to_string(test.size()) +
+                   " test images";  // checkpoints record it: a resume on other data is refused
   // Bytes through the loaders; floats in [-1, 1] per channel where the batches land (ToTensor + Normalize
   // in one pass: one kernel on a GPU).
   const kiln::data::Bytes train_bytes(train);  // Bytes<FirstSamples<Cifar10>>
@@ -86,7 +88,9 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   // --checkpoint. On one model, or on CPU replicas with --parallel dp (examples/common/trainer.hpp).
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
     int start = 0;
-    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler, examples::run_settings(o));
+    if (o.resume)  // refused when the checkpoint was trained with other settings or data (run_settings)
+      start = examples::load_training_state(o.checkpoint, trained, opt, scaler,
+                                            examples::run_settings(o, trained));
     const int threads = kiln::backend::cpu::threads();
     std::printf("%s: CIFAR-10 %lld train / %lld test images from %s; LeNet (%lld parameters) on %s (%d thread%s), "
                 "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",

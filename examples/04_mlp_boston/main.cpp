@@ -56,7 +56,7 @@ constexpr const char* program = "mlp_boston";
 constexpr const char* default_data = "/usr/lib/python3/dist-packages/sklearn/datasets/data/boston_house_prices.csv";
 
 template <class D, class Precision>
-int run(const examples::TrainOptions& o, const std::string& device) {
+int run(examples::TrainOptions o, const std::string& device) {  // a copy: o.data_summary is set below
   namespace reg = examples::regression;
   using P = kiln::Policy<Precision, D>;
   const auto t_start = examples::Clock::now();
@@ -76,6 +76,12 @@ int run(const examples::TrainOptions& o, const std::string& device) {
     throw kiln::ValueError(o.data + ": " + std::to_string(table.size()) + " rows give " +
                            std::to_string(train.size()) + " training and " + std::to_string(test.size()) +
                            " test rows; the 80/20 split needs at least 5 rows (and --limit at least 1)");
+  // What checkpoints record of the data (a resume on another file, or on this one changed, is refused): the
+  // rows, the feature columns and a checksum of the values as read.
+  std::string columns;
+  for (const auto& name : table.feature_names()) columns += (columns.empty() ? "" : ",") + name;
+  o.data_summary = std::to_string(table.size()) + " rows, columns " + columns + " -> " + table.target_name() +
+                   ", checksum " + examples::checksum<float>({table.features(), table.targets()});
   table.standardize(kiln::data::Standardizer::fit(train));  // training statistics, applied to both splits
   const double train_mean = reg::mean(reg::targets(train));
   const double baseline_rmse = reg::constant_rmse(reg::targets(test), train_mean);
@@ -88,7 +94,9 @@ int run(const examples::TrainOptions& o, const std::string& device) {
   // batches, the test RMSE without gradients (NoGrad + eval()), the epoch's line, --metrics, --checkpoint.
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
     int start = 0;
-    if (o.resume) start = examples::load_training_state(o.checkpoint, trained, opt, scaler, examples::run_settings(o));
+    if (o.resume)  // refused when the checkpoint was trained with other settings or data (run_settings)
+      start = examples::load_training_state(o.checkpoint, trained, opt, scaler,
+                                            examples::run_settings(o, trained));
     const int threads = kiln::backend::cpu::threads();
     std::printf("%s: %lld train / %lld test rows of %s (13 features -> %s, standardized on the train rows); "
                 "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, Adam(lr=%g), %d loader worker%s\n",

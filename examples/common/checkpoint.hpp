@@ -1,13 +1,19 @@
 // Checkpoints of a training example: the model's parameters (PyTorch's state_dict names; float32 masters
 // under every precision), Adam's moments and step count (kiln::optimizer_state), the loss scaler's state
-// (fp16) and the epoch reached, in one safetensors file written atomically.
+// (fp16), the epoch reached and the settings a resume must share (run_settings), in one safetensors file
+// written atomically.
 #pragma once
+#include <charconv>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <kiln/core/config.hpp>
@@ -22,11 +28,93 @@
 
 namespace examples {
 
-/// The flags a resumed run must share with the run that wrote the checkpoint, by flag name ("seed": it
-/// draws the initialisation, the shuffles and mlp_boston's split; resumed with another, test rows of the
-/// first run could be trained on). Saved as metadata "run.<flag>".
-using RunSettings = std::map<std::string, std::string>;
-inline RunSettings run_settings(const TrainOptions& o) { return {{"seed", std::to_string(o.seed)}}; }
+/// How many samples one forward/backward of the whole job takes per --batch-size: 1 for one model and for
+/// DataParallel (which splits the batch), the number of ranks under DistributedDataParallel (each rank
+/// takes --batch-size).
+template <class Trained>
+int batch_ranks(const Trained&) {
+  return 1;
+}
+#if KILN_WITH_MPI
+template <class Net, class In, class B, class Prec, class D>
+int batch_ranks(const kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp) {
+  return ddp.world_size();
+}
+#endif
+
+/// One setting a resumed run must share with the run that wrote the checkpoint, saved as metadata
+/// "run.<key>" = `value`. For the message that refuses a resume: `trained(recorded)` says the
+/// checkpoint's value ("--seed 0", "no --limit"), `now` this run's, `resume(recorded)` the flags that give
+/// the checkpoint's value in this run.
+struct RunSetting {
+  std::string key;
+  std::string value;
+  std::string now;
+  std::function<std::string(const std::string&)> trained, resume;
+};
+using RunSettings = std::vector<RunSetting>;
+
+/// A setting that is one flag's value: "--flag value" (or `none` for the value "", when not given).
+inline RunSetting flag_setting(const std::string& key, const std::string& flag, const std::string& value,
+                               const std::string& none = "") {
+  const auto say = [flag, none](const std::string& v) { return v.empty() ? none : flag + " " + v; };
+  return {key, value, say(value), say, say};
+}
+
+/// What a resumed run must share with the run that wrote the checkpoint, checked in this order: every
+/// setting that changes what the model sees or the order it is trained in. --seed (the initialisation,
+/// the shuffles and mlp_boston's split: with another, test rows of the first run could be trained on); the
+/// whole job's batch (--batch-size, times the ranks under --parallel ddp, so `mpirun -np 2 ... --batch-size
+/// 64` may resume a run of --batch-size 128 in one process, and back); --accumulate; --limit; --target
+/// (where the example has one); and o.data_summary, what the example read from --data (row counts, a CSV's
+/// columns and a checksum of its values), so that the same data may move but other data is refused.
+/// --precision, --device, --parallel, --devices (the batch aside), --workers, --lr (Adam's comes from the
+/// checkpoint), --epochs and the output paths may change.
+template <class Trained>
+RunSettings run_settings(const TrainOptions& o, const Trained& trained) {
+  const long long ranks = batch_ranks(trained);
+  const std::string on_ranks = " on each of " + std::to_string(ranks) + " ranks";
+  RunSetting batch{"batch-size", std::to_string(o.batch_size * ranks),
+                   "--batch-size " + std::to_string(o.batch_size),
+                   [](const std::string& v) { return "batches of " + v; },
+                   [ranks, on_ranks](const std::string& v) {
+                     if (ranks == 1) return "--batch-size " + v;
+                     long long all = 0;
+                     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), all);
+                     if (ec != std::errc{} || end != v.data() + v.size() || all % ranks != 0)
+                       return "batches of " + v + " (another number of ranks: " + std::to_string(ranks) +
+                              " cannot split them evenly)";
+                     return "--batch-size " + std::to_string(all / ranks) + on_ranks;
+                   }};
+  if (ranks > 1) batch.now += on_ranks + " (batches of " + batch.value + ")";
+  RunSettings run{flag_setting("seed", "--seed", std::to_string(o.seed)), std::move(batch),
+                  flag_setting("accumulate", "--accumulate", std::to_string(o.accumulate)),
+                  flag_setting("limit", "--limit", o.limit >= 0 ? std::to_string(o.limit) : "",
+                               "no --limit")};
+  if (!o.target.empty()) run.push_back(flag_setting("target", "--target", o.target));
+  if (!o.data_summary.empty()) {
+    const auto say = [](const std::string& v) { return "a --data of " + v; };
+    run.push_back({"data", o.data_summary, say(o.data_summary), say,
+                   [](const std::string&) { return std::string("the --data it was trained on"); }});
+  }
+  return run;
+}
+
+/// A checksum of `values` (64-bit FNV-1a over their bytes, in order) as 16 hex digits, for a data summary
+/// (TrainOptions::data_summary): equal data give equal checksums on every machine of the same byte order.
+template <class T>
+std::string checksum(std::initializer_list<std::span<const T>> values) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const auto part : values)
+    for (const T& v : part) {
+      unsigned char bytes[sizeof(T)];
+      std::memcpy(bytes, &v, sizeof(T));
+      for (const unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+    }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
 
 template <class Model, class Optimizer, class Scaler>
 void save_training_state(const std::string& path, const Model& model, const Optimizer& opt, const Scaler& scaler,
@@ -35,7 +123,7 @@ void save_training_state(const std::string& path, const Model& model, const Opti
   auto meta = scaler.state("grad_scaler.");                 // empty unless loss scaling is on
   meta.insert(state.metadata.begin(), state.metadata.end());
   meta.insert({{"epoch", std::to_string(epochs_done)}, {"format", "kiln training state"}});
-  for (const auto& [flag, value] : run) meta["run." + flag] = value;
+  for (const auto& setting : run) meta["run." + setting.key] = setting.value;
   kiln::save_checkpoint(path, model, std::move(state.entries), meta);
 }
 
@@ -59,11 +147,12 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
     if (epochs > INT_MAX)
       throw kiln::CheckpointError("kiln: " + path + ": metadata 'epoch' is " + std::to_string(epochs) +
                                   "; expected at most " + std::to_string(INT_MAX));
-    for (const auto& [flag, value] : run)  // a checkpoint of an older kiln has none: not checked
-      if (const auto it = m.find("run." + flag); it != m.end() && it->second != value)
-        throw kiln::CheckpointError("kiln: " + path + ": the checkpoint was trained with --" + flag + " " + it->second +
-                                    "; this run has --" + flag + " " + value + ": resume with --" + flag + " " +
-                                    it->second);
+    // A setting the checkpoint does not record (written before kiln recorded it) is not checked.
+    for (const auto& setting : run)
+      if (const auto it = m.find("run." + setting.key); it != m.end() && it->second != setting.value)
+        throw kiln::CheckpointError("kiln: " + path + ": the checkpoint was trained with " +
+                                    setting.trained(it->second) + "; this run has " + setting.now +
+                                    ": resume with " + setting.resume(it->second));
     kiln::check_optimizer_state(opt, entries, m, path);
     if (m.count("grad_scaler.scale")) scaler_state([&] { scaler.check_state(m, "grad_scaler."); });
   });

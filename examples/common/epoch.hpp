@@ -207,10 +207,12 @@ void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const
   try {
     write_metrics(trained, o.metrics, fields, epoch == 0);  // --parallel ddp: rank 0's line for the job
   } catch (...) {
-    if (!o.checkpoint.empty()) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o));
+    if (!o.checkpoint.empty())
+      save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained));
     throw;
   }
-  if (!o.checkpoint.empty()) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o));
+  if (!o.checkpoint.empty())
+    save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained));
 }
 
 /// The model a trainer evaluates and checkpoints: the model itself, or DataParallel's first replica.
