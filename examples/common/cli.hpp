@@ -15,10 +15,9 @@
 #if KILN_CUDA_COMPILER
 #include <kiln/cuda.hpp>
 #endif
+#include <kiln/io/atomic_file.hpp>
 #include <kiln/policy/device.hpp>
 #include <kiln/policy/precision.hpp>
-
-#include "report.hpp"  // why_unwritable_file
 
 namespace examples {
 
@@ -138,11 +137,11 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     return fail("--devices applies to --parallel dp or ddp; this run is --parallel single");
   // An output that cannot be written fails now, not after the first epoch: an existing --metrics file
   // (or /dev/stdout) must be writable, else its folder, and neither output may be a directory
-  // (why_unwritable_file, report.hpp); a checkpoint is written through a temporary file in its folder. A
+  // (kiln::why_unwritable); a checkpoint is written through a temporary file in its folder. A
   // resumed run checks its checkpoint once it knows whether it has epochs left (start_outputs in
   // epoch.hpp), and under ddp rank 0 checks both there and tells every rank.
   const auto cannot_write = [](const char* flag, const std::string& path, bool new_file_only) -> std::string {
-    const std::string why = path.empty() ? std::string() : why_unwritable_file(path, new_file_only);
+    const std::string why = path.empty() ? std::string() : kiln::why_unwritable(path, new_file_only);
     return why.empty() ? why : std::string(flag) + " " + path + ": " + why;
   };
   if (o.parallel != "ddp") {

@@ -52,16 +52,6 @@ class Progress {
   Clock::time_point t0_;
 };
 
-/// Why an output file (--metrics, --checkpoint) cannot be written, or "": kiln::why_unwritable, and an
-/// existing directory refused as well (why_unwritable asks only whether it can be written to, which a
-/// directory can, so the run would fail at its first epoch's line).
-inline std::string why_unwritable_file(const std::string& path, bool new_file_only = false) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return "cannot write " + path + " (" + std::strerror(EISDIR) + ")";
-  return kiln::why_unwritable(path, new_file_only);
-}
-
 /// Starts the metrics file of a run: keeps the lines of its first `epochs` epochs (the checkpoint's when
 /// resuming, so a line written past the checkpoint just before a kill goes), rewritten through a
 /// temporary file and a rename (kiln::write_file_atomically). A fresh run (`epochs` 0) leaves the file as
@@ -73,7 +63,7 @@ inline void keep_metrics(const std::string& path, int epochs) {
   if (path.empty()) return;
   std::error_code ec;
   if (epochs == 0 || fs::is_directory(path, ec)) {
-    if (const auto why = why_unwritable_file(path); !why.empty())
+    if (const auto why = kiln::why_unwritable(path); !why.empty())
       throw kiln::Error("cannot write the metrics file " + path + ": " + why);
     return;
   }

@@ -165,10 +165,13 @@ inline std::optional<std::filesystem::path> atomic_target(const std::filesystem:
 /// only at its end. An existing file must be writable itself (it may be written in place: a FIFO,
 /// /dev/stdout, a file appended to), else its folder must take a new file; with `new_file_only` (a file
 /// replaced only whole, through a temporary file next to it, as write_safetensors does) the folder must
-/// take one either way. "cannot write PATH (reason)" or "cannot write into FOLDER (reason)".
+/// take one either way. An existing folder is refused ("Is a directory"). "cannot write PATH (reason)" or
+/// "cannot write into FOLDER (reason)".
 inline std::string why_unwritable(const std::filesystem::path& path, bool new_file_only = false) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // A folder can be written to (access() says yes), but never written as a file.
+  if (fs::is_directory(path, ec)) return "cannot write " + path.string() + " (" + std::strerror(EISDIR) + ")";
   // The folder the temporary file goes to: the target's, through links (detail::atomic_target).
   const auto target = detail::atomic_target(path);
   if (new_file_only && !target) return "cannot write " + path.string() + " (not a regular file)";

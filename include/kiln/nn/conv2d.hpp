@@ -248,14 +248,17 @@ struct Conv2d {
                         Tensor<T, output_shape, D>& z, Tensor<T, output_shape, D>& y) {
       Extents<Shape<Out, dyn>> ye;
       ye[1] = g.columns();
-      Tensor<T, Shape<Out, dyn>, D> yt(ye, x.device_index());  // [Out, N Ho Wo]
+      // [Out, N Ho Wo] in compute_t<T>: in mixed precision the fp32 sums, rounded once with the bias and
+      // the activation (as on the CPU)
+      Tensor<compute_t<T>, Shape<Out, dyn>, D> yt(ye, x.device_index());
       for (index_t grp = 0; grp < Groups; ++grp) {
         auto cols = im2col(x, g, grp);  // [(In / G) K K, N Ho Wo]
         auto ytg = group_rows(yt, grp);
         matmul_into(ytg, group_weight(weight_operand(), grp), cols);
       }
+      using Epilogue = detail::ColumnsToNchw<T, M, E, compute_t<T>>;
       kiln::detail::executor<D>::for_each(
-          x.size(0) * Out, detail::ColumnsToNchw<T, M, E>{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
+          x.size(0) * Out, Epilogue{yt.data(), b, z.data(), y.data(), Out, Ho * Wo, g.columns()});
     }
     /// The im2col path's backward (CUDA without cuDNN): dZ in columns, db, dW += dZ colsᵀ, col2im(Wᵀ dZ).
     template <class E>
@@ -292,10 +295,11 @@ struct Conv2d {
       return Tensor<V, Shape<Fg, Patch>, D>::from_blob(w.data() + grp * Fg * Patch, {}, w.device_index());
     }
     /// Group grp's rows of a [Out, N Ho Wo] tensor, [Out / G, N Ho Wo] (a view).
-    static Tensor<T, Shape<Fg, dyn>, D> group_rows(Tensor<T, Shape<Out, dyn>, D> t, index_t grp) {
+    template <class V>
+    static Tensor<V, Shape<Fg, dyn>, D> group_rows(Tensor<V, Shape<Out, dyn>, D> t, index_t grp) {
       Extents<Shape<Fg, dyn>> e;
       e[1] = t.size(1);
-      return Tensor<T, Shape<Fg, dyn>, D>::from_blob(t.data() + grp * Fg * t.size(1), e, t.device_index());
+      return Tensor<V, Shape<Fg, dyn>, D>::from_blob(t.data() + grp * Fg * t.size(1), e, t.device_index());
     }
 
 #if KILN_WITH_CUDNN

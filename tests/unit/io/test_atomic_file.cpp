@@ -212,6 +212,10 @@ BOOST_AUTO_TEST_CASE(why_unwritable_names_the_folder_or_file_and_the_reason) {
   BOOST_TEST(kiln::why_unwritable(dir / "pipe", true) ==
              "cannot write " + (dir / "pipe").string() + " (not a regular file)");
   BOOST_TEST(kiln::why_unwritable(dir / "pipe").empty());  // written in place
+  // A folder passes access(W_OK), but a writer could not fill it: refused before a run, either way.
+  for (const bool new_file_only : {false, true})
+    BOOST_TEST(kiln::why_unwritable(dir, new_file_only) ==
+               "cannot write " + dir.string() + " (Is a directory)");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
