@@ -147,6 +147,9 @@ layers_pool_modes.json
                   avg_pool2d_divisor                 AvgPool2d(2, divisor_override=3), 6x6
                   avg_pool2d_ceil_exclude_pad_divisor    AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False,
                                                      divisor_override=2), 8x7 (the override wins)
+                  max_pool2d_dilation2               MaxPool2d(3, 1, 1, dilation=2), 7x6
+                  max_pool2d_dilation3_ceil          MaxPool2d(2, 2, 0, dilation=3, ceil_mode=True), 8x9
+                  max_pool2d_dilation2_s2_p1_ceil    MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True), 9x8
 
 losses.json
   torch_version   str
@@ -720,6 +723,11 @@ def layers_pool_modes_fixture():
         layer_case("avg_pool2d_ceil_exclude_pad_divisor",
                    lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False, divisor_override=2),
                    (2, 3, 8, 7), 213),
+        layer_case("max_pool2d_dilation2", lambda: nn.MaxPool2d(3, 1, 1, dilation=2), (2, 3, 7, 6), 214),
+        layer_case("max_pool2d_dilation3_ceil", lambda: nn.MaxPool2d(2, 2, 0, dilation=3, ceil_mode=True),
+                   (2, 3, 8, 9), 215),
+        layer_case("max_pool2d_dilation2_s2_p1_ceil",
+                   lambda: nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True), (2, 3, 9, 8), 216),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

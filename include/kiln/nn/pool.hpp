@@ -1,5 +1,5 @@
-/// MaxPool2d and AvgPool2d over K x K windows (stride defaults to K; ceil_mode, count_include_pad and
-/// divisor_override), as torch.nn's.
+/// MaxPool2d and AvgPool2d over K x K windows (stride defaults to K; ceil_mode, MaxPool2d's dilation,
+/// AvgPool2d's count_include_pad and divisor_override), as torch.nn's.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -19,6 +19,7 @@ namespace kiln::nn {
 namespace detail {
 struct PoolGeometry {
   index_t nc, h, w, k, stride, pad, ho, wo;
+  index_t dilation = 1;  // MaxPool2d's: taps Dilation apart
   index_t inputs() const { return nc * h * w; }
   index_t outputs() const { return nc * ho * wo; }
   /// A pass that reads the input planes (type X), writes or reads the output planes (type Y) and, for
@@ -40,31 +41,32 @@ using window_index_t = std::conditional_t<(K * K < 255), std::uint8_t, std::int3
 template <class I>
 inline constexpr I no_winner = std::numeric_limits<I>::max();
 
-/// The outputs of a pool along an axis of n inputs, as torch's pooling_output_shape: (n + 2 Padding - K)
-/// / Stride rounded down (up in ceil mode), + 1; in ceil mode a last window that would start at or past
-/// n + Padding (in the trailing padding alone) is dropped.
-template <index_t K, index_t Stride, index_t Padding, bool CeilMode>
+/// The outputs of a pool along an axis of n inputs, as torch's pooling_output_shape: (n + 2 Padding -
+/// Dilation (K - 1) - 1) / Stride rounded down (up in ceil mode), + 1; in ceil mode a last window that
+/// would start at or past n + Padding (in the trailing padding alone) is dropped.
+template <index_t K, index_t Stride, index_t Padding, bool CeilMode, index_t Dilation = 1>
 constexpr index_t pool_extent(index_t n) {
-  const index_t o = (n + 2 * Padding - K + (CeilMode ? Stride - 1 : 0)) / Stride + 1;
+  const index_t o = (n + 2 * Padding - Dilation * (K - 1) - 1 + (CeilMode ? Stride - 1 : 0)) / Stride + 1;
   return CeilMode && (o - 1) * Stride >= n + Padding ? o - 1 : o;
 }
 
-/// The max of x over window (oh, ow) of one plane and the winner's tap ki K + kj (-1: none; padding is
+/// The max of x over window (oh, ow) of one plane, its taps Dilation apart, and the winner's tap ki K + kj
+/// (-1: none; padding is
 /// -inf; ties keep the first; NaN propagates, the last NaN winning, as torch's CPU and CUDA kernels
 /// route the gradient). Taps outside the plane are skipped; Bounded = false (no padding, no ceil-mode
 /// window past the last row or column) compiles the checks out. The window is a constant: its loops unroll.
-template <index_t K, index_t Stride, index_t Padding, bool Bounded, class T>
+template <index_t K, index_t Stride, index_t Padding, index_t Dilation, bool Bounded, class T>
 KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t ow, const PoolGeometry& g,
                                                 index_t& arg) {
   compute_t<T> best = -static_cast<compute_t<T>>(INFINITY);
   arg = -1;
   KILN_UNROLL
   for (index_t ki = 0; ki < K; ++ki) {
-    const index_t ih = oh * Stride - Padding + ki;
+    const index_t ih = oh * Stride - Padding + ki * Dilation;
     if (Bounded && (ih < 0 || ih >= g.h)) continue;
     KILN_UNROLL
     for (index_t kj = 0; kj < K; ++kj) {
-      const index_t iw = ow * Stride - Padding + kj;
+      const index_t iw = ow * Stride - Padding + kj * Dilation;
       if (Bounded && (iw < 0 || iw >= g.w)) continue;
       const compute_t<T> v = to_compute(xp[ih * g.w + iw]);
       if (arg < 0 || v > best || kiln::detail::is_nan(v)) best = v, arg = ki * K + kj;
@@ -74,7 +76,7 @@ KILN_HOST_DEVICE inline compute_t<T> window_max(const T* xp, index_t oh, index_t
 }
 
 /// y = max over the window, idx = the winner's tap; one call per output element (CUDA).
-template <class T, index_t K, index_t Stride, index_t Padding, bool Bounded>
+template <class T, index_t K, index_t Stride, index_t Padding, index_t Dilation, bool Bounded>
 struct MaxPoolForward {
   using I = window_index_t<K>;
   const T* x;
@@ -84,13 +86,14 @@ struct MaxPoolForward {
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t ow = i % g.wo, oh = (i / g.wo) % g.ho, plane = i / (g.wo * g.ho);
     index_t arg;
-    y[i] = from_compute<T>(window_max<K, Stride, Padding, Bounded>(x + plane * g.h * g.w, oh, ow, g, arg));
+    y[i] = from_compute<T>(
+        window_max<K, Stride, Padding, Dilation, Bounded>(x + plane * g.h * g.w, oh, ow, g, arg));
     if (idx) idx[i] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
   }
   Traffic traffic(index_t) const { return g.traffic<T, T, I>(idx != nullptr); }
 };
 /// The same, one call per (n, c) plane: no division per element (CPU).
-template <class T, index_t K, index_t Stride, index_t Padding, bool Bounded>
+template <class T, index_t K, index_t Stride, index_t Padding, index_t Dilation, bool Bounded>
 struct MaxPoolForwardPlanes {
   using I = window_index_t<K>;
   const T* x;
@@ -103,7 +106,8 @@ struct MaxPoolForwardPlanes {
     for (index_t oh = 0; oh < g.ho; ++oh)
       for (index_t ow = 0; ow < g.wo; ++ow) {
         index_t arg;
-        y[o + oh * g.wo + ow] = from_compute<T>(window_max<K, Stride, Padding, Bounded>(xp, oh, ow, g, arg));
+        y[o + oh * g.wo + ow] =
+            from_compute<T>(window_max<K, Stride, Padding, Dilation, Bounded>(xp, oh, ow, g, arg));
         if (idx) idx[o + oh * g.wo + ow] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
       }
   }
@@ -111,7 +115,7 @@ struct MaxPoolForwardPlanes {
 };
 /// dx = dy scattered to the winners, one call per plane (one thread owns a plane, so overlapping windows
 /// add without a race) (CPU).
-template <class T, index_t K, index_t Stride, index_t Padding>
+template <class T, index_t K, index_t Stride, index_t Padding, index_t Dilation>
 struct MaxPoolBackwardPlanes {
   using I = window_index_t<K>;
   const T* dy;
@@ -127,7 +131,8 @@ struct MaxPoolBackwardPlanes {
         const index_t j = o + oh * g.wo + ow;
         const I a = idx[j];
         if (a == no_winner<I>) continue;
-        const index_t at = (oh * Stride - Padding + a / K) * g.w + ow * Stride - Padding + a % K;
+        const index_t at =
+            (oh * Stride - Padding + a / K * Dilation) * g.w + ow * Stride - Padding + a % K * Dilation;
         dxp[at] = from_compute<T>(to_compute(dxp[at]) + to_compute(dy[j]));
       }
   }
@@ -147,10 +152,10 @@ struct MaxPoolBackward {
     const index_t iw = i % g.w, ih = (i / g.w) % g.h, plane = i / (g.w * g.h);
     compute_t<T> acc = 0;
     for (index_t ki = 0; ki < g.k; ++ki) {
-      const index_t th = ih + g.pad - ki;
+      const index_t th = ih + g.pad - ki * g.dilation;
       if (th < 0 || th % g.stride != 0 || th / g.stride >= g.ho) continue;
       for (index_t kj = 0; kj < g.k; ++kj) {
-        const index_t tw = iw + g.pad - kj;
+        const index_t tw = iw + g.pad - kj * g.dilation;
         if (tw < 0 || tw % g.stride != 0 || tw / g.stride >= g.wo) continue;
         const index_t o = (plane * g.ho + th / g.stride) * g.wo + tw / g.stride;
         if (static_cast<index_t>(idx[o]) == ki * K + kj) acc += to_compute(dy[o]);
@@ -232,21 +237,26 @@ struct AvgPoolBackward {
 };
 
 template <bool Max, index_t K, index_t Stride, index_t Padding, bool CeilMode, bool CountIncludePad,
-          index_t DivisorOverride>
+          index_t DivisorOverride, index_t Dilation = 1>
 struct Pool2d {
   static_assert(K > 0 && Stride > 0 && Padding >= 0 && 2 * Padding <= K,
                 "kiln::nn::MaxPool2d/AvgPool2d<K, Stride, Padding>: K and stride positive, padding at most K/2");
   // >>> Stopped here? AvgPool2d's last argument is torch's divisor_override: a positive count, or 0. <<<
+  static_assert(Dilation > 0,
+                "kiln::nn::MaxPool2d<K, Stride, Padding, CeilMode, Dilation>: the dilation must be positive");
   static_assert(DivisorOverride >= 0,
                 "kiln::nn::AvgPool2d<K, Stride, Padding, CeilMode, CountIncludePad, DivisorOverride>: "
                 "DivisorOverride must be positive (every window's sum is divided by it), or 0 for none");
+  /// A window's extent on the input: Dilation (K - 1) + 1.
+  static constexpr index_t span = Dilation * (K - 1) + 1;
   template <class S>
-  static constexpr bool accepts = S::rank == 4 && S::extents[1] != dyn && S::extents[2] != dyn &&
-                                  S::extents[3] != dyn && S::extents[2] + 2 * Padding >= K &&
-                                  S::extents[3] + 2 * Padding >= K;
+  static constexpr bool accepts =
+      S::rank == 4 && S::extents[1] != dyn&& S::extents[2] != dyn&& S::extents[3] !=
+                          dyn&& S::extents[2] + 2 * Padding >= span&& S::extents[3] + 2 * Padding >= span;
   template <class S>
-  using output = Shape<S::extents[0], S::extents[1], pool_extent<K, Stride, Padding, CeilMode>(S::extents[2]),
-                       pool_extent<K, Stride, Padding, CeilMode>(S::extents[3])>;
+  using output =
+      Shape<S::extents[0], S::extents[1], pool_extent<K, Stride, Padding, CeilMode, Dilation>(S::extents[2]),
+            pool_extent<K, Stride, Padding, CeilMode, Dilation>(S::extents[3])>;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {
@@ -258,7 +268,9 @@ struct Pool2d {
     std::string name() const {
       return std::string(Max ? "MaxPool2d" : "AvgPool2d") + "(kernel_size=" + std::to_string(K) +
              ", stride=" + std::to_string(Stride) + ", padding=" + std::to_string(Padding) +
-             (Max ? (CeilMode ? ", dilation=1, ceil_mode=True)" : ", dilation=1, ceil_mode=False)") : ")");
+             (Max ? ", dilation=" + std::to_string(Dilation) +
+                        (CeilMode ? ", ceil_mode=True)" : ", ceil_mode=False)")
+                  : std::string(")"));
     }
 
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
@@ -269,12 +281,14 @@ struct Pool2d {
       if constexpr (Max) {
         idx_ = ctx.grad ? index_tensor(e, x.device_index()) : index_tensor();
         if constexpr (std::is_same_v<D, Cpu>)
-          kiln::detail::executor<D>::for_each(
-              g.nc, MaxPoolForwardPlanes<T, K, Stride, Padding, bounded>{x.data(), y.data(), idx_.data(), g},
-              g.h * g.w);
+          kiln::detail::executor<D>::for_each(g.nc,
+                                              MaxPoolForwardPlanes<T, K, Stride, Padding, Dilation, bounded>{
+                                                  x.data(), y.data(), idx_.data(), g},
+                                              g.h * g.w);
         else
           kiln::detail::executor<D>::for_each(
-              y.numel(), MaxPoolForward<T, K, Stride, Padding, bounded>{x.data(), y.data(), idx_.data(), g});
+              y.numel(),
+              MaxPoolForward<T, K, Stride, Padding, Dilation, bounded>{x.data(), y.data(), idx_.data(), g});
       } else {
         using Mean = AvgPoolForward<T, divisor, CountIncludePad>;
         kiln::detail::executor<D>::for_each(y.numel(), Mean{x.data(), y.data(), g});
@@ -294,7 +308,9 @@ struct Pool2d {
       if constexpr (Max) {
         if constexpr (std::is_same_v<D, Cpu>)
           kiln::detail::executor<D>::for_each(
-              g.nc, MaxPoolBackwardPlanes<T, K, Stride, Padding>{dy.data(), idx_.data(), dx.data(), g}, g.h * g.w);
+              g.nc,
+              MaxPoolBackwardPlanes<T, K, Stride, Padding, Dilation>{dy.data(), idx_.data(), dx.data(), g},
+              g.h * g.w);
         else
           kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T, K>{dy.data(), idx_.data(), dx.data(), g});
         idx_ = index_tensor();
@@ -310,8 +326,8 @@ struct Pool2d {
     static constexpr index_t h = S::extents[2], w = S::extents[3];
     static constexpr index_t ho = output_shape::extents[2], wo = output_shape::extents[3];
     /// Some window reaches past the plane: into the padding, or (ceil mode) past the last row or column.
-    static constexpr bool bounded = Padding > 0 || (ho - 1) * Stride - Padding + K > h ||
-                                    (wo - 1) * Stride - Padding + K > w;
+    static constexpr bool bounded = Padding > 0 || (ho - 1) * Stride - Padding + span > h ||
+                                    (wo - 1) * Stride - Padding + span > w;
     /// Some window reaches past the trailing padding (ceil mode): torch's count_include_pad leaves that out.
     static constexpr bool past_padding = (ho - 1) * Stride + K > h + 2 * Padding ||
                                          (wo - 1) * Stride + K > w + 2 * Padding;
@@ -319,7 +335,9 @@ struct Pool2d {
     static constexpr index_t divisor = DivisorOverride > 0                              ? DivisorOverride
                                        : !bounded || (CountIncludePad && !past_padding) ? K * K
                                                                                         : 0;
-    static PoolGeometry geometry(index_t n) { return {n * S::extents[1], h, w, K, Stride, Padding, ho, wo}; }
+    static PoolGeometry geometry(index_t n) {
+      return {n * S::extents[1], h, w, K, Stride, Padding, ho, wo, Dilation};
+    }
     using index_tensor = Tensor<window_index_t<K>, output_shape, D>;
     index_tensor idx_;  // the winner's tap per output (MaxPool2d, training only)
     Extents<S> in_{};
@@ -330,12 +348,14 @@ struct Pool2d {
 
 /// Max over K x K windows (stride defaults to K, as torch.nn.MaxPool2d(K)); NaN propagates. CeilMode:
 /// torch's ceil_mode=True (a last, partial window over the remaining rows and columns; its taps past the
-/// input are left out).
-/// Shapes: [N, C, H, W] -> [N, C, Ho, Wo], Ho = floor((H + 2 Padding - K) / Stride) + 1 (ceil in ceil
-/// mode, less one if that last window would start at or past H + Padding); Wo alike.
-/// Example: `MaxPool2d<3, 2, 1, true>` is torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True).
-template <index_t K, index_t Stride = K, index_t Padding = 0, bool CeilMode = false>
-struct MaxPool2d : detail::Pool2d<true, K, Stride, Padding, CeilMode, true, 0> {};
+/// input are left out). Dilation: torch's dilation, the window's taps Dilation apart; it comes after
+/// CeilMode here (torch puts it before), so that code written before it kept its meaning.
+/// Shapes: [N, C, H, W] -> [N, C, Ho, Wo], Ho = floor((H + 2 Padding - Dilation (K - 1) - 1) / Stride) +
+/// 1 (ceil in ceil mode, less one if that last window would start at or past H + Padding); Wo alike.
+/// Example: `MaxPool2d<3, 2, 1, true>` is torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True);
+///          `MaxPool2d<3, 1, 0, false, 2>` is torch.nn.MaxPool2d(3, 1, 0, dilation=2).
+template <index_t K, index_t Stride = K, index_t Padding = 0, bool CeilMode = false, index_t Dilation = 1>
+struct MaxPool2d : detail::Pool2d<true, K, Stride, Padding, CeilMode, true, 0, Dilation> {};
 /// Mean over K x K windows (stride defaults to K), as torch.nn.AvgPool2d with its arguments in torch's
 /// order: CeilMode (ceil_mode), CountIncludePad (count_include_pad: divide by the window's taps inside the
 /// input and its padding, else inside the input alone; a ceil-mode window is cut at the end of the

@@ -2,6 +2,7 @@
 // differences, for odd sizes, stride and padding (Conv2d also dilated and grouped, depthwise among them;
 // the pools also in ceil mode, AvgPool2d without the padding counted and with a divisor override); the
 // output shapes and names as torch's; and the LeNet of the seeds end to end.
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <kiln/backend/cpu/threads.hpp>
@@ -198,6 +199,36 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_backward_match_numeric, D, kiln::test::
   check_gradients<AvgPool2d<3, 2, 1, false, false>, Shape<dyn, 2, 7, 5>, D>(2);    // padding not counted
   check_gradients<AvgPool2d<3, 2, 1, true, false, 2>, Shape<dyn, 2, 8, 7>, D>(2);  // the override wins
   check_gradients<AvgPool2d<2, 2, 0, false, true, 3>, Shape<dyn, 3, 6, 4>, D>(2);
+  // dilation: taps 2 apart with padding (windows overlap), 3 apart in ceil mode
+  check_gradients<MaxPool2d<3, 1, 1, false, 2>, Shape<dyn, 2, 7, 6>, D>(2);
+  check_gradients<MaxPool2d<2, 2, 0, true, 3>, Shape<dyn, 2, 8, 9>, D>(2);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dilated_max_pool_takes_the_maximum_of_its_taps, D, kiln::test::devices) {
+  // MaxPool2d<3, 2, 1, true, 2> on 9 x 8, in double, against the maximum over x[oh 2 - 1 + 2 ki, ow 2 -
+  // 1 + 2 kj] for the taps inside the input.
+  using In = Shape<dyn, 2, 9, 8>;
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::MaxPool2d<3, 2, 1, true, 2>>, In, kiln::Policy<Fp64Conv, D>>
+      m(0);
+  const auto xs = kiln::test::random_values<double>(2 * 2 * 9 * 8, -1.0, 1.0, 23);
+  const auto y = m.forward(kiln::test::make_tensor<D>(xs, kiln::Extents<In>(2)));
+  const int ho = static_cast<int>(y.size(2)), wo = static_cast<int>(y.size(3));
+  BOOST_TEST((ho == 4 && wo == 4));  // (9 + 2 - 5 + 1) / 2 + 1 = 4; (8 + 2 - 5 + 1) / 2 + 1 = 4
+  const auto got = y.to_vector();
+  int wrong = 0;
+  for (int plane = 0; plane < 4; ++plane)
+    for (int i = 0; i < ho; ++i)
+      for (int j = 0; j < wo; ++j) {
+        double best = -INFINITY;
+        for (int ki = 0; ki < 3; ++ki)
+          for (int kj = 0; kj < 3; ++kj) {
+            const int ih = i * 2 - 1 + 2 * ki, iw = j * 2 - 1 + 2 * kj;
+            if (ih >= 0 && ih < 9 && iw >= 0 && iw < 8)
+              best = std::max(best, xs[static_cast<std::size_t>((plane * 9 + ih) * 8 + iw)]);
+          }
+        wrong += got[static_cast<std::size_t>((plane * ho + i) * wo + j)] != best;
+      }
+  BOOST_TEST(wrong == 0);
 }
 
 // torch's pooling_output_shape: floor((H + 2 P - K) / S) + 1, ceil in ceil mode less a last window that
@@ -215,6 +246,13 @@ BOOST_AUTO_TEST_CASE(pool_modes_have_torchs_shapes_and_names) {
   static_assert(std::is_same_v<output_of<MaxPool2d<3, 3, 1>, Shape<dyn, 3, 5, 6>>, Shape<dyn, 3, 2, 2>>);
   static_assert(std::is_same_v<output_of<AvgPool2d<3, 2, 1, true, false, 2>, Shape<dyn, 2, 8, 7>>,
                                Shape<dyn, 2, 5, 4>>);
+  // dilation: the window spans Dilation (K - 1) + 1 = 5 inputs (7 -> 3, 6 -> 2); and must fit them
+  static_assert(
+      std::is_same_v<output_of<MaxPool2d<3, 1, 0, false, 2>, Shape<dyn, 3, 7, 6>>, Shape<dyn, 3, 3, 2>>);
+  static_assert(
+      std::is_same_v<output_of<MaxPool2d<2, 2, 0, true, 3>, Shape<dyn, 2, 8, 9>>, Shape<dyn, 2, 3, 4>>);
+  static_assert(MaxPool2d<3, 1, 0, false, 2>::accepts<Shape<dyn, 1, 5, 5>> &&
+                !MaxPool2d<3, 1, 0, false, 2>::accepts<Shape<dyn, 1, 4, 5>>);
   // A stack, as torch: rows 31 -> 16 (floor: 15) -> 9 (8) -> 4, columns 30 -> 15 -> 8 -> 4 (floor: 3)
   using Net = Sequential<MaxPool2d<2, 2, 0, true>, AvgPool2d<3, 2, 1, true, false>, MaxPool2d<3, 2, 0, true>>;
   static_assert(std::is_same_v<Net::output<Shape<dyn, 4, 31, 30>>, Shape<dyn, 4, 4, 4>>);
@@ -227,6 +265,8 @@ BOOST_AUTO_TEST_CASE(pool_modes_have_torchs_shapes_and_names) {
   BOOST_TEST(FloorMax().name() ==
              "MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=1, ceil_mode=False)");
   BOOST_TEST(Avg().name() == "AvgPool2d(kernel_size=3, stride=2, padding=1)");
+  BOOST_TEST((MaxPool2d<3, 2, 1, true, 2>::module<In, P>().name()) ==
+             "MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True)");
 }
 
 /// forward on 2 rows, then backward with dy of `rows` rows: a ShapeError naming both, before any pass.
