@@ -1,4 +1,4 @@
-// expect: static assertion failed: kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: the dilation must be positive
+// expect: static assertion failed: kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias, Mode>: the dilation must be positive
 // errors: 1
 // Conv2d<3, 6, 3, 1, 1, false>: the order before dilation and groups came in (Bias sixth) meets the torch
 // order (Dilation sixth): `false` is a dilation of 0, refused with the order spelled out.

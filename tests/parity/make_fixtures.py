@@ -130,6 +130,15 @@ layers_padding.json
                   conv2d_circular_groups           Conv2d(3, 6, 3, padding='same', groups=3, bias=False,
                                                    padding_mode='circular')
 
+layers_upsample.json
+  torch_version   str
+  cases           as in layers.json: Upsample and Identity
+                  upsample_nearest2                Upsample(scale_factor=2), [2, 3, 4, 5]
+                  upsampling_nearest2d3            UpsamplingNearest2d(scale_factor=3), [2, 3, 3, 4]
+                  upsample_bilinear2               Upsample(scale_factor=2, mode='bilinear'), [2, 3, 4, 5]
+                  upsample_bilinear3               Upsample(scale_factor=3, mode='bilinear'), [2, 2, 5, 3]
+                  identity                         Identity(), [2, 3, 2, 2]
+
 layers_pool_modes.json
   torch_version   str
   cases           as in layers.json: MaxPool2d and AvgPool2d with ceil_mode, AvgPool2d with
@@ -701,6 +710,20 @@ def layers_padding_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def layers_upsample_fixture():
+    """Upsample in nearest (also as UpsamplingNearest2d) and bilinear mode (align_corners=False), and
+    Identity."""
+    nn = torch.nn
+    cases = [
+        layer_case("upsample_nearest2", lambda: nn.Upsample(scale_factor=2), (2, 3, 4, 5), 501),
+        layer_case("upsampling_nearest2d3", lambda: nn.UpsamplingNearest2d(scale_factor=3), (2, 3, 3, 4), 502),
+        layer_case("upsample_bilinear2", lambda: nn.Upsample(scale_factor=2, mode="bilinear"), (2, 3, 4, 5), 503),
+        layer_case("upsample_bilinear3", lambda: nn.Upsample(scale_factor=3, mode="bilinear"), (2, 2, 5, 3), 504),
+        layer_case("identity", lambda: nn.Identity(), (2, 3, 2, 2), 505),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
 def layers_pool_modes_fixture():
     """MaxPool2d and AvgPool2d's ceil_mode, AvgPool2d's count_include_pad=False and divisor_override."""
     nn = torch.nn
@@ -994,6 +1017,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_pool_modes.json": lambda: layers_pool_modes_fixture(),
             "layers_conv_modes.json": lambda: layers_conv_modes_fixture(),
             "layers_padding.json": lambda: layers_padding_fixture(),
+            "layers_upsample.json": lambda: layers_upsample_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}

@@ -1,5 +1,6 @@
 /// The element types (float, double, half, bfloat16), what each computes in, and conversions.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -86,22 +87,32 @@ inline float bfloat16_bits_to_float(std::uint16_t b) {
 /// with the last bit set where digits were dropped, so a value just past a tie between two 16-bit
 /// neighbours is not first rounded onto the tie (`static_cast<float>` then binary16 would round
 /// 1 + 2^-11 + 2^-40 to 1). Float keeps 13 bits more than binary16 and 16 more than bfloat16, enough for
-/// round to odd to be exact. A float is itself (and any other type converts as it does); NaN stays NaN.
+/// round to odd to be exact. A floating value is compared in its own type, an integer kept to 24
+/// significant bits with the dropped ones as the last (no double in between, which an int64 past 2^53
+/// would be rounded to). A float is itself (a non-arithmetic type converts as it does); NaN stays NaN.
 template <class V>
 inline float narrow_to_odd(V v) {
   if constexpr (std::is_same_v<V, float> || !std::is_arithmetic_v<V>) {
     return static_cast<float>(v);
-  } else {
-    const double d = static_cast<double>(v);  // exact for float and 32-bit integers; an int64 rounds to 53
-    float f = static_cast<float>(d);  // bits, which the 16-bit rounding does not feel (53 >= 2 11 + 2)
-    if (static_cast<double>(f) != d && d == d) {
+  } else if constexpr (std::is_floating_point_v<V>) {
+    float f = static_cast<float>(v);
+    if (static_cast<V>(f) != v && v == v) {
       std::uint32_t u;
       std::memcpy(&u, &f, 4);
-      if ((f < 0 ? -static_cast<double>(f) : static_cast<double>(f)) > (d < 0 ? -d : d)) --u;  // toward zero
+      if ((f < 0 ? -static_cast<V>(f) : static_cast<V>(f)) > (v < 0 ? -v : v)) --u;  // toward zero
       u |= 1u;
       std::memcpy(&f, &u, 4);
     }
     return f;
+  } else {
+    const bool negative = v < V(0);
+    std::uint64_t m =
+        negative ? std::uint64_t(0) - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+    int shift = 0;
+    while ((m >> shift) >= (std::uint64_t(1) << 24)) ++shift;
+    if (shift > 0) m = (m >> shift) | ((m & ((std::uint64_t(1) << shift) - 1)) != 0 ? 1u : 0u);
+    const float f = std::ldexp(static_cast<float>(m), shift);  // m has 24 bits at most: exact
+    return negative ? -f : f;
   }
 }
 }  // namespace detail
@@ -176,13 +187,17 @@ KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> to_compute(T v) {
 }
 
 /// Store: any arithmetic value -> storage type T (round to nearest even for half/bfloat16, once: a double
-/// or a wide integer is not rounded to float first).
+/// or a wide integer is not rounded to float first; on the device a long double is a double).
 template <class T, class V>
 KILN_HOST_DEVICE KILN_FORCEINLINE T from_compute(V v) {
   if constexpr (std::is_same_v<T, half>) {
 #if KILN_HAS_CUDA_HALF && defined(__CUDA_ARCH__)
-    if constexpr (std::is_same_v<V, double> || std::is_integral_v<V>)
-      return __double2half(static_cast<double>(v));
+    if constexpr (std::is_same_v<V, double>)
+      return __double2half(v);
+    else if constexpr (std::is_integral_v<V> && std::is_signed_v<V>)
+      return __ll2half_rn(static_cast<long long>(v));
+    else if constexpr (std::is_integral_v<V>)
+      return __ull2half_rn(static_cast<unsigned long long>(v));
     else
       return __float2half_rn(static_cast<float>(v));
 #elif KILN_HAS_CUDA_HALF
@@ -194,8 +209,12 @@ KILN_HOST_DEVICE KILN_FORCEINLINE T from_compute(V v) {
 #endif
   } else if constexpr (std::is_same_v<T, bfloat16>) {
 #if KILN_HAS_CUDA_HALF && defined(__CUDA_ARCH__)
-    if constexpr (std::is_same_v<V, double> || std::is_integral_v<V>)
-      return __double2bfloat16(static_cast<double>(v));
+    if constexpr (std::is_same_v<V, double>)
+      return __double2bfloat16(v);
+    else if constexpr (std::is_integral_v<V> && std::is_signed_v<V>)
+      return __ll2bfloat16_rn(static_cast<long long>(v));
+    else if constexpr (std::is_integral_v<V>)
+      return __ull2bfloat16_rn(static_cast<unsigned long long>(v));
     else
       return __float2bfloat16_rn(static_cast<float>(v));
 #elif KILN_HAS_CUDA_HALF

@@ -52,16 +52,18 @@ inline constexpr index_t padding_same = -1;
 template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, index_t Dilation = 1,
           index_t Groups = 1, bool Bias = true, PaddingMode Mode = PaddingMode::zeros>
 struct Conv2d {
-  static_assert(In > 0 && Out > 0 && K > 0 && Stride > 0 && (Padding >= 0 || Padding == padding_same),
-                "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: channels, kernel and "
-                "stride must be positive, padding not negative (or kiln::nn::padding_same)");
-  static_assert(Dilation > 0,
-                "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: the dilation must be "
-                "positive (the sixth parameter is the dilation, as in torch.nn.Conv2d; without a bias: "
-                "Conv2d<In, Out, K, Stride, Padding, 1, 1, false>)");
+  static_assert(
+      In > 0 && Out > 0 && K > 0 && Stride > 0 && (Padding >= 0 || Padding == padding_same),
+      "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias, Mode>: channels, kernel and "
+      "stride must be positive, padding not negative (or kiln::nn::padding_same)");
+  static_assert(
+      Dilation > 0,
+      "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias, Mode>: the dilation must be "
+      "positive (the sixth parameter is the dilation, as in torch.nn.Conv2d; without a bias: "
+      "Conv2d<In, Out, K, Stride, Padding, 1, 1, false>)");
   static_assert(
       Groups > 0 && In % Groups == 0 && Out % Groups == 0,
-      "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias>: the groups must divide "
+      "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias, Mode>: the groups must divide "
       "both In and Out (as torch.nn.Conv2d's)");
   /// The kernel's extent on the input: Dilation (K - 1) + 1.
   static constexpr index_t span = Dilation * (K - 1) + 1;

@@ -9,6 +9,7 @@
 #include "kiln/nn/flatten.hpp"
 #include "kiln/nn/gelu.hpp"
 #include "kiln/nn/groupnorm.hpp"
+#include "kiln/nn/identity.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/layernorm.hpp"
 #include "kiln/nn/linear.hpp"
@@ -20,4 +21,5 @@
 #include "kiln/nn/sequential.hpp"
 #include "kiln/nn/softmax.hpp"
 #include "kiln/nn/sync_batchnorm.hpp"
+#include "kiln/nn/upsample.hpp"
 #include "kiln/optim/sgd.hpp"

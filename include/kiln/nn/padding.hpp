@@ -1,11 +1,11 @@
 /// Padding the last two dimensions of [N, C, H, W]: ZeroPad2d, ConstantPad2d, ReflectionPad2d,
 /// ReplicationPad2d and CircularPad2d, as torch.nn's; their modes are also Conv2d's padding_mode.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <string>
 
 #include "kiln/core/config.hpp"
-#include "kiln/core/real.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -224,10 +224,20 @@ struct Pad2d {
 /// Shapes: [N, C, H, W] -> [N, C, Top + H + Bottom, Left + W + Right].
 template <index_t Left, index_t Right = -1, index_t Top = -1, index_t Bottom = -1>
 struct ZeroPad2d : detail::Pad2d<detail::PadLayer::zero, Left, Right, Top, Bottom> {};
-/// The constant Value around each plane, as torch.nn.ConstantPad2d(padding, value), the value first:
-/// `ConstantPad2d<3.5, 2>` is ConstantPad2d(2, 3.5).
+/// ConstantPad2d's value: a floating-point number (`3.5`, `0.0`, `-1.0f`), so that torch's order written
+/// as is, `ConstantPad2d<2, 3.5>` (padding first), does not compile (2 is not a PadValue, 3.5 not a
+/// padding) rather than padding 3 with the value 2.
+struct PadValue {
+  float value;
+  template <std::floating_point F>
+  constexpr PadValue(F v) : value(static_cast<float>(v)) {}  // NOLINT(google-explicit-constructor)
+};
+
+/// The constant Value around each plane, as torch.nn.ConstantPad2d(padding, value), the value first and
+/// written as a floating-point number: `ConstantPad2d<3.5, 2>` is ConstantPad2d(2, 3.5),
+/// `ConstantPad2d<0.0, 1, 2, 0, 0>` ConstantPad2d((1, 2, 0, 0), 0.0).
 /// Shapes: as ZeroPad2d's.
-template <Real Value, index_t Left, index_t Right = -1, index_t Top = -1, index_t Bottom = -1>
+template <PadValue Value, index_t Left, index_t Right = -1, index_t Top = -1, index_t Bottom = -1>
 struct ConstantPad2d : detail::Pad2d<detail::PadLayer::constant, Left, Right, Top, Bottom, Value.value> {};
 /// Each plane mirrored about its edges, as torch.nn.ReflectionPad2d: each padding less than its dimension.
 /// Shapes: as ZeroPad2d's.

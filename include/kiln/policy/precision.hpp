@@ -38,14 +38,15 @@ struct MixedBf16 {
 /// is what kiln computes `storage` in (compute_t: float for half and bfloat16, the type itself otherwise),
 /// so a policy cannot declare an arithmetic that the layers would not use.
 template <class P>
-concept precision_policy = requires {
+concept precision_policy_members = requires {
   typename P::storage;
   typename P::compute;
   typename P::master;
   { P::loss_scaling } -> std::convertible_to<bool>;
   { P::name } -> std::convertible_to<std::string_view>;
-}
-&&element<typename P::storage>&& element<typename P::master>&&
-    std::same_as<typename P::compute, compute_t<typename P::storage>>;
+};
+template <class P>
+concept precision_policy = precision_policy_members<P> && element<typename P::storage> &&
+    element<typename P::master> && std::same_as<typename P::compute, compute_t<typename P::storage>>;
 
 }  // namespace kiln

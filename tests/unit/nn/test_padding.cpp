@@ -164,7 +164,7 @@ BOOST_AUTO_TEST_CASE(padding_layers_have_torchs_shapes_refusals_and_names) {
   BOOST_TEST((knn::ZeroPad2d<1, 2, 3, 4>::module<In, P>().name()) == "ZeroPad2d((1, 2, 3, 4))");
   BOOST_TEST((knn::ConstantPad2d<3.5, 2>::module<In, P>().name()) ==
              "ConstantPad2d(padding=(2, 2, 2, 2), value=3.5)");
-  BOOST_TEST((knn::ConstantPad2d<0, 1>::module<In, P>().name()) ==
+  BOOST_TEST((knn::ConstantPad2d<0.0, 1>::module<In, P>().name()) ==
              "ConstantPad2d(padding=(1, 1, 1, 1), value=0.0)");
   BOOST_TEST((knn::ReflectionPad2d<1, 0, 2, 0>::module<In, P>().name()) == "ReflectionPad2d((1, 0, 2, 0))");
   BOOST_TEST((knn::ReplicationPad2d<2>::module<In, P>().name()) == "ReplicationPad2d((2, 2, 2, 2))");

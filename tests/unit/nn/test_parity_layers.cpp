@@ -1,7 +1,7 @@
 // PyTorch parity of every layer, the losses (MSE, cross entropy and NLL: mean, sum and unreduced; cross
 // entropy also with label smoothing, fused and unfused, class weights and probability targets)
 // and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, layers_pool_modes.json,
-// layers_conv_modes.json, layers_padding.json, losses.json, lenet.json, written by
+// layers_conv_modes.json, layers_padding.json, layers_upsample.json, losses.json, lenet.json, written by
 // tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs, input
 // gradients and parameter gradients, and LeNet the same parameters after three steps of SGD (momentum) and of
 // Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of its tensor's scale:
@@ -82,9 +82,9 @@ Tensor<std::int64_t, Shape<dyn>, D> labels_of(const json& t) {
 }
 
 /// A one-layer model's forward and backward against the fixture case `name` of `file` (In: the input's
-/// shape).
+/// shape); `floor`: as check's.
 template <class Layer, class In, class D>
-void check_layer(const std::string& name, const std::string& file = "layers.json") {
+void check_layer(const std::string& name, const std::string& file = "layers.json", double floor = 1.0) {
   BOOST_TEST_CONTEXT("layer " << name) {
     const json& c = layer_case(name, file);
     knn::Model<knn::Sequential<Layer>, In, kiln::Policy<kiln::Fp32, D>> m(0);
@@ -97,11 +97,11 @@ void check_layer(const std::string& name, const std::string& file = "layers.json
     std::vector<long long> y_shape;
     for (std::size_t i = 0; i < Y::rank; ++i) y_shape.push_back(y.size(i));
     BOOST_TEST(parity::shape(c.at("output")) == y_shape, boost::test_tools::per_element());
-    check(y.to_vector(), c.at("output"), "output");
+    check(y.to_vector(), c.at("output"), "output", floor);
     const auto dy = tensor_of<typename Y::shape_type, D>(c.at("grad_output"), y.extents());
     const auto dx = m.backward_input(dy);
-    check(dx.to_vector(), c.at("grad_input"), "grad_input");
-    check_named(m, m.gradients().to_vector(), c.at("grad"), "grad");
+    check(dx.to_vector(), c.at("grad_input"), "grad_input", floor);
+    check_named(m, m.gradients().to_vector(), c.at("grad"), "grad", floor);
   }
 }
 
@@ -200,6 +200,22 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(padding_layers_and_conv2d_padding_modes_match_pyto
   using CircularGroups = knn::Conv2d<3, 6, 3, 1, knn::padding_same, 1, 3, false, PaddingMode::circular>;
   check_layer<CircularGroups, In, D>("conv2d_circular_groups", f);
   BOOST_TEST(fixture(f).at("cases").size() == 8u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test::devices) {
+  // layers_upsample.json: nearest (scale 2, and 3 as UpsamplingNearest2d), bilinear with
+  // align_corners=False (scale 2, and 3 on a 5x3 input), Identity. Bilinear's input gradient sums up to
+  // 36 products of opposite signs, and torch's build rounds the source positions otherwise (the last
+  // bit of λ: fused multiply-adds), so it is floored at 10% of the tensor's scale (as the LeNet's).
+  const std::string f = "layers_upsample.json";
+  check_layer<knn::Upsample<2>, Shape<dyn, 3, 4, 5>, D>("upsample_nearest2", f);
+  check_layer<knn::UpsamplingNearest2d<3>, Shape<dyn, 3, 3, 4>, D>("upsampling_nearest2d3", f);
+  check_layer<knn::Upsample<2, knn::UpsampleMode::bilinear>, Shape<dyn, 3, 4, 5>, D>("upsample_bilinear2", f,
+                                                                                     10);
+  check_layer<knn::Upsample<3, knn::UpsampleMode::bilinear>, Shape<dyn, 2, 5, 3>, D>("upsample_bilinear3", f,
+                                                                                     10);
+  check_layer<knn::Identity, Shape<dyn, 3, 2, 2>, D>("identity", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 5u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_match_pytorch, D, kiln::test::devices) {

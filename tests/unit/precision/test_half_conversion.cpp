@@ -118,6 +118,17 @@ BOOST_AUTO_TEST_CASE(doubles_and_wide_integers_round_once) {
   // the tie (2^30 + 2^22), and bfloat16 then to 2^30.
   BOOST_TEST(bf(std::int64_t{(1 << 30) + (1 << 22) + 1}) == 0x1p30f + 0x1p23f);
   BOOST_TEST(bf(std::int64_t{(1 << 30) + (1 << 22)}) == 0x1p30f);
+  // Past 2^53 too (a double in between would round 2^62 + 2^54 + 1 onto the tie 2^62 + 2^54), and for
+  // the most negative int64, and unsigned.
+  BOOST_TEST(bf((std::int64_t{1} << 62) + (std::int64_t{1} << 54) + 1) == 0x1.02p62f);
+  BOOST_TEST(bf(-(std::int64_t{1} << 62) - (std::int64_t{1} << 54) - 1) == -0x1.02p62f);
+  BOOST_TEST(bf(std::numeric_limits<std::int64_t>::min()) == -0x1p63f);
+  BOOST_TEST(bf(std::uint64_t{0xffffffffffffffffu}) == 0x1p64f);
+  BOOST_TEST(kiln::to_compute(kiln::from_compute<kiln::half>(std::int64_t{2049})) ==
+             2048.0f);  // the tie: even
+  BOOST_TEST(kiln::to_compute(kiln::from_compute<kiln::half>(std::int32_t{2051})) == 2052.0f);
+  // long double, compared in its own type: 1 + 2^-11 + 2^-60 is past the tie (a double would drop 2^-60).
+  BOOST_TEST(kiln::to_compute(kiln::from_compute<kiln::half>(1.0L + 0x1p-11L + 0x1p-60L)) == 1.0f + 0x1p-10f);
   // Past float's range: inf, as the value itself rounds to in both types.
   BOOST_TEST(std::isinf(bf(1e39)));
   BOOST_TEST(bf(3.39e38) == 0x1.fep127f);  // bfloat16's largest finite value, 3.3895e38

@@ -1,0 +1,196 @@
+/// Upsample<Scale, Mode>: each plane enlarged Scale times, as torch.nn.Upsample(scale_factor=Scale, mode)
+/// for an integer factor: nearest (UpsamplingNearest2d) or bilinear (align_corners=False,
+/// UpsamplingBilinear2d's align_corners=True is not provided).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kiln/core/config.hpp"
+#include "kiln/expr/executor.hpp"
+#include "kiln/nn/layer.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::nn {
+
+/// How Upsample fills the new pixels, as torch's mode: nearest (each input pixel repeated Scale x Scale
+/// times) or bilinear (interpolated between the four nearest input pixels, align_corners=False).
+enum class UpsampleMode { nearest, bilinear };
+
+namespace detail {
+/// The planes (N C) of [N, C, H, W] and the factor: [N, C, H Scale, W Scale].
+struct UpsampleGeometry {
+  index_t planes, h, w, scale;
+};
+
+/// The input row (or column) that output o reads in nearest mode, as torch's CPU and CUDA kernels: o
+/// times the float 1 / Scale, rounded down (bit for bit: the product in float), at most n - 1.
+KILN_HOST_DEVICE inline index_t nearest_source(index_t o, index_t n, index_t scale) {
+  const float inverse = static_cast<float>(1.0 / static_cast<double>(scale));
+  const auto i = static_cast<index_t>(floorf(static_cast<float>(o) * inverse));
+  return i < n - 1 ? i : n - 1;
+}
+
+/// Output o's two input rows in bilinear mode, as torch's area_pixel_compute_source_index
+/// (align_corners=False): the source Scale⁻¹ (o + 0.5) - 0.5, at least 0; `lo` its row, `hi` the next
+/// (lo itself at the last row), weights 1 - λ and λ, in C (float, or double for a double tensor).
+template <class C>
+struct BilinearTaps {
+  index_t lo, hi;
+  C l0, l1;
+  KILN_HOST_DEVICE BilinearTaps(index_t o, index_t n, index_t scale) {
+    const C inverse = static_cast<C>(1.0 / static_cast<double>(scale));
+    C src = inverse * (static_cast<C>(o) + C(0.5)) - C(0.5);
+    if (src < C(0)) src = C(0);
+    lo = static_cast<index_t>(src);
+    hi = lo < n - 1 ? lo + 1 : lo;
+    l1 = src - static_cast<C>(lo);
+    l0 = C(1) - l1;
+  }
+};
+
+/// y = x enlarged: one call per output element.
+template <class T, UpsampleMode Mode>
+struct UpsampleForward {
+  const T* x;
+  T* y;
+  UpsampleGeometry g;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const index_t ho = g.h * g.scale, wo = g.w * g.scale;
+    const index_t ow = i % wo, oh = (i / wo) % ho, plane = i / (wo * ho);
+    const T* xp = x + plane * g.h * g.w;
+    if constexpr (Mode == UpsampleMode::nearest) {
+      y[i] = xp[nearest_source(oh, g.h, g.scale) * g.w + nearest_source(ow, g.w, g.scale)];
+    } else {
+      using C = compute_t<T>;
+      const BilinearTaps<C> r(oh, g.h, g.scale), c(ow, g.w, g.scale);
+      const auto at = [&](index_t ih, index_t iw) { return to_compute(xp[ih * g.w + iw]); };
+      y[i] = from_compute<T>(r.l0 * (c.l0 * at(r.lo, c.lo) + c.l1 * at(r.lo, c.hi)) +
+                             r.l1 * (c.l0 * at(r.hi, c.lo) + c.l1 * at(r.hi, c.hi)));
+    }
+  }
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<T>(g.planes * g.h * g.w) + kiln::detail::bytes_of<T>(n),
+            Mode == UpsampleMode::nearest ? 0 : static_cast<std::uint64_t>(n) * 8};
+  }
+};
+
+/// dx[i] = Σ over the outputs that read input i of their weight times dy (a gather: one write per input,
+/// no atomics). Nearest: the Scale x Scale block of outputs that repeat it. Bilinear: the outputs within
+/// one input row or column of it, 3 Scale along each axis, weighted as the forward pass read them and
+/// added in torch's order (output by output, its four products).
+template <class T, UpsampleMode Mode>
+struct UpsampleBackward {
+  const T* dy;
+  T* dx;
+  UpsampleGeometry g;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    using C = compute_t<T>;
+    const index_t ho = g.h * g.scale, wo = g.w * g.scale;
+    const index_t iw = i % g.w, ih = (i / g.w) % g.h, plane = i / (g.w * g.h);
+    const T* d = dy + plane * ho * wo;
+    C acc = 0;
+    if constexpr (Mode == UpsampleMode::nearest) {
+      // the outputs whose source is ih: from ih Scale (one less where float's 1 / Scale rounds the
+      // product under a whole number) to (ih + 1) Scale, and every later one at the last row
+      const index_t h0 = ih * g.scale > 0 ? ih * g.scale - 1 : 0,
+                    h1 = ih == g.h - 1 ? ho : (ih + 1) * g.scale + 1;
+      const index_t w0 = iw * g.scale > 0 ? iw * g.scale - 1 : 0,
+                    w1 = iw == g.w - 1 ? wo : (iw + 1) * g.scale + 1;
+      for (index_t oh = h0; oh < h1 && oh < ho; ++oh) {
+        if (nearest_source(oh, g.h, g.scale) != ih) continue;
+        for (index_t ow = w0; ow < w1 && ow < wo; ++ow)
+          if (nearest_source(ow, g.w, g.scale) == iw) acc += to_compute(d[oh * wo + ow]);
+      }
+    } else {
+      const index_t h0 = ih > 0 ? (ih - 1) * g.scale : 0,
+                    h1 = (ih + 2) * g.scale < ho ? (ih + 2) * g.scale : ho;
+      const index_t w0 = iw > 0 ? (iw - 1) * g.scale : 0,
+                    w1 = (iw + 2) * g.scale < wo ? (iw + 2) * g.scale : wo;
+      for (index_t oh = h0; oh < h1; ++oh) {
+        const BilinearTaps<C> r(oh, g.h, g.scale);
+        if (r.lo != ih && r.hi != ih) continue;
+        for (index_t ow = w0; ow < w1; ++ow) {
+          const BilinearTaps<C> c(ow, g.w, g.scale);
+          const C dv = to_compute(d[oh * wo + ow]);
+          // torch's four products, in its order (each its own add where two taps are one input)
+          if (r.lo == ih) {
+            if (c.lo == iw) acc += r.l0 * c.l0 * dv;
+            if (c.hi == iw) acc += r.l0 * c.l1 * dv;
+          }
+          if (r.hi == ih) {
+            if (c.lo == iw) acc += r.l1 * c.l0 * dv;
+            if (c.hi == iw) acc += r.l1 * c.l1 * dv;
+          }
+        }
+      }
+    }
+    dx[i] = from_compute<T>(acc);
+  }
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<T>(n * g.scale * g.scale) + kiln::detail::bytes_of<T>(n),
+            static_cast<std::uint64_t>(n * g.scale * g.scale) * (Mode == UpsampleMode::nearest ? 1 : 9)};
+  }
+};
+
+/// Upsample's layer; `Named` says which torch module's repr it prints.
+template <index_t Scale, UpsampleMode Mode, bool Named>
+struct Upsample2d {
+  static_assert(Scale > 0, "kiln::nn::Upsample<Scale, Mode>: the scale factor must be a positive integer");
+  // >>> Stopped here? Upsample takes [N, C, H, W] with static H and W. <<<
+  template <class S>
+  static constexpr bool accepts = S::rank == 4 && S::extents[2] != dyn&& S::extents[3] != dyn;
+  template <class S>
+  using output = Shape<S::extents[0], S::extents[1], S::extents[2] * Scale, S::extents[3] * Scale>;
+
+  template <class S, class P>
+  class module : public detail::parameter_free<S, output<S>, P> {
+   public:
+    using typename detail::parameter_free<S, output<S>, P>::T;
+    using typename detail::parameter_free<S, output<S>, P>::D;
+    using typename detail::parameter_free<S, output<S>, P>::output_shape;
+    /// torch's repr: "Upsample(scale_factor=2.0, mode=nearest)", "UpsamplingNearest2d(...)".
+    std::string name() const {
+      const std::string mode = Mode == UpsampleMode::nearest ? "nearest" : "bilinear";
+      return std::string(Named ? "UpsamplingNearest2d" : "Upsample") +
+             "(scale_factor=" + std::to_string(Scale) + ".0, mode=" + mode + ")";
+    }
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context) {
+      Extents<output_shape> e = {};
+      e[0] = x.size(0);
+      Tensor<T, output_shape, D> y(e, x.device_index());
+      rows_ = x.size(0);
+      kiln::detail::executor<D>::for_each(y.numel(),
+                                          UpsampleForward<T, Mode>{x.data(), y.data(), geometry(rows_)});
+      return y;
+    }
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
+      detail::check_backward_rows(Named ? "UpsamplingNearest2d" : "Upsample", dy.size(0), rows_);
+      Extents<S> e = {};
+      e[0] = dy.size(0);
+      Tensor<T, S, D> dx(e, dy.device_index());
+      kiln::detail::executor<D>::for_each(dx.numel(),
+                                          UpsampleBackward<T, Mode>{dy.data(), dx.data(), geometry(rows_)});
+      return dx;
+    }
+
+   private:
+    static UpsampleGeometry geometry(index_t n) {
+      return {n * S::extents[1], S::extents[2], S::extents[3], Scale};
+    }
+    index_t rows_ = 0;
+  };
+};
+}  // namespace detail
+
+/// Each plane enlarged Scale times, as torch.nn.Upsample(scale_factor=Scale, mode=...) with an integer
+/// factor: `Upsample<2>` repeats each pixel 2 x 2 times (mode='nearest', torch's default),
+/// `Upsample<2, UpsampleMode::bilinear>` interpolates (mode='bilinear', align_corners=False).
+/// Shapes: [N, C, H, W] -> [N, C, H Scale, W Scale].
+template <index_t Scale, UpsampleMode Mode = UpsampleMode::nearest>
+struct Upsample : detail::Upsample2d<Scale, Mode, false> {};
+/// torch.nn.UpsamplingNearest2d(scale_factor=Scale): Upsample<Scale> under torch's other name.
+template <index_t Scale>
+struct UpsamplingNearest2d : detail::Upsample2d<Scale, UpsampleMode::nearest, true> {};
+
+}  // namespace kiln::nn

@@ -1,0 +1,100 @@
+// Upsample (nearest and bilinear, align_corners=False) and Identity: forward against the definitions
+// written out in double, backward against float64 finite differences, shapes and names as torch's.
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <kiln/nn/nn.hpp>
+#include <string>
+#include <vector>
+
+#include "support/model_gradcheck.hpp"
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+namespace knn = kiln::nn;
+namespace kt = kiln::test;
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using knn::UpsampleMode;
+
+/// Output o of an axis upsampled Scale times from n inputs, by the definitions: nearest reads input
+/// o / Scale; bilinear (align_corners=False) reads the source (o + 0.5) / Scale - 0.5, clamped at 0,
+/// between its two neighbouring inputs (the last input alone past it).
+double axis_weight(UpsampleMode mode, int o, int i, int n, int scale) {
+  if (mode == UpsampleMode::nearest) return o / scale == i ? 1.0 : 0.0;
+  const double src = std::max((o + 0.5) / scale - 0.5, 0.0);
+  const int lo = static_cast<int>(src), hi = std::min(lo + 1, n - 1);
+  const double l1 = src - lo;
+  return (i == lo ? 1 - l1 : 0.0) + (i == hi ? l1 : 0.0);
+}
+
+/// Upsample<Scale, Mode> on a batch of 2 [3, H, W] in double: y = Σ weights x.
+template <int Scale, UpsampleMode Mode, int H, int W, class D>
+void check_forward() {
+  using In = Shape<dyn, 3, H, W>;
+  knn::Model<knn::Sequential<knn::Upsample<Scale, Mode>>, In, kiln::Policy<kt::Fp64, D>> model(0);
+  const auto xs = kt::random_values<double>(2 * 3 * H * W, -1.0, 1.0, 8);
+  const auto got = model.forward(kt::make_tensor<D>(xs, Extents<In>(2))).to_vector();
+  const int ho = H * Scale, wo = W * Scale;
+  BOOST_REQUIRE_EQUAL(got.size(), static_cast<std::size_t>(6 * ho * wo));
+  double worst = 0;
+  for (int plane = 0; plane < 6; ++plane)
+    for (int oh = 0; oh < ho; ++oh)
+      for (int ow = 0; ow < wo; ++ow) {
+        double want = 0;
+        for (int ih = 0; ih < H; ++ih)
+          for (int iw = 0; iw < W; ++iw)
+            want += axis_weight(Mode, oh, ih, H, Scale) * axis_weight(Mode, ow, iw, W, Scale) *
+                    xs[static_cast<std::size_t>((plane * H + ih) * W + iw)];
+        worst = std::max(worst, std::abs(got[static_cast<std::size_t>((plane * ho + oh) * wo + ow)] - want));
+      }
+  BOOST_TEST(worst <= 1e-14, "Upsample<" << Scale << "> on " << H << "x" << W << ": worst " << worst);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(upsample)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_follows_its_definitions, D, kt::devices) {
+  check_forward<2, UpsampleMode::nearest, 4, 5, D>();
+  check_forward<3, UpsampleMode::nearest, 3, 2, D>();
+  check_forward<7, UpsampleMode::nearest, 2, 3, D>();
+  check_forward<2, UpsampleMode::bilinear, 4, 5, D>();
+  check_forward<3, UpsampleMode::bilinear, 3, 2, D>();
+  check_forward<5, UpsampleMode::bilinear, 1, 3, D>();  // one row: every output row reads it alone
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_backward_match_numeric, D, kt::devices) {
+  using knn::Upsample;
+  using kt::check_model_gradients;
+  check_model_gradients<knn::Sequential<Upsample<2>>, Shape<dyn, 3, 4, 5>, D>(Extents<Shape<dyn, 3, 4, 5>>(2),
+                                                                              -1, 1, 0, 51);
+  check_model_gradients<knn::Sequential<knn::UpsamplingNearest2d<3>>, Shape<dyn, 2, 3, 2>, D>(
+      Extents<Shape<dyn, 2, 3, 2>>(2), -1, 1, 0, 52);
+  check_model_gradients<knn::Sequential<Upsample<2, UpsampleMode::bilinear>>, Shape<dyn, 3, 4, 5>, D>(
+      Extents<Shape<dyn, 3, 4, 5>>(2), -1, 1, 0, 53);
+  check_model_gradients<knn::Sequential<Upsample<3, UpsampleMode::bilinear>>, Shape<dyn, 2, 3, 1>, D>(
+      Extents<Shape<dyn, 2, 3, 1>>(2), -1, 1, 0, 54);
+  check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::Identity, knn::ReLU>, Shape<dyn, 2, 5, 5>,
+                        D>(Extents<Shape<dyn, 2, 5, 5>>(2), -1, 1, 0.05, 55, true);
+}
+
+BOOST_AUTO_TEST_CASE(upsample_and_identity_have_torchs_shapes_and_names) {
+  using P = kiln::Policy<kiln::Fp32, kiln::Cpu>;
+  using In = Shape<dyn, 3, 4, 5>;
+  static_assert(std::is_same_v<knn::Upsample<3>::output<In>, Shape<dyn, 3, 12, 15>>);
+  static_assert(std::is_same_v<knn::Identity::output<Shape<dyn, 7>>, Shape<dyn, 7>>);
+  static_assert(!knn::Upsample<2>::accepts<Shape<dyn, 3, 4>> &&
+                !knn::Upsample<2>::accepts<Shape<dyn, 3, dyn, 4>>);
+  BOOST_TEST((knn::Upsample<2>::module<In, P>().name()) == "Upsample(scale_factor=2.0, mode=nearest)");
+  BOOST_TEST((knn::Upsample<2, UpsampleMode::bilinear>::module<In, P>().name()) ==
+             "Upsample(scale_factor=2.0, mode=bilinear)");
+  BOOST_TEST((knn::UpsamplingNearest2d<3>::module<In, P>().name()) ==
+             "UpsamplingNearest2d(scale_factor=3.0, mode=nearest)");
+  BOOST_TEST((knn::Identity::module<In, P>().name()) == "Identity()");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
