@@ -138,6 +138,9 @@ layers_upsample.json
                   upsample_bilinear2               Upsample(scale_factor=2, mode='bilinear'), [2, 3, 4, 5]
                   upsample_bilinear3               Upsample(scale_factor=3, mode='bilinear'), [2, 2, 5, 3]
                   identity                         Identity(), [2, 3, 2, 2]
+                  upsample_bilinear2_align_corners Upsample(scale_factor=2, mode='bilinear', align_corners=True),
+                                                   [2, 3, 4, 5]
+                  upsampling_bilinear2d3           UpsamplingBilinear2d(scale_factor=3), [2, 2, 2, 3]
 
 layers_pool_modes.json
   torch_version   str
@@ -711,8 +714,8 @@ def layers_padding_fixture():
 
 
 def layers_upsample_fixture():
-    """Upsample in nearest (also as UpsamplingNearest2d) and bilinear mode (align_corners=False), and
-    Identity."""
+    """Upsample in nearest (also as UpsamplingNearest2d) and bilinear mode (align_corners False, and True
+    also as UpsamplingBilinear2d), and Identity."""
     nn = torch.nn
     cases = [
         layer_case("upsample_nearest2", lambda: nn.Upsample(scale_factor=2), (2, 3, 4, 5), 501),
@@ -720,6 +723,9 @@ def layers_upsample_fixture():
         layer_case("upsample_bilinear2", lambda: nn.Upsample(scale_factor=2, mode="bilinear"), (2, 3, 4, 5), 503),
         layer_case("upsample_bilinear3", lambda: nn.Upsample(scale_factor=3, mode="bilinear"), (2, 2, 5, 3), 504),
         layer_case("identity", lambda: nn.Identity(), (2, 3, 2, 2), 505),
+        layer_case("upsample_bilinear2_align_corners",
+                   lambda: nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True), (2, 3, 4, 5), 506),
+        layer_case("upsampling_bilinear2d3", lambda: nn.UpsamplingBilinear2d(scale_factor=3), (2, 2, 2, 3), 507),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

@@ -1,6 +1,6 @@
 /// Upsample<Scale, Mode>: each plane enlarged Scale times, as torch.nn.Upsample(scale_factor=Scale, mode)
-/// for an integer factor: nearest (UpsamplingNearest2d) or bilinear (align_corners=False,
-/// UpsamplingBilinear2d's align_corners=True is not provided).
+/// for an integer factor: nearest (UpsamplingNearest2d) or bilinear (align_corners False, or True as
+/// UpsamplingBilinear2d).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -14,13 +14,14 @@
 namespace kiln::nn {
 
 /// How Upsample fills the new pixels, as torch's mode: nearest (each input pixel repeated Scale x Scale
-/// times) or bilinear (interpolated between the four nearest input pixels, align_corners=False).
+/// times) or bilinear (interpolated between the four nearest input pixels).
 enum class UpsampleMode { nearest, bilinear };
 
 namespace detail {
 /// The planes (N C) of [N, C, H, W] and the factor: [N, C, H Scale, W Scale].
 struct UpsampleGeometry {
   index_t planes, h, w, scale;
+  bool align_corners = false;  // bilinear: the corner pixels of input and output aligned
 };
 
 /// The input row (or column) that output o reads in nearest mode, as torch's CPU and CUDA kernels: o
@@ -31,17 +32,25 @@ KILN_HOST_DEVICE inline index_t nearest_source(index_t o, index_t n, index_t sca
   return i < n - 1 ? i : n - 1;
 }
 
-/// Output o's two input rows in bilinear mode, as torch's area_pixel_compute_source_index
-/// (align_corners=False): the source Scale⁻¹ (o + 0.5) - 0.5, at least 0; `lo` its row, `hi` the next
-/// (lo itself at the last row), weights 1 - λ and λ, in C (float, or double for a double tensor).
+/// Output o's two input rows in bilinear mode, as torch's area_pixel_compute_source_index: the source
+/// Scale⁻¹ (o + 0.5) - 0.5, at least 0 (align_corners=False), or o (n - 1) / (n Scale - 1) (True: the
+/// first and last rows of input and output coincide); `lo` its row, `hi` the next (lo itself at the last
+/// row), weights 1 - λ and λ, in C (float, or double for a double tensor).
 template <class C>
 struct BilinearTaps {
   index_t lo, hi;
   C l0, l1;
-  KILN_HOST_DEVICE BilinearTaps(index_t o, index_t n, index_t scale) {
-    const C inverse = static_cast<C>(1.0 / static_cast<double>(scale));
-    C src = inverse * (static_cast<C>(o) + C(0.5)) - C(0.5);
-    if (src < C(0)) src = C(0);
+  KILN_HOST_DEVICE BilinearTaps(index_t o, index_t n, index_t scale, bool align_corners) {
+    C src;
+    if (align_corners) {
+      const index_t out = n * scale;
+      const C ratio = out > 1 ? static_cast<C>(n - 1) / static_cast<C>(out - 1) : C(0);
+      src = ratio * static_cast<C>(o);
+    } else {
+      const C inverse = static_cast<C>(1.0 / static_cast<double>(scale));
+      src = inverse * (static_cast<C>(o) + C(0.5)) - C(0.5);
+      if (src < C(0)) src = C(0);
+    }
     lo = static_cast<index_t>(src);
     hi = lo < n - 1 ? lo + 1 : lo;
     l1 = src - static_cast<C>(lo);
@@ -63,7 +72,7 @@ struct UpsampleForward {
       y[i] = xp[nearest_source(oh, g.h, g.scale) * g.w + nearest_source(ow, g.w, g.scale)];
     } else {
       using C = compute_t<T>;
-      const BilinearTaps<C> r(oh, g.h, g.scale), c(ow, g.w, g.scale);
+      const BilinearTaps<C> r(oh, g.h, g.scale, g.align_corners), c(ow, g.w, g.scale, g.align_corners);
       const auto at = [&](index_t ih, index_t iw) { return to_compute(xp[ih * g.w + iw]); };
       y[i] = from_compute<T>(r.l0 * (c.l0 * at(r.lo, c.lo) + c.l1 * at(r.lo, c.hi)) +
                              r.l1 * (c.l0 * at(r.hi, c.lo) + c.l1 * at(r.hi, c.hi)));
@@ -103,15 +112,14 @@ struct UpsampleBackward {
           if (nearest_source(ow, g.w, g.scale) == iw) acc += to_compute(d[oh * wo + ow]);
       }
     } else {
-      const index_t h0 = ih > 0 ? (ih - 1) * g.scale : 0,
-                    h1 = (ih + 2) * g.scale < ho ? (ih + 2) * g.scale : ho;
-      const index_t w0 = iw > 0 ? (iw - 1) * g.scale : 0,
-                    w1 = (iw + 2) * g.scale < wo ? (iw + 2) * g.scale : wo;
+      index_t h0, h1, w0, w1;
+      readers(ih, g.h, h0, h1);
+      readers(iw, g.w, w0, w1);
       for (index_t oh = h0; oh < h1; ++oh) {
-        const BilinearTaps<C> r(oh, g.h, g.scale);
+        const BilinearTaps<C> r(oh, g.h, g.scale, g.align_corners);
         if (r.lo != ih && r.hi != ih) continue;
         for (index_t ow = w0; ow < w1; ++ow) {
-          const BilinearTaps<C> c(ow, g.w, g.scale);
+          const BilinearTaps<C> c(ow, g.w, g.scale, g.align_corners);
           const C dv = to_compute(d[oh * wo + ow]);
           // torch's four products, in its order (each its own add where two taps are one input)
           if (r.lo == ih) {
@@ -127,19 +135,41 @@ struct UpsampleBackward {
     }
     dx[i] = from_compute<T>(acc);
   }
+  /// The outputs [first, last) along an axis of n inputs whose bilinear source lies within one input
+  /// of i (a row or two to spare for rounding): 3 Scale of them, or with align_corners the outputs
+  /// between i - 1 and i + 1 at (n Scale - 1) / (n - 1) outputs an input (all of them for one input).
+  KILN_HOST_DEVICE void readers(index_t i, index_t n, index_t& first, index_t& last) const {
+    const index_t out = n * g.scale;
+    if (!g.align_corners) {
+      first = i > 0 ? (i - 1) * g.scale : 0;
+      last = (i + 2) * g.scale < out ? (i + 2) * g.scale : out;
+    } else if (n == 1) {
+      first = 0, last = out;
+    } else {
+      first = i > 1 ? (i - 1) * (out - 1) / (n - 1) - 1 : 0;
+      last = (i + 1) * (out - 1) / (n - 1) + 2;
+      if (last > out) last = out;
+    }
+  }
   Traffic traffic(index_t n) const {
     return {kiln::detail::bytes_of<T>(n * g.scale * g.scale) + kiln::detail::bytes_of<T>(n),
             static_cast<std::uint64_t>(n * g.scale * g.scale) * (Mode == UpsampleMode::nearest ? 1 : 9)};
   }
 };
 
-/// Upsample's layer; `Named` says which torch module's repr it prints.
-template <index_t Scale, UpsampleMode Mode, bool Named>
+/// The torch module whose repr an Upsample prints.
+enum class UpsampleName { upsample, nearest2d, bilinear2d };
+
+/// Upsample's layer.
+template <index_t Scale, UpsampleMode Mode, bool AlignCorners, UpsampleName Name>
 struct Upsample2d {
   static_assert(Scale > 0, "kiln::nn::Upsample<Scale, Mode>: the scale factor must be a positive integer");
+  static_assert(Mode == UpsampleMode::bilinear || !AlignCorners,
+                "kiln::nn::Upsample<Scale, Mode, AlignCorners>: align_corners applies to bilinear mode only "
+                "(torch refuses it for nearest)");
   // >>> Stopped here? Upsample takes [N, C, H, W] with static H and W. <<<
   template <class S>
-  static constexpr bool accepts = S::rank == 4 && S::extents[2] != dyn&& S::extents[3] != dyn;
+  static constexpr bool accepts = (S::rank == 4) && (S::extents[2] != dyn) && (S::extents[3] != dyn);
   template <class S>
   using output = Shape<S::extents[0], S::extents[1], S::extents[2] * Scale, S::extents[3] * Scale>;
 
@@ -149,11 +179,11 @@ struct Upsample2d {
     using typename detail::parameter_free<S, output<S>, P>::T;
     using typename detail::parameter_free<S, output<S>, P>::D;
     using typename detail::parameter_free<S, output<S>, P>::output_shape;
-    /// torch's repr: "Upsample(scale_factor=2.0, mode=nearest)", "UpsamplingNearest2d(...)".
+    /// torch's repr: "Upsample(scale_factor=2.0, mode=nearest)", "UpsamplingNearest2d(...)" (without
+    /// align_corners, as torch's).
     std::string name() const {
       const std::string mode = Mode == UpsampleMode::nearest ? "nearest" : "bilinear";
-      return std::string(Named ? "UpsamplingNearest2d" : "Upsample") +
-             "(scale_factor=" + std::to_string(Scale) + ".0, mode=" + mode + ")";
+      return layer() + "(scale_factor=" + std::to_string(Scale) + ".0, mode=" + mode + ")";
     }
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context) {
       Extents<output_shape> e = {};
@@ -165,7 +195,7 @@ struct Upsample2d {
       return y;
     }
     Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
-      detail::check_backward_rows(Named ? "UpsamplingNearest2d" : "Upsample", dy.size(0), rows_);
+      detail::check_backward_rows(layer(), dy.size(0), rows_);
       Extents<S> e = {};
       e[0] = dy.size(0);
       Tensor<T, S, D> dx(e, dy.device_index());
@@ -175,8 +205,13 @@ struct Upsample2d {
     }
 
    private:
+    static std::string layer() {
+      return Name == UpsampleName::nearest2d    ? "UpsamplingNearest2d"
+             : Name == UpsampleName::bilinear2d ? "UpsamplingBilinear2d"
+                                                : "Upsample";
+    }
     static UpsampleGeometry geometry(index_t n) {
-      return {n * S::extents[1], S::extents[2], S::extents[3], Scale};
+      return {n * S::extents[1], S::extents[2], S::extents[3], Scale, AlignCorners};
     }
     index_t rows_ = 0;
   };
@@ -185,12 +220,18 @@ struct Upsample2d {
 
 /// Each plane enlarged Scale times, as torch.nn.Upsample(scale_factor=Scale, mode=...) with an integer
 /// factor: `Upsample<2>` repeats each pixel 2 x 2 times (mode='nearest', torch's default),
-/// `Upsample<2, UpsampleMode::bilinear>` interpolates (mode='bilinear', align_corners=False).
+/// `Upsample<2, UpsampleMode::bilinear>` interpolates (mode='bilinear', align_corners=False), and
+/// `Upsample<2, UpsampleMode::bilinear, true>` with align_corners=True.
 /// Shapes: [N, C, H, W] -> [N, C, H Scale, W Scale].
-template <index_t Scale, UpsampleMode Mode = UpsampleMode::nearest>
-struct Upsample : detail::Upsample2d<Scale, Mode, false> {};
+template <index_t Scale, UpsampleMode Mode = UpsampleMode::nearest, bool AlignCorners = false>
+struct Upsample : detail::Upsample2d<Scale, Mode, AlignCorners, detail::UpsampleName::upsample> {};
 /// torch.nn.UpsamplingNearest2d(scale_factor=Scale): Upsample<Scale> under torch's other name.
 template <index_t Scale>
-struct UpsamplingNearest2d : detail::Upsample2d<Scale, UpsampleMode::nearest, true> {};
+struct UpsamplingNearest2d
+    : detail::Upsample2d<Scale, UpsampleMode::nearest, false, detail::UpsampleName::nearest2d> {};
+/// torch.nn.UpsamplingBilinear2d(scale_factor=Scale): bilinear with align_corners=True.
+template <index_t Scale>
+struct UpsamplingBilinear2d
+    : detail::Upsample2d<Scale, UpsampleMode::bilinear, true, detail::UpsampleName::bilinear2d> {};
 
 }  // namespace kiln::nn

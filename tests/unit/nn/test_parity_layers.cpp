@@ -204,7 +204,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(padding_layers_and_conv2d_padding_modes_match_pyto
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test::devices) {
   // layers_upsample.json: nearest (scale 2, and 3 as UpsamplingNearest2d), bilinear with
-  // align_corners=False (scale 2, and 3 on a 5x3 input), Identity. Bilinear's input gradient sums up to
+  // align_corners=False (scale 2, and 3 on a 5x3 input), Identity, bilinear with align_corners=True
+  // (scale 2, and 3 on a 2x3 input as UpsamplingBilinear2d). Bilinear's input gradient sums up to
   // 36 products of opposite signs, and torch's build rounds the source positions otherwise (the last
   // bit of λ: fused multiply-adds), so it is floored at 10% of the tensor's scale (as the LeNet's).
   const std::string f = "layers_upsample.json";
@@ -215,7 +216,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test
   check_layer<knn::Upsample<3, knn::UpsampleMode::bilinear>, Shape<dyn, 2, 5, 3>, D>("upsample_bilinear3", f,
                                                                                      10);
   check_layer<knn::Identity, Shape<dyn, 3, 2, 2>, D>("identity", f);
-  BOOST_TEST(fixture(f).at("cases").size() == 5u);  // every case of the file is checked
+  using AlignCorners = knn::Upsample<2, knn::UpsampleMode::bilinear, true>;
+  check_layer<AlignCorners, Shape<dyn, 3, 4, 5>, D>("upsample_bilinear2_align_corners", f, 10);
+  check_layer<knn::UpsamplingBilinear2d<3>, Shape<dyn, 2, 2, 3>, D>("upsampling_bilinear2d3", f, 10);
+  BOOST_TEST(fixture(f).at("cases").size() == 7u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_match_pytorch, D, kiln::test::devices) {

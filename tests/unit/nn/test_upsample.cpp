@@ -1,5 +1,6 @@
-// Upsample (nearest and bilinear, align_corners=False) and Identity: forward against the definitions
-// written out in double, backward against float64 finite differences, shapes and names as torch's.
+// Upsample (nearest, and bilinear with align_corners False and True) and Identity: forward against the
+// definitions written out in double, backward against float64 finite differences, shapes and names as
+// torch's.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -20,21 +21,22 @@ using kiln::Shape;
 using knn::UpsampleMode;
 
 /// Output o of an axis upsampled Scale times from n inputs, by the definitions: nearest reads input
-/// o / Scale; bilinear (align_corners=False) reads the source (o + 0.5) / Scale - 0.5, clamped at 0,
-/// between its two neighbouring inputs (the last input alone past it).
-double axis_weight(UpsampleMode mode, int o, int i, int n, int scale) {
+/// o / Scale; bilinear reads the source (o + 0.5) / Scale - 0.5, clamped at 0 (align_corners=False), or
+/// o (n - 1) / (n Scale - 1) (True), between its two neighbouring inputs (the last input alone past it).
+double axis_weight(UpsampleMode mode, bool align, int o, int i, int n, int scale) {
   if (mode == UpsampleMode::nearest) return o / scale == i ? 1.0 : 0.0;
-  const double src = std::max((o + 0.5) / scale - 0.5, 0.0);
+  const double src = align ? (n * scale > 1 ? o * (n - 1.0) / (n * scale - 1.0) : 0.0)
+                           : std::max((o + 0.5) / scale - 0.5, 0.0);
   const int lo = static_cast<int>(src), hi = std::min(lo + 1, n - 1);
   const double l1 = src - lo;
   return (i == lo ? 1 - l1 : 0.0) + (i == hi ? l1 : 0.0);
 }
 
-/// Upsample<Scale, Mode> on a batch of 2 [3, H, W] in double: y = Σ weights x.
-template <int Scale, UpsampleMode Mode, int H, int W, class D>
+/// Upsample<Scale, Mode, Align> on a batch of 2 [3, H, W] in double: y = Σ weights x.
+template <int Scale, UpsampleMode Mode, int H, int W, class D, bool Align = false>
 void check_forward() {
   using In = Shape<dyn, 3, H, W>;
-  knn::Model<knn::Sequential<knn::Upsample<Scale, Mode>>, In, kiln::Policy<kt::Fp64, D>> model(0);
+  knn::Model<knn::Sequential<knn::Upsample<Scale, Mode, Align>>, In, kiln::Policy<kt::Fp64, D>> model(0);
   const auto xs = kt::random_values<double>(2 * 3 * H * W, -1.0, 1.0, 8);
   const auto got = model.forward(kt::make_tensor<D>(xs, Extents<In>(2))).to_vector();
   const int ho = H * Scale, wo = W * Scale;
@@ -46,7 +48,7 @@ void check_forward() {
         double want = 0;
         for (int ih = 0; ih < H; ++ih)
           for (int iw = 0; iw < W; ++iw)
-            want += axis_weight(Mode, oh, ih, H, Scale) * axis_weight(Mode, ow, iw, W, Scale) *
+            want += axis_weight(Mode, Align, oh, ih, H, Scale) * axis_weight(Mode, Align, ow, iw, W, Scale) *
                     xs[static_cast<std::size_t>((plane * H + ih) * W + iw)];
         worst = std::max(worst, std::abs(got[static_cast<std::size_t>((plane * ho + oh) * wo + ow)] - want));
       }
@@ -64,6 +66,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_follows_its_definitions, D, kt::devices) 
   check_forward<2, UpsampleMode::bilinear, 4, 5, D>();
   check_forward<3, UpsampleMode::bilinear, 3, 2, D>();
   check_forward<5, UpsampleMode::bilinear, 1, 3, D>();  // one row: every output row reads it alone
+  check_forward<2, UpsampleMode::bilinear, 4, 5, D, true>();  // align_corners
+  check_forward<3, UpsampleMode::bilinear, 2, 3, D, true>();  // 5 outputs an input row
+  check_forward<4, UpsampleMode::bilinear, 1, 2, D, true>();
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_backward_match_numeric, D, kt::devices) {
@@ -77,6 +82,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_backward_match_numeric, D, k
       Extents<Shape<dyn, 3, 4, 5>>(2), -1, 1, 0, 53);
   check_model_gradients<knn::Sequential<Upsample<3, UpsampleMode::bilinear>>, Shape<dyn, 2, 3, 1>, D>(
       Extents<Shape<dyn, 2, 3, 1>>(2), -1, 1, 0, 54);
+  check_model_gradients<knn::Sequential<knn::UpsamplingBilinear2d<3>>, Shape<dyn, 2, 2, 5>, D>(
+      Extents<Shape<dyn, 2, 2, 5>>(2), -1, 1, 0, 56);
+  check_model_gradients<knn::Sequential<Upsample<2, UpsampleMode::bilinear, true>>, Shape<dyn, 2, 1, 4>, D>(
+      Extents<Shape<dyn, 2, 1, 4>>(2), -1, 1, 0, 57);
   check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::Identity, knn::ReLU>, Shape<dyn, 2, 5, 5>,
                         D>(Extents<Shape<dyn, 2, 5, 5>>(2), -1, 1, 0.05, 55, true);
 }
@@ -93,6 +102,10 @@ BOOST_AUTO_TEST_CASE(upsample_and_identity_have_torchs_shapes_and_names) {
              "Upsample(scale_factor=2.0, mode=bilinear)");
   BOOST_TEST((knn::UpsamplingNearest2d<3>::module<In, P>().name()) ==
              "UpsamplingNearest2d(scale_factor=3.0, mode=nearest)");
+  BOOST_TEST((knn::UpsamplingBilinear2d<2>::module<In, P>().name()) ==
+             "UpsamplingBilinear2d(scale_factor=2.0, mode=bilinear)");
+  BOOST_TEST((knn::Upsample<2, UpsampleMode::bilinear, true>::module<In, P>().name()) ==
+             "Upsample(scale_factor=2.0, mode=bilinear)");  // torch's repr leaves align_corners out
   BOOST_TEST((knn::Identity::module<In, P>().name()) == "Identity()");
 }
 
