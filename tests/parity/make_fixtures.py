@@ -577,14 +577,17 @@ def clip_order_zero_fixture(grads):
                       "grad": {k: tensor(g) for k, g in model_grads.items()}, "cases": model_cases}}
 
 
-def layer_case(name, make_module, shape, seed):
-    """A one-layer Sequential's forward and backward on a random input and a random dL/dy; the module is
-    built after manual_seed(seed), so each case depends on its seed alone."""
+def layer_case(name, make_module, shape, seed, scale=1.0):
+    """A one-layer Sequential's forward and backward on a random input (normal, times `scale`) and a
+    random dL/dy; the module is built after manual_seed(seed), so each case depends on its seed alone."""
     torch.manual_seed(seed)
     module = make_module()
     net = torch.nn.Sequential(module)
     net.eval()
-    x = torch.randn(*shape, requires_grad=True)
+    if scale == 1.0:
+        x = torch.randn(*shape, requires_grad=True)
+    else:
+        x = (torch.randn(*shape) * scale).requires_grad_()
     y = net(x)
     dy = torch.randn(*y.shape)
     y.backward(dy)
@@ -726,6 +729,68 @@ def layers_upsample_fixture():
         layer_case("upsample_bilinear2_align_corners",
                    lambda: nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True), (2, 3, 4, 5), 506),
         layer_case("upsampling_bilinear2d3", lambda: nn.UpsamplingBilinear2d(scale_factor=3), (2, 2, 2, 3), 507),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
+def layers_activations_fixture():
+    """The activations added after the first ones: ReLU6, Hardtanh (default and (-2.0, 1.5)), Hardsigmoid,
+    Hardswish, Softplus (default and beta 2, threshold 5), Mish, SELU, CELU (1.0 and 0.5), Softsign,
+    LogSigmoid, on inputs N(0, 16) that reach their bends at -3, 3 and 6 and Softplus's threshold."""
+    nn = torch.nn
+    shape = (4, 8)
+    cases = [
+        layer_case("relu6", lambda: nn.ReLU6(), shape, 801, 4.0),
+        layer_case("hardtanh", lambda: nn.Hardtanh(), shape, 802, 4.0),
+        layer_case("hardtanh_-2_1.5", lambda: nn.Hardtanh(-2.0, 1.5), shape, 803, 4.0),
+        layer_case("hardsigmoid", lambda: nn.Hardsigmoid(), shape, 804, 4.0),
+        layer_case("hardswish", lambda: nn.Hardswish(), shape, 805, 4.0),
+        layer_case("softplus", lambda: nn.Softplus(), shape, 806, 4.0),
+        layer_case("softplus_2_5", lambda: nn.Softplus(beta=2, threshold=5), shape, 807, 4.0),
+        layer_case("mish", lambda: nn.Mish(), shape, 808, 4.0),
+        layer_case("selu", lambda: nn.SELU(), shape, 809, 4.0),
+        layer_case("celu", lambda: nn.CELU(), shape, 810, 4.0),
+        layer_case("celu_0.5", lambda: nn.CELU(0.5), shape, 811, 4.0),
+        layer_case("softsign", lambda: nn.Softsign(), shape, 812, 4.0),
+        layer_case("log_sigmoid", lambda: nn.LogSigmoid(), shape, 813, 4.0),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
+def layers_padding_same_fixture():
+    """Conv2d's padding='same' with an even kernel span, where torch pads one more at the bottom and right:
+    K 4; K 2 with dilation 3 (span 4); K 2 (span 2) reflect, in groups, without a bias."""
+    nn = torch.nn
+    shape = (2, 3, 5, 6)
+    cases = [
+        layer_case("conv2d_same_k4", lambda: nn.Conv2d(3, 4, 4, padding="same"), shape, 701),
+        layer_case("conv2d_same_k2_d3", lambda: nn.Conv2d(3, 4, 2, padding="same", dilation=3), shape, 702),
+        layer_case("conv2d_same_k2_reflect_groups",
+                   lambda: nn.Conv2d(3, 6, 2, padding="same", groups=3, bias=False, padding_mode="reflect"),
+                   shape, 703),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
+def layers_conv_transpose_fixture():
+    """ConvTranspose2d: plain, stride with padding and output_padding, the DCGAN block (K 4, stride 2,
+    padding 1, no bias), groups, dilation, output_padding reaching the stride (below the dilation), and a
+    stride past the kernel."""
+    nn = torch.nn
+    cases = [
+        layer_case("conv_transpose2d", lambda: nn.ConvTranspose2d(2, 3, 3), (2, 2, 4, 5), 601),
+        layer_case("conv_transpose2d_s2_p1_op1",
+                   lambda: nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1), (2, 3, 4, 3), 602),
+        layer_case("conv_transpose2d_dcgan", lambda: nn.ConvTranspose2d(4, 3, 4, stride=2, padding=1, bias=False),
+                   (2, 4, 3, 3), 603),
+        layer_case("conv_transpose2d_groups",
+                   lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, output_padding=1, groups=2), (2, 4, 3, 4), 604),
+        layer_case("conv_transpose2d_dilation",
+                   lambda: nn.ConvTranspose2d(2, 3, 3, stride=2, padding=2, dilation=2), (2, 2, 4, 5), 605),
+        layer_case("conv_transpose2d_op_dilation",
+                   lambda: nn.ConvTranspose2d(2, 3, 2, output_padding=1, dilation=2), (2, 2, 3, 4), 606),
+        layer_case("conv_transpose2d_k2_s3", lambda: nn.ConvTranspose2d(3, 2, 2, stride=3, padding=1),
+                   (2, 3, 4, 3), 607),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 
@@ -1024,6 +1089,9 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_conv_modes.json": lambda: layers_conv_modes_fixture(),
             "layers_padding.json": lambda: layers_padding_fixture(),
             "layers_upsample.json": lambda: layers_upsample_fixture(),
+            "layers_conv_transpose.json": lambda: layers_conv_transpose_fixture(),
+            "layers_padding_same.json": lambda: layers_padding_same_fixture(),
+            "layers_activations.json": lambda: layers_activations_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}

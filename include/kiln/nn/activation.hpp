@@ -1,6 +1,7 @@
-/// Activations: ReLU, Sigmoid, Tanh, SiLU, LeakyReLU, ELU (and GELU, gelu.hpp) — elementwise,
+/// Activations: ReLU, Sigmoid, Tanh, SiLU, LeakyReLU, ELU, ReLU6, Hardtanh, Hardsigmoid, Hardswish,
+/// Softplus, Mish, SELU, CELU, Softsign, LogSigmoid (and GELU, gelu.hpp) — elementwise,
 /// shape-preserving, no parameters; each runs its epilogue (nn/epilogue.hpp) on its own, or inside the
-/// Linear or Conv2d before it.
+/// Linear, Conv2d or ConvTranspose2d before it.
 #pragma once
 #include <string>
 #include <vector>
@@ -30,11 +31,13 @@ struct EpilogueDerivative {
 };
 
 /// An activation layer that runs epilogue E (nn/epilogue.hpp) on its own: one pass forward, one
-/// backward, keeping E's output or input as its derivative needs. After a Linear or Conv2d in a
-/// Sequential it runs inside that layer's epilogue instead (epilogue_of). Named::repr() is its name.
+/// backward, keeping E's output or input as its derivative needs. After a Linear, Conv2d or ConvTranspose2d
+/// in a Sequential it runs inside that layer's epilogue instead (epilogue_of). Named::repr() is its name.
 /// Shapes: any -> the same.
 template <class E, class Named>
 struct PointwiseActivation {
+  /// What a Linear, Conv2d or ConvTranspose2d before it in a Sequential runs instead (epilogue_of).
+  using fused_epilogue = E;
   template <class S>
   static constexpr bool accepts = true;
   template <class S>
@@ -102,30 +105,74 @@ struct ELU : detail::PointwiseActivation<epilogue::Elu<Alpha.value>, ELU<Alpha>>
   static std::string repr() { return "ELU(alpha=" + detail::python_float(Alpha.value) + ")"; }
 };
 
-// After a Linear or Conv2d in a Sequential, these run inside its epilogue (nn/epilogue.hpp).
-template <>
-struct epilogue_of<ReLU> {
-  using type = epilogue::Relu;
+/// min(max(x, 0), 6), torch.nn.ReLU6; the gradient dy strictly between 0 and 6 (and at NaN), else 0.
+/// Shapes: any -> the same.
+struct ReLU6 : detail::PointwiseActivation<epilogue::Hardtanh<0.0f, 6.0f>, ReLU6> {
+  static std::string repr() { return "ReLU6()"; }
 };
-template <>
-struct epilogue_of<Sigmoid> {
-  using type = epilogue::Sigmoid;
+/// x clamped to [MinVal, MaxVal], torch.nn.Hardtanh(min_val=-1.0, max_val=1.0); the gradient dy strictly
+/// inside (and at NaN), else 0. Shapes: any -> the same.
+template <Real MinVal = -1.0f, Real MaxVal = 1.0f>
+struct Hardtanh
+    : detail::PointwiseActivation<epilogue::Hardtanh<MinVal.value, MaxVal.value>, Hardtanh<MinVal, MaxVal>> {
+  static_assert(
+      MinVal.value < MaxVal.value,
+      "kiln::nn::Hardtanh<MinVal, MaxVal>: max_val must be greater than min_val (as torch asserts)");
+  static std::string repr() {
+    return "Hardtanh(min_val=" + detail::python_float(MinVal.value) +
+           ", max_val=" + detail::python_float(MaxVal.value) + ")";
+  }
 };
-template <>
-struct epilogue_of<Tanh> {
-  using type = epilogue::Tanh;
+/// min(max(x + 3, 0), 6) / 6, torch.nn.Hardsigmoid. Shapes: any -> the same.
+struct Hardsigmoid : detail::PointwiseActivation<epilogue::Hardsigmoid, Hardsigmoid> {
+  static std::string repr() { return "Hardsigmoid()"; }
 };
-template <>
-struct epilogue_of<SiLU> {
-  using type = epilogue::Silu;
+/// x Hardsigmoid(x), torch.nn.Hardswish (MobileNetV3's). Shapes: any -> the same.
+struct Hardswish : detail::PointwiseActivation<epilogue::Hardswish, Hardswish> {
+  static std::string repr() { return "Hardswish()"; }
 };
-template <Real NegativeSlope>
-struct epilogue_of<LeakyReLU<NegativeSlope>> {
-  using type = epilogue::LeakyRelu<NegativeSlope.value>;
+/// log(1 + e^(Beta x)) / Beta, and x itself where Beta x > Threshold: torch.nn.Softplus(beta=1,
+/// threshold=20). Shapes: any -> the same.
+template <Real Beta = 1.0f, Real Threshold = 20.0f>
+struct Softplus : detail::PointwiseActivation<epilogue::Softplus<Beta.value, Threshold.value>,
+                                              Softplus<Beta, Threshold>> {
+  static_assert(Beta.value != 0.0f, "kiln::nn::Softplus<Beta, Threshold>: beta must not be 0");
+  /// torch's repr, "Softplus(beta=1, threshold=20)": its defaults are ints, so integral values print
+  /// as ints here (torch prints a float argument as "2.0").
+  static std::string repr() {
+    const auto number = [](float v) {
+      return v == static_cast<float>(static_cast<long long>(v)) ? std::to_string(static_cast<long long>(v))
+                                                                : detail::python_float(v);
+    };
+    return "Softplus(beta=" + number(Beta.value) + ", threshold=" + number(Threshold.value) + ")";
+  }
 };
-template <Real Alpha>
-struct epilogue_of<ELU<Alpha>> {
-  using type = epilogue::Elu<Alpha.value>;
+/// x tanh(softplus(x)), torch.nn.Mish. Shapes: any -> the same.
+struct Mish : detail::PointwiseActivation<epilogue::Mish, Mish> {
+  static std::string repr() { return "Mish()"; }
+};
+/// scale (x where x > 0, else alpha (e^x - 1)) with torch's alpha 1.6733 and scale 1.0507: torch.nn.SELU.
+/// Shapes: any -> the same.
+struct SELU
+    : detail::PointwiseActivation<epilogue::ScaledElu<epilogue::selu_alpha, epilogue::selu_scale, 1.0f>,
+                                  SELU> {
+  static std::string repr() { return "SELU()"; }
+};
+/// x where x > 0, else Alpha (e^(x / Alpha) - 1): torch.nn.CELU(alpha=1.0). Shapes: any -> the same.
+template <Real Alpha = 1.0f>
+struct CELU
+    : detail::PointwiseActivation<
+          epilogue::ScaledElu<Alpha.value, 1.0f, static_cast<float>(1.0 / Alpha.value)>, CELU<Alpha>> {
+  static_assert(Alpha.value != 0.0f, "kiln::nn::CELU<Alpha>: alpha must not be 0 (torch: ZeroDivisionError)");
+  static std::string repr() { return "CELU(alpha=" + detail::python_float(Alpha.value) + ")"; }
+};
+/// x / (1 + |x|), torch.nn.Softsign. Shapes: any -> the same.
+struct Softsign : detail::PointwiseActivation<epilogue::Softsign, Softsign> {
+  static std::string repr() { return "Softsign()"; }
+};
+/// log(1 / (1 + e^-x)), torch.nn.LogSigmoid, without overflow for large |x|. Shapes: any -> the same.
+struct LogSigmoid : detail::PointwiseActivation<epilogue::LogSigmoid, LogSigmoid> {
+  static std::string repr() { return "LogSigmoid()"; }
 };
 
 }  // namespace kiln::nn

@@ -34,12 +34,14 @@ inline constexpr index_t padding_same = -1;
 /// groups, optional bias, padding mode), as torch.nn.Conv2d(In, Out, K, stride, padding, dilation, groups,
 /// bias, padding_mode), with its parameters in torch's order.
 /// Shapes: [N, In, H, W] -> [N, Out, Ho, Wo], Ho = (H + 2 Padding - Dilation (K - 1) - 1) / Stride + 1
-/// (Wo alike). Padding = padding_same (torch's padding='same': stride 1 and an odd Dilation (K - 1) + 1)
-/// pads (Dilation (K - 1)) / 2 on each side: Ho = H, Wo = W.
+/// (Wo alike). Padding = padding_same (torch's padding='same', stride 1) pads Dilation (K - 1) in all:
+/// half of it on the top and left, the rest (one more for an even kernel span) on the bottom and right,
+/// as torch: Ho = H, Wo = W.
 /// Groups: the channels in Groups groups, each group's Out / Groups filters reading its In / Groups
 /// channels (Groups = In: depthwise).
 /// Mode: what the padding reads (nn/padding.hpp): zeros, or PaddingMode::reflect (Padding less than H and
-/// W), replicate or circular (Padding at most H and W), which pad the input into a copy first.
+/// W), replicate or circular (Padding at most H and W), which pad the input into a copy first (as does
+/// padding_same for an even kernel span, whose padding differs from side to side).
 /// Parameters: weight [Out, In / Groups, K, K], bias [Out]; PyTorch's initialisation (bound
 /// 1/sqrt(In / Groups K K)).
 /// CPU: one GEMM per image and group, [Out / G, (In / G) K K] x [(In / G) K K, Ho Wo], columns built in
@@ -69,24 +71,22 @@ struct Conv2d {
   static constexpr index_t span = Dilation * (K - 1) + 1;
   static_assert(Padding != padding_same || Stride == 1,
                 "kiln::nn::Conv2d: padding_same needs stride 1, as torch's padding='same'");
-  static_assert(
-      Padding != padding_same || span % 2 == 1,
-      "kiln::nn::Conv2d: padding_same needs an odd Dilation (K - 1) + 1: torch pads an even one more "
-      "on the right and bottom, and kiln's padding is the same on every side; give it explicitly");
-  /// The padding on each side: Padding, or for padding_same (Dilation (K - 1)) / 2.
+  /// The padding on the top and left: Padding, or for padding_same (Dilation (K - 1)) / 2.
   static constexpr index_t pad = Padding == padding_same ? Dilation * (K - 1) / 2 : Padding;
+  /// The padding on the bottom and right: Padding, or for padding_same the rest of Dilation (K - 1).
+  static constexpr index_t pad_end = Padding == padding_same ? Dilation * (K - 1) - pad : Padding;
 
   // >>> Stopped here? Conv2d takes [N, In, H, W] with static H and W, padded at least as large as the
   //     kernel's span; PaddingMode::reflect needs the padding smaller than H and W, circular at most. <<<
   template <class S>
   static constexpr bool accepts =
       (S::rank == 4) && (S::extents[1] == In) && (S::extents[2] != dyn) && (S::extents[3] != dyn) &&
-      (S::extents[2] + 2 * pad >= span) &&
-      (S::extents[3] + 2 * pad >= span) && detail::padding_fits<Mode>(pad, pad, S::extents[2]) &&
-      detail::padding_fits<Mode>(pad, pad, S::extents[3]);
+      (S::extents[2] + pad + pad_end >= span) &&
+      (S::extents[3] + pad + pad_end >= span) && detail::padding_fits<Mode>(pad, pad_end, S::extents[2]) &&
+      detail::padding_fits<Mode>(pad, pad_end, S::extents[3]);
   template <class S>
-  using output = Shape<S::extents[0], Out, (S::extents[2] + 2 * pad - span) / Stride + 1,
-                       (S::extents[3] + 2 * pad - span) / Stride + 1>;
+  using output = Shape<S::extents[0], Out, (S::extents[2] + pad + pad_end - span) / Stride + 1,
+                       (S::extents[3] + pad + pad_end - span) / Stride + 1>;
 
   /// torch's repr: padding, dilation and groups only when not the default, "bias=False" only without
   /// a bias, the padding mode only when not zeros.
@@ -106,9 +106,13 @@ struct Conv2d {
            ")";
   }
 
-  /// The convolution proper, with zero padding (and, for another Mode, on the padded input: padded_module).
+  /// The convolution proper, with the same zero padding on every side (and, for another Mode or an
+  /// uneven padding_same, on the padded input: padded_module).
   template <class S, class P>
   class zero_padded_module {
+    static_assert(pad == pad_end,
+                  "kiln::nn::Conv2d::zero_padded_module: an uneven padding is padded_module's");
+
    public:
     using T = typename P::precision::storage;
     using M = typename P::precision::master;
@@ -339,14 +343,15 @@ struct Conv2d {
     Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)
   };
 
-  /// A reflect, replicate or circular Conv2d: the input padded in Mode into a copy, then the convolution
-  /// without padding on it (whose parameters, names and fused epilogues this module has); the backward
-  /// pass adds the padded input's gradient back onto the input (nn/padding.hpp).
+  /// A reflect, replicate or circular Conv2d, or one whose padding differs from side to side: the input
+  /// padded in Mode into a copy, then the convolution without padding on it (whose parameters, names and
+  /// fused epilogues this module has); the backward pass adds the padded input's gradient back onto the
+  /// input (nn/padding.hpp).
   template <class S, class P>
   class padded_module
-      : public Conv2d<In, Out, K, Stride, 0, Dilation, Groups,
-                      Bias>::template zero_padded_module<detail::padded_shape<S, pad, pad, pad, pad>, P> {
-    using padded = detail::padded_shape<S, pad, pad, pad, pad>;
+      : public Conv2d<In, Out, K, Stride, 0, Dilation, Groups, Bias>::template zero_padded_module<
+            detail::padded_shape<S, pad, pad_end, pad, pad_end>, P> {
+    using padded = detail::padded_shape<S, pad, pad_end, pad, pad_end>;
     using base = typename Conv2d<In, Out, K, Stride, 0, Dilation, Groups,
                                  Bias>::template zero_padded_module<padded, P>;
 
@@ -365,19 +370,19 @@ struct Conv2d {
     }
     template <class E>
     Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
-      return base::template forward_fused<E>(detail::pad2d<Mode, pad, pad, pad, pad>(x), ctx);
+      return base::template forward_fused<E>(detail::pad2d<Mode, pad, pad_end, pad, pad_end>(x), ctx);
     }
     template <class E>
     Tensor<T, S, D> backward_fused(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
       const auto dxp = base::template backward_fused<E>(dy, input_grad);
       if (!input_grad) return Tensor<T, S, D>();
-      return detail::pad2d_backward<Mode, pad, pad, pad, pad, T, S>(dxp);
+      return detail::pad2d_backward<Mode, pad, pad_end, pad, pad_end, T, S>(dxp);
     }
   };
 
   template <class S, class P>
-  using module =
-      std::conditional_t<Mode == PaddingMode::zeros, zero_padded_module<S, P>, padded_module<S, P>>;
+  using module = std::conditional_t<Mode == PaddingMode::zeros && pad == pad_end, zero_padded_module<S, P>,
+                                    padded_module<S, P>>;
 };
 
 }  // namespace kiln::nn

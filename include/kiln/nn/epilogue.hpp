@@ -1,9 +1,11 @@
-/// Epilogues: the activation a Linear or Conv2d runs on its GEMM's result while it is still in cache.
+/// Epilogues: the activation a Linear, Conv2d or ConvTranspose2d runs on its GEMM's result while it is still
+/// in cache.
 ///
-/// In a Sequential, `Linear<...>, ReLU` (or Conv2d followed by ReLU, Sigmoid, Tanh, GELU, SiLU,
-/// LeakyReLU, ELU) runs as one layer: GEMM, then one pass that adds the bias and applies the
-/// activation; backward is one pass that applies the activation's derivative and reduces the bias
-/// gradient, then the GEMMs. The activation's module stays in the graph (summary, indices and
+/// In a Sequential, `Linear<...>, ReLU` (or a Linear, Conv2d or ConvTranspose2d followed by any pointwise
+/// activation: ReLU, Sigmoid, Tanh, GELU, SiLU, LeakyReLU, ELU, ReLU6, Hardtanh, Hardsigmoid, Hardswish,
+/// Softplus, Mish, SELU, CELU, Softsign, LogSigmoid) runs as one layer: GEMM, then one pass that adds the
+/// bias and applies the activation; backward is one pass that applies the activation's derivative and reduces
+/// the bias gradient, then the GEMMs. The activation's module stays in the graph (summary, indices and
 /// state_dict names do not change) but does no work.
 #pragma once
 #include "kiln/core/config.hpp"
@@ -118,15 +120,167 @@ struct Elu {
   KILN_HOST_DEVICE KILN_FORCEINLINE static double expm1_(double x) { return ::expm1(x); }
 };
 
+/// z clamped to [Min, Max] (torch.nn.Hardtanh(min_val, max_val); ReLU6 is [0, 6]); NaN passes through.
+/// The gradient dy strictly inside, 0 at and past either bound, and dy at NaN, as torch's
+/// hardtanh_backward (the output tells the branch: it is past a bound exactly when the input is).
+template <float Min, float Max>
+struct Hardtanh {
+  static constexpr bool saves_output = true;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return z < A(Min) ? A(Min) : z > A(Max) ? A(Max) : z;
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) {
+    return y <= A(Min) || y >= A(Max) ? A(0) : dy;
+  }
+};
+
+/// min(max(z + 3, 0), 6) / 6 (torch.nn.Hardsigmoid, in torch's order of operations); the gradient dy / 6
+/// strictly inside (-3, 3), else 0 (NaN too), as torch's.
+struct Hardsigmoid {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return clamp6(z + A(3)) / A(6);
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    return z > A(-3) && z < A(3) ? dy / A(6) : A(0);
+  }
+  /// min(max(v, 0), 6), NaN passing through.
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A clamp6(A v) {
+    return v < A(0) ? A(0) : v > A(6) ? A(6) : v;
+  }
+};
+
+/// z min(max(z + 3, 0), 6) / 6 (torch.nn.Hardswish); the gradient 0 below -3, dy (z / 3 + 1/2) from -3 to
+/// 3 (both included), dy above 3 and at NaN, as torch's hardswish_backward.
+struct Hardswish {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return z * Hardsigmoid::clamp6(z + A(3)) / A(6);
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    return z < A(-3) ? A(0) : z <= A(3) ? dy * (z / A(3) + A(0.5)) : dy;
+  }
+};
+
+/// log(1 + e^(Beta z)) / Beta, or z where Beta z > Threshold (torch.nn.Softplus(beta, threshold)); the
+/// gradient dy e^(Beta z) / (e^(Beta z) + 1), or dy past the threshold, as torch's.
+template <float Beta, float Threshold>
+struct Softplus {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return z * A(Beta) > A(Threshold) ? z : log1p_(ops::detail::exp_(z * A(Beta))) / A(Beta);
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    const A e = ops::detail::exp_(z * A(Beta));
+    return z * A(Beta) > A(Threshold) ? dy : dy * e / (e + A(1));
+  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE static float log1p_(float x) { return ::log1pf(x); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE static double log1p_(double x) { return ::log1p(x); }
+};
+
+/// z tanh(softplus(z)) (torch.nn.Mish); the gradient dy (t + z sigmoid(z) (1 - t^2)), t = tanh(softplus(z)),
+/// as torch's.
+struct Mish {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return z * t(z);
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    const A tz = t(z), s = A(1) / (A(1) + ops::detail::exp_(-z));
+    return dy * (tz + z * s * (A(1) - tz * tz));
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A t(A z) {
+    return ops::detail::tanh_(Softplus<1.0f, 20.0f>::log1p_(ops::detail::exp_(z)));
+  }
+};
+
+/// Scale z where z > 0, else Scale Alpha (e^(z / Alpha') - 1) with Alpha' = 1 for SELU and Alpha for CELU:
+/// torch's elu(z, alpha, scale, input_scale) (torch.nn.SELU: alpha 1.6732632423543772, scale
+/// 1.0507009873554805; torch.nn.CELU(alpha): scale 1, input scale 1 / alpha), through expm1 as ELU; the
+/// gradient dy Scale Alpha InputScale e^(InputScale z) where z <= 0, else dy Scale (dy Scale at NaN).
+template <float Alpha, float Scale, float InputScale>
+struct ScaledElu {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return z <= A(0) ? A(Alpha) * A(Scale) * expm1_(z * A(InputScale)) : z * A(Scale);
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    return z <= A(0) ? dy * A(InputScale) * A(Alpha) * A(Scale) * ops::detail::exp_(z * A(InputScale))
+                     : dy * A(Scale);
+  }
+
+ private:
+  KILN_HOST_DEVICE KILN_FORCEINLINE static float expm1_(float x) { return ::expm1f(x); }
+  KILN_HOST_DEVICE KILN_FORCEINLINE static double expm1_(double x) { return ::expm1(x); }
+};
+/// SELU's constants (torch's, from Klambauer et al.).
+inline constexpr float selu_alpha = 1.6732632423543772848170429916717f;
+inline constexpr float selu_scale = 1.0507009873554804934193349852946f;
+
+/// z / (1 + |z|) (torch.nn.Softsign); the gradient dy / (1 + |z|)^2.
+struct Softsign {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return z / (A(1) + ops::detail::abs_(z));
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    const A d = A(1) + ops::detail::abs_(z);
+    return dy / (d * d);
+  }
+};
+
+/// log(sigmoid(z)) = min(z, 0) - log(1 + e^-|z|) (torch.nn.LogSigmoid, without overflow either way); the
+/// gradient dy / (1 + e^z) (sigmoid(-z)).
+struct LogSigmoid {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return (z < A(0) ? z : A(0)) - Softplus<1.0f, 20.0f>::log1p_(ops::detail::exp_(-ops::detail::abs_(z)));
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    return dy / (A(1) + ops::detail::exp_(z));
+  }
+};
+
 }  // namespace kiln::nn::epilogue
 
 namespace kiln::nn {
 
-/// The epilogue a layer spec L stands for when it follows a Linear or Conv2d; void: L is not fused.
-/// Activation headers specialise it (activation.hpp, gelu.hpp).
+/// The epilogue a layer spec L stands for when it follows a Linear, Conv2d or ConvTranspose2d: its
+/// fused_epilogue (every pointwise activation's, nn/activation.hpp); void: L is not fused.
 template <class L>
 struct epilogue_of {
   using type = void;
+};
+template <class L>
+requires requires { typename L::fused_epilogue; }
+struct epilogue_of<L> {
+  using type = typename L::fused_epilogue;
 };
 
 /// Whether the module type Mod fuses an epilogue into its GEMM (it has forward_fused / backward_fused).

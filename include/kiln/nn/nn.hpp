@@ -4,6 +4,7 @@
 #include "kiln/nn/adaptive_pool.hpp"
 #include "kiln/nn/batchnorm.hpp"
 #include "kiln/nn/conv2d.hpp"
+#include "kiln/nn/conv_transpose2d.hpp"
 #include "kiln/nn/dropout.hpp"
 #include "kiln/nn/elementwise_loss.hpp"
 #include "kiln/nn/flatten.hpp"

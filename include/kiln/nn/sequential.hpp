@@ -248,8 +248,8 @@ struct Sequential {
     /// The epilogue layer I stands for (nn/epilogue.hpp), or void.
     template <std::size_t I>
     using epilogue_at = typename epilogue_of<typename detail::type_at<I, typename info::layers>::type>::type;
-    /// Whether layer I runs the activation at I + 1 as its epilogue (Linear or Conv2d, then an
-    /// activation with an epilogue_of: ReLU, Sigmoid, Tanh, GELU, SiLU, LeakyReLU, ELU): one pass after
+    /// Whether layer I runs the activation at I + 1 as its epilogue (Linear, Conv2d or ConvTranspose2d, then
+    /// an activation with an epilogue_of: every pointwise activation, nn/activation.hpp): one pass after
     /// the GEMM instead of two, in both directions.
     template <std::size_t I>
     static constexpr bool fused_with_next = [] {

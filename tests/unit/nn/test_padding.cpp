@@ -67,19 +67,18 @@ void check_gradients(std::uint32_t stream) {
   kt::check_model_gradients<knn::Sequential<Layers...>, In, D>(Extents<In>(2), -1.0, 1.0, 0.05, stream, true);
 }
 
-/// Conv2d in Mode (the fused path when Act is a ReLU) against Pad then the same Conv2d without padding,
-/// on the same parameters: the same outputs, input gradients and parameter gradients, in double.
-template <PaddingMode Mode, class Pad, class D, class... Act>
-void check_conv_mode() {
-  using In = Shape<dyn, 3, 6, 7>;
+/// Net A and Net B on the same parameters and input In (2 images): the same outputs, input gradients and
+/// parameter gradients, in double.
+template <class A, class B, class In, class D>
+void check_same_as() {
   using P = kiln::Policy<kt::Fp64, D>;
-  using Padded = knn::Sequential<knn::Conv2d<3, 4, 3, 2, 2, 1, 1, true, Mode>, Act...>;
-  using Explicit = knn::Sequential<Pad, knn::Conv2d<3, 4, 3, 2, 0>, Act...>;
-  knn::Model<Padded, In, P> a(4);
-  knn::Model<Explicit, In, P> b(9);
+  knn::Model<A, In, P> a(4);
+  knn::Model<B, In, P> b(9);
   b.parameters() = a.parameters();
   static_assert(std::is_same_v<typename decltype(a)::output_shape, typename decltype(b)::output_shape>);
-  const auto x = kt::make_tensor<D>(kt::random_values<double>(2 * 3 * 6 * 7, -1.0, 1.0, 6), Extents<In>(2));
+  const auto x = kt::make_tensor<D>(
+      kt::random_values<double>(static_cast<std::size_t>(Extents<In>(2).numel()), -1.0, 1.0, 6),
+      Extents<In>(2));
   const auto ya = a.forward(x), yb = b.forward(x);
   const auto r = kt::make_tensor<D>(kt::random_values<double>(static_cast<std::size_t>(ya.numel()), -1, 1, 7),
                                     ya.extents());
@@ -89,6 +88,14 @@ void check_conv_mode() {
   BOOST_TEST(ya.to_vector() == yb.to_vector(), tol << boost::test_tools::per_element());
   BOOST_TEST(dxa.to_vector() == dxb.to_vector(), tol << boost::test_tools::per_element());
   BOOST_TEST(a.gradients().to_vector() == b.gradients().to_vector(), tol << boost::test_tools::per_element());
+}
+
+/// Conv2d in Mode (the fused path when Act is a ReLU) against Pad then the same Conv2d without padding,
+/// on the same parameters.
+template <PaddingMode Mode, class Pad, class D, class... Act>
+void check_conv_mode() {
+  check_same_as<knn::Sequential<knn::Conv2d<3, 4, 3, 2, 2, 1, 1, true, Mode>, Act...>,
+                knn::Sequential<Pad, knn::Conv2d<3, 4, 3, 2, 0>, Act...>, Shape<dyn, 3, 6, 7>, D>();
 }
 }  // namespace
 
@@ -129,6 +136,25 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_padding_modes_are_the_padding_layer_then_th
   check_conv_mode<PaddingMode::circular, knn::CircularPad2d<2>, D, knn::ReLU>();
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(padding_same_with_an_even_span_pads_one_more_at_the_bottom_and_right, D,
+                              kt::devices) {
+  // torch's padding='same': Dilation (K - 1) in all, half of it (rounded down) on the top and left.
+  using knn::Conv2d;
+  using knn::padding_same;
+  using In = Shape<dyn, 3, 5, 6>;
+  check_same_as<knn::Sequential<Conv2d<3, 4, 4, 1, padding_same>>,
+                knn::Sequential<knn::ZeroPad2d<1, 2, 1, 2>, Conv2d<3, 4, 4>>, In, D>();
+  check_same_as<knn::Sequential<Conv2d<3, 4, 2, 1, padding_same, 3>, knn::ReLU>,  // span 4, fused
+                knn::Sequential<knn::ZeroPad2d<1, 2, 1, 2>, Conv2d<3, 4, 2, 1, 0, 3>, knn::ReLU>, In, D>();
+  check_same_as<knn::Sequential<Conv2d<3, 6, 2, 1, padding_same, 1, 3, false, PaddingMode::reflect>>,
+                knn::Sequential<knn::ReflectionPad2d<0, 1, 0, 1>, Conv2d<3, 6, 2, 1, 0, 1, 3, false>>, In,
+                D>();
+  check_same_as<knn::Sequential<Conv2d<3, 4, 4, 1, padding_same, 1, 1, true, PaddingMode::circular>>,
+                knn::Sequential<knn::CircularPad2d<1, 2, 1, 2>, Conv2d<3, 4, 4>>, In, D>();
+  check_gradients<In, D, Conv2d<3, 4, 4, 1, padding_same>, knn::Tanh>(44);
+  check_gradients<In, D, Conv2d<3, 3, 2, 1, padding_same, 2, 3, true, PaddingMode::replicate>>(45);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_padding_modes_backward_match_numeric, D, kt::devices) {
   using knn::Conv2d;
   constexpr auto reflect = PaddingMode::reflect, replicate = PaddingMode::replicate;
@@ -160,6 +186,15 @@ BOOST_AUTO_TEST_CASE(padding_layers_have_torchs_shapes_refusals_and_names) {
   static_assert(std::is_same_v<Conv2d<3, 4, 3, 2, 2, 1, 1, true, PaddingMode::reflect>::output<In>,
                                Conv2d<3, 4, 3, 2, 2>::output<In>>);
 
+  // padding_same: the rest of Dilation (K - 1) at the bottom and right; the input's size out
+  static_assert(Conv2d<3, 4, 4, 1, knn::padding_same>::pad == 1 &&
+                Conv2d<3, 4, 4, 1, knn::padding_same>::pad_end == 2);
+  static_assert(Conv2d<3, 4, 2, 1, knn::padding_same>::pad == 0 &&
+                Conv2d<3, 4, 2, 1, knn::padding_same>::pad_end == 1);
+  static_assert(std::is_same_v<Conv2d<3, 4, 4, 1, knn::padding_same, 3>::output<In>, Shape<dyn, 4, 4, 5>>);
+  static_assert(
+      Conv2d<3, 4, 4, 1, knn::padding_same, 1, 1, true, PaddingMode::reflect>::accepts<In> &&
+      !Conv2d<3, 4, 4, 1, knn::padding_same, 3, 1, true, PaddingMode::reflect>::accepts<In>);  // 5 at the end
   BOOST_TEST((knn::ZeroPad2d<1>::module<In, P>().name()) == "ZeroPad2d((1, 1, 1, 1))");
   BOOST_TEST((knn::ZeroPad2d<1, 2, 3, 4>::module<In, P>().name()) == "ZeroPad2d((1, 2, 3, 4))");
   BOOST_TEST((knn::ConstantPad2d<3.5, 2>::module<In, P>().name()) ==

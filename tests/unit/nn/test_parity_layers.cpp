@@ -1,11 +1,12 @@
 // PyTorch parity of every layer, the losses (MSE, cross entropy and NLL: mean, sum and unreduced; cross
 // entropy also with label smoothing, fused and unfused, class weights and probability targets)
 // and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, layers_pool_modes.json,
-// layers_conv_modes.json, layers_padding.json, layers_upsample.json, losses.json, lenet.json, written by
-// tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs, input
-// gradients and parameter gradients, and LeNet the same parameters after three steps of SGD (momentum) and of
-// Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of its tensor's scale:
-// parity::scale_floor). Both devices.
+// layers_conv_modes.json, layers_padding.json, layers_padding_same.json, layers_upsample.json,
+// layers_conv_transpose.json, layers_activations.json, losses.json, lenet.json, written by
+// tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs,
+// input gradients and parameter gradients, and LeNet the same parameters after three steps of SGD
+// (momentum) and of Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of its
+// tensor's scale: parity::scale_floor). Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -202,6 +203,41 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(padding_layers_and_conv2d_padding_modes_match_pyto
   BOOST_TEST(fixture(f).at("cases").size() == 8u);  // every case of the file is checked
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(more_activations_match_pytorch, D, kiln::test::devices) {
+  // layers_activations.json, on [4, 8] inputs N(0, 16): ReLU6, Hardtanh (default, (-2, 1.5)),
+  // Hardsigmoid, Hardswish, Softplus (default; beta 2, threshold 5), Mish, SELU, CELU (1, 0.5),
+  // Softsign, LogSigmoid.
+  const std::string f = "layers_activations.json";
+  using In = Shape<dyn, 8>;
+  check_layer<knn::ReLU6, In, D>("relu6", f);
+  check_layer<knn::Hardtanh<>, In, D>("hardtanh", f);
+  check_layer<knn::Hardtanh<-2.0f, 1.5f>, In, D>("hardtanh_-2_1.5", f);
+  check_layer<knn::Hardsigmoid, In, D>("hardsigmoid", f);
+  check_layer<knn::Hardswish, In, D>("hardswish", f);
+  check_layer<knn::Softplus<>, In, D>("softplus", f);
+  check_layer<knn::Softplus<2.0f, 5.0f>, In, D>("softplus_2_5", f);
+  check_layer<knn::Mish, In, D>("mish", f);
+  check_layer<knn::SELU, In, D>("selu", f);
+  check_layer<knn::CELU<>, In, D>("celu", f);
+  check_layer<knn::CELU<0.5f>, In, D>("celu_0.5", f);
+  check_layer<knn::Softsign, In, D>("softsign", f);
+  check_layer<knn::LogSigmoid, In, D>("log_sigmoid", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 13u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(padding_same_with_an_even_span_matches_pytorch, D, kiln::test::devices) {
+  // layers_padding_same.json, on [2, 3, 5, 6]: padding='same' with K 4, K 2 dilation 3 (span 4) and K 2
+  // reflect in groups without a bias (span 2: nothing on the top and left, one at the bottom and right).
+  const std::string f = "layers_padding_same.json";
+  using In = Shape<dyn, 3, 5, 6>;
+  using knn::padding_same;
+  check_layer<knn::Conv2d<3, 4, 4, 1, padding_same>, In, D>("conv2d_same_k4", f);
+  check_layer<knn::Conv2d<3, 4, 2, 1, padding_same, 3>, In, D>("conv2d_same_k2_d3", f);
+  check_layer<knn::Conv2d<3, 6, 2, 1, padding_same, 1, 3, false, knn::PaddingMode::reflect>, In, D>(
+      "conv2d_same_k2_reflect_groups", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 3u);  // every case of the file is checked
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test::devices) {
   // layers_upsample.json: nearest (scale 2, and 3 as UpsamplingNearest2d), bilinear with
   // align_corners=False (scale 2, and 3 on a 5x3 input), Identity, bilinear with align_corners=True
@@ -219,6 +255,25 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test
   using AlignCorners = knn::Upsample<2, knn::UpsampleMode::bilinear, true>;
   check_layer<AlignCorners, Shape<dyn, 3, 4, 5>, D>("upsample_bilinear2_align_corners", f, 10);
   check_layer<knn::UpsamplingBilinear2d<3>, Shape<dyn, 2, 2, 3>, D>("upsampling_bilinear2d3", f, 10);
+  BOOST_TEST(fixture(f).at("cases").size() == 7u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv_transpose2d_matches_pytorch, D, kiln::test::devices) {
+  // layers_conv_transpose.json: plain; stride 2 with padding and output_padding; the DCGAN block (K 4,
+  // stride 2, padding 1, no bias); groups; dilation with padding; output_padding reaching the stride
+  // (below the dilation: the im2col path on CUDA); a stride past the kernel.
+  const std::string f = "layers_conv_transpose.json";
+  using knn::ConvTranspose2d;
+  check_layer<ConvTranspose2d<2, 3, 3>, Shape<dyn, 2, 4, 5>, D>("conv_transpose2d", f);
+  check_layer<ConvTranspose2d<3, 4, 3, 2, 1, 1>, Shape<dyn, 3, 4, 3>, D>("conv_transpose2d_s2_p1_op1", f);
+  check_layer<ConvTranspose2d<4, 3, 4, 2, 1, 0, 1, false>, Shape<dyn, 4, 3, 3>, D>("conv_transpose2d_dcgan",
+                                                                                   f);
+  check_layer<ConvTranspose2d<4, 6, 3, 2, 0, 1, 2>, Shape<dyn, 4, 3, 4>, D>("conv_transpose2d_groups", f);
+  check_layer<ConvTranspose2d<2, 3, 3, 2, 2, 0, 1, true, 2>, Shape<dyn, 2, 4, 5>, D>(
+      "conv_transpose2d_dilation", f);
+  check_layer<ConvTranspose2d<2, 3, 2, 1, 0, 1, 1, true, 2>, Shape<dyn, 2, 3, 4>, D>(
+      "conv_transpose2d_op_dilation", f);
+  check_layer<ConvTranspose2d<3, 2, 2, 3, 1>, Shape<dyn, 3, 4, 3>, D>("conv_transpose2d_k2_s3", f);
   BOOST_TEST(fixture(f).at("cases").size() == 7u);  // every case of the file is checked
 }
 

@@ -168,6 +168,14 @@ BOOST_AUTO_TEST_CASE(linear_with_each_fused_activation) {
   check_both<knn::Sequential<knn::Linear<24, 16>, knn::Tanh>, Shape<dyn, 24>, D>(batch<24>(9), 6);
 }
 
+BOOST_AUTO_TEST_CASE(linear_with_the_later_activations) {
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::Hardswish>, Shape<dyn, 24>, D>(batch<24>(9), 61);
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::Mish>, Shape<dyn, 24>, D>(batch<24>(9), 62);
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::Softplus<>>, Shape<dyn, 24>, D>(batch<24>(9), 63);
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::SELU, knn::LogSigmoid>, Shape<dyn, 24>, D>(
+      batch<24>(9), 64);
+}
+
 BOOST_AUTO_TEST_CASE(conv2d_with_stride_padding_and_activation) {
   check_both<knn::Sequential<knn::Conv2d<2, 3, 3>>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 7);
   check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 2, 1>, knn::ReLU>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 8);
@@ -191,6 +199,37 @@ BOOST_AUTO_TEST_CASE(padding_layers_and_conv2d_padding_modes) {
   check_both<
       knn::Sequential<knn::ReplicationPad2d<1, 2, 0, 3>, knn::Conv2d<2, 3, 3>, knn::ConstantPad2d<0.5, 1>>,
       Shape<dyn, 2, 6, 5>, D>(batch<2, 6, 5>(2), 45);
+}
+
+BOOST_AUTO_TEST_CASE(conv_transpose2d_with_stride_groups_and_activation) {
+  using knn::ConvTranspose2d;
+  check_both<knn::Sequential<ConvTranspose2d<3, 2, 3>>, Shape<dyn, 3, 5, 5>, D>(batch<3, 5, 5>(3), 46);
+  check_both<knn::Sequential<ConvTranspose2d<4, 6, 3, 2, 1, 1, 2>, knn::ReLU>, Shape<dyn, 4, 4, 4>, D>(
+      batch<4, 4, 4>(2), 47);
+  check_both<knn::Sequential<ConvTranspose2d<2, 3, 4, 2, 1, 0, 1, false>, knn::Tanh>, Shape<dyn, 2, 4, 3>, D>(
+      batch<2, 4, 3>(3), 48);
+  // output padding reaching the stride: the im2col path on CUDA
+  check_both<knn::Sequential<ConvTranspose2d<2, 3, 2, 1, 0, 1, 1, true, 2>>, Shape<dyn, 2, 4, 4>, D>(
+      batch<2, 4, 4>(2), 49);
+}
+
+BOOST_AUTO_TEST_CASE(conv_transpose2d_rounds_its_sum_bias_and_activation_once) {
+  // fp16 on the CPU, a 1 x 1 kernel over 2 channels: as linear_rounds_its_sum_bias_and_activation_once,
+  // the fp32 sum 1 + 2^-11 + 2^-14, the bias -2^-14 and the ReLU round once, to exactly 1. (cuDNN rounds
+  // its sum before the bias, as torch's cuDNN convolutions do: docs/precision.md.)
+  using In = Shape<dyn, 2, 1, 1>;
+  using P = kiln::Policy<kiln::MixedFp16, kiln::Cpu>;
+  const auto run = [](auto model) {
+    const std::vector<float> params = {1.0f, 0x1p-11f + 0x1p-14f, -0x1p-14f};
+    model.parameters().copy_from(std::span<const float>(params));
+    const std::vector<kiln::half> x = {kiln::from_compute<kiln::half>(1.0f),
+                                       kiln::from_compute<kiln::half>(1.0f)};
+    return kiln::to_compute(
+        model.forward(Tensor<kiln::half, In, kiln::Cpu>::from(std::span<const kiln::half>(x), Extents<In>(1)))
+            .to_vector()[0]);
+  };
+  BOOST_TEST(run(knn::Model<knn::Sequential<knn::ConvTranspose2d<2, 1, 1>>, In, P>(0)) == 1.0f);
+  BOOST_TEST(run(knn::Model<knn::Sequential<knn::ConvTranspose2d<2, 1, 1>, knn::ReLU>, In, P>(0)) == 1.0f);
 }
 
 BOOST_AUTO_TEST_CASE(pooling_flatten_and_elementwise_activations) {

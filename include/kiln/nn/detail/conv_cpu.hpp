@@ -89,14 +89,14 @@ Tensor<T, Shape<dyn>, Cpu> cpu_scratch(index_t per_thread, int threads) {
   return Tensor<T, Shape<dyn>, Cpu>(Extents<Shape<dyn>>(std::max<index_t>(per_thread, 1) * threads));
 }
 
-/// One image as the GEMM's type A: x itself when T is A, else widened into `buf` (g.image() values).
+/// One image of `count` values as the GEMM's type A: x itself when T is A, else widened into `buf`.
 template <class T, class A>
-const A* widened_image(const T* x, A* buf, const ConvGeometry& g) {
+const A* widened_image(const T* x, A* buf, index_t count) {
   if constexpr (std::is_same_v<T, A>) {
-    (void)buf, (void)g;
+    (void)buf, (void)count;
     return x;
   } else {
-    for (index_t i = 0; i < g.image(); ++i) buf[i] = static_cast<A>(to_compute(x[i]));
+    for (index_t i = 0; i < count; ++i) buf[i] = static_cast<A>(to_compute(x[i]));
     return buf;
   }
 }
@@ -113,6 +113,28 @@ const A* gemm_weight(const W* w, index_t count, Tensor<A, Shape<dyn>, Cpu>& wide
     for (index_t k = 0; k < count; ++k) wide[k] = static_cast<A>(to_compute(w[k]));
     return wide.data();
   }
+}
+
+/// gw[k] += Σ_grp partial[grp count + k] and, when gb is not null, gb[f] += Σ_grp bias[grp out + f]: a
+/// backward pass's per-group partial sums added in group order (the same sums whatever the thread count),
+/// the weights spread over the threads.
+template <class A, class G>
+void add_partials(G* gw, const A* partial, index_t count, G* gb, const double* bias, index_t out,
+                  index_t groups) {
+  const bool parallel_sum = backend::cpu::threads() > 1 && groups > 1 && count * groups >= 65536;
+  (void)parallel_sum;
+  KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel_sum))
+  for (index_t k = 0; k < count; ++k) {
+    compute_t<G> acc = to_compute(gw[k]);
+    for (index_t grp = 0; grp < groups; ++grp) acc += static_cast<compute_t<G>>(partial[grp * count + k]);
+    gw[k] = from_compute<G>(acc);
+  }
+  if (gb)
+    for (index_t f = 0; f < out; ++f) {
+      double acc = 0;
+      for (index_t grp = 0; grp < groups; ++grp) acc += bias[grp * out + f];
+      gb[f] = from_compute<G>(static_cast<compute_t<G>>(to_compute(gb[f]) + acc));
+    }
 }
 
 /// y = E(conv(x, w) + b) for the batch; z keeps the pre-activation when not null. One parallel pass;
@@ -148,7 +170,7 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) num_threads(team))
   for (index_t n = 0; n < g.n; ++n) {
     A* cols = scratch_all + backend::cpu::thread() * per_thread;
-    const A* image = widened_image(x + n * g.image(), cols + patch * p + (direct ? 0 : out * p), g);
+    const A* image = widened_image(x + n * g.image(), cols + patch * p + (direct ? 0 : out * p), g.image());
     T* yn = y + n * out * p;
     T* zn = z ? z + n * out * p : nullptr;
     // the GEMM's [Out, P] result: z or y itself (NCHW already), or a float buffer for narrow T
@@ -196,8 +218,8 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
              static_cast<std::uint64_t>(outputs) * ((E::identity ? 0 : 1) + (gb ? 1 : 0))});
   }
   const index_t groups = std::min<index_t>(g.n, 32), per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
-  const int threads = backend::cpu::threads();
-  const int team = static_cast<int>(std::min<index_t>(threads, std::max<index_t>(groups, 1)));  // a group or more each
+  const int team = static_cast<int>(
+      std::min<index_t>(backend::cpu::threads(), std::max<index_t>(groups, 1)));  // a group or more each
   const index_t per_thread =
       patch * p + (wide_dz ? out * p : 0) + (dx ? patch * p : 0) + (narrow ? (dx ? 2 : 1) * g.image() : 0);
   auto scratch = cpu_scratch<A>(per_thread, team);
@@ -235,7 +257,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
         for (index_t q = 0; q < p; ++q) s += static_cast<double>(dz[f * p + q]);
         pb[f] += s;
       }
-      const A* image = widened_image(x + n * g.image(), x_buf, g);
+      const A* image = widened_image(x + n * g.image(), x_buf, g.image());
       T* dxn = dx ? dx + n * g.image() : nullptr;
       for (index_t gi = 0; gi < g.groups; ++gi) {  // convolution group gi: its filters fg, its channels C / G
         im2col_image<Stride>(image + gi * g.group_image(), cols, one);
@@ -256,22 +278,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
           for (index_t i = 0; i < g.image(); ++i) dxn[i] = from_compute<T>(dx_buf[i]);
     }
   }
-  // The partials added in group order for each weight, the weights spread over the threads (the same
-  // sums whatever the thread count).
-  const bool parallel_sum = threads > 1 && groups > 1 && out * patch * groups >= 65536;
-  (void)parallel_sum;
-  KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel_sum))
-  for (index_t k = 0; k < out * patch; ++k) {
-    compute_t<G> acc = to_compute(gw[k]);
-    for (index_t grp = 0; grp < groups; ++grp) acc += static_cast<compute_t<G>>(gw_partial[grp * out * patch + k]);
-    gw[k] = from_compute<G>(acc);
-  }
-  if (gb)
-    for (index_t f = 0; f < out; ++f) {
-      double acc = 0;
-      for (index_t grp = 0; grp < groups; ++grp) acc += gb_partial[grp * out + f];
-      gb[f] = from_compute<G>(static_cast<compute_t<G>>(to_compute(gb[f]) + acc));
-    }
+  add_partials(gw, gw_partial, out * patch, gb, gb_partial, out, groups);
 }
 
 }  // namespace kiln::nn::detail

@@ -185,6 +185,29 @@ struct ChannelBiasEpilogue {
   }
 };
 
+/// y = E(acc + b[channel]) over NCHW from a wider accumulator (ConvTranspose2d's col2im sums in fp32 under
+/// mixed precision), rounded to T once; z keeps the rounded pre-activation when not null.
+template <class T, class A, class B, class E>
+struct WideChannelBiasEpilogue {
+  const A* acc;
+  const B* bias;  // null: no bias
+  T* z;           // null: pre-activation not kept
+  T* y;
+  index_t channels, pixels;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    const compute_t<T> v =
+        static_cast<compute_t<T>>(acc[i]) +
+        (bias ? static_cast<compute_t<T>>(to_compute(bias[(i / pixels) % channels])) : compute_t<T>(0));
+    if (z) z[i] = from_compute<T>(v);
+    y[i] = from_compute<T>(E::forward(v));
+  }
+  Traffic traffic(index_t n) const {
+    return {kiln::detail::bytes_of<A>(n) + kiln::detail::bytes_of<T>(n) * (z ? 2 : 1) +
+                (bias ? kiln::detail::bytes_of<B>(channels) : 0),
+            static_cast<std::uint64_t>(n) * ((bias ? 1 : 0) + (E::identity ? 0 : 1))};
+  }
+};
+
 /// dz = E'(dy, saved) elementwise.
 template <class T, class E>
 struct EpilogueGrad {
