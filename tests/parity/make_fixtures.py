@@ -757,6 +757,29 @@ def layers_activations_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def layers_instance_norm_fixture():
+    """InstanceNorm2d without and with drawn affine parameters (eps 1e-3), and InstanceNorm1d with them."""
+    nn = torch.nn
+    cases = [
+        layer_case("instance_norm2d", lambda: nn.InstanceNorm2d(3), (2, 3, 4, 5), 901),
+        layer_case("instance_norm2d_affine", lambda: affine_drawn(nn.InstanceNorm2d(3, eps=1e-3, affine=True)),
+                   (2, 3, 4, 5), 902),
+        layer_case("instance_norm1d_affine", lambda: affine_drawn(nn.InstanceNorm1d(4, affine=True)), (3, 4, 6), 903),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
+def layers_pixel_shuffle_fixture():
+    """PixelShuffle (factors 2 and 3) and PixelUnshuffle (2)."""
+    nn = torch.nn
+    cases = [
+        layer_case("pixel_shuffle2", lambda: nn.PixelShuffle(2), (2, 8, 3, 4), 1001),
+        layer_case("pixel_shuffle3", lambda: nn.PixelShuffle(3), (2, 9, 2, 3), 1002),
+        layer_case("pixel_unshuffle2", lambda: nn.PixelUnshuffle(2), (2, 3, 4, 6), 1003),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
 def layers_padding_same_fixture():
     """Conv2d's padding='same' with an even kernel span, where torch pads one more at the bottom and right:
     K 4; K 2 with dilation 3 (span 4); K 2 (span 2) reflect, in groups, without a bias."""
@@ -1092,6 +1115,8 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_conv_transpose.json": lambda: layers_conv_transpose_fixture(),
             "layers_padding_same.json": lambda: layers_padding_same_fixture(),
             "layers_activations.json": lambda: layers_activations_fixture(),
+            "layers_instance_norm.json": lambda: layers_instance_norm_fixture(),
+            "layers_pixel_shuffle.json": lambda: layers_pixel_shuffle_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}

@@ -1,10 +1,12 @@
 // check_model_gradients: a whole model's backward (input and every parameter) against float64 central
-// finite differences.
+// finite differences; check_fused_matches_unfused: a model with fusion on and off.
 #pragma once
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
-#include <span>
 #include <kiln/nn/nn.hpp>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "support/gradcheck.hpp"
 #include "support/policies.hpp"
@@ -55,6 +57,32 @@ void check_model_gradients(const Extents<In>& ext, double lo, double hi, double 
     BOOST_TEST_CONTEXT("w.r.t. the parameters") { BOOST_TEST(kt::gradcheck(wrt_parameters, theta, grads, tight)); }
     model.parameters() = theta;
   }
+}
+
+/// Net on `rows` random inputs in [lo, hi), in double, with fusion on and off (kiln::Unfused): the same
+/// outputs, input gradients and parameter gradients within tol (fused epilogues do the same arithmetic).
+template <class Net, class In, class D>
+void check_fused_matches_unfused(const Extents<In>& ext, double lo, double hi, std::uint32_t stream,
+                                 double tol = 1e-13) {
+  knn::Model<Net, In, kiln::Policy<kt::Fp64, D>> model(stream);
+  const auto x = kt::make_tensor<D>(
+      kt::random_values<double>(static_cast<std::size_t>(ext.numel()), lo, hi, stream), ext);
+  std::vector<double> y[2], dx[2], grads[2];
+  for (int unfused = 0; unfused < 2; ++unfused) {
+    std::optional<kiln::Unfused> off;
+    if (unfused) off.emplace();
+    const auto out = model.forward(x);
+    const auto r = kt::make_tensor<D>(
+        kt::random_values<double>(static_cast<std::size_t>(out.numel()), -1, 1, stream + 1), out.extents());
+    y[unfused] = out.to_vector();
+    model.zero_grad();
+    dx[unfused] = model.backward_input(r).to_vector();
+    grads[unfused] = model.gradients().to_vector();
+  }
+  const auto t = boost::test_tools::tolerance(tol);
+  BOOST_TEST(y[0] == y[1], t << boost::test_tools::per_element());
+  BOOST_TEST(dx[0] == dx[1], t << boost::test_tools::per_element());
+  BOOST_TEST(grads[0] == grads[1], t << boost::test_tools::per_element());
 }
 
 }  // namespace kiln::test

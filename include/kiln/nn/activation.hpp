@@ -36,8 +36,10 @@ struct EpilogueDerivative {
 /// Shapes: any -> the same.
 template <class E, class Named>
 struct PointwiseActivation {
-  /// What a Linear, Conv2d or ConvTranspose2d before it in a Sequential runs instead (epilogue_of).
+  /// What a Linear, Conv2d or ConvTranspose2d before it in a Sequential runs instead (epilogue_of), for
+  /// fused_layer itself.
   using fused_epilogue = E;
+  using fused_layer = Named;
   template <class S>
   static constexpr bool accepts = true;
   template <class S>
@@ -154,7 +156,7 @@ struct Mish : detail::PointwiseActivation<epilogue::Mish, Mish> {
 /// scale (x where x > 0, else alpha (e^x - 1)) with torch's alpha 1.6733 and scale 1.0507: torch.nn.SELU.
 /// Shapes: any -> the same.
 struct SELU
-    : detail::PointwiseActivation<epilogue::ScaledElu<epilogue::selu_alpha, epilogue::selu_scale, 1.0f>,
+    : detail::PointwiseActivation<epilogue::ScaledElu<epilogue::selu_alpha, epilogue::selu_scale, 1.0>,
                                   SELU> {
   static std::string repr() { return "SELU()"; }
 };
@@ -162,7 +164,7 @@ struct SELU
 template <Real Alpha = 1.0f>
 struct CELU
     : detail::PointwiseActivation<
-          epilogue::ScaledElu<Alpha.value, 1.0f, static_cast<float>(1.0 / Alpha.value)>, CELU<Alpha>> {
+          epilogue::ScaledElu<static_cast<double>(Alpha.value), 1.0, 1.0 / Alpha.value>, CELU<Alpha>> {
   static_assert(Alpha.value != 0.0f, "kiln::nn::CELU<Alpha>: alpha must not be 0 (torch: ZeroDivisionError)");
   static std::string repr() { return "CELU(alpha=" + detail::python_float(Alpha.value) + ")"; }
 };

@@ -12,6 +12,7 @@
 #include "kiln/expr/reduce.hpp"
 #include "kiln/nn/detail/conv_cpu.hpp"
 #include "kiln/nn/detail/conv_functors.hpp"
+#include "kiln/nn/detail/weight_bias.hpp"
 #include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/padding.hpp"
@@ -47,8 +48,8 @@ inline constexpr index_t padding_same = -1;
 /// CPU: one GEMM per image and group, [Out / G, (In / G) K K] x [(In / G) K K, Ho Wo], columns built in
 /// cache and the result written NCHW (nn/detail/conv_cpu.hpp). CUDA: cuDNN (backend/cuda/cudnn.hpp;
 /// without cuDNN, im2col and one cuBLAS GEMM per group over the batch).
-/// Followed by ReLU, Sigmoid, Tanh, GELU, SiLU, LeakyReLU or ELU in a Sequential, the bias and the
-/// activation are one epilogue.
+/// Followed by a pointwise activation (ReLU, GELU, ...: nn/activation.hpp) in a Sequential, the bias
+/// and the activation are one epilogue.
 /// Example:  kiln::nn::Sequential<kiln::nn::Conv2d<3, 6, 5>, kiln::nn::ReLU, kiln::nn::MaxPool2d<2>, ...>
 ///           Conv2d<3, 16, 3, 1, 1, 1, 1, true, PaddingMode::reflect> is torch's padding_mode='reflect'.
 template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0, index_t Dilation = 1,
@@ -109,47 +110,27 @@ struct Conv2d {
   /// The convolution proper, with the same zero padding on every side (and, for another Mode or an
   /// uneven padding_same, on the padded input: padded_module).
   template <class S, class P>
-  class zero_padded_module {
+  class zero_padded_module : public detail::WeightAndBias<P, Out, In / Groups * K * K, Out, Bias> {
     static_assert(pad == pad_end,
                   "kiln::nn::Conv2d::zero_padded_module: an uneven padding is padded_module's");
+    using base = detail::WeightAndBias<P, Out, In / Groups * K * K, Out, Bias>;
 
    public:
-    using T = typename P::precision::storage;
-    using M = typename P::precision::master;
-    using D = typename P::device;
+    using base::bias, base::bias_grad, base::weight, base::weight_grad, base::weight_operand;
+    using typename base::D;
+    using typename base::M;
+    using typename base::T;
     using input_shape = S;
     using output_shape = output<S>;
     static constexpr index_t H = S::extents[2], W = S::extents[3];
     static constexpr index_t Ho = output_shape::extents[2], Wo = output_shape::extents[3];
-    static constexpr index_t Patch = In / Groups * K * K;  // one filter's weights
+    static constexpr index_t Patch = In / Groups * K * K;  // one filter's weights: the weight is [Out, Patch]
     static constexpr index_t Fg = Out / Groups;            // filters per group
-    static constexpr index_t parameter_count = Out * Patch + (Bias ? Out : 0);
 
-    void bind(M* params, M* grads, T* work, int device) { p_ = params, g_ = grads, w_ = work, device_ = device; }
-    void reset_parameters(Generator& g) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(Patch));
-      std::vector<M> v(static_cast<std::size_t>(parameter_count));
-      detail::uniform_fill(v, bound, g);
-      weight().copy_from(std::span<const M>(v.data(), Out * Patch));
-      if constexpr (Bias) bias().copy_from(std::span<const M>(v.data() + Out * Patch, Out));
-    }
-    /// The weight as the GEMM sees it: [Out, (In / G) K K] (the same memory as PyTorch's [Out, In / G, K,
-    /// K]).
-    Tensor<M, Shape<Out, Patch>, D> weight() const { return Tensor<M, Shape<Out, Patch>, D>::from_blob(p_, {}, device_); }
-    Tensor<M, Shape<Out>, D> bias() const { return Tensor<M, Shape<Out>, D>::from_blob(p_ + Out * Patch, {}, device_); }
-    Tensor<M, Shape<Out, Patch>, D> weight_grad() const {
-      return Tensor<M, Shape<Out, Patch>, D>::from_blob(g_, {}, device_);
-    }
-    Tensor<M, Shape<Out>, D> bias_grad() const { return Tensor<M, Shape<Out>, D>::from_blob(g_ + Out * Patch, {}, device_); }
-    /// The weight as the GEMM / cuDNN reads it: the storage-type working copy (the master itself in fp32).
-    Tensor<T, Shape<Out, Patch>, D> weight_operand() const {
-      return Tensor<T, Shape<Out, Patch>, D>::from_blob(w_, {}, device_);
-    }
-    std::vector<ParameterInfo> parameters() const {
-      std::vector<ParameterInfo> p{{"weight", 0, Out * Patch, {Out, In / Groups, K, K}}};
-      if constexpr (Bias) p.push_back({"bias", Out * Patch, Out, {Out}});
-      return p;
-    }
+    /// PyTorch's: weight and bias U(-b, b), b = 1/sqrt((In / G) K K).
+    void reset_parameters(Generator& g) { this->reset_uniform(g, Patch); }
+    /// weight [Out, In / G, K, K] (the GEMMs' [Out, Patch]), bias [Out].
+    std::vector<ParameterInfo> parameters() const { return this->weight_and_bias({Out, In / Groups, K, K}); }
     std::string name() const { return repr(); }
 
     /// y = conv(x, W) + b  // [N, In, H, W] -> [N, Out, Ho, Wo]
@@ -335,10 +316,6 @@ struct Conv2d {
       return cols;
     }
 
-    M* p_ = nullptr;
-    M* g_ = nullptr;
-    T* w_ = nullptr;
-    int device_ = 0;
     Tensor<T, S, D> x_;                 // saved input (training only)
     Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)
   };

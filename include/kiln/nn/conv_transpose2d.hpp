@@ -12,6 +12,7 @@
 #include "kiln/expr/reduce.hpp"
 #include "kiln/nn/detail/conv_functors.hpp"
 #include "kiln/nn/detail/conv_transpose_cpu.hpp"
+#include "kiln/nn/detail/weight_bias.hpp"
 #include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/matmul.hpp"
@@ -40,8 +41,8 @@ namespace kiln::nn {
 /// (nn/detail/conv_transpose_cpu.hpp). CUDA: cuDNN's backward-data convolution (the forward pass),
 /// forward convolution (dx) and backward filter (dw); without cuDNN, or where cuDNN has no algorithm,
 /// cuBLAS GEMMs with col2im / im2col.
-/// Followed by ReLU, Sigmoid, Tanh, GELU, SiLU, LeakyReLU or ELU in a Sequential, the bias and the
-/// activation are one epilogue.
+/// Followed by a pointwise activation (ReLU, GELU, ...: nn/activation.hpp) in a Sequential, the bias
+/// and the activation are one epilogue.
 /// Example: a decoder doubling 8 x 8 to 16 x 16:
 ///   Sequential<ConvTranspose2d<32, 16, 3, 2, 1, 1>, ReLU, ConvTranspose2d<16, 3, 4, 2, 1>, Sigmoid>
 template <index_t In, index_t Out, index_t K, index_t Stride = 1, index_t Padding = 0,
@@ -87,53 +88,27 @@ struct ConvTranspose2d {
   }
 
   template <class S, class P>
-  class module {
+  class module : public detail::WeightAndBias<P, In, Out / Groups * K * K, Out, Bias> {
+    using base = detail::WeightAndBias<P, In, Out / Groups * K * K, Out, Bias>;
+
    public:
-    using T = typename P::precision::storage;
-    using M = typename P::precision::master;
-    using D = typename P::device;
+    using base::bias, base::bias_grad, base::weight, base::weight_grad, base::weight_operand;
+    using typename base::D;
+    using typename base::M;
+    using typename base::T;
     using input_shape = S;
     using output_shape = output<S>;
     static constexpr index_t H = S::extents[2], W = S::extents[3];
     static constexpr index_t Ho = output_shape::extents[2], Wo = output_shape::extents[3];
-    static constexpr index_t Patch = Out / Groups * K * K;  // one input channel's weights
-    static constexpr index_t Ig = In / Groups;              // input channels per group
-    static constexpr index_t parameter_count = In * Patch + (Bias ? Out : 0);
+    static constexpr index_t Patch =
+        Out / Groups * K * K;                   // one input channel's weights: the weight is [In, Patch]
+    static constexpr index_t Ig = In / Groups;  // input channels per group
 
-    void bind(M* params, M* grads, T* work, int device) {
-      p_ = params, g_ = grads, w_ = work, device_ = device;
-    }
     /// torch's: kaiming_uniform(a = sqrt(5)) over fan_in = weight.size(1) K K, which is the bound
     /// 1/sqrt((Out / Groups) K K), and the bias within the same bound.
-    void reset_parameters(Generator& g) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(Patch));
-      std::vector<M> v(static_cast<std::size_t>(parameter_count));
-      detail::uniform_fill(v, bound, g);
-      weight().copy_from(std::span<const M>(v.data(), In * Patch));
-      if constexpr (Bias) bias().copy_from(std::span<const M>(v.data() + In * Patch, Out));
-    }
-    /// The weight as the GEMMs see it: [In, (Out / G) K K] (the same memory as torch's [In, Out / G, K, K]).
-    Tensor<M, Shape<In, Patch>, D> weight() const {
-      return Tensor<M, Shape<In, Patch>, D>::from_blob(p_, {}, device_);
-    }
-    Tensor<M, Shape<Out>, D> bias() const {
-      return Tensor<M, Shape<Out>, D>::from_blob(p_ + In * Patch, {}, device_);
-    }
-    Tensor<M, Shape<In, Patch>, D> weight_grad() const {
-      return Tensor<M, Shape<In, Patch>, D>::from_blob(g_, {}, device_);
-    }
-    Tensor<M, Shape<Out>, D> bias_grad() const {
-      return Tensor<M, Shape<Out>, D>::from_blob(g_ + In * Patch, {}, device_);
-    }
-    /// The weight as the GEMMs / cuDNN read it: the storage-type working copy (the master itself in fp32).
-    Tensor<T, Shape<In, Patch>, D> weight_operand() const {
-      return Tensor<T, Shape<In, Patch>, D>::from_blob(w_, {}, device_);
-    }
-    std::vector<ParameterInfo> parameters() const {
-      std::vector<ParameterInfo> p{{"weight", 0, In * Patch, {In, Out / Groups, K, K}}};
-      if constexpr (Bias) p.push_back({"bias", In * Patch, Out, {Out}});
-      return p;
-    }
+    void reset_parameters(Generator& g) { this->reset_uniform(g, Patch); }
+    /// weight [In, Out / G, K, K] (the GEMMs' [In, Patch]), bias [Out].
+    std::vector<ParameterInfo> parameters() const { return this->weight_and_bias({In, Out / Groups, K, K}); }
     std::string name() const { return repr(); }
 
     /// y = convᵀ(x, W) + b  // [N, In, H, W] -> [N, Out, Ho, Wo]
@@ -339,10 +314,6 @@ struct ConvTranspose2d {
       return {n, Out, Ho, Wo, K, Stride, Padding, H, W, Dilation, Groups};
     }
 
-    M* p_ = nullptr;
-    M* g_ = nullptr;
-    T* w_ = nullptr;
-    int device_ = 0;
     Tensor<T, S, D> x_;                 // saved input (training only)
     Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)
   };

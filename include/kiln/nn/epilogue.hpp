@@ -8,6 +8,8 @@
 /// the bias gradient, then the GEMMs. The activation's module stays in the graph (summary, indices and
 /// state_dict names do not change) but does no work.
 #pragma once
+#include <type_traits>
+
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/half.hpp"
@@ -122,18 +124,19 @@ struct Elu {
 
 /// z clamped to [Min, Max] (torch.nn.Hardtanh(min_val, max_val); ReLU6 is [0, 6]); NaN passes through.
 /// The gradient dy strictly inside, 0 at and past either bound, and dy at NaN, as torch's
-/// hardtanh_backward (the output tells the branch: it is past a bound exactly when the input is).
+/// hardtanh_backward, from the pre-activation as torch's (the output would not tell the branch in a
+/// 16-bit type where a bound rounds inside the range: fp16's 0.1 is 0.0999756).
 template <float Min, float Max>
 struct Hardtanh {
-  static constexpr bool saves_output = true;
+  static constexpr bool saves_output = false;
   static constexpr bool identity = false;
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
     return z < A(Min) ? A(Min) : z > A(Max) ? A(Max) : z;
   }
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) {
-    return y <= A(Min) || y >= A(Max) ? A(0) : dy;
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    return z <= A(Min) || z >= A(Max) ? A(0) : dy;
   }
 };
 
@@ -215,7 +218,8 @@ struct Mish {
 /// torch's elu(z, alpha, scale, input_scale) (torch.nn.SELU: alpha 1.6732632423543772, scale
 /// 1.0507009873554805; torch.nn.CELU(alpha): scale 1, input scale 1 / alpha), through expm1 as ELU; the
 /// gradient dy Scale Alpha InputScale e^(InputScale z) where z <= 0, else dy Scale (dy Scale at NaN).
-template <float Alpha, float Scale, float InputScale>
+/// The constants are doubles, so that a float64 model uses torch's float64 values.
+template <double Alpha, double Scale, double InputScale>
 struct ScaledElu {
   static constexpr bool saves_output = false;
   static constexpr bool identity = false;
@@ -225,7 +229,7 @@ struct ScaledElu {
   }
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
-    return z <= A(0) ? dy * A(InputScale) * A(Alpha) * A(Scale) * ops::detail::exp_(z * A(InputScale))
+    return z <= A(0) ? dy * A(InputScale) * (A(Alpha) * A(Scale)) * ops::detail::exp_(z * A(InputScale))
                      : dy * A(Scale);
   }
 
@@ -234,8 +238,8 @@ struct ScaledElu {
   KILN_HOST_DEVICE KILN_FORCEINLINE static double expm1_(double x) { return ::expm1(x); }
 };
 /// SELU's constants (torch's, from Klambauer et al.).
-inline constexpr float selu_alpha = 1.6732632423543772848170429916717f;
-inline constexpr float selu_scale = 1.0507009873554804934193349852946f;
+inline constexpr double selu_alpha = 1.6732632423543772848170429916717;
+inline constexpr double selu_scale = 1.0507009873554804934193349852946;
 
 /// z / (1 + |z|) (torch.nn.Softsign); the gradient dy / (1 + |z|)^2.
 struct Softsign {
@@ -272,13 +276,14 @@ struct LogSigmoid {
 namespace kiln::nn {
 
 /// The epilogue a layer spec L stands for when it follows a Linear, Conv2d or ConvTranspose2d: its
-/// fused_epilogue (every pointwise activation's, nn/activation.hpp); void: L is not fused.
+/// fused_epilogue (every pointwise activation's, nn/activation.hpp; the activation itself, not a spec
+/// derived from it with a module of its own); void: L is not fused.
 template <class L>
 struct epilogue_of {
   using type = void;
 };
 template <class L>
-requires requires { typename L::fused_epilogue; }
+requires std::is_same_v<typename L::fused_layer, L>
 struct epilogue_of<L> {
   using type = typename L::fused_epilogue;
 };

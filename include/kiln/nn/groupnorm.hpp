@@ -3,6 +3,7 @@
 /// affine).
 #pragma once
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/errors.hpp"
@@ -15,8 +16,9 @@ namespace kiln::nn {
 
 namespace detail {
 /// GroupNorm<G, C> over [N, C, *]: rows n·G + g of C/G channels × the spatial size (NormRows
-/// {C/G · L, C/G, L, G}), a weight and bias per channel.
-template <index_t G, index_t C, float Eps, bool Affine>
+/// {C/G · L, C/G, L, G}), a weight and bias per channel. Named::repr(), when Named is not void, is the
+/// name it prints (InstanceNorm's).
+template <index_t G, index_t C, float Eps, bool Affine, class Named = void>
 struct GroupNormLayer {
   static_assert(G > 0 && C > 0,
                 "kiln::nn::GroupNorm<G, C>: the numbers of groups and channels must be positive");
@@ -37,8 +39,11 @@ struct GroupNormLayer {
     static std::vector<index_t> affine_shape() { return {C}; }
     /// torch's repr: "GroupNorm(2, 6, eps=1e-05, affine=True)".
     static std::string name() {
-      return "GroupNorm(" + std::to_string(G) + ", " + std::to_string(C) + ", eps=" + python_float(Eps) +
-             ", affine=" + (Affine ? "True" : "False") + ")";
+      if constexpr (!std::is_void_v<Named>)
+        return Named::repr();
+      else
+        return "GroupNorm(" + std::to_string(G) + ", " + std::to_string(C) + ", eps=" + python_float(Eps) +
+               ", affine=" + (Affine ? "True" : "False") + ")";
     }
     template <class X>
     static NormRows rows_of(const X& x) {

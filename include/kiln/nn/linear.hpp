@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "kiln/core/fusion.hpp"
-#include "kiln/expr/reduce.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/expr/reduce.hpp"
+#include "kiln/nn/detail/weight_bias.hpp"
 #include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/elementwise.hpp"
@@ -39,36 +40,21 @@ struct Linear {
   using output = Shape<S::extents[0], Out>;
 
   template <class S, class P>
-  class module {
+  class module : public detail::WeightAndBias<P, Out, In, Out, Bias> {
+    using base = detail::WeightAndBias<P, Out, In, Out, Bias>;
+
    public:
-    using T = typename P::precision::storage;
-    using M = typename P::precision::master;
-    using D = typename P::device;
+    using base::bias, base::bias_grad, base::weight, base::weight_grad, base::weight_operand;
+    using typename base::D;
+    using typename base::M;
+    using typename base::T;
     using input_shape = S;
     using output_shape = output<S>;
-    static constexpr index_t parameter_count = In * Out + (Bias ? Out : 0);
 
-    /// Points the module at its slice of the model's parameter, gradient and working-copy arenas (the
-    /// working copy is the parameters themselves unless the precision is mixed).
-    void bind(M* params, M* grads, T* work, int device) { p_ = params, g_ = grads, w_ = work, device_ = device; }
-    void reset_parameters(Generator& g) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(In));
-      std::vector<M> w(static_cast<std::size_t>(parameter_count));
-      detail::uniform_fill(w, bound, g);  // weight, then bias: the arena's order
-      weight().copy_from(std::span<const M>(w.data(), In * Out));
-      if constexpr (Bias) bias().copy_from(std::span<const M>(w.data() + In * Out, Out));
-    }
-    Tensor<M, Shape<Out, In>, D> weight() const { return Tensor<M, Shape<Out, In>, D>::from_blob(p_, {}, device_); }
-    Tensor<M, Shape<Out>, D> bias() const { return Tensor<M, Shape<Out>, D>::from_blob(p_ + In * Out, {}, device_); }
-    Tensor<M, Shape<Out, In>, D> weight_grad() const { return Tensor<M, Shape<Out, In>, D>::from_blob(g_, {}, device_); }
-    Tensor<M, Shape<Out>, D> bias_grad() const { return Tensor<M, Shape<Out>, D>::from_blob(g_ + In * Out, {}, device_); }
-    /// The weight as the GEMMs read it: the storage-type working copy (the master itself in fp32).
-    Tensor<T, Shape<Out, In>, D> weight_operand() const { return Tensor<T, Shape<Out, In>, D>::from_blob(w_, {}, device_); }
-    std::vector<ParameterInfo> parameters() const {
-      std::vector<ParameterInfo> p{{"weight", 0, In * Out, {Out, In}}};
-      if constexpr (Bias) p.push_back({"bias", In * Out, Out, {Out}});
-      return p;
-    }
+    /// PyTorch's: weight and bias U(-1/sqrt(In), 1/sqrt(In)).
+    void reset_parameters(Generator& g) { this->reset_uniform(g, In); }
+    /// weight [Out, In], bias [Out].
+    std::vector<ParameterInfo> parameters() const { return this->weight_and_bias({Out, In}); }
     std::string name() const {
       return "Linear(in_features=" + std::to_string(In) + ", out_features=" + std::to_string(Out) +
              ", bias=" + (Bias ? "True" : "False") + ")";
@@ -222,10 +208,6 @@ struct Linear {
     std::shared_ptr<kiln::cuda::LinearEpiloguePlan> lt_plan_;
     bool lt_relu_ = false;
 #endif
-    M* p_ = nullptr;
-    M* g_ = nullptr;
-    T* w_ = nullptr;
-    int device_ = 0;
     Tensor<T, S, D> x_;                 // saved input (training only)
     Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)
   };

@@ -412,6 +412,24 @@ BOOST_AUTO_TEST_CASE(models_layer_norm_and_group_norm_normalise_each_sample_apar
   }
 }
 
+BOOST_AUTO_TEST_CASE(models_generator_maps_images_to_images_in_tanh_range) {
+  // The page's generator: 32 x 32 images back to 32 x 32 (down by the strided Conv2d, up by the
+  // ConvTranspose2d), every value in (-1, 1) (Tanh), and each image's output its own (InstanceNorm2d
+  // normalises each image apart).
+  const auto images = random_batch<Shape<dyn, 3, 32, 32>>(2, 24);
+#include "models.generator.inc"
+  static_assert(std::is_same_v<decltype(fake), Tensor<float, Shape<dyn, 3, 32, 32>, kiln::Cpu>>);
+  BOOST_TEST(fake.size(0) == 2);
+  const auto all = fake.to_vector();
+  for (float v : all) BOOST_TEST((v > -1.0f && v < 1.0f));
+  const auto pixels = images.to_vector();
+  const auto second = generator.forward(Tensor<float, Shape<dyn, 3, 32, 32>, kiln::Cpu>::from(
+      std::span<const float>(pixels.data() + 3 * 32 * 32, 3 * 32 * 32), Extents<Shape<dyn, 3, 32, 32>>(1)));
+  const auto one = second.to_vector();
+  for (std::size_t k = 0; k < one.size(); k += 97)
+    BOOST_TEST(std::abs(one[k] - all[3 * 32 * 32 + k]) <= 1e-5f * (1 + std::abs(one[k])));
+}
+
 BOOST_AUTO_TEST_CASE(models_one_cycle_ends_at_its_floor_with_the_momentum_back_up) {
   // The page's loop, 4 epochs of 5 batches: every batch steps; the last batch (step 19) trains with
   // max_lr / 25 / 1e4 and the momentum back at max_momentum, after the peak (0.5, and 0.85) at step

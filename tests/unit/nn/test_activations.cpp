@@ -6,6 +6,8 @@
 #include <cmath>
 #include <kiln/nn/nn.hpp>
 #include <limits>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,37 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(hard_activations_at_their_bends_and_nan_as_torch, 
   same(ghw, {-0.5f, 1.5f, -1.0f / 3 + 0.5f, 1.0f / 3 + 0.5f, 0.5f, 1, 1}, "Hardswish'");
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(hardtanh_stops_the_gradient_past_bounds_that_fp16_cannot_hold, D, kt::devices) {
+  // Hardtanh(-0.1, 0.1) in fp16, alone and fused after a Linear (weight 1): 0.1 is 0.0999756 in fp16, so
+  // the clamped outputs lie inside the float bounds; the gradient still stops at 0.5 and -0.5 (torch's
+  // hardtanh_backward reads the input) and passes at 0.05.
+  using In = Shape<dyn, 1>;
+  using P = kiln::Policy<kiln::MixedFp16, D>;
+  const std::vector<float> xs = {0.5f, -0.5f, 0.05f};
+  std::vector<kiln::half> xh, ones;
+  for (float v : xs)
+    xh.push_back(kiln::from_compute<kiln::half>(v)), ones.push_back(kiln::from_compute<kiln::half>(1.0f));
+  const auto x = kiln::Tensor<kiln::half, In, D>::from(std::span<const kiln::half>(xh), Extents<In>(3));
+  const auto dy = kiln::Tensor<kiln::half, In, D>::from(std::span<const kiln::half>(ones), Extents<In>(3));
+  const auto grads = [](const auto& t) {
+    std::vector<float> v;
+    for (auto h : t.to_vector()) v.push_back(kiln::to_compute(h));
+    return v;
+  };
+  knn::Model<knn::Sequential<knn::Hardtanh<-0.1f, 0.1f>>, In, P> alone(0);
+  (void)alone.forward(x);
+  same(grads(alone.backward_input(dy)), {0, 0, 1}, "Hardtanh' in fp16");
+  for (const bool fused : {true, false}) {
+    knn::Model<knn::Sequential<knn::Linear<1, 1, false>, knn::Hardtanh<-0.1f, 0.1f>>, In, P> m(0);
+    const std::vector<float> w = {1.0f};
+    m.parameters().copy_from(std::span<const float>(w));
+    std::optional<kiln::Unfused> off;
+    if (!fused) off.emplace();
+    (void)m.forward(x);
+    same(grads(m.backward_input(dy)), {0, 0, 1}, fused ? "fused" : "unfused");
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(smooth_activations_at_the_ends_and_nan_as_torch, D, kt::devices) {
   // At x = [nan, 0, -2, 100, -100]: no overflow at ±100 (Softplus and LogSigmoid's log(1 + e^x) at
   // 100 is 100 itself, at -100 e^-100; Mish and Softsign saturate), SELU and CELU's gradient at 0 is
@@ -135,30 +168,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(activations_fused_and_unfused_agree, D, kt::device
       knn::Sequential<knn::Linear<6, 6>, knn::Hardswish, knn::Linear<6, 6>, knn::Mish, knn::Linear<6, 6>,
                       knn::Softplus<2.0f, 5.0f>, knn::Linear<6, 6>, knn::SELU, knn::Linear<6, 4>, knn::ReLU6>;
   using In = Shape<dyn, 6>;
-  using P = kiln::Policy<kt::Fp64, D>;
-  using Mod = typename Net::template module<In, P>;
+  using Mod = typename Net::template module<In, kiln::Policy<kt::Fp64, D>>;
   static_assert(Mod::template fused_with_next<0> && Mod::template fused_with_next<2> &&
                 Mod::template fused_with_next<4> && Mod::template fused_with_next<6> &&
                 Mod::template fused_with_next<8>);
-  knn::Model<Net, In, P> model(3);
-  const auto x = kt::make_tensor<D>(kt::random_values<double>(5 * 6, -3, 3, 41), Extents<In>(5));
-  const auto r = kt::make_tensor<D>(kt::random_values<double>(5 * 4, -1, 1, 42), Extents<Shape<dyn, 4>>(5));
-  const auto step = [&](std::vector<double>& y, std::vector<double>& dx, std::vector<double>& g) {
-    y = model.forward(x).to_vector();
-    model.zero_grad();
-    dx = model.backward_input(r).to_vector();
-    g = model.gradients().to_vector();
-  };
-  std::vector<double> ya, yb, dxa, dxb, ga, gb;
-  step(ya, dxa, ga);
-  {
-    kiln::Unfused off;
-    step(yb, dxb, gb);
-  }
-  const auto tol = boost::test_tools::tolerance(1e-13);
-  BOOST_TEST(ya == yb, tol << boost::test_tools::per_element());
-  BOOST_TEST(dxa == dxb, tol << boost::test_tools::per_element());
-  BOOST_TEST(ga == gb, tol << boost::test_tools::per_element());
+  kt::check_fused_matches_unfused<Net, In, D>(Extents<In>(5), -3, 3, 41);
 }
 
 BOOST_AUTO_TEST_CASE(activations_are_named_as_torch_prints_them) {

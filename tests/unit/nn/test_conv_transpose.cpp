@@ -128,26 +128,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv_transpose2d_fused_and_unfused_agree, D, kt::d
   using Net = knn::Sequential<knn::ConvTranspose2d<3, 4, 3, 2, 1, 1>, knn::ReLU,
                               knn::ConvTranspose2d<4, 2, 2, 1>, knn::SiLU>;
   using In = Shape<dyn, 3, 4, 5>;
-  knn::Model<Net, In, kiln::Policy<kt::Fp64, D>> model(5);
-  const auto x = kt::make_tensor<D>(kt::random_values<double>(2 * 3 * 4 * 5, -1, 1, 31), Extents<In>(2));
-  const auto run = [&](auto& y, auto& dx, std::vector<double>& grads) {
-    y = model.forward(x).to_vector();
-    const auto r =
-        kt::make_tensor<D>(kt::random_values<double>(y.size(), -1, 1, 32), model.forward(x).extents());
-    model.zero_grad();
-    dx = model.backward_input(r).to_vector();
-    grads = model.gradients().to_vector();
-  };
-  std::vector<double> ya, yb, dxa, dxb, ga, gb;
-  run(ya, dxa, ga);
-  {
-    kiln::Unfused off;
-    run(yb, dxb, gb);
-  }
-  const auto tol = boost::test_tools::tolerance(1e-12);
-  BOOST_TEST(ya == yb, tol << boost::test_tools::per_element());
-  BOOST_TEST(dxa == dxb, tol << boost::test_tools::per_element());
-  BOOST_TEST(ga == gb, tol << boost::test_tools::per_element());
+  using Mod = typename Net::template module<In, kiln::Policy<kt::Fp64, D>>;
+  static_assert(Mod::template fused_with_next<0> && Mod::template fused_with_next<2>);
+  kt::check_fused_matches_unfused<Net, In, D>(Extents<In>(2), -1, 1, 31, 1e-12);
 }
 
 BOOST_AUTO_TEST_CASE(conv_transpose2d_has_torchs_shapes_refusals_and_names) {

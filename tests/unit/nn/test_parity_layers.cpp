@@ -2,11 +2,12 @@
 // entropy also with label smoothing, fused and unfused, class weights and probability targets)
 // and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, layers_pool_modes.json,
 // layers_conv_modes.json, layers_padding.json, layers_padding_same.json, layers_upsample.json,
-// layers_conv_transpose.json, layers_activations.json, losses.json, lenet.json, written by
-// tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs,
-// input gradients and parameter gradients, and LeNet the same parameters after three steps of SGD
-// (momentum) and of Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of its
-// tensor's scale: parity::scale_floor). Both devices.
+// layers_conv_transpose.json, layers_activations.json, layers_instance_norm.json,
+// layers_pixel_shuffle.json, losses.json, lenet.json, written by tests/parity/make_fixtures.py with
+// torch 1.13): the same weights and inputs give the same outputs, input gradients and parameter
+// gradients, and LeNet the same parameters after three steps of SGD (momentum) and of Adam, within 1e-5
+// relative in fp32 (relative to each element, floored at 1% of its tensor's scale: parity::scale_floor).
+// Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -201,6 +202,26 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(padding_layers_and_conv2d_padding_modes_match_pyto
   using CircularGroups = knn::Conv2d<3, 6, 3, 1, knn::padding_same, 1, 3, false, PaddingMode::circular>;
   check_layer<CircularGroups, In, D>("conv2d_circular_groups", f);
   BOOST_TEST(fixture(f).at("cases").size() == 8u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(instance_norms_match_pytorch, D, kiln::test::devices) {
+  // layers_instance_norm.json: InstanceNorm2d on [2, 3, 4, 5] without affine parameters, and with drawn
+  // ones and eps 1e-3; InstanceNorm1d on [3, 4, 6] with drawn ones.
+  const std::string f = "layers_instance_norm.json";
+  check_layer<knn::InstanceNorm2d<3>, Shape<dyn, 3, 4, 5>, D>("instance_norm2d", f);
+  check_layer<knn::InstanceNorm2d<3, 1e-3f, 0.1f, true>, Shape<dyn, 3, 4, 5>, D>("instance_norm2d_affine", f);
+  check_layer<knn::InstanceNorm1d<4, 1e-5f, 0.1f, true>, Shape<dyn, 4, 6>, D>("instance_norm1d_affine", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 3u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(pixel_shuffles_match_pytorch, D, kiln::test::devices) {
+  // layers_pixel_shuffle.json: PixelShuffle 2 on [2, 8, 3, 4] and 3 on [2, 9, 2, 3], PixelUnshuffle 2
+  // on [2, 3, 4, 6]: permutations, so exact.
+  const std::string f = "layers_pixel_shuffle.json";
+  check_layer<knn::PixelShuffle<2>, Shape<dyn, 8, 3, 4>, D>("pixel_shuffle2", f);
+  check_layer<knn::PixelShuffle<3>, Shape<dyn, 9, 2, 3>, D>("pixel_shuffle3", f);
+  check_layer<knn::PixelUnshuffle<2>, Shape<dyn, 3, 4, 6>, D>("pixel_unshuffle2", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 3u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(more_activations_match_pytorch, D, kiln::test::devices) {
