@@ -26,15 +26,16 @@ KILN_HOST_DEVICE KILN_FORCEINLINE float uniform_at(std::uint64_t seed, std::uint
 /// out[i] = in[i] * keep(i / plane) / (1 - p): one draw per element (plane 1) or per channel of `plane`
 /// positions (Dropout2d); p = 1 keeps nothing (+0 everywhere, never 0 * inf; torch multiplies by 0, so
 /// its -0 and NaN for negative and non-finite inputs differ)
-template <class T>
+template <class T, bool PerChannel = false>
 struct DropoutApply {
   const T* in;
   T* out;
   std::uint64_t seed, call;
   float p;
-  index_t plane = 1;
+  index_t plane = 1;  // PerChannel: the positions of a channel
   KILN_HOST_DEVICE void operator()(index_t i) const {
-    const bool keep = uniform_at(seed, call, static_cast<std::uint64_t>(i / plane)) >= p;
+    const index_t draw = PerChannel ? i / plane : i;
+    const bool keep = uniform_at(seed, call, static_cast<std::uint64_t>(draw)) >= p;
     out[i] = from_compute<T>(keep ? to_compute(in[i]) * static_cast<compute_t<T>>(1.0f / (1.0f - p)) : compute_t<T>(0));
   }
   /// in read, out written; the draw (a few integer mixes, counted as one), the comparison and the scale.
@@ -91,7 +92,8 @@ struct DropoutLayer {
       if constexpr (rank > 0)
         for (std::size_t d = 2; d < rank; ++d) plane *= in.size(d);
       kiln::detail::executor<D>::for_each(
-          out.numel(), DropoutApply<T>{in.data(), out.data(), seed_, call_, P, plane > 0 ? plane : 1});
+          out.numel(),
+          DropoutApply<T, (rank > 0)>{in.data(), out.data(), seed_, call_, P, plane > 0 ? plane : 1});
       return out;
     }
     std::uint64_t seed_ = 0;

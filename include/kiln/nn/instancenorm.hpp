@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/errors.hpp"
 #include "kiln/core/real.hpp"
 #include "kiln/nn/groupnorm.hpp"
 #include "kiln/nn/layer.hpp"
@@ -23,19 +24,50 @@ struct InstanceNormName {
   }
 };
 
+/// The positions of a channel of S when they are static (their product), or 0 when one is dyn.
+template <class S>
+constexpr index_t static_positions() {
+  index_t p = 1;
+  for (std::size_t d = 2; d < S::rank; ++d) {
+    if (S::extents[d] == dyn) return 0;
+    p *= S::extents[d];
+  }
+  return p;
+}
+
 /// InstanceNorm over [N, C, L] (Rank 3) or [N, C, H, W] (Rank 4): GroupNorm with a group per channel
-/// (rows n·C + c of the channel's positions), under torch's name.
+/// (rows n·C + c of the channel's positions), under torch's name, refusing channels of one position as
+/// torch does (their output would be the bias alone).
 template <std::size_t Rank, index_t C, float Eps, float Momentum, bool Affine, bool TrackRunningStats>
 struct InstanceNormLayer
     : GroupNormLayer<C, C, Eps, Affine, InstanceNormName<Rank, C, Eps, Momentum, Affine>> {
+  using base = GroupNormLayer<C, C, Eps, Affine, InstanceNormName<Rank, C, Eps, Momentum, Affine>>;
   static_assert(
       !TrackRunningStats,
       "kiln::nn::InstanceNorm<C, Eps, Momentum, Affine, TrackRunningStats>: running statistics are not "
       "supported (torch's default, track_running_stats=False, normalises by each instance's own "
       "statistics in training and evaluation alike)");
-  /// [N, C, L] or [N, C, H, W] with the C channels in dimension 1.
+  // >>> Stopped here? InstanceNorm2d takes [N, C, H, W] and InstanceNorm1d [N, C, L], with more than one
+  //     position per channel (torch: "Expected more than 1 spatial element"). <<<
   template <class S>
-  static constexpr bool accepts = S::rank == Rank && (S::extents[1] == C || S::extents[1] == dyn);
+  static constexpr bool accepts = S::rank == Rank &&
+                                  (S::extents[1] == C || S::extents[1] == dyn) && static_positions<S>() != 1;
+
+  /// GroupNorm's rows, after torch's check of the run-time positions (0 positions pass: an empty output).
+  struct Spec : base::Spec {
+    template <class X>
+    static NormRows rows_of(const X& x) {
+      index_t positions = 1;
+      for (std::size_t d = 2; d < X::rank; ++d) positions *= x.size(d);
+      if (positions == 1)
+        throw ValueError("kiln::nn::" + base::Spec::name() +
+                         ": expected more than 1 spatial element, got input " + to_string(x.extents()) +
+                         " (torch: ValueError)");
+      return base::Spec::rows_of(x);
+    }
+  };
+  template <class S, class P>
+  using module = NormRowsModule<Spec, Eps, Affine, S, P>;
 };
 }  // namespace detail
 

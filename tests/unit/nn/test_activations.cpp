@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support/model_gradcheck.hpp"
@@ -173,6 +174,28 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(activations_fused_and_unfused_agree, D, kt::device
                 Mod::template fused_with_next<4> && Mod::template fused_with_next<6> &&
                 Mod::template fused_with_next<8>);
   kt::check_fused_matches_unfused<Net, In, D>(Extents<In>(5), -3, 3, 41);
+}
+
+/// A spec derived from an activation to change its module: not fused (its own module runs).
+struct MyReLU : knn::ReLU {};
+
+BOOST_AUTO_TEST_CASE(only_the_activations_themselves_are_fused) {
+  static_assert(std::is_same_v<knn::epilogue_of<knn::ReLU>::type, knn::epilogue::Relu>);
+  static_assert(std::is_same_v<knn::epilogue_of<knn::Hardswish>::type, knn::epilogue::Hardswish>);
+  static_assert(std::is_same_v<knn::epilogue_of<knn::GELU>::type, knn::epilogue::Gelu>);
+  static_assert(std::is_void_v<knn::epilogue_of<MyReLU>::type>);
+  static_assert(std::is_void_v<knn::epilogue_of<knn::Linear<2, 2>>::type>);
+  static_assert(std::is_void_v<knn::epilogue_of<knn::Dropout<>>::type>);
+  using Net = knn::Sequential<knn::Linear<3, 3>, MyReLU>;
+  static_assert(!Net::module<Shape<dyn, 3>, kiln::Policy<>>::fused_with_next<0>);
+  // Unfused, MyReLU's own (inherited) module runs: the output is the Linear's, clamped at 0.
+  knn::Model<Net, Shape<dyn, 3>> model(2);
+  const auto y = model.forward(
+      kt::make_tensor<kiln::Cpu>(kt::random_values<float>(12, -2, 2, 9), Extents<Shape<dyn, 3>>(4)));
+  int negative = 0, zero = 0;
+  for (float v : y.to_vector()) negative += v < 0.0f, zero += v == 0.0f;
+  BOOST_TEST(negative == 0);
+  BOOST_TEST(zero > 0);  // some of the 12 pre-activations were negative
 }
 
 BOOST_AUTO_TEST_CASE(activations_are_named_as_torch_prints_them) {

@@ -60,7 +60,6 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(instance_norm_follows_its_definition, D, kt::devic
   check_forward<knn::InstanceNorm2d<3>, Shape<dyn, 3, 4, 5>, D>(3, 20, 1e-5f);
   check_forward<knn::InstanceNorm2d<2, 1e-3f, 0.1f, true>, Shape<dyn, 2, 3, 3>, D>(2, 9, 1e-3f);
   check_forward<knn::InstanceNorm1d<4, 1e-5f, 0.1f, true>, Shape<dyn, 4, 6>, D>(4, 6, 1e-5f);
-  check_forward<knn::InstanceNorm1d<2>, Shape<dyn, 2, 1>, D>(2, 1, 1e-5f);  // one position: all zeros
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(instance_norm_is_group_norm_with_a_group_per_channel, D, kt::devices) {
@@ -96,6 +95,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(instance_norm_backward_matches_finite_differences,
                                 knn::ConvTranspose2d<3, 2, 3, 2, 1, 1>, knn::Tanh>;
   kt::check_model_gradients<Block, Shape<dyn, 2, 4, 4>, D>(Extents<Shape<dyn, 2, 4, 4>>(2), -2, 2, 0, 124,
                                                            true);
+}
+
+BOOST_AUTO_TEST_CASE(instance_norm_refuses_channels_of_one_position_as_torch) {
+  // torch: "Expected more than 1 spatial element when training" (in evaluation too, without running
+  // statistics). Static extents: not accepted (a Sequential shape mismatch); dyn ones: a ValueError.
+  static_assert(!knn::InstanceNorm1d<2>::accepts<Shape<dyn, 2, 1>> &&
+                !knn::InstanceNorm2d<2>::accepts<Shape<dyn, 2, 1, 1>>);
+  static_assert(knn::InstanceNorm2d<2>::accepts<Shape<dyn, 2, 1, 2>> &&
+                knn::InstanceNorm2d<2>::accepts<Shape<dyn, 2, dyn, dyn>>);
+  using S = Shape<dyn, 2, dyn, dyn>;
+  knn::InstanceNorm2d<2>::module<S, kiln::Policy<kiln::Fp32, kiln::Cpu>> norm;
+  Extents<S> one = {};
+  one[0] = 3, one[2] = 1, one[3] = 1;
+  BOOST_CHECK_EXCEPTION(
+      norm.forward(kiln::Tensor<float, S>(one), {}), kiln::ValueError, [](const kiln::ValueError& e) {
+        return std::string(e.what()).find(
+                   "InstanceNorm2d(2, eps=1e-05, momentum=0.1, affine=False, "
+                   "track_running_stats=False): expected more than 1 spatial element") != std::string::npos;
+      });
+  Extents<S> two = one;
+  two[3] = 2;
+  const auto y = norm.forward(kiln::Tensor<float, S>(two), {});  // two positions: fine
+  BOOST_TEST(y.numel() == 3 * 2 * 2);
 }
 
 BOOST_AUTO_TEST_CASE(instance_norm_has_torchs_names_parameters_and_refusals) {
