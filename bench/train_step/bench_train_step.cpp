@@ -5,6 +5,8 @@
 //   lenet  LeNet on 3x32x32, cross entropy, Adam  target: >= 1.2x PyTorch's step
 //   lenet_bn  the same with BatchNorm2d after each convolution  target: >= 1.2x PyTorch's step
 //   lenet_gn  the same with GroupNorm after each convolution, LayerNorm after the first Linear  target: >= 1.2x
+//   resnet20  ResNet-20 on 3x32x32 (Add blocks, BatchNorm), cross entropy, Adam  reported against PyTorch
+//             (no issue's target; oneDNN's convolutions there, im2col + OpenBLAS here)
 //
 // Memory: kiln's peak allocator bytes during a LeNet step against PyTorch's peak RSS growth over its
 // LeNet steps (an upper bound of its tensor memory): ratio peak_mem_over_torch, target <= 1 (reported as
@@ -43,6 +45,7 @@ using kiln::bench::models::LeNet;
 using kiln::bench::models::LeNetBn;
 using kiln::bench::models::LeNetGn;
 using kiln::bench::models::Mlp;
+using kiln::bench::models::ResNet20;
 
 /// The LeNet step under precision Prec on the CPU (step_case.hpp).
 template <class Prec>
@@ -119,6 +122,14 @@ int main(int argc, char** argv) {
     lenet_gn.backward(ce.backward(logits, ly));
     lenet_gn_opt.step();
   });
+  Model<ResNet20, Shape<dyn, 3, 32, 32>> resnet(0);
+  kiln::optim::Adam resnet_opt(resnet, {.lr = 1e-3f});
+  h.add("kiln_resnet20_step", 0, "ResNet-20 3x32x32, cross entropy, Adam", [&] {
+    resnet_opt.zero_grad();
+    const auto logits = resnet.forward(lx);
+    resnet.backward(ce.backward(logits, ly));
+    resnet_opt.step();
+  });
   LenetCase<kiln::MixedFp16> fp16(lx, ly);
   LenetCase<kiln::MixedBf16> bf16(lx, ly);
   h.add("kiln_lenet_step_fp16", 0, "the same in mixed fp16 + GradScaler", [&] { fp16.step(); });
@@ -177,6 +188,9 @@ int main(int argc, char** argv) {
       if (t.contains("lenet_gn_step_s"))
         h.ratio("lenet_gn_speedup_vs_torch", t["lenet_gn_step_s"].get<double>() / h.median("kiln_lenet_gn_step"), 1.2,
                 "PyTorch step / kiln step, LeNet with GroupNorm and LayerNorm");
+      if (t.contains("resnet20_step_s"))
+        h.ratio("resnet20_speedup_vs_torch", t["resnet20_step_s"].get<double>() / h.median("kiln_resnet20_step"), 1.0,
+                "PyTorch step / kiln step, ResNet-20 (no issue's target)");
       const double torch_mem = t["lenet_peak_rss_growth_bytes"].get<double>();
       if (torch_mem > 0)
         h.ratio("torch_mem_over_kiln", torch_mem / train_peak, 1.0,

@@ -44,6 +44,28 @@ def lenet_gn():
                          nn.LayerNorm(120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
 
 
+class BasicBlock(nn.Module):
+    """torchvision's BasicBlock: the shortcut x itself, or a strided 1x1 convolution + BatchNorm."""
+
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.main = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                                  nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+        self.shortcut = nn.Identity() if cin == cout and stride == 1 else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return torch.relu(self.main(x) + self.shortcut(x))
+
+
+def resnet20():
+    """bench/models.hpp's ResNet20 (He et al.'s CIFAR-10 ResNet-20 with projection shortcuts)."""
+    blocks = [BasicBlock(16, 16), BasicBlock(16, 16), BasicBlock(16, 16), BasicBlock(16, 32, 2), BasicBlock(32, 32),
+              BasicBlock(32, 32), BasicBlock(32, 64, 2), BasicBlock(64, 64), BasicBlock(64, 64)]
+    return nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), *blocks,
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+
 def wide_mlp():
     return nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
@@ -133,6 +155,7 @@ def main():
     out["lenet_peak_rss_growth_bytes"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss1) * 1024
     out["lenet_bn_step_s"] = time_steps(lenet_bn(), x, y, nn.CrossEntropyLoss(), a.warmup, a.repeat)
     out["lenet_gn_step_s"] = time_steps(lenet_gn(), x, y, nn.CrossEntropyLoss(), a.warmup, a.repeat)
+    out["resnet20_step_s"] = time_steps(resnet20(), x, y, nn.CrossEntropyLoss(), a.warmup, a.repeat)
     out["baseline_rss_bytes"] = rss0 * 1024
     print(json.dumps(out))
 

@@ -780,6 +780,63 @@ def layers_pixel_shuffle_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+class AddBranches(torch.nn.ModuleList):
+    """kiln's Add<Branches...>: every branch on x, their outputs added (branch 0 first)."""
+
+    def forward(self, x):
+        return sum(branch(x) for branch in self)
+
+
+class ConcatBranches(torch.nn.ModuleList):
+    """kiln's Concat<Branches...>: every branch on x, their outputs joined along dimension 1."""
+
+    def forward(self, x):
+        return torch.cat([branch(x) for branch in self], 1)
+
+
+def branch_case(name, make_module, shape, seed, train):
+    """layer_case for a block of branches, in training mode or not (BatchNorm by the batch's statistics);
+    the parameters as the state_dict, and the buffers (running statistics) after the forward apart."""
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(make_module())
+    net.train(train)
+    x = torch.randn(*shape, requires_grad=True)
+    y = net(x)
+    dy = torch.randn(*y.shape)
+    y.backward(dy)
+    return {"name": name, "train": train,
+            "state_dict": {k: tensor(p) for k, p in net.named_parameters()},
+            "input": tensor(x), "grad_output": tensor(dy), "output": tensor(y), "grad_input": tensor(x.grad),
+            "grad": {k: tensor(p.grad) for k, p in net.named_parameters()},
+            "buffers": {k: tensor(b) for k, b in net.named_buffers()}}
+
+
+def layers_branches_fixture():
+    """Add and Concat: a ResNet block that halves the resolution (a strided 1x1 convolution and BatchNorm as
+    its shortcut, drawn affine parameters, training mode), x + f(x) over features, an Inception-like block
+    (1x1; 1x1 then 3x3; 3x3 max pool then 1x1) and a DenseNet-like join of x and f(x)."""
+    nn = torch.nn
+
+    def bn(c):
+        return affine_drawn(nn.BatchNorm2d(c))
+
+    cases = [
+        branch_case("add_resnet_downsample", lambda: AddBranches([
+            nn.Sequential(nn.Conv2d(4, 8, 3, 2, 1, bias=False), bn(8), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3, 1, 1, bias=False), bn(8)),
+            nn.Sequential(nn.Conv2d(4, 8, 1, 2, bias=False), bn(8))]), (3, 4, 6, 6), 1101, True),
+        branch_case("add_identity_features", lambda: AddBranches([
+            nn.Identity(), nn.Sequential(nn.Linear(5, 5), nn.Tanh())]), (4, 5), 1102, False),
+        branch_case("concat_inception", lambda: ConcatBranches([
+            nn.Conv2d(4, 3, 1),
+            nn.Sequential(nn.Conv2d(4, 2, 1), nn.ReLU(), nn.Conv2d(2, 3, 3, padding=1)),
+            nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.Conv2d(4, 2, 1))]), (2, 4, 5, 5), 1103, False),
+        branch_case("concat_dense_features", lambda: ConcatBranches([
+            nn.Identity(), nn.Sequential(nn.Linear(6, 4), nn.Sigmoid())]), (3, 6), 1104, False),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
 def layers_padding_same_fixture():
     """Conv2d's padding='same' with an even kernel span, where torch pads one more at the bottom and right:
     K 4; K 2 with dilation 3 (span 4); K 2 (span 2) reflect, in groups, without a bias."""
@@ -1117,6 +1174,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_activations.json": lambda: layers_activations_fixture(),
             "layers_instance_norm.json": lambda: layers_instance_norm_fixture(),
             "layers_pixel_shuffle.json": lambda: layers_pixel_shuffle_fixture(),
+            "layers_branches.json": lambda: layers_branches_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}

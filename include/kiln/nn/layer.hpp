@@ -65,6 +65,9 @@ struct BufferInfo {
 ///                             parameters(), forward(x, ctx) -> y, backward(dy) -> dx, name()
 ///                             and, for a module with buffers (BatchNorm), buffer_count,
 ///                             bind_buffers(buffers, device), init_buffers(host), buffers()
+///   L::failed<In>             optional, for a layer holding others (Sequential, Residual, Add, Concat):
+///                             whether one of them did not fit (its error is out; nothing is inferred
+///                             past L, so that error comes alone)
 /// Requirements are checked where the pieces meet (Sequential), not here, to keep errors short.
 template <class L, class In>
 concept layer_for = requires {

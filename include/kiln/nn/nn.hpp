@@ -3,6 +3,7 @@
 #include "kiln/nn/activation.hpp"
 #include "kiln/nn/adaptive_pool.hpp"
 #include "kiln/nn/batchnorm.hpp"
+#include "kiln/nn/branches.hpp"
 #include "kiln/nn/conv2d.hpp"
 #include "kiln/nn/conv_transpose2d.hpp"
 #include "kiln/nn/dropout.hpp"

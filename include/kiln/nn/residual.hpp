@@ -35,6 +35,9 @@ struct Residual {
   static constexpr bool accepts = true;  // the branch checks each of its layers; the module checks the sum
   template <class S>
   using output = S;
+  /// Whether a layer of the branch did not fit (its error is out): nothing past the block is inferred.
+  template <class S>
+  static constexpr bool failed = branch::template failed<S>;
 
   template <class S, class P>
   class module {

@@ -68,8 +68,20 @@ struct prepend<X, type_list<Ts...>> {
   using type = type_list<X, Ts...>;
 };
 
+/// Whether layer L, given In, has already stopped at an error of its own inside (a Sequential, Residual,
+/// Add or Concat whose layers do not fit: L::failed<In>). What holds it then infers nothing past it,
+/// without an error of its own: one error, not a cascade.
+template <class L, class In>
+constexpr bool failed_inside() {
+  if constexpr (requires { L::template failed<In>; })
+    return L::template failed<In>;
+  else
+    return false;
+}
+
 /// The input shape of every layer (`inputs`), the layers (`layers`) and the output shape, checked in
-/// order; from the first mismatch on nothing more is inferred (one error, not a cascade).
+/// order; from the first mismatch on nothing more is inferred (one error, not a cascade), and `failed`
+/// says there was one.
 template <std::size_t I, class In, class... Ls>
 struct infer;
 template <std::size_t I, class In>
@@ -77,6 +89,7 @@ struct infer<I, In> {
   using inputs = type_list<>;
   using layers = type_list<>;
   using output = In;
+  static constexpr bool failed = false;
 };
 template <bool Ok, std::size_t I, class In, class L, class... Rest>
 struct infer_step {
@@ -84,16 +97,19 @@ struct infer_step {
   using inputs = typename prepend<In, typename rest::inputs>::type;
   using layers = typename prepend<L, typename rest::layers>::type;
   using output = typename rest::output;
+  static constexpr bool failed = rest::failed;
 };
 template <std::size_t I, class In, class L, class... Rest>
 struct infer_step<false, I, In, L, Rest...> {
   using inputs = type_list<In, typename first_of<In, Rest>::type...>;
   using layers = type_list<unchecked_layer, typename first_of<unchecked_layer, Rest>::type...>;
   using output = In;
+  static constexpr bool failed = true;
 };
 template <std::size_t I, class In, class L, class... Rest>
 struct infer<I, In, L, Rest...>
-    : infer_step<layer_input_mismatch<I, L, In>::value && L::template accepts<In>, I, In, L, Rest...> {};
+    : infer_step<layer_input_mismatch<I, L, In>::value && L::template accepts<In> && !failed_inside<L, In>(),
+                 I, In, L, Rest...> {};
 
 template <std::size_t I, class List>
 struct type_at;
@@ -133,6 +149,72 @@ struct total_parameters<std::tuple<Ms...>> {
   static constexpr index_t value = (index_t{0} + ... + Ms::parameter_count);
 };
 
+/// Modules laid one after another in a model's arenas (a Sequential's layers, an Add's branches): each
+/// bound to its slice of the parameters, gradients, working copy and buffers in order, initialised in
+/// order, and its parameters and buffers named "<position>.<name>" at their offsets.
+template <class Tuple, class M, class T>
+void bind_in_order(Tuple& modules, M* params, M* grads, T* work, int device) {
+  index_t off = 0;
+  std::apply(
+      [&](auto&... m) {
+        ((m.bind(params + off, grads + off, work + off, device),
+          off += std::remove_cvref_t<decltype(m)>::parameter_count),
+         ...);
+      },
+      modules);
+}
+template <class Tuple>
+void reset_in_order(Tuple& modules, Generator& g) {
+  std::apply([&](auto&... m) { (m.reset_parameters(g), ...); }, modules);
+}
+template <class Tuple, class M>
+void bind_buffers_in_order(Tuple& modules, M* buffers, int device) {
+  index_t off = 0;
+  std::apply(
+      [&](auto&... m) {
+        ((bind_buffers_of(m, buffers + off, device),
+          off += buffer_count_of<std::remove_cvref_t<decltype(m)>>()),
+         ...);
+      },
+      modules);
+}
+template <class Tuple, class M>
+void init_buffers_in_order(const Tuple& modules, M* host) {
+  index_t off = 0;
+  std::apply(
+      [&](const auto&... m) {
+        ((init_buffers_of(m, host + off), off += buffer_count_of<std::remove_cvref_t<decltype(m)>>()), ...);
+      },
+      modules);
+}
+/// Info is ParameterInfo (m.parameters()) or BufferInfo (buffers_of(m)).
+template <class Info, class Tuple>
+std::vector<Info> named_in_order(const Tuple& modules) {
+  std::vector<Info> all;
+  index_t off = 0;
+  std::size_t i = 0;
+  const auto add = [&](const auto& m) {
+    using Mod = std::remove_cvref_t<decltype(m)>;
+    std::vector<Info> own;
+    if constexpr (std::is_same_v<Info, ParameterInfo>)
+      own = m.parameters();
+    else
+      own = buffers_of(m);
+    for (auto& x : own) {
+      x.name = std::to_string(i) + "." + x.name;
+      x.offset += off;
+      all.push_back(std::move(x));
+    }
+    if constexpr (std::is_same_v<Info, ParameterInfo>)
+      off += Mod::parameter_count;
+    else
+      off += buffer_count_of<Mod>();
+    ++i;
+  };
+  std::apply([&](const auto&... m) { (add(m), ...); }, modules);
+  return all;
+}
+
 /// "[1, 6, 28, 28]" with the batch shown as given.
 template <class S>
 std::string shape_string(index_t batch) {
@@ -156,6 +238,9 @@ struct Sequential {
   static constexpr bool accepts = true;  // each layer checks its own input, with its index
   template <class S>
   using output = typename detail::infer<0, S, Layers...>::output;
+  /// Whether a layer did not fit (its error is out): a Sequential holding this one stops there too.
+  template <class S>
+  static constexpr bool failed = detail::infer<0, S, Layers...>::failed;
 
   template <class S, class P>
   class module {
@@ -172,63 +257,17 @@ struct Sequential {
     static constexpr index_t parameter_count = detail::total_parameters<tuple_type>::value;
 
     void bind(M* params, M* grads, T* work, int device) {
-      index_t off = 0;
-      for_each_layer([&](auto& m) {
-        m.bind(params + off, grads + off, work + off, device);
-        off += std::remove_cvref_t<decltype(m)>::parameter_count;
-      });
+      detail::bind_in_order(layers_, params, grads, work, device);
     }
-    void reset_parameters(Generator& g) {
-      for_each_layer([&](auto& m) { m.reset_parameters(g); });
-    }
+    void reset_parameters(Generator& g) { detail::reset_in_order(layers_, g); }
     /// The layers' buffers (BatchNorm's running statistics), one after another in their order.
     static constexpr index_t buffer_count = detail::total_buffers<tuple_type>::value;
-    void bind_buffers(M* buffers, int device) {
-      index_t off = 0;
-      for_each_layer([&](auto& m) {
-        detail::bind_buffers_of(m, buffers + off, device);
-        off += detail::buffer_count_of<std::remove_cvref_t<decltype(m)>>();
-      });
-    }
-    void init_buffers(M* host) const {
-      index_t off = 0;
-      for_each_layer([&](const auto& m) {
-        detail::init_buffers_of(m, host + off);
-        off += detail::buffer_count_of<std::remove_cvref_t<decltype(m)>>();
-      });
-    }
+    void bind_buffers(M* buffers, int device) { detail::bind_buffers_in_order(layers_, buffers, device); }
+    void init_buffers(M* host) const { detail::init_buffers_in_order(layers_, host); }
     /// Every buffer, named "<layer index>.<name>", with its offset in the model's buffer arena.
-    std::vector<BufferInfo> buffers() const {
-      std::vector<BufferInfo> all;
-      index_t off = 0;
-      std::size_t i = 0;
-      for_each_layer([&](const auto& m) {
-        for (auto b : detail::buffers_of(m)) {
-          b.name = std::to_string(i) + "." + b.name;
-          b.offset += off;
-          all.push_back(std::move(b));
-        }
-        off += detail::buffer_count_of<std::remove_cvref_t<decltype(m)>>();
-        ++i;
-      });
-      return all;
-    }
+    std::vector<BufferInfo> buffers() const { return detail::named_in_order<BufferInfo>(layers_); }
     /// Every parameter, named "<layer index>.<name>", with its offset in the model's arena.
-    std::vector<ParameterInfo> parameters() const {
-      std::vector<ParameterInfo> all;
-      index_t off = 0;
-      std::size_t i = 0;
-      for_each_layer([&](const auto& m) {
-        for (auto p : m.parameters()) {
-          p.name = std::to_string(i) + "." + p.name;
-          p.offset += off;
-          all.push_back(std::move(p));
-        }
-        off += std::remove_cvref_t<decltype(m)>::parameter_count;
-        ++i;
-      });
-      return all;
-    }
+    std::vector<ParameterInfo> parameters() const { return detail::named_in_order<ParameterInfo>(layers_); }
     std::string name() const { return "Sequential"; }
 
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) { return forward_from<0>(x, ctx); }
@@ -297,14 +336,6 @@ struct Sequential {
     }
 
    private:
-    template <class F>
-    void for_each_layer(F&& f) {
-      std::apply([&](auto&... m) { (f(m), ...); }, layers_);
-    }
-    template <class F>
-    void for_each_layer(F&& f) const {
-      std::apply([&](const auto&... m) { (f(m), ...); }, layers_);
-    }
     template <std::size_t I, class X>
     auto forward_from(const X& x, Context ctx) {
       if constexpr (I == n) {

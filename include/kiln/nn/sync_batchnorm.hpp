@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kiln/nn/batchnorm.hpp"
+#include "kiln/nn/branches.hpp"
 #include "kiln/nn/residual.hpp"
 #include "kiln/nn/sequential.hpp"
 
@@ -33,7 +34,7 @@ template <index_t C, Real Eps = 1e-5f, Real Momentum = 0.1f, bool Affine = true,
 struct SyncBatchNorm : detail::BatchNormLayer<detail::SyncBatchNormName, 2, 5, C, Eps.value, Momentum.value,
                                               Affine, TrackRunningStats, true> {};
 
-/// Net with every BatchNorm1d and BatchNorm2d (inside Sequential and Residual too) replaced by
+/// Net with every BatchNorm1d and BatchNorm2d (inside Sequential, Residual, Add and Concat too) replaced by
 /// SyncBatchNorm with the same arguments: torch's `SyncBatchNorm.convert_sync_batchnorm(model)` as a
 /// type. Other layers stay as they are.
 template <class Net>
@@ -59,8 +60,16 @@ template <class... Layers>
 struct convert_sync_batchnorm<Residual<Layers...>> {
   using type = Residual<convert_sync_batchnorm_t<Layers>...>;
 };
+template <class... Branches>
+struct convert_sync_batchnorm<Add<Branches...>> {
+  using type = Add<convert_sync_batchnorm_t<Branches>...>;
+};
+template <class... Branches>
+struct convert_sync_batchnorm<Concat<Branches...>> {
+  using type = Concat<convert_sync_batchnorm_t<Branches>...>;
+};
 
-/// Whether Net has a SyncBatchNorm (inside Sequential and Residual too): its training steps are
+/// Whether Net has a SyncBatchNorm (inside Sequential, Residual, Add and Concat too): its training steps are
 /// collectives of all replicas (DataParallel then runs every replica, an empty share too).
 template <class Net>
 struct has_sync_batchnorm : std::false_type {};
@@ -73,5 +82,9 @@ template <class... Layers>
 struct has_sync_batchnorm<Sequential<Layers...>> : std::bool_constant<(has_sync_batchnorm_v<Layers> || ...)> {};
 template <class... Layers>
 struct has_sync_batchnorm<Residual<Layers...>> : std::bool_constant<(has_sync_batchnorm_v<Layers> || ...)> {};
+template <class... Branches>
+struct has_sync_batchnorm<Add<Branches...>> : std::bool_constant<(has_sync_batchnorm_v<Branches> || ...)> {};
+template <class... Bs>
+struct has_sync_batchnorm<Concat<Bs...>> : std::bool_constant<(has_sync_batchnorm_v<Bs> || ...)> {};
 
 }  // namespace kiln::nn

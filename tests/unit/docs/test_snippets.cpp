@@ -430,6 +430,29 @@ BOOST_AUTO_TEST_CASE(models_generator_maps_images_to_images_in_tanh_range) {
     BOOST_TEST(std::abs(one[k] - all[3 * 32 * 32 + k]) <= 1e-5f * (1 + std::abs(one[k])));
 }
 
+BOOST_AUTO_TEST_CASE(models_resnet_downsamples_through_its_shortcuts) {
+  // The page's ResNet: 32 x 32 images to 10 logits through two blocks that halve the resolution, the
+  // parameter the comment names the first shortcut's convolution, and one training step that moves it.
+  const auto images = random_batch<Shape<dyn, 3, 32, 32>>(2, 25);
+#include "models.resnet.inc"
+  static_assert(std::is_same_v<decltype(logits), Tensor<float, Shape<dyn, 10>, kiln::Cpu>>);
+  BOOST_TEST(logits.size(0) == 2);
+  const auto params = resnet.named_parameters();
+  const auto shortcut =
+      std::find_if(params.begin(), params.end(), [](const auto& p) { return p.name == "3.1.0.weight"; });
+  BOOST_REQUIRE(shortcut != params.end());
+  BOOST_TEST((shortcut->shape == std::vector<kiln::index_t>{32, 16, 1, 1}), boost::test_tools::per_element());
+  const auto before = resnet.parameters().to_vector();
+  kiln::optim::SGD opt(resnet, {.lr = 0.1f});
+  const auto labels = random_labels(2, 10, 26);
+  kiln::nn::CrossEntropyLoss ce;
+  resnet.zero_grad();
+  resnet.backward(ce.backward(logits, labels));
+  opt.step();
+  const auto after = resnet.parameters().to_vector();
+  BOOST_TEST(after[shortcut->offset] != before[shortcut->offset]);
+}
+
 BOOST_AUTO_TEST_CASE(models_one_cycle_ends_at_its_floor_with_the_momentum_back_up) {
   // The page's loop, 4 epochs of 5 batches: every batch steps; the last batch (step 19) trains with
   // max_lr / 25 / 1e4 and the momentum back at max_momentum, after the peak (0.5, and 0.85) at step

@@ -3,11 +3,11 @@
 // and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, layers_pool_modes.json,
 // layers_conv_modes.json, layers_padding.json, layers_padding_same.json, layers_upsample.json,
 // layers_conv_transpose.json, layers_activations.json, layers_instance_norm.json,
-// layers_pixel_shuffle.json, losses.json, lenet.json, written by tests/parity/make_fixtures.py with
-// torch 1.13): the same weights and inputs give the same outputs, input gradients and parameter
-// gradients, and LeNet the same parameters after three steps of SGD (momentum) and of Adam, within 1e-5
-// relative in fp32 (relative to each element, floored at 1% of its tensor's scale: parity::scale_floor).
-// Both devices.
+// layers_pixel_shuffle.json, layers_branches.json, losses.json, lenet.json, written by
+// tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs, input
+// gradients and parameter gradients, and LeNet the same parameters after three steps of SGD (momentum) and of
+// Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of its tensor's scale:
+// parity::scale_floor). Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -90,8 +90,11 @@ void check_layer(const std::string& name, const std::string& file = "layers.json
   BOOST_TEST_CONTEXT("layer " << name) {
     const json& c = layer_case(name, file);
     knn::Model<knn::Sequential<Layer>, In, kiln::Policy<kiln::Fp32, D>> m(0);
-    m.train(false);  // torch's module is in eval() mode (Dropout: the identity)
-    BOOST_TEST(m.net().template layer<0>().name() == c.at("torch").get<std::string>());
+    // torch's mode (eval: Dropout the identity, BatchNorm by its running statistics) and repr (none for
+    // a block of branches: a module of the fixture's own).
+    m.train(c.value("train", false));
+    if (c.contains("torch"))
+      BOOST_TEST(m.net().template layer<0>().name() == c.at("torch").get<std::string>());
     m.parameters().copy_from(std::span<const float>(parity::arena_from_state_dict(m, c.at("state_dict"))));
     const auto x = tensor_of<In, D>(c.at("input"), Extents<In>(parity::shape(c.at("input"))[0]));
     const auto y = m.forward(x);
@@ -104,6 +107,15 @@ void check_layer(const std::string& name, const std::string& file = "layers.json
     const auto dx = m.backward_input(dy);
     check(dx.to_vector(), c.at("grad_input"), "grad_input", floor);
     check_named(m, m.gradients().to_vector(), c.at("grad"), "grad", floor);
+    if (c.contains("buffers")) {  // the running statistics after the forward (training mode: moved)
+      const auto buffers = m.buffers().to_vector();
+      BOOST_TEST(m.named_buffers().size() == c.at("buffers").size());
+      for (const auto& b : m.named_buffers()) {
+        const auto first = buffers.begin() + b.offset;
+        check(std::vector<float>(first, first + b.count), c.at("buffers").at(b.name), "buffer " + b.name,
+              floor);
+      }
+    }
   }
 }
 
@@ -222,6 +234,26 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pixel_shuffles_match_pytorch, D, kiln::test::devic
   check_layer<knn::PixelShuffle<3>, Shape<dyn, 9, 2, 3>, D>("pixel_shuffle3", f);
   check_layer<knn::PixelUnshuffle<2>, Shape<dyn, 3, 4, 6>, D>("pixel_unshuffle2", f);
   BOOST_TEST(fixture(f).at("cases").size() == 3u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(blocks_of_branches_match_pytorch, D, kiln::test::devices) {
+  // layers_branches.json: torch ModuleLists whose forward adds or concatenates their branches. A ResNet
+  // block halving the resolution (its shortcut a strided 1x1 convolution + BatchNorm, training mode),
+  // x + f(x) over features, an Inception-like block and a DenseNet-like join of x and f(x).
+  const std::string f = "layers_branches.json";
+  using Main = knn::Sequential<knn::Conv2d<4, 8, 3, 2, 1, 1, 1, false>, knn::BatchNorm2d<8>, knn::ReLU,
+                               knn::Conv2d<8, 8, 3, 1, 1, 1, 1, false>, knn::BatchNorm2d<8>>;
+  using Shortcut = knn::Sequential<knn::Conv2d<4, 8, 1, 2, 0, 1, 1, false>, knn::BatchNorm2d<8>>;
+  check_layer<knn::Add<Main, Shortcut>, Shape<dyn, 4, 6, 6>, D>("add_resnet_downsample", f);
+  check_layer<knn::Add<knn::Identity, knn::Sequential<knn::Linear<5, 5>, knn::Tanh>>, Shape<dyn, 5>, D>(
+      "add_identity_features", f);
+  using Inception = knn::Concat<knn::Conv2d<4, 3, 1>,
+                                knn::Sequential<knn::Conv2d<4, 2, 1>, knn::ReLU, knn::Conv2d<2, 3, 3, 1, 1>>,
+                                knn::Sequential<knn::MaxPool2d<3, 1, 1>, knn::Conv2d<4, 2, 1>>>;
+  check_layer<Inception, Shape<dyn, 4, 5, 5>, D>("concat_inception", f);
+  check_layer<knn::Concat<knn::Identity, knn::Sequential<knn::Linear<6, 4>, knn::Sigmoid>>, Shape<dyn, 6>, D>(
+      "concat_dense_features", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 4u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(more_activations_match_pytorch, D, kiln::test::devices) {

@@ -261,6 +261,15 @@ BOOST_AUTO_TEST_CASE(residual_block) {
       batch<24>(9), 15);
 }
 
+BOOST_AUTO_TEST_CASE(blocks_of_branches) {
+  using Shortcut =
+      knn::Add<knn::Sequential<knn::Conv2d<2, 4, 3, 2, 1>, knn::ReLU, knn::Conv2d<4, 4, 3, 1, 1>>,
+               knn::Conv2d<2, 4, 1, 2>>;
+  check_both<knn::Sequential<Shortcut, knn::ReLU>, Shape<dyn, 2, 8, 8>, D>(batch<2, 8, 8>(3), 25);
+  using Join = knn::Concat<knn::Identity, knn::Sequential<knn::Linear<24, 8>, knn::Tanh>, knn::Linear<24, 4>>;
+  check_both<knn::Sequential<Join, knn::Linear<36, 10>>, Shape<dyn, 24>, D>(batch<24>(9), 26);
+}
+
 // A whole network compounds the per-layer rounding: every activation differs from fp32's by about one
 // unit roundoff, and a weight gradient sums N·P such products of mixed sign, so its relative error grows
 // with the cancellation (measured: LeNet's first convolution 17 ulps in fp16, 29 in bf16, with a cross-

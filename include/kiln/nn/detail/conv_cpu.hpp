@@ -166,7 +166,7 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
   const A* wa = gemm_weight<A>(w, out * patch, wide);
   A* const scratch_all = scratch.data();
   const bool parallel = team > 1;
-  (void)parallel;
+  const backend::cpu::SerialBlas serial_blas(parallel);  // one GEMM per thread, each on its thread
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) num_threads(team))
   for (index_t n = 0; n < g.n; ++n) {
     A* cols = scratch_all + backend::cpu::thread() * per_thread;
@@ -231,7 +231,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
   A* const gw_partial = partial.data();
   double* const gb_partial = bias_partial.data();
   const bool parallel = team > 1;
-  (void)parallel;
+  const backend::cpu::SerialBlas serial_blas(parallel);  // one GEMM per thread, each on its thread
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) num_threads(team))
   for (index_t grp = 0; grp < groups; ++grp) {
     A* cols = scratch_all + backend::cpu::thread() * per_thread;
