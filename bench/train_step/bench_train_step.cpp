@@ -106,30 +106,13 @@ int main(int argc, char** argv) {
     lenet.backward(ce.backward(logits, ly));
     lenet_opt.step();
   });
-  Model<LeNetBn, Shape<dyn, 3, 32, 32>> lenet_bn(0);
-  kiln::optim::Adam lenet_bn_opt(lenet_bn, {.lr = 1e-3f});
-  h.add("kiln_lenet_bn_step", 0, "LeNet with BatchNorm2d, cross entropy, Adam", [&] {
-    lenet_bn_opt.zero_grad();
-    const auto logits = lenet_bn.forward(lx);
-    lenet_bn.backward(ce.backward(logits, ly));
-    lenet_bn_opt.step();
-  });
-  Model<LeNetGn, Shape<dyn, 3, 32, 32>> lenet_gn(0);
-  kiln::optim::Adam lenet_gn_opt(lenet_gn, {.lr = 1e-3f});
-  h.add("kiln_lenet_gn_step", 0, "LeNet with GroupNorm and LayerNorm, cross entropy, Adam", [&] {
-    lenet_gn_opt.zero_grad();
-    const auto logits = lenet_gn.forward(lx);
-    lenet_gn.backward(ce.backward(logits, ly));
-    lenet_gn_opt.step();
-  });
-  Model<ResNet20, Shape<dyn, 3, 32, 32>> resnet(0);
-  kiln::optim::Adam resnet_opt(resnet, {.lr = 1e-3f});
-  h.add("kiln_resnet20_step", 0, "ResNet-20 3x32x32, cross entropy, Adam", [&] {
-    resnet_opt.zero_grad();
-    const auto logits = resnet.forward(lx);
-    resnet.backward(ce.backward(logits, ly));
-    resnet_opt.step();
-  });
+  // The other CIFAR-sized networks, each one StepCase (the same Adam and cross entropy; fp32).
+  kiln::bench::StepCase<LeNetBn, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> lenet_bn(lx, ly);
+  kiln::bench::StepCase<LeNetGn, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> lenet_gn(lx, ly);
+  kiln::bench::StepCase<ResNet20, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> resnet(lx, ly);
+  h.add("kiln_lenet_bn_step", 0, "LeNet with BatchNorm2d, cross entropy, Adam", [&] { lenet_bn.step(); });
+  h.add("kiln_lenet_gn_step", 0, "LeNet with GroupNorm and LayerNorm, cross entropy, Adam", [&] { lenet_gn.step(); });
+  h.add("kiln_resnet20_step", 0, "ResNet-20 3x32x32, cross entropy, Adam", [&] { resnet.step(); });
   LenetCase<kiln::MixedFp16> fp16(lx, ly);
   LenetCase<kiln::MixedBf16> bf16(lx, ly);
   h.add("kiln_lenet_step_fp16", 0, "the same in mixed fp16 + GradScaler", [&] { fp16.step(); });

@@ -32,7 +32,6 @@
 #include <string>
 
 #include "../common/cifar10.hpp"
-#include "../common/cli.hpp"
 
 namespace {
 using namespace kiln::nn;
@@ -43,13 +42,6 @@ constexpr examples::cifar10::Program program{"lenet_cifar10", "LeNet"};
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Trains the seeds' LeNet on CIFAR-10 (binary version; get it with scripts/get-cifar10)", program.name};
-  examples::TrainOptions o;
-  o.data = examples::cifar10::default_data;
-  o.epochs = 10;
-  examples::add_train_options(app, o);
-  CLI11_PARSE(app, argc, argv);
-  return examples::run_training(program.name, o, [&]<class D, class Precision>(const std::string& device) {
-    return examples::cifar10::run<LeNet, D, Precision>(program, o, device);
-  });
+  return examples::cifar10::main<LeNet>(
+      program, "Trains the seeds' LeNet on CIFAR-10 (binary version; get it with scripts/get-cifar10)", argc, argv);
 }

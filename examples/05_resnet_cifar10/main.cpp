@@ -32,7 +32,6 @@
 #include <type_traits>
 
 #include "../common/cifar10.hpp"
-#include "../common/cli.hpp"
 
 namespace {
 using kiln::index_t;
@@ -58,13 +57,6 @@ constexpr examples::cifar10::Program program{"resnet_cifar10", "ResNet-20"};
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Trains a ResNet-20 on CIFAR-10 (binary version; get it with scripts/get-cifar10)", program.name};
-  examples::TrainOptions o;
-  o.data = examples::cifar10::default_data;
-  o.epochs = 10;
-  examples::add_train_options(app, o);
-  CLI11_PARSE(app, argc, argv);
-  return examples::run_training(program.name, o, [&]<class D, class Precision>(const std::string& device) {
-    return examples::cifar10::run<ResNet20, D, Precision>(program, o, device);
-  });
+  return examples::cifar10::main<ResNet20>(
+      program, "Trains a ResNet-20 on CIFAR-10 (binary version; get it with scripts/get-cifar10)", argc, argv);
 }

@@ -87,4 +87,19 @@ int run(const Program& program, TrainOptions o, const std::string& device) {  //
   return with_trainer<Net, Image, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);
 }
 
+/// The program: the training examples' flags (defaults: the CIFAR-10 folder, 10 epochs), then Net on the
+/// device and precision they choose; the exit status.
+template <class Net>
+int main(const Program& program, const char* description, int argc, char** argv) {
+  CLI::App app{description, program.name};
+  TrainOptions o;
+  o.data = default_data;
+  o.epochs = 10;
+  add_train_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  return run_training(program.name, o, [&]<class D, class Precision>(const std::string& device) {
+    return run<Net, D, Precision>(program, o, device);
+  });
+}
+
 }  // namespace examples::cifar10
