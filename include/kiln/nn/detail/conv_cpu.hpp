@@ -137,6 +137,53 @@ void add_partials(G* gw, const A* partial, index_t count, G* gb, const double* b
     }
 }
 
+/// How a backward pass (Conv2d's, ConvTranspose2d's) splits its batch: at most 32 groups of consecutive
+/// images, each summing its own partial weight and bias gradients (added in group order at the end, so
+/// the result does not depend on the thread count), a team of no more threads than groups, and per_thread
+/// values of scratch for each thread. `weights` and `biases`: the gradients' sizes.
+template <class A>
+class BackwardSplit {
+ public:
+  BackwardSplit(index_t n, index_t per_thread, index_t weights, index_t biases)
+      : n_(n),
+        groups_(std::min<index_t>(n, 32)),
+        per_group_((n + groups_ - 1) / std::max<index_t>(groups_, 1)),
+        team_(static_cast<int>(std::min<index_t>(backend::cpu::threads(), std::max<index_t>(groups_, 1)))),
+        per_thread_(per_thread),
+        weights_(weights),
+        biases_(biases),
+        scratch_(cpu_scratch<A>(per_thread, team_)),
+        partial_(cpu_scratch<A>(weights, static_cast<int>(groups_))),
+        bias_partial_(static_cast<std::size_t>(groups_ * biases), 0.0) {}
+  index_t groups() const { return groups_; }
+  int team() const { return team_; }
+  bool parallel() const { return team_ > 1; }
+  /// Group grp's images [first(grp), last(grp)).
+  index_t first(index_t grp) const { return grp * per_group_; }
+  index_t last(index_t grp) const { return std::min(n_, (grp + 1) * per_group_); }
+  /// The calling thread's scratch (inside the parallel region).
+  A* scratch() { return scratch_.data() + backend::cpu::thread() * per_thread_; }
+  /// Group grp's partial weight gradient, zeroed, and its partial bias gradient.
+  A* weight_partial(index_t grp) {
+    A* pw = partial_.data() + grp * weights_;
+    for (index_t k = 0; k < weights_; ++k) pw[k] = A(0);
+    return pw;
+  }
+  double* bias_partial(index_t grp) { return bias_partial_.data() + grp * biases_; }
+  /// gw += the groups' partials, gb too when not null (add_partials).
+  template <class G>
+  void add_to(G* gw, G* gb) {
+    add_partials(gw, partial_.data(), weights_, gb, bias_partial_.data(), biases_, groups_);
+  }
+
+ private:
+  index_t n_, groups_, per_group_;
+  int team_;
+  index_t per_thread_, weights_, biases_;
+  Tensor<A, Shape<dyn>, Cpu> scratch_, partial_;
+  std::vector<double> bias_partial_;
+};
+
 /// y = E(conv(x, w) + b) for the batch; z keeps the pre-activation when not null. One parallel pass;
 /// one GEMM per image and group ([Out / G, (C / G) K K] x [(C / G) K K, P] writes the group's planes).
 /// T: activations; W: the weight the GEMM reads (T's working copy); B: the bias (master type). The
@@ -217,33 +264,25 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
          (dx ? 2 * gemm + static_cast<std::uint64_t>(patch * p * g.n * g.groups) : gemm) +
              static_cast<std::uint64_t>(outputs) * ((E::identity ? 0 : 1) + (gb ? 1 : 0))});
   }
-  const index_t groups = std::min<index_t>(g.n, 32), per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
-  const int team = static_cast<int>(
-      std::min<index_t>(backend::cpu::threads(), std::max<index_t>(groups, 1)));  // a group or more each
   const index_t per_thread =
       patch * p + (wide_dz ? out * p : 0) + (dx ? patch * p : 0) + (narrow ? (dx ? 2 : 1) * g.image() : 0);
-  auto scratch = cpu_scratch<A>(per_thread, team);
-  auto partial = cpu_scratch<A>(out * patch, static_cast<int>(groups));
+  BackwardSplit<A> split(g.n, per_thread, out * patch, out);
   Tensor<A, Shape<dyn>, Cpu> wide;
   const A* wa = dx ? gemm_weight<A>(w, out * patch, wide) : nullptr;
-  std::vector<double> bias_partial(static_cast<std::size_t>(groups * out), 0.0);
-  A* const scratch_all = scratch.data();
-  A* const gw_partial = partial.data();
-  double* const gb_partial = bias_partial.data();
-  const bool parallel = team > 1;
+  const bool parallel = split.parallel();
+  const int team = split.team();
+  const index_t groups = split.groups();
   const backend::cpu::SerialBlas serial_blas(parallel);  // one GEMM per thread, each on its thread
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) num_threads(team))
   for (index_t grp = 0; grp < groups; ++grp) {
-    A* cols = scratch_all + backend::cpu::thread() * per_thread;
+    A* cols = split.scratch();
     A* dz_buf = cols + patch * p;
     A* dcols = dz_buf + (wide_dz ? out * p : 0);
     A* dx_buf = dcols + (dx ? patch * p : 0);
     A* x_buf = dx_buf + (dx && narrow ? g.image() : 0);
-    A* pw = gw_partial + grp * out * patch;
-    double* pb = gb_partial + grp * out;
-    for (index_t k = 0; k < out * patch; ++k) pw[k] = A(0);
-    const index_t end = std::min(g.n, (grp + 1) * per_group);
-    for (index_t n = grp * per_group; n < end; ++n) {
+    A* pw = split.weight_partial(grp);
+    double* pb = split.bias_partial(grp);
+    for (index_t n = split.first(grp); n < split.last(grp); ++n) {
       const A* dz;
       if constexpr (wide_dz) {  // through the activation (and widened), into the per-thread buffer
         const NchwToColumns<T, E, A> act{dy + n * out * p, saved ? saved + n * out * p : nullptr, dz_buf, out, p, p};
@@ -278,7 +317,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
           for (index_t i = 0; i < g.image(); ++i) dxn[i] = from_compute<T>(dx_buf[i]);
     }
   }
-  add_partials(gw, gw_partial, out * patch, gb, gb_partial, out, groups);
+  split.add_to(gw, gb);
 }
 
 }  // namespace kiln::nn::detail

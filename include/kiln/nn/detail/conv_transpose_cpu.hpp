@@ -94,31 +94,23 @@ void conv_transpose2d_backward_cpu(const T* x, const T* dy, const T* saved, cons
                               (dx ? 2 * gemm : gemm) + static_cast<std::uint64_t>(outputs) *
                                                            ((E::identity ? 0 : 1) + (gb ? 1 : 0))});
   }
-  const index_t groups = std::min<index_t>(g.n, 32),
-                per_group = (g.n + groups - 1) / std::max<index_t>(groups, 1);
-  const int team = static_cast<int>(std::min<index_t>(backend::cpu::threads(), std::max<index_t>(groups, 1)));
   const index_t per_thread = patch * p + (wide_dz ? y_image : 0) + (narrow ? (dx ? 2 : 1) * x_image : 0);
-  auto scratch = cpu_scratch<A>(per_thread, team);
-  auto partial = cpu_scratch<A>(in * patch, static_cast<int>(groups));
+  BackwardSplit<A> split(g.n, per_thread, in * patch, out);
   Tensor<A, Shape<dyn>, Cpu> wide;
   const A* wa = dx ? gemm_weight<A>(w, in * patch, wide) : nullptr;
-  std::vector<double> bias_partial(static_cast<std::size_t>(groups * out), 0.0);
-  A* const scratch_all = scratch.data();
-  A* const gw_partial = partial.data();
-  double* const gb_partial = bias_partial.data();
-  const bool parallel = team > 1;
+  const bool parallel = split.parallel();
+  const int team = split.team();
+  const index_t groups = split.groups();
   const backend::cpu::SerialBlas serial_blas(parallel);  // one GEMM per thread, each on its thread
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel) num_threads(team))
   for (index_t grp = 0; grp < groups; ++grp) {
-    A* cols = scratch_all + backend::cpu::thread() * per_thread;
+    A* cols = split.scratch();
     A* dz_buf = cols + patch * p;
     A* x_buf = dz_buf + (wide_dz ? y_image : 0);
     A* dx_buf = x_buf + (narrow ? x_image : 0);
-    A* pw = gw_partial + grp * in * patch;
-    double* pb = gb_partial + grp * out;
-    for (index_t k = 0; k < in * patch; ++k) pw[k] = A(0);
-    const index_t end = std::min(g.n, (grp + 1) * per_group);
-    for (index_t n = grp * per_group; n < end; ++n) {
+    A* pw = split.weight_partial(grp);
+    double* pb = split.bias_partial(grp);
+    for (index_t n = split.first(grp); n < split.last(grp); ++n) {
       const A* dz;
       if constexpr (wide_dz) {  // through the activation (and widened), into the per-thread buffer
         const NchwToColumns<T, E, A> act{
@@ -155,7 +147,7 @@ void conv_transpose2d_backward_cpu(const T* x, const T* dy, const T* saved, cons
           for (index_t i = 0; i < x_image; ++i) dxn[i] = from_compute<T>(dx_buf[i]);
     }
   }
-  add_partials(gw, gw_partial, in * patch, gb, gb_partial, out, groups);
+  split.add_to(gw, gb);
 }
 
 }  // namespace kiln::nn::detail
