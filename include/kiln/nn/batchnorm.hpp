@@ -79,6 +79,33 @@ struct ChannelChunks {
       j += run;
     }
   }
+  /// Σ f(flat index) over chunk k of channel c, in visit's order. Blocked chunks keep Lanes partial sums
+  /// (a run's element t goes to lane t mod Lanes; the lanes are added pairwise at the end), so the adds
+  /// do not wait for each other and the loop vectorises; the order stays fixed, so the sums are the same
+  /// on every run. S: double, or a struct of them with +=.
+  template <int Lanes, class S, class F>
+  KILN_HOST_DEVICE KILN_FORCEINLINE S sum(index_t c, index_t k, F&& f) const {
+    static_assert(Lanes > 0 && (Lanes & (Lanes - 1)) == 0, "Lanes: a power of two");
+    S lane[Lanes] = {};
+    const index_t m = size(k);
+    if (interleaved) {  // a GPU thread's few elements: one sum
+      for (index_t t = 0; t < m; ++t) lane[0] += f(at(c, k, t));
+      return lane[0];
+    }
+    for (index_t j = k * block(), end = k * block() + m; j < end;) {
+      const index_t n = j / length, l = j - n * length;
+      const index_t run = length - l < end - j ? length - l : end - j;
+      const index_t base = (n * channels + c) * length + l;
+      index_t t = 0;
+      for (; t + Lanes <= run; t += Lanes)
+        for (int i = 0; i < Lanes; ++i) lane[i] += f(base + t + i);
+      for (int i = 0; t < run; ++t, ++i) lane[i] += f(base + t);
+      j += run;
+    }
+    for (int w = Lanes / 2; w > 0; w /= 2)
+      for (int i = 0; i < w; ++i) lane[i] += lane[i + w];
+    return lane[0];
+  }
 };
 
 /// Per (channel c, chunk k), call cc.call(c, k): the chunk's mean and its sum of squared deviations
@@ -90,13 +117,12 @@ struct BatchNormStatsChunks {
   ChannelChunks cc;
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t c = cc.channel_of(i), k = cc.chunk_of(i), m = cc.size(k);
-    double s = 0;
-    cc.visit(c, k, [&](index_t at) { s += static_cast<double>(to_compute(x[at])); });
+    const double s =
+        cc.template sum<8, double>(c, k, [&](index_t at) { return static_cast<double>(to_compute(x[at])); });
     const double mean = m > 0 ? s / static_cast<double>(m) : 0.0;
-    double q = 0;
-    cc.visit(c, k, [&](index_t at) {
+    const double q = cc.template sum<8, double>(c, k, [&](index_t at) {
       const double d = static_cast<double>(to_compute(x[at])) - mean;
-      q += d * d;
+      return d * d;
     });
     part[2 * i] = mean;
     part[2 * i + 1] = q;
@@ -262,6 +288,16 @@ struct BatchNormCountBatch {
   Traffic traffic(index_t) const { return {2 * sizeof(M), 1}; }
 };
 
+/// Two sums kept together (ChannelChunks::sum).
+struct DoublePair {
+  double first = 0, second = 0;
+  KILN_HOST_DEVICE KILN_FORCEINLINE DoublePair& operator+=(const DoublePair& o) {
+    first += o.first;
+    second += o.second;
+    return *this;
+  }
+};
+
 /// Per (channel c, chunk k): Σ dy and Σ dy (x - mean_c) over the chunk, in double, to part[2i], part[2i + 1].
 template <class T>
 struct BatchNormGradChunks {
@@ -273,14 +309,12 @@ struct BatchNormGradChunks {
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t c = cc.channel_of(i), k = cc.chunk_of(i);
     const double mean = stats[c];
-    double s = 0, sx = 0;
-    cc.visit(c, k, [&](index_t at) {
+    const DoublePair sums = cc.template sum<8, DoublePair>(c, k, [&](index_t at) {
       const double g = static_cast<double>(to_compute(dy[at]));
-      s += g;
-      sx += g * (static_cast<double>(to_compute(x[at])) - mean);
+      return DoublePair{g, g * (static_cast<double>(to_compute(x[at])) - mean)};
     });
-    part[2 * i] = s;
-    part[2 * i + 1] = sx;
+    part[2 * i] = sums.first;
+    part[2 * i + 1] = sums.second;
   }
   /// dy and x read, the partials written; a subtract, multiply and two adds per element.
   Traffic traffic(index_t n) const { return cc.template chunk_traffic<T>(n); }

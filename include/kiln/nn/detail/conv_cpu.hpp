@@ -115,19 +115,25 @@ const A* gemm_weight(const W* w, index_t count, Tensor<A, Shape<dyn>, Cpu>& wide
   }
 }
 
-/// gw[k] += Σ_grp partial[grp count + k] and, when gb is not null, gb[f] += Σ_grp bias[grp out + f]: a
-/// backward pass's per-group partial sums added in group order (the same sums whatever the thread count),
-/// the weights spread over the threads.
+/// gw += Σ_grp partial[grp] and, when gb is not null, gb[f] += Σ_grp bias[grp out + f]: a backward pass's
+/// per-group partial sums added in group order (the same sums whatever the thread count), the weight's
+/// rows spread over the threads. A partial holds each convolution group's [rows / G, patch] block of the
+/// weight gradient transposed, as [patch, rows / G] (see BackwardSplit::accumulate).
 template <class A, class G>
-void add_partials(G* gw, const A* partial, index_t count, G* gb, const double* bias, index_t out,
-                  index_t groups) {
+void add_partials(G* gw, const A* partial, index_t rows, index_t fg, index_t patch, G* gb, const double* bias,
+                  index_t out, index_t groups) {
+  const index_t count = rows * patch;
   const bool parallel_sum = backend::cpu::threads() > 1 && groups > 1 && count * groups >= 65536;
   (void)parallel_sum;
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel_sum))
-  for (index_t k = 0; k < count; ++k) {
-    compute_t<G> acc = to_compute(gw[k]);
-    for (index_t grp = 0; grp < groups; ++grp) acc += static_cast<compute_t<G>>(partial[grp * count + k]);
-    gw[k] = from_compute<G>(acc);
+  for (index_t r = 0; r < rows; ++r) {
+    const index_t block = (r / fg) * fg * patch, f = r % fg;  // its group's block, its row in it
+    for (index_t k = 0; k < patch; ++k) {
+      compute_t<G> acc = to_compute(gw[r * patch + k]);
+      for (index_t grp = 0; grp < groups; ++grp)
+        acc += static_cast<compute_t<G>>(partial[grp * count + block + k * fg + f]);
+      gw[r * patch + k] = from_compute<G>(acc);
+    }
   }
   if (gb)
     for (index_t f = 0; f < out; ++f) {
@@ -140,20 +146,25 @@ void add_partials(G* gw, const A* partial, index_t count, G* gb, const double* b
 /// How a backward pass (Conv2d's, ConvTranspose2d's) splits its batch: at most 32 groups of consecutive
 /// images, each summing its own partial weight and bias gradients (added in group order at the end, so
 /// the result does not depend on the thread count), a team of no more threads than groups, and per_thread
-/// values of scratch for each thread. `weights` and `biases`: the gradients' sizes.
+/// values of scratch for each thread. The weight gradient is [rows, patch] in `conv_groups` blocks of
+/// rows / conv_groups rows; `biases`: the bias gradient's size.
 template <class A>
 class BackwardSplit {
  public:
-  BackwardSplit(index_t n, index_t per_thread, index_t weights, index_t biases)
+  BackwardSplit(index_t n, index_t per_thread, index_t rows, index_t patch, index_t conv_groups,
+                index_t biases)
       : n_(n),
         groups_(std::min<index_t>(n, 32)),
         per_group_((n + groups_ - 1) / std::max<index_t>(groups_, 1)),
         team_(static_cast<int>(std::min<index_t>(backend::cpu::threads(), std::max<index_t>(groups_, 1)))),
         per_thread_(per_thread),
-        weights_(weights),
+        rows_(rows),
+        fg_(rows / conv_groups),
+        patch_(patch),
+        weights_(rows * patch),
         biases_(biases),
         scratch_(cpu_scratch<A>(per_thread, team_)),
-        partial_(cpu_scratch<A>(weights, static_cast<int>(groups_))),
+        partial_(cpu_scratch<A>(weights_, static_cast<int>(groups_))),
         bias_partial_(static_cast<std::size_t>(groups_ * biases), 0.0) {}
   index_t groups() const { return groups_; }
   int team() const { return team_; }
@@ -170,16 +181,23 @@ class BackwardSplit {
     return pw;
   }
   double* bias_partial(index_t grp) { return bias_partial_.data() + grp * biases_; }
+  /// A group's partial (pw) += lhs colsᵀ for convolution group gi, lhs [rows / G, p] and cols
+  /// [patch, p]: computed as its transpose, cols lhsᵀ ([patch, rows / G]), which OpenBLAS runs about
+  /// twice as fast when rows / G is small (16 filters: it packs the long operand once, not per 16 columns).
+  void accumulate(A* pw, index_t gi, const A* lhs, const A* cols, index_t p) const {
+    backend::cpu::gemm<A>(false, true, patch_, fg_, p, 1.0f, cols, p, lhs, p, 1.0f, pw + gi * fg_ * patch_,
+                          fg_);
+  }
   /// gw += the groups' partials, gb too when not null (add_partials).
   template <class G>
   void add_to(G* gw, G* gb) {
-    add_partials(gw, partial_.data(), weights_, gb, bias_partial_.data(), biases_, groups_);
+    add_partials(gw, partial_.data(), rows_, fg_, patch_, gb, bias_partial_.data(), biases_, groups_);
   }
 
  private:
   index_t n_, groups_, per_group_;
   int team_;
-  index_t per_thread_, weights_, biases_;
+  index_t per_thread_, rows_, fg_, patch_, weights_, biases_;
   Tensor<A, Shape<dyn>, Cpu> scratch_, partial_;
   std::vector<double> bias_partial_;
 };
@@ -266,7 +284,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
   }
   const index_t per_thread =
       patch * p + (wide_dz ? out * p : 0) + (dx ? patch * p : 0) + (narrow ? (dx ? 2 : 1) * g.image() : 0);
-  BackwardSplit<A> split(g.n, per_thread, out * patch, out);
+  BackwardSplit<A> split(g.n, per_thread, out, patch, g.groups, out);
   Tensor<A, Shape<dyn>, Cpu> wide;
   const A* wa = dx ? gemm_weight<A>(w, out * patch, wide) : nullptr;
   const bool parallel = split.parallel();
@@ -301,8 +319,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
       for (index_t gi = 0; gi < g.groups; ++gi) {  // convolution group gi: its filters fg, its channels C / G
         im2col_image<Stride>(image + gi * g.group_image(), cols, one);
         const A* dzg = dz + gi * fg * p;
-        backend::cpu::gemm<A>(false, true, fg, patch, p, 1.0f, dzg, p, cols, p, 1.0f, pw + gi * fg * patch,
-                              patch);
+        split.accumulate(pw, gi, dzg, cols, p);
         if (dx) {
           backend::cpu::gemm<A>(true, false, patch, p, fg, 1.0f, wa + gi * fg * patch, patch, dzg, p, 0.0f,
                                 dcols, p);

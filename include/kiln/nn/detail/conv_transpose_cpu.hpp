@@ -95,7 +95,7 @@ void conv_transpose2d_backward_cpu(const T* x, const T* dy, const T* saved, cons
                                                            ((E::identity ? 0 : 1) + (gb ? 1 : 0))});
   }
   const index_t per_thread = patch * p + (wide_dz ? y_image : 0) + (narrow ? (dx ? 2 : 1) * x_image : 0);
-  BackwardSplit<A> split(g.n, per_thread, in * patch, out);
+  BackwardSplit<A> split(g.n, per_thread, in, patch, g.groups, out);
   Tensor<A, Shape<dyn>, Cpu> wide;
   const A* wa = dx ? gemm_weight<A>(w, in * patch, wide) : nullptr;
   const bool parallel = split.parallel();
@@ -129,8 +129,7 @@ void conv_transpose2d_backward_cpu(const T* x, const T* dy, const T* saved, cons
       T* dxn = dx ? dx + n * x_image : nullptr;
       for (index_t gi = 0; gi < g.groups; ++gi) {  // group gi: its In / G input channels, its Out / G outputs
         im2col_image<Stride>(dz + gi * g.group_image(), cols, one);  // [(Out / G) K K, H W]
-        backend::cpu::gemm<A>(false, true, fg, patch, p, 1.0f, image + gi * fg * p, p, cols, p, 1.0f,
-                              pw + gi * fg * patch, patch);
+        split.accumulate(pw, gi, image + gi * fg * p, cols, p);
         if (dx) {
           A* dst = [&] {
             if constexpr (narrow)
