@@ -62,36 +62,21 @@ struct ChannelChunks {
     return {2 * kiln::detail::bytes_of<T>(elements) + kiln::detail::bytes_of<double>(2 * calls),
             4 * static_cast<std::uint64_t>(elements)};
   }
-  /// f(flat index) for every element of chunk k of channel c, in order: blocked chunks walk their
-  /// contiguous runs (one division per run, not per element).
-  template <class F>
-  KILN_HOST_DEVICE KILN_FORCEINLINE void visit(index_t c, index_t k, F&& f) const {
-    const index_t m = size(k);
-    if (interleaved) {
-      for (index_t t = 0; t < m; ++t) f(at(c, k, t));
-      return;
-    }
-    for (index_t j = k * block(), end = k * block() + m; j < end;) {
-      const index_t n = j / length, l = j - n * length;
-      const index_t run = length - l < end - j ? length - l : end - j;
-      const index_t base = (n * channels + c) * length + l;
-      for (index_t t = 0; t < run; ++t) f(base + t);
-      j += run;
-    }
-  }
-  /// Σ f(flat index) over chunk k of channel c, in visit's order. Blocked chunks keep Lanes partial sums
-  /// (a run's element t goes to lane t mod Lanes; the lanes are added pairwise at the end), so the adds
-  /// do not wait for each other and the loop vectorises; the order stays fixed, so the sums are the same
-  /// on every run. S: double, or a struct of them with +=.
+  /// Σ f(flat index) over the elements of chunk k of channel c. Blocked chunks walk their contiguous runs
+  /// (one division per run, not per element) and keep Lanes partial sums: element t of a run goes to lane
+  /// t mod Lanes, so within a plane the adds do not wait for each other and the loop vectorises (BatchNorm1d
+  /// over [N, C], whose runs are one value long, uses one lane); the lanes are added pairwise at the end.
+  /// The order is fixed, so the sums are the same on every run. S: double, or a struct of them with +=.
   template <int Lanes, class S, class F>
   KILN_HOST_DEVICE KILN_FORCEINLINE S sum(index_t c, index_t k, F&& f) const {
     static_assert(Lanes > 0 && (Lanes & (Lanes - 1)) == 0, "Lanes: a power of two");
-    S lane[Lanes] = {};
     const index_t m = size(k);
     if (interleaved) {  // a GPU thread's few elements: one sum
-      for (index_t t = 0; t < m; ++t) lane[0] += f(at(c, k, t));
-      return lane[0];
+      S s{};
+      for (index_t t = 0; t < m; ++t) s += f(at(c, k, t));
+      return s;
     }
+    S lane[Lanes] = {};
     for (index_t j = k * block(), end = k * block() + m; j < end;) {
       const index_t n = j / length, l = j - n * length;
       const index_t run = length - l < end - j ? length - l : end - j;
@@ -99,7 +84,7 @@ struct ChannelChunks {
       index_t t = 0;
       for (; t + Lanes <= run; t += Lanes)
         for (int i = 0; i < Lanes; ++i) lane[i] += f(base + t + i);
-      for (int i = 0; t < run; ++t, ++i) lane[i] += f(base + t);
+      for (int i = 0; i < Lanes && t < run; ++i, ++t) lane[i] += f(base + t);  // fixed lane indices
       j += run;
     }
     for (int w = Lanes / 2; w > 0; w /= 2)

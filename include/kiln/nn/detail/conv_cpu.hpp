@@ -116,8 +116,8 @@ const A* gemm_weight(const W* w, index_t count, Tensor<A, Shape<dyn>, Cpu>& wide
 }
 
 /// gw += Σ_grp partial[grp] and, when gb is not null, gb[f] += Σ_grp bias[grp out + f]: a backward pass's
-/// per-group partial sums added in group order (the same sums whatever the thread count), the weight's
-/// rows spread over the threads. A partial holds each convolution group's [rows / G, patch] block of the
+/// per-group partial sums added in group order (the same sums whatever the thread count), the weights
+/// spread over the threads. A partial holds each convolution group's [rows / G, patch] block of the
 /// weight gradient transposed, as [patch, rows / G] (see BackwardSplit::accumulate).
 template <class A, class G>
 void add_partials(G* gw, const A* partial, index_t rows, index_t fg, index_t patch, G* gb, const double* bias,
@@ -126,14 +126,12 @@ void add_partials(G* gw, const A* partial, index_t rows, index_t fg, index_t pat
   const bool parallel_sum = backend::cpu::threads() > 1 && groups > 1 && count * groups >= 65536;
   (void)parallel_sum;
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel_sum))
-  for (index_t r = 0; r < rows; ++r) {
-    const index_t block = (r / fg) * fg * patch, f = r % fg;  // its group's block, its row in it
-    for (index_t k = 0; k < patch; ++k) {
-      compute_t<G> acc = to_compute(gw[r * patch + k]);
-      for (index_t grp = 0; grp < groups; ++grp)
-        acc += static_cast<compute_t<G>>(partial[grp * count + block + k * fg + f]);
-      gw[r * patch + k] = from_compute<G>(acc);
-    }
+  for (index_t i = 0; i < count; ++i) {
+    const index_t r = i / patch, k = i - r * patch;
+    const index_t at = (r / fg) * fg * patch + k * fg + r % fg;  // (r, k) in its group's transposed block
+    compute_t<G> acc = to_compute(gw[i]);
+    for (index_t grp = 0; grp < groups; ++grp) acc += static_cast<compute_t<G>>(partial[grp * count + at]);
+    gw[i] = from_compute<G>(acc);
   }
   if (gb)
     for (index_t f = 0; f < out; ++f) {
