@@ -886,7 +886,8 @@ def layers_conv_transpose_fixture():
 
 
 def layers_pool_modes_fixture():
-    """MaxPool2d and AvgPool2d's ceil_mode, AvgPool2d's count_include_pad=False and divisor_override."""
+    """MaxPool2d and AvgPool2d's ceil_mode, AvgPool2d's count_include_pad=False and divisor_override,
+    AdaptiveMaxPool2d."""
     nn = torch.nn
     cases = [
         layer_case("max_pool2d_ceil", lambda: nn.MaxPool2d(2, ceil_mode=True), (2, 3, 5, 7), 201),
@@ -912,6 +913,9 @@ def layers_pool_modes_fixture():
                    (2, 3, 8, 9), 215),
         layer_case("max_pool2d_dilation2_s2_p1_ceil",
                    lambda: nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True), (2, 3, 9, 8), 216),
+        layer_case("adaptive_max_pool2d_global", lambda: nn.AdaptiveMaxPool2d(1), (2, 3, 5, 6), 217),
+        layer_case("adaptive_max_pool2d_overlapping", lambda: nn.AdaptiveMaxPool2d((3, 2)), (2, 2, 7, 5), 218),
+        layer_case("adaptive_max_pool2d_upsampling", lambda: nn.AdaptiveMaxPool2d(4), (2, 2, 3, 3), 219),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

@@ -1,11 +1,13 @@
-/// AdaptiveAvgPool2d<OH, OW>: the mean over each of OH x OW bins that tile the H x W plane, as
-/// torch.nn.AdaptiveAvgPool2d((OH, OW)); AdaptiveAvgPool2d<1> is a ResNet's global average pool.
+/// AdaptiveAvgPool2d<OH, OW> and AdaptiveMaxPool2d<OH, OW>: the mean or the max over each of OH x OW
+/// bins that tile the H x W plane, as torch.nn.AdaptiveAvgPool2d((OH, OW)) and AdaptiveMaxPool2d;
+/// AdaptiveAvgPool2d<1> is a ResNet's global average pool.
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -95,9 +97,70 @@ struct AdaptiveAvgPoolBackward {
   }
 };
 
-template <index_t OH, index_t OW>
-struct AdaptiveAvgPool2dLayer {
-  static_assert(OH > 0 && OW > 0, "kiln::nn::AdaptiveAvgPool2d<OH, OW>: the output size must be positive");
+/// y[plane, i, j] = the max of the plane's bin (i, j), and idx = its position h W + w in the plane (null
+/// in inference), as torch's kernels: the first of equal maxima, NaN propagates (the last NaN wins).
+template <class T>
+struct AdaptiveMaxPoolForward {
+  const T* x;
+  T* y;
+  std::int32_t* idx;
+  AdaptiveBins rows, cols;
+  KILN_HOST_DEVICE void operator()(index_t o) const {
+    using C = compute_t<T>;
+    const index_t j = o % cols.out, i = (o / cols.out) % rows.out, plane = o / (cols.out * rows.out);
+    const T* xp = x + plane * rows.in * cols.in;
+    const index_t h0 = rows.begin(i), h1 = rows.end(i), w0 = cols.begin(j), w1 = cols.end(j);
+    C best = to_compute(xp[h0 * cols.in + w0]);
+    index_t arg = h0 * cols.in + w0;
+    for (index_t h = h0; h < h1; ++h)
+      for (index_t w = w0; w < w1; ++w) {
+        const C v = to_compute(xp[h * cols.in + w]);
+        if (v > best || kiln::detail::is_nan(v)) best = v, arg = h * cols.in + w;
+      }
+    y[o] = from_compute<T>(best);
+    if (idx) idx[o] = static_cast<std::int32_t>(arg);
+  }
+  /// x read (each element once per bin holding it), y and the positions written; a compare per read.
+  Traffic traffic(index_t n) const {
+    const index_t planes = n / (rows.out * cols.out), reads = planes * rows.covered() * cols.covered();
+    return {kiln::detail::bytes_of<T>(planes * rows.in * cols.in + n) +
+                (idx ? kiln::detail::bytes_of<std::int32_t>(n) : 0),
+            static_cast<std::uint64_t>(reads)};
+  }
+};
+
+/// dx[plane, h, w] = Σ dy over the bins holding (h, w) whose max it was, in bin order (torch's scatter
+/// adds in the same order): a gather per input, no atomics, the same sums on every device.
+template <class T>
+struct AdaptiveMaxPoolBackward {
+  const T* dy;
+  const std::int32_t* idx;
+  T* dx;
+  AdaptiveBins rows, cols;
+  KILN_HOST_DEVICE void operator()(index_t p) const {
+    const index_t w = p % cols.in, h = (p / cols.in) % rows.in, plane = p / (cols.in * rows.in);
+    const index_t o0 = plane * rows.out * cols.out;
+    const auto at = static_cast<std::int32_t>(h * cols.in + w);
+    compute_t<T> acc = 0;
+    for (index_t i = rows.first_holding(h), ie = rows.past_holding(h); i < ie; ++i)
+      for (index_t j = cols.first_holding(w), je = cols.past_holding(w); j < je; ++j)
+        if (idx[o0 + i * cols.out + j] == at) acc += to_compute(dy[o0 + i * cols.out + j]);
+    dx[p] = from_compute<T>(acc);
+  }
+  /// dy and the positions read, dx written; a compare per (input, bin holding it).
+  Traffic traffic(index_t n) const {
+    const index_t planes = n / (rows.in * cols.in), pairs = planes * rows.covered() * cols.covered();
+    return {kiln::detail::bytes_of<T>(planes * rows.out * cols.out + n) +
+                kiln::detail::bytes_of<std::int32_t>(planes * rows.out * cols.out),
+            static_cast<std::uint64_t>(pairs)};
+  }
+};
+
+/// The adaptive pools' layer: Max picks AdaptiveMaxPool2d, else AdaptiveAvgPool2d.
+template <bool Max, index_t OH, index_t OW>
+struct AdaptivePool2dLayer {
+  static_assert(OH > 0 && OW > 0,
+                "kiln::nn::AdaptiveAvgPool2d/AdaptiveMaxPool2d<OH, OW>: the output size must be positive");
   /// [N, C, H, W] with static C, H, W of at least one row and column.
   template <class S>
   static constexpr bool accepts = S::rank == 4 && (S::extents[1] != dyn) && (S::extents[2] != dyn) &&
@@ -108,14 +171,17 @@ struct AdaptiveAvgPool2dLayer {
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {
     using base = detail::parameter_free<S, output<S>, P>;
+    static_assert(S::extents[2] * S::extents[3] <= 2147483647,
+                  "kiln::nn::AdaptiveMaxPool2d: a plane's positions are kept as int32");
 
    public:
     using typename base::D;
     using typename base::output_shape;
     using typename base::T;
-    /// torch's repr: "AdaptiveAvgPool2d(output_size=1)", "AdaptiveAvgPool2d(output_size=(2, 3))".
+    static constexpr const char* kind = Max ? "AdaptiveMaxPool2d" : "AdaptiveAvgPool2d";
+    /// torch's repr: "AdaptiveAvgPool2d(output_size=1)", "AdaptiveMaxPool2d(output_size=(2, 3))".
     std::string name() const {
-      return "AdaptiveAvgPool2d(output_size=" +
+      return std::string(kind) + "(output_size=" +
              (OH == OW ? std::to_string(OH) : "(" + std::to_string(OH) + ", " + std::to_string(OW) + ")") +
              ")";
     }
@@ -124,29 +190,45 @@ struct AdaptiveAvgPool2dLayer {
       Extents<output_shape> e = {};
       e[0] = x.size(0);
       Tensor<T, output_shape, D> y(e, x.device_index());
-      kiln::detail::executor<D>::for_each(y.numel(),
-                                          AdaptiveAvgPoolForward<T>{x.data(), y.data(), rows, cols},
-                                          (S::extents[2] / OH + 1) * (S::extents[3] / OW + 1));
+      const index_t grain = (S::extents[2] / OH + 1) * (S::extents[3] / OW + 1);
+      if constexpr (Max) {
+        idx_ = ctx.grad ? positions(e, x.device_index()) : positions();
+        kiln::detail::executor<D>::for_each(
+            y.numel(), AdaptiveMaxPoolForward<T>{x.data(), y.data(), idx_.data(), rows, cols}, grain);
+      } else {
+        kiln::detail::executor<D>::for_each(y.numel(),
+                                            AdaptiveAvgPoolForward<T>{x.data(), y.data(), rows, cols}, grain);
+      }
       rows_in_ = x.size(0);
       saved_ = ctx.grad;
       return y;
     }
     Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
       if (!saved_ && dy.numel() != 0)
-        throw Error("kiln::nn::AdaptiveAvgPool2d::backward: run forward with gradients enabled first");
-      detail::check_backward_rows("AdaptiveAvgPool2d", dy.size(0), rows_in_);
+        throw Error(std::string("kiln::nn::") + kind +
+                    "::backward: run forward with gradients enabled first");
+      detail::check_backward_rows(kind, dy.size(0), rows_in_);
       Extents<S> e = {};
       e[0] = dy.size(0);
       Tensor<T, S, D> dx(e, dy.device_index());
-      kiln::detail::executor<D>::for_each(dx.numel(),
-                                          AdaptiveAvgPoolBackward<T>{dy.data(), dx.data(), rows, cols},
-                                          (OH / S::extents[2] + 2) * (OW / S::extents[3] + 2));
+      const index_t grain = (OH / S::extents[2] + 2) * (OW / S::extents[3] + 2);
+      if constexpr (Max) {
+        kiln::detail::executor<D>::for_each(
+            dx.numel(), AdaptiveMaxPoolBackward<T>{dy.data(), idx_.data(), dx.data(), rows, cols}, grain);
+        idx_ = positions();
+      } else {
+        kiln::detail::executor<D>::for_each(
+            dx.numel(), AdaptiveAvgPoolBackward<T>{dy.data(), dx.data(), rows, cols}, grain);
+      }
       saved_ = false;
       return dx;
     }
 
    private:
     static constexpr AdaptiveBins rows{S::extents[2], OH}, cols{S::extents[3], OW};
+    /// AdaptiveMaxPool2d's winners, h W + w per output (training only); torch keeps int64.
+    using positions = Tensor<std::int32_t, output_shape, D>;
+    positions idx_;
     index_t rows_in_ = 0;
     bool saved_ = false;
   };
@@ -159,6 +241,13 @@ struct AdaptiveAvgPool2dLayer {
 /// Shapes: [N, C, H, W] -> [N, C, OH, OW]. Example, a ResNet's head:
 /// `..., Residual<...>, AdaptiveAvgPool2d<1>, Flatten, Linear<64, 10>`.
 template <index_t OH, index_t OW = OH>
-struct AdaptiveAvgPool2d : detail::AdaptiveAvgPool2dLayer<OH, OW> {};
+struct AdaptiveAvgPool2d : detail::AdaptivePool2dLayer<false, OH, OW> {};
+
+/// torch.nn.AdaptiveMaxPool2d((OH, OW)): the same bins as AdaptiveAvgPool2d's, each's max (the first of
+/// equal maxima; NaN propagates). The gradient goes to each bin's max, added where bins overlap. torch's
+/// return_indices is not offered: the positions stay inside the layer for its backward.
+/// Shapes: [N, C, H, W] -> [N, C, OH, OW]. Example: `..., AdaptiveMaxPool2d<1>, Flatten, Linear<64, 10>`.
+template <index_t OH, index_t OW = OH>
+struct AdaptiveMaxPool2d : detail::AdaptivePool2dLayer<true, OH, OW> {};
 
 }  // namespace kiln::nn

@@ -12,6 +12,7 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/core/real.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/nn/detail/norm_rows.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/replica_group.hpp"
 #include "kiln/ops/functors.hpp"
@@ -62,34 +63,29 @@ struct ChannelChunks {
     return {2 * kiln::detail::bytes_of<T>(elements) + kiln::detail::bytes_of<double>(2 * calls),
             4 * static_cast<std::uint64_t>(elements)};
   }
-  /// Σ f(flat index) over the elements of chunk k of channel c. Blocked chunks walk their contiguous runs
-  /// (one division per run, not per element) and keep Lanes partial sums: element t of a run goes to lane
-  /// t mod Lanes, so within a plane the adds do not wait for each other and the loop vectorises (BatchNorm1d
-  /// over [N, C], whose runs are one value long, uses one lane); the lanes are added pairwise at the end.
-  /// The order is fixed, so the sums are the same on every run. S: double, or a struct of them with +=.
-  template <int Lanes, class S, class F>
-  KILN_HOST_DEVICE KILN_FORCEINLINE S sum(index_t c, index_t k, F&& f) const {
-    static_assert(Lanes > 0 && (Lanes & (Lanes - 1)) == 0, "Lanes: a power of two");
+  /// a += Σ A(at), b += Σ B(at) over the elements of chunk k of channel c, f(at, a_lane, b_lane) adding
+  /// one element's terms (at: its flat index). Blocked chunks walk their contiguous runs (one division
+  /// per run, not per element), each summed by lane_sums (8 interleaved lanes: the adds do not wait for
+  /// each other and the loop vectorises); BatchNorm1d's runs over [N, C] are one value long and added
+  /// directly. Interleaved chunks (a GPU thread's few elements) keep one sum. The order is fixed, so the
+  /// sums are the same on every run.
+  template <class F>
+  KILN_HOST_DEVICE KILN_FORCEINLINE void sum(index_t c, index_t k, double& a, double& b, F&& f) const {
     const index_t m = size(k);
-    if (interleaved) {  // a GPU thread's few elements: one sum
-      S s{};
-      for (index_t t = 0; t < m; ++t) s += f(at(c, k, t));
-      return s;
+    if (interleaved) {
+      for (index_t t = 0; t < m; ++t) f(at(c, k, t), a, b);
+      return;
     }
-    S lane[Lanes] = {};
     for (index_t j = k * block(), end = k * block() + m; j < end;) {
       const index_t n = j / length, l = j - n * length;
       const index_t run = length - l < end - j ? length - l : end - j;
       const index_t base = (n * channels + c) * length + l;
-      index_t t = 0;
-      for (; t + Lanes <= run; t += Lanes)
-        for (int i = 0; i < Lanes; ++i) lane[i] += f(base + t + i);
-      for (int i = 0; i < Lanes && t < run; ++i, ++t) lane[i] += f(base + t);  // fixed lane indices
+      if (run == 1)
+        f(base, a, b);
+      else
+        lane_sums(base, base + run, a, b, f);
       j += run;
     }
-    for (int w = Lanes / 2; w > 0; w /= 2)
-      for (int i = 0; i < w; ++i) lane[i] += lane[i + w];
-    return lane[0];
   }
 };
 
@@ -102,12 +98,13 @@ struct BatchNormStatsChunks {
   ChannelChunks cc;
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t c = cc.channel_of(i), k = cc.chunk_of(i), m = cc.size(k);
-    const double s =
-        cc.template sum<8, double>(c, k, [&](index_t at) { return static_cast<double>(to_compute(x[at])); });
+    double s = 0, q = 0, unused = 0;
+    cc.sum(c, k, s, unused,
+           [&](index_t at, double& a, double&) { a += static_cast<double>(to_compute(x[at])); });
     const double mean = m > 0 ? s / static_cast<double>(m) : 0.0;
-    const double q = cc.template sum<8, double>(c, k, [&](index_t at) {
+    cc.sum(c, k, q, unused, [&](index_t at, double& a, double&) {
       const double d = static_cast<double>(to_compute(x[at])) - mean;
-      return d * d;
+      a += d * d;
     });
     part[2 * i] = mean;
     part[2 * i + 1] = q;
@@ -273,16 +270,6 @@ struct BatchNormCountBatch {
   Traffic traffic(index_t) const { return {2 * sizeof(M), 1}; }
 };
 
-/// Two sums kept together (ChannelChunks::sum).
-struct DoublePair {
-  double first = 0, second = 0;
-  KILN_HOST_DEVICE KILN_FORCEINLINE DoublePair& operator+=(const DoublePair& o) {
-    first += o.first;
-    second += o.second;
-    return *this;
-  }
-};
-
 /// Per (channel c, chunk k): Σ dy and Σ dy (x - mean_c) over the chunk, in double, to part[2i], part[2i + 1].
 template <class T>
 struct BatchNormGradChunks {
@@ -294,12 +281,14 @@ struct BatchNormGradChunks {
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t c = cc.channel_of(i), k = cc.chunk_of(i);
     const double mean = stats[c];
-    const DoublePair sums = cc.template sum<8, DoublePair>(c, k, [&](index_t at) {
+    double s = 0, sx = 0;
+    cc.sum(c, k, s, sx, [&](index_t at, double& a, double& b) {
       const double g = static_cast<double>(to_compute(dy[at]));
-      return DoublePair{g, g * (static_cast<double>(to_compute(x[at])) - mean)};
+      a += g;
+      b += g * (static_cast<double>(to_compute(x[at])) - mean);
     });
-    part[2 * i] = sums.first;
-    part[2 * i + 1] = sums.second;
+    part[2 * i] = s;
+    part[2 * i + 1] = sx;
   }
   /// dy and x read, the partials written; a subtract, multiply and two adds per element.
   Traffic traffic(index_t n) const { return cc.template chunk_traffic<T>(n); }

@@ -335,7 +335,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_match_pytorch, D, kiln::test::devices) 
   // stride 3 padding 1; H 8 for K 3 stride 2 padding 1) and where torch drops a last window that would
   // start in the padding (H 5 for K 2 stride 2 padding 1 and K 3 stride 3 padding 1); AvgPool2d's
   // count_include_pad=False (padding 1, with and without ceil mode) and divisor_override; MaxPool2d's
-  // dilation (2 with padding and overlapping windows; 3 in ceil mode; 2 with stride, padding, ceil mode).
+  // dilation (2 with padding and overlapping windows; 3 in ceil mode; 2 with stride, padding, ceil mode);
+  // AdaptiveMaxPool2d (global, overlapping bins, more bins than rows: each input in several bins).
   const std::string f = "layers_pool_modes.json";
   check_layer<knn::MaxPool2d<2, 2, 0, true>, Shape<dyn, 3, 5, 7>, D>("max_pool2d_ceil", f);
   check_layer<knn::AvgPool2d<2, 2, 0, true>, Shape<dyn, 3, 5, 7>, D>("avg_pool2d_ceil", f);
@@ -355,7 +356,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pool_modes_match_pytorch, D, kiln::test::devices) 
   check_layer<knn::MaxPool2d<3, 1, 1, false, 2>, Shape<dyn, 3, 7, 6>, D>("max_pool2d_dilation2", f);
   check_layer<knn::MaxPool2d<2, 2, 0, true, 3>, Shape<dyn, 3, 8, 9>, D>("max_pool2d_dilation3_ceil", f);
   check_layer<knn::MaxPool2d<3, 2, 1, true, 2>, Shape<dyn, 3, 9, 8>, D>("max_pool2d_dilation2_s2_p1_ceil", f);
-  BOOST_TEST(fixture(f).at("cases").size() == 16u);  // every case of the file is checked
+  check_layer<knn::AdaptiveMaxPool2d<1>, Shape<dyn, 3, 5, 6>, D>("adaptive_max_pool2d_global", f);
+  check_layer<knn::AdaptiveMaxPool2d<3, 2>, Shape<dyn, 2, 7, 5>, D>("adaptive_max_pool2d_overlapping", f);
+  check_layer<knn::AdaptiveMaxPool2d<4>, Shape<dyn, 2, 3, 3>, D>("adaptive_max_pool2d_upsampling", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 19u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test::devices) {
