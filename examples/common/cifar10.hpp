@@ -4,7 +4,6 @@
 // the training split, and an evaluation on the 10,000 test images in batches of 100 after every epoch
 // (examples/common/classify.hpp). lenet_cifar10 trains the seeds' LeNet with it, resnet_cifar10 a ResNet.
 #pragma once
-#include <kiln/backend/cpu/threads.hpp>
 #include <kiln/core/config.hpp>
 #include <kiln/data/data.hpp>
 #include <kiln/nn/nn.hpp>
@@ -13,13 +12,11 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
-#include <type_traits>
 
-#include "checkpoint.hpp"
 #include "classify.hpp"
 #include "cli.hpp"
+#include "images.hpp"
 #include "report.hpp"
-#include "trainer.hpp"
 
 namespace examples::cifar10 {
 
@@ -36,7 +33,6 @@ struct Program {
 /// Trains Net on the CIFAR-10 batches in o.data on device D in Precision; the exit status.
 template <class Net, class D, class Precision>
 int run(const Program& program, TrainOptions o, const std::string& device) {  // a copy: o.data_summary is set
-  using P = kiln::Policy<Precision, D>;
   const auto t_start = Clock::now();
   std::error_code ec;
   if (o.data == default_data && !std::filesystem::is_directory(o.data, ec)) {
@@ -54,37 +50,14 @@ int run(const Program& program, TrainOptions o, const std::string& device) {  //
   o.data_summary = std::to_string(train_split.size()) + " train / " + std::to_string(test.size()) +
                    " test images";  // checkpoints record it: a resume on other data is refused
   // Bytes through the loaders; floats in [-1, 1] per channel where the batches land (ToTensor + Normalize
-  // in one pass: one kernel on a GPU).
-  const kiln::data::Bytes train_bytes(train);  // Bytes<FirstSamples<Cifar10>>
-  const kiln::data::Bytes test_bytes(test);    // Bytes<Cifar10>
-  const kiln::data::ScaleNormalize to_float{255.0f, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
-  const bool pin = std::is_same_v<D, kiln::Cuda>;
-  kiln::data::DataLoader train_loader(train_bytes, {.batch_size = o.batch_size, .shuffle = true,
-                                                    .num_workers = o.workers, .pin_memory = pin, .seed = o.seed});
-  kiln::data::DataLoader test_loader(test_bytes, {.batch_size = 100, .num_workers = o.workers, .pin_memory = pin});
-
-  // Resume, the run's line, then per epoch (examples/common/classify.hpp): cross entropy, the step every
-  // --accumulate batches, evaluation without gradients (NoGrad + eval()), the epoch's line, --metrics,
-  // --checkpoint. On one model, or on replicas with --parallel dp/ddp (examples/common/trainer.hpp).
-  const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
-    int start = 0;
-    if (o.resume)  // refused when the checkpoint was trained with other settings or data (run_settings)
-      start = load_training_state(o.checkpoint, trained, opt, scaler, run_settings(o, trained));
-    const int threads = kiln::backend::cpu::threads();
-    std::printf("%s: CIFAR-10 %lld train / %lld test images from %s; %s (%lld parameters) on %s (%d thread%s), "
-                "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
-                program.name, static_cast<long long>(train.size()), static_cast<long long>(test.size()),
-                train_split.directory().c_str(), program.network,
-                static_cast<long long>(kiln::nn::Model<Net, Image, P>::parameter_count), where.c_str(), threads,
-                threads == 1 ? "" : "s", o.batch_size, o.accumulate, static_cast<double>(opt.lr()), o.workers,
-                o.workers == 1 ? "" : "s");
-    if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
-    auto train_batches = device_batches(trained, train_loader, to_float);  // on the GPU: a copy stream
-    auto test_batches = device_batches(trained, test_loader, to_float);
-    const auto r = classification::fit(o, trained, opt, scaler, train_batches, test_batches, start);
-    return classification::report_result(r, t_start, device, o.precision);
-  };
-  return with_trainer<Net, Image, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);
+  // in one pass: one kernel on a GPU); then the epochs (images.hpp).
+  const classification::ImageRun images{.program = program.name,
+                                        .data = "CIFAR-10",
+                                        .folder = train_split.directory(),
+                                        .network = program.network,
+                                        .test_batch_size = 100,
+                                        .to_float = {255.0f, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}}};
+  return classification::train_on_images<Net, Image, Precision, D>(o, images, train, test, t_start, device);
 }
 
 /// The program: the training examples' flags (defaults: the CIFAR-10 folder, 10 epochs), then Net on the

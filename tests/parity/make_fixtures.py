@@ -375,6 +375,28 @@ def mlp_maximize_fixture():
     }
 
 
+def mlp_adagrad_fixture():
+    """mlp.json's model and batch under Adagrad: torch's defaults; lr_decay, L2 and a starting
+    accumulator; those with maximize=True."""
+    _, x, target, initial = mlp_draws()
+    configs = [
+        ("adagrad", "Adagrad", dict(lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10)),
+        ("adagrad_decay_l2_accumulator", "Adagrad",
+         dict(lr=5e-2, lr_decay=0.1, weight_decay=1e-2, initial_accumulator_value=0.1, eps=1e-10)),
+        ("adagrad_decay_l2_maximize", "Adagrad",
+         dict(lr=1e-2, lr_decay=0.05, weight_decay=1e-2, initial_accumulator_value=0.0, eps=1e-10, maximize=True)),
+    ]
+    return {
+        "torch_version": torch.__version__,
+        "seed": SEED,
+        "layers": "Sequential(Linear(13,16), ReLU, Linear(16,32), ReLU, Linear(32,1))",
+        "state_dict": {k: tensor(v) for k, v in initial.items()},
+        "input": tensor(x),
+        "target": tensor(target),
+        "optimizers": optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target),
+    }
+
+
 def lr_sequence(make_scheduler, base_lr, epochs):
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=base_lr)
@@ -1175,6 +1197,7 @@ def write(name, data):
 
 
 FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_maximize_fixture(),
+            "mlp_adagrad.json": lambda: mlp_adagrad_fixture(),
             "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
             "clip_coefficient.json": lambda: clip_coefficient_fixture(),

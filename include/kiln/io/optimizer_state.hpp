@@ -22,20 +22,21 @@ namespace kiln {
 ///                 metadata "optimizer.step" (torch's state["step"])
 ///   RMSprop       "optimizer.square_avg" (+ "optimizer.grad_avg" centered, "optimizer.momentum_buffer"
 ///                 where there is one); metadata "optimizer.step"
+///   Adagrad       "optimizer.sum"; metadata "optimizer.step"
 ///   SGD           "optimizer.momentum_buffer" (with momentum, or where one was turned on since:
 ///                 OneCycleLR); metadata "optimizer.momentum_initialized" ("1" once a step has filled it).
 ///                 Loaded whatever the momentum is now; a state without it makes the next step start
 ///                 the buffers from its gradient (torch: no momentum_buffer in the state)
-/// and "optimizer.type" (Adam, AdamW, RMSprop, SGD). The hyperparameters are metadata too, as torch's
-/// param_groups are in its state_dict: "optimizer.lr", "optimizer.weight_decay" and "optimizer.maximize";
-/// Adam/AdamW "beta1", "beta2", "eps", "amsgrad"; RMSprop "alpha", "eps", "momentum", "centered"; SGD
-/// "momentum", "dampening", "nesterov". Loading restores the learning rate, the betas and the momentum
-/// (what schedulers move during training: a resumed run goes on with the values the run had reached, as
-/// torch's load_state_dict does); the others must equal the optimizer's (torch would take the
-/// checkpoint's; kiln fixes them, and amsgrad, centered and nesterov shape the state, at construction),
-/// else a CheckpointError names both.
-/// A checkpoint without them (written before kiln saved them) leaves the optimizer's; its maximize,
-/// which kiln did not have then, counts as false.
+/// and "optimizer.type" (Adam, AdamW, RMSprop, Adagrad, SGD). The hyperparameters are metadata too, as
+/// torch's param_groups are in its state_dict: "optimizer.lr", "optimizer.weight_decay" and
+/// "optimizer.maximize"; Adam/AdamW "beta1", "beta2", "eps", "amsgrad"; RMSprop "alpha", "eps", "momentum",
+/// "centered"; Adagrad "lr_decay", "eps", "initial_accumulator_value"; SGD "momentum", "dampening",
+/// "nesterov". Loading restores the learning rate, the betas and the momentum (what schedulers move during
+/// training: a resumed run goes on with the values the run had reached, as torch's load_state_dict does); the
+/// others must equal the optimizer's (torch would take the checkpoint's; kiln fixes them, and amsgrad,
+/// centered and nesterov shape the state, at construction), else a CheckpointError names both. A checkpoint
+/// without them (written before kiln saved them) leaves the optimizer's; its maximize, which kiln did not
+/// have then, counts as false.
 struct OptimizerState {
   std::map<std::string, SafetensorsEntry> entries;
   std::map<std::string, std::string> metadata;
@@ -63,9 +64,20 @@ concept rmsprop_like = requires(const Opt& o) {
 };
 
 template <class Opt>
+concept adagrad_like = requires(const Opt& o) {
+  o.sum();
+  o.step_count();
+  o.options().lr_decay;
+};
+/// The optimizers a checkpoint holds the state of.
+template <class Opt>
+concept checkpointed_optimizer = adam_like<Opt> || rmsprop_like<Opt> || adagrad_like<Opt> || sgd_like<Opt>;
+
+template <class Opt>
 std::string optimizer_type() {
   if constexpr (adam_like<Opt>) return Opt::decoupled_weight_decay ? "AdamW" : "Adam";
   else if constexpr (rmsprop_like<Opt>) return "RMSprop";
+  else if constexpr (adagrad_like<Opt>) return "Adagrad";
   else return "SGD";
 }
 
@@ -146,11 +158,12 @@ void load_arena(Arena& a, const SafetensorsEntry& e) {
 
 }  // namespace detail
 
-/// The state of `opt` (Adam, AdamW, RMSprop or SGD) as entries and metadata (copies from the device).
+/// The state of `opt` (Adam, AdamW, RMSprop, Adagrad or SGD) as entries and metadata (copies from the
+/// device).
 template <class Opt>
 OptimizerState optimizer_state(const Opt& opt) {
-  static_assert(detail::adam_like<Opt> || detail::rmsprop_like<Opt> || detail::sgd_like<Opt>,
-                "kiln::optimizer_state: Adam, AdamW, RMSprop or SGD");
+  static_assert(detail::checkpointed_optimizer<Opt>,
+                "kiln::optimizer_state: Adam, AdamW, RMSprop, Adagrad or SGD");
   OptimizerState s;
   s.metadata["optimizer.type"] = detail::optimizer_type<Opt>();
   const auto hyper = [&](const std::string& name, auto v) { s.metadata["optimizer." + name] = detail::hyper_text(v); };
@@ -167,6 +180,10 @@ OptimizerState optimizer_state(const Opt& opt) {
     hyper("eps", o.eps);
     hyper("momentum", o.momentum);
     hyper("centered", o.centered);
+  } else if constexpr (detail::adagrad_like<Opt>) {
+    hyper("lr_decay", o.lr_decay);
+    hyper("eps", o.eps);
+    hyper("initial_accumulator_value", o.initial_accumulator_value);
   } else {
     hyper("momentum", o.momentum);
     hyper("dampening", o.dampening);
@@ -182,6 +199,9 @@ OptimizerState optimizer_state(const Opt& opt) {
     detail::add_arena(s, "optimizer.square_avg", opt.square_avg());
     if (!opt.grad_avg().empty()) detail::add_arena(s, "optimizer.grad_avg", opt.grad_avg());
     if (!opt.momentum_buffer().empty()) detail::add_arena(s, "optimizer.momentum_buffer", opt.momentum_buffer());
+    s.metadata["optimizer.step"] = std::to_string(opt.step_count());
+  } else if constexpr (detail::adagrad_like<Opt>) {
+    detail::add_arena(s, "optimizer.sum", opt.sum());
     s.metadata["optimizer.step"] = std::to_string(opt.step_count());
   } else {
     if (!opt.momentum_buffer().empty()) {  // a momentum now, or one that was (OneCycleLR cycles it)
@@ -217,6 +237,11 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     detail::hyper_must_match(metadata, "alpha", o.alpha, expected, path);
     detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
     detail::hyper_must_match(metadata, "centered", o.centered, expected, path);
+  } else if constexpr (detail::adagrad_like<Opt>) {
+    detail::hyper_must_match(metadata, "lr_decay", o.lr_decay, expected, path);
+    detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
+    detail::hyper_must_match(metadata, "initial_accumulator_value", o.initial_accumulator_value, expected,
+                             path);
   } else {
     detail::hyper_must_match(metadata, "dampening", o.dampening, expected, path);
     detail::hyper_must_match(metadata, "nesterov", o.nesterov, expected, path);
@@ -268,6 +293,13 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
       opt.set_step_count(step);
       opt.set_momentum(momentum);
     }
+  } else if constexpr (detail::adagrad_like<Opt>) {
+    const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
+    const auto& sum = detail::entry_for(opt.sum(), entries, "optimizer.sum", path);
+    if constexpr (write) {
+      detail::load_arena(opt.sum(), sum);
+      opt.set_step_count(step);
+    }
   } else {
     // Buffers where the checkpoint has them, whatever the momentum is now (a scheduler may set it after
     // loading); none (torch: no momentum_buffer in the state) and the next step starts them afresh.
@@ -298,8 +330,8 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
 template <class Opt>
 void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
                           const std::map<std::string, std::string>& metadata, const std::string& path) {
-  static_assert(detail::adam_like<Opt> || detail::rmsprop_like<Opt> || detail::sgd_like<Opt>,
-                "kiln::load_optimizer_state: Adam, AdamW, RMSprop or SGD");
+  static_assert(detail::checkpointed_optimizer<Opt>,
+                "kiln::load_optimizer_state: Adam, AdamW, RMSprop, Adagrad or SGD");
   detail::restore_optimizer_state<true>(opt, entries, metadata, path);
 }
 
@@ -308,8 +340,8 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
 template <class Opt>
 void check_optimizer_state(const Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
                            const std::map<std::string, std::string>& metadata, const std::string& path) {
-  static_assert(detail::adam_like<Opt> || detail::rmsprop_like<Opt> || detail::sgd_like<Opt>,
-                "kiln::check_optimizer_state: Adam, AdamW, RMSprop or SGD");
+  static_assert(detail::checkpointed_optimizer<Opt>,
+                "kiln::check_optimizer_state: Adam, AdamW, RMSprop, Adagrad or SGD");
   detail::restore_optimizer_state<false>(opt, entries, metadata, path);
 }
 

@@ -15,7 +15,7 @@
 namespace kiln::nn {
 
 namespace detail {
-/// torch's bins: output row i averages input rows floor(i H / O) .. ceil((i + 1) H / O) - 1 (neighbouring
+/// torch's bins: output row i takes input rows floor(i H / O) .. ceil((i + 1) H / O) - 1 (neighbouring
 /// bins overlap by a row when O does not divide H; with O > H rows repeat).
 struct AdaptiveBins {
   index_t in, out;
@@ -171,7 +171,7 @@ struct AdaptivePool2dLayer {
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {
     using base = detail::parameter_free<S, output<S>, P>;
-    static_assert(S::extents[2] * S::extents[3] <= 2147483647,
+    static_assert(!Max || S::extents[2] * S::extents[3] <= 2147483647,
                   "kiln::nn::AdaptiveMaxPool2d: a plane's positions are kept as int32");
 
    public:

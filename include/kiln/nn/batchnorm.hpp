@@ -66,9 +66,9 @@ struct ChannelChunks {
   /// a += Σ A(at), b += Σ B(at) over the elements of chunk k of channel c, f(at, a_lane, b_lane) adding
   /// one element's terms (at: its flat index). Blocked chunks walk their contiguous runs (one division
   /// per run, not per element), each summed by lane_sums (8 interleaved lanes: the adds do not wait for
-  /// each other and the loop vectorises); BatchNorm1d's runs over [N, C] are one value long and added
-  /// directly. Interleaved chunks (a GPU thread's few elements) keep one sum. The order is fixed, so the
-  /// sums are the same on every run.
+  /// each other and the loop vectorises); a run shorter than the 8 lanes (BatchNorm1d's over [N, C] are
+  /// one value long) is added directly. Interleaved chunks (a GPU thread's few elements) keep one sum.
+  /// The order is fixed, so the sums are the same on every run.
   template <class F>
   KILN_HOST_DEVICE KILN_FORCEINLINE void sum(index_t c, index_t k, double& a, double& b, F&& f) const {
     const index_t m = size(k);
@@ -80,8 +80,8 @@ struct ChannelChunks {
       const index_t n = j / length, l = j - n * length;
       const index_t run = length - l < end - j ? length - l : end - j;
       const index_t base = (n * channels + c) * length + l;
-      if (run == 1)
-        f(base, a, b);
+      if (run < 8)
+        for (index_t t = 0; t < run; ++t) f(base + t, a, b);
       else
         lane_sums(base, base + run, a, b, f);
       j += run;

@@ -178,7 +178,8 @@ struct grad_scaler_accepts {
   // >>> Stopped here? The optimizer does not give GradScaler what it needs. <<<
   static_assert(has_gradient_arena<O>,
                 "kiln::optim::GradScaler: the optimizer needs gradients() returning its gradient arena "
-                "(Tensor<M, Shape<dyn>, D>&); kiln's SGD, Adam, AdamW and RMSprop have it: add one to your optimizer");
+                "(Tensor<M, Shape<dyn>, D>&); kiln's SGD, Adam, AdamW, RMSprop and Adagrad have it: add one "
+                "to your optimizer");
   static_assert(has_step<O>, "kiln::optim::GradScaler: the optimizer needs step()");
   using arena = gradient_arena_of<O>;
   static constexpr bool same_device = !has_gradient_arena<O> || std::is_same_v<typename arena::device, D>;

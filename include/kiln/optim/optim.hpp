@@ -1,6 +1,7 @@
-/// kiln::optim in one include: SGD, Adam, AdamW, RMSprop, gradient clipping, learning-rate schedulers,
-/// GradScaler.
+/// kiln::optim in one include: SGD, Adam, AdamW, RMSprop, Adagrad, gradient clipping, learning-rate
+/// schedulers, GradScaler.
 #pragma once
+#include "kiln/optim/adagrad.hpp"
 #include "kiln/optim/adam.hpp"
 #include "kiln/optim/clip.hpp"
 #include "kiln/optim/grad_scaler.hpp"

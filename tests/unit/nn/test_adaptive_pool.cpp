@@ -165,21 +165,25 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(each_bins_max_gets_the_gradient, D, kiln::test::de
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(ties_keep_the_first_and_nan_propagates, D, kiln::test::devices) {
-  // As torch: of equal maxima the first wins; a NaN wins (the last of several); a plane of -inf gives
-  // -inf and its first element the gradient.
+  // As torch: of equal maxima the first wins; a NaN wins wherever it stands (first, in the middle, the
+  // last of several); a plane of -inf gives -inf and its first element the gradient.
   using In = Shape<dyn, 1, 2, 2>;
   knn::Model<knn::Sequential<knn::AdaptiveMaxPool2d<1>, knn::Flatten>, In, kiln::Policy<kiln::Fp32, D>> m(0);
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  const auto x = kt::make_tensor<D>(std::vector<float>{1, 5, 5, 2, 1, nan, 3, nan, -inf, -inf, -inf, -inf},
-                                    Extents<In>(3));
+  const auto x = kt::make_tensor<D>(
+      std::vector<float>{1, 5, 5, 2, 1, nan, 3, nan, -inf, -inf, -inf, -inf, 1, nan, 3, 2, nan, 5, 3, 1},
+      Extents<In>(5));
   const auto y = m.forward(x).to_vector();
-  BOOST_REQUIRE_EQUAL(y.size(), 3u);
+  BOOST_REQUIRE_EQUAL(y.size(), 5u);
   BOOST_TEST(y[0] == 5.0f);
   BOOST_TEST(std::isnan(y[1]));
   BOOST_TEST(y[2] == -inf);
-  const auto dx = m.backward_input(kt::make_tensor<D>(std::vector<float>{1, 2, 3}, Extents<Shape<dyn, 1>>(3)))
-                      .to_vector();
-  BOOST_TEST(dx == (std::vector<float>{0, 1, 0, 0, 0, 0, 0, 2, 3, 0, 0, 0}),
+  BOOST_TEST(std::isnan(y[3]));
+  BOOST_TEST(std::isnan(y[4]));
+  const auto dx =
+      m.backward_input(kt::make_tensor<D>(std::vector<float>{1, 2, 3, 4, 5}, Extents<Shape<dyn, 1>>(5)))
+          .to_vector();
+  BOOST_TEST(dx == (std::vector<float>{0, 1, 0, 0, 0, 0, 0, 2, 3, 0, 0, 0, 0, 4, 0, 0, 5, 0, 0, 0}),
              boost::test_tools::per_element());
   BOOST_TEST(m.net().template layer<0>().name() == "AdaptiveMaxPool2d(output_size=1)");
   knn::Model<knn::Sequential<knn::AdaptiveMaxPool2d<2, 3>>, Shape<dyn, 1, 4, 4>, kiln::Policy<kiln::Fp32, D>>

@@ -2,7 +2,8 @@
 // tests/parity/make_fixtures.py with torch 1.13): the state_dict loads into a kiln Model by name; the
 // forward output, the MSE loss, every gradient, and the parameters after three steps of SGD (momentum,
 // Nesterov), Adam and AdamW (also with L2 / decoupled decay and amsgrad) and RMSprop (plain; centered with
-// momentum and L2), and those with maximize=True (mlp_maximize.json, the same model and batch), agree
+// momentum and L2), those with maximize=True (mlp_maximize.json, the same model and batch), and Adagrad
+// (defaults; lr_decay, L2 and a starting accumulator; maximize: mlp_adagrad.json), agree
 // within 1e-5 relative (fp32; relative to each element, floored at 1% of its tensor's scale: see
 // parity::scale_floor).
 #include <boost/test/unit_test.hpp>
@@ -120,6 +121,15 @@ double check_optimizer(const json& config, const json& fx = fixture()) {
                                  .maximize = maximize});
     return run_steps(m, opt, config, fx);
   }
+  if (type == "Adagrad") {
+    kiln::optim::Adagrad opt(m, {.lr = o.at("lr").get<float>(),
+                                 .lr_decay = o.at("lr_decay").get<double>(),
+                                 .weight_decay = o.at("weight_decay").get<float>(),
+                                 .initial_accumulator_value = o.at("initial_accumulator_value").get<float>(),
+                                 .eps = o.at("eps").get<float>(),
+                                 .maximize = maximize});
+    return run_steps(m, opt, config, fx);
+  }
   if (type == "SGD") {
     kiln::optim::SGD opt(m, {.lr = o.at("lr").get<float>(),
                              .momentum = o.at("momentum").get<float>(),
@@ -210,6 +220,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(optimizer_steps_with_maximize_match_pytorch, D, ki
     }
   }
   BOOST_TEST(types.size() == 4u);  // SGD, Adam, AdamW, RMSprop
+}
+
+// Adagrad (mlp_adagrad.json, the same model and batch): torch's defaults; lr_decay with L2 and a starting
+// accumulator; with maximize.
+BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_steps_match_pytorch, D, kiln::test::devices) {
+  static const json fx = parity::load("mlp_adagrad.json");
+  const auto& configs = fx.at("optimizers");
+  BOOST_TEST_REQUIRE(configs.size() == 3u);
+  for (const auto& config : configs) {
+    BOOST_TEST_CONTEXT("optimizer " << config.at("name").get<std::string>() << " "
+                                    << config.at("options").dump()) {
+      BOOST_TEST(config.at("type").get<std::string>() == "Adagrad");
+      check_optimizer<D>(config, fx);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -243,6 +243,8 @@ BOOST_AUTO_TEST_CASE(pooling_flatten_and_elementwise_activations) {
       batch<2, 8, 8>(3), 21);
   check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::AdaptiveAvgPool2d<1>, knn::Flatten>, In, D>(
       batch<2, 8, 8>(3), 22);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::AdaptiveMaxPool2d<3, 2>, knn::Flatten>, In, D>(
+      batch<2, 8, 8>(3), 65);
 }
 
 BOOST_AUTO_TEST_CASE(layer_and_group_norm_between_layers) {

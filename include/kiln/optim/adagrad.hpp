@@ -1,0 +1,189 @@
+/// Adagrad (torch.optim.Adagrad): each parameter's step divided by the root of its summed squared
+/// gradients, one fused pass per step.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "kiln/core/config.hpp"
+#include "kiln/core/counters.hpp"
+#include "kiln/core/errors.hpp"
+#include "kiln/core/fusion.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/optim/working_copy.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::optim {
+
+/// torch.optim.Adagrad's options and defaults, in its order.
+struct AdagradOptions {
+  float lr = 1e-2f;
+  /// The learning rate at step t is lr / (1 + (t - 1) lr_decay), in double as torch's Python floats.
+  double lr_decay = 0.0;
+  float weight_decay = 0.0f;               ///< an L2 term added to the gradient
+  float initial_accumulator_value = 0.0f;  ///< what the sums of squared gradients start from
+  float eps = 1e-10f;
+  /// Step up the gradient: g = -grad before the weight decay and the sum (torch's maximize).
+  bool maximize = false;
+};
+
+namespace detail {
+/// One element of an Adagrad step, in torch 1.13's single-tensor order:
+///   maximize: g = -g;  g += wd p;  sum += g g;  p += (-clr g) / (sqrt(sum) + eps)
+/// with clr the step's learning rate. In float, or double for double master weights; the working copy
+/// rewritten in the same pass under mixed precision. L2 is a template argument so the loop has no branch.
+template <class M, class W = M, bool L2 = false>
+struct AdagradStep {
+  using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
+  M* p;
+  const M* grad;
+  M* sum;
+  W* work;  // mixed precision only
+  C neg_clr, eps, weight_decay;
+  bool maximize = false;  // g = -grad first, a multiply by -1 (exact), as SgdStep::maximize
+
+  KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
+    const C w = static_cast<C>(p[i]);
+    C g = static_cast<C>(grad[i]);
+    g = (maximize ? C(-1) : C(1)) * g;
+    if constexpr (L2) g = g + weight_decay * w;
+    const C s = static_cast<C>(sum[i]) + g * g;
+    sum[i] = static_cast<M>(s);
+    const M next = static_cast<M>(w + (neg_clr * g) / (ops::detail::sqrt_(s) + eps));  // torch's addcdiv
+    p[i] = next;
+    if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
+  }
+  /// p and the sum read and written, the gradient read, the working copy written; the arithmetic above.
+  Traffic traffic(index_t n) const {
+    const std::uint64_t per = 5 * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
+    return {static_cast<std::uint64_t>(n) * per,
+            static_cast<std::uint64_t>(n) * (7 + (maximize ? 1 : 0) + (L2 ? 2 : 0))};
+  }
+};
+}  // namespace detail
+
+/// Adagrad (torch.optim.Adagrad, torch 1.13): steps a model's parameter arena with its gradient arena in
+/// one fused pass (with fusion off, kiln::Unfused, one pass per operation in torch's single-tensor
+/// order). The state, as torch's: sum (initial_accumulator_value before the first step) and the step
+/// count, which lr_decay reads. Example:
+///   kiln::optim::Adagrad opt(model, {.lr = 0.05f});
+///   opt.zero_grad(); model.backward(dy); opt.step();
+template <class M, class D, class W = M>
+class Adagrad {
+ public:
+  using arena_type = Tensor<M, Shape<dyn>, D>;
+  using working_arena_type = Tensor<W, Shape<dyn>, D>;
+  using options_type = AdagradOptions;
+
+  Adagrad(arena_type& params, arena_type& grads, AdagradOptions o = {}, working_arena_type* work = nullptr)
+      : p_(params), g_(grads), work_(detail::working_copy(params, work, "Adagrad")), o_(o) {
+    // torch's checks and words (a NaN is refused too).
+    const auto check = [](double v, const char* what) {
+      if (!(v >= 0.0))
+        throw ValueError(std::string("kiln::optim::Adagrad: Invalid ") + what +
+                         " value: " + std::to_string(v));
+    };
+    if (!(o.lr >= 0.0f))
+      throw ValueError("kiln::optim::Adagrad: Invalid learning rate: " + std::to_string(o.lr));
+    check(o.lr_decay, "lr_decay");
+    check(o.weight_decay, "weight_decay");
+    check(o.initial_accumulator_value, "initial_accumulator_value");
+    check(o.eps, "epsilon");
+    if (params.numel() != grads.numel())
+      throw ShapeError("kiln::optim::Adagrad: " + std::to_string(params.numel()) + " parameters but " +
+                       std::to_string(grads.numel()) +
+                       " gradients; pass a model's parameters() and gradients()");
+    sum_ = arena_type(p_.extents(), p_.device_index());
+    sum_.fill(static_cast<M>(o.initial_accumulator_value));
+  }
+  template <class Model>
+  requires requires(Model& m) {
+    m.parameters();
+    m.gradients();
+  }
+  explicit Adagrad(Model& m, AdagradOptions o = {})
+      : Adagrad(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+
+  /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
+  void step() {
+    const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
+    ++steps_;
+    if (!fusion_enabled()) return step_unfused();
+    using C = typename detail::AdagradStep<M, W>::C;
+    const auto run = [&](auto l2) {
+      kiln::detail::executor<D>::for_each(
+          p_.numel(), detail::AdagradStep<M, W, decltype(l2)::value>{
+                          p_.data(), g_.data(), sum_.data(), work_, static_cast<C>(-step_lr()),
+                          static_cast<C>(o_.eps), static_cast<C>(o_.weight_decay), o_.maximize});
+    };
+    if (o_.weight_decay != 0.0f)
+      run(std::true_type{});
+    else
+      run(std::false_type{});
+  }
+  void zero_grad() { g_.fill(M(0)); }
+  float lr() const { return o_.lr; }
+  void set_lr(float lr) { o_.lr = lr; }
+  const AdagradOptions& options() const { return o_; }
+  /// Steps taken (torch's state["step"]: the lr_decay of the next step counts from it).
+  std::int64_t step_count() const { return steps_; }
+  void set_step_count(std::int64_t n) { steps_ = n; }
+  /// torch's state["sum"], for checkpoints.
+  arena_type& sum() { return sum_; }
+  const arena_type& sum() const { return sum_; }
+  /// The gradient arena a step reads (GradScaler unscales it in place).
+  arena_type& gradients() { return g_; }
+  const arena_type& gradients() const { return g_; }
+
+ private:
+  /// The learning rate of the step being taken (steps_ counts it): lr / (1 + (t - 1) lr_decay), in
+  /// double as torch's clr.
+  double step_lr() const {
+    return static_cast<double>(o_.lr) / (1.0 + static_cast<double>(steps_ - 1) * o_.lr_decay);
+  }
+  /// step() as torch.optim.Adagrad(foreach=False) runs it: -g into a new tensor (maximize); g + wd p into
+  /// a new tensor; sum += g g; std = sqrt(sum), += eps; p += (-clr g) / std; and the working copy
+  /// rewritten from p (mixed precision).
+  void step_unfused() {
+    using C = typename detail::AdagradStep<M, W>::C;
+    arena_type g = g_;  // shares the gradients unless maximize or the L2 term makes a new tensor
+    if (o_.maximize) {  // rebinding g (a move: a copy assignment would write into the gradients)
+      g = arena_type(g_.extents(), g_.device_index());
+      kiln::assign(g, -g_);
+    }
+    if (o_.weight_decay != 0.0f) {
+      arena_type d(g_.extents(), g_.device_index());
+      kiln::assign(d, g + p_ * C(o_.weight_decay));
+      g = std::move(d);
+    }
+    kiln::assign(sum_, sum_ + g * g);  // torch's addcmul with value 1
+    arena_type std_(p_.extents(), p_.device_index());
+    kiln::assign(std_, kiln::sqrt(sum_));
+    kiln::assign(std_, std_ + C(o_.eps));
+    kiln::assign(p_, p_ + (g * static_cast<C>(-step_lr())) / std_);  // torch's addcdiv: (value t1) / t2
+    if (work_ != nullptr) {
+      auto work = working_arena_type::from_blob(work_, p_.extents(), p_.device_index());
+      kiln::assign(work, p_);
+    }
+  }
+
+  arena_type& p_;
+  arena_type& g_;
+  W* work_;  // mixed precision: the model's working copy; null otherwise
+  arena_type sum_;
+  AdagradOptions o_;
+  std::int64_t steps_ = 0;
+};
+template <class Model>
+Adagrad(Model&, AdagradOptions) -> Adagrad<typename Model::M, typename Model::D, typename Model::T>;
+template <class Model>
+Adagrad(Model&) -> Adagrad<typename Model::M, typename Model::D, typename Model::T>;
+template <class M, class D>
+Adagrad(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdagradOptions) -> Adagrad<M, D>;
+template <class M, class D>
+Adagrad(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> Adagrad<M, D>;
+
+}  // namespace kiln::optim
