@@ -25,9 +25,7 @@
 #endif
 #include <kiln/data/data.hpp>
 #include <kiln/nn/nn.hpp>
-#include <kiln/optim/adam.hpp>
 
-#include <cstdio>
 #include <string>
 
 #include "../common/cli.hpp"

@@ -27,10 +27,11 @@ mlp.json
   output          tensor  [8, 1]   model(input)
   loss            float   MSELoss()(output, target) (mean reduction)
   grad            {name: tensor}   every parameter's .grad after loss.backward() from the initial state
-  optimizers      [ {name: str, type: "SGD" | "Adam" | "AdamW" | "RMSprop",
+  optimizers      [ {name: str, type: "SGD" | "Adam" | "AdamW" | "RMSprop" | "Adagrad",
                      options: {lr, momentum, dampening, weight_decay, nesterov} for SGD,
                               {lr, betas: [b1, b2], eps, weight_decay, amsgrad} for Adam/AdamW,
                               {lr, alpha, eps, weight_decay, momentum, centered} for RMSprop,
+                              {lr, lr_decay, weight_decay, initial_accumulator_value, eps} for Adagrad,
                      steps: 3,
                      parameters: {name: tensor}} ]
                   each run starts from state_dict and repeats `steps` times, on the same batch:
@@ -42,6 +43,11 @@ mlp_maximize.json
   optimizers      as in mlp.json, each with maximize=True in its options (SGD with momentum and with
                   Nesterov, Adam with L2 and amsgrad, AdamW, RMSprop centered with momentum and L2): the
                   gradient is negated before the weight decay, momentum and moments
+
+mlp_adagrad.json
+  torch_version, seed, layers, state_dict, input, target   as in mlp.json (the same draws)
+  optimizers      as in mlp.json, type "Adagrad": torch's defaults; lr 5e-2, lr_decay 0.1, weight decay
+                  1e-2, initial_accumulator_value 0.1; lr_decay 0.05, weight decay 1e-2, maximize=True
 
 schedulers.json
   torch_version   str

@@ -1,6 +1,6 @@
 // torch's maximize (torch 1.13: grad = -grad first, before the weight decay, the momentum and the
-// moments): SGD, Adam, AdamW and RMSprop with {.maximize = true} step as the same optimizer given the
-// negated gradients, element for element over several steps, across the options that touch the gradient
+// moments): SGD, Adam, AdamW, RMSprop and Adagrad with {.maximize = true} step as the same optimizer given
+// the negated gradients, element for element over several steps, across the options that touch the gradient
 // (weight decay, momentum, dampening, Nesterov, amsgrad, centered), fused and unfused (kiln::Unfused),
 // capturable ones too, and under a GradScaler (capturable: step_unless); the gradients are left as they
 // were. (Parity with torch: test_parity_mlp.cpp; checkpoints: test_optimizer_state.cpp.)
@@ -51,6 +51,8 @@ auto state_of(const Opt& opt) {
     return std::vector<V>{opt.exp_avg().to_vector(), opt.exp_avg_sq().to_vector(), opt.max_exp_avg_sq().to_vector()};
   else if constexpr (requires { opt.square_avg(); })
     return std::vector<V>{opt.square_avg().to_vector(), opt.grad_avg().to_vector(), opt.momentum_buffer().to_vector()};
+  else if constexpr (requires { opt.sum(); })
+    return std::vector<V>{opt.sum().to_vector()};
   else
     return std::vector<V>{opt.momentum_buffer().to_vector()};
 }
@@ -189,6 +191,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_maximize_steps_on_the_negated_gradient, D,
       {O{.weight_decay = 0.05f, .momentum = 0.5f, .centered = true}});
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_maximize_steps_on_the_negated_gradient, D, kt::devices) {
+  using O = kiln::optim::AdagradOptions;
+  maximize_steps_on_the_negated_gradient<kiln::optim::Adagrad<float, D>, float, D>({
+      O{},
+      O{.lr_decay = 0.1, .weight_decay = 0.05f, .initial_accumulator_value = 0.1f},
+  });
+  maximize_steps_on_the_negated_gradient<kiln::optim::Adagrad<double, D>, double, D>(
+      {O{.lr_decay = 0.1, .weight_decay = 0.05f}});
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_steps_an_optimizer_that_maximizes, D, kt::devices) {
   for (const bool capturable : {false, true}) {
     BOOST_TEST_CONTEXT((capturable ? "capturable" : "host") << " scaler") {
@@ -199,9 +211,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_steps_an_optimizer_that_maximizes, D
       a_grad_scaler_drives<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2f}, capturable);
     }
   }
-  // RMSprop has no capturable mode (torch 1.13's has none either): the host scaler only.
+  // RMSprop and Adagrad have no capturable mode (torch 1.13's have none either): the host scaler only.
   a_grad_scaler_drives<kiln::optim::RMSprop<float, D>, D>(
       kiln::optim::RMSpropOptions{.weight_decay = 0.05f, .momentum = 0.5f, .centered = true}, false);
+  a_grad_scaler_drives<kiln::optim::Adagrad<float, D>, D>(
+      kiln::optim::AdagradOptions{.lr_decay = 0.1, .weight_decay = 0.05f}, false);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,8 +1,9 @@
 // Optimizer state in checkpoints (kiln/io/optimizer_state.hpp): SGD (momentum, Nesterov, capturable),
-// Adam (amsgrad, capturable), AdamW and RMSprop (plain; centered with momentum) stopped after 3 steps, saved to a safetensors file and restored
-// into a fresh optimizer continue bit for bit as if they had never stopped, as torch's
-// optimizer.load_state_dict does. A restored SGD momentum buffer is used, not restarted from the gradient;
-// one turned on after construction (OneCycleLR) goes through too. maximize is saved and must match.
+// Adam (amsgrad, capturable), AdamW, RMSprop (plain; centered with momentum) and Adagrad (lr_decay, a
+// starting accumulator) stopped after 3 steps, saved to a safetensors file and restored into a fresh
+// optimizer continue bit for bit as if they had never stopped, as torch's optimizer.load_state_dict does. A
+// restored SGD momentum buffer is used, not restarted from the gradient; one turned on after construction
+// (OneCycleLR) goes through too. maximize is saved and must match.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -173,6 +174,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_resumes_from_a_checkpoint_as_if_never_stop
                         });
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_resumes_from_a_checkpoint_as_if_never_stopped, D, kiln::test::devices) {
+  using Ada = kiln::optim::Adagrad<float, D>;
+  resumes_as_if_never_stopped<Ada, D>(kiln::optim::AdagradOptions{}, "adagrad");
+  resumes_as_if_never_stopped<Ada, D>(
+      kiln::optim::AdagradOptions{
+          .lr = 0.05f, .lr_decay = 0.2, .weight_decay = 1e-2f, .initial_accumulator_value = 0.5f},
+      "adagrad_decay");
+}
+
 // torch's maximize is a param_groups entry; kiln fixes it at construction, as amsgrad and nesterov: a run
 // that maximizes resumes as if never stopped, and a checkpoint of the other kind is refused with both.
 BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match, D, kiln::test::devices) {
@@ -180,6 +190,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match,
   using Adam = kiln::optim::Adam<float, D>;
   using AdamW = kiln::optim::AdamW<float, D>;
   using Rms = kiln::optim::RMSprop<float, D>;
+  using Ada = kiln::optim::Adagrad<float, D>;
   resumes_as_if_never_stopped<Sgd, D>(
       kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = true, .maximize = true},
       "sgd_maximize");
@@ -190,10 +201,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match,
   resumes_as_if_never_stopped<Rms, D>(
       kiln::optim::RMSpropOptions{.weight_decay = 1e-2f, .momentum = 0.9f, .centered = true, .maximize = true},
       "rmsprop_maximize");
+  resumes_as_if_never_stopped<Ada, D>(kiln::optim::AdagradOptions{.lr_decay = 0.1, .maximize = true},
+                                      "adagrad_maximize");
   maximize_must_match<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f});
   maximize_must_match<Adam, D>(kiln::optim::AdamOptions{.amsgrad = true});
   maximize_must_match<AdamW, D>(kiln::optim::AdamWOptions{});
   maximize_must_match<Rms, D>(kiln::optim::RMSpropOptions{.momentum = 0.9f, .centered = true});
+  maximize_must_match<Ada, D>(kiln::optim::AdagradOptions{.lr_decay = 0.1});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next_step, D, kiln::test::devices) {
