@@ -40,7 +40,8 @@ int train_on_images(const TrainOptions& o, const ImageRun& run, const Train& tra
   using P = kiln::Policy<Precision, D>;
   // The loaders collate the images' bytes (a quarter of floats' traffic); where the batches land they
   // become floats in one pass.
-  const kiln::data::Bytes train_bytes(train), test_bytes(test);
+  const kiln::data::Bytes train_bytes(train);  // two declarations: Train and Test may differ
+  const kiln::data::Bytes test_bytes(test);
   const bool pin = std::is_same_v<D, kiln::Cuda>;
   kiln::data::DataLoader train_loader(train_bytes, {.batch_size = o.batch_size,
                                                     .shuffle = true,
