@@ -13,6 +13,7 @@
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -149,16 +150,7 @@ class Adagrad {
   /// rewritten from p (mixed precision).
   void step_unfused() {
     using C = typename detail::AdagradStep<M, W>::C;
-    arena_type g = g_;  // shares the gradients unless maximize or the L2 term makes a new tensor
-    if (o_.maximize) {  // rebinding g (a move: a copy assignment would write into the gradients)
-      g = arena_type(g_.extents(), g_.device_index());
-      kiln::assign(g, -g_);
-    }
-    if (o_.weight_decay != 0.0f) {
-      arena_type d(g_.extents(), g_.device_index());
-      kiln::assign(d, g + p_ * C(o_.weight_decay));
-      g = std::move(d);
-    }
+    arena_type g = detail::unfused_gradient(g_, p_, o_.maximize, C(o_.weight_decay));
     kiln::assign(sum_, sum_ + g * g);  // torch's addcmul with value 1
     arena_type std_(p_.extents(), p_.device_index());
     kiln::assign(std_, kiln::sqrt(sum_));

@@ -14,6 +14,7 @@
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
 #include "kiln/optim/device_scalars.hpp"
+#include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -283,17 +284,9 @@ class AdamBase {
   /// p += (-step_size m) / denom; and the working copy rewritten from p (mixed precision).
   template <class C>
   void step_unfused(C b1, C b2, C l2, C decay, C neg_step_size, C bc2_sqrt, C eps) {
-    arena_type g = g_;  // shares the gradients, unless maximize or Adam's L2 term makes a new tensor
-    if (o_.maximize) {  // rebinding g (a move: a copy assignment would write into the gradients)
-      g = arena_type(g_.extents(), g_.device_index());
-      kiln::assign(g, -g_);
-    }
+    // (AdamW has no L2 term, Adam no decoupled decay: the decay may come after the gradient's passes)
+    arena_type g = detail::unfused_gradient(g_, p_, o_.maximize, l2);
     if constexpr (Decoupled) kiln::assign(p_, p_ * decay);
-    if (l2 != C(0)) {
-      arena_type d(g_.extents(), g_.device_index());
-      kiln::assign(d, g + p_ * l2);
-      g = std::move(d);
-    }
     kiln::assign(m_, m_ * b1);
     kiln::assign(m_, m_ + g * (C(1) - b1));
     kiln::assign(v_, v_ * b2);

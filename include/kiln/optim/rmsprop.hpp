@@ -13,6 +13,7 @@
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -193,16 +194,7 @@ class RMSprop {
   /// and the working copy rewritten from p (mixed precision).
   void step_unfused() {
     using C = typename detail::RMSpropStep<M, W>::C;
-    arena_type g = g_;  // shares the gradients unless maximize or the L2 term makes a new tensor
-    if (o_.maximize) {  // rebinding g (a move: a copy assignment would write into the gradients)
-      g = arena_type(g_.extents(), g_.device_index());
-      kiln::assign(g, -g_);
-    }
-    if (o_.weight_decay != 0.0f) {
-      arena_type d(g_.extents(), g_.device_index());
-      kiln::assign(d, g + p_ * C(o_.weight_decay));
-      g = std::move(d);
-    }
+    arena_type g = detail::unfused_gradient(g_, p_, o_.maximize, C(o_.weight_decay));
     const C alpha = C(o_.alpha), rest = static_cast<C>(1.0 - o_.alpha);
     kiln::assign(square_avg_, square_avg_ * alpha);
     kiln::assign(square_avg_, square_avg_ + g * rest * g);  // torch's addcmul: (value t1) t2

@@ -21,7 +21,7 @@
 
 namespace kiln::optim {
 
-/// An optimizer a scheduler can drive: `lr()` and `set_lr(float)` (SGD, Adam, AdamW).
+/// An optimizer a scheduler can drive: `lr()` and `set_lr(float)` (SGD, Adam, AdamW, RMSprop, Adagrad).
 template <class O>
 concept lr_optimizer = requires(O& o, const O& c, float lr) {
   { c.lr() } -> std::convertible_to<double>;

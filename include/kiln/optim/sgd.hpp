@@ -14,6 +14,7 @@
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/optim/device_scalars.hpp"
+#include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -269,16 +270,7 @@ class SGD {
   /// buf (nesterov) or buf; p += -lr g; and the working copy rewritten from p (mixed precision).
   void step_unfused() {
     using C = typename detail::SgdStep<M, W>::C;
-    arena_type g = g_;  // shares the gradients (never written: torch's step leaves p.grad as it is)
-    if (o_.maximize) {  // rebinding g (a move: a copy assignment would write into the gradients)
-      g = arena_type(g_.extents(), g_.device_index());
-      kiln::assign(g, -g_);
-    }
-    if (o_.weight_decay != 0.0f) {
-      arena_type d(g_.extents(), g_.device_index());
-      kiln::assign(d, g + p_ * C(o_.weight_decay));
-      g = std::move(d);
-    }
+    arena_type g = detail::unfused_gradient(g_, p_, o_.maximize, C(o_.weight_decay));
     if (o_.momentum != 0.0f) {
       if (first_) {
         kiln::assign(buf_, g);
