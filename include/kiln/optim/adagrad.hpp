@@ -13,6 +13,7 @@
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -73,32 +74,24 @@ struct AdagradStep {
 ///   kiln::optim::Adagrad opt(model, {.lr = 0.05f});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class Adagrad {
+class Adagrad : public detail::ParameterArenas<M, D, W> {
+  using base = detail::ParameterArenas<M, D, W>;
+  using base::g_, base::p_, base::work_;
+
  public:
-  using arena_type = Tensor<M, Shape<dyn>, D>;
-  using working_arena_type = Tensor<W, Shape<dyn>, D>;
+  using typename base::arena_type;
+  using typename base::working_arena_type;
   using options_type = AdagradOptions;
 
   Adagrad(arena_type& params, arena_type& grads, AdagradOptions o = {}, working_arena_type* work = nullptr)
-      : p_(params), g_(grads), work_(detail::working_copy(params, work, "Adagrad")), o_(o) {
-    // torch's checks and words (a NaN is refused too).
-    const auto check = [](double v, const char* what) {
-      if (!(v >= 0.0))
-        throw ValueError(std::string("kiln::optim::Adagrad: Invalid ") + what +
-                         " value: " + std::to_string(v));
-    };
-    if (!(o.lr >= 0.0f))
-      throw ValueError("kiln::optim::Adagrad: Invalid learning rate: " + std::to_string(o.lr));
-    check(o.lr_decay, "lr_decay");
-    check(o.weight_decay, "weight_decay");
-    check(o.initial_accumulator_value, "initial_accumulator_value");
-    check(o.eps, "epsilon");
-    if (params.numel() != grads.numel())
-      throw ShapeError("kiln::optim::Adagrad: " + std::to_string(params.numel()) + " parameters but " +
-                       std::to_string(grads.numel()) +
-                       " gradients; pass a model's parameters() and gradients()");
-    sum_ = arena_type(p_.extents(), p_.device_index());
-    sum_.fill(static_cast<M>(o.initial_accumulator_value));
+      : base(params, grads, work, "Adagrad"), o_(o) {
+    // torch's checks and words.
+    detail::require_non_negative(o.lr, "Adagrad", "learning rate");
+    detail::require_non_negative(o.lr_decay, "Adagrad", "lr_decay value");
+    detail::require_non_negative(o.weight_decay, "Adagrad", "weight_decay value");
+    detail::require_non_negative(o.initial_accumulator_value, "Adagrad", "initial_accumulator_value value");
+    detail::require_non_negative(o.eps, "Adagrad", "epsilon value");
+    sum_ = this->state_like_parameters(static_cast<M>(o.initial_accumulator_value));
   }
   template <class Model>
   requires requires(Model& m) {
@@ -125,7 +118,6 @@ class Adagrad {
     else
       run(std::false_type{});
   }
-  void zero_grad() { g_.fill(M(0)); }
   float lr() const { return o_.lr; }
   void set_lr(float lr) { o_.lr = lr; }
   const AdagradOptions& options() const { return o_; }
@@ -135,9 +127,6 @@ class Adagrad {
   /// torch's state["sum"], for checkpoints.
   arena_type& sum() { return sum_; }
   const arena_type& sum() const { return sum_; }
-  /// The gradient arena a step reads (GradScaler unscales it in place).
-  arena_type& gradients() { return g_; }
-  const arena_type& gradients() const { return g_; }
 
  private:
   /// The learning rate of the step being taken (steps_ counts it): lr / (1 + (t - 1) lr_decay), in
@@ -156,15 +145,9 @@ class Adagrad {
     kiln::assign(std_, kiln::sqrt(sum_));
     kiln::assign(std_, std_ + C(o_.eps));
     kiln::assign(p_, p_ + (g * static_cast<C>(-step_lr())) / std_);  // torch's addcdiv: (value t1) / t2
-    if (work_ != nullptr) {
-      auto work = working_arena_type::from_blob(work_, p_.extents(), p_.device_index());
-      kiln::assign(work, p_);
-    }
+    this->rewrite_working_copy();
   }
 
-  arena_type& p_;
-  arena_type& g_;
-  W* work_;  // mixed precision: the model's working copy; null otherwise
   arena_type sum_;
   AdagradOptions o_;
   std::int64_t steps_ = 0;

@@ -14,6 +14,7 @@
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
 #include "kiln/optim/device_scalars.hpp"
+#include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -156,16 +157,19 @@ struct AdamStep {
 /// What Adam and AdamW share: the moment arenas, the step count and the fused step. Decoupled selects
 /// AdamW's weight decay; W is the type of the working copy the step rewrites (M: none).
 template <class M, class D, class Options, bool Decoupled, class W = M>
-class AdamBase {
+class AdamBase : public ParameterArenas<M, D, W> {
+  using arenas = ParameterArenas<M, D, W>;
+  using arenas::g_, arenas::p_, arenas::work_;
+
  public:
-  using arena_type = Tensor<M, Shape<dyn>, D>;
-  using working_arena_type = Tensor<W, Shape<dyn>, D>;
+  using typename arenas::arena_type;
+  using typename arenas::working_arena_type;
   using options_type = Options;
   /// AdamW (true) or Adam (false).
   static constexpr bool decoupled_weight_decay = Decoupled;
 
   AdamBase(arena_type& params, arena_type& grads, Options o, const char* who, working_arena_type* work)
-      : p_(params), g_(grads), work_(detail::working_copy(params, work, who)), o_(o) {
+      : arenas(params, grads, work, who), o_(o) {
     const std::string name = who;
     if (!(o.lr >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
     if (!(o.eps >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid eps " + std::to_string(o.eps) + "; give eps >= 0");
@@ -173,17 +177,9 @@ class AdamBase {
     if (!(o.weight_decay >= 0.0f))
       throw ValueError("kiln::optim::" + name + ": invalid weight_decay " + std::to_string(o.weight_decay) +
                        "; give weight_decay >= 0");
-    if (params.numel() != grads.numel())
-      throw ShapeError("kiln::optim::" + name + ": " + std::to_string(params.numel()) + " parameters but " +
-                       std::to_string(grads.numel()) + " gradients; pass a model's parameters() and gradients()");
-    m_ = arena_type(params.extents(), params.device_index());
-    v_ = arena_type(params.extents(), params.device_index());
-    m_.fill(0.0f);
-    v_.fill(0.0f);
-    if (o.amsgrad) {
-      vmax_ = arena_type(params.extents(), params.device_index());
-      vmax_.fill(0.0f);
-    }
+    m_ = this->state_like_parameters(M(0));
+    v_ = this->state_like_parameters(M(0));
+    if (o.amsgrad) vmax_ = this->state_like_parameters(M(0));
     if (o.capturable) {
       double initial[AdamScalars::count] = {};
       initial[AdamScalars::lr] = o.lr;
@@ -238,14 +234,6 @@ class AdamBase {
                      static_cast<C>(std::sqrt(bias_correction2)));
   }
 
- public:
-  /// Sets every gradient to 0 (one pass).
-  void zero_grad() { g_.fill(M(0)); }
-  /// The gradient arena a step reads (GradScaler unscales it in place).
-  arena_type& gradients() { return g_; }
-  const arena_type& gradients() const { return g_; }
-
- private:
   /// The fused pass; Capturable reads decay, step size and bias correction from scalars_ instead.
   template <bool Capturable, class C>
   void run_fused(C decay, C neg_step_size, C bc2_sqrt) {
@@ -297,10 +285,7 @@ class AdamBase {
     kiln::assign(denom, denom / bc2_sqrt);
     kiln::assign(denom, denom + eps);
     kiln::assign(p_, p_ + (m_ * neg_step_size) / denom);
-    if (work_ != nullptr) {
-      auto work = working_arena_type::from_blob(work_, p_.extents(), p_.device_index());
-      kiln::assign(work, p_);
-    }
+    this->rewrite_working_copy();
   }
 
  public:
@@ -346,9 +331,6 @@ class AdamBase {
       throw ValueError("kiln::optim::" + who + ": invalid beta2 " + std::to_string(b.beta2) + "; give 0 <= beta2 < 1");
   }
 
-  arena_type& p_;
-  arena_type& g_;
-  W* work_;  // mixed precision: the model's working copy; null otherwise
   arena_type m_, v_, vmax_;
   DeviceScalars<D> scalars_;  // capturable only: AdamScalars
   Options o_;

@@ -13,6 +13,7 @@
 #include "kiln/core/fusion.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -98,27 +99,23 @@ struct RMSpropStep {
 ///   kiln::optim::RMSprop opt(model, {.lr = 1e-3f, .momentum = 0.9f});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class RMSprop {
+class RMSprop : public detail::ParameterArenas<M, D, W> {
+  using base = detail::ParameterArenas<M, D, W>;
+  using base::g_, base::p_, base::work_;
+
  public:
-  using arena_type = Tensor<M, Shape<dyn>, D>;
-  using working_arena_type = Tensor<W, Shape<dyn>, D>;
+  using typename base::arena_type;
+  using typename base::working_arena_type;
   using options_type = RMSpropOptions;
 
   RMSprop(arena_type& params, arena_type& grads, RMSpropOptions o = {}, working_arena_type* work = nullptr)
-      : p_(params), g_(grads), work_(detail::working_copy(params, work, "RMSprop")), o_(o) {
-    // torch's checks and words (a NaN is refused too).
-    const auto check = [](double v, const char* what) {
-      if (!(v >= 0.0))
-        throw ValueError(std::string("kiln::optim::RMSprop: Invalid ") + what + " value: " + std::to_string(v));
-    };
-    if (!(o.lr >= 0.0f)) throw ValueError("kiln::optim::RMSprop: Invalid learning rate: " + std::to_string(o.lr));
-    check(o.eps, "epsilon");
-    check(o.momentum, "momentum");
-    check(o.weight_decay, "weight_decay");
-    check(o.alpha, "alpha");
-    if (params.numel() != grads.numel())
-      throw ShapeError("kiln::optim::RMSprop: " + std::to_string(params.numel()) + " parameters but " +
-                       std::to_string(grads.numel()) + " gradients; pass a model's parameters() and gradients()");
+      : base(params, grads, work, "RMSprop"), o_(o) {
+    // torch's checks and words.
+    detail::require_non_negative(o.lr, "RMSprop", "learning rate");
+    detail::require_non_negative(o.eps, "RMSprop", "epsilon value");
+    detail::require_non_negative(o.momentum, "RMSprop", "momentum value");
+    detail::require_non_negative(o.weight_decay, "RMSprop", "weight_decay value");
+    detail::require_non_negative(o.alpha, "RMSprop", "alpha value");
     square_avg_ = zeros();
     if (o.centered) grad_avg_ = zeros();
     if (o.momentum > 0.0f) buf_ = zeros();
@@ -150,7 +147,6 @@ class RMSprop {
       with(o_.centered, [&](auto centered) { with(o_.weight_decay != 0.0f, [&](auto l2) { run(momentum, centered, l2); }); });
     });
   }
-  void zero_grad() { g_.fill(M(0)); }
   float lr() const { return o_.lr; }
   void set_lr(float lr) { o_.lr = lr; }
   float momentum() const { return o_.momentum; }
@@ -177,16 +173,9 @@ class RMSprop {
   void make_momentum_buffer() {
     if (buf_.empty() && p_.numel() > 0) buf_ = zeros();
   }
-  /// The gradient arena a step reads (GradScaler unscales it in place).
-  arena_type& gradients() { return g_; }
-  const arena_type& gradients() const { return g_; }
 
  private:
-  arena_type zeros() const {
-    arena_type a(p_.extents(), p_.device_index());
-    a.fill(M(0));
-    return a;
-  }
+  arena_type zeros() const { return this->state_like_parameters(M(0)); }
   /// step() as torch.optim.RMSprop(foreach=False) runs it: -g into a new tensor (maximize); g + wd p
   /// into a new tensor; v *= alpha,
   /// v += (1 - alpha) g g; (centered: m *= alpha, m += (1 - alpha) g, avg = sqrt(v - m m)) avg =
@@ -215,15 +204,9 @@ class RMSprop {
     } else {
       kiln::assign(p_, p_ + (g * C(-o_.lr)) / avg);
     }
-    if (work_ != nullptr) {
-      auto work = working_arena_type::from_blob(work_, p_.extents(), p_.device_index());
-      kiln::assign(work, p_);
-    }
+    this->rewrite_working_copy();
   }
 
-  arena_type& p_;
-  arena_type& g_;
-  W* work_;  // mixed precision: the model's working copy; null otherwise
   arena_type square_avg_, grad_avg_, buf_;
   RMSpropOptions o_;
   std::int64_t steps_ = 0;

@@ -14,6 +14,7 @@
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/optim/device_scalars.hpp"
+#include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -124,12 +125,15 @@ struct SgdStep {
 ///   kiln::optim::SGD opt(model, {.lr = 0.1f, .momentum = 0.9f});
 ///   opt.step();  // one pass over every parameter
 template <class M, class D, class W = M>
-class SGD {
+class SGD : public detail::ParameterArenas<M, D, W> {
+  using base = detail::ParameterArenas<M, D, W>;
+  using base::g_, base::p_, base::work_;
+
  public:
-  using arena_type = Tensor<M, Shape<dyn>, D>;
-  using working_arena_type = Tensor<W, Shape<dyn>, D>;
+  using typename base::arena_type;
+  using typename base::working_arena_type;
   SGD(arena_type& params, arena_type& grads, SGDOptions o, working_arena_type* work = nullptr)
-      : p_(params), g_(grads), work_(detail::working_copy(params, work, "SGD")), o_(o) {
+      : base(params, grads, work, "SGD"), o_(o) {
     // torch.optim.SGD's checks (a NaN is refused too), in Adam's words.
     if (kiln::detail::is_nan(o.lr))
       throw ValueError("kiln::optim::SGD: no learning rate (lr not given, or NaN); it has no default, as in "
@@ -142,13 +146,8 @@ class SGD {
                        "; give weight_decay >= 0");
     if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
       throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
-    if (params.numel() != grads.numel())
-      throw ShapeError("kiln::optim::SGD: " + std::to_string(params.numel()) + " parameters but " +
-                       std::to_string(grads.numel()) + " gradients; pass a model's parameters() and gradients()");
-    if (o.momentum != 0.0f) {  // zeros until the first step sets it (a checkpoint before it holds zeros)
-      buf_ = arena_type(params.extents(), params.device_index());
-      buf_.fill(M(0));
-    }
+    // zeros until the first step sets it (a checkpoint before it holds zeros)
+    if (o.momentum != 0.0f) buf_ = this->state_like_parameters(M(0));
     if (o.capturable) {
       const double initial[detail::SgdScalars::count] = {o.lr, 1.0, 0.0, 0.0};
       scalars_ = detail::DeviceScalars<D>(initial, params.device_index());
@@ -221,7 +220,6 @@ class SGD {
   }
 
  public:
-  void zero_grad() { g_.fill(M(0)); }
   float lr() const { return o_.lr; }
   /// A new learning rate for the next steps (capturable: copied to the device, so replays use it).
   void set_lr(float lr) {
@@ -243,8 +241,7 @@ class SGD {
   /// buffers load into them whatever the momentum is now.
   void make_momentum_buffer() {
     if (!buf_.empty() || p_.numel() == 0) return;
-    buf_ = arena_type(p_.extents(), p_.device_index());
-    buf_.fill(M(0));
+    buf_ = this->state_like_parameters(M(0));
     set_momentum_initialized(false);
   }
   /// The momentum buffers (torch's state["momentum_buffer"]; empty without momentum), for checkpoints.
@@ -260,9 +257,6 @@ class SGD {
     first_ = !on;
     if (o_.capturable) scalars_.set(detail::SgdScalars::pending_first, on ? 0.0 : 1.0);
   }
-  /// The gradient arena a step reads (GradScaler unscales it in place).
-  arena_type& gradients() { return g_; }
-  const arena_type& gradients() const { return g_; }
 
  private:
   /// step() as torch.optim.SGD(foreach=False) runs it: -g into a new tensor (maximize); g + wd p into
@@ -288,15 +282,9 @@ class SGD {
       }
     }
     kiln::assign(p_, p_ + g * C(-o_.lr));
-    if (work_ != nullptr) {
-      auto work = Tensor<W, Shape<dyn>, D>::from_blob(work_, p_.extents(), p_.device_index());
-      kiln::assign(work, p_);
-    }
+    this->rewrite_working_copy();
   }
 
-  arena_type& p_;
-  arena_type& g_;
-  W* work_;  // mixed precision: the model's working copy; null otherwise
   arena_type buf_;
   SGDOptions o_;
   bool first_ = true;

@@ -15,6 +15,7 @@
 #include <kiln/core/fusion.hpp>
 #include <kiln/optim/optim.hpp>
 
+#include "support/optimizer_checks.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
 
@@ -43,20 +44,6 @@ std::vector<M> gradient(std::uint32_t s) {
   return g;
 }
 
-/// Every state arena an optimizer keeps, as host vectors (empty ones included).
-template <class Opt>
-auto state_of(const Opt& opt) {
-  using V = decltype(opt.gradients().to_vector());
-  if constexpr (requires { opt.exp_avg(); })
-    return std::vector<V>{opt.exp_avg().to_vector(), opt.exp_avg_sq().to_vector(), opt.max_exp_avg_sq().to_vector()};
-  else if constexpr (requires { opt.square_avg(); })
-    return std::vector<V>{opt.square_avg().to_vector(), opt.grad_avg().to_vector(), opt.momentum_buffer().to_vector()};
-  else if constexpr (requires { opt.sum(); })
-    return std::vector<V>{opt.sum().to_vector()};
-  else
-    return std::vector<V>{opt.momentum_buffer().to_vector()};
-}
-
 /// 4 steps of two optimizers from the same parameters: `up` with o.maximize = true on the gradients g,
 /// `down` without it on -g. The parameters and every state arena agree element for element; up's
 /// gradients are still g after each step (torch's step leaves p.grad as it is); the parameters moved.
@@ -83,7 +70,7 @@ void maximize_steps_on_the_negated_gradient(Options o, bool fused) {
   const auto p = p_up.to_vector();
   BOOST_TEST(p == p_down.to_vector(), boost::test_tools::per_element());
   BOOST_TEST((p != start));
-  const auto a = state_of(up), b = state_of(down);
+  const auto a = kt::state_of(up), b = kt::state_of(down);
   for (std::size_t k = 0; k < a.size(); ++k) BOOST_TEST(a[k] == b[k], boost::test_tools::per_element());
 }
 

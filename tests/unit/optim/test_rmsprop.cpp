@@ -6,16 +6,15 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include <kiln/core/fusion.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
 #include <kiln/optim/rmsprop.hpp>
 
+#include "support/optimizer_checks.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
 
@@ -104,83 +103,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(three_steps_match_a_float64_transcription_of_torch
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_fused_and_torchs_order_unfused, D, kiln::test::devices) {
-  // Fusion off: torch's single-tensor operations one by one (more passes), landing where the one pass
-  // does within float rounding; neither writes the gradients.
-  using P = kiln::Policy<kiln::Fp32, D>;
-  for (const kiln::optim::RMSpropOptions o :
-       {kiln::optim::RMSpropOptions{}, kiln::optim::RMSpropOptions{.weight_decay = 1e-2f, .momentum = 0.5f,
-                                                                  .centered = true}}) {
-    knn::Model<Net, In, P> a(3), b(3);
-    kiln::optim::RMSprop fa(a, o), fb(b, o);
-    const auto n = static_cast<std::size_t>(a.parameter_count);
-    std::uint64_t fused = 0, unfused = 0;
-    for (std::uint32_t s = 0; s < 4; ++s) {
-      const auto g = kt::random_values<float>(n, -1, 1, 90 + s);
-      a.gradients().copy_from(std::span<const float>(g));
-      b.gradients().copy_from(std::span<const float>(g));
-      auto before = kiln::passes();
-      fa.step();
-      fused = kiln::passes() - before;
-      kiln::Unfused off;
-      before = kiln::passes();
-      fb.step();
-      unfused = kiln::passes() - before;
-      BOOST_TEST(b.gradients().to_vector() == g, boost::test_tools::per_element());
-    }
-    BOOST_TEST(fused == 1u);
-    BOOST_TEST(unfused >= 5u);
-    BOOST_TEST(kt::all_close(b.parameters().to_vector(), kt::to_doubles(a.parameters().to_vector()), 1e-5, 1e-6));
-  }
+  using O = kiln::optim::RMSpropOptions;
+  kt::fused_and_unfused_steps_agree<kiln::optim::RMSprop, D>(O{}, 5);
+  kt::fused_and_unfused_steps_agree<kiln::optim::RMSprop, D>(
+      O{.weight_decay = 1e-2f, .momentum = 0.5f, .centered = true}, 5);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_under_mixed_precision, D, kiln::test::devices) {
-  using P = kiln::Policy<kiln::MixedBf16, D>;
-  for (const bool fused : {true, false}) {
-    knn::Model<Net, In, P> m(4);
-    kiln::optim::RMSprop opt(m, {.momentum = 0.9f});
-    const auto n = static_cast<std::size_t>(m.parameter_count);
-    m.gradients().copy_from(std::span<const float>(kt::random_values<float>(n, -1, 1, 5)));
-    {
-      std::optional<kiln::Unfused> off;
-      if (!fused) off.emplace();
-      opt.step();
-    }
-    const auto masters = m.parameters().to_vector();
-    const auto work = m.working_parameters().to_vector();
-    bool same = true;
-    for (std::size_t i = 0; i < n; ++i)
-      same = same && static_cast<float>(work[i]) == static_cast<float>(kiln::bfloat16(masters[i]));
-    BOOST_TEST(same, (fused ? "fused" : "unfused"));
-  }
+  kt::the_working_copy_follows_the_masters<kiln::optim::RMSprop, D>(
+      kiln::optim::RMSpropOptions{.momentum = 0.9f});
 }
 
-// GradScaler drives RMSprop as it drives SGD and Adam: gradients scaled by 2^k step exactly as the
-// unscaled ones (1 / 2^k is exact), and a step with an inf is skipped.
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_rmsprop, D, kiln::test::devices) {
-  using P = kiln::Policy<kiln::Fp32, D>;
-  knn::Model<Net, In, P> plain(4), scaled(4);
-  kiln::optim::RMSprop a(plain, {.momentum = 0.9f}), b(scaled, {.momentum = 0.9f});
-  kiln::optim::GradScaler<D> scaler({.init_scale = 1024.0});
-  const auto n = static_cast<std::size_t>(plain.parameter_count);
-  for (std::uint32_t step = 0; step < 3; ++step) {
-    const auto g = kt::random_values<float>(n, -1, 1, 40 + step);
-    std::vector<float> big(g);
-    for (float& v : big) v *= static_cast<float>(scaler.scale());
-    plain.gradients().copy_from(std::span<const float>(g));
-    scaled.gradients().copy_from(std::span<const float>(big));
-    a.step();
-    scaler.step(b);
-    scaler.update();
-  }
-  BOOST_TEST(scaled.parameters().to_vector() == plain.parameters().to_vector(), boost::test_tools::per_element());
-  std::vector<float> inf(n, 1.0f);
-  inf[3] = INFINITY;
-  scaled.gradients().copy_from(std::span<const float>(inf));
-  const auto before = scaled.parameters().to_vector();
-  scaler.step(b);
-  scaler.update();
-  BOOST_TEST(scaled.parameters().to_vector() == before, boost::test_tools::per_element());
-  BOOST_TEST(scaler.scale() == 512.0);
+  kt::a_grad_scaler_drives_it<kiln::optim::RMSprop, D>(kiln::optim::RMSpropOptions{.momentum = 0.9f});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_set_before_the_first_step_is_one_built_in, D, kiln::test::devices) {

@@ -1,0 +1,62 @@
+/// What every optimizer steps: a model's parameter and gradient arenas, and its working copy under mixed
+/// precision.
+#pragma once
+#include <string>
+
+#include "kiln/core/errors.hpp"
+#include "kiln/expr/assign.hpp"
+#include "kiln/optim/working_copy.hpp"
+#include "kiln/tensor/tensor.hpp"
+
+namespace kiln::optim::detail {
+
+/// torch's check of an option that must not be negative (a NaN is refused too), in torch's words:
+/// "Invalid learning rate: -1.000000", "Invalid epsilon value: ..." (what = "epsilon value").
+inline void require_non_negative(double v, const char* who, const char* what) {
+  if (!(v >= 0.0))
+    throw ValueError(std::string("kiln::optim::") + who + ": Invalid " + what + ": " + std::to_string(v));
+}
+
+/// The arenas an optimizer (SGD, Adam, AdamW, RMSprop, Adagrad) derives from: the parameters p_ and
+/// gradients g_ it was built on, checked to be as long, and the working copy work_ a mixed-precision step
+/// rewrites (null for W = M). zero_grad() and gradients() are the optimizer's own.
+template <class M, class D, class W>
+class ParameterArenas {
+ public:
+  using arena_type = Tensor<M, Shape<dyn>, D>;
+  using working_arena_type = Tensor<W, Shape<dyn>, D>;
+
+  /// Sets every gradient to 0 (one pass).
+  void zero_grad() { g_.fill(M(0)); }
+  /// The gradient arena a step reads (GradScaler unscales it in place).
+  arena_type& gradients() { return g_; }
+  const arena_type& gradients() const { return g_; }
+
+ protected:
+  /// `who` names the optimizer in the errors.
+  ParameterArenas(arena_type& params, arena_type& grads, working_arena_type* work, const char* who)
+      : p_(params), g_(grads), work_(working_copy(params, work, who)) {
+    if (params.numel() != grads.numel())
+      throw ShapeError(std::string("kiln::optim::") + who + ": " + std::to_string(params.numel()) +
+                       " parameters but " + std::to_string(grads.numel()) +
+                       " gradients; pass a model's parameters() and gradients()");
+  }
+  /// State shaped as the parameters (a moment, a sum, a momentum buffer), on their device, filled.
+  arena_type state_like_parameters(M fill) const {
+    arena_type a(p_.extents(), p_.device_index());
+    a.fill(fill);
+    return a;
+  }
+  /// The working copy rewritten from the parameters (an unfused step's last pass; no-op without one).
+  void rewrite_working_copy() {
+    if (work_ == nullptr) return;
+    auto work = working_arena_type::from_blob(work_, p_.extents(), p_.device_index());
+    kiln::assign(work, p_);
+  }
+
+  arena_type& p_;
+  arena_type& g_;
+  W* work_;  // mixed precision: the model's working copy; null otherwise
+};
+
+}  // namespace kiln::optim::detail
