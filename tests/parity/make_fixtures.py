@@ -52,14 +52,16 @@ mlp_adagrad.json
 schedulers.json
   torch_version   str
   base_lr         float   the optimizer's lr before the scheduler is built (0.1)
-  epochs          int     length of every sequence (30)
+  epochs          int     length of a sequence (30) unless the schedule gives its own `epochs`
   schedules       [ {name: str, torch: str (the PyTorch construction), plus its arguments
                      (StepLR: step_size, gamma; MultiStepLR: milestones, gamma; CosineAnnealingLR:
                      T_max, eta_min; linear warm-up: warmup_steps, start_factor and, when it hands over
                      to a cosine schedule, T_max, eta_min; ExponentialLR: gamma; LambdaLR: none, the
                      function is in `torch`; CosineAnnealingWarmRestarts: T_0, T_mult, eta_min;
-                     ChainedScheduler: chain, [{scheduler: str (the torch class), its arguments}] in
-                     the order built), lr: [float] * epochs} ]
+                     ConstantLR: factor, total_iters; LinearLR: start_factor, end_factor, total_iters;
+                     PolynomialLR: total_iters, power; ChainedScheduler: chain, [{scheduler: str (the
+                     torch class), its arguments}] in the order built; SequentialLR: sequence (as
+                     chain), milestones), optionally epochs: int, lr: [float] * epochs} ]
                   lr[0] is the lr right after construction, lr[e] after the e-th scheduler.step()
                   (each preceded by an optimizer.step()); float64 as Python prints it.
   plateaus        [ {name, torch, mode ("min"/"max"), factor, patience, threshold, threshold_mode
@@ -147,6 +149,10 @@ layers_upsample.json
                   upsample_bilinear2_align_corners Upsample(scale_factor=2, mode='bilinear', align_corners=True),
                                                    [2, 3, 4, 5]
                   upsampling_bilinear2d3           UpsamplingBilinear2d(scale_factor=3), [2, 2, 2, 3]
+                  upsample_bicubic2                Upsample(scale_factor=2, mode='bicubic'), [2, 3, 4, 5]
+                  upsample_bicubic3                Upsample(scale_factor=3, mode='bicubic'), [2, 2, 5, 3]
+                  upsample_bicubic2_align_corners  Upsample(scale_factor=2, mode='bicubic', align_corners=True),
+                                                   [2, 3, 4, 5]
 
 layers_pool_modes.json
   torch_version   str
@@ -447,6 +453,16 @@ def schedulers_fixture():
     specs.append(({"name": "cosine_warm_restarts_fixed", "torch": "CosineAnnealingWarmRestarts(T_0=7)",
                    "T_0": 7, "T_mult": 1, "eta_min": 0.0},
                   lambda o: S.CosineAnnealingWarmRestarts(o, T_0=7)))
+    # torch 1.13's ConstantLR, LinearLR and PolynomialLR over 8 epochs, past their total_iters.
+    specs.append(({"name": "constant_lr", "torch": "ConstantLR(factor=0.5, total_iters=3)", "factor": 0.5,
+                   "total_iters": 3, "epochs": 8},
+                  lambda o: S.ConstantLR(o, factor=0.5, total_iters=3)))
+    specs.append(({"name": "linear_lr", "torch": "LinearLR(start_factor=0.25, end_factor=0.75, total_iters=4)",
+                   "start_factor": 0.25, "end_factor": 0.75, "total_iters": 4, "epochs": 8},
+                  lambda o: S.LinearLR(o, start_factor=0.25, end_factor=0.75, total_iters=4)))
+    specs.append(({"name": "polynomial_lr", "torch": "PolynomialLR(total_iters=4, power=2.0)", "total_iters": 4,
+                   "power": 2.0, "epochs": 8},
+                  lambda o: S.PolynomialLR(o, total_iters=4, power=2.0)))
     # ChainedScheduler: the schedules built one after another on the optimizer, in the list's order.
     chains = [
         ("chained_exponential_multi_step",
@@ -465,16 +481,38 @@ def schedulers_fixture():
           {"scheduler": "StepLR", "step_size": 4, "gamma": 0.8}],
          lambda o: [S.MultiStepLR(o, milestones=[0, 5], gamma=0.5), S.LinearLR(o, start_factor=0.5, total_iters=3),
                     S.StepLR(o, step_size=4, gamma=0.8)]),
+        ("chained_polynomial_linear_constant",
+         [{"scheduler": "PolynomialLR", "total_iters": 30, "power": 2.0},
+          {"scheduler": "LinearLR", "start_factor": 0.25, "end_factor": 0.75, "total_iters": 4},
+          {"scheduler": "ConstantLR", "factor": 0.5, "total_iters": 3}],
+         lambda o: [S.PolynomialLR(o, total_iters=30, power=2.0),
+                    S.LinearLR(o, start_factor=0.25, end_factor=0.75, total_iters=4),
+                    S.ConstantLR(o, factor=0.5, total_iters=3)]),
     ]
     for name, chain, make in chains:
         built = ", ".join(c["scheduler"] + "(" + ", ".join(f"{k}={v}" for k, v in c.items() if k != "scheduler") + ")"
                           for c in chain)
         specs.append(({"name": name, "torch": f"ChainedScheduler([{built}])", "chain": chain},
                       lambda o, make=make: S.ChainedScheduler(make(o))))
+    # SequentialLR: the schedules built one after another on the optimizer, then handed over at the
+    # milestones (each from torch's initial_lr, restarted at its epoch 0).
+    sequences = [
+        ("sequential_lr",
+         [{"scheduler": "ConstantLR", "factor": 0.5, "total_iters": 2}, {"scheduler": "ExponentialLR", "gamma": 0.9},
+          {"scheduler": "StepLR", "step_size": 2, "gamma": 0.5}], [3, 6], 12,
+         lambda o: [S.ConstantLR(o, factor=0.5, total_iters=2), S.ExponentialLR(o, gamma=0.9),
+                    S.StepLR(o, step_size=2, gamma=0.5)]),
+    ]
+    for name, sequence, milestones, length, make in sequences:
+        built = ", ".join(c["scheduler"] + "(" + ", ".join(f"{k}={v}" for k, v in c.items() if k != "scheduler") + ")"
+                          for c in sequence)
+        specs.append(({"name": name, "torch": f"SequentialLR([{built}], milestones={milestones})",
+                       "sequence": sequence, "milestones": milestones, "epochs": length},
+                      lambda o, make=make, milestones=milestones: S.SequentialLR(o, make(o), milestones=milestones)))
     schedules = []
     for spec, make in specs:
         entry = dict(spec)
-        entry["lr"] = lr_sequence(make, base_lr, epochs)
+        entry["lr"] = lr_sequence(make, base_lr, spec.get("epochs", epochs))
         schedules.append(entry)
     # ReduceLROnPlateau: the lr after each step(metric) over a made-up validation curve (improving, then
     # flat with noise, a relapse, a new best), under two configurations.
@@ -746,8 +784,8 @@ def layers_padding_fixture():
 
 
 def layers_upsample_fixture():
-    """Upsample in nearest (also as UpsamplingNearest2d) and bilinear mode (align_corners False, and True
-    also as UpsamplingBilinear2d), and Identity."""
+    """Upsample in nearest (also as UpsamplingNearest2d), bilinear (align_corners False, and True also as
+    UpsamplingBilinear2d) and bicubic mode (align_corners False and True), and Identity."""
     nn = torch.nn
     cases = [
         layer_case("upsample_nearest2", lambda: nn.Upsample(scale_factor=2), (2, 3, 4, 5), 501),
@@ -758,6 +796,10 @@ def layers_upsample_fixture():
         layer_case("upsample_bilinear2_align_corners",
                    lambda: nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True), (2, 3, 4, 5), 506),
         layer_case("upsampling_bilinear2d3", lambda: nn.UpsamplingBilinear2d(scale_factor=3), (2, 2, 2, 3), 507),
+        layer_case("upsample_bicubic2", lambda: nn.Upsample(scale_factor=2, mode="bicubic"), (2, 3, 4, 5), 508),
+        layer_case("upsample_bicubic3", lambda: nn.Upsample(scale_factor=3, mode="bicubic"), (2, 2, 5, 3), 509),
+        layer_case("upsample_bicubic2_align_corners",
+                   lambda: nn.Upsample(scale_factor=2, mode="bicubic", align_corners=True), (2, 3, 4, 5), 510),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

@@ -129,8 +129,8 @@ struct AdaptiveMaxPoolForward {
   }
 };
 
-/// dx[plane, h, w] = Σ dy over the bins holding (h, w) whose max it was, in bin order (torch's scatter
-/// adds in the same order): a gather per input, no atomics, the same sums on every device.
+/// dx[plane, h, w] = Σ dy over the bins holding (h, w) whose max it was, in bin order (torch's CPU
+/// scatter order): a gather per input, no atomics, the same sums on every device.
 template <class T>
 struct AdaptiveMaxPoolBackward {
   const T* dy;

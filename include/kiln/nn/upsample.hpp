@@ -1,6 +1,6 @@
 /// Upsample<Scale, Mode>: each plane enlarged Scale times, as torch.nn.Upsample(scale_factor=Scale, mode)
-/// for an integer factor: nearest (UpsamplingNearest2d) or bilinear (align_corners False, or True as
-/// UpsamplingBilinear2d).
+/// for an integer factor: nearest (UpsamplingNearest2d), bilinear (align_corners False, or True as
+/// UpsamplingBilinear2d) or bicubic.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -14,8 +14,9 @@
 namespace kiln::nn {
 
 /// How Upsample fills the new pixels, as torch's mode: nearest (each input pixel repeated Scale x Scale
-/// times) or bilinear (interpolated between the four nearest input pixels).
-enum class UpsampleMode { nearest, bilinear };
+/// times), bilinear (interpolated between the four nearest input pixels) or bicubic (Keys' cubic
+/// convolution over the sixteen nearest, a = -0.75 as torch's).
+enum class UpsampleMode { nearest, bilinear, bicubic };
 
 namespace detail {
 /// The planes (N C) of [N, C, H, W] and the factor: [N, C, H Scale, W Scale].
@@ -58,6 +59,49 @@ struct BilinearTaps {
   }
 };
 
+/// Output o's four input rows in bicubic mode, as torch's compute_indices_weights_cubic: the source
+/// Scale⁻¹ (o + 0.5) - 0.5 (not clamped: cubic), or o (n - 1) / (n Scale - 1) with align_corners; its
+/// floor f (at most n - 1) and t = the rest (within [0, 1]); rows f - 1 .. f + 2 clamped into [0, n),
+/// weighted by Keys' cubic convolution at distances 1 + t, t, 1 - t, 2 - t (a = -0.75). In C (float, or
+/// double for a double tensor); the unaligned source in double first, as torch's.
+template <class C>
+struct CubicTaps {
+  index_t at[4];
+  C w[4];
+  KILN_HOST_DEVICE CubicTaps(index_t o, index_t n, index_t scale, bool align_corners) {
+    C src;
+    if (align_corners) {
+      const index_t out = n * scale;
+      const C ratio = out > 1 ? static_cast<C>(n - 1) / static_cast<C>(out - 1) : C(0);
+      src = ratio * static_cast<C>(o);
+    } else {
+      const C inverse = static_cast<C>(1.0 / static_cast<double>(scale));
+      src = static_cast<C>(static_cast<double>(inverse) * (static_cast<double>(o) + 0.5) - 0.5);
+    }
+    index_t f = static_cast<index_t>(floor(static_cast<double>(src)));
+    if (f > n - 1) f = n - 1;
+    C t = src - static_cast<C>(f);
+    t = t < C(0) ? C(0) : (t > C(1) ? C(1) : t);
+    w[0] = far(t + C(1));
+    w[1] = near(t);
+    w[2] = near(C(1) - t);
+    w[3] = far(C(2) - t);
+    for (int k = 0; k < 4; ++k) {
+      const index_t r = f - 1 + k;
+      at[k] = r < 0 ? 0 : (r > n - 1 ? n - 1 : r);
+    }
+  }
+  /// Keys' kernel with a = -0.75 at a distance x <= 1, and 1 < x < 2 (torch's cubic_convolution1, 2).
+  KILN_HOST_DEVICE static C near(C x) {
+    const C a = C(-0.75);
+    return ((a + C(2)) * x - (a + C(3))) * x * x + C(1);
+  }
+  KILN_HOST_DEVICE static C far(C x) {
+    const C a = C(-0.75);
+    return ((a * x - C(5) * a) * x + C(8) * a) * x - C(4) * a;
+  }
+};
+
 /// y = x enlarged: one call per output element.
 template <class T, UpsampleMode Mode>
 struct UpsampleForward {
@@ -70,24 +114,39 @@ struct UpsampleForward {
     const T* xp = x + plane * g.h * g.w;
     if constexpr (Mode == UpsampleMode::nearest) {
       y[i] = xp[nearest_source(oh, g.h, g.scale) * g.w + nearest_source(ow, g.w, g.scale)];
-    } else {
+    } else if constexpr (Mode == UpsampleMode::bilinear) {
       using C = compute_t<T>;
       const BilinearTaps<C> r(oh, g.h, g.scale, g.align_corners), c(ow, g.w, g.scale, g.align_corners);
       const auto at = [&](index_t ih, index_t iw) { return to_compute(xp[ih * g.w + iw]); };
       y[i] = from_compute<T>(r.l0 * (c.l0 * at(r.lo, c.lo) + c.l1 * at(r.lo, c.hi)) +
                              r.l1 * (c.l0 * at(r.hi, c.lo) + c.l1 * at(r.hi, c.hi)));
+    } else {
+      // torch's order: each row's four columns weighted and added, then the four rows
+      using C = compute_t<T>;
+      const CubicTaps<C> r(oh, g.h, g.scale, g.align_corners), c(ow, g.w, g.scale, g.align_corners);
+      C acc = 0;
+      for (int j = 0; j < 4; ++j) {
+        const T* row = xp + r.at[j] * g.w;
+        C t = to_compute(row[c.at[0]]) * c.w[0];
+        for (int k = 1; k < 4; ++k) t += to_compute(row[c.at[k]]) * c.w[k];
+        acc = j == 0 ? t * r.w[0] : acc + t * r.w[j];
+      }
+      y[i] = from_compute<T>(acc);
     }
   }
   Traffic traffic(index_t n) const {
+    const std::uint64_t per = Mode == UpsampleMode::nearest ? 0 : Mode == UpsampleMode::bilinear ? 8 : 40;
     return {kiln::detail::bytes_of<T>(g.planes * g.h * g.w) + kiln::detail::bytes_of<T>(n),
-            Mode == UpsampleMode::nearest ? 0 : static_cast<std::uint64_t>(n) * 8};
+            static_cast<std::uint64_t>(n) * per};
   }
 };
 
 /// dx[i] = Σ over the outputs that read input i of their weight times dy (a gather: one write per input,
 /// no atomics). Nearest: the Scale x Scale block of outputs that repeat it. Bilinear: the outputs within
 /// one input row or column of it, 3 Scale along each axis, weighted as the forward pass read them and
-/// added in torch's order (output by output, its four products).
+/// added in torch's order (output by output, its four products). Bicubic: the outputs within two input
+/// rows or columns of it (and every output whose taps clamp onto it at an edge), 5 Scale along each
+/// axis, in torch's CPU order (output by output; its sixteen taps column by column, dy wy wx).
 template <class T, UpsampleMode Mode>
 struct UpsampleBackward {
   const T* dy;
@@ -110,6 +169,24 @@ struct UpsampleBackward {
         if (nearest_source(oh, g.h, g.scale) != ih) continue;
         for (index_t ow = w0; ow < w1 && ow < wo; ++ow)
           if (nearest_source(ow, g.w, g.scale) == iw) acc += to_compute(d[oh * wo + ow]);
+      }
+    } else if constexpr (Mode == UpsampleMode::bicubic) {
+      index_t h0, h1, w0, w1;
+      cubic_readers(ih, g.h, h0, h1);
+      cubic_readers(iw, g.w, w0, w1);
+      for (index_t oh = h0; oh < h1; ++oh) {
+        const CubicTaps<C> r(oh, g.h, g.scale, g.align_corners);
+        if (r.at[0] > ih || r.at[3] < ih) continue;  // the clamped taps are rows at[0] .. at[3]
+        for (index_t ow = w0; ow < w1; ++ow) {
+          const CubicTaps<C> c(ow, g.w, g.scale, g.align_corners);
+          if (c.at[0] > iw || c.at[3] < iw) continue;
+          const C dv = to_compute(d[oh * wo + ow]);
+          for (int k = 0; k < 4; ++k) {
+            if (c.at[k] != iw) continue;
+            for (int j = 0; j < 4; ++j)
+              if (r.at[j] == ih) acc += dv * r.w[j] * c.w[k];
+          }
+        }
       }
     } else {
       index_t h0, h1, w0, w1;
@@ -151,9 +228,27 @@ struct UpsampleBackward {
       if (last > out) last = out;
     }
   }
+  /// The outputs [first, last) along an axis of n inputs whose bicubic taps may reach input i: those
+  /// whose source lies within two inputs of i and one to spare (5 Scale), and at the first and last
+  /// input every output before or after (their taps clamp onto it); with align_corners at (n Scale - 1)
+  /// / (n - 1) outputs an input (all of them for one input).
+  KILN_HOST_DEVICE void cubic_readers(index_t i, index_t n, index_t& first, index_t& last) const {
+    const index_t out = n * g.scale;
+    if (!g.align_corners) {
+      first = i > 2 ? (i - 2) * g.scale : 0;
+      last = i + 1 < n && (i + 3) * g.scale < out ? (i + 3) * g.scale : out;
+    } else if (n == 1) {
+      first = 0, last = out;
+    } else {
+      first = i > 3 ? (i - 3) * (out - 1) / (n - 1) : 0;
+      last = i + 1 < n ? (i + 3) * (out - 1) / (n - 1) + 2 : out;
+      if (last > out) last = out;
+    }
+  }
   Traffic traffic(index_t n) const {
+    const std::uint64_t per = Mode == UpsampleMode::nearest ? 1 : Mode == UpsampleMode::bilinear ? 9 : 48;
     return {kiln::detail::bytes_of<T>(n * g.scale * g.scale) + kiln::detail::bytes_of<T>(n),
-            static_cast<std::uint64_t>(n * g.scale * g.scale) * (Mode == UpsampleMode::nearest ? 1 : 9)};
+            static_cast<std::uint64_t>(n * g.scale * g.scale) * per};
   }
 };
 
@@ -164,9 +259,10 @@ enum class UpsampleName { upsample, nearest2d, bilinear2d };
 template <index_t Scale, UpsampleMode Mode, bool AlignCorners, UpsampleName Name>
 struct Upsample2d {
   static_assert(Scale > 0, "kiln::nn::Upsample<Scale, Mode>: the scale factor must be a positive integer");
-  static_assert(Mode == UpsampleMode::bilinear || !AlignCorners,
-                "kiln::nn::Upsample<Scale, Mode, AlignCorners>: align_corners applies to bilinear mode only "
-                "(torch refuses it for nearest)");
+  static_assert(
+      Mode != UpsampleMode::nearest || !AlignCorners,
+      "kiln::nn::Upsample<Scale, Mode, AlignCorners>: align_corners applies to bilinear and bicubic "
+      "modes only (torch refuses it for nearest)");
   // >>> Stopped here? Upsample takes [N, C, H, W] with static H and W. <<<
   template <class S>
   static constexpr bool accepts = (S::rank == 4) && (S::extents[2] != dyn) && (S::extents[3] != dyn);
@@ -182,7 +278,9 @@ struct Upsample2d {
     /// torch's repr: "Upsample(scale_factor=2.0, mode=nearest)", "UpsamplingNearest2d(...)" (without
     /// align_corners, as torch's).
     std::string name() const {
-      const std::string mode = Mode == UpsampleMode::nearest ? "nearest" : "bilinear";
+      const std::string mode = Mode == UpsampleMode::nearest    ? "nearest"
+                               : Mode == UpsampleMode::bilinear ? "bilinear"
+                                                                : "bicubic";
       return layer() + "(scale_factor=" + std::to_string(Scale) + ".0, mode=" + mode + ")";
     }
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context) {
@@ -220,8 +318,10 @@ struct Upsample2d {
 
 /// Each plane enlarged Scale times, as torch.nn.Upsample(scale_factor=Scale, mode=...) with an integer
 /// factor: `Upsample<2>` repeats each pixel 2 x 2 times (mode='nearest', torch's default),
-/// `Upsample<2, UpsampleMode::bilinear>` interpolates (mode='bilinear', align_corners=False), and
-/// `Upsample<2, UpsampleMode::bilinear, true>` with align_corners=True.
+/// `Upsample<2, UpsampleMode::bilinear>` interpolates (mode='bilinear', align_corners=False),
+/// `Upsample<2, UpsampleMode::bilinear, true>` with align_corners=True, and `Upsample<2,
+/// UpsampleMode::bicubic>` through the sixteen nearest pixels (mode='bicubic'; its overshoot is not
+/// clamped, as torch's: an image in [0, 1] may leave it).
 /// Shapes: [N, C, H, W] -> [N, C, H Scale, W Scale].
 template <index_t Scale, UpsampleMode Mode = UpsampleMode::nearest, bool AlignCorners = false>
 struct Upsample : detail::Upsample2d<Scale, Mode, AlignCorners, detail::UpsampleName::upsample> {};

@@ -1,6 +1,7 @@
 /// Learning-rate schedulers: StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR,
-/// CosineAnnealingWarmRestarts and LinearWarmup over epochs, ChainedScheduler (their product),
-/// OneCycleLR over batches (with the momentum), and ReduceLROnPlateau on a metric (torch 1.13 semantics).
+/// CosineAnnealingWarmRestarts, ConstantLR, LinearLR, PolynomialLR and LinearWarmup over epochs,
+/// ChainedScheduler (their product), SequentialLR (one after another at milestones), OneCycleLR over
+/// batches (with the momentum), and ReduceLROnPlateau on a metric (torch 1.13 semantics).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -51,8 +52,12 @@ concept lr_schedule = requires(const S& s, std::int64_t epoch) {
 
 template <class First, class... Rest>
 class ChainedScheduler;
+template <class First, class... Rest>
+class SequentialLR;
 
 namespace detail {
+
+struct Rebase;
 
 /// What every scheduler shares, like torch's _LRScheduler: the optimizer, its lr when the scheduler was
 /// built (base_lr, torch's initial_lr), the epoch (last_epoch) and the last lr set. Schedule provides
@@ -94,11 +99,35 @@ class LRScheduler {
  private:
   template <class First, class... Rest>
   friend class kiln::optim::ChainedScheduler;  // sets its copies' base_lr to 1, to read their factors
+  friend struct Rebase;                        // SequentialLR sets its copies' base_lr to its own
+  /// What Rebase also sets in a schedule that holds others (LinearWarmup around one, SequentialLR):
+  /// nothing here.
+  void rebase_held(double) {}
 
   Opt* opt_;
   double base_lr_;
   std::int64_t epoch_ = 0;
   double last_lr_ = 0.0;
+};
+
+/// Sets a schedule's base lr and that of the schedules it holds (a LinearWarmup's wrapped one, a
+/// SequentialLR's): SequentialLR starts every schedule from its initial lr, as torch's all take the
+/// optimizer's initial_lr.
+struct Rebase {
+  template <class S>
+  static void to(S& s, double lr) {
+    constexpr bool kilns = std::is_base_of_v<LRScheduler<typename S::optimizer_type, S>, S>;
+    // >>> Stopped here? A schedule of your own in a SequentialLR (or wrapped by a LinearWarmup in one). <<<
+    static_assert(
+        kilns,
+        "kiln::optim::SequentialLR: every schedule in it (and one a LinearWarmup in it wraps) must be "
+        "one of kiln's, which it restarts from its initial lr as torch's does; write a schedule of "
+        "your own as a LambdaLR (base_lr times a function of the epoch)");
+    if constexpr (kilns) {
+      s.base_lr_ = lr;
+      s.rebase_held(lr);
+    }
+  }
 };
 
 inline void require_positive(std::int64_t v, const char* who, const char* what) {
@@ -262,10 +291,97 @@ class LambdaLR : public detail::LRScheduler<Opt, LambdaLR<Opt, F>> {
   F f_;
 };
 
+/// lr = base_lr * factor for epoch < total_iters, then base_lr, torch.optim.lr_scheduler.ConstantLR.
+/// total_iters must be positive (torch's step() with 0 keeps the factor for ever, its closed form never
+/// applies it; factor 1 is the schedule that changes nothing).
+/// Example: `kiln::optim::ConstantLR sched(opt, /*factor=*/0.5, /*total_iters=*/4);`
+template <lr_optimizer Opt>
+class ConstantLR : public detail::LRScheduler<Opt, ConstantLR<Opt>> {
+  using base = detail::LRScheduler<Opt, ConstantLR<Opt>>;
+
+ public:
+  explicit ConstantLR(Opt& opt, double factor = 1.0 / 3.0, std::int64_t total_iters = 5)
+      : base(opt), factor_(factor), total_(total_iters) {
+    if (factor > 1.0 || factor < 0.0)
+      throw ValueError(
+          "kiln::optim::ConstantLR: Constant multiplicative factor expected to be between 0 and 1.");
+    detail::require_positive(total_iters, "ConstantLR", "total_iters");
+    this->apply();
+  }
+  double lr_at(std::int64_t epoch) const {
+    return epoch < total_ ? this->base_lr() * factor_ : this->base_lr();
+  }
+  double factor() const { return factor_; }
+  std::int64_t total_iters() const { return total_; }
+
+ private:
+  double factor_;
+  std::int64_t total_;
+};
+
+/// lr = base_lr (start_factor + (end_factor - start_factor) min(epoch, total_iters) / total_iters),
+/// torch.optim.lr_scheduler.LinearLR: a line from start_factor to end_factor, then end_factor.
+/// Example: `kiln::optim::LinearLR sched(opt, /*start_factor=*/0.1, /*end_factor=*/1.0, /*total_iters=*/5);`
+template <lr_optimizer Opt>
+class LinearLR : public detail::LRScheduler<Opt, LinearLR<Opt>> {
+  using base = detail::LRScheduler<Opt, LinearLR<Opt>>;
+
+ public:
+  explicit LinearLR(Opt& opt, double start_factor = 1.0 / 3.0, double end_factor = 1.0,
+                    std::int64_t total_iters = 5)
+      : base(opt), start_(start_factor), end_(end_factor), total_(total_iters) {
+    if (start_factor > 1.0 || start_factor <= 0.0)
+      throw ValueError(
+          "kiln::optim::LinearLR: Starting multiplicative factor expected to be greater than 0 and less "
+          "or equal to 1.");
+    if (end_factor > 1.0 || end_factor < 0.0)
+      throw ValueError("kiln::optim::LinearLR: Ending multiplicative factor expected to be between 0 and 1.");
+    detail::require_positive(total_iters, "LinearLR", "total_iters");
+    this->apply();
+  }
+  double lr_at(std::int64_t epoch) const {
+    const double done = static_cast<double>(std::min(total_, epoch)) / static_cast<double>(total_);
+    return this->base_lr() * (start_ + (end_ - start_) * done);
+  }
+  double start_factor() const { return start_; }
+  double end_factor() const { return end_; }
+  std::int64_t total_iters() const { return total_; }
+
+ private:
+  double start_, end_;
+  std::int64_t total_;
+};
+
+/// lr = base_lr (1 - min(epoch, total_iters) / total_iters)^power, torch.optim.lr_scheduler.PolynomialLR:
+/// 0 from total_iters on (for a positive power).
+/// Example: `kiln::optim::PolynomialLR sched(opt, /*total_iters=*/100, /*power=*/2.0);`
+template <lr_optimizer Opt>
+class PolynomialLR : public detail::LRScheduler<Opt, PolynomialLR<Opt>> {
+  using base = detail::LRScheduler<Opt, PolynomialLR<Opt>>;
+
+ public:
+  explicit PolynomialLR(Opt& opt, std::int64_t total_iters = 5, double power = 1.0)
+      : base(opt), total_(total_iters), power_(power) {
+    detail::require_positive(total_iters, "PolynomialLR", "total_iters");
+    this->apply();
+  }
+  double lr_at(std::int64_t epoch) const {
+    const double done = static_cast<double>(std::min(total_, epoch)) / static_cast<double>(total_);
+    return this->base_lr() * std::pow(1.0 - done, power_);
+  }
+  std::int64_t total_iters() const { return total_; }
+  double power() const { return power_; }
+
+ private:
+  std::int64_t total_;
+  double power_;
+};
+
 /// Linear warm-up: for epoch < warmup_steps, lr = base_lr (start_factor + (1 - start_factor) epoch /
 /// warmup_steps); from epoch warmup_steps on, the wrapped schedule restarted at its epoch 0 (epoch -
 /// warmup_steps), or base_lr when nothing is wrapped. Alone it is torch's LinearLR(start_factor,
-/// total_iters = warmup_steps); wrapping S it is SequentialLR([LinearLR(...), S], milestones=[warmup_steps]).
+/// total_iters = warmup_steps) (kiln's LinearLR with end_factor 1); wrapping S it is
+/// SequentialLR([LinearLR(...), S], milestones=[warmup_steps]) (kiln's SequentialLR too, in one type).
 /// Example:
 ///   kiln::optim::LinearWarmup sched(kiln::optim::CosineAnnealingLR(opt, 95), /*warmup_steps=*/5, 0.1);
 ///   kiln::optim::LinearWarmup warm(opt, /*warmup_steps=*/5);  // then constant
@@ -305,6 +421,10 @@ class LinearWarmup : public detail::LRScheduler<Opt, LinearWarmup<Opt, Then>> {
   double start_factor() const { return start_; }
 
  private:
+  friend struct detail::Rebase;
+  void rebase_held(double lr) {
+    if constexpr (wraps) detail::Rebase::to(then_, lr);
+  }
   void check() const {
     detail::require_positive(steps_, "LinearWarmup", "warmup_steps");
     if (!(start_ > 0.0 && start_ <= 1.0))
@@ -577,6 +697,12 @@ inline constexpr bool chainable_schedule<ExponentialLR<O>> = true;
 template <class O>
 inline constexpr bool chainable_schedule<CosineAnnealingLR<O>> = true;
 template <class O>
+inline constexpr bool chainable_schedule<ConstantLR<O>> = true;
+template <class O>
+inline constexpr bool chainable_schedule<LinearLR<O>> = true;
+template <class O>
+inline constexpr bool chainable_schedule<PolynomialLR<O>> = true;
+template <class O>
 inline constexpr bool chainable_schedule<LinearWarmup<O, void>> = true;
 template <class First, class... Rest>
 inline constexpr bool chainable_schedule<ChainedScheduler<First, Rest...>> = true;
@@ -605,11 +731,15 @@ template <class S>
 inline constexpr bool is_cosine = false;
 template <class O>
 inline constexpr bool is_cosine<CosineAnnealingLR<O>> = true;
+template <class S>
+inline constexpr bool is_sequential = false;
+template <class First, class... Rest>
+inline constexpr bool is_sequential<SequentialLR<First, Rest...>> = true;
 
 /// Refused with a message of its own (the others, not schedules at all, get the general one).
 template <class S>
-inline constexpr bool named_refusal =
-    is_lambda_lr<S> || is_warm_restarts<S> || is_one_cycle<S> || is_plateau<S> || is_wrapping_warmup<S>;
+inline constexpr bool named_refusal = is_lambda_lr<S> || is_warm_restarts<S> || is_one_cycle<S> ||
+                                      is_plateau<S> || is_wrapping_warmup<S> || is_sequential<S>;
 
 /// Stands in for the optimizer of an argument that is not a schedule, so that only the
 /// static_assert reports it.
@@ -627,12 +757,80 @@ struct chained_optimizer<S> {
   using type = typename S::optimizer_type;
 };
 
+/// The optimizer a ChainedScheduler's or SequentialLR's first argument drives (a stand-in when it is not
+/// a schedule: the static_asserts say so).
+template <class Opt, class First>
+Opt& optimizer_of(First& first) {
+  if constexpr (requires {
+                  { first.optimizer() } -> std::same_as<Opt&>;
+                }) {
+    return first.optimizer();
+  } else {
+    static NotAnOptimizer none;
+    return none;
+  }
+}
+
+/// The optimizer's lr before the first of the schedules was built (torch's initial_lr), for
+/// ChainedScheduler and SequentialLR (`who`, in the messages). They must drive the same optimizer:
+/// otherwise a ValueError saying `different(index)` (torch's message of `who`), index the first other
+/// one. Each schedule takes the optimizer's lr as its base and sets the lr of its epoch 0, which the one
+/// built next takes as its base: the bases follow from one another in the order they were built, which
+/// this finds (preferring an order that ends at the optimizer's lr now, then the arguments' order).
+template <class Different, class First, class... Rest>
+double initial_lr(const char* who, const Different& different, const First& first, const Rest&... rest) {
+  constexpr std::size_t count = 1 + sizeof...(Rest);
+  std::size_t index = 0;
+  const auto same_optimizer = [&](const auto& s) {
+    ++index;
+    if (&s.optimizer() != &first.optimizer()) throw ValueError(different(index));
+  };
+  (same_optimizer(rest), ...);
+  const std::array<double, count> bases{first.base_lr(), rest.base_lr()...};
+  // The lr each one leaves on the optimizer (a float) when built: the next one's base.
+  const std::array<double, count> after{static_cast<double>(static_cast<float>(first.lr_at(0))),
+                                        static_cast<double>(static_cast<float>(rest.lr_at(0)))...};
+  const double now = static_cast<double>(first.optimizer().lr());
+  std::array<bool, count> used{};
+  std::size_t start = 0;
+  double found = std::numeric_limits<double>::quiet_NaN();  // the first of the first whole order found
+  // Depth first over the orders: `last` was built last of `built` so far; true on a whole order
+  // that ends at the optimizer's lr now.
+  const auto extend = [&](const auto& self, std::size_t last, std::size_t built) -> bool {
+    if (built == count) {
+      if (kiln::detail::is_nan(found)) found = bases[start];
+      return after[last] == now;
+    }
+    for (std::size_t j = 0; j < count; ++j) {
+      if (used[j] || bases[j] != after[last]) continue;
+      used[j] = true;
+      const bool ends_now = self(self, j, built + 1);
+      used[j] = false;
+      if (ends_now) return true;
+    }
+    return false;
+  };
+  for (start = 0; start < count; ++start) {
+    used[start] = true;
+    if (extend(extend, start, 1)) return bases[start];
+    used[start] = false;
+  }
+  if (kiln::detail::is_nan(found))
+    throw ValueError(
+        std::string("kiln::optim::") + who +
+        ": the schedules' base lrs do not follow from one another (each takes the optimizer's lr "
+        "when built, which the one built before it set to its epoch 0's): build them on the "
+        "optimizer one after another, as its arguments");
+  return found;
+}
+
 }  // namespace detail
 
 /// torch.optim.lr_scheduler.ChainedScheduler: the product of epoch schedules on one optimizer, lr =
 /// base_lr * prod_i s_i.lr_at(epoch) / s_i.base_lr(), as torch's for StepLR, MultiStepLR, ExponentialLR,
-/// CosineAnnealingLR (eta_min 0 and epochs up to T_max, a ValueError otherwise), LinearWarmup(opt, N) and
-/// ChainedScheduler; the others are compile errors (torch's do not multiply them). The schedules, taken by
+/// CosineAnnealingLR (eta_min 0 and epochs up to T_max, a ValueError otherwise), ConstantLR, LinearLR,
+/// PolynomialLR, LinearWarmup(opt, N) and ChainedScheduler; the others are compile errors (torch's do not
+/// multiply them). The schedules, taken by
 /// value, are built on the optimizer one after another, in any order; base_lr is its lr before the first
 /// (torch's initial_lr). The constructor sets the lr of epoch 0; the chain counts epochs from there.
 /// Example:
@@ -665,13 +863,18 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
       "kiln::optim::ChainedScheduler: LinearWarmup around a schedule (torch's SequentialLR) cannot be "
       "chained: torch's resets the lr to the base lr when built and at the hand-over (not a product); "
       "chain LinearWarmup(opt, N) alone, or wrap the ChainedScheduler in LinearWarmup");
+  static_assert(!(detail::is_sequential<First> || ... || detail::is_sequential<Rest>),
+                "kiln::optim::ChainedScheduler: SequentialLR cannot be chained: torch's resets the lr to the "
+                "initial lr when built and at each milestone (not a product); put the ChainedScheduler in "
+                "the SequentialLR instead");
   static_assert(!(detail::is_plateau<First> || ... || detail::is_plateau<Rest>),
                 "kiln::optim::ChainedScheduler: ReduceLROnPlateau steps on a metric, not an epoch: step it "
                 "beside the ChainedScheduler (torch's ChainedScheduler cannot hold it either)");
   static_assert(((detail::chainable_schedule<First> || detail::named_refusal<First>)&&... &&
                  (detail::chainable_schedule<Rest> || detail::named_refusal<Rest>)),
                 "kiln::optim::ChainedScheduler: every argument must be a chainable epoch schedule: StepLR, "
-                "MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearWarmup(opt, N) or ChainedScheduler");
+                "MultiStepLR, ExponentialLR, CosineAnnealingLR, ConstantLR, LinearLR, PolynomialLR, "
+                "LinearWarmup(opt, N) or ChainedScheduler");
   static constexpr bool chainable =
       (detail::chainable_schedule<First> && ... && detail::chainable_schedule<Rest>);
   static_assert(
@@ -684,7 +887,7 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
  public:
   /// The schedules, each built on the optimizer (the same one: a ValueError otherwise, as torch's).
   explicit ChainedScheduler(First first, Rest... rest)
-      : base(optimizer_of(first), initial_lr(first, rest...)),
+      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...)),
         schedules_(std::move(first), std::move(rest)...) {
     if constexpr (valid) {
       // The copies kept give their factors: base_lr 1, lr_at(epoch) = the factor.
@@ -707,67 +910,15 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
   }
 
  private:
-  static Opt& optimizer_of(First& first) {
-    if constexpr (requires {
-                    { first.optimizer() } -> std::same_as<Opt&>;
-                  }) {
-      return first.optimizer();
-    } else {  // not a schedule: the static_assert above says so
-      static detail::NotAnOptimizer none;
-      return none;
-    }
-  }
-  /// The optimizer's lr before the first schedule was built. Each schedule takes the optimizer's lr as
-  /// its base and sets the lr of its epoch 0, which the one built next takes as its base: the bases
-  /// follow from one another in the order they were built, which this finds (preferring an order that
-  /// ends at the optimizer's lr now, then the arguments' order).
+  /// The optimizer's lr before the first schedule was built (detail::initial_lr).
   static double initial_lr(const First& first, const Rest&... rest) {
     if constexpr (valid) {
-      std::size_t index = 0;
-      const auto same_optimizer = [&](const auto& s) {
-        ++index;
-        if (&s.optimizer() != &first.optimizer())
-          throw ValueError(
-              "kiln::optim::ChainedScheduler: expects all schedulers to belong to the same optimizer, "
-              "but got schedulers at index 0 and " +
-              std::to_string(index) + " to be different");
+      const auto different = [](std::size_t index) {
+        return "kiln::optim::ChainedScheduler: expects all schedulers to belong to the same optimizer, but "
+               "got schedulers at index 0 and " +
+               std::to_string(index) + " to be different";
       };
-      (same_optimizer(rest), ...);
-      const std::array<double, count> bases{first.base_lr(), rest.base_lr()...};
-      // The lr each one leaves on the optimizer (a float) when built: the next one's base.
-      const std::array<double, count> after{static_cast<double>(static_cast<float>(first.lr_at(0))),
-                                            static_cast<double>(static_cast<float>(rest.lr_at(0)))...};
-      const double now = static_cast<double>(first.optimizer().lr());
-      std::array<bool, count> used{};
-      std::size_t start = 0;
-      double found = std::numeric_limits<double>::quiet_NaN();  // the first of the first whole order found
-      // Depth first over the orders: `last` was built last of `built` so far; true on a whole order
-      // that ends at the optimizer's lr now.
-      const auto extend = [&](const auto& self, std::size_t last, std::size_t built) -> bool {
-        if (built == count) {
-          if (kiln::detail::is_nan(found)) found = bases[start];
-          return after[last] == now;
-        }
-        for (std::size_t j = 0; j < count; ++j) {
-          if (used[j] || bases[j] != after[last]) continue;
-          used[j] = true;
-          const bool ends_now = self(self, j, built + 1);
-          used[j] = false;
-          if (ends_now) return true;
-        }
-        return false;
-      };
-      for (start = 0; start < count; ++start) {
-        used[start] = true;
-        if (extend(extend, start, 1)) return bases[start];
-        used[start] = false;
-      }
-      if (kiln::detail::is_nan(found))
-        throw ValueError(
-            "kiln::optim::ChainedScheduler: the schedules' base lrs do not follow from one another "
-            "(each takes the optimizer's lr when built, which the one built before it set to its "
-            "epoch 0's): build them on the optimizer one after another, as its arguments");
-      return found;
+      return detail::initial_lr("ChainedScheduler", different, first, rest...);
     } else {
       return 0.0;
     }
@@ -800,5 +951,119 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
 };
 template <class... S>
 ChainedScheduler(S...) -> ChainedScheduler<S...>;
+
+/// torch.optim.lr_scheduler.SequentialLR: the epoch schedules one after another, handing over at the
+/// milestones: lr_at(epoch) = s_i.lr_at(epoch - milestones[i - 1]), i the number of milestones <= epoch
+/// (s_0.lr_at(epoch) before the first), so each starts at its epoch 0. As in torch, every schedule starts
+/// from the optimizer's lr before the first was built (torch's initial_lr, base_lr here), whatever order
+/// they were built in. The schedules, taken by value, drive one optimizer (another is a ValueError with
+/// torch's message, another optimizer type a compile error) and are one more than the milestones (torch's
+/// ValueError); the milestones must be positive and non-decreasing (a ValueError; torch's applies the
+/// first schedule at epoch 0 whatever they are). OneCycleLR and ReduceLROnPlateau are compile errors.
+/// Example:
+///   namespace ko = kiln::optim;
+///   ko::SequentialLR sched({5, 10}, ko::LinearLR(opt, 0.1, 1.0, 5), ko::ExponentialLR(opt, 0.9),
+///                          ko::StepLR(opt, 3));  // 5 epochs of warm-up, a decay, then steps
+template <class First, class... Rest>
+class SequentialLR : public detail::LRScheduler<typename detail::chained_optimizer<First>::type,
+                                                SequentialLR<First, Rest...>> {
+  using Opt = typename detail::chained_optimizer<First>::type;
+  using base = detail::LRScheduler<Opt, SequentialLR<First, Rest...>>;
+  static constexpr std::size_t count = 1 + sizeof...(Rest);
+
+  // >>> Stopped here? A schedule SequentialLR cannot hand over to, or not a schedule. <<<
+  static constexpr bool one_cycle = (detail::is_one_cycle<First> || ... || detail::is_one_cycle<Rest>);
+  static_assert(
+      !one_cycle,
+      "kiln::optim::SequentialLR: OneCycleLR cannot be in a SequentialLR: it sets the momentum as well "
+      "as the lr, and the momentum would stay where a hand-over leaves it; step OneCycleLR alone (its "
+      "first phase is its warm-up)");
+  static_assert(
+      !(detail::is_plateau<First> || ... || detail::is_plateau<Rest>),
+      "kiln::optim::SequentialLR: ReduceLROnPlateau steps on a metric, not an epoch: step it beside "
+      "the SequentialLR (torch's SequentialLR cannot step it either)");
+  static_assert(
+      ((lr_schedule<First> || detail::is_plateau<First>)&&... &&
+       (lr_schedule<Rest> || detail::is_plateau<Rest>)),
+      "kiln::optim::SequentialLR: every argument after the milestones must be an epoch schedule: "
+      "StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, "
+      "ConstantLR, LinearLR, PolynomialLR, LinearWarmup, ChainedScheduler or SequentialLR");
+  static constexpr bool schedules = (lr_schedule<First> && ... && lr_schedule<Rest>);
+  static_assert(!schedules || (std::is_same_v<typename detail::chained_optimizer<Rest>::type, Opt> && ...),
+                "kiln::optim::SequentialLR: the schedules must drive the same optimizer (they have different "
+                "optimizer types)");
+  static constexpr bool valid =
+      schedules && !one_cycle && (std::is_same_v<typename detail::chained_optimizer<Rest>::type, Opt> && ...);
+
+ public:
+  /// The milestones, then the schedules, each built on the optimizer (the same one).
+  explicit SequentialLR(std::vector<std::int64_t> milestones, First first, Rest... rest)
+      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...)),
+        milestones_(std::move(milestones)),
+        schedules_(std::move(first), std::move(rest)...) {
+    if constexpr (valid) {
+      if (milestones_.size() + 1 != count)
+        throw ValueError(
+            "kiln::optim::SequentialLR: Sequential Schedulers expects number of schedulers provided to be "
+            "one more than the number of milestone points, but got number of schedulers " +
+            std::to_string(count) + " and the number of milestones to be equal to " +
+            std::to_string(milestones_.size()));
+      for (std::size_t i = 0; i < milestones_.size(); ++i) {
+        detail::require_positive(milestones_[i], "SequentialLR", "a milestone");
+        if (i > 0 && milestones_[i] < milestones_[i - 1])
+          throw ValueError("kiln::optim::SequentialLR: milestones must be non-decreasing, got " +
+                           std::to_string(milestones_[i - 1]) + " then " + std::to_string(milestones_[i]));
+      }
+      rebase_held(this->base_lr());
+      this->apply();
+    }
+  }
+  double lr_at(std::int64_t epoch) const {
+    if constexpr (valid) {
+      // The schedule of this epoch: the number of milestones <= epoch (torch's bisect_right).
+      const auto i = static_cast<std::size_t>(
+          std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin());
+      return lr_of(i, epoch, std::make_index_sequence<count>{});
+    } else {
+      return 0.0;
+    }
+  }
+  /// The epochs at which the next schedule takes over (at its epoch 0).
+  const std::vector<std::int64_t>& milestones() const { return milestones_; }
+
+ private:
+  friend struct detail::Rebase;
+  /// Every schedule starts from `lr` (torch's initial_lr).
+  void rebase_held(double lr) {
+    if constexpr (valid) std::apply([&](auto&... s) { (detail::Rebase::to(s, lr), ...); }, schedules_);
+  }
+  /// The optimizer's lr before the first schedule was built (detail::initial_lr).
+  static double initial_lr(const First& first, const Rest&... rest) {
+    if constexpr (valid) {
+      const auto different = [](std::size_t index) {
+        return "kiln::optim::SequentialLR: Sequential Schedulers expects all schedulers to belong to the "
+               "same optimizer, but got schedulers at index 0 and " +
+               std::to_string(index) + " to be different.";
+      };
+      return detail::initial_lr("SequentialLR", different, first, rest...);
+    } else {
+      return 0.0;
+    }
+  }
+  /// Schedule i's lr at `epoch`, counted from its milestone.
+  template <std::size_t... I>
+  double lr_of(std::size_t i, std::int64_t epoch, std::index_sequence<I...>) const {
+    double lr = 0.0;
+    (void)((I == i &&
+            ((lr = std::get<I>(schedules_).lr_at(I == 0 ? epoch : epoch - milestones_[I - 1])), true)) ||
+           ...);
+    return lr;
+  }
+
+  std::vector<std::int64_t> milestones_;
+  std::tuple<First, Rest...> schedules_;
+};
+template <class First, class... Rest>
+SequentialLR(std::vector<std::int64_t>, First, Rest...) -> SequentialLR<First, Rest...>;
 
 }  // namespace kiln::optim

@@ -294,7 +294,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(padding_same_with_an_even_span_matches_pytorch, D,
 BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test::devices) {
   // layers_upsample.json: nearest (scale 2, and 3 as UpsamplingNearest2d), bilinear with
   // align_corners=False (scale 2, and 3 on a 5x3 input), Identity, bilinear with align_corners=True
-  // (scale 2, and 3 on a 2x3 input as UpsamplingBilinear2d). Bilinear's input gradient sums up to
+  // (scale 2, and 3 on a 2x3 input as UpsamplingBilinear2d), bicubic (scale 2 and 3, align_corners False;
+  // scale 2, True). Bilinear's (and bicubic's) input gradient sums up to
   // 36 products of opposite signs, and torch's build rounds the source positions otherwise (the last
   // bit of λ: fused multiply-adds), so it is floored at 10% of the tensor's scale (as the LeNet's).
   const std::string f = "layers_upsample.json";
@@ -308,7 +309,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test
   using AlignCorners = knn::Upsample<2, knn::UpsampleMode::bilinear, true>;
   check_layer<AlignCorners, Shape<dyn, 3, 4, 5>, D>("upsample_bilinear2_align_corners", f, 10);
   check_layer<knn::UpsamplingBilinear2d<3>, Shape<dyn, 2, 2, 3>, D>("upsampling_bilinear2d3", f, 10);
-  BOOST_TEST(fixture(f).at("cases").size() == 7u);  // every case of the file is checked
+  using knn::UpsampleMode::bicubic;
+  check_layer<knn::Upsample<2, bicubic>, Shape<dyn, 3, 4, 5>, D>("upsample_bicubic2", f, 10);
+  check_layer<knn::Upsample<3, bicubic>, Shape<dyn, 2, 5, 3>, D>("upsample_bicubic3", f, 10);
+  check_layer<knn::Upsample<2, bicubic, true>, Shape<dyn, 3, 4, 5>, D>("upsample_bicubic2_align_corners", f,
+                                                                       10);
+  BOOST_TEST(fixture(f).at("cases").size() == 10u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv_transpose2d_matches_pytorch, D, kiln::test::devices) {

@@ -1,6 +1,6 @@
-// Upsample (nearest, and bilinear with align_corners False and True) and Identity: forward against the
-// definitions written out in double, backward against float64 finite differences, shapes and names as
-// torch's.
+// Upsample (nearest, bilinear and bicubic, with align_corners False and True) and Identity: forward
+// against the definitions written out in double, backward against float64 finite differences, shapes and
+// names as torch's.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -22,9 +22,27 @@ using knn::UpsampleMode;
 
 /// Output o of an axis upsampled Scale times from n inputs, by the definitions: nearest reads input
 /// o / Scale; bilinear reads the source (o + 0.5) / Scale - 0.5, clamped at 0 (align_corners=False), or
-/// o (n - 1) / (n Scale - 1) (True), between its two neighbouring inputs (the last input alone past it).
+/// o (n - 1) / (n Scale - 1) (True), between its two neighbouring inputs (the last input alone past it);
+/// bicubic reads the same source unclamped, the four inputs around it (clamped into [0, n)) weighted by
+/// Keys' kernel (a = -0.75) at their distances.
 double axis_weight(UpsampleMode mode, bool align, int o, int i, int n, int scale) {
   if (mode == UpsampleMode::nearest) return o / scale == i ? 1.0 : 0.0;
+  if (mode == UpsampleMode::bicubic) {
+    const double src =
+        align ? (n * scale > 1 ? o * (n - 1.0) / (n * scale - 1.0) : 0.0) : (o + 0.5) / scale - 0.5;
+    const int f = std::min(static_cast<int>(std::floor(src)), n - 1);
+    const double t = std::clamp(src - f, 0.0, 1.0), a = -0.75;
+    const auto keys = [a](double x) {
+      x = std::abs(x);
+      return x <= 1  ? (a + 2) * x * x * x - (a + 3) * x * x + 1
+             : x < 2 ? a * x * x * x - 5 * a * x * x + 8 * a * x - 4 * a
+                     : 0.0;
+    };
+    double w = 0;
+    for (int k = 0; k < 4; ++k)
+      if (std::clamp(f - 1 + k, 0, n - 1) == i) w += keys(t + 1 - k);
+    return w;
+  }
   const double src = align ? (n * scale > 1 ? o * (n - 1.0) / (n * scale - 1.0) : 0.0)
                            : std::max((o + 0.5) / scale - 0.5, 0.0);
   const int lo = static_cast<int>(src), hi = std::min(lo + 1, n - 1);
@@ -69,6 +87,28 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_follows_its_definitions, D, kt::devices) 
   check_forward<2, UpsampleMode::bilinear, 4, 5, D, true>();  // align_corners
   check_forward<3, UpsampleMode::bilinear, 2, 3, D, true>();  // 5 outputs an input row
   check_forward<4, UpsampleMode::bilinear, 1, 2, D, true>();
+  check_forward<2, UpsampleMode::bicubic, 4, 5, D>();
+  check_forward<3, UpsampleMode::bicubic, 3, 2, D>();  // every output's taps clamp at an edge
+  check_forward<5, UpsampleMode::bicubic, 1, 3, D>();  // one row: every tap reads it
+  check_forward<4, UpsampleMode::bicubic, 7, 6, D>();  // inputs beyond the edges' reach
+  check_forward<2, UpsampleMode::bicubic, 4, 5, D, true>();
+  check_forward<3, UpsampleMode::bicubic, 2, 3, D, true>();
+  check_forward<4, UpsampleMode::bicubic, 1, 2, D, true>();
+  check_forward<3, UpsampleMode::bicubic, 8, 7, D, true>();
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(bicubic_keeps_a_constant_and_overshoots_at_an_edge, D, kt::devices) {
+  // Keys' weights sum to 1 (a constant stays), and they go negative: a step overshoots, as torch's
+  // bicubic does (its output is not clamped).
+  using In = Shape<dyn, 1, 4, 4>;
+  knn::Model<knn::Sequential<knn::Upsample<4, UpsampleMode::bicubic>>, In, kiln::Policy<kiln::Fp32, D>> m(0);
+  std::vector<float> flat(16, 0.25f), step(16, 0.0f);
+  for (int i = 0; i < 16; ++i) step[static_cast<std::size_t>(i)] = i % 4 < 2 ? 0.0f : 1.0f;
+  for (const float v : m.forward(kt::make_tensor<D>(flat, Extents<In>(1))).to_vector())
+    BOOST_TEST(v == 0.25f);
+  const auto y = m.forward(kt::make_tensor<D>(step, Extents<In>(1))).to_vector();
+  BOOST_TEST(*std::max_element(y.begin(), y.end()) > 1.0f);
+  BOOST_TEST(*std::min_element(y.begin(), y.end()) < 0.0f);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_backward_match_numeric, D, kt::devices) {
@@ -86,6 +126,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_backward_match_numeric, D, k
       Extents<Shape<dyn, 2, 2, 5>>(2), -1, 1, 0, 56);
   check_model_gradients<knn::Sequential<Upsample<2, UpsampleMode::bilinear, true>>, Shape<dyn, 2, 1, 4>, D>(
       Extents<Shape<dyn, 2, 1, 4>>(2), -1, 1, 0, 57);
+  check_model_gradients<knn::Sequential<Upsample<2, UpsampleMode::bicubic>>, Shape<dyn, 2, 4, 5>, D>(
+      Extents<Shape<dyn, 2, 4, 5>>(2), -1, 1, 0, 58);
+  check_model_gradients<knn::Sequential<Upsample<3, UpsampleMode::bicubic>>, Shape<dyn, 2, 3, 1>, D>(
+      Extents<Shape<dyn, 2, 3, 1>>(2), -1, 1, 0, 59);
+  check_model_gradients<knn::Sequential<Upsample<3, UpsampleMode::bicubic>>, Shape<dyn, 1, 7, 6>, D>(
+      Extents<Shape<dyn, 1, 7, 6>>(2), -1, 1, 0, 60);
+  check_model_gradients<knn::Sequential<Upsample<2, UpsampleMode::bicubic, true>>, Shape<dyn, 2, 1, 4>, D>(
+      Extents<Shape<dyn, 2, 1, 4>>(2), -1, 1, 0, 61);
+  check_model_gradients<knn::Sequential<Upsample<3, UpsampleMode::bicubic, true>>, Shape<dyn, 1, 8, 5>, D>(
+      Extents<Shape<dyn, 1, 8, 5>>(2), -1, 1, 0, 62);
   check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::Identity, knn::ReLU>, Shape<dyn, 2, 5, 5>,
                         D>(Extents<Shape<dyn, 2, 5, 5>>(2), -1, 1, 0.05, 55, true);
 }
@@ -106,6 +156,8 @@ BOOST_AUTO_TEST_CASE(upsample_and_identity_have_torchs_shapes_and_names) {
              "UpsamplingBilinear2d(scale_factor=2.0, mode=bilinear)");
   BOOST_TEST((knn::Upsample<2, UpsampleMode::bilinear, true>::module<In, P>().name()) ==
              "Upsample(scale_factor=2.0, mode=bilinear)");  // torch's repr leaves align_corners out
+  BOOST_TEST((knn::Upsample<3, UpsampleMode::bicubic, true>::module<In, P>().name()) ==
+             "Upsample(scale_factor=3.0, mode=bicubic)");
   BOOST_TEST((knn::Identity::module<In, P>().name()) == "Identity()");
 }
 

@@ -6,7 +6,9 @@
 // hand-set lr, and bad options. OneCycleLR's lr and momentum (SGD's, Adam's beta1; cosine and
 // three-phase linear) step by step, its momentum turned on in an SGD without, and its errors.
 // ChainedScheduler against torch's (products of two and three schedules), whatever order its schedules
-// are built in, resumed at an epoch, and what it refuses at run time.
+// are built in, resumed at an epoch, and what it refuses at run time. ConstantLR, LinearLR and
+// PolynomialLR past their total_iters, alone and chained; SequentialLR against torch's (three schedules,
+// two milestones), resumed past a milestone, its schedules restarted from its initial lr, and its refusals.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -39,6 +41,11 @@ const json& schedule(const std::string& name) {
 /// An argument of a ChainedScheduler's schedule in the fixture: `key` of the i-th one built.
 const json& chain_arg(const std::string& name, std::size_t i, const char* key) {
   return schedule(name).at("chain").at(i).at(key);
+}
+
+/// An argument of a SequentialLR's schedule in the fixture: `key` of the i-th one.
+const json& sequence_arg(const std::string& name, std::size_t i, const char* key) {
+  return schedule(name).at("sequence").at(i).at(key);
 }
 
 const json& one_cycle(const std::string& name) {
@@ -124,7 +131,9 @@ void check_sequence(Sched& sched, Opt& opt, const json& want_schedule) {
     BOOST_TEST_CONTEXT("epoch " << e) {
       BOOST_TEST(sched.last_epoch() == static_cast<std::int64_t>(e));
       const double got = sched.get_last_lr();
-      const double rel = std::abs(got - want[e]) / std::abs(want[e]);
+      // An lr of 0 (PolynomialLR from total_iters on) must be exactly 0.
+      const double rel = want[e] == 0.0 ? (got == 0.0 ? 0.0 : std::numeric_limits<double>::infinity())
+                                        : std::abs(got - want[e]) / std::abs(want[e]);
       BOOST_TEST(rel <= rtol, "lr " << got << " vs torch " << want[e]);
       BOOST_TEST(opt.lr() == static_cast<float>(got));  // the optimizer holds it rounded to float
       worst = std::max(worst, rel);
@@ -192,6 +201,188 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lambda_lr_matches_pytorch, D, kiln::test::devices)
   BOOST_TEST(warm.lr_at(0) == 0.5 * warm.base_lr());
   BOOST_TEST(warm.lr_at(7) == warm.base_lr());
   BOOST_TEST(warm.lr_at(8) == 0.5 * warm.base_lr());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(constant_linear_and_polynomial_lr_match_pytorch, D, kiln::test::devices) {
+  {
+    OneParameter<D> o;
+    const auto& s = schedule("constant_lr");
+    kiln::optim::ConstantLR sched(o.opt, s.at("factor").get<double>(),
+                                  s.at("total_iters").get<std::int64_t>());
+    check_sequence(sched, o.opt, s);
+    BOOST_TEST(sched.lr_at(2) == 0.5 * sched.base_lr());
+    BOOST_TEST(sched.lr_at(3) == sched.base_lr());
+  }
+  {
+    OneParameter<D> o;
+    const auto& s = schedule("linear_lr");
+    kiln::optim::LinearLR sched(o.opt, s.at("start_factor").get<double>(), s.at("end_factor").get<double>(),
+                                s.at("total_iters").get<std::int64_t>());
+    check_sequence(sched, o.opt, s);
+    BOOST_TEST(sched.lr_at(100) == 0.75 * sched.base_lr());
+  }
+  {
+    OneParameter<D> o;
+    const auto& s = schedule("polynomial_lr");
+    kiln::optim::PolynomialLR sched(o.opt, s.at("total_iters").get<std::int64_t>(),
+                                    s.at("power").get<double>());
+    check_sequence(sched, o.opt, s);
+    BOOST_TEST(sched.lr_at(4) == 0.0);
+    BOOST_TEST(o.opt.lr() == 0.0f);
+  }
+  // torch's defaults: ConstantLR(1/3, 5), LinearLR(1/3, 1, 5), PolynomialLR(5, 1).
+  OneParameter<D> o;
+  const double base = static_cast<double>(0.1f);
+  const kiln::optim::ConstantLR constant(o.opt);
+  BOOST_TEST(constant.lr_at(4) == base / 3.0, boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(constant.lr_at(5) == base);
+  o.opt.set_lr(0.1f);
+  const kiln::optim::LinearLR linear(o.opt);
+  BOOST_TEST(linear.lr_at(0) == base / 3.0, boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(linear.lr_at(5) == base);
+  o.opt.set_lr(0.1f);
+  BOOST_TEST(kiln::optim::PolynomialLR(o.opt).lr_at(1) == 0.8 * base, boost::test_tools::tolerance(1e-15));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_lr_matches_pytorch, D, kiln::test::devices) {
+  namespace ko = kiln::optim;
+  OneParameter<D> o;  // torch: SequentialLR([ConstantLR(0.5, 2), ExponentialLR(0.9), StepLR(2, 0.5)], [3, 6])
+  const std::string name = "sequential_lr";
+  ko::SequentialLR sched(schedule(name).at("milestones").get<std::vector<std::int64_t>>(),
+                         ko::ConstantLR(o.opt, sequence_arg(name, 0, "factor").get<double>(),
+                                        sequence_arg(name, 0, "total_iters").get<std::int64_t>()),
+                         ko::ExponentialLR(o.opt, sequence_arg(name, 1, "gamma").get<double>()),
+                         ko::StepLR(o.opt, sequence_arg(name, 2, "step_size").get<std::int64_t>(),
+                                    sequence_arg(name, 2, "gamma").get<double>()));
+  static_assert(
+      std::is_same_v<decltype(sched),
+                     ko::SequentialLR<ko::ConstantLR<ko::SGD<float, D>>, ko::ExponentialLR<ko::SGD<float, D>>,
+                                      ko::StepLR<ko::SGD<float, D>>>>);
+  BOOST_TEST(sched.base_lr() == static_cast<double>(0.1f));  // the lr before the first was built
+  BOOST_TEST(sched.milestones() == std::vector<std::int64_t>({3, 6}), boost::test_tools::per_element());
+  check_sequence(sched, o.opt, schedule(name));
+  // The form of the documentation: a warm-up, a decay, then steps.
+  OneParameter<D> o2;
+  ko::SequentialLR doc({5, 10}, ko::LinearLR(o2.opt, 0.1, 1.0, 5), ko::ExponentialLR(o2.opt, 0.9),
+                       ko::StepLR(o2.opt, 3));
+  const double base = static_cast<double>(0.1f);
+  BOOST_TEST(doc.lr_at(0) == 0.1 * base, boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(doc.lr_at(5) == base);
+  BOOST_TEST(doc.lr_at(9) == base * std::pow(0.9, 4), boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(doc.lr_at(12) == base);
+  BOOST_TEST(doc.lr_at(13) == 0.1 * base, boost::test_tools::tolerance(1e-15));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_lr_resumes_past_a_milestone, D, kiln::test::devices) {
+  namespace ko = kiln::optim;
+  const auto want = schedule("sequential_lr").at("lr").get<std::vector<double>>();
+  OneParameter<D> o;
+  ko::SequentialLR sched({3, 6}, ko::ConstantLR(o.opt, 0.5, 2), ko::ExponentialLR(o.opt, 0.9),
+                         ko::StepLR(o.opt, 2, 0.5));
+  sched.set_last_epoch(7);  // resume from a checkpoint taken at epoch 7, in the third schedule
+  BOOST_TEST(sched.last_epoch() == 7);
+  BOOST_TEST(o.opt.lr() == static_cast<float>(sched.get_last_lr()));
+  for (std::size_t e = 7; e < want.size(); ++e) {
+    BOOST_TEST(std::abs(sched.get_last_lr() - want[e]) / want[e] <= rtol, "epoch " << e);
+    sched.step();
+  }
+  sched.set_last_epoch(4);  // back into the second schedule
+  BOOST_TEST(std::abs(sched.get_last_lr() - want[4]) / want[4] <= rtol);
+  BOOST_TEST(o.opt.lr() == static_cast<float>(sched.get_last_lr()));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_lr_starts_every_schedule_from_its_initial_lr, D,
+                              kiln::test::devices) {
+  namespace ko = kiln::optim;
+  const double base = static_cast<double>(0.1f);
+  // Built first, the ConstantLR leaves 0.05 on the optimizer, the ExponentialLR's base: torch's starts
+  // both from initial_lr, whichever order they were built in.
+  const auto want = schedule("sequential_lr").at("lr").get<std::vector<double>>();
+  {
+    OneParameter<D> o;
+    ko::StepLR step(o.opt, 2, 0.5);
+    ko::ExponentialLR exponential(o.opt, 0.9);
+    ko::ConstantLR constant(o.opt, 0.5, 2);
+    BOOST_TEST(constant.base_lr() == base);
+    ko::SequentialLR sched({3, 6}, constant, exponential, step);
+    BOOST_TEST(sched.base_lr() == base);
+    BOOST_TEST(o.opt.lr() == static_cast<float>(want[0]));
+    for (std::size_t e = 0; e < want.size(); ++e)
+      BOOST_TEST(std::abs(sched.lr_at(static_cast<std::int64_t>(e)) - want[e]) / want[e] <= rtol,
+                 "epoch " << e);
+  }
+  {
+    OneParameter<D> o;
+    ko::ConstantLR constant(o.opt, 0.5, 2);
+    ko::ExponentialLR exponential(o.opt, 0.9);
+    BOOST_TEST(exponential.base_lr() == 0.5 * base);
+    ko::SequentialLR sched({3}, constant, exponential);
+    BOOST_TEST(sched.lr_at(3) == base);
+    BOOST_TEST(sched.lr_at(4) == 0.9 * base, boost::test_tools::tolerance(1e-15));
+  }
+  // What it holds that holds schedules starts them from there too: a LinearWarmup around one, another
+  // SequentialLR, a ChainedScheduler.
+  OneParameter<D> o;
+  ko::SequentialLR nested({3, 5}, ko::LinearWarmup(ko::ExponentialLR(o.opt, 0.5), 2, 0.5),
+                          ko::SequentialLR({1}, ko::ConstantLR(o.opt, 0.25, 1), ko::StepLR(o.opt, 1, 0.5)),
+                          ko::ChainedScheduler(ko::ExponentialLR(o.opt, 0.9), ko::ConstantLR(o.opt, 0.5, 1)));
+  BOOST_TEST(nested.base_lr() == base);
+  const std::vector<double> factors{0.5, 0.75, 1.0, 0.25, 1.0, 0.5, 0.9, 0.81};
+  for (std::size_t e = 0; e < factors.size(); ++e)
+    BOOST_TEST(nested.lr_at(static_cast<std::int64_t>(e)) == factors[e] * base,
+               boost::test_tools::tolerance(1e-15));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(new_schedulers_and_sequential_lr_refuse_with_torchs_words, D,
+                              kiln::test::devices) {
+  namespace ko = kiln::optim;
+  OneParameter<D> o, other;
+  const auto says = [](const std::string& want) {
+    return [want](const kiln::ValueError& e) { return std::string(e.what()) == want; };
+  };
+  const std::string constant =
+      "kiln::optim::ConstantLR: Constant multiplicative factor expected to be between 0 and 1.";
+  BOOST_CHECK_EXCEPTION(ko::ConstantLR(o.opt, 1.5), kiln::ValueError, says(constant));
+  BOOST_CHECK_EXCEPTION(ko::ConstantLR(o.opt, -0.1), kiln::ValueError, says(constant));
+  BOOST_CHECK_EXCEPTION(ko::ConstantLR(o.opt, 0.5, 0), kiln::ValueError,
+                        says("kiln::optim::ConstantLR: total_iters must be positive, got 0"));
+  const std::string start =
+      "kiln::optim::LinearLR: Starting multiplicative factor expected to be greater than 0 and less or "
+      "equal to 1.";
+  BOOST_CHECK_EXCEPTION(ko::LinearLR(o.opt, 0.0), kiln::ValueError, says(start));
+  BOOST_CHECK_EXCEPTION(ko::LinearLR(o.opt, 1.5), kiln::ValueError, says(start));
+  const std::string end =
+      "kiln::optim::LinearLR: Ending multiplicative factor expected to be between 0 and 1.";
+  BOOST_CHECK_EXCEPTION(ko::LinearLR(o.opt, 0.5, -0.1), kiln::ValueError, says(end));
+  BOOST_CHECK_EXCEPTION(ko::LinearLR(o.opt, 0.5, 1.1), kiln::ValueError, says(end));
+  BOOST_CHECK_EXCEPTION(ko::LinearLR(o.opt, 0.5, 1.0, 0), kiln::ValueError,
+                        says("kiln::optim::LinearLR: total_iters must be positive, got 0"));
+  BOOST_CHECK_EXCEPTION(ko::PolynomialLR(o.opt, 0), kiln::ValueError,
+                        says("kiln::optim::PolynomialLR: total_iters must be positive, got 0"));
+  BOOST_TEST(o.opt.lr() == 0.1f);  // the refused ones set nothing
+  BOOST_CHECK_NO_THROW(ko::ConstantLR(o.opt, 0.0, 1));
+  o.opt.set_lr(0.1f);
+  BOOST_CHECK_NO_THROW(ko::LinearLR(o.opt, 1.0, 0.0));
+  o.opt.set_lr(0.1f);
+
+  BOOST_CHECK_EXCEPTION(ko::SequentialLR({3, 6}, ko::StepLR(o.opt, 3), ko::ExponentialLR(o.opt, 0.9)),
+                        kiln::ValueError,
+                        says("kiln::optim::SequentialLR: Sequential Schedulers expects number of schedulers "
+                             "provided to be one more than the number of milestone points, but got number of "
+                             "schedulers 2 and the number of milestones to be equal to 2"));
+  BOOST_CHECK_EXCEPTION(
+      ko::SequentialLR({6, 3}, ko::StepLR(o.opt, 3), ko::ExponentialLR(o.opt, 0.9), ko::StepLR(o.opt, 2)),
+      kiln::ValueError, says("kiln::optim::SequentialLR: milestones must be non-decreasing, got 6 then 3"));
+  BOOST_CHECK_EXCEPTION(ko::SequentialLR({0}, ko::StepLR(o.opt, 3), ko::ExponentialLR(o.opt, 0.9)),
+                        kiln::ValueError,
+                        says("kiln::optim::SequentialLR: a milestone must be positive, got 0"));
+  BOOST_CHECK_NO_THROW(
+      ko::SequentialLR({3, 3}, ko::StepLR(o.opt, 3), ko::ExponentialLR(o.opt, 0.9), ko::StepLR(o.opt, 2)));
+  BOOST_CHECK_EXCEPTION(
+      ko::SequentialLR({2, 4}, ko::StepLR(o.opt, 3), ko::ExponentialLR(o.opt, 0.9), ko::StepLR(other.opt, 3)),
+      kiln::ValueError,
+      says("kiln::optim::SequentialLR: Sequential Schedulers expects all schedulers to belong to the same "
+           "optimizer, but got schedulers at index 0 and 2 to be different."));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(cosine_annealing_warm_restarts_matches_pytorch, D, kiln::test::devices) {
@@ -275,6 +466,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(chained_scheduler_matches_pytorch, D, kiln::test::
                          chain_arg(name, 1, "start_factor").get<double>()),
         ko::StepLR(o.opt, chain_arg(name, 2, "step_size").get<std::int64_t>(),
                    chain_arg(name, 2, "gamma").get<double>()));
+    check_sequence(sched, o.opt, schedule(name));
+  }
+  {
+    OneParameter<D> o;  // torch: ChainedScheduler([PolynomialLR(30, 2.0), LinearLR(0.25, 0.75, 4),
+                        // ConstantLR(0.5, 3)])
+    const std::string name = "chained_polynomial_linear_constant";
+    ko::ChainedScheduler sched(ko::PolynomialLR(o.opt, chain_arg(name, 0, "total_iters").get<std::int64_t>(),
+                                                chain_arg(name, 0, "power").get<double>()),
+                               ko::LinearLR(o.opt, chain_arg(name, 1, "start_factor").get<double>(),
+                                            chain_arg(name, 1, "end_factor").get<double>(),
+                                            chain_arg(name, 1, "total_iters").get<std::int64_t>()),
+                               ko::ConstantLR(o.opt, chain_arg(name, 2, "factor").get<double>(),
+                                              chain_arg(name, 2, "total_iters").get<std::int64_t>()));
     check_sequence(sched, o.opt, schedule(name));
   }
 }

@@ -247,6 +247,18 @@ BOOST_AUTO_TEST_CASE(pooling_flatten_and_elementwise_activations) {
       batch<2, 8, 8>(3), 65);
 }
 
+BOOST_AUTO_TEST_CASE(upsampling_between_convolutions) {
+  // fp16 / bf16 storage, the taps' weights and sums in fp32 (torch's opmath), one rounding per output.
+  using In = Shape<dyn, 2, 5, 4>;
+  using knn::UpsampleMode;
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::Upsample<2, UpsampleMode::bilinear>>, In, D>(
+      batch<2, 5, 4>(3), 66);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::Upsample<3, UpsampleMode::bicubic>>, In, D>(
+      batch<2, 5, 4>(3), 67);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 1, 1>, knn::Upsample<2, UpsampleMode::bicubic, true>>, In,
+             D>(batch<2, 5, 4>(3), 68);
+}
+
 BOOST_AUTO_TEST_CASE(layer_and_group_norm_between_layers) {
   check_both<knn::Sequential<knn::Linear<24, 16>, knn::LayerNorm<16>, knn::ReLU>, Shape<dyn, 24>, D>(batch<24>(9), 23);
   check_both<knn::Sequential<knn::Conv2d<2, 4, 3, 1, 1>, knn::GroupNorm<2, 4>, knn::Tanh>, Shape<dyn, 2, 8, 8>, D>(
