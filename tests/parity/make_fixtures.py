@@ -360,11 +360,25 @@ def mlp_fixture():
     }
 
 
+def mlp_runs_fixture(configs):
+    """mlp.json's model, batch and initial weights with the optimizer runs of `configs` (name, torch
+    optimizer, its keyword arguments), in a file of their own."""
+    _, x, target, initial = mlp_draws()
+    return {
+        "torch_version": torch.__version__,
+        "seed": SEED,
+        "layers": "Sequential(Linear(13,16), ReLU, Linear(16,32), ReLU, Linear(32,1))",
+        "state_dict": {k: tensor(v) for k, v in initial.items()},
+        "input": tensor(x),
+        "target": tensor(target),
+        "optimizers": optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target),
+    }
+
+
 def mlp_maximize_fixture():
     """mlp.json's optimizer runs with maximize=True. A file of its own: rewriting mlp.json with another
     torch build would change the last bits of its other values."""
-    _, x, target, initial = mlp_draws()
-    configs = [
+    return mlp_runs_fixture([
         ("sgd_momentum_maximize", "SGD",
          dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-2, nesterov=False, maximize=True)),
         ("sgd_nesterov_maximize", "SGD",
@@ -375,38 +389,19 @@ def mlp_maximize_fixture():
          dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=False, maximize=True)),
         ("rmsprop_centered_momentum_l2_maximize", "RMSprop",
          dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=1e-2, momentum=0.9, centered=True, maximize=True)),
-    ]
-    return {
-        "torch_version": torch.__version__,
-        "seed": SEED,
-        "layers": "Sequential(Linear(13,16), ReLU, Linear(16,32), ReLU, Linear(32,1))",
-        "state_dict": {k: tensor(v) for k, v in initial.items()},
-        "input": tensor(x),
-        "target": tensor(target),
-        "optimizers": optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target),
-    }
+    ])
 
 
 def mlp_adagrad_fixture():
     """mlp.json's model and batch under Adagrad: torch's defaults; lr_decay, L2 and a starting
     accumulator; those with maximize=True."""
-    _, x, target, initial = mlp_draws()
-    configs = [
+    return mlp_runs_fixture([
         ("adagrad", "Adagrad", dict(lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10)),
         ("adagrad_decay_l2_accumulator", "Adagrad",
          dict(lr=5e-2, lr_decay=0.1, weight_decay=1e-2, initial_accumulator_value=0.1, eps=1e-10)),
         ("adagrad_decay_l2_maximize", "Adagrad",
          dict(lr=1e-2, lr_decay=0.05, weight_decay=1e-2, initial_accumulator_value=0.0, eps=1e-10, maximize=True)),
-    ]
-    return {
-        "torch_version": torch.__version__,
-        "seed": SEED,
-        "layers": "Sequential(Linear(13,16), ReLU, Linear(16,32), ReLU, Linear(32,1))",
-        "state_dict": {k: tensor(v) for k, v in initial.items()},
-        "input": tensor(x),
-        "target": tensor(target),
-        "optimizers": optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target),
-    }
+    ])
 
 
 def lr_sequence(make_scheduler, base_lr, epochs):
