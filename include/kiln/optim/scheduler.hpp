@@ -353,7 +353,8 @@ class LinearLR : public detail::LRScheduler<Opt, LinearLR<Opt>> {
 };
 
 /// lr = base_lr (1 - min(epoch, total_iters) / total_iters)^power, torch.optim.lr_scheduler.PolynomialLR:
-/// 0 from total_iters on (for a positive power).
+/// 0 from total_iters on (for a positive power). A negative or NaN power is refused (torch's steps
+/// divide by zero at total_iters).
 /// Example: `kiln::optim::PolynomialLR sched(opt, /*total_iters=*/100, /*power=*/2.0);`
 template <lr_optimizer Opt>
 class PolynomialLR : public detail::LRScheduler<Opt, PolynomialLR<Opt>> {
@@ -363,6 +364,8 @@ class PolynomialLR : public detail::LRScheduler<Opt, PolynomialLR<Opt>> {
   explicit PolynomialLR(Opt& opt, std::int64_t total_iters = 5, double power = 1.0)
       : base(opt), total_(total_iters), power_(power) {
     detail::require_positive(total_iters, "PolynomialLR", "total_iters");
+    if (!(power >= 0.0))  // torch's would divide by zero at total_iters (a NaN: every lr NaN)
+      throw ValueError("kiln::optim::PolynomialLR: power must be >= 0, got " + std::to_string(power));
     this->apply();
   }
   double lr_at(std::int64_t epoch) const {

@@ -292,5 +292,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
 };
 template <class Model>
 SGD(Model&, SGDOptions) -> SGD<typename Model::M, typename Model::D, typename Model::T>;
+template <class M, class D>
+SGD(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, SGDOptions) -> SGD<M, D>;
 
 }  // namespace kiln::optim

@@ -133,6 +133,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nesterov_needs_momentum_and_no_dampening, D, kiln:
   auto short_grads = kt::make_tensor<D>(std::vector<float>{1, 2}, Extents<Shape<dyn>>(2));
   BOOST_CHECK_EXCEPTION((SGD<float, D>(params, short_grads, {.lr = 0.1f})), kiln::ShapeError,
                         kt::message_contains({"SGD", "3 parameters but 2 gradients"}));
+  // From two arenas, the element type and device are deduced (as Adam's, RMSprop's and Adagrad's).
+  auto grads = kt::make_tensor<D>(std::vector<float>{1, 1, 1}, Extents<Shape<dyn>>(3));
+  SGD from_arenas(params, grads, {.lr = 0.5f});
+  static_assert(std::is_same_v<decltype(from_arenas), SGD<float, D>>);
+  from_arenas.step();
+  BOOST_TEST(params.to_vector() == (std::vector<float>{0.5f, 1.5f, 2.5f}), boost::test_tools::per_element());
   SGD opt(model, {.lr = 0.1f});
   BOOST_TEST(opt.momentum_buffer().empty(), "no momentum: no buffer");
   // With momentum, the buffer holds zeros until the first step (a checkpoint taken before it is zeros,

@@ -359,6 +359,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(new_schedulers_and_sequential_lr_refuse_with_torch
                         says("kiln::optim::LinearLR: total_iters must be positive, got 0"));
   BOOST_CHECK_EXCEPTION(ko::PolynomialLR(o.opt, 0), kiln::ValueError,
                         says("kiln::optim::PolynomialLR: total_iters must be positive, got 0"));
+  BOOST_CHECK_EXCEPTION(ko::PolynomialLR(o.opt, 4, -1.0), kiln::ValueError,
+                        says("kiln::optim::PolynomialLR: power must be >= 0, got -1.000000"));
+  BOOST_CHECK_THROW(ko::PolynomialLR(o.opt, 4, std::nan("")), kiln::ValueError);
   BOOST_TEST(o.opt.lr() == 0.1f);  // the refused ones set nothing
   BOOST_CHECK_NO_THROW(ko::ConstantLR(o.opt, 0.0, 1));
   o.opt.set_lr(0.1f);
