@@ -153,6 +153,8 @@ layers_upsample.json
                   upsample_bicubic3                Upsample(scale_factor=3, mode='bicubic'), [2, 2, 5, 3]
                   upsample_bicubic2_align_corners  Upsample(scale_factor=2, mode='bicubic', align_corners=True),
                                                    [2, 3, 4, 5]
+                  upsample_bicubic3_align_corners  Upsample(scale_factor=3, mode='bicubic', align_corners=True),
+                                                   [2, 2, 3, 2]
 
 layers_pool_modes.json
   torch_version   str
@@ -795,6 +797,8 @@ def layers_upsample_fixture():
         layer_case("upsample_bicubic3", lambda: nn.Upsample(scale_factor=3, mode="bicubic"), (2, 2, 5, 3), 509),
         layer_case("upsample_bicubic2_align_corners",
                    lambda: nn.Upsample(scale_factor=2, mode="bicubic", align_corners=True), (2, 3, 4, 5), 510),
+        layer_case("upsample_bicubic3_align_corners",
+                   lambda: nn.Upsample(scale_factor=3, mode="bicubic", align_corners=True), (2, 2, 3, 2), 511),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kiln/core/config.hpp"
 #include "kiln/expr/executor.hpp"
@@ -22,7 +23,7 @@ namespace detail {
 /// The planes (N C) of [N, C, H, W] and the factor: [N, C, H Scale, W Scale].
 struct UpsampleGeometry {
   index_t planes, h, w, scale;
-  bool align_corners = false;  // bilinear: the corner pixels of input and output aligned
+  bool align_corners = false;  // bilinear, bicubic: the corner pixels of input and output aligned
 };
 
 /// The input row (or column) that output o reads in nearest mode, as torch's CPU and CUDA kernels: o
@@ -62,8 +63,8 @@ struct BilinearTaps {
 /// Output o's four input rows in bicubic mode, as torch's compute_indices_weights_cubic: the source
 /// Scale⁻¹ (o + 0.5) - 0.5 (not clamped: cubic), or o (n - 1) / (n Scale - 1) with align_corners; its
 /// floor f (at most n - 1) and t = the rest (within [0, 1]); rows f - 1 .. f + 2 clamped into [0, n),
-/// weighted by Keys' cubic convolution at distances 1 + t, t, 1 - t, 2 - t (a = -0.75). In C (float, or
-/// double for a double tensor); the unaligned source in double first, as torch's.
+/// weighted by Keys' cubic convolution at distances t + 1, t, 1 - t, (1 - t) + 1 (a = -0.75). In C
+/// (float, or double for a double tensor), each operation rounded as torch's.
 template <class C>
 struct CubicTaps {
   index_t at[4];
@@ -76,27 +77,31 @@ struct CubicTaps {
       src = ratio * static_cast<C>(o);
     } else {
       const C inverse = static_cast<C>(1.0 / static_cast<double>(scale));
-      src = static_cast<C>(static_cast<double>(inverse) * (static_cast<double>(o) + 0.5) - 0.5);
+      src = inverse * (static_cast<C>(o) + C(0.5)) - C(0.5);
     }
-    index_t f = static_cast<index_t>(floor(static_cast<double>(src)));
+    index_t f;
+    if constexpr (std::is_same_v<C, float>)
+      f = static_cast<index_t>(floorf(src));
+    else
+      f = static_cast<index_t>(floor(src));
     if (f > n - 1) f = n - 1;
     C t = src - static_cast<C>(f);
     t = t < C(0) ? C(0) : (t > C(1) ? C(1) : t);
-    w[0] = far(t + C(1));
-    w[1] = near(t);
-    w[2] = near(C(1) - t);
-    w[3] = far(C(2) - t);
+    w[0] = keys_far(t + C(1));
+    w[1] = keys_near(t);
+    w[2] = keys_near(C(1) - t);
+    w[3] = keys_far((C(1) - t) + C(1));  // two roundings, as torch's x2 + 1.0
     for (int k = 0; k < 4; ++k) {
       const index_t r = f - 1 + k;
       at[k] = r < 0 ? 0 : (r > n - 1 ? n - 1 : r);
     }
   }
   /// Keys' kernel with a = -0.75 at a distance x <= 1, and 1 < x < 2 (torch's cubic_convolution1, 2).
-  KILN_HOST_DEVICE static C near(C x) {
+  KILN_HOST_DEVICE static C keys_near(C x) {
     const C a = C(-0.75);
     return ((a + C(2)) * x - (a + C(3))) * x * x + C(1);
   }
-  KILN_HOST_DEVICE static C far(C x) {
+  KILN_HOST_DEVICE static C keys_far(C x) {
     const C a = C(-0.75);
     return ((a * x - C(5) * a) * x + C(8) * a) * x - C(4) * a;
   }
@@ -145,8 +150,9 @@ struct UpsampleForward {
 /// no atomics). Nearest: the Scale x Scale block of outputs that repeat it. Bilinear: the outputs within
 /// one input row or column of it, 3 Scale along each axis, weighted as the forward pass read them and
 /// added in torch's order (output by output, its four products). Bicubic: the outputs within two input
-/// rows or columns of it (and every output whose taps clamp onto it at an edge), 5 Scale along each
-/// axis, in torch's CPU order (output by output; its sixteen taps column by column, dy wy wx).
+/// rows or columns of it (and every output whose taps clamp onto it at an edge), about 5 Scale along
+/// each axis (6 Scale + 2 with align_corners), in torch's CPU order (output by output; its sixteen taps
+/// column by column, dy wy wx).
 template <class T, UpsampleMode Mode>
 struct UpsampleBackward {
   const T* dy;
@@ -231,7 +237,7 @@ struct UpsampleBackward {
   /// The outputs [first, last) along an axis of n inputs whose bicubic taps may reach input i: those
   /// whose source lies within two inputs of i and one to spare (5 Scale), and at the first and last
   /// input every output before or after (their taps clamp onto it); with align_corners at (n Scale - 1)
-  /// / (n - 1) outputs an input (all of them for one input).
+  /// / (n - 1) outputs an input, three inputs either side (all of them for one input).
   KILN_HOST_DEVICE void cubic_readers(index_t i, index_t n, index_t& first, index_t& last) const {
     const index_t out = n * g.scale;
     if (!g.align_corners) {

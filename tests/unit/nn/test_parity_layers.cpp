@@ -75,6 +75,22 @@ Tensor<float, S, D> tensor_of(const json& t, const Extents<S>& ext) {
   return Tensor<float, S, D>::from(std::span<const float>(v), ext);
 }
 
+/// A one-layer model's input gradient on the CPU against the fixture case's bit for bit: for a layer
+/// that adds the same products in torch's order (Upsample's bicubic mode).
+template <class Layer, class In>
+void check_input_gradient_exactly(const std::string& name, const std::string& file) {
+  BOOST_TEST_CONTEXT("layer " << name << ", input gradient bit for bit") {
+    const json& c = layer_case(name, file);
+    knn::Model<knn::Sequential<Layer>, In, kiln::Policy<kiln::Fp32, kiln::Cpu>> m(0);
+    const auto y =
+        m.forward(tensor_of<In, kiln::Cpu>(c.at("input"), Extents<In>(parity::shape(c.at("input"))[0])));
+    using Y = std::remove_cvref_t<decltype(y)>;
+    const auto dy = tensor_of<typename Y::shape_type, kiln::Cpu>(c.at("grad_output"), y.extents());
+    BOOST_TEST(m.backward_input(dy).to_vector() == parity::values(c.at("grad_input")),
+               boost::test_tools::per_element());
+  }
+}
+
 /// A fixture's class labels (a JSON list of integers) as [N] int64.
 template <class D>
 Tensor<std::int64_t, Shape<dyn>, D> labels_of(const json& t) {
@@ -295,7 +311,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test
   // layers_upsample.json: nearest (scale 2, and 3 as UpsamplingNearest2d), bilinear with
   // align_corners=False (scale 2, and 3 on a 5x3 input), Identity, bilinear with align_corners=True
   // (scale 2, and 3 on a 2x3 input as UpsamplingBilinear2d), bicubic (scale 2 and 3, align_corners False;
-  // scale 2, True). Bilinear's (and bicubic's) input gradient sums up to
+  // scale 2, and 3 on a 3x2 input whose taps all clamp, True). Bilinear's (and bicubic's) input gradient
+  // sums up to
   // 36 products of opposite signs, and torch's build rounds the source positions otherwise (the last
   // bit of λ: fused multiply-adds), so it is floored at 10% of the tensor's scale (as the LeNet's).
   const std::string f = "layers_upsample.json";
@@ -314,7 +331,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_match_pytorch, D, kiln::test
   check_layer<knn::Upsample<3, bicubic>, Shape<dyn, 2, 5, 3>, D>("upsample_bicubic3", f, 10);
   check_layer<knn::Upsample<2, bicubic, true>, Shape<dyn, 3, 4, 5>, D>("upsample_bicubic2_align_corners", f,
                                                                        10);
-  BOOST_TEST(fixture(f).at("cases").size() == 10u);  // every case of the file is checked
+  check_layer<knn::Upsample<3, bicubic, true>, Shape<dyn, 2, 3, 2>, D>("upsample_bicubic3_align_corners", f,
+                                                                       10);
+  BOOST_TEST(fixture(f).at("cases").size() == 11u);  // every case of the file is checked
+  // Bicubic's input gradient adds the same products in torch's CPU order: equal on the CPU (the forward
+  // is not: torch's build contracts its sums into fused multiply-adds).
+  check_input_gradient_exactly<knn::Upsample<2, bicubic>, Shape<dyn, 3, 4, 5>>("upsample_bicubic2", f);
+  check_input_gradient_exactly<knn::Upsample<3, bicubic>, Shape<dyn, 2, 5, 3>>("upsample_bicubic3", f);
+  check_input_gradient_exactly<knn::Upsample<2, bicubic, true>, Shape<dyn, 3, 4, 5>>(
+      "upsample_bicubic2_align_corners", f);
+  check_input_gradient_exactly<knn::Upsample<3, bicubic, true>, Shape<dyn, 2, 3, 2>>(
+      "upsample_bicubic3_align_corners", f);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv_transpose2d_matches_pytorch, D, kiln::test::devices) {

@@ -97,6 +97,25 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_follows_its_definitions, D, kt::devices) 
   check_forward<3, UpsampleMode::bicubic, 8, 7, D, true>();
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(bicubic_at_scale_one_is_the_identity_both_ways, D, kt::devices) {
+  // Every source lands on an input (t = 0): weights 0, 1, 0, 0 exactly, so y = x and dx = dy bit for bit.
+  using In = Shape<dyn, 2, 3, 4>;
+  using P = kiln::Policy<kiln::Fp32, D>;
+  const auto xs = kt::random_values<float>(24, -2, 2, 70), dys = kt::random_values<float>(24, -2, 2, 71);
+  const auto check = [&](auto model, const char* what) {
+    BOOST_TEST_CONTEXT(what) {
+      BOOST_TEST(model.forward(kt::make_tensor<D>(xs, Extents<In>(1))).to_vector() == xs,
+                 boost::test_tools::per_element());
+      BOOST_TEST(model.backward_input(kt::make_tensor<D>(dys, Extents<In>(1))).to_vector() == dys,
+                 boost::test_tools::per_element());
+    }
+  };
+  check(knn::Model<knn::Sequential<knn::Upsample<1, UpsampleMode::bicubic>>, In, P>(0),
+        "align_corners=False");
+  check(knn::Model<knn::Sequential<knn::Upsample<1, UpsampleMode::bicubic, true>>, In, P>(0),
+        "align_corners=True");
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(bicubic_keeps_a_constant_and_overshoots_at_an_edge, D, kt::devices) {
   // Keys' weights sum to 1 (a constant stays), and they go negative: a step overshoots, as torch's
   // bicubic does (its output is not clamped).
@@ -136,6 +155,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(upsample_and_identity_backward_match_numeric, D, k
       Extents<Shape<dyn, 2, 1, 4>>(2), -1, 1, 0, 61);
   check_model_gradients<knn::Sequential<Upsample<3, UpsampleMode::bicubic, true>>, Shape<dyn, 1, 8, 5>, D>(
       Extents<Shape<dyn, 1, 8, 5>>(2), -1, 1, 0, 62);
+  check_model_gradients<knn::Sequential<Upsample<2, UpsampleMode::bicubic>>, Shape<dyn, 1, 2, 3>, D>(
+      Extents<Shape<dyn, 1, 2, 3>>(2), -1, 1, 0, 63);
+  check_model_gradients<knn::Sequential<Upsample<2, UpsampleMode::bicubic, true>>, Shape<dyn, 1, 2, 3>, D>(
+      Extents<Shape<dyn, 1, 2, 3>>(2), -1, 1, 0, 64);
+  check_model_gradients<knn::Sequential<Upsample<5, UpsampleMode::bicubic>>, Shape<dyn, 1, 4, 3>, D>(
+      Extents<Shape<dyn, 1, 4, 3>>(1), -1, 1, 0, 65);
+  check_model_gradients<knn::Sequential<Upsample<4, UpsampleMode::bicubic, true>>, Shape<dyn, 1, 3, 4>, D>(
+      Extents<Shape<dyn, 1, 3, 4>>(1), -1, 1, 0, 66);
   check_model_gradients<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::Identity, knn::ReLU>, Shape<dyn, 2, 5, 5>,
                         D>(Extents<Shape<dyn, 2, 5, 5>>(2), -1, 1, 0.05, 55, true);
 }
