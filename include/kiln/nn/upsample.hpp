@@ -34,25 +34,30 @@ KILN_HOST_DEVICE inline index_t nearest_source(index_t o, index_t n, index_t sca
   return i < n - 1 ? i : n - 1;
 }
 
-/// Output o's two input rows in bilinear mode, as torch's area_pixel_compute_source_index: the source
-/// Scale⁻¹ (o + 0.5) - 0.5, at least 0 (align_corners=False), or o (n - 1) / (n Scale - 1) (True: the
-/// first and last rows of input and output coincide); `lo` its row, `hi` the next (lo itself at the last
-/// row), weights 1 - λ and λ, in C (float, or double for a double tensor).
+/// Where output o of an axis of n inputs enlarged Scale times reads, as torch's
+/// area_pixel_compute_source_index in C (float, or double for a double tensor): Scale⁻¹ (o + 0.5) - 0.5
+/// (align_corners=False; bilinear clamps it at 0, bicubic does not), or o (n - 1) / (n Scale - 1) (True:
+/// the first and last rows of input and output coincide).
+template <class C>
+KILN_HOST_DEVICE C source_position(index_t o, index_t n, index_t scale, bool align_corners) {
+  if (align_corners) {
+    const index_t out = n * scale;
+    const C ratio = out > 1 ? static_cast<C>(n - 1) / static_cast<C>(out - 1) : C(0);
+    return ratio * static_cast<C>(o);
+  }
+  const C inverse = static_cast<C>(1.0 / static_cast<double>(scale));
+  return inverse * (static_cast<C>(o) + C(0.5)) - C(0.5);
+}
+
+/// Output o's two input rows in bilinear mode: its source (at least 0 without align_corners); `lo` its
+/// row, `hi` the next (lo itself at the last row), weights 1 - λ and λ.
 template <class C>
 struct BilinearTaps {
   index_t lo, hi;
   C l0, l1;
   KILN_HOST_DEVICE BilinearTaps(index_t o, index_t n, index_t scale, bool align_corners) {
-    C src;
-    if (align_corners) {
-      const index_t out = n * scale;
-      const C ratio = out > 1 ? static_cast<C>(n - 1) / static_cast<C>(out - 1) : C(0);
-      src = ratio * static_cast<C>(o);
-    } else {
-      const C inverse = static_cast<C>(1.0 / static_cast<double>(scale));
-      src = inverse * (static_cast<C>(o) + C(0.5)) - C(0.5);
-      if (src < C(0)) src = C(0);
-    }
+    C src = source_position<C>(o, n, scale, align_corners);
+    if (src < C(0)) src = C(0);
     lo = static_cast<index_t>(src);
     hi = lo < n - 1 ? lo + 1 : lo;
     l1 = src - static_cast<C>(lo);
@@ -60,25 +65,16 @@ struct BilinearTaps {
   }
 };
 
-/// Output o's four input rows in bicubic mode, as torch's compute_indices_weights_cubic: the source
-/// Scale⁻¹ (o + 0.5) - 0.5 (not clamped: cubic), or o (n - 1) / (n Scale - 1) with align_corners; its
-/// floor f (at most n - 1) and t = the rest (within [0, 1]); rows f - 1 .. f + 2 clamped into [0, n),
-/// weighted by Keys' cubic convolution at distances t + 1, t, 1 - t, (1 - t) + 1 (a = -0.75). In C
-/// (float, or double for a double tensor), each operation rounded as torch's.
+/// Output o's four input rows in bicubic mode, as torch's compute_indices_weights_cubic: its source
+/// (not clamped); its floor f (at most n - 1) and t = the rest (within [0, 1]); rows f - 1 .. f + 2
+/// clamped into [0, n), weighted by Keys' cubic convolution at distances t + 1, t, 1 - t, (1 - t) + 1
+/// (a = -0.75), each operation rounded as torch's.
 template <class C>
 struct CubicTaps {
   index_t at[4];
   C w[4];
   KILN_HOST_DEVICE CubicTaps(index_t o, index_t n, index_t scale, bool align_corners) {
-    C src;
-    if (align_corners) {
-      const index_t out = n * scale;
-      const C ratio = out > 1 ? static_cast<C>(n - 1) / static_cast<C>(out - 1) : C(0);
-      src = ratio * static_cast<C>(o);
-    } else {
-      const C inverse = static_cast<C>(1.0 / static_cast<double>(scale));
-      src = inverse * (static_cast<C>(o) + C(0.5)) - C(0.5);
-    }
+    const C src = source_position<C>(o, n, scale, align_corners);
     index_t f;
     if constexpr (std::is_same_v<C, float>)
       f = static_cast<index_t>(floorf(src));
