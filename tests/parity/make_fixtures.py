@@ -346,20 +346,9 @@ def mlp_fixture():
         ("rmsprop_centered_momentum_l2", "RMSprop",
          dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=1e-2, momentum=0.9, centered=True)),
     ]
-    optimizers = optimizer_runs(make_mlp, initial, configs, loss_fn, x, target)
-
-    return {
-        "torch_version": torch.__version__,
-        "seed": SEED,
-        "layers": "Sequential(Linear(13,16), ReLU, Linear(16,32), ReLU, Linear(32,1))",
-        "state_dict": {k: tensor(v) for k, v in initial.items()},
-        "input": tensor(x),
-        "target": tensor(target),
-        "output": tensor(out),
-        "loss": f32([loss.item()])[0],
-        "grad": grad,
-        "optimizers": optimizers,
-    }
+    runs = mlp_runs_fixture(configs)  # the same draws, then the optimizer runs
+    optimizers = runs.pop("optimizers")
+    return {**runs, "output": tensor(out), "loss": f32([loss.item()])[0], "grad": grad, "optimizers": optimizers}
 
 
 def mlp_runs_fixture(configs):
