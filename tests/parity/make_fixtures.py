@@ -27,7 +27,8 @@ mlp.json
   output          tensor  [8, 1]   model(input)
   loss            float   MSELoss()(output, target) (mean reduction)
   grad            {name: tensor}   every parameter's .grad after loss.backward() from the initial state
-  optimizers      [ {name: str, type: "SGD" | "Adam" | "AdamW" | "RMSprop" | "Adagrad",
+  optimizers      [ {name: str, type: "SGD" | "Adam" | "AdamW" | "RMSprop" | "Adagrad" | "NAdam" | "RAdam" |
+                           "Adamax" | "Adadelta",
                      options: {lr, momentum, dampening, weight_decay, nesterov} for SGD,
                               {lr, betas: [b1, b2], eps, weight_decay, amsgrad} for Adam/AdamW,
                               {lr, alpha, eps, weight_decay, momentum, centered} for RMSprop,
@@ -48,6 +49,21 @@ mlp_adagrad.json
   torch_version, seed, layers, state_dict, input, target   as in mlp.json (the same draws)
   optimizers      as in mlp.json, type "Adagrad": torch's defaults; lr 5e-2, lr_decay 0.1, weight decay
                   1e-2, initial_accumulator_value 0.1; lr_decay 0.05, weight decay 1e-2, maximize=True
+
+mlp_nadam_radam.json
+  torch_version, seed, layers, state_dict, input, target   as in mlp.json (the same draws)
+  optimizers      as in mlp.json but with steps: 8, type "NAdam" (options {lr, betas, eps, weight_decay,
+                  momentum_decay}): torch's defaults; lr 1e-2, betas (0.8, 0.99), eps 1e-6, weight decay
+                  1e-2, momentum_decay 1e-2; type "RAdam" (options {lr, betas, eps, weight_decay}):
+                  torch's defaults; lr 1e-2, weight decay 1e-2. RAdam's steps 1 to 5 are un-rectified
+                  (rho_t <= 5), 6 to 8 rectified
+
+mlp_adamax_adadelta.json
+  torch_version, seed, layers, state_dict, input, target   as in mlp.json (the same draws)
+  optimizers      as in mlp.json, type "Adamax" (options {lr, betas, eps, weight_decay, maximize?}):
+                  torch's defaults; lr 1e-2, betas (0.8, 0.99), eps 1e-6, weight decay 1e-2, maximize=True;
+                  type "Adadelta" (options {lr, rho, eps, weight_decay, maximize?}): torch's defaults;
+                  lr 0.5, rho 0.8, eps 1e-5, weight decay 1e-2, maximize=True
 
 schedulers.json
   torch_version   str
@@ -295,21 +311,21 @@ def make_mlp():
         torch.nn.Linear(32, 1))
 
 
-def optimizer_runs(make_model, initial, configs, loss_fn, x, target):
-    """Each (name, torch.optim class name, options): STEPS steps on (x, target) from `initial`."""
+def optimizer_runs(make_model, initial, configs, loss_fn, x, target, steps=STEPS):
+    """Each (name, torch.optim class name, options): `steps` steps on (x, target) from `initial`."""
     runs = []
     for name, kind, options in configs:
         m = make_model()
         m.load_state_dict(initial)
         opt = getattr(torch.optim, kind)(m.parameters(), foreach=False, **options)
-        for _ in range(STEPS):
+        for _ in range(steps):
             opt.zero_grad()
             loss_fn(m(x), target).backward()
             opt.step()
         opts = dict(options)
         if "betas" in opts:
             opts["betas"] = list(opts["betas"])
-        runs.append({"name": name, "type": kind, "options": opts, "steps": STEPS,
+        runs.append({"name": name, "type": kind, "options": opts, "steps": steps,
                      "parameters": {k: tensor(v) for k, v in m.state_dict().items()}})
     return runs
 
@@ -351,9 +367,9 @@ def mlp_fixture():
     return {**runs, "output": tensor(out), "loss": f32([loss.item()])[0], "grad": grad, "optimizers": optimizers}
 
 
-def mlp_runs_fixture(configs):
+def mlp_runs_fixture(configs, steps=STEPS):
     """mlp.json's model, batch and initial weights with the optimizer runs of `configs` (name, torch
-    optimizer, its keyword arguments), in a file of their own."""
+    optimizer, its keyword arguments; `steps` steps each), in a file of their own."""
     _, x, target, initial = mlp_draws()
     return {
         "torch_version": torch.__version__,
@@ -362,7 +378,7 @@ def mlp_runs_fixture(configs):
         "state_dict": {k: tensor(v) for k, v in initial.items()},
         "input": tensor(x),
         "target": tensor(target),
-        "optimizers": optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target),
+        "optimizers": optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target, steps),
     }
 
 
@@ -392,6 +408,31 @@ def mlp_adagrad_fixture():
          dict(lr=5e-2, lr_decay=0.1, weight_decay=1e-2, initial_accumulator_value=0.1, eps=1e-10)),
         ("adagrad_decay_l2_maximize", "Adagrad",
          dict(lr=1e-2, lr_decay=0.05, weight_decay=1e-2, initial_accumulator_value=0.0, eps=1e-10, maximize=True)),
+    ])
+
+
+def mlp_nadam_radam_fixture():
+    """mlp.json's model and batch under NAdam and RAdam, 8 steps each (RAdam's steps 6 to 8 are its
+    rectified ones: rho_t > 5 from step 6 with beta2 0.999): torch's defaults; L2 (and NAdam's momentum
+    decay) with a larger learning rate."""
+    return mlp_runs_fixture([
+        ("nadam", "NAdam", dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3)),
+        ("nadam_l2_momentum_decay", "NAdam",
+         dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2, momentum_decay=1e-2)),
+        ("radam", "RAdam", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)),
+        ("radam_l2", "RAdam", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)),
+    ], steps=8)
+
+
+def mlp_adamax_adadelta_fixture():
+    """mlp.json's model and batch under Adamax and Adadelta: torch's defaults; L2, other betas / rho and
+    eps, with maximize=True."""
+    return mlp_runs_fixture([
+        ("adamax", "Adamax", dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)),
+        ("adamax_l2_betas_maximize", "Adamax",
+         dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2, maximize=True)),
+        ("adadelta", "Adadelta", dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0)),
+        ("adadelta_l2_rho_maximize", "Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=1e-2, maximize=True)),
     ])
 
 
@@ -1234,6 +1275,8 @@ def write(name, data):
 
 FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_maximize_fixture(),
             "mlp_adagrad.json": lambda: mlp_adagrad_fixture(),
+            "mlp_nadam_radam.json": lambda: mlp_nadam_radam_fixture(),
+            "mlp_adamax_adadelta.json": lambda: mlp_adamax_adadelta_fixture(),
             "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
             "clip_coefficient.json": lambda: clip_coefficient_fixture(),

@@ -1,6 +1,6 @@
-/// Checks every optimizer must pass, shared by their tests (RMSprop, Adagrad, ...): the fused step
-/// against torch's unfused order, the working copy under mixed precision, a GradScaler driving it; and
-/// state_of(), an optimizer's state arenas as host vectors.
+/// Checks every optimizer must pass, shared by their tests (RMSprop, Adagrad, NAdam, RAdam, Adamax, ...): the
+/// fused step against torch's unfused order, the working copy under mixed precision, a GradScaler driving it;
+/// and state_of(), an optimizer's state arenas as host vectors.
 #pragma once
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -24,9 +24,15 @@ using OptimizerIn = Shape<dyn, 7>;
 template <class Opt>
 auto state_of(const Opt& opt) {
   using V = decltype(opt.gradients().to_vector());
-  if constexpr (requires { opt.exp_avg(); })
+  if constexpr (requires { opt.exp_inf(); })  // Adamax
+    return std::vector<V>{opt.exp_avg().to_vector(), opt.exp_inf().to_vector()};
+  else if constexpr (requires { opt.acc_delta(); })  // Adadelta
+    return std::vector<V>{opt.square_avg().to_vector(), opt.acc_delta().to_vector()};
+  else if constexpr (requires { opt.max_exp_avg_sq(); })
     return std::vector<V>{opt.exp_avg().to_vector(), opt.exp_avg_sq().to_vector(),
                           opt.max_exp_avg_sq().to_vector()};
+  else if constexpr (requires { opt.exp_avg_sq(); })  // NAdam, RAdam
+    return std::vector<V>{opt.exp_avg().to_vector(), opt.exp_avg_sq().to_vector()};
   else if constexpr (requires { opt.square_avg(); })
     return std::vector<V>{opt.square_avg().to_vector(), opt.grad_avg().to_vector(),
                           opt.momentum_buffer().to_vector()};
@@ -93,7 +99,7 @@ void the_working_copy_follows_the_masters(const Options& o) {
 
 /// GradScaler drives Opt(model, o) as it drives SGD and Adam: three steps on gradients scaled by 2^k
 /// land exactly where the unscaled ones do (1 / 2^k is exact); a step on a gradient holding an inf is
-/// skipped (parameters, state and step count untouched) and halves the scale.
+/// skipped (parameters, state, step count and NAdam's mu_product untouched) and halves the scale.
 template <template <class, class, class> class Opt, class D, class Options>
 void a_grad_scaler_drives_it(const Options& o) {
   using P = Policy<Fp32, D>;
@@ -118,6 +124,8 @@ void a_grad_scaler_drives_it(const Options& o) {
   scaled.gradients().copy_from(std::span<const float>(inf));
   const auto before = scaled.parameters().to_vector();
   const auto state = state_of(b);
+  double mu_product = 0.0;
+  if constexpr (requires { b.mu_product(); }) mu_product = b.mu_product();
   scaler.step(b);
   scaler.update();
   BOOST_TEST(scaled.parameters().to_vector() == before, boost::test_tools::per_element());
@@ -126,6 +134,7 @@ void a_grad_scaler_drives_it(const Options& o) {
   for (std::size_t k = 0; k < state.size(); ++k)
     BOOST_TEST(after[k] == state[k], boost::test_tools::per_element());
   if constexpr (requires { b.step_count(); }) BOOST_TEST(b.step_count() == 3);
+  if constexpr (requires { b.mu_product(); }) BOOST_TEST(b.mu_product() == mu_product);
   BOOST_TEST(scaler.scale() == 512.0);
 }
 

@@ -23,20 +23,26 @@ namespace kiln {
 ///   RMSprop       "optimizer.square_avg" (+ "optimizer.grad_avg" centered, "optimizer.momentum_buffer"
 ///                 where there is one); metadata "optimizer.step"
 ///   Adagrad       "optimizer.sum"; metadata "optimizer.step"
+///   NAdam         "optimizer.exp_avg", "optimizer.exp_avg_sq"; metadata "optimizer.step" and
+///                 "optimizer.mu_product" (torch's state["mu_product"], the text that reads back exactly)
+///   RAdam         "optimizer.exp_avg", "optimizer.exp_avg_sq"; metadata "optimizer.step"
+///   Adamax        "optimizer.exp_avg", "optimizer.exp_inf"; metadata "optimizer.step"
+///   Adadelta      "optimizer.square_avg", "optimizer.acc_delta"; metadata "optimizer.step"
 ///   SGD           "optimizer.momentum_buffer" (with momentum, or where one was turned on since:
 ///                 OneCycleLR); metadata "optimizer.momentum_initialized" ("1" once a step has filled it).
 ///                 Loaded whatever the momentum is now; a state without it makes the next step start
 ///                 the buffers from its gradient (torch: no momentum_buffer in the state)
-/// and "optimizer.type" (Adam, AdamW, RMSprop, Adagrad, SGD). The hyperparameters are metadata too, as
-/// torch's param_groups are in its state_dict: "optimizer.lr", "optimizer.weight_decay" and
-/// "optimizer.maximize"; Adam/AdamW "beta1", "beta2", "eps", "amsgrad"; RMSprop "alpha", "eps", "momentum",
-/// "centered"; Adagrad "lr_decay", "eps", "initial_accumulator_value"; SGD "momentum", "dampening",
-/// "nesterov". Loading restores the learning rate, the betas and the momentum (what schedulers move during
-/// training: a resumed run goes on with the values the run had reached, as torch's load_state_dict does); the
-/// others must equal the optimizer's (torch would take the checkpoint's; kiln fixes them, and amsgrad,
-/// centered and nesterov shape the state, at construction), else a CheckpointError names both. A checkpoint
-/// without them (written before kiln saved them) leaves the optimizer's; its maximize, which kiln did not
-/// have then, counts as false.
+/// and "optimizer.type" (Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta, SGD). The
+/// hyperparameters are metadata too, as torch's param_groups are in its state_dict: "optimizer.lr",
+/// "optimizer.weight_decay" and "optimizer.maximize"; Adam/AdamW "beta1", "beta2", "eps", "amsgrad"; RMSprop
+/// "alpha", "eps", "momentum", "centered"; Adagrad "lr_decay", "eps", "initial_accumulator_value"; NAdam
+/// "beta1", "beta2", "eps", "momentum_decay"; RAdam and Adamax "beta1", "beta2", "eps"; Adadelta "rho",
+/// "eps"; SGD "momentum", "dampening", "nesterov". Loading restores the learning rate, the betas and the
+/// momentum (what schedulers move during training: a resumed run goes on with the values the run had reached,
+/// as torch's load_state_dict does); the others must equal the optimizer's (torch would take the
+/// checkpoint's; kiln fixes them, and amsgrad, centered and nesterov shape the state, at construction), else
+/// a CheckpointError names both. A checkpoint without them (written before kiln saved them) leaves the
+/// optimizer's; its maximize, which kiln did not have then, counts as false.
 struct OptimizerState {
   std::map<std::string, SafetensorsEntry> entries;
   std::map<std::string, std::string> metadata;
@@ -69,15 +75,54 @@ concept adagrad_like = requires(const Opt& o) {
   o.step_count();
   o.options().lr_decay;
 };
+/// NAdam: Adam's moments (no max_exp_avg_sq), the momentum schedule's product and its decay.
+template <class Opt>
+concept nadam_like = requires(const Opt& o) {
+  o.exp_avg();
+  o.exp_avg_sq();
+  o.mu_product();
+  o.step_count();
+  o.options().momentum_decay;
+};
+/// Adam's moments, betas and step count (Adam, AdamW, NAdam, RAdam).
+template <class Opt>
+concept adam_moments = requires(const Opt& o) {
+  o.exp_avg();
+  o.exp_avg_sq();
+  o.step_count();
+  o.options().betas;
+};
+/// RAdam: Adam's moments, and neither Adam's max_exp_avg_sq nor NAdam's momentum schedule.
+template <class Opt>
+concept radam_like = adam_moments<Opt> && !adam_like<Opt> && !nadam_like<Opt>;
+/// Adamax: the first moment and the decayed infinity norm.
+template <class Opt>
+concept adamax_like = requires(const Opt& o) {
+  o.exp_avg();
+  o.exp_inf();
+  o.step_count();
+};
+/// Adadelta: the running averages of the squared gradients and of the squared steps.
+template <class Opt>
+concept adadelta_like = requires(const Opt& o) {
+  o.square_avg();
+  o.acc_delta();
+  o.step_count();
+};
 /// The optimizers a checkpoint holds the state of.
 template <class Opt>
-concept checkpointed_optimizer = adam_like<Opt> || rmsprop_like<Opt> || adagrad_like<Opt> || sgd_like<Opt>;
+concept checkpointed_optimizer = adam_like<Opt> || rmsprop_like<Opt> || adagrad_like<Opt> ||
+    nadam_like<Opt> || radam_like<Opt> || adamax_like<Opt> || adadelta_like<Opt> || sgd_like<Opt>;
 
 template <class Opt>
 std::string optimizer_type() {
   if constexpr (adam_like<Opt>) return Opt::decoupled_weight_decay ? "AdamW" : "Adam";
   else if constexpr (rmsprop_like<Opt>) return "RMSprop";
   else if constexpr (adagrad_like<Opt>) return "Adagrad";
+  else if constexpr (nadam_like<Opt>) return "NAdam";
+  else if constexpr (radam_like<Opt>) return "RAdam";
+  else if constexpr (adamax_like<Opt>) return "Adamax";
+  else if constexpr (adadelta_like<Opt>) return "Adadelta";
   else return "SGD";
 }
 
@@ -128,6 +173,18 @@ void hyper_must_match(const std::map<std::string, std::string>& meta, const std:
                           ", this one " + hyper_text(current) + "; build the optimizer with the checkpoint's " + name);
 }
 
+/// The betas a checkpoint restores (`o`'s where it has none); a CheckpointError unless in [0, 1).
+template <class Options>
+auto restored_betas(const Options& o, const std::map<std::string, std::string>& meta,
+                    const std::string& path) {
+  const std::remove_cvref_t<decltype(o.betas)> betas{hyper_value(meta, "beta1", o.betas.beta1, path),
+                                                     hyper_value(meta, "beta2", o.betas.beta2, path)};
+  if (!(betas.beta1 >= 0.0f && betas.beta1 < 1.0f && betas.beta2 >= 0.0f && betas.beta2 < 1.0f))
+    throw CheckpointError("kiln: " + path + ": metadata betas (" + hyper_text(betas.beta1) + ", " +
+                          hyper_text(betas.beta2) + ") are not in [0, 1)");
+  return betas;
+}
+
 template <class Arena>
 void add_arena(OptimizerState& s, const std::string& name, const Arena& a) {
   using M = typename Arena::element_type;
@@ -158,12 +215,13 @@ void load_arena(Arena& a, const SafetensorsEntry& e) {
 
 }  // namespace detail
 
-/// The state of `opt` (Adam, AdamW, RMSprop, Adagrad or SGD) as entries and metadata (copies from the
-/// device).
+/// The state of `opt` (Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta or SGD) as entries and
+/// metadata (copies from the device).
 template <class Opt>
 OptimizerState optimizer_state(const Opt& opt) {
-  static_assert(detail::checkpointed_optimizer<Opt>,
-                "kiln::optimizer_state: Adam, AdamW, RMSprop, Adagrad or SGD");
+  static_assert(
+      detail::checkpointed_optimizer<Opt>,
+      "kiln::optimizer_state: Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta or SGD");
   OptimizerState s;
   s.metadata["optimizer.type"] = detail::optimizer_type<Opt>();
   const auto hyper = [&](const std::string& name, auto v) { s.metadata["optimizer." + name] = detail::hyper_text(v); };
@@ -184,6 +242,14 @@ OptimizerState optimizer_state(const Opt& opt) {
     hyper("lr_decay", o.lr_decay);
     hyper("eps", o.eps);
     hyper("initial_accumulator_value", o.initial_accumulator_value);
+  } else if constexpr (detail::nadam_like<Opt> || detail::radam_like<Opt> || detail::adamax_like<Opt>) {
+    hyper("beta1", o.betas.beta1);
+    hyper("beta2", o.betas.beta2);
+    hyper("eps", o.eps);
+    if constexpr (detail::nadam_like<Opt>) hyper("momentum_decay", o.momentum_decay);
+  } else if constexpr (detail::adadelta_like<Opt>) {
+    hyper("rho", o.rho);
+    hyper("eps", o.eps);
   } else {
     hyper("momentum", o.momentum);
     hyper("dampening", o.dampening);
@@ -202,6 +268,20 @@ OptimizerState optimizer_state(const Opt& opt) {
     s.metadata["optimizer.step"] = std::to_string(opt.step_count());
   } else if constexpr (detail::adagrad_like<Opt>) {
     detail::add_arena(s, "optimizer.sum", opt.sum());
+    s.metadata["optimizer.step"] = std::to_string(opt.step_count());
+  } else if constexpr (detail::nadam_like<Opt> || detail::radam_like<Opt>) {
+    detail::add_arena(s, "optimizer.exp_avg", opt.exp_avg());
+    detail::add_arena(s, "optimizer.exp_avg_sq", opt.exp_avg_sq());
+    s.metadata["optimizer.step"] = std::to_string(opt.step_count());
+    if constexpr (detail::nadam_like<Opt>)
+      s.metadata["optimizer.mu_product"] = detail::hyper_text(opt.mu_product());
+  } else if constexpr (detail::adamax_like<Opt>) {
+    detail::add_arena(s, "optimizer.exp_avg", opt.exp_avg());
+    detail::add_arena(s, "optimizer.exp_inf", opt.exp_inf());
+    s.metadata["optimizer.step"] = std::to_string(opt.step_count());
+  } else if constexpr (detail::adadelta_like<Opt>) {
+    detail::add_arena(s, "optimizer.square_avg", opt.square_avg());
+    detail::add_arena(s, "optimizer.acc_delta", opt.acc_delta());
     s.metadata["optimizer.step"] = std::to_string(opt.step_count());
   } else {
     if (!opt.momentum_buffer().empty()) {  // a momentum now, or one that was (OneCycleLR cycles it)
@@ -242,6 +322,13 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
     detail::hyper_must_match(metadata, "initial_accumulator_value", o.initial_accumulator_value, expected,
                              path);
+  } else if constexpr (detail::nadam_like<Opt> || detail::radam_like<Opt> || detail::adamax_like<Opt>) {
+    detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
+    if constexpr (detail::nadam_like<Opt>)
+      detail::hyper_must_match(metadata, "momentum_decay", o.momentum_decay, expected, path);
+  } else if constexpr (detail::adadelta_like<Opt>) {
+    detail::hyper_must_match(metadata, "rho", o.rho, expected, path);
+    detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
   } else {
     detail::hyper_must_match(metadata, "dampening", o.dampening, expected, path);
     detail::hyper_must_match(metadata, "nesterov", o.nesterov, expected, path);
@@ -250,11 +337,7 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
   detail::hyper_must_match(metadata, "maximize", o.maximize, expected, path, std::optional<bool>(false));
   // Everything is checked before anything is written: a bad checkpoint leaves the optimizer as it was.
   if constexpr (detail::adam_like<Opt>) {
-    const std::remove_cvref_t<decltype(o.betas)> betas{detail::hyper_value(metadata, "beta1", o.betas.beta1, path),
-                                                       detail::hyper_value(metadata, "beta2", o.betas.beta2, path)};
-    if (!(betas.beta1 >= 0.0f && betas.beta1 < 1.0f && betas.beta2 >= 0.0f && betas.beta2 < 1.0f))
-      throw CheckpointError("kiln: " + path + ": metadata betas (" + detail::hyper_text(betas.beta1) + ", " +
-                            detail::hyper_text(betas.beta2) + ") are not in [0, 1)");
+    const auto betas = detail::restored_betas(o, metadata, path);
     const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
     const auto& m = detail::entry_for(opt.exp_avg(), entries, "optimizer.exp_avg", path);
     const auto& v = detail::entry_for(opt.exp_avg_sq(), entries, "optimizer.exp_avg_sq", path);
@@ -300,6 +383,48 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
       detail::load_arena(opt.sum(), sum);
       opt.set_step_count(step);
     }
+  } else if constexpr (detail::nadam_like<Opt> || detail::radam_like<Opt>) {
+    const auto betas = detail::restored_betas(o, metadata, path);
+    const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
+    double mu_product = 1.0;
+    if constexpr (detail::nadam_like<Opt>) {
+      // (a product of the momentum schedule's factors, each in [0, 1))
+      if (!metadata.contains("optimizer.mu_product"))
+        throw CheckpointError("kiln: " + path + ": no metadata 'optimizer.mu_product' (NAdam's state)");
+      mu_product = detail::hyper_value(metadata, "mu_product", 1.0, path);
+      if (!(mu_product >= 0.0 && mu_product <= 1.0))
+        throw CheckpointError("kiln: " + path + ": metadata 'optimizer.mu_product' is " +
+                              detail::hyper_text(mu_product) + "; expected a number in [0, 1]");
+    }
+    const auto& m = detail::entry_for(opt.exp_avg(), entries, "optimizer.exp_avg", path);
+    const auto& v = detail::entry_for(opt.exp_avg_sq(), entries, "optimizer.exp_avg_sq", path);
+    if constexpr (write) {
+      detail::load_arena(opt.exp_avg(), m);
+      detail::load_arena(opt.exp_avg_sq(), v);
+      opt.set_step_count(step);
+      opt.set_betas(betas);
+      if constexpr (detail::nadam_like<Opt>) opt.set_mu_product(mu_product);
+    }
+  } else if constexpr (detail::adamax_like<Opt>) {
+    const auto betas = detail::restored_betas(o, metadata, path);
+    const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
+    const auto& m = detail::entry_for(opt.exp_avg(), entries, "optimizer.exp_avg", path);
+    const auto& u = detail::entry_for(opt.exp_inf(), entries, "optimizer.exp_inf", path);
+    if constexpr (write) {
+      detail::load_arena(opt.exp_avg(), m);
+      detail::load_arena(opt.exp_inf(), u);
+      opt.set_step_count(step);
+      opt.set_betas(betas);
+    }
+  } else if constexpr (detail::adadelta_like<Opt>) {
+    const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
+    const auto& v = detail::entry_for(opt.square_avg(), entries, "optimizer.square_avg", path);
+    const auto& a = detail::entry_for(opt.acc_delta(), entries, "optimizer.acc_delta", path);
+    if constexpr (write) {
+      detail::load_arena(opt.square_avg(), v);
+      detail::load_arena(opt.acc_delta(), a);
+      opt.set_step_count(step);
+    }
   } else {
     // Buffers where the checkpoint has them, whatever the momentum is now (a scheduler may set it after
     // loading); none (torch: no momentum_buffer in the state) and the next step starts them afresh.
@@ -330,8 +455,9 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
 template <class Opt>
 void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
                           const std::map<std::string, std::string>& metadata, const std::string& path) {
-  static_assert(detail::checkpointed_optimizer<Opt>,
-                "kiln::load_optimizer_state: Adam, AdamW, RMSprop, Adagrad or SGD");
+  static_assert(
+      detail::checkpointed_optimizer<Opt>,
+      "kiln::load_optimizer_state: Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta or SGD");
   detail::restore_optimizer_state<true>(opt, entries, metadata, path);
 }
 
@@ -340,8 +466,9 @@ void load_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEntry
 template <class Opt>
 void check_optimizer_state(const Opt& opt, const std::map<std::string, SafetensorsEntry>& entries,
                            const std::map<std::string, std::string>& metadata, const std::string& path) {
-  static_assert(detail::checkpointed_optimizer<Opt>,
-                "kiln::check_optimizer_state: Adam, AdamW, RMSprop, Adagrad or SGD");
+  static_assert(
+      detail::checkpointed_optimizer<Opt>,
+      "kiln::check_optimizer_state: Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta or SGD");
   detail::restore_optimizer_state<false>(opt, entries, metadata, path);
 }
 

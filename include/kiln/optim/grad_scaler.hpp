@@ -176,10 +176,11 @@ struct scaled_optimizer<O> {
 template <class O, class D>
 struct grad_scaler_accepts {
   // >>> Stopped here? The optimizer does not give GradScaler what it needs. <<<
-  static_assert(has_gradient_arena<O>,
-                "kiln::optim::GradScaler: the optimizer needs gradients() returning its gradient arena "
-                "(Tensor<M, Shape<dyn>, D>&); kiln's SGD, Adam, AdamW, RMSprop and Adagrad have it: add one "
-                "to your optimizer");
+  static_assert(
+      has_gradient_arena<O>,
+      "kiln::optim::GradScaler: the optimizer needs gradients() returning its gradient arena "
+      "(Tensor<M, Shape<dyn>, D>&); kiln's optimizers (SGD, Adam, "
+      "AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta) have it: add one to your optimizer");
   static_assert(has_step<O>, "kiln::optim::GradScaler: the optimizer needs step()");
   using arena = gradient_arena_of<O>;
   static constexpr bool same_device = !has_gradient_arena<O> || std::is_same_v<typename arena::device, D>;

@@ -17,9 +17,19 @@ inline void require_non_negative(double v, const char* who, const char* what) {
     throw ValueError(std::string("kiln::optim::") + who + ": Invalid " + what + ": " + std::to_string(v));
 }
 
-/// The arenas an optimizer (SGD, Adam, AdamW, RMSprop, Adagrad) derives from: the parameters p_ and
-/// gradients g_ it was built on, checked to be as long, and the working copy work_ a mixed-precision step
-/// rewrites (null for W = M). zero_grad() and gradients() are the optimizer's own.
+/// torch's check of betas (NAdam, RAdam, Adamax), in its words: "Invalid beta parameter at index 1: 1.000000"
+/// (a NaN refused too).
+inline void require_betas(float beta1, float beta2, const char* who) {
+  const float betas[2] = {beta1, beta2};
+  for (int k = 0; k < 2; ++k)
+    if (!(betas[k] >= 0.0f && betas[k] < 1.0f))
+      throw ValueError(std::string("kiln::optim::") + who + ": Invalid beta parameter at index " +
+                       std::to_string(k) + ": " + std::to_string(betas[k]));
+}
+
+/// The arenas an optimizer (SGD, Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta) derives from:
+/// the parameters p_ and gradients g_ it was built on, checked to be as long, and the working copy work_ a
+/// mixed-precision step rewrites (null for W = M). zero_grad() and gradients() are the optimizer's own.
 template <class M, class D, class W>
 class ParameterArenas {
  public:

@@ -22,7 +22,8 @@
 
 namespace kiln::optim {
 
-/// An optimizer a scheduler can drive: `lr()` and `set_lr(float)` (SGD, Adam, AdamW, RMSprop, Adagrad).
+/// An optimizer a scheduler can drive: `lr()` and `set_lr(float)` (SGD, Adam, AdamW, RMSprop, Adagrad,
+/// NAdam, RAdam, Adamax, Adadelta).
 template <class O>
 concept lr_optimizer = requires(O& o, const O& c, float lr) {
   { c.lr() } -> std::convertible_to<double>;
@@ -30,7 +31,8 @@ concept lr_optimizer = requires(O& o, const O& c, float lr) {
 };
 
 /// An optimizer whose momentum a scheduler can cycle: SGD's `momentum()` / `set_momentum(float)`, or
-/// Adam's first decay rate, `betas()` / `set_betas(AdamBetas)` (torch's betas[0]).
+/// Adam's (AdamW's, NAdam's, RAdam's, Adamax's) first decay rate, `betas()` / `set_betas(AdamBetas)` (torch's
+/// betas[0]).
 template <class O>
 concept momentum_optimizer = requires(O& o, const O& c, float m) {
   { c.momentum() } -> std::convertible_to<double>;

@@ -1,9 +1,10 @@
 // torch's maximize (torch 1.13: grad = -grad first, before the weight decay, the momentum and the
-// moments): SGD, Adam, AdamW, RMSprop and Adagrad with {.maximize = true} step as the same optimizer given
-// the negated gradients, element for element over several steps, across the options that touch the gradient
-// (weight decay, momentum, dampening, Nesterov, amsgrad, centered), fused and unfused (kiln::Unfused),
-// capturable ones too, and under a GradScaler (capturable: step_unless); the gradients are left as they
-// were. (Parity with torch: test_parity_mlp.cpp; checkpoints: test_optimizer_state.cpp.)
+// moments; torch >= 2.1 for NAdam and RAdam): SGD, Adam, AdamW, RMSprop, Adagrad, NAdam and RAdam with
+// {.maximize = true} step as the same optimizer given the negated gradients, element for element over
+// several steps, across the options that touch the gradient (weight decay, momentum, dampening, Nesterov,
+// amsgrad, centered, momentum_decay), fused and unfused (kiln::Unfused), capturable ones too, and under a
+// GradScaler (capturable: step_unless); the gradients are left as they were. (Parity with torch:
+// test_parity_mlp.cpp; checkpoints: test_optimizer_state.cpp.)
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -123,6 +124,8 @@ BOOST_AUTO_TEST_CASE(maximize_is_off_by_default_and_in_torchs_keyword_order) {
   BOOST_TEST(!kiln::optim::AdamOptions{}.maximize);
   BOOST_TEST(!kiln::optim::AdamWOptions{}.maximize);
   BOOST_TEST(!kiln::optim::RMSpropOptions{}.maximize);
+  BOOST_TEST(!kiln::optim::NAdamOptions{}.maximize);
+  BOOST_TEST(!kiln::optim::RAdamOptions{}.maximize);
   // Designated initializers follow the declaration order: these compile only with maximize after
   // nesterov / amsgrad / centered and before capturable, torch's order.
   constexpr kiln::optim::SGDOptions sgd{.lr = 0.1f, .momentum = 0.9f, .nesterov = true, .maximize = true, .capturable = true};
@@ -188,6 +191,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_maximize_steps_on_the_negated_gradient, D,
       {O{.lr_decay = 0.1, .weight_decay = 0.05f}});
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(nadam_and_radam_maximize_step_on_the_negated_gradient, D, kt::devices) {
+  using N = kiln::optim::NAdamOptions;
+  using R = kiln::optim::RAdamOptions;
+  maximize_steps_on_the_negated_gradient<kiln::optim::NAdam<float, D>, float, D>({
+      N{},
+      N{.lr = 1e-2f, .weight_decay = 0.05f, .momentum_decay = 0.1f},
+  });
+  maximize_steps_on_the_negated_gradient<kiln::optim::NAdam<double, D>, double, D>(
+      {N{.weight_decay = 0.05f}});
+  // (four steps: RAdam's un-rectified ones; its rectified ones with maximize: test_radam.cpp)
+  maximize_steps_on_the_negated_gradient<kiln::optim::RAdam<float, D>, float, D>({
+      R{},
+      R{.lr = 1e-2f, .weight_decay = 0.05f},
+  });
+  maximize_steps_on_the_negated_gradient<kiln::optim::RAdam<double, D>, double, D>(
+      {R{.weight_decay = 0.05f}});
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_steps_an_optimizer_that_maximizes, D, kt::devices) {
   for (const bool capturable : {false, true}) {
     BOOST_TEST_CONTEXT((capturable ? "capturable" : "host") << " scaler") {
@@ -198,11 +219,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_steps_an_optimizer_that_maximizes, D
       a_grad_scaler_drives<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2f}, capturable);
     }
   }
-  // RMSprop and Adagrad have no capturable mode (torch 1.13's have none either): the host scaler only.
+  // RMSprop, Adagrad, NAdam and RAdam have no capturable mode (torch 1.13's have none either): the host
+  // scaler only.
   a_grad_scaler_drives<kiln::optim::RMSprop<float, D>, D>(
       kiln::optim::RMSpropOptions{.weight_decay = 0.05f, .momentum = 0.5f, .centered = true}, false);
   a_grad_scaler_drives<kiln::optim::Adagrad<float, D>, D>(
       kiln::optim::AdagradOptions{.lr_decay = 0.1, .weight_decay = 0.05f}, false);
+  a_grad_scaler_drives<kiln::optim::NAdam<float, D>, D>(
+      kiln::optim::NAdamOptions{.lr = 1e-2f, .weight_decay = 0.05f, .momentum_decay = 0.1f}, false);
+  a_grad_scaler_drives<kiln::optim::RAdam<float, D>, D>(
+      kiln::optim::RAdamOptions{.lr = 1e-2f, .weight_decay = 0.05f}, false);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

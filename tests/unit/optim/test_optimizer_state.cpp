@@ -1,9 +1,10 @@
 // Optimizer state in checkpoints (kiln/io/optimizer_state.hpp): SGD (momentum, Nesterov, capturable),
-// Adam (amsgrad, capturable), AdamW, RMSprop (plain; centered with momentum) and Adagrad (lr_decay, a
-// starting accumulator) stopped after 3 steps, saved to a safetensors file and restored into a fresh
-// optimizer continue bit for bit as if they had never stopped, as torch's optimizer.load_state_dict does. A
-// restored SGD momentum buffer is used, not restarted from the gradient; one turned on after construction
-// (OneCycleLR) goes through too. maximize is saved and must match.
+// Adam (amsgrad, capturable), AdamW, RMSprop (plain; centered with momentum), Adagrad (lr_decay, a
+// starting accumulator), NAdam (mu_product in the metadata), RAdam, Adamax and Adadelta stopped after 3
+// steps, saved to a safetensors file and restored into a fresh optimizer continue bit for bit as if they had
+// never stopped, as torch's optimizer.load_state_dict does. A restored SGD momentum buffer is used, not
+// restarted from the gradient; one turned on after construction (OneCycleLR) goes through too. maximize is
+// saved and must match.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -183,6 +184,55 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_resumes_from_a_checkpoint_as_if_never_stop
       "adagrad_decay");
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(nadam_and_radam_resume_from_a_checkpoint_as_if_never_stopped, D,
+                              kiln::test::devices) {
+  using NAdam = kiln::optim::NAdam<float, D>;
+  using RAdam = kiln::optim::RAdam<float, D>;
+  resumes_as_if_never_stopped<NAdam, D>(kiln::optim::NAdamOptions{}, "nadam");
+  resumes_as_if_never_stopped<NAdam, D>(
+      kiln::optim::NAdamOptions{
+          .lr = 0.05f, .betas = {0.8f, 0.99f}, .eps = 1e-6f, .weight_decay = 1e-2f, .momentum_decay = 0.1f},
+      "nadam_decay");
+  resumes_as_if_never_stopped<RAdam, D>(kiln::optim::RAdamOptions{}, "radam");
+  // (beta2 0.999: the rectified steps start at the sixth; 5 here, the last 2 after the restore)
+  resumes_as_if_never_stopped<RAdam, D>(
+      kiln::optim::RAdamOptions{.lr = 0.05f, .betas = {0.8f, 0.999f}, .eps = 1e-6f, .weight_decay = 1e-2f},
+      "radam_l2");
+  // Each type is told apart from the others, so a checkpoint names the right one.
+  static_assert(kiln::detail::nadam_like<NAdam> && !kiln::detail::radam_like<NAdam> &&
+                !kiln::detail::adam_like<NAdam>);
+  static_assert(kiln::detail::radam_like<RAdam> && !kiln::detail::nadam_like<RAdam> &&
+                !kiln::detail::adam_like<RAdam>);
+  static_assert(!kiln::detail::nadam_like<kiln::optim::Adam<float, D>> &&
+                !kiln::detail::radam_like<kiln::optim::Adam<float, D>> &&
+                !kiln::detail::radam_like<kiln::optim::AdamW<float, D>>);
+  BOOST_TEST(kiln::detail::optimizer_type<NAdam>() == "NAdam");
+  BOOST_TEST(kiln::detail::optimizer_type<RAdam>() == "RAdam");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(adamax_and_adadelta_resume_from_a_checkpoint_as_if_never_stopped, D,
+                              kiln::test::devices) {
+  using Adamax = kiln::optim::Adamax<float, D>;
+  using Adadelta = kiln::optim::Adadelta<float, D>;
+  resumes_as_if_never_stopped<Adamax, D>(kiln::optim::AdamaxOptions{}, "adamax");
+  resumes_as_if_never_stopped<Adamax, D>(
+      kiln::optim::AdamaxOptions{.lr = 0.05f, .betas = {0.8f, 0.99f}, .eps = 1e-6f, .weight_decay = 1e-2f},
+      "adamax_l2");
+  resumes_as_if_never_stopped<Adadelta, D>(kiln::optim::AdadeltaOptions{}, "adadelta");
+  resumes_as_if_never_stopped<Adadelta, D>(
+      kiln::optim::AdadeltaOptions{.lr = 0.5f, .rho = 0.8, .eps = 1e-5f, .weight_decay = 1e-2f},
+      "adadelta_l2");
+  // Each type is told apart from the others, so a checkpoint names the right one.
+  static_assert(kiln::detail::adamax_like<Adamax> && !kiln::detail::adam_like<Adamax> &&
+                !kiln::detail::radam_like<Adamax> && !kiln::detail::nadam_like<Adamax>);
+  static_assert(kiln::detail::adadelta_like<Adadelta> && !kiln::detail::rmsprop_like<Adadelta> &&
+                !kiln::detail::adagrad_like<Adadelta>);
+  static_assert(!kiln::detail::adamax_like<kiln::optim::Adam<float, D>> &&
+                !kiln::detail::adadelta_like<kiln::optim::RMSprop<float, D>>);
+  BOOST_TEST(kiln::detail::optimizer_type<Adamax>() == "Adamax");
+  BOOST_TEST(kiln::detail::optimizer_type<Adadelta>() == "Adadelta");
+}
+
 // torch's maximize is a param_groups entry; kiln fixes it at construction, as amsgrad and nesterov: a run
 // that maximizes resumes as if never stopped, and a checkpoint of the other kind is refused with both.
 BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match, D, kiln::test::devices) {
@@ -191,6 +241,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match,
   using AdamW = kiln::optim::AdamW<float, D>;
   using Rms = kiln::optim::RMSprop<float, D>;
   using Ada = kiln::optim::Adagrad<float, D>;
+  using NAdam = kiln::optim::NAdam<float, D>;
+  using RAdam = kiln::optim::RAdam<float, D>;
+  using Adamax = kiln::optim::Adamax<float, D>;
+  using Adadelta = kiln::optim::Adadelta<float, D>;
   resumes_as_if_never_stopped<Sgd, D>(
       kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = true, .maximize = true},
       "sgd_maximize");
@@ -203,11 +257,23 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match,
       "rmsprop_maximize");
   resumes_as_if_never_stopped<Ada, D>(kiln::optim::AdagradOptions{.lr_decay = 0.1, .maximize = true},
                                       "adagrad_maximize");
+  resumes_as_if_never_stopped<NAdam, D>(kiln::optim::NAdamOptions{.weight_decay = 1e-2f, .maximize = true},
+                                        "nadam_maximize");
+  resumes_as_if_never_stopped<RAdam, D>(kiln::optim::RAdamOptions{.lr = 1e-2f, .maximize = true},
+                                        "radam_maximize");
+  resumes_as_if_never_stopped<Adamax, D>(kiln::optim::AdamaxOptions{.lr = 1e-2f, .maximize = true},
+                                         "adamax_maximize");
+  resumes_as_if_never_stopped<Adadelta, D>(
+      kiln::optim::AdadeltaOptions{.weight_decay = 1e-2f, .maximize = true}, "adadelta_maximize");
   maximize_must_match<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f});
   maximize_must_match<Adam, D>(kiln::optim::AdamOptions{.amsgrad = true});
   maximize_must_match<AdamW, D>(kiln::optim::AdamWOptions{});
   maximize_must_match<Rms, D>(kiln::optim::RMSpropOptions{.momentum = 0.9f, .centered = true});
   maximize_must_match<Ada, D>(kiln::optim::AdagradOptions{.lr_decay = 0.1});
+  maximize_must_match<NAdam, D>(kiln::optim::NAdamOptions{.momentum_decay = 0.1f});
+  maximize_must_match<RAdam, D>(kiln::optim::RAdamOptions{});
+  maximize_must_match<Adamax, D>(kiln::optim::AdamaxOptions{});
+  maximize_must_match<Adadelta, D>(kiln::optim::AdadeltaOptions{});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next_step, D, kiln::test::devices) {

@@ -3,8 +3,10 @@
 // forward output, the MSE loss, every gradient, and the parameters after three steps of SGD (momentum,
 // Nesterov), Adam and AdamW (also with L2 / decoupled decay and amsgrad) and RMSprop (plain; centered with
 // momentum and L2), those with maximize=True (mlp_maximize.json, the same model and batch), and Adagrad
-// (defaults; lr_decay, L2 and a starting accumulator; maximize: mlp_adagrad.json), agree
-// within 1e-5 relative (fp32; relative to each element, floored at 1% of its tensor's scale: see
+// (defaults; lr_decay, L2 and a starting accumulator; maximize: mlp_adagrad.json), and eight steps of NAdam
+// (defaults; L2 and a momentum decay) and RAdam (defaults; L2: mlp_nadam_radam.json), and three of Adamax
+// and Adadelta (defaults; L2, other betas / rho, maximize: mlp_adamax_adadelta.json), agree within 1e-5
+// relative (fp32; relative to each element, floored at 1% of its tensor's scale: see
 // parity::scale_floor).
 #include <boost/test/unit_test.hpp>
 #include <cstddef>
@@ -130,6 +132,14 @@ double check_optimizer(const json& config, const json& fx = fixture()) {
                                  .maximize = maximize});
     return run_steps(m, opt, config, fx);
   }
+  if (type == "Adadelta") {
+    kiln::optim::Adadelta opt(m, {.lr = o.at("lr").get<float>(),
+                                  .rho = o.at("rho").get<double>(),
+                                  .eps = o.at("eps").get<float>(),
+                                  .weight_decay = o.at("weight_decay").get<float>(),
+                                  .maximize = maximize});
+    return run_steps(m, opt, config, fx);
+  }
   if (type == "SGD") {
     kiln::optim::SGD opt(m, {.lr = o.at("lr").get<float>(),
                              .momentum = o.at("momentum").get<float>(),
@@ -140,6 +150,31 @@ double check_optimizer(const json& config, const json& fx = fixture()) {
     return run_steps(m, opt, config, fx);
   }
   const kiln::optim::AdamBetas betas{o.at("betas")[0].get<float>(), o.at("betas")[1].get<float>()};
+  if (type == "Adamax") {
+    kiln::optim::Adamax opt(m, {.lr = o.at("lr").get<float>(),
+                                .betas = betas,
+                                .eps = o.at("eps").get<float>(),
+                                .weight_decay = o.at("weight_decay").get<float>(),
+                                .maximize = maximize});
+    return run_steps(m, opt, config, fx);
+  }
+  if (type == "NAdam") {
+    kiln::optim::NAdam opt(m, {.lr = o.at("lr").get<float>(),
+                               .betas = betas,
+                               .eps = o.at("eps").get<float>(),
+                               .weight_decay = o.at("weight_decay").get<float>(),
+                               .momentum_decay = o.at("momentum_decay").get<float>(),
+                               .maximize = maximize});
+    return run_steps(m, opt, config, fx);
+  }
+  if (type == "RAdam") {
+    kiln::optim::RAdam opt(m, {.lr = o.at("lr").get<float>(),
+                               .betas = betas,
+                               .eps = o.at("eps").get<float>(),
+                               .weight_decay = o.at("weight_decay").get<float>(),
+                               .maximize = maximize});
+    return run_steps(m, opt, config, fx);
+  }
   if (type == "Adam") {
     kiln::optim::Adam opt(m, {.lr = o.at("lr").get<float>(),
                               .betas = betas,
@@ -235,6 +270,41 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_steps_match_pytorch, D, kiln::test::device
       check_optimizer<D>(config, fx);
     }
   }
+}
+
+// NAdam and RAdam (mlp_nadam_radam.json, the same model and batch), eight steps each: torch's defaults;
+// L2 (and NAdam's momentum decay) at a larger learning rate. RAdam's steps 6 to 8 are rectified.
+BOOST_AUTO_TEST_CASE_TEMPLATE(nadam_and_radam_steps_match_pytorch, D, kiln::test::devices) {
+  static const json fx = parity::load("mlp_nadam_radam.json");
+  const auto& configs = fx.at("optimizers");
+  BOOST_TEST_REQUIRE(configs.size() == 4u);
+  std::set<std::string> types;
+  for (const auto& config : configs) {
+    BOOST_TEST_CONTEXT("optimizer " << config.at("name").get<std::string>() << " "
+                                    << config.at("options").dump()) {
+      BOOST_TEST(config.at("steps").get<int>() == 8);
+      types.insert(config.at("type").get<std::string>());
+      check_optimizer<D>(config, fx);
+    }
+  }
+  BOOST_TEST((types == std::set<std::string>{"NAdam", "RAdam"}));
+}
+
+// Adamax and Adadelta (mlp_adamax_adadelta.json, the same model and batch): torch's defaults; L2, other
+// betas / rho and eps, with maximize.
+BOOST_AUTO_TEST_CASE_TEMPLATE(adamax_and_adadelta_steps_match_pytorch, D, kiln::test::devices) {
+  static const json fx = parity::load("mlp_adamax_adadelta.json");
+  const auto& configs = fx.at("optimizers");
+  BOOST_TEST_REQUIRE(configs.size() == 4u);
+  std::set<std::string> types;
+  for (const auto& config : configs) {
+    BOOST_TEST_CONTEXT("optimizer " << config.at("name").get<std::string>() << " "
+                                    << config.at("options").dump()) {
+      types.insert(config.at("type").get<std::string>());
+      check_optimizer<D>(config, fx);
+    }
+  }
+  BOOST_TEST((types == std::set<std::string>{"Adadelta", "Adamax"}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
