@@ -162,7 +162,9 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
 }
 
 /// DataParallel (--parallel dp): the first replica and its optimizer are saved (all replicas are the same);
-/// every replica and optimizer is restored.
+/// every replica and optimizer is restored: the file is read once, into replica 0 (checked whole before
+/// anything is written), and the other replicas copy replica 0's parameters, buffers and optimizer state
+/// (a checkpoint renamed over the file meanwhile cannot leave the replicas apart).
 template <class Net, class In, class Prec, class D, class Optimizers, class Scaler>
 void save_training_state(const std::string& path, const kiln::parallel::DataParallel<Net, In, Prec, D>& dp,
                          Optimizers& opts, const Scaler& scaler, int epochs_done, const RunSettings& run) {
@@ -171,8 +173,11 @@ void save_training_state(const std::string& path, const kiln::parallel::DataPara
 template <class Net, class In, class Prec, class D, class Optimizers, class Scaler>
 int load_training_state(const std::string& path, kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Optimizers& opts,
                         Scaler& scaler, const RunSettings& run) {
-  int epochs = 0;
-  for (int r = 0; r < dp.size(); ++r) epochs = load_training_state(path, dp.replica(r), opts.replica(r), scaler, run);
+  const int epochs = load_training_state(path, dp.replica(0), opts.replica(0), scaler, run);
+  dp.broadcast_parameters();
+  const kiln::OptimizerState state = kiln::optimizer_state(opts.replica(0));
+  for (int r = 1; r < dp.size(); ++r)
+    kiln::load_optimizer_state(opts.replica(r), state.entries, state.metadata, path);
   return epochs;
 }
 

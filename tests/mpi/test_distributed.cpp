@@ -20,6 +20,7 @@
 #include <kiln/parallel/mpi.hpp>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -378,6 +379,12 @@ BOOST_AUTO_TEST_CASE(rank_zero_writes_the_checkpoint_and_every_rank_loads_it) {
     BOOST_TEST(what.find("writing the checkpoint failed on rank 0") != std::string::npos, what);
     if (group.is_main()) BOOST_TEST(what.find("disk full") != std::string::npos, what);
   }
+  // An exception without a message, or one that is not a std::exception, fails the write too: no rank
+  // takes it for a whole file.
+  BOOST_CHECK_THROW(ddp.on_main_rank([] { throw std::runtime_error(""); }, "writing the checkpoint"),
+                    kiln::parallel::DistributedError);
+  BOOST_CHECK_THROW(ddp.on_main_rank([] { throw 42; }, "writing the checkpoint"),
+                    kiln::parallel::DistributedError);
   // A load that fails on one rank only (a missing file there) is an error on both.
   const std::string missing = group.rank() == 1 ? "/nonexistent/kiln.safetensors" : path + ".absent";
   BOOST_CHECK_THROW(ddp.on_every_rank([&] { kiln::load_checkpoint(missing, ddp.module()); }, "loading"),

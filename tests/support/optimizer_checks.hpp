@@ -1,15 +1,20 @@
 /// Checks every optimizer must pass, shared by their tests (RMSprop, Adagrad, NAdam, RAdam, Adamax, ...): the
-/// fused step against torch's unfused order, the working copy under mixed precision, a GradScaler driving it;
-/// and state_of(), an optimizer's state arenas as host vectors.
+/// fused step against torch's unfused order, the working copy under mixed precision, a GradScaler driving it,
+/// StepLR moving its learning rate, a resume through a checkpoint; state_of(), an optimizer's state arenas
+/// as host vectors; says(), a predicate on an exception's message.
 #pragma once
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <kiln/core/fusion.hpp>
+#include <kiln/io/optimizer_state.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "support/reference.hpp"
@@ -136,6 +141,78 @@ void a_grad_scaler_drives_it(const Options& o) {
   if constexpr (requires { b.step_count(); }) BOOST_TEST(b.step_count() == 3);
   if constexpr (requires { b.mu_product(); }) BOOST_TEST(b.mu_product() == mu_product);
   BOOST_TEST(scaler.scale() == 512.0);
+}
+
+/// A predicate for BOOST_CHECK_EXCEPTION: the exception's message holds `text`.
+inline auto says(std::string text) {
+  return [text = std::move(text)](const std::exception& e) {
+    return std::string(e.what()).find(text) != std::string::npos;
+  };
+}
+
+/// StepLR(opt, 2, 0.5) drives Opt(p, g, o) over double parameters: after four epochs its lr is o.lr / 4,
+/// and the next step lands where `first_step(p, g, lr)` (a float64 transcription of torch's first step
+/// at that lr) puts each parameter.
+template <template <class, class, class> class Opt, class D, class Options, class FirstStep>
+void a_step_lr_moves_it(Options o, const FirstStep& first_step) {
+  const std::vector<double> p0 = random_values<double>(16, -1, 1, 2);
+  auto p = make_tensor<D>(p0, Extents<Shape<dyn>>(16));
+  Tensor<double, Shape<dyn>, D> g(Extents<Shape<dyn>>(16));
+  Opt<double, D, double> opt(p, g, o);
+  optim::StepLR sched(opt, 2, 0.5);
+  for (int epoch = 0; epoch < 4; ++epoch) sched.step();
+  const float lr = o.lr * 0.25f;
+  BOOST_TEST(opt.lr() == lr);
+  const auto gv = random_values<double>(16, -1, 1, 3);
+  g.copy_from(std::span<const double>(gv));
+  opt.step();
+  std::vector<double> want;
+  for (std::size_t i = 0; i < p0.size(); ++i) want.push_back(first_step(p0[i], gv[i], lr));
+  BOOST_TEST(all_close(p.to_vector(), want, 1e-12, 1e-12));
+}
+
+/// The resume every optimizer must pass: Opt(model, o) and a twin step `steps` times on the same
+/// gradients; the twin's state (kiln::optimizer_state) goes into a fresh Opt(model, o) whose lr (and
+/// betas) were moved since, after a check that writes nothing; `steps` more steps of both land on the same
+/// parameters, bit for bit. The step count, the lr and betas (as torch's load_state_dict restores its
+/// param_groups) and NAdam's mu_product are the checkpoint's. Returns the saved state, for the checks of
+/// its keys and of what another optimizer refuses (on a model of OptimizerNet's size).
+template <template <class, class, class> class Opt, class D, class Options>
+OptimizerState resumes_through_a_checkpoint(const Options& o, int steps = 2) {
+  using P = Policy<Fp32, D>;
+  nn::Model<OptimizerNet, OptimizerIn, P> whole(3), resumed(3);
+  Opt<float, D, float> a(whole, o);
+  std::optional<Opt<float, D, float>> b(std::in_place, resumed, o);
+  const auto n = static_cast<std::size_t>(whole.parameter_count);
+  const auto both_step = [&](int s) {
+    const auto g = random_values<float>(n, -1, 1, 60 + static_cast<std::uint32_t>(s));
+    whole.gradients().copy_from(std::span<const float>(g));
+    resumed.gradients().copy_from(std::span<const float>(g));
+    a.step();
+    b->step();
+  };
+  for (int s = 0; s < steps; ++s) both_step(s);
+  const OptimizerState saved = optimizer_state(*b);
+  BOOST_TEST(saved.metadata.at("optimizer.step") == std::to_string(steps));
+  [[maybe_unused]] double product = 0.0;
+  if constexpr (requires { b->mu_product(); }) product = b->mu_product();
+  b.emplace(resumed, o);  // a fresh optimizer: no steps
+  b->set_lr(o.lr + 0.25f);
+  if constexpr (requires { b->set_betas({}); }) b->set_betas({0.5f, 0.5f});
+  check_optimizer_state(*b, saved.entries, saved.metadata, "ckpt");
+  BOOST_TEST(b->step_count() == 0);  // a check writes nothing
+  load_optimizer_state(*b, saved.entries, saved.metadata, "ckpt");
+  BOOST_TEST(b->step_count() == steps);
+  BOOST_TEST(b->lr() == o.lr);
+  if constexpr (requires { b->betas(); }) {
+    BOOST_TEST(b->betas().beta1 == o.betas.beta1);
+    BOOST_TEST(b->betas().beta2 == o.betas.beta2);
+  }
+  if constexpr (requires { b->mu_product(); }) BOOST_TEST(b->mu_product() == product);
+  for (int s = steps; s < 2 * steps; ++s) both_step(s);
+  BOOST_TEST(resumed.parameters().to_vector() == whole.parameters().to_vector(),
+             boost::test_tools::per_element());
+  return saved;
 }
 
 }  // namespace kiln::test

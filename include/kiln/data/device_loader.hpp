@@ -108,11 +108,13 @@ class DeviceLoader {
   using target_shape = typename Loader::target_shape;
   using host_batch = typename Loader::batch_type;
   static constexpr index_t channels = sample_shape::rank == 0 ? 1 : sample_shape::extents[0];
-  static constexpr index_t plane = sample_shape::static_numel() / channels;  // values per channel and sample
+  /// Per-channel means and scales travel as kernel arguments: up to 1024 channels (features of a flat
+  /// sample); a wider sample is normalised with one mean and scale for all, as one channel.
+  static constexpr index_t stat_channels = channels <= 1024 ? channels : 1;
+  /// Values per channel and sample.
+  static constexpr index_t plane = sample_shape::static_numel() / stat_channels;
   static_assert(std::is_same_v<sample_type, float> || std::is_same_v<sample_type, std::uint8_t>,
                 "kiln::data::DeviceLoader: the loader's samples must be float or bytes (Bytes<...>)");
-  static_assert(channels <= 1024, "kiln::data::DeviceLoader: at most 1024 channels (features of a flat sample): "
-                                  "their means and scales travel as kernel arguments");
 
   /// One batch on D: float inputs [B, sample...], targets [B, target...], its index in the epoch;
   /// assignment rebinds, as a loader's Batch (data/batch.hpp).
@@ -134,7 +136,13 @@ class DeviceLoader {
  public:
   explicit DeviceLoader(Loader& loader, ScaleNormalize transform = {}, int device = -1)
       : loader_(&loader), transform_(std::move(transform)), device_(resolve(device)) {
-    (void)detail::scale_normalize_into<sample_type, channels, plane>(transform_, nullptr, nullptr);  // checks it now
+    if (stat_channels != channels && (transform_.mean.size() > 1 || transform_.std.size() > 1))
+      throw ValueError("kiln::data::DeviceLoader: " + std::to_string(transform_.mean.size()) + " means and " +
+                       std::to_string(transform_.std.size()) + " stds for " + std::to_string(channels) +
+                       " channels (features); per-channel values go up to 1024 (they travel as kernel "
+                       "arguments): give one mean and one std, or standardise in the dataset");
+    // (checks the transform now, not at the first batch)
+    (void)detail::scale_normalize_into<sample_type, stat_channels, plane>(transform_, nullptr, nullptr);
   }
 
   index_t size() const { return loader_->size(); }
@@ -170,10 +178,24 @@ class DeviceLoader {
 
    private:
     /// Hands out the staged batch and stages the one after it (its copy overlaps what the program does
-    /// with this one).
+    /// with this one). A batch the loader could not make throws in its turn; stepping on after it
+    /// stages the loader's next batch (as the loader's own iterator does).
     void advance() {
       current_.reset();
-      if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+      if (error_) {
+        after_error_ = true;
+        std::rethrow_exception(std::exchange(error_, nullptr));
+      }
+      if (after_error_) {  // nothing staged: the batch after the one that failed, here and now
+        after_error_ = false;
+        try {
+          ++host_;
+          if (host_ != std::default_sentinel) next_ = l_->stage(*host_);
+        } catch (...) {
+          after_error_ = true;  // that one failed too: the next step tries the one after
+          throw;
+        }
+      }
       if (!next_) return;
       current_ = l_->finish(std::move(*next_));
       next_.reset();
@@ -189,6 +211,7 @@ class DeviceLoader {
     std::optional<Staged> next_;
     std::optional<batch_type> current_;
     std::exception_ptr error_;
+    bool after_error_ = false;  // the last step threw: the next one starts from the loader's next batch
   };
   iterator begin() { return iterator(this); }
   std::default_sentinel_t end() { return {}; }
@@ -218,7 +241,8 @@ class DeviceLoader {
     if constexpr (std::is_same_v<D, Cpu>) {
       s.out.y = decltype(s.out.y)(h.y);  // shares the loader's targets
       s.out.x = decltype(s.out.x)(h.x.extents());  // the loader's batch stays as it was
-      run_pass(n, detail::scale_normalize_into<sample_type, channels, plane>(transform_, h.x.data(), s.out.x.data()));
+      run_pass(n, detail::scale_normalize_into<sample_type, stat_channels, plane>(transform_, h.x.data(),
+                                                                                  s.out.x.data()));
     } else {
 #if KILN_WITH_CUDA
       stage_on_gpu(s, h, n);
@@ -253,7 +277,8 @@ class DeviceLoader {
       kiln::detail::device_copy<Cuda, Cpu>::run(const_cast<sample_type*>(in), device_, h.x.data(), 0, h.x.nbytes(),
                                                 h.x.is_pinned());
       kiln::detail::device_copy<Cuda, Cpu>::run(s.out.y.data(), device_, h.y.data(), 0, h.y.nbytes(), h.y.is_pinned());
-      run_pass(n, detail::scale_normalize_into<sample_type, channels, plane>(transform_, in, s.out.x.data()));
+      run_pass(
+          n, detail::scale_normalize_into<sample_type, stat_channels, plane>(transform_, in, s.out.x.data()));
       s.ready.emplace(false);
       s.ready->record(*copy_stream_);
       // The device blocks belong to the current stream's cache but are written on this one: like torch's

@@ -55,17 +55,20 @@ template <dataset Ds>
 struct Batch : TensorBatch<Tensor<sample_type_t<Ds>, batched_t<typename Ds::sample_shape>, Cpu>,
                            Tensor<typename Ds::target_type, batched_t<typename Ds::target_shape>, Cpu>> {};
 
+/// The samplers a loader can switch between (set_sampler): sequential, shuffled, or one rank's share.
+using AnySampler = std::variant<SequentialSampler, RandomSampler, DistributedSampler>;
+
 /// Batches of `dataset` (kept by reference: it must outlive the loader), in the order of a sampler
 /// (sequential, or RandomSampler{seed} when shuffle is on; a DistributedSampler may be given), with
 /// `transform` applied to every sample. Each `for (auto& batch : loader)` is one epoch; epochs count up
 /// from 0 (set_epoch changes the next one). For a seed and an epoch, the batches are the same whatever
 /// num_workers is: each sample's random stream comes from (seed, epoch, its position in the epoch).
+/// A batch that cannot be made (a sample the dataset cannot read) throws when its turn comes, after
+/// every batch before it; a program that catches it and steps the iterator on gets the next batch, as
+/// torch's iterator does, whatever num_workers is (an error in batch 0 is thrown by begin()).
 ///
 ///   kiln::data::DataLoader loader(train, {.batch_size = 128, .shuffle = true, .num_workers = 2});
 ///   for (const auto& b : loader) { auto logits = model.forward(b.x); ... }
-/// The samplers a loader can switch between (set_sampler): sequential, shuffled, or one rank's share.
-using AnySampler = std::variant<SequentialSampler, RandomSampler, DistributedSampler>;
-
 template <dataset Ds, class Transform = Identity, class Sampler = AnySampler>
 class DataLoader {
  public:
@@ -169,26 +172,28 @@ class DataLoader {
     Epoch& operator=(const Epoch&) = delete;
 
     index_t batches() const { return batches_; }
-    /// Batch k (in order; k = the number taken so far). Rethrows a worker's exception once the batches
-    /// before the one that failed have been taken.
+    /// Batch k (in order; k = the number taken so far). Rethrows what its collation threw (a worker's
+    /// exception, in its turn: batch k fails whatever num_workers is, and batch k + 1 comes next).
     batch_type take(index_t k) {
       if (threads_.empty()) return l_->collate(order_, k, epoch_);
       std::unique_lock lock(m_);
       Slot& s = slots_[static_cast<std::size_t>(k % window_)];
-      // Batches claimed before the failing one are still finished by their workers (claims are in order).
-      cv_.wait(lock, [&] { return (s.ready && s.index == k) || (error_ && k >= error_batch_); });
-      if (!(s.ready && s.index == k)) std::rethrow_exception(error_);
+      cv_.wait(lock, [&] { return (s.ready && s.index == k) || fatal_; });
+      if (!(s.ready && s.index == k)) std::rethrow_exception(fatal_);
       batch_type b = std::move(s.batch);
+      const std::exception_ptr error = std::exchange(s.error, nullptr);
       s.ready = false;
-      taken_ = k + 1;
+      taken_ = k + 1;  // the slot is free for batch k + window_, failed or not
       lock.unlock();
       cv_.notify_all();
+      if (error) std::rethrow_exception(error);
       return b;
     }
 
    private:
     struct Slot {
       batch_type batch;
+      std::exception_ptr error;  // what collating it threw (then batch is empty)
       index_t index = -1;
       bool ready = false;
     };
@@ -203,11 +208,14 @@ class DataLoader {
     void work() {
 #if KILN_WITH_CUDA
       if (device_ >= 0 && cudaSetDevice(device_) != cudaSuccess) {  // a new thread starts on GPU 0
-        std::lock_guard lock(m_);
-        error_ = std::make_exception_ptr(BackendError("kiln::data::DataLoader: a worker could not use GPU " +
-                                                      std::to_string(device_) + " for pinned memory"));
-        error_batch_ = 0;  // before any batch: the loop sees it at once
         (void)cudaGetLastError();
+        std::lock_guard lock(m_);
+        try {  // (the message itself may fail to allocate)
+          throw BackendError("kiln::data::DataLoader: a worker could not use GPU " + std::to_string(device_) +
+                             " for pinned memory");
+        } catch (...) {
+          if (!fatal_) fatal_ = std::current_exception();  // the epoch ends at the first batch not made yet
+        }
         cv_.notify_all();
         return;
       }
@@ -216,23 +224,24 @@ class DataLoader {
         index_t k;
         {
           std::unique_lock lock(m_);
-          cv_.wait(lock, [&] { return stop_ || error_ || next_ >= batches_ || next_ < taken_ + window_; });
-          if (stop_ || error_ || next_ >= batches_) return;
+          cv_.wait(lock, [&] { return stop_ || fatal_ || next_ >= batches_ || next_ < taken_ + window_; });
+          if (stop_ || fatal_ || next_ >= batches_) return;
           k = next_++;
         }
+        batch_type b;
+        std::exception_ptr error;
         try {
-          batch_type b = l_->collate(order_, k, epoch_);
+          b = l_->collate(order_, k, epoch_);
+        } catch (...) {  // handed to the reader in batch k's turn, as collating it there would throw
+          error = std::current_exception();
+        }
+        {
           std::lock_guard lock(m_);
           Slot& s = slots_[static_cast<std::size_t>(k % window_)];
           s.batch = std::move(b);
+          s.error = std::move(error);
           s.index = k;
           s.ready = true;
-        } catch (...) {
-          std::lock_guard lock(m_);
-          if (!error_ || k < error_batch_) {  // the first failing batch in order is the one reported
-            error_ = std::current_exception();
-            error_batch_ = k;
-          }
         }
         cv_.notify_all();
       }
@@ -248,8 +257,7 @@ class DataLoader {
     std::mutex m_;
     std::condition_variable cv_;
     bool stop_ = false;
-    std::exception_ptr error_;
-    index_t error_batch_ = 0;  // the batch whose collation failed (error_)
+    std::exception_ptr fatal_;  // a worker that could not start (pinned memory on a GPU it cannot use)
   };
 
   /// An input iterator over one epoch's batches.

@@ -53,8 +53,9 @@ struct RandomSampler {
 
 /// This rank's share of the dataset, as torch.utils.data.DistributedSampler: the (shuffled, with the
 /// same seed and epoch on every rank) indices are padded by repeating from the start to a multiple of
-/// `world_size` (or truncated with drop_last), then rank r takes every world_size-th from r. Call
-/// set_epoch on every rank before each epoch, or pass the epoch through the loader (it does).
+/// `world_size` (or truncated with drop_last), then rank r takes every world_size-th from r. The epoch
+/// comes from the loader: call the loader's set_epoch on every rank before each epoch (torch's
+/// sampler.set_epoch), or let it count epochs up from 0 (it does).
 /// world_size and rank must be given (torch reads them from its process group; kiln's is an object):
 ///   DistributedSampler{.world_size = ddp.world_size(), .rank = ddp.rank(), .seed = seed}
 struct DistributedSampler {
@@ -71,7 +72,10 @@ struct DistributedSampler {
       throw ValueError("kiln::data::DistributedSampler: world_size and rank are required "
                        "({.world_size = group.size(), .rank = group.rank()}); this one has world_size " +
                        std::to_string(world_size) + ", rank " + std::to_string(rank));
-    if (world_size < 1 || rank < 0 || rank >= world_size)
+    if (world_size < 1)
+      throw ValueError("kiln::data::DistributedSampler: world_size is " + std::to_string(world_size) +
+                       "; it must be >= 1");
+    if (rank < 0 || rank >= world_size)
       throw ValueError("kiln::data::DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " +
                        std::to_string(world_size) + ")");
   }

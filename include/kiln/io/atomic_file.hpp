@@ -23,18 +23,18 @@ namespace detail {
 
 /// A temporary file next to `path` that no other writer has: `path`.tmp.<pid>.<k>, created with
 /// O_EXCL (an existing file or link of that name is never opened), mode 0666 less the umask. Errors
-/// are FileErrors naming the file; given `open_error`, a file that cannot be created sets it to the
-/// errno instead (the TempFile is then empty).
+/// are FileErrors naming `path`, the temporary file and that `path` was left as it was; given
+/// `open_error`, a file that cannot be created sets it to the errno instead (the TempFile is then empty).
 class TempFile {
  public:
-  explicit TempFile(const std::filesystem::path& path, int* open_error = nullptr) {
+  explicit TempFile(const std::filesystem::path& path, int* open_error = nullptr) : target_(path) {
     static std::atomic<unsigned> serial{0};
     for (int attempt = 0; fd_ < 0; ++attempt) {
       path_ = path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       const int error = errno;
       if (fd_ < 0 && (error != EEXIST || attempt == 100)) {
-        if (!open_error) throw FileError("kiln: cannot write " + path_.string() + ": " + std::strerror(error));
+        if (!open_error) throw failure("creating", error);
         *open_error = error;
         path_.clear();
         return;
@@ -56,7 +56,7 @@ class TempFile {
       const ::ssize_t w = ::write(fd_, p, n);
       const int error = errno;
       if (w < 0 && error == EINTR) continue;
-      if (w < 0) throw FileError("kiln: writing " + path_.string() + " failed: " + std::strerror(error));
+      if (w < 0) throw failure("writing", error);
       p += w;
       n -= static_cast<std::size_t>(w);
     }
@@ -73,16 +73,10 @@ class TempFile {
   /// Flushes the file to disk (fsync, so that a rename over the old file never leaves an empty one
   /// after a power loss) and closes it.
   void flush_and_close() {
-    if (::fsync(fd_) != 0) {
-      const int error = errno;
-      throw FileError("kiln: cannot flush " + path_.string() + " to disk: " + std::strerror(error));
-    }
+    if (::fsync(fd_) != 0) throw failure("flushing to disk", errno);
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) {
-      const int error = errno;
-      throw FileError("kiln: writing " + path_.string() + " failed: " + std::strerror(error));
-    }
+    if (::close(fd) != 0) throw failure("writing", errno);
   }
   /// Renames the flushed file to `to`; the error when it cannot (the file is then still removed).
   std::error_code rename_to(const std::filesystem::path& to) noexcept {
@@ -105,10 +99,18 @@ class TempFile {
     keep_mode_of(to);
     flush_and_close();
     if (const auto ec = rename_to(to))
-      throw FileError("kiln: cannot rename " + path_.string() + " to " + to.string() + ": " + ec.message());
+      throw FileError("kiln: cannot write " + to.string() + ": renaming " + path_.string() +
+                      " over it failed: " + ec.message() + "; " + to.string() + " is left as it was");
   }
 
  private:
+  /// "kiln: cannot write TARGET: <doing> TEMP failed: <errno's words>; TARGET is left as it was".
+  FileError failure(const char* doing, int error) const {
+    return FileError("kiln: cannot write " + target_.string() + ": " + doing + " " + path_.string() +
+                     " failed: " + std::strerror(error) + "; " + target_.string() + " is left as it was");
+  }
+
+  std::filesystem::path target_;  // the file this one replaces
   std::filesystem::path path_;
   int fd_ = -1;
 };
@@ -180,11 +182,21 @@ inline std::string why_unwritable(const std::filesystem::path& path, bool new_fi
   int error = 0;
   if (!file && fs::exists(where, ec) && !fs::is_directory(where, ec))
     error = ENOTDIR;  // (access() would say EACCES, for want of the execute bit)
-  else if (::access(where.c_str(), file ? W_OK : W_OK | X_OK) == 0)
-    return {};
-  else
+  else if (::access(where.c_str(), file ? W_OK : W_OK | X_OK) != 0)
     error = errno;
-  return (file ? "cannot write " : "cannot write into ") + where.string() + " (" + std::strerror(error) + ")";
+  if (error != 0)
+    return (file ? "cannot write " : "cannot write into ") + where.string() + " (" + std::strerror(error) +
+           ")";
+  if (new_file_only) {  // the temporary file's name, NAME.tmp.<pid>.<n>, must fit the folder's limit too
+    const std::string temp = (target ? *target : path).filename().string() + ".tmp." +
+                             std::to_string(::getpid()) + "." + std::to_string(~0u);
+    const long most = ::pathconf(where.c_str(), _PC_NAME_MAX);  // -1: no limit known
+    if (most > 0 && temp.size() > static_cast<std::size_t>(most))
+      return "cannot write " + path.string() + " (" + std::strerror(ENAMETOOLONG) +
+             ": the temporary file next to it, " + "NAME.tmp.<pid>.<n>, may have " +
+             std::to_string(temp.size()) + " bytes; the folder takes " + std::to_string(most) + ")";
+  }
+  return {};
 }
 
 /// Writes `bytes` to `path` so that no reader sees half of it: through a temporary file of this

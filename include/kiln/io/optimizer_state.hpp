@@ -199,8 +199,11 @@ const SafetensorsEntry& entry_for(const Arena& a, const std::map<std::string, Sa
   using M = typename Arena::element_type;
   const auto it = entries.find(name);
   const std::size_t n = static_cast<std::size_t>(a.numel());
-  if (it == entries.end() || it->second.dtype != safetensors_dtype<M>() || it->second.bytes.size() != n * sizeof(M))
-    throw CheckpointError("kiln: " + path + ": " + (it == entries.end() ? "no" : "a wrong-sized or wrong-typed") +
+  if (it == entries.end() || it->second.dtype != safetensors_dtype<M>() ||
+      it->second.bytes.size() != n * sizeof(M) ||
+      it->second.shape != std::vector<index_t>{static_cast<index_t>(n)})
+    throw CheckpointError("kiln: " + path + ": " +
+                          (it == entries.end() ? "no" : "a wrong-shaped or wrong-typed") +
                           " optimizer state '" + name + "'; expected " + std::to_string(n) + " values of " +
                           safetensors_dtype<M>() + " (the optimizer's parameters)");
   return it->second;
@@ -432,6 +435,9 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     if (!(momentum >= 0.0f)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum' is negative");
     if (entries.contains("optimizer.momentum_buffer") || metadata.contains("optimizer.momentum_initialized")) {
       const std::int64_t on = metadata_count(metadata, "optimizer.momentum_initialized", path);
+      if (on > 1)
+        throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum_initialized' is " +
+                              std::to_string(on) + "; expected 0 or 1");
       // (checked against the gradients, which the buffers match, before any buffer is made)
       const auto& buf = detail::entry_for(opt.gradients(), entries, "optimizer.momentum_buffer", path);
       if constexpr (write) {

@@ -54,17 +54,36 @@ constexpr const char* safetensors_dtype() {
 }
 
 namespace detail {
-/// The largest header the reader takes (bytes; the reference reader's limit) and how deep its JSON may
-/// nest (a header needs 3).
+/// A byte for a message: 'c' when printable ASCII, else its value (0xEF).
+inline std::string byte_shown(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  if (u >= 0x20 && u < 0x7f) return std::string("'") + c + "'";
+  const char* hex = "0123456789ABCDEF";
+  return std::string("0x") + hex[u >> 4] + hex[u & 15];
+}
+/// The largest header the reader takes (bytes; the reference reader's limit), how deep its JSON may
+/// nest (a header needs 3) and how many items an array in it may hold (a header's arrays are shapes and
+/// data_offsets: 64 dimensions, numpy's limit, are more than any tensor has).
 inline constexpr std::uint64_t max_header_size = 100'000'000;
 inline constexpr int max_header_depth = 16;
+inline constexpr std::size_t max_header_array = 64;
 
-/// The byte offset in `text` (JSON) of the first '[' or '{' that opens the (most + 1)-th nested container
-/// (the outermost is the first), outside strings; npos when none nests that deep. One linear scan, so
-/// that a deep text is refused before the parser builds it (nlohmann's parser takes any depth, at about
-/// 70 bytes a level; its callback parser, which could stop it, is quadratic in a container's size).
-inline std::size_t json_too_deep_at(std::string_view text, int most) {
-  int depth = 0;
+/// What json_scan found: the byte offset in the text of the first '[' or '{' that opens the (depth + 1)-th
+/// nested container, or of the first ',' past an array's `items`-th item (npos: neither), and which.
+struct JsonScan {
+  std::size_t at = std::string_view::npos;
+  bool too_deep = false;
+};
+/// One linear scan of `text` (JSON) outside strings, so that a header that would cost far more memory
+/// parsed than its size is refused before the parser builds it: nesting deeper than `depth` (nlohmann's
+/// parser takes any depth, at about 70 bytes a level; its callback parser, which could stop it, is
+/// quadratic in a container's size) or an array of more than `items` items (a shape of ten million zeros
+/// is 20 MB of text and half a gigabyte parsed).
+inline JsonScan json_scan(std::string_view text, int depth, std::size_t items) {
+  constexpr int deepest = 64;  // the containers tracked (depth is at most this)
+  bool is_array[deepest + 1] = {};
+  std::size_t count[deepest + 1] = {};
+  int level = 0;
   bool in_string = false, escaped = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -78,12 +97,16 @@ inline std::size_t json_too_deep_at(std::string_view text, int most) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > most) return i;
+      if (++level > depth || level > deepest) return {i, true};
+      is_array[level] = c == '[';
+      count[level] = 1;  // items so far: the first (an empty array never reaches a ',')
     } else if (c == ']' || c == '}') {
-      --depth;
+      if (level > 0) --level;
+    } else if (c == ',' && level > 0 && is_array[level]) {
+      if (++count[level] > items) return {i, false};
     }
   }
-  return std::string_view::npos;
+  return {};
 }
 /// The reference writer's rank of a dtype (safetensors' Dtype enum order): its data goes highest rank
 /// first, so each tensor starts at a multiple of its element size. -1 for a dtype kiln does not know.
@@ -214,7 +237,8 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
 /// Reads every tensor of a safetensors file, checking the header: its size, JSON, the type of every
 /// field, dtypes, that each shape fits its bytes, and that the tensors' bytes are contiguous, in order
 /// and inside the file. Errors name the file, the byte offset or tensor, and what was expected.
-/// `metadata`, when given, receives the header's "__metadata__" (a map of strings, as the format says).
+/// `metadata`, when given, receives the header's "__metadata__" (a map of strings, as the format says),
+/// replacing what it held, once the whole file has been read (a file that fails leaves it as it was).
 inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::filesystem::path& path,
                                                                 std::map<std::string, std::string>* metadata = nullptr) {
   using nlohmann::json;
@@ -258,21 +282,33 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   json header;
   // A header nests three deep (the object, an entry, its shape); a deeper one is refused before it is
   // parsed, as it would cost memory (100 MB of '[' would build gigabytes of nested arrays).
-  if (const std::size_t at = detail::json_too_deep_at(text, detail::max_header_depth); at != std::string::npos)
-    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + at) + " nests deeper than " +
-                          std::to_string(detail::max_header_depth) +
-                          " levels; a safetensors header is an object of tensor entries");
+  if (const auto scan = detail::json_scan(text, detail::max_header_depth, detail::max_header_array);
+      scan.at != std::string::npos)
+    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + scan.at) +
+                          (scan.too_deep
+                               ? " nests deeper than " + std::to_string(detail::max_header_depth) +
+                                     " levels; a safetensors header is an object of tensor entries"
+                               : ": an array of more than " + std::to_string(detail::max_header_array) +
+                                     " items; a header's arrays are shapes and data_offsets"));
   try {
     header = json::parse(text);
   } catch (const std::bad_alloc&) {
     throw CheckpointError(where + ": the " + std::to_string(hsize) + "-byte header JSON does not fit in memory");
   } catch (const json::parse_error& e) {
-    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + e.byte) + ": " + e.what());
+    // (e.byte counts from 1: the byte where parsing stopped)
+    throw CheckpointError(where + ": header JSON at byte " +
+                          std::to_string(8 + e.byte - (e.byte > 0 ? 1 : 0)) + ": " + e.what());
   } catch (const json::exception& e) {  // a number too large for any JSON type, say
     throw CheckpointError(where + ": header JSON (bytes 8 to " + std::to_string(8 + hsize) + "): " + e.what());
   }
   if (!header.is_object())
     throw CheckpointError(where + ": the header at offset 8 must be a JSON object, got " + detail::json_shown(header));
+  // The reference reader (safetensors >= 0.4) takes nothing before the object: no spaces, no byte-order
+  // mark (which nlohmann's parser skips).
+  if (text[0] != '{')
+    throw CheckpointError(
+        where + ": header JSON at byte 8: " + detail::byte_shown(text[0]) +
+        "; expected '{', the start of the header object (no spaces or byte-order mark before it)");
   const std::uint64_t data_size = file_size - 8 - hsize;
   // Every entry is checked, and the spans together, before any data is read: a header that claims the
   // same bytes many times costs no memory.
@@ -288,6 +324,7 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     std::uint64_t begin, end;  // data offsets
   };
   std::vector<Read> reads;
+  std::map<std::string, std::string> read_metadata;
   for (const auto& item : header.items()) {
     const std::string& name = item.key();
     const json& v = item.value();  // a reference, not a structured binding: lambdas below capture it
@@ -297,7 +334,7 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
       if (!v.is_object()) throw CheckpointError(m + ", got " + detail::json_shown(v));
       for (const auto& [k, s] : v.items()) {
         if (!s.is_string()) throw CheckpointError(m + ", got \"" + k + "\": " + detail::json_shown(s));
-        if (metadata) (*metadata)[k] = s.get<std::string>();
+        read_metadata[k] = s.get<std::string>();
       }
       continue;
     }
@@ -362,13 +399,16 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     previous = span.name;
   }
   if (expect != data_size)
-    throw CheckpointError(where + ": " + std::to_string(data_size - expect) + " bytes after the last tensor");
+    throw CheckpointError(where + ": " + std::to_string(data_size - expect) +
+                          " bytes after the last tensor, at offset " + std::to_string(8 + hsize + expect) +
+                          "; expected the end of the file");
   for (const Read& r : reads) {  // the spans tile the data: the file's size in all
     r.entry->bytes.resize(r.end - r.begin);
     in.seekg(static_cast<std::streamoff>(8 + hsize + r.begin));
     in.read(reinterpret_cast<char*>(r.entry->bytes.data()), static_cast<std::streamsize>(r.end - r.begin));
     if (!in) throw CheckpointError(where + ": could not read the bytes at offset " + std::to_string(8 + hsize + r.begin));
   }
+  if (metadata) *metadata = std::move(read_metadata);  // only from a file read whole
   return out;
 }
 
@@ -426,18 +466,27 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model,
                             "; tensor names must be UTF-8 text");
     }
   }
+  const auto taken = [&](const std::string& name) {  // an extra entry never stands in for the model's
+    if (extra.contains(name))
+      throw CheckpointError("kiln: " + path.string() + ": the extra entry '" + name +
+                            "' has the name of one of the "
+                            "model's parameters or buffers; give it another name");
+    return name;
+  };
   const std::vector<M> host = model.parameters().to_vector();
   for (const auto& p : model.named_parameters())
-    extra[p.name] = make_entry<M>(std::span<const M>(host.data() + p.offset, static_cast<std::size_t>(p.count)), p.shape);
+    extra[taken(p.name)] =
+        make_entry<M>(std::span<const M>(host.data() + p.offset, static_cast<std::size_t>(p.count)), p.shape);
   if constexpr (requires { model.named_buffers(); }) {  // BatchNorm's running statistics
     const std::vector<M> buffers = model.buffers().to_vector();
     for (const auto& b : model.named_buffers()) {
       const auto first = buffers.begin() + b.offset;
       if (b.integer) {  // num_batches_tracked: int64, as torch's
         std::vector<std::int64_t> v(first, first + b.count);
-        extra[b.name] = make_entry<std::int64_t>(std::span<const std::int64_t>(v), b.shape);
+        extra[taken(b.name)] = make_entry<std::int64_t>(std::span<const std::int64_t>(v), b.shape);
       } else {
-        extra[b.name] = make_entry<M>(std::span<const M>(&*first, static_cast<std::size_t>(b.count)), b.shape);
+        extra[taken(b.name)] =
+            make_entry<M>(std::span<const M>(&*first, static_cast<std::size_t>(b.count)), b.shape);
       }
     }
   }
@@ -512,7 +561,8 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   auto entries = read_safetensors(path, &meta);
   std::set<std::string> extras;  // save_checkpoint's list of the caller's entries
   if (const auto it = meta.find(detail::extra_entries_key); it != meta.end()) {
-    const bool flat = detail::json_too_deep_at(it->second, 1) == std::string::npos;  // an array of strings
+    const bool flat =  // an array of strings (of any length)
+        detail::json_scan(it->second, 1, std::numeric_limits<std::size_t>::max()).at == std::string::npos;
     const auto names = flat ? nlohmann::json::parse(it->second, nullptr, false) : nlohmann::json();
     const bool listed = names.is_array() && std::all_of(names.begin(), names.end(), [](const nlohmann::json& n) {
       return n.is_string();

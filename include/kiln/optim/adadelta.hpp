@@ -79,7 +79,7 @@ struct AdadeltaStep {
 ///   kiln::optim::Adadelta opt(model);   // lr 1.0, rho 0.9, eps 1e-6
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class Adadelta : public detail::ParameterArenas<M, D, W> {
+class Adadelta : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<AdadeltaOptions> {
   using base = detail::ParameterArenas<M, D, W>;
   using base::g_, base::p_, base::work_;
 
@@ -89,7 +89,7 @@ class Adadelta : public detail::ParameterArenas<M, D, W> {
   using options_type = AdadeltaOptions;
 
   Adadelta(arena_type& params, arena_type& grads, AdadeltaOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "Adadelta"), o_(o) {
+      : base(params, grads, work, "Adadelta"), detail::OptionsAndSteps<AdadeltaOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "Adadelta", "learning rate");
     if (!(o.rho >= 0.0 && o.rho <= 1.0))
@@ -126,12 +126,6 @@ class Adadelta : public detail::ParameterArenas<M, D, W> {
     else
       run(std::false_type{});
   }
-  float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
-  const AdadeltaOptions& options() const { return o_; }
-  /// Steps taken (torch's state["step"]).
-  std::int64_t step_count() const { return steps_; }
-  void set_step_count(std::int64_t n) { steps_ = n; }
   /// torch's state["square_avg"], for checkpoints.
   arena_type& square_avg() { return v_; }
   const arena_type& square_avg() const { return v_; }
@@ -165,8 +159,6 @@ class Adadelta : public detail::ParameterArenas<M, D, W> {
   }
 
   arena_type v_, a_;
-  AdadeltaOptions o_;
-  std::int64_t steps_ = 0;
 };
 template <class Model>
 Adadelta(Model&, AdadeltaOptions) -> Adadelta<typename Model::M, typename Model::D, typename Model::T>;

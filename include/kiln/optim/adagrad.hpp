@@ -74,7 +74,7 @@ struct AdagradStep {
 ///   kiln::optim::Adagrad opt(model, {.lr = 0.05f});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class Adagrad : public detail::ParameterArenas<M, D, W> {
+class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<AdagradOptions> {
   using base = detail::ParameterArenas<M, D, W>;
   using base::g_, base::p_, base::work_;
 
@@ -84,7 +84,7 @@ class Adagrad : public detail::ParameterArenas<M, D, W> {
   using options_type = AdagradOptions;
 
   Adagrad(arena_type& params, arena_type& grads, AdagradOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "Adagrad"), o_(o) {
+      : base(params, grads, work, "Adagrad"), detail::OptionsAndSteps<AdagradOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "Adagrad", "learning rate");
     detail::require_non_negative(o.lr_decay, "Adagrad", "lr_decay value");
@@ -118,12 +118,6 @@ class Adagrad : public detail::ParameterArenas<M, D, W> {
     else
       run(std::false_type{});
   }
-  float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
-  const AdagradOptions& options() const { return o_; }
-  /// Steps taken (torch's state["step"]: the lr_decay of the next step counts from it).
-  std::int64_t step_count() const { return steps_; }
-  void set_step_count(std::int64_t n) { steps_ = n; }
   /// torch's state["sum"], for checkpoints.
   arena_type& sum() { return sum_; }
   const arena_type& sum() const { return sum_; }
@@ -149,8 +143,6 @@ class Adagrad : public detail::ParameterArenas<M, D, W> {
   }
 
   arena_type sum_;
-  AdagradOptions o_;
-  std::int64_t steps_ = 0;
 };
 template <class Model>
 Adagrad(Model&, AdagradOptions) -> Adagrad<typename Model::M, typename Model::D, typename Model::T>;

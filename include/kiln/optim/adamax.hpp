@@ -79,7 +79,7 @@ struct AdamaxStep {
 ///   kiln::optim::Adamax opt(model, {.lr = 2e-3f});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class Adamax : public detail::ParameterArenas<M, D, W> {
+class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<AdamaxOptions> {
   using base = detail::ParameterArenas<M, D, W>;
   using base::g_, base::p_, base::work_;
 
@@ -89,7 +89,7 @@ class Adamax : public detail::ParameterArenas<M, D, W> {
   using options_type = AdamaxOptions;
 
   Adamax(arena_type& params, arena_type& grads, AdamaxOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "Adamax"), o_(o) {
+      : base(params, grads, work, "Adamax"), detail::OptionsAndSteps<AdamaxOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "Adamax", "learning rate");
     detail::require_non_negative(o.eps, "Adamax", "epsilon value");
@@ -125,15 +125,9 @@ class Adamax : public detail::ParameterArenas<M, D, W> {
     else
       run(std::false_type{});
   }
-  float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
-  const AdamaxOptions& options() const { return o_; }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1), unchecked as torch's param_group.
   void set_betas(AdamBetas betas) { o_.betas = betas; }
-  /// Steps taken (torch's state["step"]: the bias correction of the next step counts from it).
-  std::int64_t step_count() const { return steps_; }
-  void set_step_count(std::int64_t n) { steps_ = n; }
   /// torch's state["exp_avg"], for checkpoints.
   arena_type& exp_avg() { return m_; }
   const arena_type& exp_avg() const { return m_; }
@@ -167,8 +161,6 @@ class Adamax : public detail::ParameterArenas<M, D, W> {
   }
 
   arena_type m_, u_;
-  AdamaxOptions o_;
-  std::int64_t steps_ = 0;
 };
 template <class Model>
 Adamax(Model&, AdamaxOptions) -> Adamax<typename Model::M, typename Model::D, typename Model::T>;

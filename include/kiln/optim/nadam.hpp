@@ -87,7 +87,7 @@ struct NAdamStep {
 ///   kiln::optim::NAdam opt(model, {.lr = 2e-3f});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class NAdam : public detail::ParameterArenas<M, D, W> {
+class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<NAdamOptions> {
   using base = detail::ParameterArenas<M, D, W>;
   using base::g_, base::p_, base::work_;
 
@@ -97,7 +97,7 @@ class NAdam : public detail::ParameterArenas<M, D, W> {
   using options_type = NAdamOptions;
 
   NAdam(arena_type& params, arena_type& grads, NAdamOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "NAdam"), o_(o) {
+      : base(params, grads, work, "NAdam"), detail::OptionsAndSteps<NAdamOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "NAdam", "learning rate");
     detail::require_non_negative(o.eps, "NAdam", "epsilon value");
@@ -147,16 +147,10 @@ class NAdam : public detail::ParameterArenas<M, D, W> {
     else
       run(std::false_type{});
   }
-  float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
-  const NAdamOptions& options() const { return o_; }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1): a write to torch's
   /// param_group['betas'], unchecked as that is.
   void set_betas(AdamBetas betas) { o_.betas = betas; }
-  /// Steps taken (torch's state["step"]: the bias correction and the momentum schedule read it).
-  std::int64_t step_count() const { return steps_; }
-  void set_step_count(std::int64_t n) { steps_ = n; }
   /// The product of the momentum schedule mu_1 ... mu_t so far (torch's state["mu_product"], 1 before
   /// the first step), for checkpoints.
   double mu_product() const { return mu_product_; }
@@ -190,8 +184,6 @@ class NAdam : public detail::ParameterArenas<M, D, W> {
   }
 
   arena_type m_, v_;
-  NAdamOptions o_;
-  std::int64_t steps_ = 0;
   double mu_product_ = 1.0;
 };
 template <class Model>

@@ -1,6 +1,7 @@
 /// What every optimizer steps: a model's parameter and gradient arenas, and its working copy under mixed
 /// precision.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "kiln/core/errors.hpp"
@@ -67,6 +68,27 @@ class ParameterArenas {
   arena_type& p_;
   arena_type& g_;
   W* work_;  // mixed precision: the model's working copy; null otherwise
+};
+
+/// What the optimizers whose step count lives on the host (RMSprop, Adagrad, NAdam, RAdam, Adamax,
+/// Adadelta) keep besides their arenas: their options, of which the learning rate is what schedulers
+/// move (lr(), set_lr()), and torch's state["step"] (step_count(), set_step_count(): restored from a
+/// checkpoint).
+template <class Options>
+class OptionsAndSteps {
+ public:
+  float lr() const { return o_.lr; }
+  void set_lr(float lr) { o_.lr = lr; }
+  const Options& options() const { return o_; }
+  /// Steps taken (torch's state["step"]).
+  std::int64_t step_count() const { return steps_; }
+  void set_step_count(std::int64_t n) { steps_ = n; }
+
+ protected:
+  explicit OptionsAndSteps(const Options& o) : o_(o) {}
+
+  Options o_;
+  std::int64_t steps_ = 0;
 };
 
 }  // namespace kiln::optim::detail

@@ -91,7 +91,7 @@ struct RAdamStep {
 ///   kiln::optim::RAdam opt(model, {.lr = 1e-3f});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class RAdam : public detail::ParameterArenas<M, D, W> {
+class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<RAdamOptions> {
   using base = detail::ParameterArenas<M, D, W>;
   using base::g_, base::p_, base::work_;
 
@@ -101,7 +101,7 @@ class RAdam : public detail::ParameterArenas<M, D, W> {
   using options_type = RAdamOptions;
 
   RAdam(arena_type& params, arena_type& grads, RAdamOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "RAdam"), o_(o) {
+      : base(params, grads, work, "RAdam"), detail::OptionsAndSteps<RAdamOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "RAdam", "learning rate");
     detail::require_non_negative(o.eps, "RAdam", "epsilon value");
@@ -156,16 +156,10 @@ class RAdam : public detail::ParameterArenas<M, D, W> {
     else
       with_decay(std::false_type{});
   }
-  float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
-  const RAdamOptions& options() const { return o_; }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1): a write to torch's
   /// param_group['betas'], unchecked as that is.
   void set_betas(AdamBetas betas) { o_.betas = betas; }
-  /// Steps taken (torch's state["step"]: the bias corrections and rho_t read it).
-  std::int64_t step_count() const { return steps_; }
-  void set_step_count(std::int64_t n) { steps_ = n; }
   /// The first-moment arena (torch's state["exp_avg"]), for checkpoints.
   arena_type& exp_avg() { return m_; }
   const arena_type& exp_avg() const { return m_; }
@@ -205,8 +199,6 @@ class RAdam : public detail::ParameterArenas<M, D, W> {
   }
 
   arena_type m_, v_;
-  RAdamOptions o_;
-  std::int64_t steps_ = 0;
 };
 template <class Model>
 RAdam(Model&, RAdamOptions) -> RAdam<typename Model::M, typename Model::D, typename Model::T>;

@@ -99,7 +99,7 @@ struct RMSpropStep {
 ///   kiln::optim::RMSprop opt(model, {.lr = 1e-3f, .momentum = 0.9f});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class RMSprop : public detail::ParameterArenas<M, D, W> {
+class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<RMSpropOptions> {
   using base = detail::ParameterArenas<M, D, W>;
   using base::g_, base::p_, base::work_;
 
@@ -109,7 +109,7 @@ class RMSprop : public detail::ParameterArenas<M, D, W> {
   using options_type = RMSpropOptions;
 
   RMSprop(arena_type& params, arena_type& grads, RMSpropOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "RMSprop"), o_(o) {
+      : base(params, grads, work, "RMSprop"), detail::OptionsAndSteps<RMSpropOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "RMSprop", "learning rate");
     detail::require_non_negative(o.eps, "RMSprop", "epsilon value");
@@ -147,8 +147,6 @@ class RMSprop : public detail::ParameterArenas<M, D, W> {
       with(o_.centered, [&](auto centered) { with(o_.weight_decay != 0.0f, [&](auto l2) { run(momentum, centered, l2); }); });
     });
   }
-  float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
   float momentum() const { return o_.momentum; }
   /// A new momentum for the next steps (OneCycleLR cycles it): a write to torch's param_group, unchecked
   /// as that is. Turned on where there was none, the buffers start at zero: torch's state before its
@@ -157,10 +155,6 @@ class RMSprop : public detail::ParameterArenas<M, D, W> {
     if (momentum > 0.0f) make_momentum_buffer();
     o_.momentum = momentum;
   }
-  const RMSpropOptions& options() const { return o_; }
-  /// Steps taken (torch's state["step"]; RMSprop's update does not use it).
-  std::int64_t step_count() const { return steps_; }
-  void set_step_count(std::int64_t n) { steps_ = n; }
   /// torch's state["square_avg"], ["grad_avg"] (centered; else empty) and ["momentum_buffer"] (a
   /// momentum; else empty), for checkpoints.
   arena_type& square_avg() { return square_avg_; }
@@ -208,8 +202,6 @@ class RMSprop : public detail::ParameterArenas<M, D, W> {
   }
 
   arena_type square_avg_, grad_avg_, buf_;
-  RMSpropOptions o_;
-  std::int64_t steps_ = 0;
 };
 template <class Model>
 RMSprop(Model&, RMSpropOptions) -> RMSprop<typename Model::M, typename Model::D, typename Model::T>;

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/backend/cpu/threads.hpp"
@@ -346,6 +347,22 @@ class DataParallel {
       for (auto& m : models_) g.push_back(m->gradients().data());
       devices_.all_reduce(g, model_type::parameter_count);  // grouped ncclAllReduce, one stream per GPU
     }
+  }
+
+  /// Replica 0's parameters and buffers into every other replica (through the host), so that they step
+  /// as one again: after a checkpoint was loaded into module() (torch's DataParallel copies its module to
+  /// the devices at every forward, so loading it there is enough; kiln's replicas stay where they are). An
+  /// optimizer's state is its replica's own: load it into each (opts.replica(r)).
+  void broadcast_parameters() {
+    if (size() == 1) return;
+    devices_.synchronize();
+    const std::vector<M> host = std::as_const(replica(0)).parameters().to_vector();
+    for (int r = 1; r < size(); ++r) {
+      [[maybe_unused]] const auto on = devices_.scope(r);
+      replica(r).parameters().copy_from(std::span<const M>(host.data(), host.size()));
+    }
+    devices_.synchronize();
+    if constexpr (model_type::buffer_count > 0) broadcast_buffers();
   }
 
   /// Replica 0's buffers into every other replica (through the host: a few values per layer).

@@ -202,13 +202,18 @@ class DistributedDataParallel {
     else if constexpr (requires { group.device(); }) return group.device();
     else return group.local_rank();
   }
+  /// "" when `f` returned, else what it threw (never "": an exception without a message, or one that is
+  /// not a std::exception, still fails, on every rank).
   template <class F>
   static std::string attempt(F& f) {
     try {
       f();
       return "";
     } catch (const std::exception& e) {
-      return e.what();
+      const std::string what = e.what();
+      return what.empty() ? std::string("an exception without a message") : what;
+    } catch (...) {
+      return "an exception that is not a std::exception";
     }
   }
   void on_ready(index_t offset) {

@@ -48,6 +48,7 @@ inline void mpi_check(int rc, const char* call, const char* file, int line) {
 struct MpiRuntime {
   bool owned = false;
   bool failed = false;
+  bool exit_registered = false;
 
   static MpiRuntime& get() {
     static MpiRuntime r;
@@ -56,11 +57,14 @@ struct MpiRuntime {
   void ensure_initialized() {
     int initialized = 0;
     mpi_check(MPI_Initialized(&initialized), "MPI_Initialized", __FILE__, __LINE__);
+    // At exit: MPI_Abort once a collective failed, whoever initialised MPI (a rank of a program that did
+    // would otherwise leave the others waiting until their timeout); MPI_Finalize where kiln did.
+    if (!exit_registered) std::atexit(&at_exit);
+    exit_registered = true;
     if (initialized) return;  // the program's own MPI_Init(_thread): its thread level is its choice
     int provided = 0;  // FUNNELED: only the main thread calls MPI (OpenMP threads compute)
     mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", __FILE__, __LINE__);
     owned = true;
-    std::atexit(&at_exit);
     if (provided < MPI_THREAD_FUNNELED)
       throw DistributedError("kiln: MPI_Init_thread gave thread level " + std::to_string(provided) +
                              ", below MPI_THREAD_FUNNELED, which kiln needs (OpenMP threads run beside the main "
@@ -288,7 +292,10 @@ class ProcessGroup<Mpi> {
     for (long spins = 0;; ++spins) {
       int done = 0;
       check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what);
-      if (done) return;
+      if (done) {
+        agreed_unwinding_ = -1;  // an error every rank threw together is over: a later one is this rank's own
+        return;
+      }
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline)
         fail(what + " did not complete within " + detail::seconds_text(options_.timeout) +

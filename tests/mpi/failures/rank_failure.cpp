@@ -3,7 +3,8 @@
 // `throw` (rank 1 ends with an exception). Rank 0 must not hang: it ends with an error within the
 // group's timeout (2 s, or the seconds of a second argument), or mpirun ends it when rank 1 dies (an
 // exception that unwinds the group makes rank 1's exit abort the job: with a timeout of 600 s the job
-// still ends at once).
+// still ends at once). `throw_after_agreed`: the ranks first all catch a failed checkpoint write (an
+// error every rank throws together), then rank 1 throws its own: the job still ends at once.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -22,14 +23,22 @@ using Row = kiln::Shape<kiln::dyn, 13>;
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "kill" && mode != "hang" && mode != "throw") {
-    std::fprintf(stderr, "usage: %s kill|hang|throw [group timeout in seconds]\n", argv[0]);
+  if (mode != "kill" && mode != "hang" && mode != "throw" && mode != "throw_after_agreed") {
+    std::fprintf(stderr, "usage: %s kill|hang|throw|throw_after_agreed [group timeout in seconds]\n",
+                 argv[0]);
     return 2;
   }
   try {
     const int timeout_s = argc > 2 ? std::stoi(argv[2]) : 2;
     kiln::parallel::ProcessGroup<kiln::Mpi> group({.timeout = std::chrono::seconds(timeout_s)});
     kiln::parallel::DistributedDataParallel<Mlp, Row, kiln::Mpi> ddp(group, 0);
+    if (mode == "throw_after_agreed") {
+      try {
+        ddp.on_main_rank([] { throw std::runtime_error("disk full"); }, "writing the checkpoint");
+      } catch (const kiln::parallel::DistributedError& e) {  // every rank: training goes on
+        std::printf("rank %d: caught '%s'\n", group.rank(), e.what());
+      }
+    }
     kiln::optim::SGD opt(ddp.module(), {.lr = 0.01f});
     kiln::Tensor<float, Row> x(kiln::Extents<Row>(8));
     kiln::Tensor<float, kiln::Shape<kiln::dyn, 1>> y(kiln::Extents<kiln::Shape<kiln::dyn, 1>>(8));

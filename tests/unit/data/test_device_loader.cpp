@@ -202,5 +202,32 @@ BOOST_AUTO_TEST_CASE(bad_scale_and_normalise_settings_are_refused_when_made) {
   BOOST_CHECK_NO_THROW(L(loader, {1.0f, {0.1f, 0.2f, 0.3f}, {1.0f}}));     // per channel and one value
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_flat_sample_wider_than_1024_features_takes_one_mean_and_std, D,
+                              kiln::test::devices) {
+  // Flat CIFAR-10 (3072 values): per-feature means and stds would not fit the kernel's arguments, so one
+  // of each applies to every feature, as the Normalize transform with one value does; more are refused
+  // when the DeviceLoader is made.
+  std::vector<float> x(4 * 3072);
+  std::vector<std::int64_t> y(4);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 251);
+  const kd::TensorDataset<Shape<3072>> flat(std::vector<float>(x), std::move(y));
+  kd::DataLoader loader(flat, {.batch_size = 2});
+  kd::DeviceLoader<D, decltype(loader)> batches(loader, {2.0f, {0.5f}, {4.0f}});
+  std::vector<float> got;
+  for (const auto& b : batches) {
+    const auto v = host(b.x);
+    got.insert(got.end(), v.begin(), v.end());
+  }
+  std::vector<float> want;
+  for (const float v : x) want.push_back((v / 2.0f - 0.5f) / 4.0f);
+  BOOST_TEST(got == want, boost::test_tools::per_element());
+  using L = kd::DeviceLoader<D, decltype(loader)>;
+  BOOST_CHECK_EXCEPTION(
+      L(loader, {1.0f, {0.1f, 0.2f}, {1.0f}}), kiln::ValueError, [](const kiln::ValueError& e) {
+        return std::string(e.what()).find("2 means and 1 stds for 3072 channels (features)") !=
+               std::string::npos;
+      });
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE_END()

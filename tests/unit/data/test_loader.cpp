@@ -1,6 +1,8 @@
 // DataLoader, samplers and transforms: every sample once per epoch, a fresh order per epoch, batches
-// that do not depend on num_workers for a seed, worker errors reach the reader, an early break does not
-// hang; DistributedSampler pads and splits as PyTorch's (also set on a running loader); transforms do what torchvision's do.
+// that do not depend on num_workers for a seed, worker errors reach the reader in their batch's turn and
+// stepping on after one gets the next batch (with or without workers), an early break does not hang;
+// DistributedSampler pads and splits as PyTorch's (also set on a running loader); transforms do what
+// torchvision's do.
 #include <boost/test/unit_test.hpp>
 #include <limits>
 #include <thread>
@@ -93,6 +95,57 @@ BOOST_AUTO_TEST_CASE(every_batch_before_a_failing_one_is_handed_out_first) {
       kd::DataLoader again(ds, {.batch_size = 4, .num_workers = workers});
       kd::DeviceLoader<kiln::Cpu, decltype(again)> on_device(again);
       BOOST_TEST(batches_before_the_error(on_device) == 3);
+    }
+  }
+}
+
+/// Steps through one epoch by hand, catching errors and stepping on, as a torch loop that catches the
+/// error of next(it) and goes on: the batch indices seen, and -1 for each batch that threw. (After a
+/// failed ++it the iterator holds no batch and compares equal to end(); ++it again gets the next one.)
+template <class L>
+std::vector<index_t> step_through_errors(L& loader) {
+  std::vector<index_t> seen;
+  auto it = loader.begin();
+  bool failed = false;
+  for (int step = 0; step < 2 * static_cast<int>(loader.size()); ++step) {
+    if (it != std::default_sentinel)
+      seen.push_back(it->index);
+    else if (!failed)
+      break;
+    failed = false;
+    try {
+      ++it;
+    } catch (const kd::DataError&) {
+      seen.push_back(-1);
+      failed = true;
+    }
+  }
+  return seen;
+}
+
+BOOST_AUTO_TEST_CASE(stepping_on_after_a_failed_batch_gets_the_next_whatever_the_worker_count) {
+  // Samples 13 and 21 cannot be read: batches 3 and 5 (of 4) throw in their turn, the others come out in
+  // order, as with torch's iterator after the error; with workers that reach the broken batches long
+  // before the reader (a slow first sample) or just in time, with a window of one batch or many, and
+  // through a DeviceLoader.
+  struct TwoBroken : SlowThenThrows {
+    void read(index_t i, std::span<float> x, std::span<std::int64_t> y) const {
+      if (i == 21) throw kd::DataError("throws.bin", "byte 21", "broken sample", "a readable sample");
+      SlowThenThrows::read(i, x, y);
+    }
+  };
+  const TwoBroken ds;
+  const std::vector<index_t> want = {0, 1, 2, -1, 4, -1, 6, 7, 8, 9};
+  for (int workers : {0, 1, 2, 3}) {
+    for (int prefetch : {1, 2, 4}) {
+      if (workers == 0 && prefetch != 2) continue;
+      BOOST_TEST_CONTEXT(workers << " workers, prefetch " << prefetch) {
+        kd::DataLoader loader(ds, {.batch_size = 4, .num_workers = workers, .prefetch_factor = prefetch});
+        BOOST_TEST(step_through_errors(loader) == want, boost::test_tools::per_element());
+        kd::DeviceLoader<kiln::Cpu, decltype(loader)> on_device(loader);
+        BOOST_TEST(step_through_errors(on_device) == want, boost::test_tools::per_element());
+        BOOST_CHECK_THROW(epoch(loader), kd::DataError);  // a plain loop still ends at the first error
+      }
     }
   }
 }
@@ -276,6 +329,11 @@ BOOST_AUTO_TEST_CASE(distributed_sampler_pads_and_splits_like_pytorch) {
   const auto dropped = kd::DistributedSampler{.world_size = 3, .rank = 2, .shuffle = false, .drop_last = true}.indices(10, 0);
   BOOST_TEST(dropped == (std::vector<index_t>{2, 5, 8}), boost::test_tools::per_element());
   BOOST_CHECK_THROW(kd::DistributedSampler({.world_size = 2, .rank = 2}).indices(4, 0), kiln::ValueError);
+  BOOST_CHECK_EXCEPTION(kd::DistributedSampler({.world_size = -2, .rank = 0}).indices(4, 0), kiln::ValueError,
+                        [](const kiln::ValueError& e) {
+                          return std::string(e.what()).find("world_size is -2; it must be >= 1") !=
+                                 std::string::npos;
+                        });
   // No silent "one rank of one": torch reads both from its process group, kiln needs them given, and a
   // loader says so when it gets the sampler.
   const auto required = [](const kiln::ValueError& e) {

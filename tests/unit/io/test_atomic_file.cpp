@@ -1,16 +1,18 @@
 // write_file_atomically: a regular file is replaced through a temporary file and a rename (links
 // followed, no temporary file left), anything else is written in place, and a file that cannot be
 // written is a FileError naming it; why_unwritable says beforehand why a path could not be written.
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <boost/test/unit_test.hpp>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <optional>
 #include <kiln/io/atomic_file.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -171,6 +173,47 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_written_is_a_file_error_naming_it) {
     BOOST_TEST(std::string(e.what()).find(file.string()) != std::string::npos);
   }
   BOOST_TEST(entries(dir) == 0);
+  // Through a temporary file that cannot be made: the message names the file meant, the temporary
+  // one and that the file meant was left alone.
+  try {
+    kiln::detail::TempFile tmp(file);
+    BOOST_FAIL("made a temporary file in a folder that does not exist");
+  } catch (const kiln::FileError& e) {
+    const std::string m = e.what();
+    BOOST_TEST(
+        m.rfind("kiln: cannot write " + file.string() + ": creating " + file.string() + ".tmp.", 0) == 0, m);
+    BOOST_TEST(
+        m.find("No such file or directory; " + file.string() + " is left as it was") != std::string::npos, m);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_write_that_fails_halfway_leaves_the_old_file_and_says_so) {
+  // A file-size limit stands in for a full disk: the write of the temporary file fails (EFBIG), the old
+  // file keeps its bytes, no temporary file is left, and the error names the file meant and says so.
+  const kiln::test::TempDir scratch;
+  const auto file = scratch.path() / "ckpt.bin";
+  kiln::write_file_atomically(file, "old");
+  ::rlimit before{};
+  BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead
+  ::rlimit small = before;
+  small.rlim_cur = 4096;
+  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  std::string message;
+  try {
+    kiln::write_file_atomically(file, std::string(1 << 16, 'x'));
+  } catch (const kiln::FileError& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, previous);
+  BOOST_TEST(
+      message.rfind("kiln: cannot write " + file.string() + ": writing " + file.string() + ".tmp.", 0) == 0,
+      message);
+  BOOST_TEST(message.find("File too large; " + file.string() + " is left as it was") != std::string::npos,
+             message);
+  BOOST_TEST(contents(file) == "old");
+  BOOST_TEST(entries(scratch.path()) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(only_a_folder_that_takes_no_new_file_falls_back_to_writing_in_place) {
@@ -212,6 +255,17 @@ BOOST_AUTO_TEST_CASE(why_unwritable_names_the_folder_or_file_and_the_reason) {
   BOOST_TEST(kiln::why_unwritable(dir / "pipe", true) ==
              "cannot write " + (dir / "pipe").string() + " (not a regular file)");
   BOOST_TEST(kiln::why_unwritable(dir / "pipe").empty());  // written in place
+  // A name that fits the folder, but not with the temporary file's suffix: a file replaced whole only
+  // (a checkpoint) could not be written at the end of a run, so it is refused before.
+  const long most = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  BOOST_REQUIRE(most > 20);
+  const auto long_name = dir / std::string(static_cast<std::size_t>(most) - 10, 'c');
+  BOOST_TEST(kiln::why_unwritable(long_name).empty());  // written in place when no temporary file fits
+  const std::string why = kiln::why_unwritable(long_name, true);
+  BOOST_TEST(
+      why.rfind("cannot write " + long_name.string() + " (File name too long: the temporary file", 0) == 0,
+      why);
+  BOOST_TEST(why.find("the folder takes " + std::to_string(most) + ")") != std::string::npos, why);
   // A folder passes access(W_OK), but a writer could not fill it: refused before a run, either way.
   for (const bool new_file_only : {false, true})
     BOOST_TEST(kiln::why_unwritable(dir, new_file_only) ==

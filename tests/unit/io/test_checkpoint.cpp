@@ -319,6 +319,53 @@ BOOST_AUTO_TEST_CASE(every_header_field_of_the_wrong_kind_is_a_checkpoint_error_
   BOOST_TEST(kiln::read_safetensors(dir / "empty.safetensors").at("w").bytes.empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_header_the_reference_reader_refuses_is_refused_with_its_byte) {
+  const auto dir = scratch("reference");
+  const std::string w = R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  // Nothing before the object: no space, no byte-order mark (safetensors >= 0.4 refuses both).
+  BOOST_TEST(header_rejected(dir, " {" + w + "}", 8, "header JSON at byte 8: ' '; expected '{'"));
+  BOOST_TEST(header_rejected(dir, "\xEF\xBB\xBF{" + w + "}", 8, "header JSON at byte 8: 0xEF; expected '{'"));
+  // A JSON error names the byte where it is, counted from the file's start (the 'x' is byte 9).
+  BOOST_TEST(header_rejected(dir, "{x}", 0, "header JSON at byte 9:"));
+  // An array of more than 64 items (a shape of 65 dimensions) is refused before it is parsed: ten
+  // million zeros would cost half a gigabyte parsed. 64 dimensions are taken.
+  std::string dims;
+  for (int k = 0; k < 65; ++k) dims += k ? ",1" : "1";
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"F32","shape":[)" + dims + R"(],"data_offsets":[0,4]}})",
+                             4, "an array of more than 64 items"));
+  dims.resize(dims.size() - 2);
+  write_raw(dir / "64.safetensors", R"({"w":{"dtype":"F32","shape":[)" + dims + R"(],"data_offsets":[0,4]}})",
+            4);
+  BOOST_TEST(kiln::read_safetensors(dir / "64.safetensors").at("w").shape.size() == 64u);
+  // A read that fails leaves the caller's metadata as it was; one that succeeds replaces it.
+  std::map<std::string, std::string> meta{{"old", "kept"}};
+  write_raw(dir / "bad_meta.safetensors",
+            R"({"__metadata__":{"a":"b"},"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8);
+  BOOST_CHECK_THROW(kiln::read_safetensors(dir / "bad_meta.safetensors", &meta), kiln::CheckpointError);
+  BOOST_TEST((meta == std::map<std::string, std::string>{{"old", "kept"}}));
+  kiln::write_safetensors(dir / "meta.safetensors", {}, {{"epoch", "3"}});
+  kiln::read_safetensors(dir / "meta.safetensors", &meta);
+  BOOST_TEST((meta == std::map<std::string, std::string>{{"epoch", "3"}}));
+  // Bytes after the last tensor: their offset and what was expected.
+  BOOST_TEST(header_rejected(dir, "{" + w + "}", 12, "4 bytes after the last tensor, at offset"));
+}
+
+BOOST_AUTO_TEST_CASE(an_extra_entry_cannot_take_a_parameters_name) {
+  // It would be overwritten by the parameter, and the file would list it as the caller's.
+  const auto dir = scratch("extra_name");
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> m(0);
+  std::map<std::string, kiln::SafetensorsEntry> extra;
+  const std::vector<float> values(16, 7.0f);
+  extra["0.bias"] = kiln::make_entry<float>(std::span<const float>(values), {16});
+  BOOST_CHECK_EXCEPTION(kiln::save_checkpoint(dir / "c.safetensors", m, extra), kiln::CheckpointError,
+                        [](const kiln::CheckpointError& e) {
+                          return contains(e.what(),
+                                          "the extra entry '0.bias' has the name of one of the model's");
+                        });
+  BOOST_TEST(!fs::exists(dir / "c.safetensors"));
+  BOOST_TEST(temporary_files(dir) == 0);
+}
+
 BOOST_AUTO_TEST_CASE(every_whole_byte_dtype_reads_and_no_tensors_round_trip) {
   // PyTorch checkpoints may carry int8 or bool buffers next to the parameters: they read (as bytes).
   const auto dir = scratch("dtypes");

@@ -102,25 +102,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_adadelta, D, kiln::test::devi
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_move_its_learning_rate, D, kiln::test::devices) {
-  // StepLR halves the lr every 2 epochs; the step after 4 takes 0.25, as the transcription does.
-  const std::vector<double> p0 = kt::random_values<double>(16, -1, 1, 2);
-  auto p = kt::make_tensor<D>(p0, Extents<Shape<dyn>>(16));
-  Tensor<double, Shape<dyn>, D> g(Extents<Shape<dyn>>(16));
-  kiln::optim::Adadelta opt(p, g);
-  kiln::optim::StepLR sched(opt, 2, 0.5);
-  for (int epoch = 0; epoch < 4; ++epoch) sched.step();
-  BOOST_TEST(opt.lr() == 0.25f);
-  const auto gv = kt::random_values<double>(16, -1, 1, 3);
-  g.copy_from(std::span<const double>(gv));
-  opt.step();
-  std::vector<double> want;
-  for (std::size_t i = 0; i < p0.size(); ++i) {
-    Reference r{{.lr = 0.25f}, p0[i]};
-    r.take(gv[i]);
-    want.push_back(r.p);
-  }
-  BOOST_TEST(kt::all_close(p.to_vector(), want, 1e-12, 1e-12));
+  // StepLR halves the lr every 2 epochs; the step after 4 takes a quarter of it, as the transcription does.
+  kt::a_step_lr_moves_it<kiln::optim::Adadelta, D>(kiln::optim::AdadeltaOptions{},
+                                                   [](double p, double g, float lr) {
+                                                     Reference r{{.lr = lr}, p};
+                                                     r.take(g);
+                                                     return r.p;
+                                                   });
 
+  Tensor<double, Shape<dyn>, D> p(Extents<Shape<dyn>>(16)), g(Extents<Shape<dyn>>(16));
+  kiln::optim::Adadelta opt(p, g);
   // Adadelta has no momentum or betas: OneCycleLR refuses to cycle one (torch: ValueError), and drives
   // the lr alone when told not to.
   BOOST_CHECK_THROW(kiln::optim::OneCycleLR(opt, 0.1, 10), kiln::ValueError);
@@ -132,78 +123,48 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   // Two steps, the state saved and loaded into a fresh Adadelta, two more: as four steps of one. Another
   // optimizer's state, or other hyperparameters that shape the steps, are refused and leave the
   // optimizer as it was.
-  using P = kiln::Policy<kiln::Fp32, D>;
-  const kiln::optim::AdadeltaOptions o{.lr = 0.5f, .rho = 0.8, .weight_decay = 1e-2f};
-  knn::Model<Net, In, P> whole(3), resumed(3);
-  kiln::optim::Adadelta a(whole, o);
-  std::optional<kiln::optim::Adadelta<float, D>> b(std::in_place, resumed, o);
-  const auto n = static_cast<std::size_t>(whole.parameter_count);
-  const auto grads = [&](std::uint32_t s) { return kt::random_values<float>(n, -1, 1, 60 + s); };
-  for (std::uint32_t s = 0; s < 2; ++s) {
-    whole.gradients().copy_from(std::span<const float>(grads(s)));
-    resumed.gradients().copy_from(std::span<const float>(grads(s)));
-    a.step();
-    b->step();
-  }
-  const kiln::OptimizerState saved = kiln::optimizer_state(*b);
+  const kiln::OptimizerState saved = kt::resumes_through_a_checkpoint<kiln::optim::Adadelta, D>(
+      kiln::optim::AdadeltaOptions{.lr = 0.5f, .rho = 0.8, .weight_decay = 1e-2f});
   BOOST_TEST(saved.metadata.at("optimizer.type") == "Adadelta");
-  BOOST_TEST(saved.metadata.at("optimizer.step") == "2");
   BOOST_TEST(saved.metadata.at("optimizer.rho") == "0.8");
   BOOST_TEST(saved.entries.contains("optimizer.square_avg"));
   BOOST_TEST(saved.entries.contains("optimizer.acc_delta"));
-  b.emplace(resumed, o);
-  b->set_lr(1.0f);  // the checkpoint's lr is restored, as torch's load_state_dict does
-  kiln::check_optimizer_state(*b, saved.entries, saved.metadata, "ckpt");
-  BOOST_TEST(b->step_count() == 0);  // a check writes nothing
-  kiln::load_optimizer_state(*b, saved.entries, saved.metadata, "ckpt");
-  BOOST_TEST(b->step_count() == 2);
-  BOOST_TEST(b->lr() == 0.5f);
-  for (std::uint32_t s = 2; s < 4; ++s) {
-    whole.gradients().copy_from(std::span<const float>(grads(s)));
-    resumed.gradients().copy_from(std::span<const float>(grads(s)));
-    a.step();
-    b->step();
-  }
-  BOOST_TEST(resumed.parameters().to_vector() == whole.parameters().to_vector(),
-             boost::test_tools::per_element());
-
-  const auto says = [](const std::string& text) {
-    return [text](const kiln::CheckpointError& e) {
-      return std::string(e.what()).find(text) != std::string::npos;
-    };
-  };
-  kiln::optim::Adadelta other(resumed, {.lr = 0.5f, .weight_decay = 1e-2f});
+  knn::Model<kt::OptimizerNet, kt::OptimizerIn, kiln::Policy<kiln::Fp32, D>> m(
+      3);  // a model of the same size
+  kiln::optim::Adadelta other(m, {.lr = 0.5f, .weight_decay = 1e-2f});
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(other, saved.entries, saved.metadata, "ckpt"),
-                        kiln::CheckpointError, says("the checkpoint's Adadelta has rho = 0.8, this one 0.9"));
+                        kiln::CheckpointError,
+                        kt::says("the checkpoint's Adadelta has rho = 0.8, this one 0.9"));
   BOOST_TEST(other.step_count() == 0);
-  BOOST_TEST(other.square_avg().to_vector() == std::vector<float>(n, 0.0f), boost::test_tools::per_element());
-  kiln::optim::Adagrad adagrad(resumed);
+  BOOST_TEST(
+      other.square_avg().to_vector() == std::vector<float>(static_cast<std::size_t>(m.parameter_count), 0.0f),
+      boost::test_tools::per_element());
+  kiln::optim::Adagrad adagrad(m);
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(adagrad, saved.entries, saved.metadata, "ckpt"),
-                        kiln::CheckpointError, says("the optimizer state is Adadelta's; expected Adagrad's"));
-  kiln::optim::RMSprop rmsprop(resumed);
+                        kiln::CheckpointError,
+                        kt::says("the optimizer state is Adadelta's; expected Adagrad's"));
+  kiln::optim::RMSprop rmsprop(m);
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(rmsprop, saved.entries, saved.metadata, "ckpt"),
-                        kiln::CheckpointError, says("the optimizer state is Adadelta's; expected RMSprop's"));
+                        kiln::CheckpointError,
+                        kt::says("the optimizer state is Adadelta's; expected RMSprop's"));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln::test::devices) {
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(3)), g(Extents<Shape<dyn>>(3)),
       short_g(Extents<Shape<dyn>>(2));
-  const auto says = [](const std::string& text) {
-    return [text](const kiln::Error& e) { return std::string(e.what()).find(text) != std::string::npos; };
-  };
   using O = kiln::optim::AdadeltaOptions;
   BOOST_CHECK_EXCEPTION(kiln::optim::Adadelta(p, g, O{.lr = -1.0f}), kiln::ValueError,
-                        says("Invalid learning rate: -1"));
+                        kt::says("Invalid learning rate: -1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adadelta(p, g, O{.rho = 1.5}), kiln::ValueError,
-                        says("Invalid rho value: 1.5"));
+                        kt::says("Invalid rho value: 1.5"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adadelta(p, g, O{.rho = NAN}), kiln::ValueError,
-                        says("Invalid rho value"));
+                        kt::says("Invalid rho value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adadelta(p, g, O{.eps = -1e-6f}), kiln::ValueError,
-                        says("Invalid epsilon value"));
+                        kt::says("Invalid epsilon value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adadelta(p, g, O{.weight_decay = -1.0f}), kiln::ValueError,
-                        says("Invalid weight_decay value"));
+                        kt::says("Invalid weight_decay value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adadelta(p, short_g, O{}), kiln::ShapeError,
-                        says("3 parameters but 2 gradients"));
+                        kt::says("3 parameters but 2 gradients"));
   // rho = 1 is allowed, as torch: the averages never move from 0, so every step is lr g (sqrt(eps) over
   // sqrt(eps)).
   kiln::optim::Adadelta still(p, g, O{.rho = 1.0});

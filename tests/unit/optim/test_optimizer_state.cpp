@@ -276,6 +276,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match,
   maximize_must_match<Adadelta, D>(kiln::optim::AdadeltaOptions{});
 }
 
+BOOST_AUTO_TEST_CASE(a_momentum_flag_other_than_0_or_1_or_a_state_not_flat_is_refused) {
+  using D = kiln::Cpu;
+  auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.5f));
+  Tensor<float, Shape<dyn>, D> g(n);
+  kiln::optim::SGD sgd(p, g, {.lr = 0.1f, .momentum = 0.9f});
+  g.fill(1.0f);
+  sgd.step();
+  const auto says = [](const std::string& text) {
+    return [text](const kiln::CheckpointError& e) {
+      return std::string(e.what()).find(text) != std::string::npos;
+    };
+  };
+  kiln::OptimizerState state = kiln::optimizer_state(sgd);
+  state.metadata["optimizer.momentum_initialized"] = "7";
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(sgd, state.entries, state.metadata, "ckpt"),
+                        kiln::CheckpointError,
+                        says("metadata 'optimizer.momentum_initialized' is 7; expected 0 or 1"));
+  state = kiln::optimizer_state(sgd);
+  state.entries.at("optimizer.momentum_buffer").shape = {1, n};  // the right bytes, another shape
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(sgd, state.entries, state.metadata, "ckpt"),
+                        kiln::CheckpointError,
+                        says("a wrong-shaped or wrong-typed optimizer state 'optimizer.momentum_buffer'"));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next_step, D, kiln::test::devices) {
   // momentum_initialized: until a step fills them, the next step starts the buffers from the gradient
   // (torch: no momentum_buffer in the state yet); restored, the next step uses them.

@@ -147,24 +147,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_radam, D, kiln::test::devices
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_scheduler_moves_its_learning_rate, D, kiln::test::devices) {
-  // StepLR halves the lr every 2 epochs; the step after 4 takes 0.025, as the transcription does.
-  const std::vector<double> p0 = kt::random_values<double>(16, -1, 1, 2);
-  auto p = kt::make_tensor<D>(p0, Extents<Shape<dyn>>(16));
-  Tensor<double, Shape<dyn>, D> g(Extents<Shape<dyn>>(16));
-  kiln::optim::RAdam opt(p, g, {.lr = 0.1f});
-  kiln::optim::StepLR sched(opt, 2, 0.5);
-  for (int epoch = 0; epoch < 4; ++epoch) sched.step();
-  BOOST_TEST(opt.lr() == 0.025f);
-  const auto gv = kt::random_values<double>(16, -1, 1, 3);
-  g.copy_from(std::span<const double>(gv));
-  opt.step();
-  std::vector<double> want;
-  for (std::size_t i = 0; i < p0.size(); ++i) {
-    Reference r{{.lr = 0.025f}, p0[i]};
-    r.take(gv[i]);
-    want.push_back(r.p);
-  }
-  BOOST_TEST(kt::all_close(p.to_vector(), want, 1e-12, 1e-12));
+  // StepLR halves the lr every 2 epochs; the step after 4 takes a quarter of it, as the transcription does.
+  kt::a_step_lr_moves_it<kiln::optim::RAdam, D>(kiln::optim::RAdamOptions{.lr = 0.1f},
+                                                [](double p, double g, float lr) {
+                                                  Reference r{{.lr = lr}, p};
+                                                  r.take(g);
+                                                  return r.p;
+                                                });
   // As torch's OneCycleLR, which cycles betas[0] of any optimizer with betas.
   static_assert(kiln::optim::momentum_optimizer<kiln::optim::RAdam<float, D>>);
 }
@@ -173,82 +162,44 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   // Four steps, the state saved and loaded into a fresh RAdam, four more: as eight steps of one (the
   // rectification starts at the sixth, from the restored step count). Another optimizer's state, or
   // another eps, are refused and leave the optimizer as it was.
-  using P = kiln::Policy<kiln::Fp32, D>;
-  const kiln::optim::RAdamOptions o{.lr = 0.05f, .betas = {0.8f, 0.999f}, .weight_decay = 1e-3f};
-  knn::Model<Net, In, P> whole(3), resumed(3);
-  kiln::optim::RAdam a(whole, o);
-  std::optional<kiln::optim::RAdam<float, D>> b(std::in_place, resumed, o);
-  const auto n = static_cast<std::size_t>(whole.parameter_count);
-  const auto grads = [&](std::uint32_t s) { return kt::random_values<float>(n, -1, 1, 60 + s); };
-  for (std::uint32_t s = 0; s < 4; ++s) {
-    whole.gradients().copy_from(std::span<const float>(grads(s)));
-    resumed.gradients().copy_from(std::span<const float>(grads(s)));
-    a.step();
-    b->step();
-  }
-  const kiln::OptimizerState saved = kiln::optimizer_state(*b);
+  const kiln::OptimizerState saved = kt::resumes_through_a_checkpoint<kiln::optim::RAdam, D>(
+      kiln::optim::RAdamOptions{.lr = 0.05f, .betas = {0.8f, 0.999f}, .weight_decay = 1e-3f}, 4);
   BOOST_TEST(saved.metadata.at("optimizer.type") == "RAdam");
-  BOOST_TEST(saved.metadata.at("optimizer.step") == "4");
   BOOST_TEST(saved.metadata.at("optimizer.beta1") == "0.8");
   BOOST_TEST(!saved.metadata.contains("optimizer.mu_product"));
   BOOST_TEST(saved.entries.contains("optimizer.exp_avg"));
   BOOST_TEST(saved.entries.contains("optimizer.exp_avg_sq"));
-  b.emplace(resumed, o);  // a fresh optimizer: no steps
-  b->set_lr(0.5f);        // the checkpoint's lr and betas are restored, as torch's load_state_dict does
-  b->set_betas({0.5f, 0.5f});
-  kiln::check_optimizer_state(*b, saved.entries, saved.metadata, "ckpt");
-  BOOST_TEST(b->step_count() == 0);  // a check writes nothing
-  kiln::load_optimizer_state(*b, saved.entries, saved.metadata, "ckpt");
-  BOOST_TEST(b->step_count() == 4);
-  BOOST_TEST(b->lr() == 0.05f);
-  BOOST_TEST(b->betas().beta1 == 0.8f);
-  BOOST_TEST(b->betas().beta2 == 0.999f);
-  for (std::uint32_t s = 4; s < 8; ++s) {
-    whole.gradients().copy_from(std::span<const float>(grads(s)));
-    resumed.gradients().copy_from(std::span<const float>(grads(s)));
-    a.step();
-    b->step();
-  }
-  BOOST_TEST(resumed.parameters().to_vector() == whole.parameters().to_vector(),
-             boost::test_tools::per_element());
-
-  const auto says = [](const std::string& text) {
-    return [text](const kiln::CheckpointError& e) {
-      return std::string(e.what()).find(text) != std::string::npos;
-    };
-  };
-  kiln::optim::RAdam other(resumed, {.lr = 0.05f, .eps = 1e-6f, .weight_decay = 1e-3f});
+  knn::Model<kt::OptimizerNet, kt::OptimizerIn, kiln::Policy<kiln::Fp32, D>> m(
+      3);  // a model of the same size
+  kiln::optim::RAdam other(m, {.lr = 0.05f, .eps = 1e-6f, .weight_decay = 1e-3f});
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(other, saved.entries, saved.metadata, "ckpt"),
                         kiln::CheckpointError,
-                        says("the checkpoint's RAdam has eps = 1e-08, this one 1e-06"));
+                        kt::says("the checkpoint's RAdam has eps = 1e-08, this one 1e-06"));
   BOOST_TEST(other.step_count() == 0);
-  kiln::optim::Adam adam(resumed);
+  kiln::optim::Adam adam(m);
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(adam, saved.entries, saved.metadata, "ckpt"),
-                        kiln::CheckpointError, says("the optimizer state is RAdam's; expected Adam's"));
-  kiln::optim::NAdam nadam(resumed);
+                        kiln::CheckpointError, kt::says("the optimizer state is RAdam's; expected Adam's"));
+  kiln::optim::NAdam nadam(m);
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(nadam, saved.entries, saved.metadata, "ckpt"),
-                        kiln::CheckpointError, says("the optimizer state is RAdam's; expected NAdam's"));
+                        kiln::CheckpointError, kt::says("the optimizer state is RAdam's; expected NAdam's"));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln::test::devices) {
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(3)), g(Extents<Shape<dyn>>(3)),
       short_g(Extents<Shape<dyn>>(2));
-  const auto says = [](const std::string& text) {
-    return [text](const kiln::Error& e) { return std::string(e.what()).find(text) != std::string::npos; };
-  };
   using O = kiln::optim::RAdamOptions;
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.lr = -1.0f}), kiln::ValueError,
-                        says("Invalid learning rate: -1"));
+                        kt::says("Invalid learning rate: -1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.eps = -1e-8f}), kiln::ValueError,
-                        says("Invalid epsilon value"));
+                        kt::says("Invalid epsilon value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.betas = {NAN, 0.999f}}), kiln::ValueError,
-                        says("Invalid beta parameter at index 0"));
+                        kt::says("Invalid beta parameter at index 0"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.betas = {0.9f, 1.0f}}), kiln::ValueError,
-                        says("Invalid beta parameter at index 1: 1"));
+                        kt::says("Invalid beta parameter at index 1: 1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.weight_decay = -1.0f}), kiln::ValueError,
-                        says("Invalid weight_decay value"));
+                        kt::says("Invalid weight_decay value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, short_g, O{}), kiln::ShapeError,
-                        says("3 parameters but 2 gradients"));
+                        kt::says("3 parameters but 2 gradients"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

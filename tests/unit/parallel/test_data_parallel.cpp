@@ -238,6 +238,49 @@ BOOST_AUTO_TEST_CASE(kl_divergence_trains_like_one_device) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(weights_loaded_into_the_module_reach_every_replica_through_broadcast_parameters) {
+  // A checkpoint loaded into dp.module() (replica 0) alone would leave the other replicas on their old
+  // weights, and the summed gradients of replicas at different points would keep them apart for good.
+  // broadcast_parameters() copies replica 0's parameters (and buffers) into the others; then training
+  // goes on as one device that loaded the same weights.
+  DataParallel<Mlp, Row> dp(2, 5);
+  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f}); });
+  knn::Model<Mlp, Row> single(5);
+  kiln::optim::SGD opt(single, {.lr = 0.05f});
+  const auto loaded =
+      kt::random_values<float>(static_cast<std::size_t>(single.parameter_count), -0.3, 0.3, 77);
+  dp.module().parameters().copy_from(std::span<const float>(loaded));  // as load_checkpoint writes them
+  single.parameters().copy_from(std::span<const float>(loaded));
+  BOOST_TEST(!dp.in_sync());
+  dp.broadcast_parameters();
+  BOOST_TEST(dp.in_sync());
+  knn::MSELoss mse;
+  const auto y =
+      kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16, -1, 1, 79), Extents<Shape<dyn, 1>>(16));
+  for (std::uint32_t s = 0; s < 5; ++s) {
+    const auto x =
+        kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 80 + s), Extents<Row>(16));
+    opt.zero_grad();
+    single.backward(mse.backward(single.forward(x), y));
+    opt.step();
+    opts.zero_grad();
+    (void)dp.train_step(x, y, mse);
+    opts.step();
+  }
+  BOOST_TEST(dp.in_sync());
+  const double d = max_abs_diff(dp.module().parameters().to_vector(), single.parameters().to_vector());
+  BOOST_TEST(d <= 1e-5, "largest difference " << d);
+  // BatchNorm's running statistics go too.
+  using Net = knn::Sequential<knn::Linear<13, 4>, knn::BatchNorm1d<4>>;
+  DataParallel<Net, Row> norm(2, 5);
+  const auto stats =
+      kt::random_values<float>(static_cast<std::size_t>(norm.module().buffers().numel()), 0, 1, 78);
+  norm.module().buffers().copy_from(std::span<const float>(stats));
+  norm.broadcast_parameters();
+  BOOST_TEST(norm.replica(1).buffers().to_vector() == stats, boost::test_tools::per_element());
+  BOOST_TEST(norm.in_sync());
+}
+
 BOOST_AUTO_TEST_CASE(batch_norm_buffers_start_every_step_from_replica_zeros) {
   // torch's replicate(): each replica normalises its chunk by the chunk's statistics, its running
   // statistics starting from replica 0's; replica 0's are the ones that last.
