@@ -110,26 +110,19 @@ class ProcessGroup<Mpi> {
  public:
   explicit ProcessGroup(ProcessGroupOptions o = {}) : options_(o) {
     detail::MpiRuntime::get().ensure_initialized();
-    KILN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    KILN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
-    // The group's own communicator, made within the timeout too (MPI_Comm_dup would wait for a rank that
-    // never comes).
-    MPI_Request req = MPI_REQUEST_NULL;
-    KILN_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &req));
-    wait(&req, 1, "creating the group's communicator");
-    KILN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));  // codes come back to be checked
-    local_rank_ = find_local_rank();
-
-    // Launch checks: every rank learns whether any failed, so all end together.
-    std::string problem;
-    if (const auto r = detail::env_int("RANK"); r && *r != rank_)
-      problem = "RANK=" + std::to_string(*r) + " but MPI says rank " + std::to_string(rank_);
-    else if (const auto w = detail::env_int("WORLD_SIZE"); w && *w != size_)
-      problem = "WORLD_SIZE=" + std::to_string(*w) + " but mpirun started " + std::to_string(size_) + " ranks";
-    else if (options_.expected_world_size > 0 && options_.expected_world_size != size_)
-      problem = "the job needs " + std::to_string(options_.expected_world_size) + " ranks but mpirun started " +
-                std::to_string(size_) + " (mpirun -np " + std::to_string(options_.expected_world_size) + ")";
-    agree(problem, "checking the launch");
+    try {
+      start();
+    } catch (...) {
+      // A group that could not be made is never destroyed: unless every rank threw this error together
+      // (agree()), this rank's exit must abort the job, as ~ProcessGroup would have it do.
+      if (agreed_unwinding_ != std::uncaught_exceptions() + 1) {
+        failed_ = true;
+        detail::MpiRuntime::get().failed = true;
+      } else if (comm_ != MPI_COMM_NULL) {
+        (void)MPI_Comm_free(&comm_);
+      }
+      throw;
+    }
   }
   /// Destroyed by an exception that ends this rank (one of the program's own, not a collective's): the
   /// job is marked failed, so that this rank's exit aborts it (mpirun then ends every rank) rather than
@@ -146,6 +139,39 @@ class ProcessGroup<Mpi> {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
+ private:
+  /// The constructor's work: the ranks, the group's communicator, the local rank and the launch checks.
+  void start() {
+    KILN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    KILN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    // The group's own communicator, made within the timeout too (MPI_Comm_dup would wait for a rank that
+    // never comes).
+    MPI_Request req = MPI_REQUEST_NULL;
+    KILN_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &req));
+    wait(&req, 1, "creating the group's communicator");
+    KILN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));  // codes come back to be checked
+
+    // Launch checks: every rank learns whether any failed, so all end together (an environment variable
+    // that is not a number, on one rank or all, included).
+    std::string problem;
+    try {
+      local_rank_ = find_local_rank();
+      if (const auto r = detail::env_int("RANK"); r && *r != rank_)
+        problem = "RANK=" + std::to_string(*r) + " but MPI says rank " + std::to_string(rank_);
+      else if (const auto w = detail::env_int("WORLD_SIZE"); w && *w != size_)
+        problem =
+            "WORLD_SIZE=" + std::to_string(*w) + " but mpirun started " + std::to_string(size_) + " ranks";
+      else if (options_.expected_world_size > 0 && options_.expected_world_size != size_)
+        problem = "the job needs " + std::to_string(options_.expected_world_size) +
+                  " ranks but mpirun started " + std::to_string(size_) + " (mpirun -np " +
+                  std::to_string(options_.expected_world_size) + ")";
+    } catch (const ValueError& e) {
+      problem = e.what();
+    }
+    agree(problem, "checking the launch");
+  }
+
+ public:
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }

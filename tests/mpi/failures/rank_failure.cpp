@@ -5,9 +5,12 @@
 // exception that unwinds the group makes rank 1's exit abort the job: with a timeout of 600 s the job
 // still ends at once). `throw_after_agreed`: the ranks first all catch a failed checkpoint write (an
 // error every rank throws together), then rank 1 throws its own: the job still ends at once.
+// `bad_env_on_one_rank`: rank 1 alone has a LOCAL_RANK that is not a number: every rank ends with the
+// launch check's error at once (rank 0 does not wait for rank 1 until its timeout).
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
@@ -23,11 +26,16 @@ using Row = kiln::Shape<kiln::dyn, 13>;
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "kill" && mode != "hang" && mode != "throw" && mode != "throw_after_agreed") {
-    std::fprintf(stderr, "usage: %s kill|hang|throw|throw_after_agreed [group timeout in seconds]\n",
+  if (mode != "kill" && mode != "hang" && mode != "throw" && mode != "throw_after_agreed" &&
+      mode != "bad_env_on_one_rank") {
+    std::fprintf(stderr,
+                 "usage: %s kill|hang|throw|throw_after_agreed|bad_env_on_one_rank [group timeout in s]\n",
                  argv[0]);
     return 2;
   }
+  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (mode == "bad_env_on_one_rank" && world_rank != nullptr && std::string(world_rank) == "1")
+    ::setenv("LOCAL_RANK", "abc", 1);
   try {
     const int timeout_s = argc > 2 ? std::stoi(argv[2]) : 2;
     kiln::parallel::ProcessGroup<kiln::Mpi> group({.timeout = std::chrono::seconds(timeout_s)});
