@@ -39,10 +39,10 @@ namespace detail {
 /// One element of a NAdam step, in torch 1.13's single-tensor order:
 ///   maximize: g = -g;  g += wd p;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g;
 ///   denom = sqrt(v / bias_correction2) + eps;  p += (-a g) / denom;  p += (-b m) / denom
-/// with a = lr (1 - mu) / (1 - mu_product) and b = lr mu_next / (1 - mu_product mu_next), computed once
-/// per step on the host and rounded to C as torch rounds its Python floats. In float, or double for
-/// double master weights; the working copy rewritten in the same pass under mixed precision. L2 is a
-/// template argument so the loop has no branch.
+/// with a = lr (1 - mu) / (1 - mu_product), b = lr mu_next / (1 - mu_product mu mu_next) (torch 1.13's:
+/// mu twice, where torch 2.0 has one), computed once per step on the host and rounded to C as torch
+/// rounds its Python floats. In float, or double for double master weights; the working copy rewritten
+/// in the same pass under mixed precision. L2 is a template argument so the loop has no branch.
 template <class M, class W = M, bool L2 = false>
 struct NAdamStep {
   using C = std::conditional_t<std::is_same_v<M, double>, double, float>;
