@@ -5,8 +5,12 @@
 #   scripts/gpu-check.sh --prebuilt DIR  # run executables staged by scripts/gpu-stage (no build):
 #     tar xJf .gpu/stage.tar.xz -C /tmp && scripts/gpu-check.sh --prebuilt /tmp/stage
 #
-# Results (logs, bench JSON, the table) go to $OUT when set, else build/gpu-check/. Budget: under 8
-# minutes on an H200 including the build; each test has a timeout. Exit status: 0 when nothing failed.
+# Logs, bench JSON and the table go to build/gpu-check/ (to /tmp/gpu-check when $OUT is set, the device
+# tool's folder, which takes back 8 files at most: then $OUT gets table.txt, kiln-bench.md and
+# gpu-check-logs.tgz with everything). Each row is printed as it ends; the table comes last. Budget:
+# GPU_CHECK_BUDGET seconds for the rows (default 450, so that a device call of 560 s leaves time to pack
+# the results); a row gets what is left of it, a row with under 15 s left is skipped. Exit status: 0 when
+# nothing failed or was skipped for time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,15 +28,21 @@ if [ -n "$prebuilt" ] && [ ! -d "$prebuilt" ]; then
   echo "gpu-check: --prebuilt $prebuilt: no such folder" >&2
   exit 2
 fi
-out=${OUT:-$root/build/gpu-check}
-# Tests find their fixtures through KILN_PARITY_DIR, or by the source path they were built from: on a
-# machine where the checkout sits elsewhere, link that path to this checkout (only if it is free).
+if [ -n "${OUT:-}" ]; then out=/tmp/gpu-check; else out=$root/build/gpu-check; fi
+rm -rf "$out" && mkdir -p "$out"
+# Tests find their fixtures through KILN_PARITY_DIR, or by the source path they were built from (the
+# benches their Python scripts): on a machine where the checkout sits elsewhere, link the path the stage
+# was built in (gpu-stage writes it) to this checkout, only if it is free.
 export KILN_PARITY_DIR="$root/tests/parity/fixtures"
-if [ -n "$prebuilt" ] && [ ! -e /work/main ] && [ "$(id -u)" -eq 0 ]; then
-  mkdir -p /work && ln -s "$root" /work/main
+built_in=/work/main
+[ -n "$prebuilt" ] && [ -f "$prebuilt/source_root" ] && built_in=$(cat "$prebuilt/source_root")
+if [ -n "$prebuilt" ] && [ ! -e "$built_in" ] && [ "$(id -u)" -eq 0 ]; then
+  mkdir -p "$(dirname "$built_in")" && ln -s "$root" "$built_in"
 fi
-mkdir -p "$out"
 start=$(date +%s)
+deadline=$(( start + ${GPU_CHECK_BUDGET:-450} ))
+# Open MPI as root (the device machine's commands run as root); NCCL says why a communicator fails.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 if [ -n "$prebuilt" ]; then
   bin=$(cd "$prebuilt" && pwd)
@@ -43,7 +53,10 @@ if [ -n "$prebuilt" ]; then
     [ -n "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$d")" && echo "gpu-check: $lib from $(dirname "$d")"
   done
   export LD_LIBRARY_PATH
+  # PyTorch (the benches start python3) keeps its own CUDA libraries: the staged ones must not shadow them.
+  export KILN_TORCH_PYTHON=${KILN_TORCH_PYTHON:-"env -u LD_LIBRARY_PATH python3"}
 else
+  deadline=$(( deadline + 3600 ))  # the budget is for the rows, not the build
   cmake --preset cuda -DKILN_BUILD_BENCH=ON >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   cmake --build build/cuda -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -m20 -A5 error "$out/build.log"; exit 1; }
   bin=$root/build/cuda
@@ -53,23 +66,37 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 
 rows=()
 failed=0
-run() {  # run NAME TIMEOUT CMD...: record passed / failed / skipped (exit 77)
+row() {  # row NAME STATUS SECONDS SUMMARY: a table row, printed now as well
+  rows+=("$(printf '%-40s %-12s %6ss  %s' "$1" "$2" "$3" "$4")")
+  echo "${rows[-1]}"
+}
+last_rc=0
+run() {  # run NAME TIMEOUT CMD...: record passed / failed / skipped (exit 77) within the budget
   local name=$1 limit=$2; shift 2
-  local t0=$(date +%s%N) rc
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local left=$(( deadline - $(date +%s) )) t0 rc
+  if [ "$left" -lt 15 ]; then
+    row "$name" "FAILED(time)" 0.0 "not run: the budget (GPU_CHECK_BUDGET) is spent"
+    failed=1 last_rc=124
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  t0=$(date +%s%N)
+  timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
   rc=$?
+  last_rc=$rc
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   local secs="$((ms / 1000)).$(( (ms % 1000) / 100 ))"
   local status=passed
   if [ $rc -eq 77 ]; then status=skipped; elif [ $rc -ne 0 ]; then status="FAILED($rc)"; failed=1; fi
-  local summary=$(grep -E -m1 "has (passed|failed) with|skipping|CUDA available|result:" "$out/$name.log" ||
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="FAILED(time)"; fi
+  local summary=$(grep -E -m1 "test cases? out of|No errors detected|skipping|CUDA available|result:" "$out/$name.log" ||
                   grep -E -m1 "error|failure" "$out/$name.log")
-  summary=$(echo "$summary" | cut -c1-70)
-  rows+=("$(printf '%-40s %-12s %6ss  %s' "$name" "$status" "$secs" "$summary")")
+  summary=$(echo "$summary" | sed 's/^ *//' | cut -c1-70)
+  row "$name" "$status" "$secs" "$summary"
 }
 
 skip() {  # skip NAME WHY: a row that says why it did not run
-  rows+=("$(printf '%-40s %-12s %6ss  %s' "$1" skipped 0.0 "$2")")
+  row "$1" skipped 0.0 "$2"
 }
 
 # Where nvidia-smi lists a GPU, a CUDA test that finds none fails (exit 1) instead of reporting itself
@@ -95,102 +122,113 @@ fi
 omp=$(( $(nproc) / gpus )); [ "$omp" -ge 1 ] || omp=1
 launch=(mpiexec --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS="$omp" -n "$gpus")
 mpi=yes
+echo "gpu-check: mpiexec: $(command -v mpiexec || echo none), orted: $(command -v orted || echo none)"
 if ! command -v mpiexec >/dev/null; then  # a bare machine: an MPI singleton (world size 1)
   gpus=1
   launch=()
   # Open MPI 4's singleton MPI_Init starts orted: without it (and its plugins) MPI cannot start here.
   command -v orted >/dev/null || mpi="no Open MPI runtime on this machine (no mpiexec, no orted)"
-elif ! timeout 60 "${launch[@]}" true >"$out/mpiexec-probe.log" 2>&1; then
+elif ! timeout -k 5 30 "${launch[@]}" true >"$out/mpiexec-probe.log" 2>&1; then
   # An mpiexec that cannot start processes here (another Open MPI than the staged libmpi, say).
   mpi="mpiexec -n $gpus cannot start processes here (see mpiexec-probe.log)"
 fi
+mpi_run() {  # mpi_run NAME TIMEOUT CMD...: run, or skip once an MPI row has run out of time (a hang in MPI_Init)
+  local name=$1
+  if [ "$mpi" != yes ]; then skip "$name" "$mpi"; return; fi
+  run "$@"
+  if [ "$last_rc" -eq 124 ] || [ "$last_rc" -eq 137 ]; then mpi="an earlier MPI row ran out of time ($name)"; fi
+}
 for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_nccl_test_*' | sort); do
-  if [ "$mpi" = yes ]; then
-    run "$(basename "$exe")_np$gpus" 180 "${launch[@]}" "$exe" \
-      --color_output=no --report_level=short --log_level=test_suite
-  else
-    skip "$(basename "$exe")" "$mpi"
-  fi
+  mpi_run "$(basename "$exe")_np$gpus" 120 "${launch[@]}" "$exe" \
+    --color_output=no --report_level=short --log_level=test_suite
 done
 job_ddp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
 boston=$(find "$bin" -name boston_fixture.csv | head -1)
 if [ -n "$job_ddp" ] && [ -n "$boston" ]; then
-  if [ "$mpi" = yes ]; then
-    run "mlp_boston_ddp_np$gpus" 120 "${launch[@]}" "$job_ddp" \
-      --device cuda --parallel ddp --data "$boston" --epochs 30
-  else
-    skip mlp_boston_ddp "$mpi"
-  fi
+  mpi_run "mlp_boston_ddp_np$gpus" 90 "${launch[@]}" "$job_ddp" \
+    --device cuda --parallel ddp --data "$boston" --epochs 30
+  # DataParallel's GPU replicas (every GPU of the machine).
+  run mlp_boston_dp_gpus 90 "$job_ddp" --device cuda --parallel dp --data "$boston" --epochs 30
 fi
-# Fashion-MNIST: staged by gpu-stage, or Debian's package when built here.
+# The main job, one epoch on the GPU (gpu-stage stages a part of Fashion-MNIST's training set; Debian's
+# package when built here), in fp32 and in the mixed precisions (issue #5: tensor cores).
 data="$bin/fashion-mnist"
 [ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
+job=$(find "$bin" -type f -perm -u+x -name lenet_fashion_mnist | head -1)
+if [ -n "$job" ] && [ -d "$data" ]; then
+  run lenet_fashion_mnist 120 "$job" --device cuda --epochs 1 --data "$data" --metrics "$out/lenet_fashion_mnist.jsonl"
+  for p in fp16 bf16; do
+    run "lenet_fashion_mnist_$p" 120 "$job" --device cuda --epochs 1 --precision "$p" --data "$data" \
+      --metrics "$out/lenet_fashion_mnist_$p.jsonl"
+  done
+fi
 for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' ! -name 'bench_distributed_cuda' | sort); do
   extra=()
   # bench_loader_cuda skips itself without Fashion-MNIST; a --data that names a missing folder is an error.
   [ "$(basename "$exe")" = bench_loader_cuda ] && [ -d "$data" ] && extra=(--data "$data")
-  run "$(basename "$exe")" 180 "$exe" --json "$out/$(basename "$exe").json" "${extra[@]}"
+  run "$(basename "$exe")" 150 "$exe" --json "$out/$(basename "$exe").json" "${extra[@]}"
 done
 kb=$(find "$bin" -type f -perm -u+x -name kiln-bench | head -1)  # issue #7: fused vs unfused on the GPU
 if [ -n "$kb" ]; then
-  run kiln-bench 240 "$kb" --device cuda --precisions fp32,fp16,bf16 --batches 128,1024 \
+  run kiln-bench 200 "$kb" --device cuda --precisions fp32,fp16,bf16 --batches 128,1024 \
     --repeat 10 --torch no --json "$out/kiln-bench.json" --plot "$out/kiln-bench-plots"
   # A fused step that could not be captured is timed op by op: shown in the table, not a quiet fallback
   # (not a failure: cuDNN's legacy calls may refuse capture; the cross entropy's label count is a CUB
   # reduction inside the captured steps since the ninth session).
-  if grep -q "CUDA graph capture failed" "$out/kiln-bench.log" 2>/dev/null; then
-    rows[${#rows[@]}-1]="$(printf '%-40s %-12s %6ss  %s' kiln-bench "WARN(graph)" - \
+  if [ "$last_rc" -eq 0 ] && grep -q "CUDA graph capture failed" "$out/kiln-bench.log" 2>/dev/null; then
+    rows[-1]="$(printf '%-40s %-12s %6ss  %s' kiln-bench "WARN(graph)" - \
       "$(grep -c 'CUDA graph capture failed' "$out/kiln-bench.log") steps not captured: see kiln-bench.log")"
-  fi
-  # Next to PyTorch eager and torch.compile (each configuration a fresh compile: fewer of them).
-  run kiln-bench-vs-torch 300 "$kb" --device cuda --models lenet,mlp --precisions fp32,fp16 --batches 128 \
-    --repeat 10 --elements 0 --json "$out/kiln-bench-vs-torch.json"
-  # The tables for docs/benchmarks.md (paste them there with the date and machine).
-  python3 "$root/scripts/bench-table" "$out/kiln-bench.json" "$out/kiln-bench-vs-torch.json" \
-    >"$out/kiln-bench.md" 2>>"$out/kiln-bench.log" || true
-  # A comparison that measured no PyTorch is a failed row, not a quiet pass.
-  if grep -q "PyTorch: not measured" "$out/kiln-bench-vs-torch.log" 2>/dev/null; then
-    rows[${#rows[@]}-1]="$(printf '%-40s %-12s %6ss  %s' kiln-bench-vs-torch "FAILED(torch)" - \
-      "PyTorch not measured: see kiln-bench-vs-torch.log")"
-    failed=1
+    echo "${rows[-1]}"
   fi
 fi
 dist=$(find "$bin" -type f -perm -u+x -name bench_distributed_cuda | head -1)
 if [ -n "$dist" ]; then
-  if [ "$mpi" = yes ]; then
-    # Scaling per device count (issue #6): 2, 4, ... ranks up to every GPU; each job times one GPU alone too.
-    for n in 2 4 8; do
-      if [ "$n" -lt "$gpus" ]; then
-        run "bench_distributed_cuda_np$n" 180 mpiexec --allow-run-as-root --oversubscribe \
-          -x OMP_NUM_THREADS="$(( $(nproc) / n > 0 ? $(nproc) / n : 1 ))" \
-          -n "$n" "$dist" \
-          --json "$out/bench_distributed_cuda_np$n.json"
-      fi
-    done
-    run "bench_distributed_cuda_np$gpus" 180 "${launch[@]}" "$dist" --json "$out/bench_distributed_cuda.json"
-  else
-    skip bench_distributed_cuda "$mpi"
-  fi
-fi
-job_dp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
-if [ -n "$job_dp" ] && [ -n "${boston:-}" ]; then  # DataParallel's GPU replicas (every GPU of the machine)
-  run mlp_boston_dp_gpus 120 "$job_dp" --device cuda --parallel dp --data "$boston" --epochs 30
-fi
-# The main job, one epoch on the GPU.
-job=$(find "$bin" -type f -perm -u+x -name lenet_fashion_mnist | head -1)
-if [ -n "$job" ] && [ -d "$data" ]; then
-  run lenet_fashion_mnist 180 "$job" --device cuda --epochs 1 --data "$data" --metrics "$out/lenet_fashion_mnist.jsonl"
-  for p in fp16 bf16; do  # mixed precision (issue #5): the same epoch, tensor cores
-    run "lenet_fashion_mnist_$p" 180 "$job" --device cuda --epochs 1 --precision "$p" --data "$data" \
-      --metrics "$out/lenet_fashion_mnist_$p.jsonl"
+  # Scaling per device count (issue #6): 2, 4, ... ranks up to every GPU; each job times one GPU alone too.
+  for n in 2 4 8; do
+    if [ "$n" -lt "$gpus" ]; then
+      mpi_run "bench_distributed_cuda_np$n" 150 mpiexec --allow-run-as-root --oversubscribe \
+        -x OMP_NUM_THREADS="$(( $(nproc) / n > 0 ? $(nproc) / n : 1 ))" -n "$n" "$dist" \
+        --json "$out/bench_distributed_cuda_np$n.json"
+    fi
   done
+  mpi_run "bench_distributed_cuda_np$gpus" 150 "${launch[@]}" "$dist" --json "$out/bench_distributed_cuda.json"
+fi
+if [ -n "$kb" ]; then
+  # Last, with what is left of the budget: next to PyTorch eager and torch.compile (each configuration a
+  # fresh compile on a cold cache: the slowest row).
+  run kiln-bench-vs-torch 300 "$kb" --device cuda --models lenet,mlp --precisions fp32,fp16 --batches 128 \
+    --repeat 10 --elements 0 --json "$out/kiln-bench-vs-torch.json"
+  # A comparison that measured no PyTorch is a failed row, not a quiet pass.
+  if grep -q "PyTorch: not measured" "$out/kiln-bench-vs-torch.log" 2>/dev/null; then
+    rows[-1]="$(printf '%-40s %-12s %6ss  %s' kiln-bench-vs-torch "FAILED(torch)" - \
+      "PyTorch not measured: see kiln-bench-vs-torch.log")"
+    echo "${rows[-1]}"
+    failed=1
+  fi
+  # The tables for docs/benchmarks.md (paste them there with the date and machine).
+  jsons=()
+  for j in "$out/kiln-bench.json" "$out/kiln-bench-vs-torch.json"; do [ -f "$j" ] && jsons+=("$j"); done
+  [ ${#jsons[@]} -gt 0 ] && timeout -k 5 60 python3 "$root/scripts/bench-table" "${jsons[@]}" \
+    >"$out/kiln-bench.md" 2>>"$out/kiln-bench.log"
 fi
 
+# The benches' ratios (kiln-bench's are in kiln-bench.md: hundreds of them), then the table, last: the
+# device tool's reply keeps the end of the output.
 echo
-echo "== kiln gpu-check $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - start ))s =="
-printf '%-40s %-12s %7s  %s\n' target status time summary
-printf '%s\n' "${rows[@]}" | tee "$out/table.txt"
 for j in "$out"/*.json; do
-  [ -f "$j" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-1], json.dumps(d.get('ratios', {})))" "$j" 2>/dev/null
+  case "$(basename "$j")" in kiln-bench*.json) continue ;; esac
+  [ -f "$j" ] && timeout -k 5 30 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-1], json.dumps(d.get('ratios', {})))" "$j" 2>/dev/null
 done
+{
+  echo "== kiln gpu-check $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - start ))s =="
+  printf '%-40s %-12s %7s  %s\n' target status time summary
+  printf '%s\n' "${rows[@]}"
+} >"$out/table.txt"
+if [ -n "${OUT:-}" ]; then  # three files back: the table, the benchmark tables, every log in one archive
+  cp "$out/table.txt" "$OUT/"
+  [ -f "$out/kiln-bench.md" ] && cp "$out/kiln-bench.md" "$OUT/"
+  tar -C "$(dirname "$out")" -czf "$OUT/gpu-check-logs.tgz" "$(basename "$out")"
+fi
+echo
+cat "$out/table.txt"
 exit $failed

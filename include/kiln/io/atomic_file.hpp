@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -124,16 +123,36 @@ inline bool may_write_in_place(int error) {
          error == ENAMETOOLONG;
 }
 
-/// Writes `bytes` straight into `path` (truncating it), or throws naming it.
+/// Writes `bytes` straight into `path` (truncating it, created 0666 less the umask when new), or throws
+/// naming it and errno's words. A regular file is flushed to disk (fsync) before it is closed; a FIFO or
+/// a terminal (/dev/stdout) takes no fsync.
 inline void write_in_place(const std::filesystem::path& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
+  const auto fail = [&](const char* doing, int error) {
+    return FileError("kiln: cannot write " + path.string() + ": " + doing +
+                     " failed: " + std::strerror(error));
+  };
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
     const int error = errno;
     throw FileError("kiln: cannot write " + path.string() + ": " + std::strerror(error));
   }
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.flush();
-  if (!out) throw FileError("kiln: writing " + path.string() + " failed");
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
+  for (const char* p = bytes.data(); p != bytes.data() + bytes.size();) {
+    const ::ssize_t w = ::write(fd, p, static_cast<std::size_t>(bytes.data() + bytes.size() - p));
+    const int error = errno;
+    if (w < 0 && error == EINTR) continue;
+    if (w < 0) throw fail("writing", error);
+    p += w;
+  }
+  struct ::stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::fsync(fd) != 0) throw fail("flushing to disk", errno);
+  closer.fd = -1;
+  if (::close(fd) != 0) throw fail("writing", errno);
 }
 
 /// The file write_file_atomically replaces through a temporary file and a rename: `path` itself when

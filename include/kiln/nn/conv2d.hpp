@@ -200,11 +200,10 @@ struct Conv2d {
           Tensor<T, output_shape, D> dz = E::identity ? Tensor<T, output_shape, D>(dy) : Tensor<T, output_shape, D>(dy.extents(), dy.device_index());
           if constexpr (!E::identity)
             kiln::detail::executor<D>::for_each(dy.numel(), detail::EpilogueGrad<T, E>{dy.data(), saved_.data(), dz.data()});
-          if constexpr (std::is_same_v<T, M>) {
-            if constexpr (Bias) p->backward_bias(dz.data(), bias_grad().data());
-            p->backward_filter(x_.data(), dz.data(), weight_grad().data());
-          } else {  // mixed: cuDNN's weight gradient in T (as autocast's), added to the fp32 arena
-            if constexpr (Bias) {  // Σ over pixels, then over images, accumulated in fp32
+          if constexpr (Bias) {
+            if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+              p->backward_bias(dz.data(), bias_grad().data());
+            } else {  // 16-bit: Σ over pixels, then over images, accumulated in fp32 (as autocast's)
               auto planes = Tensor<T, Shape<dyn, Ho * Wo>, D>::from_blob(
                   dz.data(), Extents<Shape<dyn, Ho * Wo>>(dy.size(0) * Out), dz.device_index());
               auto per_image = sum<1>(planes);  // [N Out], fp32
@@ -213,6 +212,10 @@ struct Conv2d {
               auto gb = bias_grad();
               gb += sum<0>(rows);
             }
+          }
+          if constexpr (std::is_same_v<T, M>) {
+            p->backward_filter(x_.data(), dz.data(), weight_grad().data());
+          } else {  // mixed: cuDNN's weight gradient in T (as autocast's), added to the fp32 arena
             Tensor<T, Shape<Out, Patch>, D> gw_low(Extents<Shape<Out, Patch>>{}, dy.device_index());
             p->backward_filter(x_.data(), dz.data(), gw_low.data(), 0.0);
             auto gw = weight_grad();

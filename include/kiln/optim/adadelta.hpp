@@ -99,11 +99,7 @@ class Adadelta : public detail::ParameterArenas<M, D, W>, public detail::Options
     v_ = this->state_like_parameters(M(0));
     a_ = this->state_like_parameters(M(0));
   }
-  template <class Model>
-  requires requires(Model& m) {
-    m.parameters();
-    m.gradients();
-  }
+  template <detail::trainable_model Model>
   explicit Adadelta(Model& m, AdadeltaOptions o = {})
       : Adadelta(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
@@ -121,10 +117,7 @@ class Adadelta : public detail::ParameterArenas<M, D, W>, public detail::Options
                           static_cast<C>(1.0 - rho), static_cast<C>(o_.eps), static_cast<C>(o_.weight_decay),
                           static_cast<C>(-static_cast<double>(o_.lr)), o_.maximize});
     };
-    if (o_.weight_decay != 0.0f)
-      run(std::true_type{});
-    else
-      run(std::false_type{});
+    detail::with_flag(o_.weight_decay != 0.0f, run);
   }
   /// torch's state["square_avg"], for checkpoints.
   arena_type& square_avg() { return v_; }

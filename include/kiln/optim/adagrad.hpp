@@ -93,11 +93,7 @@ class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
     detail::require_non_negative(o.eps, "Adagrad", "epsilon value");
     sum_ = this->state_like_parameters(static_cast<M>(o.initial_accumulator_value));
   }
-  template <class Model>
-  requires requires(Model& m) {
-    m.parameters();
-    m.gradients();
-  }
+  template <detail::trainable_model Model>
   explicit Adagrad(Model& m, AdagradOptions o = {})
       : Adagrad(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
@@ -113,10 +109,7 @@ class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
                           p_.data(), g_.data(), sum_.data(), work_, static_cast<C>(-step_lr()),
                           static_cast<C>(o_.eps), static_cast<C>(o_.weight_decay), o_.maximize});
     };
-    if (o_.weight_decay != 0.0f)
-      run(std::true_type{});
-    else
-      run(std::false_type{});
+    detail::with_flag(o_.weight_decay != 0.0f, run);
   }
   /// torch's state["sum"], for checkpoints.
   arena_type& sum() { return sum_; }

@@ -259,12 +259,10 @@ class AdamBase : public ParameterArenas<M, D, W> {
           o_.maximize};
       kiln::detail::executor<D>::for_each(p_.numel(), f);
     };
-    const auto with_decay = [&](auto amsgrad) {  // Adam's L2 term only when the decay is not 0 (as torch)
-      if (!Decoupled && static_cast<C>(wd) != C(0)) run(amsgrad, std::true_type{});
-      else run(amsgrad, std::false_type{});
-    };
-    if (o_.amsgrad) with_decay(std::true_type{});
-    else with_decay(std::false_type{});
+    // Adam's L2 term only when the decay is not 0 (as torch).
+    detail::with_flag(o_.amsgrad, [&](auto amsgrad) {
+      detail::with_flag(!Decoupled && static_cast<C>(wd) != C(0), [&](auto l2) { run(amsgrad, l2); });
+    });
   }
   /// step() with fusion off, as torch.optim.Adam(foreach=False) runs it: -g into a new tensor
   /// (maximize); p *= decay (AdamW); g + wd p into a new tensor (Adam's L2); m = m b1, m += (1 - b1) g;
@@ -352,9 +350,9 @@ class Adam : public detail::AdamBase<M, D, AdamOptions, false, W> {
   using working_arena_type = typename base::working_arena_type;
   Adam(arena_type& params, arena_type& grads, AdamOptions o = {}, working_arena_type* work = nullptr)
       : base(params, grads, o, "Adam", work) {}
-  template <class Model>
-    requires requires(Model& m) { m.parameters(); m.gradients(); }
-  explicit Adam(Model& m, AdamOptions o = {}) : Adam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+  template <detail::trainable_model Model>
+  explicit Adam(Model& m, AdamOptions o = {})
+      : Adam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 };
 template <class Model>
 Adam(Model&, AdamOptions) -> Adam<typename Model::M, typename Model::D, typename Model::T>;
@@ -377,8 +375,7 @@ class AdamW : public detail::AdamBase<M, D, AdamWOptions, true, W> {
   using working_arena_type = typename base::working_arena_type;
   AdamW(arena_type& params, arena_type& grads, AdamWOptions o = {}, working_arena_type* work = nullptr)
       : base(params, grads, o, "AdamW", work) {}
-  template <class Model>
-    requires requires(Model& m) { m.parameters(); m.gradients(); }
+  template <detail::trainable_model Model>
   explicit AdamW(Model& m, AdamWOptions o = {})
       : AdamW(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 };

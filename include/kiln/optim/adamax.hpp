@@ -98,11 +98,7 @@ class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAn
     m_ = this->state_like_parameters(M(0));
     u_ = this->state_like_parameters(M(0));
   }
-  template <class Model>
-  requires requires(Model& m) {
-    m.parameters();
-    m.gradients();
-  }
+  template <detail::trainable_model Model>
   explicit Adamax(Model& m, AdamaxOptions o = {})
       : Adamax(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
@@ -120,10 +116,7 @@ class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAn
                           static_cast<C>(1.0 - b1), static_cast<C>(b2), static_cast<C>(o_.eps),
                           static_cast<C>(o_.weight_decay), static_cast<C>(-step_lr()), o_.maximize});
     };
-    if (o_.weight_decay != 0.0f)
-      run(std::true_type{});
-    else
-      run(std::false_type{});
+    detail::with_flag(o_.weight_decay != 0.0f, run);
   }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1), unchecked as torch's param_group.

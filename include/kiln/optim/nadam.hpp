@@ -107,11 +107,7 @@ class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
     m_ = this->state_like_parameters(M(0));
     v_ = this->state_like_parameters(M(0));
   }
-  template <class Model>
-  requires requires(Model& m) {
-    m.parameters();
-    m.gradients();
-  }
+  template <detail::trainable_model Model>
   explicit NAdam(Model& m, NAdamOptions o = {})
       : NAdam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
@@ -142,10 +138,7 @@ class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
               static_cast<C>(bias_correction2), static_cast<C>(o_.eps), static_cast<C>(neg_grad_step),
               static_cast<C>(neg_avg_step), o_.maximize});
     };
-    if (o_.weight_decay != 0.0f)
-      run(std::true_type{});
-    else
-      run(std::false_type{});
+    detail::with_flag(o_.weight_decay != 0.0f, run);
   }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1): a write to torch's

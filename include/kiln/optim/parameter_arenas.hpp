@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kiln/core/errors.hpp"
 #include "kiln/expr/assign.hpp"
@@ -26,6 +27,16 @@ inline void require_betas(float beta1, float beta2, const char* who) {
     if (!(betas[k] >= 0.0f && betas[k] < 1.0f))
       throw ValueError(std::string("kiln::optim::") + who + ": Invalid beta parameter at index " +
                        std::to_string(k) + ": " + std::to_string(betas[k]));
+}
+
+/// Calls f(std::true_type{}) or f(std::false_type{}) as b is: a run-time option (weight decay, amsgrad,
+/// momentum) turned into the compile-time flag a fused step is instantiated on.
+template <class F>
+void with_flag(bool b, F&& f) {
+  if (b)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 /// The arenas an optimizer (SGD, Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta) derives from:

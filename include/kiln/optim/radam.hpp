@@ -110,11 +110,7 @@ class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
     m_ = this->state_like_parameters(M(0));
     v_ = this->state_like_parameters(M(0));
   }
-  template <class Model>
-  requires requires(Model& m) {
-    m.parameters();
-    m.gradients();
-  }
+  template <detail::trainable_model Model>
   explicit RAdam(Model& m, RAdamOptions o = {})
       : RAdam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
@@ -145,16 +141,9 @@ class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
               static_cast<C>(b2), static_cast<C>(1.0 - b2), static_cast<C>(o_.weight_decay), bc1, clr,
               bc2_sqrt, static_cast<C>(o_.eps), crect, o_.maximize});
     };
-    const auto with_decay = [&](auto rectify) {
-      if (o_.weight_decay != 0.0f)
-        run(rectify, std::true_type{});
-      else
-        run(rectify, std::false_type{});
-    };
-    if (rectified)
-      with_decay(std::true_type{});
-    else
-      with_decay(std::false_type{});
+    detail::with_flag(rectified, [&](auto rectify) {
+      detail::with_flag(o_.weight_decay != 0.0f, [&](auto l2) { run(rectify, l2); });
+    });
   }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1): a write to torch's

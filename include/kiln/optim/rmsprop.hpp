@@ -120,8 +120,7 @@ class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
     if (o.centered) grad_avg_ = zeros();
     if (o.momentum > 0.0f) buf_ = zeros();
   }
-  template <class Model>
-    requires requires(Model& m) { m.parameters(); m.gradients(); }
+  template <detail::trainable_model Model>
   explicit RMSprop(Model& m, RMSpropOptions o = {})
       : RMSprop(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
@@ -139,12 +138,11 @@ class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
               static_cast<C>(o_.alpha), static_cast<C>(1.0 - o_.alpha), static_cast<C>(o_.eps),
               static_cast<C>(o_.weight_decay), static_cast<C>(o_.momentum), o_.maximize});
     };
-    const auto with = [](bool b, auto f) {
-      if (b) f(std::true_type{});
-      else f(std::false_type{});
-    };
-    with(o_.momentum > 0.0f, [&](auto momentum) {
-      with(o_.centered, [&](auto centered) { with(o_.weight_decay != 0.0f, [&](auto l2) { run(momentum, centered, l2); }); });
+    using detail::with_flag;
+    with_flag(o_.momentum > 0.0f, [&](auto momentum) {
+      with_flag(o_.centered, [&](auto centered) {
+        with_flag(o_.weight_decay != 0.0f, [&](auto l2) { run(momentum, centered, l2); });
+      });
     });
   }
   float momentum() const { return o_.momentum; }

@@ -153,8 +153,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
       scalars_ = detail::DeviceScalars<D>(initial, params.device_index());
     }
   }
-  template <class Model>
-    requires requires(Model& m) { m.parameters(); m.gradients(); }
+  template <detail::trainable_model Model>
   SGD(Model& m, SGDOptions o) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
 
   /// One pass over every parameter; with fusion off (kiln::Unfused), one pass per operation in torch's
@@ -206,15 +205,12 @@ class SGD : public detail::ParameterArenas<M, D, W> {
                                                                  o_.momentum, o_.dampening, o_.weight_decay,
                                                                  scalars_.data(), o_.maximize});
     };
-    const auto with = [](bool b, auto f) {
-      if (b) f(std::true_type{});
-      else f(std::false_type{});
-    };
-    with(o_.weight_decay != 0.0f, [&](auto decay) {
+    using detail::with_flag;
+    with_flag(o_.weight_decay != 0.0f, [&](auto decay) {
       if (o_.momentum == 0.0f) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
       // Capturable: the first step is decided on the device (First = false, a run-time flag).
-      with(first_ && !Capturable, [&](auto first) {
-        with(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); });
+      with_flag(first_ && !Capturable, [&](auto first) {
+        with_flag(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); });
       });
     });
   }

@@ -8,6 +8,13 @@
 
 namespace kiln::optim::detail {
 
+/// A model an optimizer can be built on: it has a parameter and a gradient arena.
+template <class Model>
+concept trainable_model = requires(Model& m) {
+  m.parameters();
+  m.gradients();
+};
+
 /// The model's low-precision working copy of its parameters, or null when it has none (fp32, fp64).
 template <class Model>
 auto* working_arena_of(Model& m) {

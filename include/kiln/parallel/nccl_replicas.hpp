@@ -83,9 +83,13 @@ struct ReplicaDevices<Cuda> {
     check(ncclGroupEnd(), "ncclGroupEnd");
     for (std::size_t r = 0; r < grads.size(); ++r) finish(static_cast<int>(r));
   }
+  /// Throws naming the call, NCCL's words for rc and its last error message (the cause: a topology, a
+  /// shared-memory segment; NCCL_DEBUG=WARN prints more).
   static void check(ncclResult_t rc, const char* call) {
-    if (rc != ncclSuccess)
-      throw BackendError(std::string("kiln::parallel::DataParallel: ") + call + " failed: " + ncclGetErrorString(rc));
+    if (rc == ncclSuccess) return;
+    const char* last = ncclGetLastError(nullptr);
+    throw BackendError(std::string("kiln::parallel::DataParallel: ") + call + " failed: " +
+                       ncclGetErrorString(rc) + (last && *last ? std::string(" (") + last + ")" : ""));
   }
 
   std::vector<const cuda::Stream*> streams;  // pooled: never destroyed

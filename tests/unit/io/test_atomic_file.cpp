@@ -234,6 +234,28 @@ BOOST_AUTO_TEST_CASE(only_a_folder_that_takes_no_new_file_falls_back_to_writing_
   BOOST_TEST(entries(scratch.path()) == 1);
 }
 
+BOOST_AUTO_TEST_CASE(a_write_in_place_that_fails_says_why) {
+  // The 250-character name is written in place; a file-size limit makes its write fail halfway (EFBIG):
+  // the error names the file and errno's words.
+  const kiln::test::TempDir scratch;
+  const auto file = scratch.path() / std::string(250, 'n');
+  ::rlimit before{};
+  BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+  ::rlimit small = before;
+  small.rlim_cur = 4096;
+  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  std::string message;
+  try {
+    kiln::write_file_atomically(file, std::string(1 << 16, 'x'));
+  } catch (const kiln::FileError& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, previous);
+  BOOST_TEST(message == "kiln: cannot write " + file.string() + ": writing failed: File too large", message);
+}
+
 BOOST_AUTO_TEST_CASE(why_unwritable_names_the_folder_or_file_and_the_reason) {
   const kiln::test::TempDir scratch;
   const auto& dir = scratch.path();

@@ -6,7 +6,8 @@
 /// (the _v7 queries), restricted to full-precision math for float and double (no TF32: the same numbers
 /// as the CPU to 1e-5, like torch.backends.cudnn.allow_tf32 = False), in the heuristics' order, and only
 /// those whose workspace fits in the device's free memory; set_cudnn_deterministic(true) keeps only
-/// deterministic ones (torch.backends.cudnn.deterministic). Without an algorithm the caller falls back.
+/// deterministic ones (torch.backends.cudnn.deterministic). Without an algorithm the caller falls back; an
+/// algorithm refused when it runs (or whose workspace cannot be had) gives way to the next candidate.
 #pragma once
 #include <cudnn.h>
 
@@ -15,6 +16,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kiln/backend/cuda/check.hpp"
 #include "kiln/backend/cuda/device.hpp"
@@ -111,8 +113,9 @@ inline cudnnHandle_t cudnn_handle(int device = -1) {
 }
 
 /// One convolution of fixed shape: x [N, C, H, W] * w [K, C / G, R, R] (stride, padding, dilation, G
-/// groups) -> y [N, K, Ho, Wo], element type T, on `device`. Holds the descriptors and the algorithms cuDNN's
-/// heuristics chose for forward, backward data and backward filter, and the largest workspace they need.
+/// groups) -> y [N, K, Ho, Wo], element type T, on `device`. Holds the descriptors and, for forward, backward
+/// data and backward filter, the algorithms cuDNN's heuristics offer (best first, each with its workspace),
+/// tried in turn when one is refused as it runs.
 template <class T>
 class ConvPlan {
  public:
@@ -140,34 +143,35 @@ class ConvPlan {
   /// y = conv(x, w) (beta = 0) or y += conv(x, w) (beta = 1).
   void forward(const T* x, const T* w, T* y, double beta = 0) const {
     DeviceGuard g(device_);
-    use_math(fwd_math_);
-    auto ws = workspace(fwd_bytes_);
     Scale a(1.0), b(beta);
     count(x_count_ + w_count_ + y_count_ * (beta != 0 ? 2 : 1), gemm_ops());
-    KILN_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(device_), a.get(), x_, x, w_, w, conv_, fwd_, ws.data(),
-                                             fwd_bytes_, b.get(), y_, y));
+    run(fwd_, fwd_at_, "cudnnConvolutionForward", [&](const auto& c, void* ws) {
+      return cudnnConvolutionForward(cudnn_handle(device_), a.get(), x_, x, w_, w, conv_, c.algo, ws, c.bytes,
+                                     b.get(), y_, y);
+    });
   }
   /// dx = convᵀ(w, dy).
   void backward_data(const T* w, const T* dy, T* dx) const {
     DeviceGuard g(device_);
-    use_math(bwd_data_math_);
-    auto ws = workspace(bwd_data_bytes_);
     Scale a(1.0), b(0.0);
     count(w_count_ + y_count_ + x_count_, gemm_ops());
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(device_), a.get(), w_, w, y_, dy, conv_, bwd_data_,
-                                                  ws.data(), bwd_data_bytes_, b.get(), x_, dx));
+    run(bwd_data_, bwd_data_at_, "cudnnConvolutionBackwardData", [&](const auto& c, void* ws) {
+      return cudnnConvolutionBackwardData(cudnn_handle(device_), a.get(), w_, w, y_, dy, conv_, c.algo, ws,
+                                          c.bytes, b.get(), x_, dx);
+    });
   }
   /// dw = x ⋆ dy + beta dw (beta = 1 accumulates, as gradients do).
   void backward_filter(const T* x, const T* dy, T* dw, double beta = 1) const {
     DeviceGuard g(device_);
-    use_math(bwd_filter_math_);
-    auto ws = workspace(bwd_filter_bytes_);
     Scale a(1.0), b(beta);
     count(x_count_ + y_count_ + w_count_ * (beta != 0 ? 2 : 1), gemm_ops());
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(device_), a.get(), x_, x, y_, dy, conv_, bwd_filter_,
-                                                    ws.data(), bwd_filter_bytes_, b.get(), w_, dw));
+    run(bwd_filter_, bwd_filter_at_, "cudnnConvolutionBackwardFilter", [&](const auto& c, void* ws) {
+      return cudnnConvolutionBackwardFilter(cudnn_handle(device_), a.get(), x_, x, y_, dy, conv_, c.algo, ws,
+                                            c.bytes, b.get(), w_, dw);
+    });
   }
-  /// db += Σ over n, h, w of dy.
+  /// db += Σ over n, h, w of dy (Conv2d calls it for float and double only: cuDNN's legacy bias gradient
+  /// documents no bf16).
   void backward_bias(const T* dy, T* db) const {
     DeviceGuard g(device_);
     Scale a(1.0), b(1.0);
@@ -237,12 +241,22 @@ class ConvPlan {
   /// picks kernels by algorithm and math type; float's is always FMA, see math_allowed).
   void use_math(cudnnMathType_t m) const { KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, m)); }
 
-  /// The first of cuDNN's candidates (best first) that succeeded, has an allowed math type (set on the
-  /// descriptor before its workspace is sized, as it will run), a workspace within `cap` and, when
-  /// asked for, is deterministic. False when none qualifies.
+  /// An algorithm a direction may run, with its workspace and math type.
+  template <class Algo>
+  struct Candidate {
+    Algo algo;
+    std::size_t bytes;
+    cudnnMathType_t math;
+  };
+  template <class Algo>
+  using Candidates = std::vector<Candidate<Algo>>;
+
+  /// cuDNN's candidates (best first) that succeeded, have an allowed math type (set on the descriptor
+  /// before the workspace is sized, as it will run), a workspace within `cap` and, when asked for, are
+  /// deterministic. False when none qualifies.
   template <class Perf, class Algo, class WorkspaceSize>
-  bool pick(const Perf* perf, int found, std::size_t cap, WorkspaceSize&& workspace_size, Algo& algo,
-            std::size_t& bytes, cudnnMathType_t& math) const {
+  bool pick(const Perf* perf, int found, std::size_t cap, WorkspaceSize&& workspace_size,
+            Candidates<Algo>& out) const {
     const bool deterministic = cudnn_deterministic();
     for (int k = 0; k < found; ++k) {
       const Perf& p = perf[k];
@@ -251,10 +265,39 @@ class ConvPlan {
       use_math(p.mathType);
       std::size_t b = 0;
       if (workspace_size(p.algo, &b) != CUDNN_STATUS_SUCCESS || b > cap) continue;
-      algo = p.algo, bytes = b, math = p.mathType;
-      return true;
+      out.push_back({p.algo, b, p.mathType});
     }
-    return false;
+    return !out.empty();
+  }
+
+  /// Runs `call(candidate, workspace)` with the first candidate from `at` on that runs, as PyTorch tries
+  /// its candidates: a status of success from the heuristics does not promise that the kernel runs. One
+  /// that cuDNN refuses when called (CUDNN_STATUS_NOT_SUPPORTED, before anything is written) is passed
+  /// over from then on; one whose workspace cannot be had now (out of memory after the allocator freed
+  /// its cache) is passed over for this call. Throws the last candidate's error.
+  template <class Algo, class Call>
+  void run(const Candidates<Algo>& list, std::size_t& at, const char* call_name, Call&& call) const {
+    for (std::size_t k = at; k < list.size(); ++k) {
+      const Candidate<Algo>& c = list[k];
+      const bool last = k + 1 == list.size();
+      use_math(c.math);
+      Tensor<float, Shape<dyn>, Cuda> ws;
+      try {
+        ws = workspace(c.bytes);
+      } catch (const OutOfMemoryError&) {
+        if (last) throw;
+        continue;
+      }
+      const cudnnStatus_t status = call(c, static_cast<void*>(ws.data()));
+      if (status == CUDNN_STATUS_SUCCESS) return;
+      if (status != CUDNN_STATUS_NOT_SUPPORTED || last)
+        throw BackendError(kiln::detail::backend_message("cuDNN", call_name, __FILE__, __LINE__,
+                                                         static_cast<int>(status),
+                                                         cudnnGetErrorString(status)) +
+                           " (algorithm " + std::to_string(static_cast<int>(c.algo)) + ", candidate " +
+                           std::to_string(k + 1) + " of " + std::to_string(list.size()) + ")");
+      if (k == at) ++at;  // refused for this shape: not tried again
+    }
   }
 
   /// Forward, backward-data and backward-filter algorithms; false when a direction has none, or when
@@ -272,7 +315,7 @@ class ConvPlan {
       const auto size = [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, a, b);
       };
-      if (!pick(perf, found, cap, size, fwd_, fwd_bytes_, fwd_math_)) return false;
+      if (!pick(perf, found, cap, size, fwd_)) return false;
     }
     {
       cudnnConvolutionBwdDataAlgoPerf_t perf[max_algos];
@@ -283,7 +326,7 @@ class ConvPlan {
       const auto size = [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, a, b);
       };
-      if (!pick(perf, found, cap, size, bwd_data_, bwd_data_bytes_, bwd_data_math_)) return false;
+      if (!pick(perf, found, cap, size, bwd_data_)) return false;
     }
     {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[max_algos];
@@ -294,7 +337,7 @@ class ConvPlan {
       const auto size = [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t* b) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, a, b);
       };
-      return pick(perf, found, cap, size, bwd_filter_, bwd_filter_bytes_, bwd_filter_math_);
+      return pick(perf, found, cap, size, bwd_filter_);
     }
   }
 
@@ -311,11 +354,12 @@ class ConvPlan {
   cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr, b_ = nullptr;
   cudnnFilterDescriptor_t w_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd_{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data_{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter_{};
-  std::size_t fwd_bytes_ = 0, bwd_data_bytes_ = 0, bwd_filter_bytes_ = 0;
-  cudnnMathType_t fwd_math_ = CUDNN_FMA_MATH, bwd_data_math_ = CUDNN_FMA_MATH, bwd_filter_math_ = CUDNN_FMA_MATH;
+  Candidates<cudnnConvolutionFwdAlgo_t> fwd_;
+  Candidates<cudnnConvolutionBwdDataAlgo_t> bwd_data_;
+  Candidates<cudnnConvolutionBwdFilterAlgo_t> bwd_filter_;
+  // The first candidate of each not refused when it ran (a plan belongs to one module, stepped by one
+  // thread).
+  mutable std::size_t fwd_at_ = 0, bwd_data_at_ = 0, bwd_filter_at_ = 0;
   bool usable_ = false;
 };
 

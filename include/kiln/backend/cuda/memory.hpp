@@ -100,17 +100,23 @@ inline void raw_device_synchronize(int device) {
   (void)cudaDeviceSynchronize();  // an error here is a kernel's, sticky: the next checked call reports it
 }
 
+/// cudaMemGetInfo (relaxed as raw_device_allocate: a ConvPlan built during a capture asks it).
 inline bool raw_device_memory(int device, std::size_t* free, std::size_t* total) {
   QuietDeviceGuard g(device);
+  const RelaxedCaptureMode relaxed;
   const bool ok = cudaMemGetInfo(free, total) == cudaSuccess;
   if (!ok) (void)cudaGetLastError();
   return ok;
 }
 
-/// cudaHostAlloc (portable: usable by every device's copies).
+/// cudaHostAlloc (portable: usable by every device's copies; relaxed as raw_device_allocate).
 inline void* raw_pinned_allocate(std::size_t bytes, int) {
   void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  cudaError_t e;
+  {
+    const RelaxedCaptureMode relaxed;
+    e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  }
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     return nullptr;
