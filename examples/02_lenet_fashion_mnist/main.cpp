@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   examples::TrainOptions o;
   o.data = "/usr/share/datasets/fashion-mnist";
   examples::add_train_options(app, o);
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = examples::parse_options(app, argc, argv, program); status >= 0) return status;
   return examples::run_training(
       program, o, [&]<class D, class Precision>(const std::string& device) { return run<D, Precision>(o, device); });
 }

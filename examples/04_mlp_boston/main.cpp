@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   o.workers = 0;  // 405 rows in memory: collating on the training thread is cheapest
   examples::add_train_options(app, o);
   examples::regression::add_regression_options(app, o);
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = examples::parse_options(app, argc, argv, program); status >= 0) return status;
   return examples::run_training(
       program, o, [&]<class D, class Precision>(const std::string& device) { return run<D, Precision>(o, device); });
 }

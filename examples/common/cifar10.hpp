@@ -69,7 +69,7 @@ int main(const Program& program, const char* description, int argc, char** argv)
   o.data = default_data;
   o.epochs = 10;
   add_train_options(app, o);
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = parse_options(app, argc, argv, program.name); status >= 0) return status;
   return run_training(program.name, o, [&]<class D, class Precision>(const std::string& device) {
     return run<Net, D, Precision>(program, o, device);
   });

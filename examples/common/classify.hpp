@@ -137,6 +137,13 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
 inline int report_result(const FitResult& r, Clock::time_point t_start, const std::string& device,
                          const std::string& precision) {
   const bool ok = r.finite && r.test_accuracy > 0.2;
+  if (!ok) {  // why, before the result line (the last line printed)
+    std::fflush(stdout);
+    const std::string why = r.finite
+                                ? "the test accuracy " + std::to_string(r.test_accuracy) + " is not above 0.2"
+                                : std::string("a loss was not finite");
+    std::fprintf(stderr, "ok=0: %s\n", why.c_str());
+  }
   std::printf("result: test_accuracy=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.1f samples_per_s=%.0f "
               "device=%s precision=%s ok=%d\n",
               r.test_accuracy, r.test_loss, r.train_loss, r.epochs, seconds_since(t_start), r.samples_per_s,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <system_error>
@@ -119,6 +120,20 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "epochs)");
 }
 
+/// CLI11's parse, its errors in the examples' form: --help as CLI11 prints it (exit status 0); a flag it
+/// refuses is one line, `<program>: <CLI11's words> (see --help)`, and exit status 2. -1 when parsed.
+inline int parse_options(CLI::App& app, int argc, char** argv, const char* program) {
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", program, e.what());
+    return 2;
+  }
+}
+
 /// Exit status 2 with a one-line reason when the options ask for a part kiln does not have yet.
 /// Returns the device to use ("cpu" or "cuda"), or "" after printing why it cannot run.
 inline std::string check_buildable(const char* program, const TrainOptions& o, bool cuda_available) {
@@ -135,6 +150,21 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   if (o.resume && o.checkpoint.empty()) return fail("--resume needs --checkpoint FILE");
   if (o.devices != 0 && o.parallel == "single")
     return fail("--devices applies to --parallel dp or ddp; this run is --parallel single");
+  if (o.parallel == "dp" && o.devices > o.batch_size)
+    return fail("--devices " + std::to_string(o.devices) + ": --parallel dp splits each batch of " +
+                std::to_string(o.batch_size) + " over its replicas, at least one sample each; use --devices " +
+                std::to_string(o.batch_size) + " or fewer");
+  // Two outputs (or an output and the data) in one file would overwrite each other.
+  const auto same_file = [](const std::string& a, const std::string& b) {
+    std::error_code ec1, ec2;
+    return !a.empty() && !b.empty() &&
+           std::filesystem::weakly_canonical(a, ec1) == std::filesystem::weakly_canonical(b, ec2) && !ec1 && !ec2;
+  };
+  if (same_file(o.checkpoint, o.metrics)) return fail("--checkpoint and --metrics name the same file, " + o.metrics);
+  for (const auto* output : {&o.checkpoint, &o.metrics})
+    if (same_file(*output, o.data))
+      return fail(std::string(output == &o.checkpoint ? "--checkpoint" : "--metrics") + " " + *output +
+                  " is the --data file");
   // An output that cannot be written fails now, not after the first epoch: an existing --metrics file
   // (or /dev/stdout) must be writable, else its folder, and neither output may be a directory
   // (kiln::why_unwritable); a checkpoint is written through a temporary file in its folder. A

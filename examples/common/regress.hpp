@@ -161,6 +161,14 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
 inline int report_result(const FitResult& r, double baseline_rmse, Clock::time_point t_start,
                          const std::string& device, const std::string& precision) {
   const bool ok = r.finite && std::isfinite(r.test_rmse) && r.test_rmse < baseline_rmse;
+  if (!ok) {  // why, before the result line (the last line printed)
+    std::fflush(stdout);
+    const std::string why = r.finite && std::isfinite(r.test_rmse)
+                                ? "the test RMSE " + std::to_string(r.test_rmse) +
+                                      " is not below the baseline's " + std::to_string(baseline_rmse)
+                                : std::string("a loss was not finite");
+    std::fprintf(stderr, "ok=0: %s\n", why.c_str());
+  }
   std::printf("result: test_rmse=%.4f baseline_rmse=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.2f "
               "samples_per_s=%.0f device=%s precision=%s ok=%d\n",
               r.test_rmse, baseline_rmse, r.test_loss, r.train_loss, r.epochs, seconds_since(t_start), r.samples_per_s,

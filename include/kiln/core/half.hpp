@@ -224,6 +224,11 @@ KILN_HOST_DEVICE KILN_FORCEINLINE T from_compute(V v) {
 #else
     return bfloat16(detail::narrow_to_odd(v));
 #endif
+  } else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && !std::is_same_v<T, bool> &&
+                       std::is_floating_point_v<V>) {
+    // Through int64 as torch converts (a negative float to uint8 wraps: -1.0 -> 255, on every machine;
+    // straight to an unsigned type it is undefined, and x86 and Arm differ).
+    return static_cast<T>(static_cast<std::int64_t>(v));
   } else {
     return static_cast<T>(v);
   }

@@ -87,12 +87,14 @@ void assign(Tensor<T, S, D>& dst, const Src& src) {
   if constexpr (valid) detail::assign_valid(dst, src);
 }
 
-/// Evaluates an expression into a new tensor of its element type (float for half operands) and shape.
+/// Evaluates an expression into a new tensor of its element type (float for half operands; a cast's
+/// type where the expression is a cast, as x.half() is a half tensor) and shape.
 template <class X>
 auto eval(const X& x) {
   auto e = as_expr(x);
   using E = decltype(e);
-  using V = typename E::value_type;
+  using Stored = typename detail::stored_type<E>::type;
+  using V = std::conditional_t<element<Stored>, Stored, typename E::value_type>;
   using D = std::conditional_t<std::is_void_v<typename E::device>, Cpu, typename E::device>;
   Tensor<V, typename E::shape_type, D> t(e.extents(), detail::operand_device<D>(e, "kiln::eval"));  // its operands' GPU
   assign(t, e);

@@ -1,7 +1,7 @@
 /// Partial overlap: an assignment whose expression reads the destination's memory at other indices.
 ///
-/// `a = t.slice(1, n) * 2` with a = t.slice(0, n - 1), or `t = t + t.slice(0, 1)` (a row of t
-/// broadcast over t), reads elements the same pass writes. Which value a read sees then depends on how
+/// `a = t.slice(1, n) * 2` with a = t.slice(0, n - 1), or `t = t + t.slice(0, 1).reshape<Shape<C>>()` (a row
+/// of t broadcast over t), reads elements the same pass writes. Which value a read sees then depends on how
 /// the pass is split: one CPU thread in order, several OpenMP threads, or GPU blocks in any order. As
 /// torch (assert_no_partial_overlap), kiln refuses it; the destination read at the same index (`t = t * 2`,
 /// `t += x`) is fine.

@@ -180,6 +180,26 @@ inline std::optional<std::filesystem::path> atomic_target(const std::filesystem:
   return target;
 }
 
+/// For root, whom access() does not stop: 0 when `where` takes a write (an existing regular file opened
+/// for writing, not truncated; a folder a new file of ours, removed at once), else the errno.
+inline int write_probe(const std::filesystem::path& where, bool file) {
+  if (file) {
+    struct ::stat st;
+    if (::stat(where.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;  // a FIFO, a device: as access()
+    const int fd = ::open(where.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    ::close(fd);
+    return 0;
+  }
+  static std::atomic<unsigned> serial{0};
+  const auto probe = where / (".kiln-probe." + std::to_string(::getpid()) + "." + std::to_string(serial++));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return 0;
+}
+
 }  // namespace detail
 
 /// Why `path` cannot be written, or "" when it can: for a check before a long run that writes the file
@@ -203,6 +223,8 @@ inline std::string why_unwritable(const std::filesystem::path& path, bool new_fi
     error = ENOTDIR;  // (access() would say EACCES, for want of the execute bit)
   else if (::access(where.c_str(), file ? W_OK : W_OK | X_OK) != 0)
     error = errno;
+  else if (::geteuid() == 0)  // root passes access() wherever the mode bits say no: try it (/proc, say)
+    error = detail::write_probe(where, file);
   if (error != 0)
     return (file ? "cannot write " : "cannot write into ") + where.string() + " (" + std::strerror(error) +
            ")";

@@ -386,7 +386,9 @@ template <class Named, std::size_t MinRank, std::size_t MaxRank, index_t C, floa
           bool Track, bool Sync = false>
 struct BatchNormLayer {
   static_assert(C > 0, "kiln::nn::BatchNorm: the number of channels (features) must be positive");
-  static_assert(Eps > 0.0f, "kiln::nn::BatchNorm: eps must be positive");
+  static_assert(Eps >= 0.0f,
+                "kiln::nn::BatchNorm: eps must not be negative (0 as torch allows: a channel of "
+                "one value then normalises to NaN)");
   static_assert(Momentum == cumulative_average || (Momentum >= 0.0f && Momentum <= 1.0f),
                 "kiln::nn::BatchNorm: momentum must be in [0, 1], or kiln::nn::cumulative_average (torch's None)");
 

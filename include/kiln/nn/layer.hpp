@@ -144,6 +144,16 @@ std::string python_float(F v) {
   return (negative ? "-" : "") + out;
 }
 
+/// backward(dy, input_grad) where the module takes the flag (layers with parameters skip dL/dx when
+/// nothing needs it, as PyTorch does for an input that does not require grad), else backward(dy).
+template <class Mod, class G>
+auto backward_of(Mod& m, const G& dy, bool input_grad) {
+  if constexpr (requires { m.backward(dy, input_grad); })
+    return m.backward(dy, input_grad);
+  else
+    return m.backward(dy);
+}
+
 /// A layer's backward takes a dy of its forward pass's rows (what the layer saved, and dx, have them;
 /// more would read past them): else a ShapeError naming the layer, before anything is written.
 inline void check_backward_rows(const std::string& layer, index_t dy_rows, index_t forward_rows) {

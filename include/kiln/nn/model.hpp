@@ -89,7 +89,7 @@ class Model {
   void backward(const Tensor<T, output_shape, D>& dy) {
     use_activations("kiln::nn::Model::backward (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
-    (void)net_.backward(dy, false);
+    (void)detail::backward_of(net_, dy, false);
   }
   /// The same, telling `ready` as the gradients become final (see GradientsReady): once per layer with
   /// parameters, from the last, and ready(0) at the end.
@@ -97,14 +97,15 @@ class Model {
     use_activations("kiln::nn::Model::backward (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
     if constexpr (requires { net_.backward(dy, false, &ready); }) (void)net_.backward(dy, false, &ready);
-    else (void)net_.backward(dy, false);
+    else
+      (void)detail::backward_of(net_, dy, false);
     if (ready) ready(0);
   }
   /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad).
   Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) {
     use_activations("kiln::nn::Model::backward_input (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
-    return net_.backward(dy, true);
+    return detail::backward_of(net_, dy, true);
   }
 
   void zero_grad() { grads_.fill(M(0)); }

@@ -165,10 +165,10 @@ struct Pad2d {
     if constexpr (S::rank != 4)
       return false;
     else
-      return S::extents[2] != dyn && S::extents[3] != dyn && padding_fits<mode>(top, bottom, S::extents[2]) &&
-             padding_fits<mode>(left, right, S::extents[3]);
+      return S::extents[1] != dyn && S::extents[2] != dyn && S::extents[3] != dyn &&
+             padding_fits<mode>(top, bottom, S::extents[2]) && padding_fits<mode>(left, right, S::extents[3]);
   }
-  // >>> Stopped here? Padding layers take [N, C, H, W] with static H and W; reflect needs each padding
+  // >>> Stopped here? Padding layers take [N, C, H, W] with static C, H and W; reflect needs each padding
   //     smaller than its dimension (the edge is not repeated), circular at most as large. <<<
   template <class S>
   static constexpr bool accepts = fits<S>();

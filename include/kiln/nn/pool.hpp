@@ -249,10 +249,13 @@ struct Pool2d {
                 "DivisorOverride must be positive (every window's sum is divided by it), or 0 for none");
   /// A window's extent on the input: Dilation (K - 1) + 1.
   static constexpr index_t span = Dilation * (K - 1) + 1;
+  /// torch's rule: one window at least, counted with ceil_mode's extra stride - 1 (a window may then
+  /// start inside the input and reach past it and the padding).
+  static constexpr index_t reach = 2 * Padding + (CeilMode ? Stride - 1 : 0);
   template <class S>
   static constexpr bool accepts =
       S::rank == 4 && S::extents[1] != dyn&& S::extents[2] != dyn&& S::extents[3] !=
-                          dyn&& S::extents[2] + 2 * Padding >= span&& S::extents[3] + 2 * Padding >= span;
+                          dyn&& S::extents[2] + reach >= span&& S::extents[3] + reach >= span;
   template <class S>
   using output =
       Shape<S::extents[0], S::extents[1], pool_extent<K, Stride, Padding, CeilMode, Dilation>(S::extents[2]),

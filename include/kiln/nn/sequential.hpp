@@ -120,14 +120,6 @@ struct type_at<0, type_list<X, Ts...>> {
   using type = X;
 };
 
-/// backward(dy, input_grad) where the module takes the flag (layers with parameters skip dL/dx when
-/// nothing needs it, as PyTorch does for an input that does not require grad), else backward(dy).
-template <class Mod, class G>
-auto backward_of(Mod& m, const G& dy, bool input_grad) {
-  if constexpr (requires { m.backward(dy, input_grad); }) return m.backward(dy, input_grad);
-  else return m.backward(dy);
-}
-
 template <class P, class Inputs, class Layers>
 struct modules;
 template <class P, class... Ins, class... Ls>
@@ -215,12 +207,21 @@ std::vector<Info> named_in_order(const Tuple& modules) {
   return all;
 }
 
-/// "[1, 6, 28, 28]" with the batch shown as given.
+/// "[1, 6, 28, 28]" with the batch (a dyn first extent) shown as given; another dyn extent, known only
+/// from the input, as "?".
 template <class S>
 std::string shape_string(index_t batch) {
   std::ostringstream os;
   os << '[';
-  for (std::size_t i = 0; i < S::rank; ++i) os << (i ? ", " : "") << (S::extents[i] == dyn ? batch : S::extents[i]);
+  for (std::size_t i = 0; i < S::rank; ++i) {
+    os << (i ? ", " : "");
+    if (S::extents[i] != dyn)
+      os << S::extents[i];
+    else if (i == 0)
+      os << batch;
+    else
+      os << '?';
+  }
   os << ']';
   return os.str();
 }

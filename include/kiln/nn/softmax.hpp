@@ -55,6 +55,7 @@ struct SoftmaxLayer {
     Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) {
       if (y_.empty() && dy.numel() != 0)
         throw Error("kiln::nn::" + name() + "::backward: no saved output; run forward with gradients first");
+      if (!y_.empty()) detail::check_backward_rows(Log ? "LogSoftmax" : "Softmax", dy.size(0), y_.size(0));
       Tensor<T, S, D> dx(dy.extents(), dy.device_index());
       if constexpr (Log) {
         const auto g = as_column(sum<1>(dy));  // [N, 1]

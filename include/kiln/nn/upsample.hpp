@@ -265,9 +265,10 @@ struct Upsample2d {
       Mode != UpsampleMode::nearest || !AlignCorners,
       "kiln::nn::Upsample<Scale, Mode, AlignCorners>: align_corners applies to bilinear and bicubic "
       "modes only (torch refuses it for nearest)");
-  // >>> Stopped here? Upsample takes [N, C, H, W] with static H and W. <<<
+  // >>> Stopped here? Upsample takes [N, C, H, W] with static C, H and W. <<<
   template <class S>
-  static constexpr bool accepts = (S::rank == 4) && (S::extents[2] != dyn) && (S::extents[3] != dyn);
+  static constexpr bool accepts = (S::rank == 4) && (S::extents[1] != dyn) && (S::extents[2] != dyn) &&
+                                  (S::extents[3] != dyn);
   template <class S>
   using output = Shape<S::extents[0], S::extents[1], S::extents[2] * Scale, S::extents[3] * Scale>;
 

@@ -10,6 +10,33 @@
 namespace kiln::ops {
 
 namespace detail {
+/// The unsigned type integer arithmetic of R is done in, so that it wraps as torch's integer tensors do
+/// (signed overflow is undefined in C++; C++20 converts back modulo 2^N): at least unsigned int, so that
+/// no operand is promoted back to a signed int (uint16 * uint16 would overflow an int).
+template <class R, bool Narrow = (sizeof(R) < sizeof(unsigned))>
+struct wrap_type {
+  using type = unsigned;  // (bool too, whose make_unsigned is ill-formed)
+};
+template <class R>
+struct wrap_type<R, false> {
+  using type = std::make_unsigned_t<R>;
+};
+template <class R>
+using wrap_t = typename wrap_type<R>::type;
+/// a + b, a - b, a * b and -a in R, wrapping.
+template <class R>
+KILN_HOST_DEVICE KILN_FORCEINLINE R wrap_add(R a, R b) {
+  return static_cast<R>(static_cast<wrap_t<R>>(a) + static_cast<wrap_t<R>>(b));
+}
+template <class R>
+KILN_HOST_DEVICE KILN_FORCEINLINE R wrap_sub(R a, R b) {
+  return static_cast<R>(static_cast<wrap_t<R>>(a) - static_cast<wrap_t<R>>(b));
+}
+template <class R>
+KILN_HOST_DEVICE KILN_FORCEINLINE R wrap_mul(R a, R b) {
+  return static_cast<R>(static_cast<wrap_t<R>>(a) * static_cast<wrap_t<R>>(b));
+}
+
 // Float and double overloads of the C math functions (host and device under nvcc).
 KILN_HOST_DEVICE KILN_FORCEINLINE float exp_(float x) { return ::expf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double exp_(double x) { return ::exp(x); }
@@ -28,7 +55,7 @@ KILN_HOST_DEVICE KILN_FORCEINLINE double erf_(double x) { return ::erf(x); }
 template <class T>
   requires std::is_integral_v<T>
 KILN_HOST_DEVICE KILN_FORCEINLINE T abs_(T x) {
-  return x < 0 ? -x : x;
+  return x < 0 ? wrap_sub(T(0), x) : x;  // abs(INT_MIN) is INT_MIN, as torch's
 }
 /// a^n in integers (torch's integer pow): wraps on overflow; a negative n gives 1/a^|n| truncated
 /// (1 for a = 1, +-1 for a = -1, else 0).
@@ -77,6 +104,7 @@ struct Plus {
   KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
     using R = detail::promote_t<A, B>;
     if constexpr (std::is_same_v<R, bool>) return a || b;
+    else if constexpr (std::is_integral_v<R>) return detail::wrap_add(static_cast<R>(a), static_cast<R>(b));
     else return static_cast<R>(static_cast<R>(a) + static_cast<R>(b));
   }
 };
@@ -86,7 +114,10 @@ struct Minus {
     using R = detail::promote_t<A, B>;
     static_assert(!std::is_same_v<R, bool>,
                   "kiln: subtracting bools (torch refuses it too); kiln::ne(a, b) is their exclusive or");
-    return static_cast<R>(static_cast<R>(a) - static_cast<R>(b));
+    if constexpr (std::is_integral_v<R>)
+      return detail::wrap_sub(static_cast<R>(a), static_cast<R>(b));
+    else
+      return static_cast<R>(static_cast<R>(a) - static_cast<R>(b));
   }
 };
 struct Multiplies {
@@ -94,6 +125,7 @@ struct Multiplies {
   KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
     using R = detail::promote_t<A, B>;
     if constexpr (std::is_same_v<R, bool>) return a && b;
+    else if constexpr (std::is_integral_v<R>) return detail::wrap_mul(static_cast<R>(a), static_cast<R>(b));
     else return static_cast<R>(static_cast<R>(a) * static_cast<R>(b));
   }
 };
@@ -109,7 +141,10 @@ struct Negate {
   KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {
     static_assert(!std::is_same_v<A, bool>,
                   "kiln: negating bools (torch refuses it too); kiln::eq(m, false) is their not");
-    return static_cast<A>(-a);
+    if constexpr (std::is_integral_v<A>)
+      return detail::wrap_sub(A(0), a);
+    else
+      return static_cast<A>(-a);
   }
 };
 /// max(a, b); NaN in either propagates (torch.maximum).

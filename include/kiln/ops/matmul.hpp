@@ -31,8 +31,8 @@ struct gemm_backend {
 template <>
 struct gemm_backend<Cpu> {
   template <class T, class TC>
-  static void run(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const T* a, index_t lda,
-                  const T* b, index_t ldb, float beta, TC* c, index_t ldc, int /*device*/) {
+  static void run(bool ta, bool tb, index_t m, index_t n, index_t k, double alpha, const T* a, index_t lda,
+                  const T* b, index_t ldb, double beta, TC* c, index_t ldc, int /*device*/) {
     backend::cpu::gemm<T, TC>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 };
@@ -75,7 +75,7 @@ void check_matmul_disjoint(const C& c, const X& x, const char* which) {
 /// A and B have one element type; C has it too, or is float when A and B are half or bfloat16 (mixed
 /// precision: float32 accumulation into a float32 result, as a weight gradient in an fp32 arena).
 template <class A, class B, class TC, class SC, class DC>
-void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 1.0f, float beta = 0.0f) {
+void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alpha = 1.0, double beta = 0.0) {
   using OA = detail::matmul_operand<A>;
   using OB = detail::matmul_operand<B>;
   using TA = typename OA::tensor_type;
@@ -110,8 +110,9 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, float alpha = 
   detail::check_matmul_disjoint(c, b, "B");
   {  // A and B read, C written (and read when accumulating); 2 m n k operations
     const std::uint64_t c_bytes = detail::bytes_of<TC>(m * n);
-    detail::count_pass({detail::bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0f ? 2 : 1),
-                        2 * static_cast<std::uint64_t>(m) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(k)});
+    detail::count_pass(
+        {detail::bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0 ? 2 : 1),
+         2 * static_cast<std::uint64_t>(m) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(k)});
   }
   if constexpr (types_match)  // (else the static_assert above is the one error)
     detail::gemm_backend<DC>::template run<TAB, TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1),

@@ -94,7 +94,8 @@ class Tensor {
     if (this != &o) assign(*this, o);
     return *this;
   }
-  /// Writes other's values into this tensor's storage (allocating when empty).
+  /// Writes other's values into this tensor's storage (allocating when it has none): libtorch's
+  /// b.copy_(a), where libtorch's b = a rebinds b (docs/design.md).
   Tensor& operator=(const Tensor& other) {
     if (this != &other) assign(*this, other);
     return *this;

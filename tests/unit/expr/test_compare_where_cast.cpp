@@ -148,6 +148,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cast_to_half_rounds_to_nearest_even, D, kiln::test
   Tensor<kiln::half, Shape<dyn>, D> h(ext);
   h = x;  // storing into a half tensor rounds the same way
   BOOST_TEST(kt::all_equal(h.to_vector(), want));
+
+  // eval of a cast is a tensor of the cast's type, as torch's x.half() (a cast inside an expression is
+  // computed on in float, above)
+  const auto e = kiln::eval(kiln::cast<kiln::half>(x));
+  static_assert(std::is_same_v<typename std::decay_t<decltype(e)>::element_type, kiln::half>);
+  BOOST_TEST(kt::all_equal(e.to_vector(), want));
+  static_assert(
+      std::is_same_v<typename decltype(kiln::eval(kiln::cast<kiln::half>(x) * 2))::element_type, float>);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(cast_to_bfloat16_rounds_to_nearest_even, D, kiln::test::devices) {

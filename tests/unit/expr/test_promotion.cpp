@@ -141,6 +141,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(small_integers_and_bools_keep_torch_types, D, kiln
   BOOST_TEST(kt::all_equal(either.to_vector(), std::vector<bool>{true, false}));
 }
 
+// Integer arithmetic wraps as torch's (done in the unsigned type: signed overflow is undefined in C++),
+// and a float stored into uint8 goes through int64 as torch converts (-1.0 -> 255 on every machine).
+BOOST_AUTO_TEST_CASE_TEMPLATE(integer_overflow_wraps_as_torch, D, kiln::test::devices) {
+  const Extents<Shape<dyn>> ext(2);
+  const auto i = kt::make_tensor<D>(std::vector<std::int32_t>{2147483647, -2147483647 - 1}, ext);
+  // torch: i + 1 [-2147483648, -2147483647], -i [-2147483647, -2147483648], i.abs() [2147483647,
+  // -2147483648], i * 2 [-2, 0]
+  BOOST_TEST(
+      kt::all_equal(kiln::eval(i + 1).to_vector(), std::vector<std::int32_t>{-2147483647 - 1, -2147483647}));
+  BOOST_TEST(
+      kt::all_equal(kiln::eval(-i).to_vector(), std::vector<std::int32_t>{-2147483647, -2147483647 - 1}));
+  BOOST_TEST(kt::all_equal(kiln::eval(kiln::abs(i)).to_vector(),
+                           std::vector<std::int32_t>{2147483647, -2147483647 - 1}));
+  BOOST_TEST(kt::all_equal(kiln::eval(i * 2).to_vector(), std::vector<std::int32_t>{-2, 0}));
+  BOOST_TEST(kt::all_equal(kiln::eval(i - (-1)).to_vector(),
+                           std::vector<std::int32_t>{-2147483647 - 1, -2147483647}));
+  // torch: tensor([-1.0, -3.7, 300.5]).to(torch.uint8) is [255, 253, 44]
+  const auto f = kt::make_tensor<D>(std::vector<float>{-1.0f, -3.7f, 300.5f}, Extents<Shape<dyn>>(3));
+  kiln::Tensor<std::uint8_t, Shape<dyn>, D> u(Extents<Shape<dyn>>(3));
+  u = f;
+  BOOST_TEST(kt::all_equal(u.to_vector(), std::vector<std::uint8_t>{255, 253, 44}));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(integer_sums_are_int64, D, kiln::test::devices) {
   // Four times 2^30 overflows int32; torch's sum is int64.
   const auto big = kt::make_tensor<D>(std::vector<std::int32_t>(4, 1 << 30), Extents<Shape<4>>{});

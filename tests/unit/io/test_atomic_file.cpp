@@ -30,6 +30,25 @@ int entries(const fs::path& dir) {
   for ([[maybe_unused]] const auto& f : fs::directory_iterator(dir)) ++n;
   return n;
 }
+/// The FileError of writing 64 KiB to `file` under a file-size limit of 4096 bytes (it stands in for a
+/// full disk: write() fails with EFBIG, SIGXFSZ ignored meanwhile); "" if nothing was thrown.
+std::string message_of_a_write_past_4096_bytes(const fs::path& file) {
+  ::rlimit before{};
+  BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+  ::rlimit small = before;
+  small.rlim_cur = 4096;
+  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  std::string message;
+  try {
+    kiln::write_file_atomically(file, std::string(1 << 16, 'x'));
+  } catch (const kiln::FileError& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, previous);
+  return message;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(atomic_file)
@@ -193,20 +212,7 @@ BOOST_AUTO_TEST_CASE(a_write_that_fails_halfway_leaves_the_old_file_and_says_so)
   const kiln::test::TempDir scratch;
   const auto file = scratch.path() / "ckpt.bin";
   kiln::write_file_atomically(file, "old");
-  ::rlimit before{};
-  BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
-  const auto previous = std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead
-  ::rlimit small = before;
-  small.rlim_cur = 4096;
-  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
-  std::string message;
-  try {
-    kiln::write_file_atomically(file, std::string(1 << 16, 'x'));
-  } catch (const kiln::FileError& e) {
-    message = e.what();
-  }
-  ::setrlimit(RLIMIT_FSIZE, &before);
-  std::signal(SIGXFSZ, previous);
+  const std::string message = message_of_a_write_past_4096_bytes(file);
   BOOST_TEST(
       message.rfind("kiln: cannot write " + file.string() + ": writing " + file.string() + ".tmp.", 0) == 0,
       message);
@@ -239,21 +245,19 @@ BOOST_AUTO_TEST_CASE(a_write_in_place_that_fails_says_why) {
   // the error names the file and errno's words.
   const kiln::test::TempDir scratch;
   const auto file = scratch.path() / std::string(250, 'n');
-  ::rlimit before{};
-  BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
-  const auto previous = std::signal(SIGXFSZ, SIG_IGN);
-  ::rlimit small = before;
-  small.rlim_cur = 4096;
-  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
-  std::string message;
-  try {
-    kiln::write_file_atomically(file, std::string(1 << 16, 'x'));
-  } catch (const kiln::FileError& e) {
-    message = e.what();
-  }
-  ::setrlimit(RLIMIT_FSIZE, &before);
-  std::signal(SIGXFSZ, previous);
+  const std::string message = message_of_a_write_past_4096_bytes(file);
   BOOST_TEST(message == "kiln: cannot write " + file.string() + ": writing failed: File too large", message);
+}
+
+// /proc takes no new file, also from root (whom access() lets through: why_unwritable then tries a file):
+// the reason is known before a run, not after its first epoch.
+BOOST_AUTO_TEST_CASE(why_unwritable_knows_a_folder_that_takes_no_file_also_for_root) {
+  const std::string why = kiln::why_unwritable("/proc/kiln-metrics.json");
+  BOOST_TEST(why.rfind("cannot write into /proc (", 0) == 0, why);
+  BOOST_TEST(!kiln::why_unwritable("/proc/kiln.safetensors", true).empty());
+  const kiln::test::TempDir scratch;
+  BOOST_TEST(kiln::why_unwritable(scratch.path() / "new.json") == "");
+  BOOST_TEST(entries(scratch.path()) == 0);  // the probe left nothing
 }
 
 BOOST_AUTO_TEST_CASE(why_unwritable_names_the_folder_or_file_and_the_reason) {

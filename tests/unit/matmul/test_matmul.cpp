@@ -122,6 +122,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(matmul_into_scales_and_accumulates, D, kiln::test:
   BOOST_TEST(kt::all_close_scaled(c.to_vector(), want, ref.magnitude, gemm_rel<float>(k)));
 }
 
+// alpha and beta are doubles, as torch.addmm's: a double product scaled by 0.1 is 0.1 in double, not the
+// float nearest 0.1 (1.0000000149e-1); beta 0.3 the same, and k = 0 scales C by beta alone.
+BOOST_AUTO_TEST_CASE_TEMPLATE(matmul_into_takes_double_scales, D, kiln::test::devices) {
+  const auto one = kt::make_tensor<D>(std::vector<double>{1.0}, Extents<Shape<dyn, 1>>(1));
+  auto c = kt::make_tensor<D>(std::vector<double>{1.0}, Extents<Shape<dyn, 1>>(1));
+  kiln::matmul_into(c, one, one, 0.1, 0.3);
+  BOOST_TEST(c.to_vector()[0] == 0.1 + 0.3);
+  kiln::Tensor<double, Shape<dyn, 0>, D> a0(Extents<Shape<dyn, 0>>(1));
+  kiln::Tensor<double, Shape<0, 1>, D> b0(Extents<Shape<0, 1>>{});
+  kiln::matmul_into(c, a0, b0, 1.0, 0.1);
+  BOOST_TEST(c.to_vector()[0] == (0.1 + 0.3) * 0.1);
+}
+
 // Mixed precision's weight gradient: half or bfloat16 operands accumulated into a float C (beta = 1), with
 // float accumulation and no rounding of C to the low type.
 template <class D, class T>

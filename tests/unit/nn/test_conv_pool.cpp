@@ -287,7 +287,8 @@ void check_backward_rows(Module& m, kiln::index_t rows) {
   BOOST_TEST(kiln::passes() == before);
 }
 
-// Called as layers (not through Model, which checks too), conv, pools, BatchNorm and Linear compare dy's
+// Called as layers (not through Model, which checks too), conv, pools, BatchNorm, Linear, Softmax and
+// LogSoftmax compare dy's
 // rows with the forward pass's before writing anything: more rows would read past the saved input.
 BOOST_AUTO_TEST_CASE_TEMPLATE(layers_refuse_a_dy_with_other_rows_than_the_forward_pass, D, kiln::test::devices) {
   using In = Shape<dyn, 2, 6, 6>;
@@ -317,6 +318,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(layers_refuse_a_dy_with_other_rows_than_the_forwar
   l_grads.fill(0.0f);
   linear.bind(l_params.data(), l_grads.data(), l_params.data(), l_params.device_index());
   check_backward_rows<decltype(linear), D>(linear, 64);
+  typename kiln::nn::Softmax::template module<Rows, P> softmax;
+  check_backward_rows<decltype(softmax), D>(softmax, 3);
+  typename kiln::nn::LogSoftmax::template module<Rows, P> log_softmax;
+  check_backward_rows<decltype(log_softmax), D>(log_softmax, 1);
   BOOST_TEST(l_grads.to_vector() == std::vector<float>(static_cast<std::size_t>(linear.parameter_count), 0.0f),
              boost::test_tools::per_element());  // the bias gradient's sum used to come first
 }
@@ -365,6 +370,54 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(max_pool_takes_the_window_maximum_and_propagates_n
   const auto dx = model.backward_input(kiln::test::make_tensor<D>(std::vector<float>{1, 1}, kiln::Extents<
                                                                    Shape<dyn, 1, 1, 2>>(1))).to_vector();
   BOOST_TEST(dx == (std::vector<float>{0, 0, 1, 0, 1, 0, 0, 0}), boost::test_tools::per_element());
+}
+
+// In ceil mode one window may reach past an input smaller than it (torch counts stride - 1 more before
+// it divides); without ceil mode that input is refused, as torch's "Output size is too small".
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_ceil_mode_window_may_be_larger_than_the_input_as_torch, D,
+                              kiln::test::devices) {
+  using namespace kiln::nn;
+  using Small = Shape<dyn, 1, 2, 2>;
+  static_assert(MaxPool2d<3, 2, 0, true>::accepts<Small> && !MaxPool2d<3, 2>::accepts<Small>);
+  static_assert(AvgPool2d<3, 2, 0, true>::accepts<Small> && !AvgPool2d<3, 2>::accepts<Small>);
+  static_assert(!MaxPool2d<4, 2, 0, true>::accepts<Small>);  // 2 + 1 < 4: not even in ceil mode
+  static_assert(std::is_same_v<output_of<MaxPool2d<3, 2, 0, true>, Small>, Shape<dyn, 1, 1, 1>>);
+  const std::vector<float> x4{0, 1, 2, 3};
+  const auto one = [](kiln::index_t n) { return std::vector<float>(static_cast<std::size_t>(n), 1.0f); };
+  {  // torch: y [[3.]], dx [0, 0, 0, 1]
+    Model<Sequential<MaxPool2d<3, 2, 0, true>>, Small, kiln::Policy<kiln::Fp32, D>> m(0);
+    BOOST_TEST(m.forward(kiln::test::make_tensor<D>(x4, kiln::Extents<Small>(1))).to_vector() ==
+                   std::vector<float>{3},
+               boost::test_tools::per_element());
+    const auto dx =
+        m.backward_input(kiln::test::make_tensor<D>(one(1), kiln::Extents<Shape<dyn, 1, 1, 1>>(1)));
+    BOOST_TEST(dx.to_vector() == (std::vector<float>{0, 0, 0, 1}), boost::test_tools::per_element());
+  }
+  {  // torch: y [[1.5]] (the window's 4 taps inside the input), dx 0.25 each
+    Model<Sequential<AvgPool2d<3, 2, 0, true>>, Small, kiln::Policy<kiln::Fp32, D>> m(0);
+    BOOST_TEST(m.forward(kiln::test::make_tensor<D>(x4, kiln::Extents<Small>(1))).to_vector() ==
+                   std::vector<float>{1.5f},
+               boost::test_tools::per_element());
+    const auto dx =
+        m.backward_input(kiln::test::make_tensor<D>(one(1), kiln::Extents<Shape<dyn, 1, 1, 1>>(1)));
+    BOOST_TEST(dx.to_vector() == (std::vector<float>{0.25f, 0.25f, 0.25f, 0.25f}),
+               boost::test_tools::per_element());
+  }
+  {  // dilation 3, padding 1 on 4 x 4: the window's taps at rows and columns -1, 2, 5; torch: y [[10.]]
+    using In = Shape<dyn, 1, 4, 4>;
+    static_assert(MaxPool2d<3, 3, 1, true, 3>::accepts<In> && !MaxPool2d<3, 3, 1, false, 3>::accepts<In>);
+    std::vector<float> x16(16);
+    for (std::size_t i = 0; i < x16.size(); ++i) x16[i] = static_cast<float>(i);
+    Model<Sequential<MaxPool2d<3, 3, 1, true, 3>>, In, kiln::Policy<kiln::Fp32, D>> m(0);
+    BOOST_TEST(m.forward(kiln::test::make_tensor<D>(x16, kiln::Extents<In>(1))).to_vector() ==
+                   std::vector<float>{10},
+               boost::test_tools::per_element());
+    const auto dx =
+        m.backward_input(kiln::test::make_tensor<D>(one(1), kiln::Extents<Shape<dyn, 1, 1, 1>>(1)));
+    std::vector<float> want(16, 0.0f);
+    want[10] = 1;
+    BOOST_TEST(dx.to_vector() == want, boost::test_tools::per_element());
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(lenet_has_pytorchs_shapes_and_parameter_count_and_learns, D, kiln::test::devices) {

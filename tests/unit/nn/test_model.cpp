@@ -49,6 +49,13 @@ static_assert(knn::Flatten::accepts<Shape<dyn, 2, 3>> && !knn::Flatten::accepts<
 static_assert(knn::MaxPool2d<2>::accepts<Shape<dyn, 3, 8, 8>> && !knn::MaxPool2d<2>::accepts<Shape<dyn, dyn, 8, 8>> &&
                   !knn::AvgPool2d<2>::accepts<Shape<dyn, dyn, 8, 8>>,
               "a pool needs its channels in the type (a dyn count made [N, 0, H, W] outputs)");
+static_assert(knn::Upsample<2>::accepts<Shape<dyn, 3, 4, 4>> &&
+                  !knn::Upsample<2>::accepts<Shape<dyn, dyn, 4, 4>> &&
+                  knn::ReplicationPad2d<1>::accepts<Shape<dyn, 3, 4, 4>> &&
+                  !knn::ReplicationPad2d<1>::accepts<Shape<dyn, dyn, 4, 4>> &&
+                  !knn::ZeroPad2d<1>::accepts<Shape<dyn, dyn, 4, 4>>,
+              "upsampling and padding need the channels in the type too (a dyn count made [N, 0, H, W])");
+static_assert(knn::BatchNorm2d<3, 0.0f>::accepts<Shape<dyn, 3, 2, 2>>, "eps 0, as torch allows");
 
 template <class T>
 std::vector<double> host_doubles(const T& t) {
@@ -112,6 +119,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(summary_names_layers_shapes_and_total, D, kiln::te
   BOOST_TEST(columns[0] == 79u);  // 4 + 1 + 74 characters: right after the longest name
   BOOST_TEST(columns[1] == columns[0]);
   BOOST_TEST(columns[2] == columns[0]);
+  // Only the first extent is the batch: another dyn extent is shown as "?", not as the batch size.
+  knn::Model<knn::Sequential<knn::ReLU, knn::Tanh>, Shape<dyn, dyn, 5>, kiln::Policy<kiln::Fp32, D>> rows3;
+  const std::string r = rows3.summary(7);
+  BOOST_TEST(r.find("input [7, ?, 5] -> output [7, ?, 5]") != std::string::npos, r);
+}
+
+// A Model over one layer (no Sequential) takes backward and backward_input, whichever backward the
+// layer has (a pool's takes dy alone).
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_model_of_one_layer_runs_backward, D, kiln::test::devices) {
+  using In = Shape<dyn, 1, 2, 2>;
+  knn::Model<knn::MaxPool2d<2>, In, kiln::Policy<kiln::Fp32, D>> m(0);
+  const auto x = kt::make_tensor<D>(std::vector<float>{1, 4, 3, 2}, kiln::Extents<In>(1));
+  const auto dy = kt::make_tensor<D>(std::vector<float>{1}, kiln::Extents<Shape<dyn, 1, 1, 1>>(1));
+  m.forward(x);
+  m.backward(dy);
+  m.forward(x);
+  BOOST_TEST(m.backward_input(dy).to_vector() == (std::vector<float>{0, 1, 0, 0}),
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(same_seed_same_parameters_different_seed_different, D, kiln::test::devices) {

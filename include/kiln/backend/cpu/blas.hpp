@@ -1,5 +1,6 @@
 /// CPU GEMM through CBLAS (OpenBLAS): float and double directly, half and bfloat16 via float.
 #pragma once
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -83,10 +84,11 @@ void convert_block(const From* src, index_t ld_src, index_t rows, index_t cols, 
 
 /// C[M, N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M, K] (A stored [K, M] when trans_a).
 /// T is A's and B's element type; C is T, or float for half/bfloat16 operands (mixed precision: a
-/// gradient accumulated in float32 from half activations).
+/// gradient accumulated in float32 from half activations). alpha and beta are doubles (as torch.addmm's),
+/// narrowed to float for a float product.
 template <class T, class TC = T>
-void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, float alpha, const T* a, index_t lda,
-          const T* b, index_t ldb, float beta, TC* c, index_t ldc) {
+void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, double alpha, const T* a, index_t lda,
+          const T* b, index_t ldb, double beta, TC* c, index_t ldc) {
 #if KILN_WITH_BLAS
   // >>> Stopped here? A dimension exceeds the CBLAS integer (32 bits in Debian's OpenBLAS). <<<
   for (const index_t d : {m, n, k, lda, ldb, ldc})
@@ -95,12 +97,15 @@ void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, float alp
                        std::to_string(std::numeric_limits<blasint>::max()) + "); split the product");
   const auto ta = trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;
+  // CBLAS wants ld >= max(1, ...); an operand with no elements (k or n == 0) has ld 0 in row-major.
+  const auto ld = [](index_t v) { return static_cast<blasint>(std::max<index_t>(v, 1)); };
   if constexpr (std::is_same_v<T, float> && std::is_same_v<TC, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                alpha, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), static_cast<float>(alpha), a, ld(lda), b, ld(ldb),
+                static_cast<float>(beta), c, ld(ldc));
   } else if constexpr (std::is_same_v<T, double> && std::is_same_v<TC, double>) {
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                alpha, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
   } else if constexpr ((std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) &&
                        (std::is_same_v<TC, T> || std::is_same_v<TC, float>)) {
     // Low precision on the CPU: widen to float (exact), one sgemm (fp32 accumulation), round C back
@@ -115,7 +120,7 @@ void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, float alp
       gemm<float>(trans_a, trans_b, m, n, k, alpha, fa.get(), ca, fb.get(), cb, beta, c, ldc);
     } else {
       const std::unique_ptr<float[]> fc(new float[static_cast<std::size_t>(m * n)]);
-      if (beta != 0.0f) convert_block(c, ldc, m, n, fc.get(), n);
+      if (beta != 0.0) convert_block(c, ldc, m, n, fc.get(), n);
       gemm<float>(trans_a, trans_b, m, n, k, alpha, fa.get(), ca, fb.get(), cb, beta, fc.get(), n);
       convert_block(fc.get(), n, m, n, c, ldc);
     }

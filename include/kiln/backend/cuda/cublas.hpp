@@ -70,15 +70,17 @@ namespace kiln::detail {
 template <>
 struct gemm_backend<Cuda> {
   template <class T, class TC = T>
-  static void run(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const T* a, index_t lda,
-                  const T* b, index_t ldb, float beta, TC* c, index_t ldc, int device) {
+  static void run(bool ta, bool tb, index_t m, index_t n, index_t k, double alpha_d, const T* a, index_t lda,
+                  const T* b, index_t ldb, double beta_d, TC* c, index_t ldc, int device) {
     if (m == 0 || n == 0) return;
     cuda::DeviceGuard g(device);
     cublasHandle_t h = cuda::cublas_handle(device);
     if (k == 0) {
-      scale_c(h, m, n, beta, c, ldc, device);
+      scale_c(h, m, n, beta_d, c, ldc, device);
       return;
     }
+    [[maybe_unused]] const float alpha = static_cast<float>(alpha_d),
+                                 beta = static_cast<float>(beta_d);  // not double
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // first cuBLAS operand: B
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // second: A
     // cuBLAS wants ld >= max(1, rows); an operand with no elements (k == 0) has ld 0 in row-major.
@@ -92,7 +94,6 @@ struct gemm_backend<Cuda> {
     } else if constexpr (std::is_same_v<T, float>) {
       KILN_CUBLAS_CHECK(cublasSgemm_64(h, opb, opa, n, m, k, &alpha, b, lb, a, la, &beta, c, lc));
     } else if constexpr (std::is_same_v<T, double>) {
-      const double alpha_d = alpha, beta_d = beta;
       KILN_CUBLAS_CHECK(cublasDgemm_64(h, opb, opa, n, m, k, &alpha_d, b, lb, a, la, &beta_d, c, lc));
     } else if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
       constexpr cudaDataType_t type = std::is_same_v<T, half> ? CUDA_R_16F : CUDA_R_16BF;
@@ -109,9 +110,9 @@ struct gemm_backend<Cuda> {
   /// C[M, N] (row stride ldc) = beta C: an empty product (k == 0). beta 1 leaves C; beta 0 zeroes it (no
   /// 0 x NaN); otherwise cublasScalEx row by row (one call when the rows are contiguous).
   template <class TC>
-  static void scale_c(cublasHandle_t h, index_t m, index_t n, float beta, TC* c, index_t ldc, int device) {
-    if (beta == 1.0f) return;
-    if (beta == 0.0f) {
+  static void scale_c(cublasHandle_t h, index_t m, index_t n, double beta_d, TC* c, index_t ldc, int device) {
+    if (beta_d == 1.0) return;
+    if (beta_d == 0.0) {
       KILN_CUDA_CHECK(cudaMemset2DAsync(c, static_cast<std::size_t>(ldc) * sizeof(TC), 0,
                                         static_cast<std::size_t>(n) * sizeof(TC), static_cast<std::size_t>(m),
                                         cuda::current_stream(device)));
@@ -122,7 +123,7 @@ struct gemm_backend<Cuda> {
                                     : std::is_same_v<TC, float> ? CUDA_R_32F
                                     : std::is_same_v<TC, half>  ? CUDA_R_16F
                                                                 : CUDA_R_16BF;
-    const double beta_d = beta;
+    const float beta = static_cast<float>(beta_d);
     const void* alpha = is_double ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta);
     const cudaDataType_t scalar = is_double ? CUDA_R_64F : CUDA_R_32F;
     const bool contiguous = ldc == n;
