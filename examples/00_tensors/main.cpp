@@ -13,8 +13,8 @@
 //   8. The caching allocator: freed blocks are reused, statistics, empty_cache().
 //
 // Run (after `cmake --preset cpu && cmake --build build/cpu`):
-//   ./build/cpu/examples/00_tensors                      # batch 8, on the CPU
-//   ./build/cpu/examples/00_tensors --batch 3 --device auto
+//   ./build/cpu/examples/00_tensors                      # batch 8; auto: the GPU in a CUDA build that finds one
+//   ./build/cpu/examples/00_tensors --batch 3 --device cpu
 // --device cpu|cuda|auto: cuda needs a binary built with CUDA (preset cuda or cuda-native) and a GPU;
 // auto takes the GPU when there is one. The last line is `result: key=value ...` (the smoke test reads it).
 #include <kiln/core/config.hpp>
@@ -183,7 +183,7 @@ int tour(index_t batch) {
 
 struct Options {
   index_t batch = 8;
-  std::string device = "cpu";
+  std::string device = "auto";  // as the training examples: the GPU when there is one
 };
 
 Options parse(int argc, char** argv) {
@@ -197,8 +197,9 @@ Options parse(int argc, char** argv) {
       else
         o.device = v;
     } else {
-      std::fprintf(stderr, "usage: %s [--batch N] [--device cpu|cuda|auto]\n", argv[0]);
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+      const bool help = a == "--help" || a == "-h";
+      std::fprintf(help ? stdout : stderr, "usage: %s [--batch N] [--device cpu|cuda|auto]\n", argv[0]);
+      std::exit(help ? 0 : 2);
     }
   }
   if (o.batch < 1) {

@@ -12,8 +12,8 @@
 //   6. A reduction fuses its argument too: sum(exp(y - 1)) is one pass, with no temporary for exp(...).
 //
 // Run (after `cmake --preset cpu && cmake --build build/cpu`):
-//   ./build/cpu/examples/01_fused_expressions                       # 4096 x 1024 floats on the CPU
-//   ./build/cpu/examples/01_fused_expressions --rows 256 --cols 64 --device auto --repeat 3
+//   ./build/cpu/examples/01_fused_expressions                       # 4096 x 1024 floats; auto device
+//   ./build/cpu/examples/01_fused_expressions --rows 256 --cols 64 --device cpu --repeat 3
 // --device cpu|cuda|auto as in 00_tensors (cuda: a CUDA build and a GPU). The last line is
 // `result: key=value ...` (the smoke test reads it).
 #include <kiln/core/config.hpp>
@@ -155,7 +155,7 @@ int run(index_t rows, index_t cols, int repeat) {
 struct Options {
   index_t rows = 4096, cols = 1024;
   int repeat = 10;
-  std::string device = "cpu";
+  std::string device = "auto";  // as the training examples: the GPU when there is one
 };
 
 Options parse(int argc, char** argv) {
@@ -174,9 +174,10 @@ Options parse(int argc, char** argv) {
       else
         o.device = v;
     } else {
-      std::fprintf(stderr, "usage: %s [--rows N] [--cols F] [--repeat R] [--device cpu|cuda|auto]\n",
-                   argv[0]);
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+      const bool help = a == "--help" || a == "-h";
+      std::fprintf(help ? stdout : stderr,
+                   "usage: %s [--rows N] [--cols F] [--repeat R] [--device cpu|cuda|auto]\n", argv[0]);
+      std::exit(help ? 0 : 2);
     }
   }
   if (o.rows < 1 || o.cols < 1 || o.repeat < 1) {
