@@ -403,6 +403,8 @@ function(kiln_add_consumer_tests)
     endif()
     add_test(NAME kiln.consumer.${mode}
              COMMAND ${CMAKE_COMMAND} ${args} -P ${_KILN_CMAKE_DIR}/RunConsumerTest.cmake)
-    set_tests_properties(kiln.consumer.${mode} PROPERTIES LABELS compile TIMEOUT ${KILN_TEST_TIMEOUT})
+    # (kiln_consumer_mpi starts a singleton Open MPI job, which refuses root without these)
+    set_tests_properties(kiln.consumer.${mode} PROPERTIES LABELS compile TIMEOUT ${KILN_TEST_TIMEOUT}
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endforeach()
 endfunction()

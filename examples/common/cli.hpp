@@ -181,7 +181,13 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   }
   if (o.device == "cuda" && !KILN_CUDA_COMPILER)
     return fail("--device cuda: this build has no CUDA (configure with the cuda or cuda-native preset and nvcc)");
-  if (o.device == "cuda" && !cuda_available) return fail("--device cuda: no CUDA device is available");
+  if (o.device == "cuda" && !cuda_available) {
+    std::string why = "--device cuda: no CUDA device is available";
+#if KILN_CUDA_COMPILER
+    why += " (" + kiln::cuda::unavailable_reason() + ")";
+#endif
+    return fail(why);
+  }
   if (o.device == "cpu" || (o.parallel == "dp" && !built_with_nccl)) return "cpu";
   return cuda_available ? "cuda" : "cpu";
 }
