@@ -64,7 +64,7 @@ inline std::vector<Line> lines(std::string_view text) {
     std::string_view line = text.substr(0, end);
     text.remove_prefix(std::min(end + 1, text.size()));
     ++number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    while (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // \r\n, and \r\r\n from text-mode writers
     if (!trim(line).empty()) out.push_back({line, number});
   }
   return out;

@@ -42,9 +42,11 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
       const int n = gzread(f, buf, sizeof buf);
       if (n < 0) {
         int code = 0;
-        const std::string msg = gzerror(f, &code);
+        std::string msg = gzerror(f, &code);
+        if (msg.rfind(path + ": ", 0) == 0) msg.erase(0, path.size() + 2);  // zlib's message starts with the path
         gzclose(f);
-        throw DataError(path, "byte " + std::to_string(bytes.size()) + " of the decompressed data",
+        // zlib finds a bad checksum at the trailer, after the whole last read: the position is a bound.
+        throw DataError(path, "at or after byte " + std::to_string(bytes.size()) + " of the decompressed data",
                         "gzip error: " + msg, "a complete gzip stream");
       }
       if (n == 0) break;
@@ -68,6 +70,7 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
     if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
       throw DataError(path, "byte 0", std::filesystem::is_directory(status) ? "a directory, not a file" : "not a regular file",
                       "a readable IDX file");
+    if (status.type() == std::filesystem::file_type::not_found) throw DataError(path, "byte 0", "no such file", "a readable IDX file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw DataError(path, "byte 0", "cannot open the file", "a readable file");
     in.seekg(0, std::ios::end);

@@ -321,14 +321,16 @@ class DataLoader {
                        " needs worker threads (num_workers > 0); without them batches are made when asked for");
     pin_ = o_.pin_memory && pinning_available();
   }
-  /// A DistributedSampler without world_size and rank (or with a rank outside it) throws here, not at
-  /// the first epoch.
+  /// A DistributedSampler without world_size and rank (or with a rank outside it), or a RandomSampler with
+  /// a negative num_samples, throws here, not at the first epoch.
   static void check_sampler(const Sampler& s) {
-    if constexpr (std::is_same_v<Sampler, AnySampler>) {
-      if (const auto* d = std::get_if<DistributedSampler>(&s)) d->check();
-    } else if constexpr (std::is_same_v<Sampler, DistributedSampler>) {
-      s.check();
-    }
+    const auto check = [](const auto& one) {
+      if constexpr (requires { one.check(); }) one.check();
+    };
+    if constexpr (detail::is_variant<Sampler>)
+      std::visit(check, s);
+    else
+      check(s);
   }
   static bool pinning_available() {
 #if KILN_WITH_CUDA

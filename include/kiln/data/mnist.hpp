@@ -32,7 +32,7 @@ class Mnist {
     IdxArray images = read_idx(images_path_, 3);
     IdxArray labels = read_idx(labels_path_, 1);
     if (images.dims[1] != 28 || images.dims[2] != 28)
-      throw DataError(images_path_, "byte 8", "images of " + std::to_string(images.dims[1]) + " x " + std::to_string(images.dims[2]),
+      throw DataError(images_path_, images.dims[1] != 28 ? "byte 8" : "byte 12", "images of " + std::to_string(images.dims[1]) + " x " + std::to_string(images.dims[2]),
                       "28 x 28 images");
     if (images.count() != labels.count())
       throw DataError(labels_path_, "byte 4",

@@ -1,5 +1,7 @@
 /// Samplers: the order in which a loader visits a dataset, per epoch (torch.utils.data's samplers).
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -44,11 +46,46 @@ struct SequentialSampler {
   }
 };
 
-/// A fresh permutation every epoch, from (seed, epoch): the same seed gives the same orders.
+/// A fresh permutation every epoch, from (seed, epoch): the same seed gives the same orders. As
+/// torch.utils.data.RandomSampler: `num_samples` (0: the dataset's size) indices an epoch, drawn
+/// `replacement`-free (whole permutations one after another, the last cut short, when num_samples is
+/// past the size) or with replacement (each uniform over the dataset).
 struct RandomSampler {
   std::uint64_t seed = 0;
-  index_t length(index_t n) const { return n; }
-  std::vector<index_t> indices(index_t n, std::uint64_t epoch) const { return detail::permutation(n, detail::mix(seed, epoch)); }
+  bool replacement = false;
+  index_t num_samples = 0;  ///< 0: the dataset's size (torch's None)
+
+  /// Throws kiln::ValueError for a negative num_samples (a DataLoader checks when it gets the sampler).
+  void check() const {
+    if (num_samples < 0)
+      throw ValueError("kiln::data::RandomSampler: num_samples is " + std::to_string(num_samples) +
+                       "; it must be > 0 (or 0: the dataset's size)");
+  }
+  index_t length(index_t n) const {
+    check();
+    return num_samples > 0 ? num_samples : n;
+  }
+  std::vector<index_t> indices(index_t n, std::uint64_t epoch) const {
+    const index_t count = length(n);
+    const std::uint64_t epoch_seed = detail::mix(seed, epoch);
+    if (!replacement && count == n) return detail::permutation(n, epoch_seed);
+    if (n == 0)
+      throw ValueError("kiln::data::RandomSampler: " + std::to_string(count) +
+                       " samples asked of an empty dataset");
+    std::vector<index_t> out;
+    out.reserve(static_cast<std::size_t>(count));
+    if (replacement) {
+      std::mt19937_64 g(epoch_seed);  // g() % n as detail::permutation: the same on every standard library
+      for (index_t i = 0; i < count; ++i) out.push_back(static_cast<index_t>(g() % static_cast<std::uint64_t>(n)));
+      return out;
+    }
+    for (std::uint64_t k = 0; static_cast<index_t>(out.size()) < count; ++k) {
+      const auto p = detail::permutation(n, detail::mix(epoch_seed, k));
+      const auto take = std::min<std::size_t>(p.size(), static_cast<std::size_t>(count) - out.size());
+      out.insert(out.end(), p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take));
+    }
+    return out;
+  }
 };
 
 /// This rank's share of the dataset, as torch.utils.data.DistributedSampler: the (shuffled, with the

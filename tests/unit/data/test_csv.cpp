@@ -182,6 +182,11 @@ BOOST_AUTO_TEST_CASE(crlf_spaces_blank_lines_and_a_missing_final_newline_are_acc
   BOOST_TEST(d.feature_names() == (std::vector<std::string>{"a", "b"}), boost::test_tools::per_element());
   BOOST_TEST(d.features() == (std::vector<float>{1, 2, 4, 5}), boost::test_tools::per_element());
   BOOST_TEST(d.targets() == (std::vector<float>{3, 6}), boost::test_tools::per_element());
+  // \r\r\n: what Python's csv.writer writes on Windows to a file opened without newline='' (csv.reader
+  // and numpy read it).
+  CsvDataset<2> doubled_cr(s.write("w.csv", "a,b,\"MEDV\"\r\r\n1,2,3\r\r\n"));
+  BOOST_TEST(doubled_cr.size() == 1);
+  BOOST_TEST(doubled_cr.targets()[0] == 3.0f);
   CsvDataset<2> no_newline(s.write("u.csv", "a,b,MEDV\n1,2,3"));
   BOOST_TEST(no_newline.size() == 1);
   BOOST_TEST(no_newline.targets()[0] == 3.0f);

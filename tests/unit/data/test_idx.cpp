@@ -6,6 +6,8 @@
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <kiln/data/data.hpp>
 #include <span>
 #include <string>
@@ -120,6 +122,9 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
                         says({"t10k-images-idx3-ubyte", "no such file", "dataset-fashion-mnist"}));
 
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.file("absent-idx3-ubyte"), 3), DataError,
+                        says({"absent-idx3-ubyte", "byte 0", "no such file"}));
+
   const auto empty = dir.write("empty", {});
   BOOST_CHECK_EXCEPTION(kiln::data::read_idx(empty, 3), DataError, says({"empty", "byte 0", "the file is empty"}));
 
@@ -151,6 +156,21 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   const auto size = std::filesystem::file_size(gz);
   std::filesystem::resize_file(gz, size / 2);
   BOOST_CHECK_EXCEPTION(kiln::data::read_idx(gz, 3), DataError, says({"cut.gz", "of the decompressed data", "gzip"}));
+  // A bad checksum (the trailer's CRC-32 flipped) is found at the end, after the last read: the position is
+  // a bound, and zlib's message is given without the path it starts with (named once, at the front).
+  const auto crc = write_gz(dir, "crc.gz", images(100));  // 78,416 bytes decompressed: two reads
+  {
+    std::ifstream in(crc, std::ios::binary);
+    std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    b[b.size() - 8] ^= 0xFF;
+    dir.write("crc.gz", b);
+  }
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(crc, 3), DataError, [&](const DataError& e) {
+    const std::string m = e.what();
+    BOOST_TEST_MESSAGE(m);
+    return m.rfind(crc + ": at or after byte 65536 of the decompressed data: gzip error: incorrect data check", 0) == 0 &&
+           m.find(crc, 1) == std::string::npos;
+  });
 
   // Counts that disagree, a label out of range, images that are not 28 x 28.
   dir.write("t10k-images-idx3-ubyte", images(3));
@@ -163,7 +183,10 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   dir.write("t10k-images-idx3-ubyte", images(3, 27, 28));
   dir.write("t10k-labels-idx1-ubyte", labels({1, 2, 3}));
   BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
-                        says({"t10k-images-idx3-ubyte", "images of 27 x 28", "28 x 28"}));
+                        says({"t10k-images-idx3-ubyte", "byte 8:", "images of 27 x 28", "28 x 28"}));
+  dir.write("t10k-images-idx3-ubyte", images(3, 28, 27));  // the width is the header's third dimension
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
+                        says({"t10k-images-idx3-ubyte", "byte 12:", "images of 28 x 27"}));
 }
 
 BOOST_AUTO_TEST_CASE(dimensions_whose_product_wraps_around_64_bits_are_a_truncated_file) {

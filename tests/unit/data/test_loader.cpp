@@ -1,8 +1,9 @@
 // DataLoader, samplers and transforms: every sample once per epoch, a fresh order per epoch, batches
 // that do not depend on num_workers for a seed, worker errors reach the reader in their batch's turn and
 // stepping on after one gets the next batch (with or without workers), an early break does not hang;
-// DistributedSampler pads and splits as PyTorch's (also set on a running loader); transforms do what
-// torchvision's do.
+// RandomSampler takes num_samples and replacement as PyTorch's; DistributedSampler pads and splits as
+// PyTorch's (also set on a running loader); transforms do what torchvision's do.
+#include <array>
 #include <boost/test/unit_test.hpp>
 #include <limits>
 #include <thread>
@@ -312,6 +313,49 @@ BOOST_AUTO_TEST_CASE(pin_memory_without_a_gpu_is_ignored) {
   const auto ds = images(6);
   kd::DataLoader loader(ds, {.batch_size = 4, .pin_memory = true});
   BOOST_TEST(epoch(loader).first.size() == 6u);
+}
+
+BOOST_AUTO_TEST_CASE(random_sampler_num_samples_and_replacement_as_pytorch) {
+  // Default: one permutation of the dataset an epoch, another the next epoch, the same for the same seed.
+  const auto p0 = kd::RandomSampler{.seed = 4}.indices(10, 0);
+  BOOST_TEST(std::set<index_t>(p0.begin(), p0.end()).size() == 10u);
+  BOOST_TEST(p0 == kd::RandomSampler{.seed = 4}.indices(10, 0), boost::test_tools::per_element());
+  BOOST_TEST(p0 != kd::RandomSampler{.seed = 4}.indices(10, 1));
+  // Fewer than the dataset: distinct indices. More: whole permutations one after another, the last cut.
+  const auto three = kd::RandomSampler{.seed = 4, .num_samples = 3}.indices(10, 0);
+  BOOST_TEST(three.size() == 3u);
+  BOOST_TEST(std::set<index_t>(three.begin(), three.end()).size() == 3u);
+  const auto more = kd::RandomSampler{.seed = 4, .num_samples = 25}.indices(10, 0);
+  BOOST_TEST(kd::RandomSampler{.num_samples = 25}.length(10) == 25);
+  BOOST_REQUIRE(more.size() == 25u);
+  for (std::size_t block : {0u, 10u})
+    BOOST_TEST(std::set<index_t>(more.begin() + block, more.begin() + block + 10).size() == 10u);
+  BOOST_TEST(std::set<index_t>(more.begin() + 20, more.end()).size() == 5u);
+  // With replacement: num_samples draws (the dataset's size by default), each uniform over the dataset.
+  BOOST_TEST(kd::RandomSampler{.replacement = true}.indices(7, 0).size() == 7u);
+  const auto drawn = kd::RandomSampler{.seed = 9, .replacement = true, .num_samples = 4000}.indices(4, 3);
+  BOOST_REQUIRE(drawn.size() == 4000u);
+  std::array<int, 4> counts{};
+  for (index_t i : drawn) {
+    BOOST_REQUIRE((i >= 0 && i < 4));
+    ++counts[static_cast<std::size_t>(i)];
+  }
+  for (int c : counts) BOOST_TEST((c > 850 && c < 1150), "count " << c << " of 4000 draws over 4");
+  // A loader takes its length (torch's len(sampler)); a negative num_samples, or samples asked of an empty
+  // dataset, are refused.
+  const auto ds = images(8);
+  kd::DataLoader five(ds, kd::RandomSampler{.seed = 1, .num_samples = 5}, {.batch_size = 2});
+  BOOST_TEST(five.size() == 3);
+  BOOST_TEST(epoch(five).first.size() == 5u);
+  const auto negative = [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("num_samples is -1; it must be > 0") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, kd::RandomSampler{.num_samples = -1}, {.batch_size = 2}), kiln::ValueError,
+                        negative);
+  BOOST_CHECK_EXCEPTION(kd::RandomSampler{.num_samples = 3}.indices(0, 0), kiln::ValueError,
+                        [](const kiln::ValueError& e) {
+                          return std::string(e.what()).find("3 samples asked of an empty dataset") != std::string::npos;
+                        });
 }
 
 BOOST_AUTO_TEST_CASE(distributed_sampler_pads_and_splits_like_pytorch) {
