@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
       if (o.device == "cuda") {
         std::fprintf(stderr, "01_fused_expressions: --device cuda: CUDA is not available: %s\n",
                      kiln::cuda::unavailable_reason().c_str());
-        return 1;
+        return 2;
       }
       std::printf("(--device auto: no usable GPU (%s); running on the CPU)\n",
                   kiln::cuda::unavailable_reason().c_str());
@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
             stderr,
             "01_fused_expressions: --device cuda: this binary was built without CUDA; configure "
             "with the cuda preset (nvcc at /usr/local/cuda/bin/nvcc) to compile the examples as CUDA\n");
-        return 1;
+        return 2;
       }
       std::printf("(--device auto: built without CUDA; running on the CPU)\n");
 #endif

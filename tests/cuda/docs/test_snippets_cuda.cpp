@@ -10,6 +10,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <span>
 #include <vector>
@@ -98,6 +99,14 @@ BOOST_AUTO_TEST_CASE(data_device_loader_epoch) {
 #include "data.device_loader.inc"
   }
   BOOST_TEST(model.samples == 60000);
+}
+
+BOOST_AUTO_TEST_CASE(tensors_devices_round_trip) {
+  auto x = Tensor<float, Shape<dyn, 3>>::from(std::span<const float>(std::vector<float>{-1, 2, -3, 4, -5, 6}),
+                                              Extents<Shape<dyn, 3>>(2));
+  Tensor<float, Shape<dyn, 3>> back;
+#include "tensors.devices.inc"
+  BOOST_TEST(back.to_vector() == (std::vector<float>{0, 4, 0, 8, 0, 12}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -90,6 +90,21 @@ BOOST_AUTO_TEST_SUITE(docs)
 
 // readme.quick_start.inc is a whole program: tests/CMakeLists.txt builds it as one (kiln.docs.readme_quick_start).
 
+BOOST_AUTO_TEST_CASE(tensors_basics_views_share_storage_and_clones_do_not) {
+#include "tensors.basics.inc"
+  BOOST_TEST(total == 5.0f);
+  BOOST_TEST(values == (std::vector<float>{0, 0, 0, 0, 0, 5}), boost::test_tools::per_element());
+  BOOST_TEST(v.to_vector() == w.to_vector(), boost::test_tools::per_element());
+  BOOST_TEST((x.size(0) == 2 && x.size(1) == 3 && x.numel() == 6 && x.nbytes() == 24u));
+  BOOST_TEST(y.shares_storage_with(x));
+  BOOST_TEST(!z.shares_storage_with(x));
+  x(0, 0) = 7.0f;  // seen through every view, not by the clone
+  BOOST_TEST(y(0, 0) == 7.0f);
+  BOOST_TEST(flat[0] == 7.0f);
+  BOOST_TEST(z(0, 0) == 0.0f);
+  BOOST_TEST((second_row.size(0) == 1 && second_row(0, 2) == 5.0f));
+}
+
 BOOST_AUTO_TEST_CASE(readme_lenet_steps_once) {
   const auto x = random_batch<Image>(4, 1);
   const auto labels = random_labels(4, 10, 2);
