@@ -179,7 +179,7 @@ auto restored_betas(const Options& o, const std::map<std::string, std::string>& 
                     const std::string& path) {
   const std::remove_cvref_t<decltype(o.betas)> betas{hyper_value(meta, "beta1", o.betas.beta1, path),
                                                      hyper_value(meta, "beta2", o.betas.beta2, path)};
-  if (!(betas.beta1 >= 0.0f && betas.beta1 < 1.0f && betas.beta2 >= 0.0f && betas.beta2 < 1.0f))
+  if (!(betas.beta1 >= 0.0 && betas.beta1 < 1.0 && betas.beta2 >= 0.0 && betas.beta2 < 1.0))
     throw CheckpointError("kiln: " + path + ": metadata betas (" + hyper_text(betas.beta1) + ", " +
                           hyper_text(betas.beta2) + ") are not in [0, 1)");
   return betas;

@@ -23,12 +23,14 @@ namespace kiln::optim {
 
 /// The decay rates of Adam's first and second moments (torch's `betas`).
 struct AdamBetas {
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
+  // Doubles, as torch's Python floats: 1 - 0.999f is 1.3e-5 (relative) off 1e-3, which moved RAdam's
+  // rectification by 6e-6 and Adam's bias corrections by ~4e-7 (RMSprop's alpha, Adadelta's rho alike).
+  double beta1 = 0.9;
+  double beta2 = 0.999;
 };
 
 /// torch.optim.Adam's options and defaults. weight_decay is an L2 penalty added to the gradient.
-/// Example: `kiln::optim::Adam opt(model, {.lr = 1e-2f, .betas = {0.9f, 0.99f}});`
+/// Example: `kiln::optim::Adam opt(model, {.lr = 1e-2f, .betas = {0.9, 0.99}});`
 struct AdamOptions {
   float lr = 1e-3f;
   AdamBetas betas = {};
@@ -323,9 +325,9 @@ class AdamBase : public ParameterArenas<M, D, W> {
  private:
   /// torch's checks of betas (a NaN is refused too).
   static void check_betas(AdamBetas b, const std::string& who) {
-    if (!(b.beta1 >= 0.0f && b.beta1 < 1.0f))
+    if (!(b.beta1 >= 0.0 && b.beta1 < 1.0))
       throw ValueError("kiln::optim::" + who + ": invalid beta1 " + std::to_string(b.beta1) + "; give 0 <= beta1 < 1");
-    if (!(b.beta2 >= 0.0f && b.beta2 < 1.0f))
+    if (!(b.beta2 >= 0.0 && b.beta2 < 1.0))
       throw ValueError("kiln::optim::" + who + ": invalid beta2 " + std::to_string(b.beta2) + "; give 0 <= beta2 < 1");
   }
 

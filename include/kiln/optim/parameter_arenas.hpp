@@ -21,10 +21,10 @@ inline void require_non_negative(double v, const char* who, const char* what) {
 
 /// torch's check of betas (NAdam, RAdam, Adamax), in its words: "Invalid beta parameter at index 1: 1.000000"
 /// (a NaN refused too).
-inline void require_betas(float beta1, float beta2, const char* who) {
-  const float betas[2] = {beta1, beta2};
+inline void require_betas(double beta1, double beta2, const char* who) {
+  const double betas[2] = {beta1, beta2};
   for (int k = 0; k < 2; ++k)
-    if (!(betas[k] >= 0.0f && betas[k] < 1.0f))
+    if (!(betas[k] >= 0.0 && betas[k] < 1.0))
       throw ValueError(std::string("kiln::optim::") + who + ": Invalid beta parameter at index " +
                        std::to_string(k) + ": " + std::to_string(betas[k]));
 }

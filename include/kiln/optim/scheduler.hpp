@@ -512,10 +512,10 @@ class OneCycleLR : public detail::LRScheduler<Opt, OneCycleLR<Opt>> {
   void apply_momentum(std::int64_t step) {
     if constexpr (momentum_optimizer<Opt>) {
       if (!o_.cycle_momentum) return;
-      const auto m = static_cast<float>(momentum_at(step));
+      const double m = momentum_at(step);
       Opt& opt = this->optimizer();
-      if constexpr (requires { opt.set_momentum(m); }) {
-        opt.set_momentum(m);
+      if constexpr (requires { opt.set_momentum(static_cast<float>(m)); }) {
+        opt.set_momentum(static_cast<float>(m));  // SGD's and RMSprop's momentum: floats, as torch's use
       } else {
         auto betas = opt.betas();
         betas.beta1 = m;

@@ -54,8 +54,8 @@ BOOST_AUTO_TEST_SUITE(adamax)
 BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   const kiln::optim::AdamaxOptions o;
   BOOST_TEST(o.lr == 2e-3f);
-  BOOST_TEST(o.betas.beta1 == 0.9f);
-  BOOST_TEST(o.betas.beta2 == 0.999f);
+  BOOST_TEST(o.betas.beta1 == 0.9);
+  BOOST_TEST(o.betas.beta2 == 0.999);
   BOOST_TEST(o.eps == 1e-8f);
   BOOST_TEST(o.weight_decay == 0.0f);
   BOOST_TEST(!o.maximize);
@@ -147,10 +147,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_move_its_learning_rate_and_beta1, D, ki
   // OneCycleLR cycles beta1 against the lr, as Adam's: max_momentum 0.95 at the start.
   kiln::optim::Adamax cycled(p, g);
   kiln::optim::OneCycleLR one(cycled, 0.01, 10);
-  BOOST_TEST(cycled.betas().beta1 == 0.95f);
-  BOOST_TEST(cycled.betas().beta2 == 0.999f);
+  BOOST_TEST(cycled.betas().beta1 == 0.95);
+  BOOST_TEST(cycled.betas().beta2 == 0.999);
   for (int s = 0; s < 3; ++s) one.step();
-  BOOST_TEST(cycled.betas().beta1 < 0.95f);  // falls while the lr rises
+  BOOST_TEST(cycled.betas().beta1 < 0.95);  // falls while the lr rises
   BOOST_TEST(cycled.lr() > 0.01f / 25);
 }
 
@@ -159,7 +159,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   // correction reads the restored step count, the moments go on). Another optimizer's state, or other
   // hyperparameters that shape the steps, are refused and leave the optimizer as it was.
   const kiln::OptimizerState saved = kt::resumes_through_a_checkpoint<kiln::optim::Adamax, D>(
-      kiln::optim::AdamaxOptions{.lr = 0.1f, .betas = {0.8f, 0.9f}, .weight_decay = 1e-2f});
+      kiln::optim::AdamaxOptions{.lr = 0.1f, .betas = {0.8, 0.9}, .weight_decay = 1e-2f});
   BOOST_TEST(saved.metadata.at("optimizer.type") == "Adamax");
   BOOST_TEST(saved.metadata.at("optimizer.beta1") == "0.8");
   BOOST_TEST(saved.entries.contains("optimizer.exp_avg"));

@@ -63,8 +63,8 @@ BOOST_AUTO_TEST_SUITE(nadam)
 BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   const kiln::optim::NAdamOptions o;
   BOOST_TEST(o.lr == 2e-3f);
-  BOOST_TEST(o.betas.beta1 == 0.9f);
-  BOOST_TEST(o.betas.beta2 == 0.999f);
+  BOOST_TEST(o.betas.beta1 == 0.9);
+  BOOST_TEST(o.betas.beta2 == 0.999);
   BOOST_TEST(o.eps == 1e-8f);
   BOOST_TEST(o.weight_decay == 0.0f);
   BOOST_TEST(o.momentum_decay == 4e-3f);

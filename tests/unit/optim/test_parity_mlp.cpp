@@ -149,7 +149,7 @@ double check_optimizer(const json& config, const json& fx = fixture()) {
                              .maximize = maximize});
     return run_steps(m, opt, config, fx);
   }
-  const kiln::optim::AdamBetas betas{o.at("betas")[0].get<float>(), o.at("betas")[1].get<float>()};
+  const kiln::optim::AdamBetas betas{o.at("betas")[0].get<double>(), o.at("betas")[1].get<double>()};
   if (type == "Adamax") {
     kiln::optim::Adamax opt(m, {.lr = o.at("lr").get<float>(),
                                 .betas = betas,

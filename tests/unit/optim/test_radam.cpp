@@ -68,8 +68,8 @@ BOOST_AUTO_TEST_SUITE(radam)
 BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   const kiln::optim::RAdamOptions o;
   BOOST_TEST(o.lr == 1e-3f);
-  BOOST_TEST(o.betas.beta1 == 0.9f);
-  BOOST_TEST(o.betas.beta2 == 0.999f);
+  BOOST_TEST(o.betas.beta1 == 0.9);
+  BOOST_TEST(o.betas.beta2 == 0.999);
   BOOST_TEST(o.eps == 1e-8f);
   BOOST_TEST(o.weight_decay == 0.0f);
   BOOST_TEST(!o.maximize);
@@ -163,7 +163,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   // rectification starts at the sixth, from the restored step count). Another optimizer's state, or
   // another eps, are refused and leave the optimizer as it was.
   const kiln::OptimizerState saved = kt::resumes_through_a_checkpoint<kiln::optim::RAdam, D>(
-      kiln::optim::RAdamOptions{.lr = 0.05f, .betas = {0.8f, 0.999f}, .weight_decay = 1e-3f}, 4);
+      kiln::optim::RAdamOptions{.lr = 0.05f, .betas = {0.8, 0.999}, .weight_decay = 1e-3f}, 4);
   BOOST_TEST(saved.metadata.at("optimizer.type") == "RAdam");
   BOOST_TEST(saved.metadata.at("optimizer.beta1") == "0.8");
   BOOST_TEST(!saved.metadata.contains("optimizer.mu_product"));

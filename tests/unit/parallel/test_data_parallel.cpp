@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(schedulers_drive_every_replicas_optimizer) {
     BOOST_TEST(sgd.replica(r).lr() == static_cast<float>(sgd_sched.get_last_lr()));
     BOOST_TEST(sgd.replica(r).momentum() == static_cast<float>(sgd_sched.momentum_at(5)));
     BOOST_TEST(adam.replica(r).lr() == static_cast<float>(adam_sched.get_last_lr()));
-    BOOST_TEST(adam.replica(r).betas().beta1 == static_cast<float>(adam_sched.momentum_at(5)));
+    BOOST_TEST(adam.replica(r).betas().beta1 == adam_sched.momentum_at(5));
   }
   BOOST_TEST(sgd.momentum() < 0.95f);  // falling with the lr's rise
 }
