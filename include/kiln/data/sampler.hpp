@@ -69,6 +69,7 @@ struct RandomSampler {
     const index_t count = length(n);
     const std::uint64_t epoch_seed = detail::mix(seed, epoch);
     if (!replacement && count == n) return detail::permutation(n, epoch_seed);
+    if (count == 0) return {};  // an empty dataset, with replacement
     if (n == 0)
       throw ValueError("kiln::data::RandomSampler: " + std::to_string(count) +
                        " samples asked of an empty dataset");

@@ -352,6 +352,7 @@ BOOST_AUTO_TEST_CASE(random_sampler_num_samples_and_replacement_as_pytorch) {
   };
   BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, kd::RandomSampler{.num_samples = -1}, {.batch_size = 2}), kiln::ValueError,
                         negative);
+  BOOST_TEST(kd::RandomSampler{.replacement = true}.indices(0, 0).empty());  // nothing asked of nothing
   BOOST_CHECK_EXCEPTION(kd::RandomSampler{.num_samples = 3}.indices(0, 0), kiln::ValueError,
                         [](const kiln::ValueError& e) {
                           return std::string(e.what()).find("3 samples asked of an empty dataset") != std::string::npos;
