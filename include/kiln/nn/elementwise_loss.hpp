@@ -85,7 +85,8 @@ struct BceTerm {
   KILN_HOST_DEVICE KILN_FORCEINLINE V grad(V p, V t) const {
     if (!(p >= V(0) && p <= V(1))) return static_cast<V>(NAN);
     const V q = (V(1) - p) * p;
-    return (p - t) / (q > V(1e-12) ? q : V(1e-12));
+    const V eps = static_cast<V>(1e-12f);  // torch 1.13's EPSILON is a float: 9.99999996e-13 in double
+    return (p - t) / (q > eps ? q : eps);
   }
 };
 

@@ -68,14 +68,18 @@ struct Denominator {
 /// A loss gradient's factor num * scale / den, rounded to V: computed once on the host, or, where the
 /// scale or the denominator lives on the device, where it is read, with the host's formula (the same
 /// bits either way). A zero numerator gives 0 whatever den is: DataParallel's share (the scale) of a
-/// replica whose rows all weigh 0 adds nothing, where 0 / 0 would spread NaN to every replica.
+/// replica whose rows all weigh 0 adds nothing, where 0 / 0 would spread NaN to every replica. Else a
+/// zero den (a weighted mean whose counted rows all weigh 0) gives NaN, as torch's 0 / 0 at the labels
+/// (not inf: with label smoothing the other classes' terms are not 0).
 template <class V>
 struct GradFactor {
   V host;
   const double* scale;
   Denominator den;
   double value, num;
-  KILN_HOST_DEVICE KILN_FORCEINLINE static double ratio(double n, double d) { return n == 0 ? 0.0 : n / d; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE static double ratio(double n, double d) {
+    return n == 0 ? 0.0 : d == 0 ? static_cast<double>(NAN) : n / d;
+  }
   static GradFactor make(LossScale s, double num, Denominator den) {
     return {static_cast<V>(ratio(num * s.value, den.host)), s.device, den, s.value, num};
   }
@@ -195,9 +199,20 @@ struct MSELoss {
 };
 
 namespace detail {
-/// Row n of the logits: m = max, lse = m + log Σ exp(x - m) (stable for large logits).
+/// A row's log-sum-exp kept in two parts, its max m and log Σ exp(x - m), so that log_softmax(x)_j is
+/// (x_j - m) - log_s, in torch's order: m + log_s rounded first would lose the low bits of logits that
+/// share a large offset (1e4 + d in float keeps d to 1e-3).
+template <class V>
+struct RowLse {
+  V m, log_s;
+  /// log_softmax of logit x (already in the compute type).
+  KILN_HOST_DEVICE KILN_FORCEINLINE V log_p(V x) const { return (x - m) - log_s; }
+  /// softmax of logit x: exp(log_p(x)), as autograd's log_softmax backward computes it.
+  KILN_HOST_DEVICE KILN_FORCEINLINE V p(V x) const { return ops::detail::exp_(log_p(x)); }
+};
+/// Row n of the logits: m = max, log Σ exp(x - m) (stable for large logits).
 template <class T>
-KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> row_logsumexp(const T* x, index_t c) {
+KILN_HOST_DEVICE KILN_FORCEINLINE RowLse<compute_t<T>> row_logsumexp(const T* x, index_t c) {
   using V = compute_t<T>;
   V m = -static_cast<V>(INFINITY);
   for (index_t j = 0; j < c; ++j) {
@@ -206,7 +221,7 @@ KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> row_logsumexp(const T* x, index_t
   }
   V s = 0;
   for (index_t j = 0; j < c; ++j) s += ops::detail::exp_(to_compute(x[j]) - m);
-  return m + ops::detail::log_(s);
+  return {m, ops::detail::log_(s)};
 }
 /// How row n's label counts: ignored (== ignore_index: no loss, no gradient), outside [0, C) (NaN), or
 /// a class.
@@ -237,15 +252,15 @@ struct CrossEntropyRows {
       case LabelKind::ignored: loss[n] = d == 0 ? static_cast<V>(NAN) : V(0); break;
       case LabelKind::bad: loss[n] = static_cast<V>(NAN); break;
       default: {
-        const V lse = row_logsumexp(row, c);
-        V l = lse - to_compute(row[k]);
+        const auto lse = row_logsumexp(row, c);
+        V l = -lse.log_p(to_compute(row[k]));
         if (w) l = w[k] * l;
         if (eps != V(0)) {  // (eps = 0 adds nothing, not even 0 * inf)
           V smooth = 0;
-          for (index_t j = 0; j < c; ++j) smooth += w ? w[j] * (lse - to_compute(row[j])) : lse - to_compute(row[j]);
+          for (index_t j = 0; j < c; ++j) smooth -= w ? w[j] * lse.log_p(to_compute(row[j])) : lse.log_p(to_compute(row[j]));
           l = (V(1) - eps) * l + eps * smooth / static_cast<V>(c);
         }
-        loss[n] = l / static_cast<V>(d);
+        loss[n] = d == 0 ? static_cast<V>(NAN) : l / static_cast<V>(d);  // (see GradFactor: NaN, not inf)
       }
     }
   }
@@ -295,22 +310,22 @@ struct CrossEntropyGrad {
       for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(static_cast<V>(NAN));
       return;
     }
-    const V lse = row_logsumexp(row, c);
+    const auto lse = row_logsumexp(row, c);
     if (kind == LabelKind::ignored) {
-      for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(V(0) - ops::detail::exp_(to_compute(row[j]) - lse) * V(0));
+      for (index_t j = 0; j < c; ++j) dx[n * c + j] = from_compute<T>(V(0) - lse.p(to_compute(row[j])) * V(0));
       return;
     }
     const V scale = upstream ? factor.get() * upstream[n] : factor.get();
     if (!w) {
       for (index_t j = 0; j < c; ++j) {
-        const V p = ops::detail::exp_(to_compute(row[j]) - lse);
+        const V p = lse.p(to_compute(row[j]));
         dx[n * c + j] = from_compute<T>(scale * (p - smoothed_target(j, k, eps, c)));
       }
       return;
     }
     const V s = eps != V(0) ? (V(1) - eps) * w[k] + eps * wsum / static_cast<V>(c) : w[k];
     for (index_t j = 0; j < c; ++j) {
-      const V p = ops::detail::exp_(to_compute(row[j]) - lse);
+      const V p = lse.p(to_compute(row[j]));
       dx[n * c + j] = from_compute<T>(scale * (s * p - smoothed_target(j, k, eps, c, w)));
     }
   }
@@ -347,9 +362,9 @@ struct SoftCrossEntropyRows {
   KILN_HOST_DEVICE void operator()(index_t n) const {
     using V = compute_t<T>;
     const T* row = x + n * c;
-    const V lse = row_logsumexp(row, c);
+    const auto lse = row_logsumexp(row, c);
     V l = 0;
-    for (index_t j = 0; j < c; ++j) l += soft_target(t + n * c, j, eps, c, w) * (lse - to_compute(row[j]));
+    for (index_t j = 0; j < c; ++j) l -= soft_target(t + n * c, j, eps, c, w) * lse.log_p(to_compute(row[j]));
     loss[n] = l / den;
   }
   /// The logits and targets read, one loss per row written; the log-sum-exp, then per logit the target's
@@ -377,12 +392,12 @@ struct SoftCrossEntropyGrad {
     using V = compute_t<T>;
     const T* row = x + n * c;
     const U* target = t + n * c;
-    const V lse = row_logsumexp(row, c);
+    const auto lse = row_logsumexp(row, c);
     const V scale = upstream ? factor.get() * upstream[n] : factor.get();
     V s = 0;
     for (index_t j = 0; j < c; ++j) s += soft_target(target, j, eps, c, w);
     for (index_t j = 0; j < c; ++j) {
-      const V p = ops::detail::exp_(to_compute(row[j]) - lse);
+      const V p = lse.p(to_compute(row[j]));
       dx[n * c + j] = from_compute<T>(scale * (s * p - soft_target(target, j, eps, c, w)));
     }
   }
@@ -432,8 +447,8 @@ struct LogSoftmaxRows {
   index_t c;
   KILN_HOST_DEVICE void operator()(index_t n) const {
     const T* row = x + n * c;
-    const C lse = row_logsumexp(row, c);
-    for (index_t j = 0; j < c; ++j) out[n * c + j] = to_compute(row[j]) - lse;
+    const auto lse = row_logsumexp(row, c);
+    for (index_t j = 0; j < c; ++j) out[n * c + j] = lse.log_p(to_compute(row[j]));
   }
   Traffic traffic(index_t rows) const {
     return {kiln::detail::bytes_of<T>(rows * c) + kiln::detail::bytes_of<C>(rows * c),
@@ -665,7 +680,7 @@ void check_row_gradient(const char* who, const char* scores, const Tensor<T, S, 
 
 /// Cross entropy of logits [N, C] against integer class labels [N] (int64), mean over the rows whose
 /// label is not `ignore_index`: torch.nn.CrossEntropyLoss() = log-softmax + NLL in one stable pass
-/// (logits of 1e4 are fine). As torch's, `ignore_index` defaults to -100: such rows get no loss and no
+/// (log-softmax as torch's, (x - max) - log Σ exp(x - max): logits of 1e4 + d keep d). As torch's, `ignore_index` defaults to -100: such rows get no loss and no
 /// gradient, and the mean divides by the others (NaN when every row is ignored). `reduction =
 /// Reduction::sum` sums the rows instead (0 when every row is ignored); `label_smoothing` (eps in [0, 1],
 /// default 0) mixes the target with the uniform distribution, (1 - eps) onehot + eps / C, as torch's.

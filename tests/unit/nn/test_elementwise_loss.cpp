@@ -259,6 +259,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bce_loss_clamps_its_logs_at_the_ends_as_torch, D, 
              boost::test_tools::tolerance(1e-6f) << boost::test_tools::per_element());
   const std::vector<float> grad_want{1.0f, 1.4285714626312256f, 999999995904.0f, -999999995904.0f, 0.0f, 0.0f};
   BOOST_TEST(bce.backward(p, t).to_vector() == grad_want, boost::test_tools::per_element());
+  // In double the clamp is torch's float EPSILON widened, 9.99999996e-13, not 1e-12: torch 1.13 gives
+  // -/+1000000003995.8029 for p = 0, 1 against t = 1, 0.
+  const auto p64 = kiln::test::make_tensor<D>(std::vector<double>{0.0, 1.0}, Extents<Shape<dyn>>(2));
+  const auto t64 = kiln::test::make_tensor<D>(std::vector<double>{1.0, 0.0}, Extents<Shape<dyn>>(2));
+  const std::vector<double> grad64_want{-1.0 / static_cast<double>(1e-12f), 1.0 / static_cast<double>(1e-12f)};
+  BOOST_TEST(bce.backward(p64, t64).to_vector() == grad64_want, boost::test_tools::per_element());
+  BOOST_TEST(grad64_want[1] == 1000000003995.8029, boost::test_tools::tolerance(1e-15));
   // A probability outside [0, 1]: torch refuses it; so does the CPU, naming the element; the GPU, which
   // reads nothing back, gives NaN for its term and its gradient.
   const auto bad = kiln::test::make_tensor<D>(std::vector<float>{0.5f, 1.5f, 0.5f, 0.5f, NAN, 0.5f}, ext);

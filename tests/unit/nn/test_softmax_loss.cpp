@@ -557,6 +557,44 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(class_weights_need_one_per_class, D, kiln::test::d
   const auto gn = kiln::nn::NLLLoss{.weight = {0.0, 2.0, 0.0}}.backward(x, y).to_vector();
   BOOST_TEST((std::isnan(gn[0]) && std::isnan(gn[5]) && gn[1] == 0.0f));
   BOOST_TEST(summed(x, ignored).item() == 0.0f);
+  // With label smoothing the other classes' terms are not 0, yet torch's mean is still NaN (its NLL part
+  // is 0 / 0), and so is every gradient of a row that counts: not inf.
+  const auto first = kiln::test::make_tensor<D>(std::vector<std::int64_t>{0, 0}, kiln::Extents<Shape<dyn>>(2));
+  const kiln::nn::CrossEntropyLoss smoothed{.weight = {0.0, 1.0, 2.0}, .label_smoothing = 0.1};
+  BOOST_TEST(std::isnan(smoothed(x, first).item()));
+  for (const bool fused : {true, false}) {
+    std::optional<kiln::Unfused> off;
+    if (!fused) off.emplace();
+    for (const float g : smoothed.backward(x, first).to_vector()) BOOST_TEST(std::isnan(g), (fused ? "fused" : "unfused"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_of_logits_with_a_large_common_offset_loses_nothing, D, kiln::test::devices) {
+  // torch computes log_softmax as (x - max) - log Σ exp(x - max): logits b + {0, 1, -1} give the same
+  // loss and gradient for b = 1e4 as for b = 0 (x - max is exact). Rounding max + log Σ first moved the
+  // loss by 4e-4 at 1e4 (1e-3 relative), the gradient too. Labels, probability targets, fused and not.
+  const auto at = [](float b) {
+    return kiln::test::make_tensor<D>(std::vector<float>{b, b + 1, b - 1, b - 1, b, b + 1}, kiln::Extents<Shape<dyn, 3>>(2));
+  };
+  const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{1, 2}, kiln::Extents<Shape<dyn>>(2));
+  const auto t = kiln::test::make_tensor<D>(std::vector<float>{0.2f, 0.7f, 0.1f, 0.0f, 0.5f, 0.5f},
+                                            kiln::Extents<Shape<dyn, 3>>(2));
+  for (const double eps : {0.0, 0.1}) {
+    const kiln::nn::CrossEntropyLoss ce{.label_smoothing = eps};
+    for (const bool fused : {true, false}) {
+      BOOST_TEST_CONTEXT("label_smoothing " << eps << (fused ? ", fused" : ", unfused")) {
+        std::optional<kiln::Unfused> off;
+        if (!fused) off.emplace();
+        for (const float b : {1e4f, 1e5f, -3e4f}) {
+          BOOST_TEST(ce(at(b), y).item() == ce(at(0), y).item());
+          BOOST_TEST(ce.backward(at(b), y).to_vector() == ce.backward(at(0), y).to_vector(), boost::test_tools::per_element());
+          BOOST_TEST(ce.unreduced(at(b), y).to_vector() == ce.unreduced(at(0), y).to_vector(), boost::test_tools::per_element());
+          BOOST_TEST(ce(at(b), t).item() == ce(at(0), t).item());
+          BOOST_TEST(ce.backward(at(b), t).to_vector() == ce.backward(at(0), t).to_vector(), boost::test_tools::per_element());
+        }
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(label_smoothing_outside_0_1_is_refused, D, kiln::test::devices) {
