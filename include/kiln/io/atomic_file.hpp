@@ -20,6 +20,14 @@ namespace kiln {
 
 namespace detail {
 
+/// How a failed write ends its message: "; TARGET is left as it was", or, where there was none,
+/// "; TARGET was not created".
+inline std::string left_as_it_was(const std::filesystem::path& target) {
+  std::error_code ec;
+  return "; " + target.string() +
+         (std::filesystem::exists(std::filesystem::symlink_status(target, ec)) ? " is left as it was" : " was not created");
+}
+
 /// A temporary file next to `path` that no other writer has: `path`.tmp.<pid>.<k>, created with
 /// O_EXCL (an existing file or link of that name is never opened), mode 0666 less the umask. Errors
 /// are FileErrors naming `path`, the temporary file and that `path` was left as it was; given
@@ -99,14 +107,15 @@ class TempFile {
     flush_and_close();
     if (const auto ec = rename_to(to))
       throw FileError("kiln: cannot write " + to.string() + ": renaming " + path_.string() +
-                      " over it failed: " + ec.message() + "; " + to.string() + " is left as it was");
+                      " over it failed: " + ec.message() + left_as_it_was(to));
   }
 
  private:
-  /// "kiln: cannot write TARGET: <doing> TEMP failed: <errno's words>; TARGET is left as it was".
+  /// "kiln: cannot write TARGET: <doing> TEMP failed: <errno's words>; TARGET is left as it was" (or,
+  /// where there was none, "was not created").
   FileError failure(const char* doing, int error) const {
     return FileError("kiln: cannot write " + target_.string() + ": " + doing + " " + path_.string() +
-                     " failed: " + std::strerror(error) + "; " + target_.string() + " is left as it was");
+                     " failed: " + std::strerror(error) + left_as_it_was(target_));
   }
 
   std::filesystem::path target_;  // the file this one replaces
@@ -180,6 +189,12 @@ inline std::optional<std::filesystem::path> atomic_target(const std::filesystem:
   return target;
 }
 
+/// Whether a sticky folder (/tmp's mode 1777) keeps user `euid` from replacing `file` in it: a rename
+/// over a file there is only for the file's owner, the folder's owner and root (EPERM for the rest).
+inline bool sticky_keeps_out(const struct ::stat& folder, const struct ::stat& file, ::uid_t euid) {
+  return (folder.st_mode & S_ISVTX) != 0 && euid != 0 && euid != file.st_uid && euid != folder.st_uid;
+}
+
 /// For root, whom access() does not stop: 0 when `where` takes a write (an existing regular file opened
 /// for writing, not truncated; a folder a new file of ours, removed at once), else the errno.
 inline int write_probe(const std::filesystem::path& where, bool file) {
@@ -228,6 +243,13 @@ inline std::string why_unwritable(const std::filesystem::path& path, bool new_fi
   if (error != 0)
     return (file ? "cannot write " : "cannot write into ") + where.string() + " (" + std::strerror(error) +
            ")";
+  if (new_file_only && target) {  // the rename over an existing file must be allowed too
+    struct ::stat folder_st, file_st;
+    if (::stat(where.c_str(), &folder_st) == 0 && ::lstat(target->c_str(), &file_st) == 0 &&
+        detail::sticky_keeps_out(folder_st, file_st, ::geteuid()))
+      return "cannot write " + path.string() + " (" + std::strerror(EPERM) + ": " + target->string() +
+             " is another user's file in a sticky folder, which only its owner can replace)";
+  }
   if (new_file_only) {  // the temporary file's name, NAME.tmp.<pid>.<n>, must fit the folder's limit too
     const std::string temp = (target ? *target : path).filename().string() + ".tmp." +
                              std::to_string(::getpid()) + "." + std::to_string(~0u);

@@ -150,6 +150,85 @@ inline void json_shown_into(const nlohmann::json& v, std::string& text) {
   }
   text += v.is_array() ? ']' : '}';
 }
+/// A name from a file as an error message shows it: control characters (a NUL would end the message
+/// where C strings read it) as JSON writes them, \u0000; the rest, UTF-8 included, as it is.
+inline std::string name_shown(std::string_view name) {
+  std::string text;
+  for (const char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      text += c;
+      continue;
+    }
+    const char* hex = "0123456789abcdef";
+    text += std::string("\\u00") + hex[u >> 4] + hex[u & 15];
+  }
+  return text;
+}
+
+/// The first key a header's JSON gives twice in one object (nlohmann's parser keeps the last, and so
+/// would take the second of two entries for one tensor): a SAX pass over text that parsed, with the
+/// keys of the objects that enclose it.
+class DuplicateKeys {
+ public:
+  using json = nlohmann::json;
+  /// "" when every object's keys are unique, else what is repeated and where.
+  static std::string in(std::string_view text) {
+    DuplicateKeys d;
+    (void)json::sax_parse(text, &d);
+    return d.found_;
+  }
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    open_.push_back({true, {}, {}});
+    return true;
+  }
+  bool end_object() {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    open_.push_back({false, {}, {}});
+    return true;
+  }
+  bool end_array() {
+    open_.pop_back();
+    return true;
+  }
+  bool key(json::string_t& k) {
+    Open& o = open_.back();
+    o.key = k;
+    if (o.keys.insert(k).second) return true;
+    const std::string shown = "\"" + name_shown(k) + "\"";
+    if (open_.size() == 1)
+      found_ = k == "__metadata__" ? "two \"__metadata__\" entries"
+                                   : "two entries for tensor '" + name_shown(k) + "'; a name must be unique";
+    else if (open_.size() == 2 && open_[0].is_object)
+      found_ = (open_[0].key == "__metadata__" ? std::string("\"__metadata__\"")
+                                               : "tensor '" + name_shown(open_[0].key) + "'") +
+               " has " + shown + " twice";
+    else
+      found_ = "the key " + shown + " twice in one object";
+    return false;  // stop here
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+
+ private:
+  struct Open {
+    bool is_object;
+    std::set<std::string> keys;
+    std::string key;  // the last key read: the one whose value is open
+  };
+  std::vector<Open> open_;
+  std::string found_;
+};
+
 /// A JSON value as an error message shows it: its text, cut after 40 characters.
 inline std::string json_shown(const nlohmann::json& v) {
   std::string text;
@@ -303,6 +382,8 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   }
   if (!header.is_object())
     throw CheckpointError(where + ": the header at offset 8 must be a JSON object, got " + detail::json_shown(header));
+  if (const std::string twice = detail::DuplicateKeys::in(text); !twice.empty())
+    throw CheckpointError(where + ": header JSON (bytes 8 to " + std::to_string(8 + hsize) + "): " + twice);
   // The reference reader (safetensors >= 0.4) takes nothing before the object: no spaces, no byte-order
   // mark (which nlohmann's parser skips).
   if (text[0] != '{')
@@ -333,12 +414,12 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
       if (v.is_null()) continue;  // as the reference reader (an optional map)
       if (!v.is_object()) throw CheckpointError(m + ", got " + detail::json_shown(v));
       for (const auto& [k, s] : v.items()) {
-        if (!s.is_string()) throw CheckpointError(m + ", got \"" + k + "\": " + detail::json_shown(s));
+        if (!s.is_string()) throw CheckpointError(m + ", got \"" + detail::name_shown(k) + "\": " + detail::json_shown(s));
         read_metadata[k] = s.get<std::string>();
       }
       continue;
     }
-    const std::string t = where + ": tensor '" + name + "'";
+    const std::string t = where + ": tensor '" + detail::name_shown(name) + "'";
     if (!v.is_object())
       throw CheckpointError(t + ": expected an object with dtype, shape and data_offsets, got " + detail::json_shown(v));
     const auto field = [&](const char* key) -> const json& {
@@ -374,7 +455,10 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
       throw CheckpointError(t + ": data_offsets must be [begin, end], two integers >= 0, got " + detail::json_shown(offsets));
     const std::uint64_t b = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
-    if (b > end || end > data_size)
+    if (b > end)
+      throw CheckpointError(t + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(end) +
+                            "] end before they begin; expected [begin, end] with begin <= end");
+    if (end > data_size)
       throw CheckpointError(t + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(end) +
                             ") outside the " + std::to_string(data_size) + " data bytes (truncated file?)");
     if (end - b != n * element)
@@ -389,12 +473,13 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   const std::string* previous = nullptr;
   for (const Span& span : spans) {
     if (span.begin != expect)
-      throw CheckpointError(where + ": tensor data must be contiguous: tensor '" + *span.name +
+      throw CheckpointError(where + ": tensor data must be contiguous: tensor '" + detail::name_shown(*span.name) +
                             "' starts at data byte " + std::to_string(span.begin) + ", expected " +
                             std::to_string(expect) +
-                            (!previous                 ? std::string(" (the start of the data)")
-                             : span.begin < expect     ? ", inside '" + *previous + "' (the two overlap)"
-                                                       : ", where '" + *previous + "' ends (a gap)"));
+                            (!previous ? std::string(" (the start of the data)")
+                             : span.begin < expect
+                                 ? ", inside '" + detail::name_shown(*previous) + "' (the two overlap)"
+                                 : ", where '" + detail::name_shown(*previous) + "' ends (a gap)"));
     expect = span.end;
     previous = span.name;
   }
@@ -424,7 +509,7 @@ inline std::int64_t metadata_count(const std::map<std::string, std::string>& met
   }
   if (v < 0 || v > (std::int64_t{1} << 53))  // a step past 2^53 would overflow (and is no real count)
     throw CheckpointError("kiln: " + path + ": metadata '" + key + "' is " +
-                          (it == meta.end() ? std::string("missing") : "'" + it->second + "'") +
+                          (it == meta.end() ? std::string("missing") : "'" + detail::name_shown(it->second) + "'") +
                           "; expected a whole number in [0, 2^53]");
   return v;
 }
@@ -588,7 +673,7 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
     if (extra || name.starts_with("optimizer.") || !(ends_with(".weight") || ends_with(".bias") || ends_with(".running_mean") ||
                                             ends_with(".running_var") || ends_with(".num_batches_tracked")))
       continue;
-    unexpected += (unexpected.empty() ? "'" : ", '") + name + "' " + detail::shape_text(e.shape);
+    unexpected += (unexpected.empty() ? "'" : ", '") + detail::name_shown(name) + "' " + detail::shape_text(e.shape);
   }
   if (!unexpected.empty())
     throw CheckpointError("kiln: " + path.string() + ": unexpected parameters " + unexpected +

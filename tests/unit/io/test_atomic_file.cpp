@@ -3,6 +3,8 @@
 // written is a FileError naming it; why_unwritable says beforehand why a path could not be written.
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <cerrno>
@@ -193,7 +195,7 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_written_is_a_file_error_naming_it) {
   }
   BOOST_TEST(entries(dir) == 0);
   // Through a temporary file that cannot be made: the message names the file meant, the temporary
-  // one and that the file meant was left alone.
+  // one and that the file meant was not made (there was none to leave alone).
   try {
     kiln::detail::TempFile tmp(file);
     BOOST_FAIL("made a temporary file in a folder that does not exist");
@@ -202,7 +204,7 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_written_is_a_file_error_naming_it) {
     BOOST_TEST(
         m.rfind("kiln: cannot write " + file.string() + ": creating " + file.string() + ".tmp.", 0) == 0, m);
     BOOST_TEST(
-        m.find("No such file or directory; " + file.string() + " is left as it was") != std::string::npos, m);
+        m.find("No such file or directory; " + file.string() + " was not created") != std::string::npos, m);
   }
 }
 
@@ -258,6 +260,64 @@ BOOST_AUTO_TEST_CASE(why_unwritable_knows_a_folder_that_takes_no_file_also_for_r
   const kiln::test::TempDir scratch;
   BOOST_TEST(kiln::why_unwritable(scratch.path() / "new.json") == "");
   BOOST_TEST(entries(scratch.path()) == 0);  // the probe left nothing
+}
+
+// In a sticky folder (/tmp's 1777) only the file's owner, the folder's and root may rename over a file:
+// a checkpoint there of another user's cannot be replaced, though the folder takes new files. Said
+// before the run, not at the end of its first epoch.
+BOOST_AUTO_TEST_CASE(why_unwritable_knows_another_users_file_in_a_sticky_folder) {
+  struct ::stat folder {}, file {};
+  folder.st_mode = S_IFDIR | 01777;
+  folder.st_uid = 0;
+  file.st_uid = 1000;
+  BOOST_TEST(kiln::detail::sticky_keeps_out(folder, file, 1001));   // neither owner
+  BOOST_TEST(!kiln::detail::sticky_keeps_out(folder, file, 1000));  // the file's owner
+  BOOST_TEST(!kiln::detail::sticky_keeps_out(folder, file, 0));     // root
+  folder.st_uid = 1001;
+  BOOST_TEST(!kiln::detail::sticky_keeps_out(folder, file, 1001));  // the folder's owner
+  folder.st_mode = S_IFDIR | 0777;
+  BOOST_TEST(!kiln::detail::sticky_keeps_out(folder, file, 1002));  // not sticky
+  if (::geteuid() != 0) {
+    BOOST_TEST_MESSAGE("not root: another user's file cannot be made here, the real folder is not checked");
+    return;
+  }
+  // As root: a sticky folder holding root's checkpoint, checked by `nobody` (65534) in a child process.
+  const kiln::test::TempDir scratch;
+  const auto dir = scratch.path() / "shared";
+  fs::create_directory(dir);
+  BOOST_REQUIRE(::chmod(scratch.path().c_str(), 0755) == 0);
+  BOOST_REQUIRE(::chmod(dir.c_str(), 01777) == 0);
+  const auto ckpt = dir / "k.safetensors";
+  kiln::write_file_atomically(ckpt, "root's");
+  BOOST_REQUIRE(::chmod(ckpt.c_str(), 0666) == 0);  // writable in place, yet not replaceable
+  const ::pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {  // only async-signal-safe-ish work here, then _exit: no Boost.Test in the child
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) ::_exit(4);  // TMPDIR in a folder of root's only
+    const std::string why = kiln::why_unwritable(ckpt, true);
+    const bool says = why == "cannot write " + ckpt.string() + " (Operation not permitted: " + ckpt.string() +
+                                 " is another user's file in a sticky folder, which only its owner can replace)";
+    const bool new_file_fine = kiln::why_unwritable(dir / "mine.safetensors", true).empty();
+    bool write_fails = false;
+    try {
+      kiln::detail::TempFile tmp(ckpt);
+      tmp.commit(ckpt);
+    } catch (const kiln::FileError&) {
+      write_fails = true;
+    }
+    ::_exit(says && new_file_fine && write_fails ? 0 : 1 + (says ? 0 : 10) + (new_file_fine ? 0 : 20) + (write_fails ? 0 : 40));
+  }
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_TEST(WIFEXITED(status));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 4) {
+    BOOST_TEST_MESSAGE("nobody cannot reach " << dir << " (TMPDIR under a private folder): not checked as nobody");
+    return;
+  }
+  BOOST_TEST(WEXITSTATUS(status) == 0, "child's code " << WEXITSTATUS(status)
+                                                       << " (3: no setuid; +10: message, +20: new file, +40: wrote)");
+  BOOST_TEST(contents(ckpt) == "root's");
 }
 
 BOOST_AUTO_TEST_CASE(why_unwritable_names_the_folder_or_file_and_the_reason) {

@@ -515,6 +515,30 @@ BOOST_AUTO_TEST_CASE(header_limits_null_metadata_and_the_overlap_names) {
   BOOST_TEST(temporary_files(dir) == 0);
 }
 
+BOOST_AUTO_TEST_CASE(repeated_keys_reversed_offsets_and_control_characters_are_named) {
+  const auto dir = scratch("names");
+  const std::string a = R"({"dtype":"U8","shape":[2],"data_offsets":[0,2]})";
+  const std::string b = R"({"dtype":"U8","shape":[2],"data_offsets":[2,4]})";
+  // JSON keeps the last of two equal keys; a header that names a tensor twice is ambiguous, refused as
+  // such (not as an overlap or a gap of the entry it hid), also when both entries are the same.
+  BOOST_TEST(header_rejected(dir, R"({"w":)" + a + R"(,"w":)" + a + "}", 2,
+                             "two entries for tensor 'w'; a name must be unique"));
+  BOOST_TEST(header_rejected(dir, R"({"w":)" + a + R"(,"v":)" + b + R"(,"w":)" + b + "}", 4,
+                             "two entries for tensor 'w'"));
+  BOOST_TEST(header_rejected(dir, R"({"__metadata__":{"a":"1"},"__metadata__":{"a":"2"}})", 0,
+                             "two \"__metadata__\" entries"));
+  BOOST_TEST(header_rejected(dir, R"({"__metadata__":{"a":"1","a":"2"}})", 0, "\"__metadata__\" has \"a\" twice"));
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"U8","dtype":"F32","shape":[2],"data_offsets":[0,2]}})", 2,
+                             "tensor 'w' has \"dtype\" twice"));
+  // Offsets that end before they begin are that, not a truncated file.
+  BOOST_TEST(header_rejected(dir, R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[4,2]}})", 4,
+                             "tensor 'w': data_offsets [4, 2] end before they begin"));
+  // A control character in a name (a NUL would end the message for a C-string reader) is escaped, and
+  // the message goes on to say what is wrong.
+  BOOST_TEST(header_rejected(dir, R"({"a\u0000b":{"dtype":"X9","shape":[2],"data_offsets":[0,2]}})", 2,
+                             "tensor 'a\\u0000b': unsupported dtype \"X9\""));
+}
+
 BOOST_AUTO_TEST_CASE(entries_that_claim_the_same_bytes_are_rejected_before_any_is_read) {
   // 2048 tensors of 1 MiB, all at data bytes [0, 1 MiB): a 1 MiB file that claims 2 GiB. The layout is
   // checked before any tensor's bytes are allocated, so the error costs no memory.
