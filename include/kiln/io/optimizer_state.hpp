@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/nan.hpp"
 #include "kiln/io/safetensors.hpp"
 
 namespace kiln {
@@ -151,7 +152,8 @@ V hyper_value(const std::map<std::string, std::string>& meta, const std::string&
     v = t == "1";
   } else {
     const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
-    ok = r.ec == std::errc() && r.ptr == t.data() + t.size() && !t.empty() && std::isfinite(v);
+    ok = r.ec == std::errc() && r.ptr == t.data() + t.size() && !t.empty();
+    if constexpr (std::is_floating_point_v<V>) ok = ok && !kiln::detail::is_inf_or_nan(v);  // (bits: -ffast-math)
   }
   if (!ok)
     throw CheckpointError("kiln: " + path + ": metadata 'optimizer." + name + "' is '" + t + "'; expected " +

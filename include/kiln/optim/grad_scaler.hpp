@@ -224,13 +224,13 @@ class GradScaler {
   explicit GradScaler(GradScalerOptions o = {}) : o_(o) {
     const auto bad = [](const std::string& what) { return ValueError("kiln::optim::GradScaler: " + what); };
     const float init = static_cast<float>(o.init_scale);
-    if (!(o.init_scale > 0.0) || detail::is_inf_or_nan(init) || init == 0.0f)
+    if (!(o.init_scale > 0.0) || detail::is_inf_or_nan(o.init_scale) || detail::is_inf_or_nan(init) || init == 0.0f)
       throw bad("invalid init_scale " + format(o.init_scale) +
                 "; give a positive, finite float32 (default 65536)");
     if (!(o.growth_factor > 1.0) || detail::is_inf_or_nan(o.growth_factor))
       throw bad("invalid growth_factor " + format(o.growth_factor) +
                 "; give a finite factor > 1 (default 2)");
-    if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0))
+    if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0) || detail::is_inf_or_nan(o.backoff_factor))
       throw bad("invalid backoff_factor " + format(o.backoff_factor) +
                 "; give 0 < backoff_factor < 1 (default 0.5)");
     if (o.growth_interval < 1)
@@ -448,8 +448,9 @@ class GradScaler {
                         "'; expected " + want);
     };
     double scale = 0.0;
-    if (!parse(get("scale"), scale) || !(scale > 0.0) || !std::isfinite(static_cast<float>(scale)) ||
-        static_cast<float>(scale) == 0.0f)
+    // (bit tests, not std::isfinite: -ffast-math folds that to true, and "inf" would load)
+    if (!parse(get("scale"), scale) || !(scale > 0.0) || detail::is_inf_or_nan(scale) ||
+        detail::is_inf_or_nan(static_cast<float>(scale)) || static_cast<float>(scale) == 0.0f)
       throw bad("scale", "a positive, finite float32");
     std::int64_t tracker = 0, skipped = 0;
     if (!parse(get("growth_tracker"), tracker) || tracker < 0) throw bad("growth_tracker", "an integer >= 0");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/nan.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/nn/layer.hpp"
@@ -35,8 +36,8 @@ struct BucketOptions {
 /// down to 0 (each bucket's begin is the next one's end).
 inline std::vector<Bucket> plan_buckets(std::vector<nn::ParameterInfo> params, std::size_t element_bytes,
                                         const BucketOptions& o = {}) {
-  if (!(o.bucket_cap_mb > 0) || !(o.first_bucket_mb > 0) || !std::isfinite(o.bucket_cap_mb) ||
-      !std::isfinite(o.first_bucket_mb))
+  if (!(o.bucket_cap_mb > 0) || !(o.first_bucket_mb > 0) || kiln::detail::is_inf_or_nan(o.bucket_cap_mb) ||
+      kiln::detail::is_inf_or_nan(o.first_bucket_mb))  // (bit tests: -ffast-math folds std::isfinite)
     throw ValueError("kiln::parallel::plan_buckets: bucket sizes must be positive and finite (bucket_cap_mb " +
                      std::to_string(o.bucket_cap_mb) + ", first_bucket_mb " + std::to_string(o.first_bucket_mb) + ")");
   std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.offset > b.offset; });

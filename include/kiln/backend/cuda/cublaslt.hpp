@@ -20,6 +20,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kiln/core/nan.hpp"
 #include "kiln/backend/cuda/check.hpp"
 #include "kiln/backend/cuda/device.hpp"
 #include "kiln/backend/cuda/memory.hpp"
@@ -198,7 +199,7 @@ inline bool relu_epilogue_keeps_nan(int device) {
   bool keeps = true;  // no cuBLASLt path at all: nothing to avoid
   if (plan.usable() && plan.run(x.data(), w.data(), b.data(), y.data())) {
     const std::vector<float> yv = y.to_vector();
-    keeps = std::isnan(yv[0]) && std::isnan(yv[out - 1]) && yv[out] == 0.0f;
+    keeps = kiln::detail::is_nan(yv[0]) && kiln::detail::is_nan(yv[out - 1]) && yv[out] == 0.0f;  // (bits: -ffast-math)
   }
   k.store(keeps ? 1 : 2, std::memory_order_release);
   return keeps;

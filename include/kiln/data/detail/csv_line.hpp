@@ -10,6 +10,7 @@
 #include <system_error>
 #include <vector>
 
+#include "kiln/core/nan.hpp"
 #include "kiln/data/error.hpp"
 
 namespace kiln::data::detail::csv {
@@ -157,7 +158,9 @@ inline float to_float(const Cell& c, const std::string& name, const std::string&
     throw DataError(file, where, what + " is " + shown(c.text) + ", not a number",
                     "a decimal number such as 0.538, -12 or 1.5e-3");
   const std::string expected = "a finite number of magnitude at most 3.4e38";
-  if (std::isnan(v) || (std::isinf(v) && c.text.find_first_of("0123456789") == std::string_view::npos))
+  // (bit tests: -ffast-math folds std::isnan and std::isinf to false, and "nan" would read)
+  if (kiln::detail::is_nan(v) ||
+      (kiln::detail::is_inf_or_nan(v) && c.text.find_first_of("0123456789") == std::string_view::npos))
     throw DataError(file, where, what + " is " + shown(c.text) + ", not a finite float", expected);
   // Below 2^128 - 2^103 a number rounds to a finite float (numpy prints float32's largest as
   // 3.4028235e+38, a little above FLT_MAX, which reads back as FLT_MAX); from there on to infinity. One
