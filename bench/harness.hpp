@@ -12,6 +12,7 @@
 /// Options every bench understands: --n N (problem size; N or 2^K), --repeat R, --warmup W,
 /// --json FILE, --help. A bench may accept more through `extra` (name -> help), read with option().
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -114,6 +115,31 @@ inline nlohmann::json machine_info() {
   return m;
 }
 
+/// Whether this bench was compiled with optimisation (-O1 and up: __OPTIMIZE__); an unoptimised build's
+/// ratios mean little (a -O0 fused chain runs at a fifth of a copy's bandwidth, at -O3 at par).
+inline constexpr bool optimized_build() {
+#if defined(__OPTIMIZE__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+/// What the numbers come from: optimised or not, assertions on or off, the compiler.
+inline nlohmann::json build_info() {
+  nlohmann::json b;
+  b["optimized"] = optimized_build();
+#if defined(NDEBUG)
+  b["ndebug"] = true;
+#else
+  b["ndebug"] = false;
+#endif
+#if defined(__VERSION__)
+  b["compiler"] = __VERSION__;
+#endif
+  return b;
+}
+
 /// OpenMP's max threads (1 without OpenMP).
 inline int omp_threads() {
 #if defined(_OPENMP)
@@ -123,19 +149,26 @@ inline int omp_threads() {
 #endif
 }
 
-/// Runs a shell command (a reference implementation, e.g. PyTorch's side of a bench) and parses what it
-/// prints as one JSON object; empty JSON when it cannot run or prints something else.
+/// Runs a shell command (a reference implementation, e.g. PyTorch's side of a bench; its stderr is the
+/// bench's, so a traceback shows) and parses what it prints as one JSON object; {"error": why} when it
+/// cannot start, exits with a status other than 0, or prints something else. A script without its
+/// library says {"skipped": why} and exits 0 (bench/reference.hpp's convention).
 inline nlohmann::json run_json(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(command.c_str(), "r"), pclose);
-  if (!p) return {};
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return {{"error", "cannot run " + command}};
   std::string out;
   std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), p.get())) out += buf.data();
+  while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
+  const int status = pclose(p);
+  if (status != 0)
+    return {{"error", command + " failed (" +
+                          (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : "killed") + ")"}};
   try {
-    return nlohmann::json::parse(out);
-  } catch (...) {
-    return {};
+    auto j = nlohmann::json::parse(out);
+    if (j.is_object()) return j;
+  } catch (const nlohmann::json::exception&) {
   }
+  return {{"error", command + " printed '" + out.substr(0, 200) + "', not one JSON object"}};
 }
 
 /// "2024-05-01T12:34:56Z"
@@ -302,6 +335,7 @@ class Harness {
     j["date"] = utc_now();
     j["threads"] = omp_threads();
     j["machine"] = machine_info();
+    j["build"] = build_info();
     if (!gpu_.empty()) j["machine"]["gpu"] = gpu_;
     nlohmann::json config = info_;
     config["n"] = config_.n;
@@ -331,6 +365,9 @@ class Harness {
     std::fprintf(f, "\n%s: n = %lld, %d rounds after %d warm-up, %d OpenMP thread(s)%s%s\n", title_.c_str(),
                  static_cast<long long>(config_.n), config_.repeat, config_.warmup, omp_threads(),
                  gpu_.empty() ? "" : ", GPU ", gpu_.c_str());
+    if (!optimized_build())
+      std::fprintf(f, "  WARNING: built without optimisation (no -O): these timings and ratios are not the "
+                      "library's; build with preset cpu or cuda, not ci\n");
     std::fprintf(f, "  %-22s %12s %12s %12s %10s  %s\n", "case", "median ms", "min ms", "max ms", "GB/s", "");
     for (const auto& c : cases_) {
       char bw[32] = "-";

@@ -30,6 +30,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <cstring>
@@ -54,6 +55,7 @@ struct StepResult {
   bool fused = true;
   bool graph = false;  ///< the step was captured once and replayed as a CUDA graph (kiln::cuda::Graph)
   Stats seconds;   ///< per step (CUDA events on the GPU)
+  std::vector<double> samples;  ///< the timed steps `seconds` summarises
   Counters work;   ///< passes, bytes and operations of one step (kiln::counters(), kiln/core/counters.hpp)
   /// The time one step would take if memory were its only limit (its bytes at the measured copy
   /// bandwidth, bytes per second) over the time it took: 1 = as fast as copying its bytes.
@@ -144,6 +146,26 @@ double copy_bandwidth(std::size_t bytes, int repeat) {
   return best;
 }
 
+/// `more`'s samples added to `r`'s (the same case measured again later), its statistics recomputed.
+inline void merge_samples(StepResult& r, const StepResult& more) {
+  r.samples.insert(r.samples.end(), more.samples.begin(), more.samples.end());
+  r.seconds = summarize(r.samples);
+}
+
+/// A fused and an unfused measurement taken in the order A B B A (each half of `repeat`): a machine
+/// that slows down or speeds up over the pair slows both alike, where all of A then all of B would put
+/// the drift into their ratio. measure(fused, repeat) measures one of them.
+template <class M>
+std::pair<StepResult, StepResult> abba(M&& measure, int repeat) {
+  const int first = (repeat + 1) / 2, second = repeat - first;
+  std::pair<StepResult, StepResult> r{measure(true, first), measure(false, first)};
+  if (second > 0) {
+    merge_samples(r.second, measure(false, second));
+    merge_samples(r.first, measure(true, second));
+  }
+  return r;
+}
+
 /// Times f fused or unfused: warm-up, the counters of one run, then `repeat` timed runs.
 template <class D, class F>
 StepResult measure_pass(F&& f, bool fused, int warmup, int repeat) {
@@ -159,6 +181,7 @@ StepResult measure_pass(F&& f, bool fused, int warmup, int repeat) {
   std::vector<double> samples;
   for (int k = 0; k < repeat; ++k) samples.push_back(time_once<D>(f));
   r.seconds = summarize(samples);
+  r.samples = std::move(samples);
   r.fused = fused;
   r.device = std::is_same_v<D, Cpu> ? "cpu" : "cuda";
   return r;
@@ -442,8 +465,10 @@ inline int write_plots(const nlohmann::json& out, const std::string& dir, const 
 /// PyTorch on the same models, batches and precisions (bench/kiln_bench/torch_bench.py through Debian's
 /// /usr/bin/python3 and its python3-torch; eager, and torch.compile where torch has it): a second table,
 /// torch's rows in the JSON, and ratios kiln_over_torch_<variant>.<model>.<precision>.<batch>.<mode> =
-/// torch's time / kiln's fused time. Models the script does not know are left out.
-inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohmann::json& ratios,
+/// torch's time / kiln's fused time. Models the script does not know are left out. False when PyTorch's
+/// side failed (a traceback, another thread count): the run then exits 1; true when it measured, or was
+/// skipped for want of torch.
+inline bool compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohmann::json& ratios,
                                const std::vector<std::string>& models, const std::vector<index_t>& batches,
                                const std::vector<std::string>& precisions, const std::string& device, int warmup,
                                int repeat, index_t elements) {
@@ -464,13 +489,27 @@ inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
   const std::string cmd = python + " " + std::string(KILN_BENCH_DIR) + "/kiln_bench/torch_bench.py --models " +
                           join(models) + " --batches " + join(batches) + " --precisions " + join(precisions) +
                           " --device " + device + " --warmup " + std::to_string(warmup) + " --repeat " +
-                          std::to_string(repeat) + " --elements " + std::to_string(elements) + " 2>/dev/null";
-  const nlohmann::json t = run_json(cmd);
-  if (!t.contains("rows")) {
-    std::printf("PyTorch: not measured (%s with torch not found, or the script failed; KILN_TORCH_PYTHON picks "
-                "another interpreter)\n", python.c_str());
-    out["torch"] = {{"error", "not measured"}};
-    return;
+                          std::to_string(repeat) + " --elements " + std::to_string(elements) + " --threads " +
+                          std::to_string(omp_threads());
+  const nlohmann::json t = run_json(cmd);  // (the script's stderr is ours: a traceback shows)
+  if (t.contains("skipped") && t["skipped"].is_string()) {  // no torch for that interpreter
+    std::printf("PyTorch: not measured (%s; KILN_TORCH_PYTHON picks another interpreter)\n",
+                t["skipped"].get<std::string>().c_str());
+    out["torch"] = {{"error", "not measured: " + t["skipped"].get<std::string>()}};
+    return true;
+  }
+  if (!t.contains("rows") || t.contains("error")) {
+    const std::string why = t.contains("error") ? t["error"].dump() : "it printed no rows";
+    std::fprintf(stderr, "kiln-bench: PyTorch's side failed (%s: %s)\n", cmd.c_str(), why.c_str());
+    out["torch"] = {{"error", "failed: " + why}};
+    return false;
+  }
+  // The same work on both sides: torch on this process's thread count (CPU).
+  if (device == "cpu" && t.value("threads", -1) != omp_threads()) {
+    std::fprintf(stderr, "kiln-bench: PyTorch ran on %d thread(s), kiln on %d: no ratio of different work\n",
+                 t.value("threads", -1), omp_threads());
+    out["torch"] = {{"error", "thread counts differ"}};
+    return false;
   }
   out["torch"] = {{"version", t.value("torch", "")}, {"skipped", t.value("skipped", nlohmann::json::array())}};
   std::map<std::string, double> kiln_fused;  // model.prec.batch.mode -> ms
@@ -498,10 +537,12 @@ inline void compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
   }
   for (const auto& s : t.value("skipped", nlohmann::json::array())) std::printf("  (not measured: %s)\n", s.get<std::string>().c_str());
   std::fflush(stdout);
+  return true;
 #else
   (void)out, (void)rows, (void)ratios, (void)models, (void)batches, (void)precisions, (void)device, (void)warmup, (void)repeat,
       (void)elements;
   std::printf("PyTorch: not measured (built without KILN_BENCH_DIR)\n");
+  return true;
 #endif
 }
 
@@ -739,8 +780,9 @@ inline int Suite::main(int argc, char** argv) {
         char tail[64];
         std::snprintf(tail, sizeof tail, " %9.1e%s", agree, ok ? "" : " DISAGREE");
         for (const std::string mode : {"train", "infer"}) {
-          Pair pr{e->measure(device, p, b, mode, true, graphs == "yes", warmup, repeat),
-                  e->measure(device, p, b, mode, false, false, warmup, repeat), tail, std::nullopt};
+          auto [fused, unfused] = detail::abba(
+              [&](bool f, int n) { return e->measure(device, p, b, mode, f, f && graphs == "yes", warmup, n); }, repeat);
+          Pair pr{std::move(fused), std::move(unfused), tail, std::nullopt};
           pr.fused.model = pr.unfused.model = e->name;
           if (pr.fused.graph) {  // what the graph buys: the same fused step launched op by op
             pr.launched = e->measure(device, p, b, mode, true, false, warmup, repeat);
@@ -760,8 +802,8 @@ inline int Suite::main(int argc, char** argv) {
         if (w == "adam" && p != precisions.front()) continue;  // fp32 master weights whatever the precision
         std::fprintf(stderr, "kiln-bench: %s %s, %lld elements\n", w.c_str(), p.c_str(), static_cast<long long>(elements));
         auto [f, u] = dispatch(device, p, [&]<class Prec, class D>() {
-          return std::pair{detail::measure_elementwise<Prec, D>(w, elements, true, warmup, repeat),
-                           detail::measure_elementwise<Prec, D>(w, elements, false, warmup, repeat)};
+          return detail::abba([&](bool fused, int n) { return detail::measure_elementwise<Prec, D>(w, elements, fused, warmup, n); },
+                              repeat);
         });
         pairs.push_back({std::move(f), std::move(u), "", std::nullopt});
       }
@@ -796,7 +838,8 @@ inline int Suite::main(int argc, char** argv) {
     }
   }
   std::fflush(stdout);
-  if (torch == "yes") compare_with_torch(out, rows, ratios, models, batches, precisions, device, warmup, repeat, elements);
+  if (torch == "yes" && !compare_with_torch(out, rows, ratios, models, batches, precisions, device, warmup, repeat, elements))
+    status = 1;
   out["goals"] = report_goals(ratios, device);
   out["rows"] = rows;
   out["ratios"] = ratios;

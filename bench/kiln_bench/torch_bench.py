@@ -9,7 +9,7 @@ default implementation as "eager", and fused=True as "fused" where this torch ha
 Prints one JSON object; kiln-bench --torch yes runs it with the same arguments and puts the times next
 to its own.
 
-    OMP_NUM_THREADS=2 /usr/bin/python3 bench/kiln_bench/torch_bench.py --models mlp,lenet --batches 32,128
+    /usr/bin/python3 bench/kiln_bench/torch_bench.py --threads 2 --models mlp,lenet --batches 32,128
 """
 import argparse
 import json
@@ -18,8 +18,14 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn as nn
+try:
+    import torch
+    import torch.nn as nn
+except ImportError as e:  # no torch for this interpreter: kiln-bench says so and skips its table
+    if __name__ == "__main__":
+        print(json.dumps({"skipped": "no torch for %s (%s)" % (sys.executable, e)}))
+        sys.exit(0)
+    raise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_step"))
 from torch_step import grad_scaler, lenet, mlp, wide_mlp  # noqa: E402  the models bench_train_step compares with
@@ -33,7 +39,7 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def median_ms(step, warmup, repeat, sync):
-    for _ in range(warmup):
+    for _ in range(max(warmup, 1)):  # at least one: first-call set-up (and a compile) is not a step
         step()
     sync()
     samples = []
@@ -128,7 +134,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--elements", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "rows": [], "skipped": []}
     if a.device == "cuda" and not torch.cuda.is_available():

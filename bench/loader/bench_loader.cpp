@@ -7,7 +7,9 @@
 //                            DeviceLoader<Cpu> (ToTensor + Normalize in one pass per batch): target >= 5
 //   epoch_speedup_vs_torch   PyTorch's epoch (its fastest path: pre-normalised tensors gathered by
 //                            shuffled index, bench/loader/torch_epoch.py) / kiln's epoch (DataLoader with
-//                            2 workers + training): target >= 1 (when /usr/bin/python3 has torch)
+//                            2 workers + training): target >= 1 (when /usr/bin/python3 has torch). PyTorch
+//                            runs as a child with this process's thread count and batch (both checked)
+//                            whose epochs the harness times in the same rounds as kiln's (warm-up too).
 //
 //   OMP_NUM_THREADS=2 ./bench_loader [--data DIR] [--limit N] [--repeat 3] [--epoch yes|no] [--torch yes|no]
 // Without the data (Debian: dataset-fashion-mnist) it says so and exits 0.
@@ -19,10 +21,12 @@
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/adam.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "../harness.hpp"
 #include "../models.hpp"
+#include "../reference.hpp"
 
 namespace {
 using kiln::dyn;
@@ -30,9 +34,19 @@ using kiln::Shape;
 using namespace kiln::nn;
 using LeNet = kiln::bench::models::LeNet28;
 
-nlohmann::json run_torch(const std::string& data, long long limit) {
-  return kiln::bench::run_json("/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/loader/torch_epoch.py --data " +
-                               data + " --limit " + std::to_string(limit) + " 2>/dev/null");
+/// PyTorch's epoch on the same data, batch and thread count, served one epoch per request.
+kiln::bench::Reference start_torch(const std::string& data, long long limit, kiln::index_t batch, double samples) {
+  auto torch = kiln::bench::Reference::start(
+      {"/usr/bin/python3", std::string(KILN_BENCH_DIR) + "/loader/torch_epoch.py", "--serve", "--data", data,
+       "--limit", std::to_string(limit), "--batch", std::to_string(batch), "--threads",
+       std::to_string(kiln::bench::omp_threads())},
+      "PyTorch");
+  if (torch.available()) {
+    torch.expect("threads", kiln::bench::omp_threads());
+    torch.expect("batch", batch);
+    torch.expect("samples", samples);
+  }
+  return torch;
 }
 }  // namespace
 
@@ -100,6 +114,13 @@ int main(int argc, char** argv) {
     h.add("train_epoch", 0, "a training epoch: loader (2 workers) + steps", [&] {
       for (const auto& b : epoch_loader) step(b.x, b.y);
     });
+  std::optional<kiln::bench::Reference> torch;
+  if (epoch && h.option("--torch").value_or("yes") != "no") {
+    torch.emplace(start_torch(root, limit, batch, samples));
+    if (torch->available())
+      h.add_timed("torch_epoch", 0, "PyTorch " + torch->hello()["torch"].get<std::string>() + ": an epoch, tensors gathered by index",
+                  [&torch] { return torch->time("epoch"); });
+  }
   h.run();
 
   const double train_rate = steps * static_cast<double>(fixed.size()) / h.median("train_steps");
@@ -117,17 +138,15 @@ int main(int argc, char** argv) {
           "loader with 2 workers / training step, samples per second");
   if (epoch) {
     std::printf("kiln epoch: %.2f s for %.0f images\n", h.median("train_epoch"), samples);
-    if (h.option("--torch").value_or("yes") != "no") {
-      const auto t = run_torch(root, limit);
-      if (t.is_object() && t.contains("epoch_s")) {
-        h.info("torch", t);
-        std::printf("PyTorch %s epoch (%s): %.2f s, %d thread(s)\n", t["torch"].get<std::string>().c_str(),
-                    t["mode"].get<std::string>().c_str(), t["epoch_s"].get<double>(), t["threads"].get<int>());
-        h.ratio("epoch_speedup_vs_torch", t["epoch_s"].get<double>() / h.median("train_epoch"), 1.0,
-                "PyTorch epoch / kiln epoch");
-      } else {
-        std::printf("PyTorch not measured (/usr/bin/python3 with torch not found): ratio skipped\n");
-      }
+    if (torch && torch->available()) {
+      h.info("torch", torch->hello());
+      std::printf("PyTorch %s epoch (%s): %.2f s, %d thread(s)\n", torch->hello()["torch"].get<std::string>().c_str(),
+                  torch->hello()["mode"].get<std::string>().c_str(), h.median("torch_epoch"),
+                  torch->hello()["threads"].get<int>());
+      h.ratio("epoch_speedup_vs_torch", h.median("torch_epoch") / h.median("train_epoch"), 1.0,
+              "PyTorch epoch / kiln epoch");
+    } else if (torch) {
+      std::printf("PyTorch not measured (%s): ratio skipped\n", torch->skipped().c_str());
     }
   }
   return h.finish();

@@ -8,10 +8,10 @@
 //   resnet20  ResNet-20 on 3x32x32 (Add blocks, BatchNorm), cross entropy, Adam  reported against PyTorch
 //             (no issue's target; oneDNN's convolutions there, im2col + OpenBLAS here)
 //
-// Memory: kiln's peak allocator bytes during a LeNet step against PyTorch's peak RSS growth over its
-// LeNet steps (an upper bound of its tensor memory): ratio peak_mem_over_torch, target <= 1 (reported as
-// torch/kiln >= 1 in the table so that every target reads ">="). Also: kiln's peak during an inference
-// forward (NoGrad) against a training forward.
+// Memory: the bytes a LeNet training forward keeps for backward (and the logits), kiln's allocator count
+// against the tensors PyTorch's autograd saves (parameters and input left out on both sides): ratio
+// torch_activation_mem_over_kiln, target >= 1 (kiln keeps no more). Also: kiln's peak allocator bytes
+// during a training step and during an inference forward (NoGrad), reported.
 //
 // Precision (issue #5): the LeNet step in fp32, mixed fp16 (with the GradScaler loop) and mixed bf16,
 // and the activation memory of each: the allocator bytes a training forward leaves allocated (what it
@@ -19,10 +19,12 @@
 // fp32_over_fp16_activation_mem >= 1.82). On the CPU the low types are storage only (arithmetic in
 // fp32 after a conversion), so their step times are reported, not targeted.
 //
-// PyTorch runs as a child process (/usr/bin/python3 bench/train_step/torch_step.py) when Debian's
-// python3-torch is installed; otherwise only kiln's numbers are printed and the ratios are skipped.
+// PyTorch runs as a child process (/usr/bin/python3 bench/train_step/torch_step.py --serve, with this
+// process's thread count and batch, both checked) whose samples the harness takes in the same rounds as
+// kiln's (bench/reference.hpp), when Debian's python3-torch is installed; otherwise only kiln's numbers
+// are printed and the ratios are skipped. A PyTorch side that fails ends the bench with exit status 1.
 //
-//   OMP_NUM_THREADS=2 ./bench_train_step [--repeat 30] [--warmup 5] [--json train_step.json]
+//   OMP_NUM_THREADS=2 ./bench_train_step [--n 128] [--repeat 30] [--warmup 5] [--json train_step.json]
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -31,10 +33,12 @@
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/adam.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "../harness.hpp"
 #include "../models.hpp"
+#include "../reference.hpp"
 #include "step_case.hpp"
 
 namespace {
@@ -60,10 +64,17 @@ kiln::Tensor<T, S> filled(const kiln::Extents<S>& e, std::uint32_t seed) {
   return t;
 }
 
-/// Runs PyTorch's side; empty when python3-torch is missing.
-nlohmann::json run_torch(int repeat, int warmup) {
-  return kiln::bench::run_json("/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/train_step/torch_step.py --repeat " +
-                               std::to_string(repeat) + " --warmup " + std::to_string(warmup) + " 2>/dev/null");
+/// PyTorch's side, serving samples of the same models at `batch` with this process's thread count.
+kiln::bench::Reference start_torch(kiln::index_t batch) {
+  auto torch = kiln::bench::Reference::start(
+      {"/usr/bin/python3", std::string(KILN_BENCH_DIR) + "/train_step/torch_step.py", "--serve", "--threads",
+       std::to_string(kiln::bench::omp_threads()), "--batch", std::to_string(batch)},
+      "PyTorch");
+  if (torch.available()) {
+    torch.expect("threads", kiln::bench::omp_threads());
+    torch.expect("batch", batch);
+  }
+  return torch;
 }
 }  // namespace
 
@@ -117,6 +128,16 @@ int main(int argc, char** argv) {
   LenetCase<kiln::MixedBf16> bf16(lx, ly);
   h.add("kiln_lenet_step_fp16", 0, "the same in mixed fp16 + GradScaler", [&] { fp16.step(); });
   h.add("kiln_lenet_step_bf16", 0, "the same in mixed bf16", [&] { bf16.step(); });
+  // PyTorch's samples in the same rounds.
+  std::optional<kiln::bench::Reference> torch;
+  if (h.option("--torch").value_or("yes") != "no") {
+    torch.emplace(start_torch(batch));
+    if (torch->available()) {
+      const std::string eager = "PyTorch " + torch->hello()["torch"].get<std::string>() + " eager";
+      for (const char* name : {"mlp", "lenet", "lenet_bn", "lenet_gn", "resnet20"})
+        h.add_timed(std::string("torch_") + name + "_step", 0, eager, [&torch, name] { return torch->time(name); });
+    }
+  }
   h.run();
 
   // Precision: activation memory of a training forward, fp32 against fp16 and bf16.
@@ -154,34 +175,28 @@ int main(int argc, char** argv) {
   h.info("kiln_lenet_inference_peak_bytes", infer_peak);
   std::printf("kiln LeNet peak memory: training step %.2f MiB, inference forward (NoGrad) %.2f MiB\n",
               train_peak / 1048576.0, infer_peak / 1048576.0);
-  h.ratio("train_over_inference_mem", train_peak / infer_peak, 1.0, "training keeps activations; NoGrad keeps none");
+  h.info("train_over_inference_mem", train_peak / infer_peak);  // (> 1 by construction: reported only)
 
-  if (h.option("--torch").value_or("yes") != "no") {
-    const auto t = run_torch(h.repeat(), h.warmup());
-    if (t.is_object() && t.contains("mlp_step_s")) {
-      h.info("torch", t);
-      const double tm = t["mlp_step_s"].get<double>(), tl = t["lenet_step_s"].get<double>();
-      std::printf("PyTorch %s eager, %d thread(s): MLP step %.3f ms, LeNet step %.3f ms\n",
-                  t["torch"].get<std::string>().c_str(), t["threads"].get<int>(), tm * 1e3, tl * 1e3);
-      h.ratio("mlp_speedup_vs_torch", tm / h.median("kiln_mlp_step"), 10.0, "PyTorch step / kiln step");
-      h.ratio("lenet_speedup_vs_torch", tl / h.median("kiln_lenet_step"), 1.2, "PyTorch step / kiln step");
-      if (t.contains("lenet_bn_step_s"))
-        h.ratio("lenet_bn_speedup_vs_torch", t["lenet_bn_step_s"].get<double>() / h.median("kiln_lenet_bn_step"), 1.2,
-                "PyTorch step / kiln step, LeNet with BatchNorm2d");
-      if (t.contains("lenet_gn_step_s"))
-        h.ratio("lenet_gn_speedup_vs_torch", t["lenet_gn_step_s"].get<double>() / h.median("kiln_lenet_gn_step"), 1.2,
-                "PyTorch step / kiln step, LeNet with GroupNorm and LayerNorm");
-      if (t.contains("resnet20_step_s"))
-        h.ratio("resnet20_speedup_vs_torch", t["resnet20_step_s"].get<double>() / h.median("kiln_resnet20_step"), 1.0,
-                "PyTorch step / kiln step, ResNet-20 (no issue's target)");
-      const double torch_mem = t["lenet_peak_rss_growth_bytes"].get<double>();
-      if (torch_mem > 0)
-        h.ratio("torch_mem_over_kiln", torch_mem / train_peak, 1.0,
-                "PyTorch peak RSS growth / kiln peak tensor bytes (peak_mem_over_torch <= 1)");
-      h.info("peak_mem_over_torch", torch_mem > 0 ? train_peak / torch_mem : -1.0);
-    } else {
-      std::printf("PyTorch not measured (/usr/bin/python3 with torch not found): ratios skipped\n");
-    }
+  if (torch && torch->available()) {
+    h.info("torch", torch->hello());
+    std::printf("PyTorch %s eager, %d thread(s), batch %lld: MLP step %.3f ms, LeNet step %.3f ms\n",
+                torch->hello()["torch"].get<std::string>().c_str(), torch->hello()["threads"].get<int>(),
+                static_cast<long long>(batch), h.median("torch_mlp_step") * 1e3, h.median("torch_lenet_step") * 1e3);
+    const auto speedup = [&](const char* name) { return h.median(std::string("torch_") + name + "_step") / h.median(std::string("kiln_") + name + "_step"); };
+    h.ratio("mlp_speedup_vs_torch", speedup("mlp"), 10.0, "PyTorch step / kiln step");
+    h.ratio("lenet_speedup_vs_torch", speedup("lenet"), 1.2, "PyTorch step / kiln step");
+    h.ratio("lenet_bn_speedup_vs_torch", speedup("lenet_bn"), 1.2, "PyTorch step / kiln step, LeNet with BatchNorm2d");
+    h.ratio("lenet_gn_speedup_vs_torch", speedup("lenet_gn"), 1.2,
+            "PyTorch step / kiln step, LeNet with GroupNorm and LayerNorm");
+    h.info("resnet20_speedup_vs_torch", speedup("resnet20"));  // no issue's target: reported only
+    std::printf("ResNet-20: PyTorch step / kiln step %.2f (reported, no target)\n", speedup("resnet20"));
+    const double torch_act = torch->info("lenet_activation_bytes").get<double>();
+    std::printf("LeNet activation memory of a training forward: PyTorch %.2f MiB, kiln %.2f MiB\n",
+                torch_act / 1048576.0, act32 / 1048576.0);
+    h.ratio("torch_activation_mem_over_kiln", torch_act / act32, 1.0,
+            "bytes PyTorch's autograd saves (+ logits) / kiln's held activations, LeNet fp32");
+  } else if (torch) {
+    std::printf("PyTorch not measured (%s): ratios skipped\n", torch->skipped().c_str());
   }
   return h.finish();
 }

@@ -52,12 +52,15 @@ kiln::Tensor<float, S, kiln::Cuda> random_on_gpu(kiln::index_t batch, std::uint3
 
 using kiln::bench::event_timed;
 
-nlohmann::json run_torch(int repeat) {
+/// PyTorch's side: the same batch, `inner` steps per sample synchronised once (as kiln's events time
+/// them), after warm-up.
+nlohmann::json run_torch(kiln::index_t batch, int repeat, int warmup, int inner) {
   // The GPU machines' CUDA-enabled torch is the `python3` on PATH (not Debian's CPU-only one).
   const char* python = std::getenv("KILN_TORCH_PYTHON");
   return kiln::bench::run_json(std::string(python ? python : "python3") + " " + std::string(KILN_BENCH_DIR) +
-                               "/train_step/torch_step.py --device cuda --amp --repeat " + std::to_string(repeat) +
-                               " 2>/dev/null");
+                               "/train_step/torch_step.py --device cuda --amp --batch " + std::to_string(batch) +
+                               " --repeat " + std::to_string(repeat) + " --warmup " + std::to_string(warmup) +
+                               " --inner " + std::to_string(inner));
 }
 }  // namespace
 
@@ -143,8 +146,14 @@ int main(int argc, char** argv) {
   h.ratio("lenet_fp32_over_fp16_activation_mem", act32 / act16, 1.0 / 0.55, "fp16 activations <= 0.55 x fp32's");
   h.ratio("wide_mlp_fp32_over_fp16_activation_mem", wact32 / wact16, 1.0 / 0.55, "fp16 activations <= 0.55 x fp32's");
   if (h.option("--torch").value_or("yes") != "no") {
-    const auto t = run_torch(h.repeat());
-    if (t.is_object() && t.contains("lenet_step_s")) {
+    const auto t = run_torch(h.n(), h.repeat(), h.warmup(), inner);
+    if (t.contains("error") || (!t.contains("skipped") && !t.contains("lenet_step_s")) ||
+        (t.contains("batch") && t["batch"] != h.n())) {
+      std::fprintf(stderr, "bench_train_step_cuda: PyTorch's side failed: %s\n", t.dump().substr(0, 400).c_str());
+      (void)h.finish();
+      return 1;
+    }
+    if (t.contains("lenet_step_s")) {
       h.info("torch", t);
       std::printf("PyTorch %s eager on %s: LeNet step %.3f ms\n", t["torch"].get<std::string>().c_str(),
                   t["device"].get<std::string>().c_str(), t["lenet_step_s"].get<double>() * 1e3);
@@ -156,7 +165,7 @@ int main(int argc, char** argv) {
                   t[std::string(name) + "_s"].get<double>() / h.median(std::string("kiln_") + name), 1.0,
                   "PyTorch autocast step / kiln step, same GPU");
     } else {
-      std::printf("PyTorch on the GPU not measured (no CUDA-enabled torch for python3): ratio skipped\n");
+      std::printf("PyTorch on the GPU not measured (%s): ratio skipped\n", t["skipped"].dump().c_str());
     }
   }
   return h.finish();
