@@ -132,11 +132,8 @@ def serve(hello, cases, infos):
             print(repr(cases[request]()), flush=True)
 
 
-def one_step_timer(model, x, y, loss_fn, steps=1):
-    """A sample of `steps` training steps (Adam, lr 1e-3) of `model`: their mean seconds, after one untimed
-    step. The bench pauses around each of this side's samples (bench/reference.hpp), so its threads have
-    gone to sleep and the caches are the other side's: the untimed step wakes them, as kiln's cases,
-    timed one after another, find their threads awake (kiln's MLP sample takes an untimed step too)."""
+def adam_step(model, x, y, loss_fn):
+    """One training step of `model` on (x, y): forward, loss, backward, Adam(lr 1e-3)."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def step():
@@ -144,6 +141,16 @@ def one_step_timer(model, x, y, loss_fn, steps=1):
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+
+    return step
+
+
+def one_step_timer(model, x, y, loss_fn, steps=1):
+    """A sample of `steps` training steps (Adam, lr 1e-3) of `model`: their mean seconds, after one untimed
+    step. The bench pauses around each of this side's samples (bench/reference.hpp), so its threads have
+    gone to sleep and the caches are the other side's: the untimed step wakes them, as kiln's cases,
+    timed one after another, find their threads awake (kiln's MLP sample takes an untimed step too)."""
+    step = adam_step(model, x, y, loss_fn)
 
     def sample():
         step()
@@ -187,15 +194,7 @@ def time_amp_steps(model, x, y, dtype, warmup, repeat, inner=1):
 
 
 def time_steps(model, x, y, loss_fn, warmup, repeat, sync=lambda: None, inner=1):
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-
-    return median_seconds(step, warmup, repeat, inner, sync)
+    return median_seconds(adam_step(model, x, y, loss_fn), warmup, repeat, inner, sync)
 
 
 def main():
