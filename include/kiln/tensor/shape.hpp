@@ -147,6 +147,18 @@ std::string shape_name() {
   return os.str();
 }
 
+namespace detail {
+/// Throws ShapeError (naming `who`) when an extent of `ext` differs from its shape's static extent: an
+/// Extents whose static extent was overwritten (`e[0] = 3` on Extents<Shape<2, 3>>) makes no tensor.
+template <class S>
+void check_static_extents(const Extents<S>& ext, const char* who) {
+  for (std::size_t i = 0; i != S::rank; ++i)
+    if (S::extents[i] != dyn && ext[i] != S::extents[i])
+      throw ShapeError(std::string(who) + ": extents " + to_string(ext) + " do not fit " + shape_name<S>() +
+                       " (extent " + std::to_string(i) + " is static: " + std::to_string(S::extents[i]) + ")");
+}
+}  // namespace detail
+
 /// Extents of the same rank with a shape type change (reshape, a result shape), checked on the host.
 template <class To, class From>
 Extents<To> extents_cast(const Extents<From>& from) {

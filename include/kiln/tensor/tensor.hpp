@@ -110,7 +110,15 @@ class Tensor {
 
   // ---- shape ----
   const Extents<S>& extents() const { return ext_; }
-  index_t size(std::size_t dim) const { return ext_[dim]; }
+  /// The extent of dimension `dim`; a negative one counts from the end (size(-1): the last), as torch's.
+  /// A ShapeError names a dimension outside [-rank, rank).
+  index_t size(std::int64_t dim) const {
+    constexpr auto r = static_cast<std::int64_t>(S::rank);
+    if (dim < -r || dim >= r)
+      throw ShapeError("kiln::Tensor::size: dimension " + std::to_string(dim) + " is out of range for a tensor of rank " +
+                       std::to_string(r) + " (expected in [" + std::to_string(-r) + ", " + std::to_string(r - 1) + "])");
+    return ext_[static_cast<std::size_t>(dim < 0 ? dim + r : dim)];
+  }
   index_t numel() const { return ext_.numel(); }
   bool empty() const { return numel() == 0; }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * sizeof(T); }
@@ -216,6 +224,7 @@ class Tensor {
   /// The same storage seen with another shape of equal element count (no copy).
   template <class S2>
   Tensor<T, S2, D> reshape(const Extents<S2>& ext) const {
+    detail::check_static_extents(ext, "kiln::Tensor::reshape");
     if (detail::checked_numel(ext, sizeof(T), "kiln::Tensor::reshape") != numel())
       throw ShapeError("kiln::Tensor::reshape: cannot view extents " + to_string(ext_) + " (" +
                        std::to_string(numel()) + " elements) as " + to_string(ext) + " (" +
@@ -227,6 +236,10 @@ class Tensor {
   Tensor<T, S2, D> reshape() const {
     static_assert(S2::rank_dynamic <= 1, "kiln::Tensor::reshape<S>(): at most one dyn extent can be inferred; "
                                          "pass Extents<S> for more");
+    // >>> Stopped here? Both shapes are static and hold different numbers of elements. <<<
+    static_assert(!(S::is_static && S2::is_static) || S::static_numel() == S2::static_numel(),
+                  "kiln::Tensor::reshape<S>(): the new shape must hold as many elements as the tensor's own (both "
+                  "are static here and differ: see S and S2 in the line above)");
     Extents<S2> e;
     if constexpr (S2::rank_dynamic == 1) {
       index_t known = 1;
@@ -314,6 +327,7 @@ class Tensor {
     for (std::size_t d = 0; d != S::rank; ++d) ext_[d] = 0;
   }
   void allocate(const Extents<S>& ext, int index) {
+    detail::check_static_extents(ext, "kiln::Tensor");
     const index_t n = detail::checked_numel(ext, sizeof(T), "kiln::Tensor");
     const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
     ext_ = ext;

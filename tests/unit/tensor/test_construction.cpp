@@ -1,6 +1,7 @@
 // Tensors: extents and element counts, dynamic construction, host round trips, from_blob, devices.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "support/policies.hpp"
@@ -72,6 +73,38 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dynamic_extents_come_from_the_constructor, D, kiln
   Tensor<float, Shape<dyn, 4>, D> zero_rows(0);
   BOOST_TEST(zero_rows.empty());
   BOOST_TEST(zero_rows.to_vector().empty());
+}
+
+// size(-1) is the last extent, as torch's; a dimension outside [-rank, rank) is a ShapeError naming it
+// (it read past the extents before).
+BOOST_AUTO_TEST_CASE(size_counts_negative_dimensions_from_the_end_and_checks_the_range) {
+  Tensor<float, Shape<dyn, 3>> t(2);
+  BOOST_TEST(t.size(-1) == 3);
+  BOOST_TEST(t.size(-2) == 2);
+  BOOST_TEST(t.size(1) == 3);
+  const auto says = [](const std::string& part) {
+    return [part](const kiln::ShapeError& e) { return std::string(e.what()).find(part) != std::string::npos; };
+  };
+  BOOST_CHECK_EXCEPTION((void)t.size(2), kiln::ShapeError, says("dimension 2 is out of range for a tensor of rank 2 (expected in [-2, 1])"));
+  BOOST_CHECK_EXCEPTION((void)t.size(-3), kiln::ShapeError, says("dimension -3 is out of range"));
+  Tensor<float, Shape<>> scalar;
+  BOOST_CHECK_EXCEPTION((void)scalar.size(0), kiln::ShapeError, says("rank 0"));
+}
+
+// An Extents whose static extent was overwritten makes no tensor and no reshape: the slip `e[0] = n` where
+// `e[1]` was meant would have made a Shape<2, 3> tensor of [3, 2].
+BOOST_AUTO_TEST_CASE(extents_that_contradict_a_static_shape_are_a_shape_error) {
+  Extents<Shape<2, 3>> e;
+  e[0] = 3;
+  e[1] = 2;
+  const auto says = [](const kiln::ShapeError& err) {
+    return std::string(err.what()).find("extents [3, 2] do not fit Shape<2, 3> (extent 0 is static: 2)") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION((Tensor<float, Shape<2, 3>>(e)), kiln::ShapeError, says);
+  Tensor<float, Shape<6>> flat;
+  BOOST_CHECK_EXCEPTION((void)flat.reshape(e), kiln::ShapeError, says);
+  Extents<Shape<2, 3>> fine;
+  BOOST_TEST(flat.reshape(fine).size(1) == 3);
 }
 
 BOOST_AUTO_TEST_CASE(negative_dynamic_extent_is_a_shape_error) {
