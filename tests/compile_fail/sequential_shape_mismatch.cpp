@@ -1,4 +1,4 @@
-// expect: In instantiation of 'struct kiln::nn::layer_input_mismatch<2, kiln::nn::Linear<120, 84(, true)?>, kiln::Shape<-1, 100> ?>'.*error: static assertion failed: kiln::nn::Sequential: shape mismatch: the layer at this index does not accept the shape the previous layers produce
+// expect: In instantiation of 'struct kiln::nn::layer_input_mismatch<2, kiln::nn::Linear<120, 84(, true)?>, kiln::Shape<-1, 100> ?>'.*error: static assertion failed: kiln::nn::Sequential: shape mismatch: the layer at this index does not accept the shape the layers before it produce
 // errors: 1
 // Linear<120, 84> after a layer yielding 100 features: the Sequential's shape inference stops at layer 2
 // with one error (no cascade: the layers from the mismatch on are not inferred further), whose

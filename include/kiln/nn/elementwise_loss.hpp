@@ -306,6 +306,21 @@ struct L1Loss {
   Reduction reduction = Reduction::mean;
   static constexpr const char* name = "kiln::nn::L1Loss";
 
+  // A target of another shape than the prediction: one error naming both (not "no match for call").
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<U, ST, D>&) const {
+    return {};
+  }
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                                 const Tensor<U, ST, D>&,
+                                                                                 LossScale = {}) const {
+    return {};
+  }
+
   template <class T, class U, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_loss(name, reduction, term<compute_t<T>>(), pred, target);
@@ -343,6 +358,21 @@ struct SmoothL1Loss {
   Reduction reduction = Reduction::mean;
   double beta = 1.0;
   static constexpr const char* name = "kiln::nn::SmoothL1Loss";
+
+  // A target of another shape than the prediction: one error naming both (not "no match for call").
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<U, ST, D>&) const {
+    return {};
+  }
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                                 const Tensor<U, ST, D>&,
+                                                                                 LossScale = {}) const {
+    return {};
+  }
 
   template <class T, class U, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
@@ -383,6 +413,21 @@ struct HuberLoss {
   Reduction reduction = Reduction::mean;
   double delta = 1.0;
   static constexpr const char* name = "kiln::nn::HuberLoss";
+
+  // A target of another shape than the prediction: one error naming both (not "no match for call").
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<U, ST, D>&) const {
+    return {};
+  }
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                                 const Tensor<U, ST, D>&,
+                                                                                 LossScale = {}) const {
+    return {};
+  }
 
   template <class T, class U, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
@@ -432,6 +477,21 @@ struct BCELoss {
   Reduction reduction = Reduction::mean;
   static constexpr const char* name = "kiln::nn::BCELoss";
 
+  // A target of another shape than the prediction: one error naming both (not "no match for call").
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<U, ST, D>&) const {
+    return {};
+  }
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                                 const Tensor<U, ST, D>&,
+                                                                                 LossScale = {}) const {
+    return {};
+  }
+
   template <class T, class U, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
     return detail::pair_loss(name, reduction, term<T>(), pred, target);
@@ -479,6 +539,21 @@ struct BCEWithLogitsLoss {
   Reduction reduction = Reduction::mean;
   std::vector<double> pos_weight = {};  ///< one per class (the last extent), one for all, or empty (all 1)
   static constexpr const char* name = "kiln::nn::BCEWithLogitsLoss";
+
+  // A target of another shape than the prediction: one error naming both (not "no match for call").
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<U, ST, D>&) const {
+    return {};
+  }
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                                 const Tensor<U, ST, D>&,
+                                                                                 LossScale = {}) const {
+    return {};
+  }
 
   template <class T, class U, class S, class D>
   auto operator()(const Tensor<T, S, D>& logits, const Tensor<U, S, D>& target) const {
@@ -569,6 +644,21 @@ struct KLDivLoss {
   KLDivReduction reduction = KLDivReduction::mean;
   bool log_target = false;
   static constexpr const char* name = "kiln::nn::KLDivLoss";
+
+  // A target of another shape than the prediction: one error naming both (not "no match for call").
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<U, ST, D>&) const {
+    return {};
+  }
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                                 const Tensor<U, ST, D>&,
+                                                                                 LossScale = {}) const {
+    return {};
+  }
 
   template <class T, class U, class S, class D>
   auto operator()(const Tensor<T, S, D>& input, const Tensor<U, S, D>& target) const {

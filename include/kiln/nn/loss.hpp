@@ -108,6 +108,31 @@ struct MseGrad {
   }
 };
 
+/// Fails to compile, naming both shapes, when a loss is given a prediction and a target of different
+/// shapes (its overloads for that case instantiate it: one error, not "no match for call").
+template <class Prediction, class Target, class R = void>
+struct loss_shapes_must_match {
+  // >>> Stopped here? The loss was given a target of another shape than the prediction. <<<
+  static_assert(std::is_same_v<Prediction, Target>,
+                "kiln::nn: a loss's prediction and target must have the same shape (torch would broadcast [N, 1] "
+                "against [N] to [N, N], with a warning); see the template arguments of "
+                "kiln::nn::detail::loss_shapes_must_match<prediction shape, target shape> (in a Shape, -1 means "
+                "dyn). A target [N] for a prediction [N, 1]: target.reshape<kiln::Shape<kiln::dyn, 1>>()");
+  static constexpr bool value = true;
+  using type = R;  ///< what the overload that instantiates it returns (its return type: the error comes first)
+};
+/// Fails to compile when class labels are integers of another type than std::int64_t (torch's long).
+template <class Label, class R = void>
+struct labels_must_be_int64 {
+  // >>> Stopped here? The labels are not std::int64_t. <<<
+  static_assert(std::is_same_v<Label, std::int64_t>,
+                "kiln::nn: class labels must be std::int64_t, as torch's are int64 (torch.long); see the template "
+                "argument of kiln::nn::detail::labels_must_be_int64<label type>. Convert them: "
+                "kiln::eval(kiln::cast<std::int64_t>(labels))");
+  static constexpr bool value = true;
+  using type = R;  ///< what the overload that instantiates it returns (its return type: the error comes first)
+};
+
 /// Checks the input (`input`: what loss `who` calls it) and the target: one device, one shape. The
 /// target has the input's element type or its compute type: float targets for half or bfloat16
 /// predictions, as torch's autocast runs these losses in fp32 on the data's own float targets (rounding
@@ -134,6 +159,21 @@ void check_pair(const char* who, const Tensor<T, S, D>& pred, const Tensor<U, S,
 ///   auto dpred = mse.backward(pred, target);  // dL/dpred, [N, 1]
 struct MSELoss {
   Reduction reduction = Reduction::mean;
+
+  // A target of another shape than the prediction: one error naming both (not "no match for call").
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<U, ST, D>&) const {
+    return {};
+  }
+  template <class T, class U, class S, class ST, class D>
+    requires(!std::is_same_v<S, ST>)
+  typename detail::loss_shapes_must_match<S, ST, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                                 const Tensor<U, ST, D>&,
+                                                                                 LossScale = {}) const {
+    return {};
+  }
 
   template <class T, class U, class S, class D>
   auto operator()(const Tensor<T, S, D>& pred, const Tensor<U, S, D>& target) const {
@@ -704,6 +744,21 @@ struct CrossEntropyLoss {
   Reduction reduction = Reduction::mean;
   double label_smoothing = 0.0;
 
+  // Labels of another integer type than std::int64_t: one error that says so (not "no match for call").
+  template <class T, class S, class L, class SL, class D>
+    requires(std::is_integral_v<L> && !std::is_same_v<L, std::int64_t>)
+  typename detail::labels_must_be_int64<L, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<L, SL, D>&) const {
+    return {};
+  }
+  template <class T, class S, class L, class SL, class D>
+    requires(std::is_integral_v<L> && !std::is_same_v<L, std::int64_t>)
+  typename detail::labels_must_be_int64<L, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                            const Tensor<L, SL, D>&,
+                                                                            LossScale = {}) const {
+    return {};
+  }
+
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits,
                                               const Tensor<std::int64_t, SL, D>& labels) const {
@@ -922,6 +977,21 @@ struct NLLLoss {
   std::vector<double> weight = {};  ///< torch's class weights: one per class, or empty (all 1)
   std::int64_t ignore_index = -100;
   Reduction reduction = Reduction::mean;
+
+  // Labels of another integer type than std::int64_t: one error that says so (not "no match for call").
+  template <class T, class S, class L, class SL, class D>
+    requires(std::is_integral_v<L> && !std::is_same_v<L, std::int64_t>)
+  typename detail::labels_must_be_int64<L, Tensor<compute_t<T>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<L, SL, D>&) const {
+    return {};
+  }
+  template <class T, class S, class L, class SL, class D>
+    requires(std::is_integral_v<L> && !std::is_same_v<L, std::int64_t>)
+  typename detail::labels_must_be_int64<L, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
+                                                                            const Tensor<L, SL, D>&,
+                                                                            LossScale = {}) const {
+    return {};
+  }
 
   template <class T, class S, class SL, class D>
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {

@@ -35,9 +35,22 @@ struct Residual {
   static constexpr bool accepts = true;  // the branch checks each of its layers; the module checks the sum
   template <class S>
   using output = S;
-  /// Whether a layer of the branch did not fit (its error is out): nothing past the block is inferred.
+  /// Whether the branch keeps the shape S (its error, residual_branch_must_keep_the_shape, if not); true
+  /// when a layer of the branch did not fit (that error is the one).
   template <class S>
-  static constexpr bool failed = branch::template failed<S>;
+  static constexpr bool keeps_shape() {
+    if constexpr (branch::template failed<S>) {
+      return true;
+    } else {
+      using out = typename branch::template output<S>;
+      return residual_branch_must_keep_the_shape<S, out>::value && std::is_same_v<S, out>;
+    }
+  }
+  /// Whether a layer of the branch did not fit, or the branch changes the shape (its error is out, here,
+  /// before any layer after the block is checked against the wrong shape): nothing past the block is
+  /// inferred.
+  template <class S>
+  static constexpr bool failed = branch::template failed<S> || !keeps_shape<S>();
 
   template <class S, class P>
   class module {

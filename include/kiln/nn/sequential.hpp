@@ -19,18 +19,55 @@
 
 namespace kiln::nn {
 
+namespace detail {
+template <template <class, class> class>
+struct template_exists : std::true_type {};
+template <class Layer, class = void>
+struct has_module : std::false_type {};
+// (by its member template `module`, named without arguments: nvcc's front end rewrote a user's
+// `L::accepts<S>` without its template argument once a requires-expression or a trait had named it)
+template <class Layer>
+struct has_module<Layer, std::void_t<template_exists<Layer::template module>>> : std::true_type {};
+}  // namespace detail
+
+/// Whether Layer is a kiln::nn layer at all: it has the member template `module<S, P>` every layer has
+/// (kiln/nn/layer.hpp; its `accepts<S>` is checked next).
+template <class Layer, class Input>
+constexpr bool is_layer() {
+  return detail::has_module<Layer>::value;
+}
+
+/// Whether layer Layer accepts Input; true for what is no layer (is_layer's error is the one then).
+template <class Layer, class Input>
+constexpr bool accepts_input() {
+  if constexpr (is_layer<Layer, Input>())
+    return Layer::template accepts<Input>;
+  else
+    return true;
+}
+
 /// Fails to compile, naming the layer's index, the layer and the shape it was given, when layer number
-/// Index of a Sequential does not accept the shape the previous layers produce (-1 in a Shape is dyn).
+/// Index of a Sequential does not accept the shape the previous layers produce (-1 in a Shape is dyn),
+/// or is no layer. `ok`: it is a layer and accepts the shape.
 template <std::size_t Index, class Layer, class Input>
 struct layer_input_mismatch {
+  // >>> Stopped here? The type at Index (from 0) of your Sequential is not a kiln::nn layer. <<<
+  static_assert(is_layer<Layer, Input>(),
+                "kiln::nn::Sequential: the type at this index is not a kiln::nn layer (it has no module<S, P>); "
+                "see the template arguments of kiln::nn::layer_input_mismatch<index, type, input shape>. A layer "
+                "is a kiln::nn type such as Linear<In, Out> or ReLU, or one of your own with accepts<S>, "
+                "output<S> and module<S, P> (kiln/nn/layer.hpp)");
+  static constexpr bool accepted = accepts_input<Layer, Input>();
   // >>> Stopped here? Layer number Index (from 0) of your Sequential does not accept the shape the layers
   //     before it produce. The template arguments above name the index, the layer and that shape. <<<
-  static_assert(Layer::template accepts<Input>,
+  static_assert(accepted,
                 "kiln::nn::Sequential: shape mismatch: the layer at this index does not accept the shape the "
-                "previous layers produce; see the template arguments of kiln::nn::layer_input_mismatch<index, "
-                "layer, input shape> (in a Shape, -1 means dyn), e.g. Linear<120, 84> after a layer yielding 100 "
-                "features: make the In of the layer equal the features before it");
-  static constexpr bool value = true;
+                "layers before it produce; see the template arguments of kiln::nn::layer_input_mismatch<index, "
+                "layer, input shape> (in a Shape, -1 means dyn). Make the layer's parameters fit that shape: a "
+                "Linear's In the features (a Linear after convolutions needs a Flatten before it), a Conv2d's, "
+                "BatchNorm2d's or GroupNorm's channels dimension 1 of [N, C, H, W], a pooling window at most H "
+                "and W; convolutions and 2-d pooling take [N, C, H, W]");
+  static constexpr bool ok = is_layer<Layer, Input>() && accepted;
 };
 
 namespace detail {
@@ -73,7 +110,9 @@ struct prepend<X, type_list<Ts...>> {
 /// without an error of its own: one error, not a cascade.
 template <class L, class In>
 constexpr bool failed_inside() {
-  if constexpr (requires { L::template failed<In>; })
+  if constexpr (!is_layer<L, In>())
+    return true;  // (not a layer: layer_input_mismatch says so, and nothing is inferred past it)
+  else if constexpr (requires { L::template failed<In>; })
     return L::template failed<In>;
   else
     return false;
@@ -108,8 +147,7 @@ struct infer_step<false, I, In, L, Rest...> {
 };
 template <std::size_t I, class In, class L, class... Rest>
 struct infer<I, In, L, Rest...>
-    : infer_step<layer_input_mismatch<I, L, In>::value && L::template accepts<In> && !failed_inside<L, In>(),
-                 I, In, L, Rest...> {};
+    : infer_step<layer_input_mismatch<I, L, In>::ok && !failed_inside<L, In>(), I, In, L, Rest...> {};
 
 template <std::size_t I, class List>
 struct type_at;

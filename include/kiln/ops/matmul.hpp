@@ -56,7 +56,8 @@ struct matmul_inner_extents_must_match {
   // >>> Stopped here? op(A)'s columns (KA) differ from op(B)'s rows (KB). <<<
   static_assert(KA == KB || KA == dyn || KB == dyn,
                 "kiln::matmul: shape mismatch: op(A) is [M, KA] and op(B) is [KB, N] with KA != KB; see the "
-                "template arguments of kiln::matmul_inner_extents_must_match");
+                "template arguments of kiln::matmul_inner_extents_must_match<KA, KB>. x W^T with W [Out, In], "
+                "as torch's F.linear, is matmul(x, kiln::transposed(w))");
   static constexpr bool value = true;
 };
 
