@@ -1,4 +1,4 @@
-// expect: kiln::Tensor: element type must be float, double, kiln::half, kiln::bfloat16, int32_t, int64_t or bool
+// expect: kiln::Tensor: element type must be float, double, kiln::half, kiln::bfloat16, uint8_t, int32_t, int64_t or bool
 // errors: 1
 // char is not an element type.
 #include <kiln/kiln.hpp>

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -104,10 +105,10 @@ class CachingAllocator {
       return p;
     }
     void* p = nullptr;
-    if (limit_ == 0 || stats_.reserved_bytes + size <= limit_) p = raw_.allocate(size, device_);
+    if (within_limit(size)) p = raw_.allocate(size, device_);
     if (p == nullptr && pool == nullptr) {  // release what is cached, then try once more (never while
       release_cache_locked();               // capturing: freeing device memory would end the capture)
-      if (limit_ == 0 || stats_.reserved_bytes + size <= limit_) p = raw_.allocate(size, device_);
+      if (within_limit(size)) p = raw_.allocate(size, device_);
     }
     if (p == nullptr) throw OutOfMemoryError(oom_message(bytes));
     ++stats_.num_device_allocs;
@@ -231,12 +232,13 @@ class CachingAllocator {
     stats_.peak_allocated_bytes = stats_.allocated_bytes;
     stats_.peak_reserved_bytes = stats_.reserved_bytes;
   }
-  /// Caps reserved bytes (0 = no cap), like torch.cuda.set_per_process_memory_fraction.
-  void set_limit(std::size_t bytes) {
+  /// Caps reserved bytes (std::nullopt: no cap, the default; 0: nothing more can be reserved), like
+  /// torch.cuda.set_per_process_memory_fraction.
+  void set_limit(std::optional<std::size_t> bytes) {
     std::lock_guard lock(mutex_);
     limit_ = bytes;
   }
-  std::size_t limit() const {
+  std::optional<std::size_t> limit() const {
     std::lock_guard lock(mutex_);
     return limit_;
   }
@@ -345,12 +347,16 @@ class CachingAllocator {
     }
     free_.clear();
   }
+  // Whether reserving `size` more bytes stays within the limit (written so that nothing overflows).
+  bool within_limit(std::size_t size) const {
+    return !limit_ || (stats_.reserved_bytes <= *limit_ && size <= *limit_ - stats_.reserved_bytes);
+  }
   std::string oom_message(std::size_t bytes) const {
     std::string m = std::string("kiln: out of memory on ") + raw_.name + ":" + std::to_string(device_) +
                     ": tried to allocate " + format_bytes(bytes) + "; " +
                     format_bytes(stats_.allocated_bytes) + " in use by tensors, " +
                     format_bytes(stats_.reserved_bytes - stats_.allocated_bytes) + " cached by kiln";
-    if (limit_ != 0) m += ", limit " + format_bytes(limit_);
+    if (limit_) m += ", limit " + format_bytes(*limit_);
     std::size_t free = 0, total = 0;
     if (raw_.device_memory && raw_.device_memory(device_, &free, &total))
       m += ", device has " + format_bytes(free) + " free of " + format_bytes(total);
@@ -368,7 +374,7 @@ class CachingAllocator {
   std::vector<Pending> pending_;                 // freed, but a stream may still use them (record_use)
   std::unordered_map<void*, std::vector<void*>> markers_;  // blocks' unreached markers
   MemoryStats stats_{};
-  std::size_t limit_ = 0;
+  std::optional<std::size_t> limit_;             // reserved bytes allowed (none: no cap)
   std::unordered_map<PoolId, Pool> pools_;       // private pools not yet released
   std::unordered_map<void*, PoolId> owner_;      // blocks that belong to a pool, in use or free
   PoolId capturing_ = 0, last_pool_ = 0;         // the active pool (0: none)

@@ -50,7 +50,7 @@ template <class T, class S, class D = Cpu>
 class Tensor {
   // >>> Stopped here? Check the element type, shape and device you gave kiln::Tensor. <<<
   static_assert(element<T>, "kiln::Tensor: element type must be float, double, kiln::half, kiln::bfloat16, "
-                            "int32_t, int64_t or bool");
+                            "uint8_t, int32_t, int64_t or bool");
   static_assert(shape<S>, "kiln::Tensor: the second argument must be a kiln::Shape<...>");
   static_assert(device_policy<D>, "kiln::Tensor: the third argument must be kiln::Cpu or kiln::Cuda");
 

@@ -7,6 +7,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -25,7 +27,7 @@ using Vec = Shape<dyn>;
 /// Restores the allocator's limit when a test ends, however it ends.
 struct LimitGuard {
   kiln::CachingAllocator& a;
-  std::size_t old = a.limit();
+  std::optional<std::size_t> old = a.limit();
   ~LimitGuard() { a.set_limit(old); }
 };
 }  // namespace
@@ -242,10 +244,17 @@ BOOST_AUTO_TEST_CASE(memory_fraction_caps_reservations) {
   LimitGuard guard{a};
   kc::set_per_process_memory_fraction(0.5);
   const auto total = kc::mem_get_info().second;
-  BOOST_TEST(a.limit() == static_cast<std::size_t>(0.5 * static_cast<double>(total)));
+  BOOST_TEST(a.limit().value_or(SIZE_MAX) == static_cast<std::size_t>(0.5 * static_cast<double>(total)));
   kc::set_per_process_memory_fraction(1.0);
-  BOOST_TEST(a.limit() == 0u);
-  BOOST_CHECK_THROW(kc::set_per_process_memory_fraction(0.0), kiln::ValueError);
+  BOOST_TEST(!a.limit().has_value());
+  // torch's range [0, 1]: 0 leaves nothing to reserve, anything outside (or NaN) is an error.
+  for (double bad : {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN()})
+    BOOST_CHECK_THROW(kc::set_per_process_memory_fraction(bad), kiln::ValueError);
+  BOOST_TEST(!a.limit().has_value(), "a refused fraction leaves the limit as it was");
+  kc::empty_cache();
+  kc::set_per_process_memory_fraction(0.0);
+  BOOST_TEST(a.limit().value_or(SIZE_MAX) == std::size_t{0});
+  BOOST_CHECK_THROW((Tensor<float, Vec, Cuda>(1024)), kiln::OutOfMemoryError);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

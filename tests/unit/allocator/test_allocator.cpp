@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +24,7 @@ constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
 /// Restores the allocator's limit when the test ends (also on failure).
 struct LimitGuard {
   CachingAllocator& a;
-  std::size_t old = a.limit();
+  std::optional<std::size_t> old = a.limit();
   ~LimitGuard() { a.set_limit(old); }
 };
 
@@ -177,7 +178,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(limit_gives_an_out_of_memory_error_that_says_what_
   void* cached = a.allocate(2 * MiB);
   a.deallocate(cached);  // 2 MiB cached: even without them, 3 MiB more would pass the limit
   a.set_limit(a.stats().reserved_bytes + 512 * KiB);
-  BOOST_TEST(a.limit() == a.stats().reserved_bytes + 512 * KiB);
+  BOOST_TEST(a.limit().value_or(SIZE_MAX) == a.stats().reserved_bytes + 512 * KiB);
 
   std::string message;
   try {
@@ -193,9 +194,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(limit_gives_an_out_of_memory_error_that_says_what_
   BOOST_TEST(a.stats().reserved_bytes == a.stats().allocated_bytes,
              "the cache was released before giving up");
 
-  a.set_limit(0);  // no cap: the same request succeeds
+  a.set_limit(std::nullopt);  // no cap: the same request succeeds
   Tensor<float, Shape<dyn>, D> fine(static_cast<kiln::index_t>(3 * MiB / sizeof(float)));
   BOOST_TEST(fine.numel() == static_cast<kiln::index_t>(3 * MiB / sizeof(float)));
+
+  a.empty_cache();
+  a.set_limit(std::size_t{0});  // a cap of nothing (torch's fraction 0): a new block is refused
+  BOOST_TEST(a.limit().value_or(SIZE_MAX) == std::size_t{0});
+  BOOST_CHECK_THROW((Tensor<float, Shape<dyn>, D>(16)), kiln::OutOfMemoryError);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(request_beyond_any_device_is_an_out_of_memory_error, D, kiln::test::devices) {

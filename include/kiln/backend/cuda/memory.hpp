@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -12,6 +13,7 @@
 #include "kiln/backend/cuda/check.hpp"
 #include "kiln/backend/cuda/device.hpp"
 #include "kiln/core/errors.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/policy/device.hpp"
 #include "kiln/tensor/allocator.hpp"
 #include "kiln/tensor/storage.hpp"
@@ -385,14 +387,16 @@ inline void reset_peak_memory_stats(int device = -1) { kiln::caching_allocator<C
 /// Returns cached, unused blocks to the driver, so memory_reserved() == memory_allocated()
 /// (torch.cuda.empty_cache()).
 inline void empty_cache(int device = -1) { kiln::caching_allocator<Cuda>(device).empty_cache(); }
-/// Caps what kiln reserves on a device to `fraction` of its memory (torch.cuda.set_per_process_memory_fraction);
-/// allocations beyond it throw OutOfMemoryError. 1.0 (or more) removes the cap.
+/// Caps what kiln reserves on a device to `fraction` of its memory (torch.cuda.set_per_process_memory_fraction):
+/// allocations beyond it throw OutOfMemoryError. `fraction` is in [0, 1], as torch's (0: nothing can be
+/// reserved; 1.0: the whole device, i.e. no cap); anything else throws ValueError.
 inline void set_per_process_memory_fraction(double fraction, int device = -1) {
-  if (!(fraction > 0.0))
-    throw ValueError("kiln::cuda::set_per_process_memory_fraction: fraction must be > 0, got " + std::to_string(fraction));
+  if (kiln::detail::is_inf_or_nan(fraction) || fraction < 0.0 || fraction > 1.0)  // (bits: -ffast-math)
+    throw ValueError("kiln::cuda::set_per_process_memory_fraction: fraction must be in [0, 1] (as torch's), got " +
+                     std::to_string(fraction));
   CachingAllocator& a = kiln::caching_allocator<Cuda>(device);
-  if (fraction >= 1.0) {
-    a.set_limit(0);
+  if (fraction == 1.0) {
+    a.set_limit(std::nullopt);
     return;
   }
   const std::size_t total = mem_get_info(a.device()).second;
