@@ -133,6 +133,10 @@ class TensorDataset {
   using target_shape = TargetShape;
   static constexpr index_t sample_numel = SampleShape::static_numel();
   static constexpr index_t target_numel = TargetShape::static_numel();
+  // >>> Stopped here? A sample's shape has no dyn and no 0 extent: the dataset counts samples by it. <<<
+  static_assert(sample_numel > 0, "kiln::data::TensorDataset: the sample shape must be static (no dyn) and "
+                                  "hold at least one value (no 0 extent)");
+  static_assert(target_numel >= 0, "kiln::data::TensorDataset: the target shape must be static (no dyn)");
 
   /// x: N * sample_numel values, y: N * target_numel values.
   TensorDataset(std::vector<float> x, std::vector<Target> y) : x_(std::move(x)), y_(std::move(y)) {

@@ -44,9 +44,15 @@ struct LoaderOptions {
   bool shuffle = false;     ///< a fresh permutation every epoch (RandomSampler with `seed`)
   bool drop_last = false;   ///< drop the last batch when it is short
   int num_workers = 0;      ///< 0: batches are collated on the calling thread when asked for
-  int prefetch_factor = 2;  ///< batches each worker collates ahead (>= 1; only with num_workers > 0)
+  int prefetch_factor = 2;  ///< batches each worker collates ahead (>= 1; other than 2 only with num_workers > 0)
   bool pin_memory = false;  ///< batches in page-locked memory (needs kiln::cuda and a GPU; else ignored)
   std::uint64_t seed = 0;   ///< shuffling and random transforms
+};
+
+/// Where a sampler's k-th index sits in the epoch's order over all ranks: k * stride + offset. A
+/// DistributedSampler's rank r takes every world_size-th from r; other samplers are the whole order.
+struct SamplePlaces {
+  std::uint64_t stride = 1, offset = 0;
 };
 
 /// One batch: inputs [B, sample...] (floats, or bytes for a Bytes<...> dataset) and targets [B, target...]
@@ -62,7 +68,8 @@ using AnySampler = std::variant<SequentialSampler, RandomSampler, DistributedSam
 /// (sequential, or RandomSampler{seed} when shuffle is on; a DistributedSampler may be given), with
 /// `transform` applied to every sample. Each `for (auto& batch : loader)` is one epoch; epochs count up
 /// from 0 (set_epoch changes the next one). For a seed and an epoch, the batches are the same whatever
-/// num_workers is: each sample's random stream comes from (seed, epoch, its position in the epoch).
+/// num_workers is: each sample's random stream comes from (seed, epoch, its position in the epoch's
+/// order over all ranks), so the ranks of a DistributedSampler draw different augmentations.
 /// A batch that cannot be made (a sample the dataset cannot read) throws when its turn comes, after
 /// every batch before it; a program that catches it and steps the iterator on gets the next batch, as
 /// torch's iterator does, whatever num_workers is (an error in batch 0 is thrown by begin()).
@@ -122,8 +129,10 @@ class DataLoader {
   void set_epoch(std::uint64_t e) { epoch_ = e; }
   std::uint64_t epoch() const { return epoch_; }
 
-  /// Collates batch k of the given order: samples order[k B, (k + 1) B), transformed.
-  batch_type collate(const std::vector<index_t>& order, index_t k, std::uint64_t epoch) const {
+  /// Collates batch k of the given order: samples order[k B, (k + 1) B), transformed; `places` says where
+  /// the order's entries sit in the epoch over all ranks (their random streams).
+  batch_type collate(const std::vector<index_t>& order, index_t k, std::uint64_t epoch,
+                     SamplePlaces places = {}) const {
     const index_t begin = k * o_.batch_size;
     const index_t b = std::min<index_t>(o_.batch_size, static_cast<index_t>(order.size()) - begin);
     batch_type out;
@@ -134,7 +143,8 @@ class DataLoader {
       const std::span<sample_type> x(out.x.data() + i * sample_numel, static_cast<std::size_t>(sample_numel));
       const std::span<target_type> y(out.y.data() + i * target_numel, static_cast<std::size_t>(target_numel));
       ds_->read(order[static_cast<std::size_t>(begin + i)], x, y);
-      SampleRng rng(detail::mix(detail::mix(o_.seed, epoch), static_cast<std::uint64_t>(begin + i)));
+      const std::uint64_t place = static_cast<std::uint64_t>(begin + i) * places.stride + places.offset;
+      SampleRng rng(detail::mix(detail::mix(o_.seed, epoch), place));
       t_.template apply<sample_shape>(x, rng);
     }
     if (pin_) pin(out);
@@ -142,13 +152,20 @@ class DataLoader {
   }
 
   class iterator;
-  iterator begin() { return iterator(this, epoch_++); }
+  /// Starts the next epoch; the epoch counter moves on only once it has started (a begin() that throws
+  /// leaves it, so a retry runs the same epoch).
+  iterator begin() {
+    iterator it(this, epoch_);
+    ++epoch_;
+    return it;
+  }
   std::default_sentinel_t end() { return {}; }
 
   /// One epoch in flight: its order, and the workers collating ahead of the reader.
   class Epoch {
    public:
-    Epoch(const DataLoader* l, std::uint64_t epoch) : l_(l), epoch_(epoch), order_(l->indices(epoch)) {
+    Epoch(const DataLoader* l, std::uint64_t epoch)
+        : l_(l), epoch_(epoch), order_(l->indices(epoch)), places_(l->places()) {
       batches_ = DataLoader::batch_count(static_cast<index_t>(order_.size()), l_->o_);
       // No more workers and slots than the epoch has batches: a large prefetch_factor allocates no more
       // (none when there are no batches). The batches do not depend on either.
@@ -175,7 +192,7 @@ class DataLoader {
     /// Batch k (in order; k = the number taken so far). Rethrows what its collation threw (a worker's
     /// exception, in its turn: batch k fails whatever num_workers is, and batch k + 1 comes next).
     batch_type take(index_t k) {
-      if (threads_.empty()) return l_->collate(order_, k, epoch_);
+      if (threads_.empty()) return l_->collate(order_, k, epoch_, places_);
       std::unique_lock lock(m_);
       Slot& s = slots_[static_cast<std::size_t>(k % window_)];
       cv_.wait(lock, [&] { return (s.ready && s.index == k) || fatal_; });
@@ -231,7 +248,7 @@ class DataLoader {
         batch_type b;
         std::exception_ptr error;
         try {
-          b = l_->collate(order_, k, epoch_);
+          b = l_->collate(order_, k, epoch_, places_);
         } catch (...) {  // handed to the reader in batch k's turn, as collating it there would throw
           error = std::current_exception();
         }
@@ -250,6 +267,7 @@ class DataLoader {
     const DataLoader* l_;
     std::uint64_t epoch_;
     std::vector<index_t> order_;
+    SamplePlaces places_;
     index_t batches_ = 0, window_ = 0, next_ = 0, taken_ = 0;
     int device_ = -1;  // the GPU pinning workers use (the constructing thread's current one)
     std::vector<Slot> slots_;
@@ -294,6 +312,18 @@ class DataLoader {
     else
       return sampler_.indices(n, epoch);
   }
+  SamplePlaces places() const {
+    const auto of = [](const auto& s) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(s)>, DistributedSampler>)
+        return SamplePlaces{static_cast<std::uint64_t>(s.world_size), static_cast<std::uint64_t>(s.rank)};
+      else
+        return SamplePlaces{};
+    };
+    if constexpr (detail::is_variant<Sampler>)
+      return std::visit(of, sampler_);
+    else
+      return of(sampler_);
+  }
   /// Samples per epoch: the sampler's length(n) (len(sampler)), or the size of epoch 0's order for a
   /// sampler without one.
   index_t samples() const {
@@ -322,10 +352,11 @@ class DataLoader {
     pin_ = o_.pin_memory && pinning_available();
   }
   /// A DistributedSampler without world_size and rank (or with a rank outside it), or a RandomSampler with
-  /// a negative num_samples, throws here, not at the first epoch.
-  static void check_sampler(const Sampler& s) {
-    const auto check = [](const auto& one) {
+  /// a negative num_samples or over an empty dataset, throws here, not at the first epoch.
+  void check_sampler(const Sampler& s) const {
+    const auto check = [n = ds_->size()](const auto& one) {
       if constexpr (requires { one.check(); }) one.check();
+      if constexpr (requires { one.length(n); }) (void)one.length(n);
     };
     if constexpr (detail::is_variant<Sampler>)
       std::visit(check, s);

@@ -48,6 +48,8 @@ class Mnist {
     labels_ = std::move(labels.values);
     images_.resize(static_cast<std::size_t>(count_ * pixels));
     labels_.resize(static_cast<std::size_t>(count_));
+    images_.shrink_to_fit();  // a limit keeps only its samples (not the whole file's 47 MB)
+    labels_.shrink_to_fit();
   }
 
   index_t size() const { return count_; }

@@ -61,15 +61,19 @@ struct RandomSampler {
       throw ValueError("kiln::data::RandomSampler: num_samples is " + std::to_string(num_samples) +
                        "; it must be > 0 (or 0: the dataset's size)");
   }
+  /// Samples an epoch; an empty dataset without num_samples throws ValueError, as torch's RandomSampler
+  /// (num_samples=0 is not a positive integer): a shuffled epoch of nothing is a mistake, not a no-op.
   index_t length(index_t n) const {
     check();
+    if (num_samples == 0 && n == 0)
+      throw ValueError("kiln::data::RandomSampler: the dataset is empty; a random order needs at least one "
+                       "sample (torch: \"num_samples should be a positive integer value, but got num_samples=0\")");
     return num_samples > 0 ? num_samples : n;
   }
   std::vector<index_t> indices(index_t n, std::uint64_t epoch) const {
     const index_t count = length(n);
     const std::uint64_t epoch_seed = detail::mix(seed, epoch);
     if (!replacement && count == n) return detail::permutation(n, epoch_seed);
-    if (count == 0) return {};  // an empty dataset, with replacement
     if (n == 0)
       throw ValueError("kiln::data::RandomSampler: " + std::to_string(count) +
                        " samples asked of an empty dataset");

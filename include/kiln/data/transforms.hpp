@@ -114,7 +114,9 @@ struct RandomCrop {
     const index_t dy = rng.below(2 * padding + 1) - padding, dx = rng.below(2 * padding + 1) - padding;
     if (dy == 0 && dx == 0) return;
     const E fill_value = static_cast<E>(fill);
-    std::vector<E> src(x.begin(), x.end());
+    // The sample before the crop: one buffer per thread (a worker crops sample after sample of one shape).
+    thread_local std::vector<E> src;
+    src.assign(x.begin(), x.end());
     for (index_t c = 0; c < C; ++c)
       for (index_t h = 0; h < H; ++h) {
         const index_t sh = source(h + dy, H);  // the window's row in the unpadded image (-1: fill)
@@ -163,7 +165,7 @@ template <class... Ts>
 struct Compose {
   std::tuple<Ts...> steps;
   Compose() = default;
-  explicit Compose(Ts... ts) : steps(std::move(ts)...) {}
+  explicit Compose(Ts... ts) requires(sizeof...(Ts) > 0) : steps(std::move(ts)...) {}  // (Compose<>: the default)
   template <class S, class E>
   void apply(std::span<E> x, SampleRng& rng) const {
     std::apply([&](const auto&... t) { (t.template apply<S>(x, rng), ...); }, steps);

@@ -292,6 +292,46 @@ BOOST_AUTO_TEST_CASE(a_worker_error_reaches_the_reader_and_an_early_break_does_n
   BOOST_CHECK_THROW(kd::DataLoader(ok, {.batch_size = 0}), kiln::ValueError);
 }
 
+/// Writes a draw of the sample's random stream into its first value (which stream a sample gets).
+struct Draw {
+  template <class S, class E>
+  void apply(std::span<E> x, kd::SampleRng& rng) const {
+    x[0] = static_cast<E>(rng.below(1 << 20));
+  }
+};
+
+BOOST_AUTO_TEST_CASE(ranks_of_a_distributed_sampler_draw_the_augmentations_of_their_places_in_the_epoch) {
+  // Rank r's k-th sample is place k * world_size + r of the epoch over all ranks: its random stream is the
+  // one a single process gives that place, so two ranks do not crop and flip their batches alike.
+  const auto ds = images(10);
+  kd::DataLoader<kd::TensorDataset<Shape<2, 3, 4>>, Draw> single(ds, {.batch_size = 5}, Draw{});
+  const auto whole = epoch(single).second;
+  std::vector<std::vector<float>> draws(2);
+  for (int r = 0; r < 2; ++r) {
+    kd::DataLoader<kd::TensorDataset<Shape<2, 3, 4>>, Draw> part(
+        ds, kd::DistributedSampler{.world_size = 2, .rank = r, .shuffle = false}, {.batch_size = 5}, Draw{});
+    const auto got = epoch(part).second;
+    BOOST_REQUIRE(got.size() == 5u * 24u);
+    for (std::size_t k = 0; k < 5; ++k) {
+      draws[static_cast<std::size_t>(r)].push_back(got[k * 24]);
+      BOOST_TEST(got[k * 24] == whole[(2 * k + static_cast<std::size_t>(r)) * 24], "rank " << r << ", sample " << k);
+    }
+  }
+  BOOST_TEST(draws[0] != draws[1]);
+}
+
+BOOST_AUTO_TEST_CASE(an_epoch_that_cannot_start_is_not_counted) {
+  // Batch 0 cannot be made: begin() throws, and the next begin() runs the same epoch (torch's iterator is
+  // not made either), so set_epoch-less ranks stay in step.
+  const Throws ds;
+  kd::DataLoader loader(ds, {.batch_size = 40});
+  BOOST_CHECK_THROW(loader.begin(), kd::DataError);
+  BOOST_TEST(loader.epoch() == 0u);
+  kd::DataLoader fine(ds, {.batch_size = 4});
+  (void)fine.begin();
+  BOOST_TEST(fine.epoch() == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(options_torch_rejects_are_rejected) {
   // As torch.utils.data.DataLoader: a sampler and shuffle together, prefetch_factor below 1, and (torch
   // 1.13) a prefetch_factor without worker threads.
@@ -352,7 +392,19 @@ BOOST_AUTO_TEST_CASE(random_sampler_num_samples_and_replacement_as_pytorch) {
   };
   BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, kd::RandomSampler{.num_samples = -1}, {.batch_size = 2}), kiln::ValueError,
                         negative);
-  BOOST_TEST(kd::RandomSampler{.replacement = true}.indices(0, 0).empty());  // nothing asked of nothing
+  // An empty dataset without num_samples: torch's RandomSampler refuses it (num_samples=0), with or
+  // without replacement, and so does a shuffled loader, when it is made; a sequential one has no batches.
+  const auto empty_dataset = [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("the dataset is empty") != std::string::npos;
+  };
+  for (bool replacement : {false, true})
+    BOOST_CHECK_EXCEPTION(kd::RandomSampler{.replacement = replacement}.indices(0, 0), kiln::ValueError, empty_dataset);
+  const auto none = images(0);
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(none, {.batch_size = 2, .shuffle = true}), kiln::ValueError, empty_dataset);
+  kd::DataLoader sequential(none, {.batch_size = 2});
+  BOOST_TEST(sequential.size() == 0);
+  BOOST_TEST(epoch(sequential).first.empty());
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(none, kd::RandomSampler{}, {.batch_size = 2}), kiln::ValueError, empty_dataset);
   BOOST_CHECK_EXCEPTION(kd::RandomSampler{.num_samples = 3}.indices(0, 0), kiln::ValueError,
                         [](const kiln::ValueError& e) {
                           return std::string(e.what()).find("3 samples asked of an empty dataset") != std::string::npos;
@@ -410,7 +462,7 @@ BOOST_AUTO_TEST_CASE(a_samplers_length_is_the_size_of_its_order) {
   // len(sampler) without drawing an epoch: what DataLoader::size() divides by.
   for (index_t n = 0; n <= 13; ++n) {
     BOOST_TEST(kd::SequentialSampler{}.length(n) == n);
-    BOOST_TEST(kd::RandomSampler{.seed = 3}.length(n) == n);
+    if (n > 0) BOOST_TEST(kd::RandomSampler{.seed = 3}.length(n) == n);  // (0: refused, as torch's)
     for (int w = 1; w <= 5; ++w)
       for (int r = 0; r < w; ++r)
         for (const bool drop : {false, true}) {
@@ -435,6 +487,13 @@ BOOST_AUTO_TEST_CASE(a_samplers_length_is_the_size_of_its_order) {
 /// Normalize makes torchvision's float operations, (x - m) / s, so a CIFAR-10 image (bytes / 255) comes out
 /// as torchvision's bit for bit; (x - m) * (1 / s) would differ in the last bit for 51 of the 256 values
 /// of the red channel.
+BOOST_AUTO_TEST_CASE(an_empty_compose_leaves_samples_as_they_are) {
+  std::array<float, 3> x{1.0f, -2.0f, 3.5f};
+  kd::SampleRng rng(0);
+  kd::Compose<>{}.apply<Shape<3>>(std::span<float>(x), rng);  // torchvision's Compose([])
+  BOOST_TEST(x == (std::array<float, 3>{1.0f, -2.0f, 3.5f}));
+}
+
 BOOST_AUTO_TEST_CASE(normalize_is_torchvisions_bit_for_bit) {
   using S = Shape<3, 16, 16>;
   const std::vector<float> mean = {0.4914f, 0.4822f, 0.4465f}, sd = {0.2470f, 0.2435f, 0.2616f};
