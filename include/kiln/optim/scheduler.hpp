@@ -77,8 +77,13 @@ class LRScheduler {
   double get_last_lr() const { return last_lr_; }
   /// Epochs stepped so far (torch's last_epoch; 0 right after construction).
   std::int64_t last_epoch() const { return epoch_; }
-  /// Jumps to an epoch (resuming from a checkpoint) and sets the lr of that epoch.
-  void set_last_epoch(std::int64_t epoch) { apply(epoch); }
+  /// Jumps to an epoch (resuming from a checkpoint) and sets the lr of that epoch; a negative epoch
+  /// throws ValueError (torch: "Expected non-negative epoch").
+  void set_last_epoch(std::int64_t epoch) {
+    if (epoch < 0)
+      throw ValueError("kiln::optim: set_last_epoch(" + std::to_string(epoch) + "): expected a non-negative epoch");
+    apply(epoch);
+  }
   /// The optimizer's lr when the scheduler was built.
   double base_lr() const { return base_lr_; }
   Opt& optimizer() const { return *opt_; }

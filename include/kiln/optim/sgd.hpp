@@ -26,7 +26,7 @@ namespace kiln::optim {
 struct SGDOptions {
   float lr = std::numeric_limits<float>::quiet_NaN();  ///< required: {.lr = 0.01f}
   float momentum = 0.0f;
-  float dampening = 0.0f;
+  double dampening = 0.0;  ///< a double, as torch's: 1 - dampening is rounded to the step's type once
   float weight_decay = 0.0f;
   bool nesterov = false;
   /// Step up the gradient: g = -grad before the weight decay and the momentum (torch's maximize).
@@ -79,7 +79,9 @@ struct SgdStep {
   const M* grad;
   M* buf;
   W* work;  // mixed precision only
-  float lr, momentum, dampening, weight_decay;
+  float lr, momentum;
+  double keep;  // 1 - dampening, in double (torch's alpha): rounded once, to C, in the step
+  float weight_decay;
   const double* scalars = nullptr;  // Capturable: SgdScalars on the device
   /// g = -grad first (torch's maximize), as a multiply by -1 (exact; 1 otherwise): a run-time flag
   /// that leaves the loop vectorised, where a select (`maximize ? -g : g`) left the fp16 step scalar
@@ -99,7 +101,7 @@ struct SgdStep {
     if constexpr (Decay) g += C(weight_decay) * w;
     if constexpr (Momentum) {
       C b = g;
-      if (!first) b = C(momentum) * static_cast<C>(buf[i]) + (C(1) - C(dampening)) * g;
+      if (!first) b = C(momentum) * static_cast<C>(buf[i]) + C(keep) * g;
       buf[i] = static_cast<M>(b);
       if constexpr (Nesterov) g = g + C(momentum) * b;
       else g = b;
@@ -113,7 +115,7 @@ struct SgdStep {
   Traffic traffic(index_t n) const {
     const std::uint64_t per = (3 + (Momentum ? (First ? 1 : 2) : 0)) * sizeof(M) + (std::is_same_v<W, M> ? 0 : sizeof(W));
     const std::uint64_t ops =
-        2 + (maximize ? 1 : 0) + (Decay ? 2 : 0) + (Momentum ? (First ? 0 : 4) + (Nesterov ? 2 : 0) : 0);
+        2 + (maximize ? 1 : 0) + (Decay ? 2 : 0) + (Momentum ? (First ? 0 : 3) + (Nesterov ? 2 : 0) : 0);
     return {static_cast<std::uint64_t>(n) * per + (Capturable ? 3 * sizeof(double) : 0),
             static_cast<std::uint64_t>(n) * ops};
   }
@@ -202,7 +204,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
           p_.numel(),
           detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
                           decltype(nesterov)::value, Capturable>{p_.data(), g_.data(), buf_.data(), work_, o_.lr,
-                                                                 o_.momentum, o_.dampening, o_.weight_decay,
+                                                                 o_.momentum, 1.0 - o_.dampening, o_.weight_decay,
                                                                  scalars_.data(), o_.maximize});
     };
     using detail::with_flag;
@@ -266,7 +268,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
         kiln::assign(buf_, g);
       } else {
         kiln::assign(buf_, buf_ * C(o_.momentum));
-        kiln::assign(buf_, buf_ + g * (C(1) - C(o_.dampening)));
+        kiln::assign(buf_, buf_ + g * C(1.0 - o_.dampening));
       }
       // Rebinding g (a move; a copy assignment would write into the tensor g shares: the gradients).
       if (o_.nesterov) {

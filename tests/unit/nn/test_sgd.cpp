@@ -30,7 +30,7 @@ using MlpModel = knn::Model<Mlp, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>>;
 ///   d_p = grad + weight_decay * p
 ///   buf = d_p (first step) | momentum * buf + (1 - dampening) * d_p;  d_p = nesterov ? d_p + momentum * buf : buf
 ///   p -= lr * d_p
-/// The hyper-parameters are the float values kiln holds, widened exactly.
+/// The hyper-parameters are the values kiln holds (floats widened exactly; dampening a double).
 struct TorchSgd {
   double lr, momentum, dampening, weight_decay;
   bool nesterov;
@@ -60,6 +60,8 @@ const std::vector<Variant> variants{
     {"plain", {.lr = 0.1f}},
     {"momentum 0.9", {.lr = 0.1f, .momentum = 0.9f}},
     {"momentum 0.9, dampening 0.1", {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f}},
+    // A double, as torch's: 1 - 0.09 rounded through float would miss the double arena's 1e-13.
+    {"momentum 0.5, dampening 0.09", {.lr = 0.1f, .momentum = 0.5f, .dampening = 0.09}},
     {"Nesterov 0.9", {.lr = 0.1f, .momentum = 0.9f, .nesterov = true}},
     {"weight decay 0.01", {.lr = 0.1f, .weight_decay = 0.01f}},
     {"momentum 0.9, weight decay 0.01, Nesterov", {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true}},

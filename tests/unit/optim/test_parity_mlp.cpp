@@ -143,7 +143,7 @@ double check_optimizer(const json& config, const json& fx = fixture()) {
   if (type == "SGD") {
     kiln::optim::SGD opt(m, {.lr = o.at("lr").get<float>(),
                              .momentum = o.at("momentum").get<float>(),
-                             .dampening = o.at("dampening").get<float>(),
+                             .dampening = o.at("dampening").get<double>(),
                              .weight_decay = o.at("weight_decay").get<float>(),
                              .nesterov = o.at("nesterov").get<bool>(),
                              .maximize = maximize});

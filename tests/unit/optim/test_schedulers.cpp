@@ -563,6 +563,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(chained_scheduler_resumes_at_an_epoch_and_nests, D
   BOOST_TEST(stepped[11] == static_cast<double>(0.1f) * 0.5, boost::test_tools::tolerance(1e-15));
   sched.set_last_epoch(2);
   BOOST_TEST(o.opt.lr() == static_cast<float>(stepped[2]));
+  // A negative epoch is refused (torch: "Expected non-negative epoch") and changes nothing.
+  BOOST_CHECK_EXCEPTION(sched.set_last_epoch(-1), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("expected a non-negative epoch") != std::string::npos;
+  });
+  BOOST_TEST(sched.last_epoch() == 2);
+  BOOST_TEST(o.opt.lr() == static_cast<float>(stepped[2]));
   // A chain is a schedule: it chains, and LinearWarmup wraps it.
   OneParameter<D> o3;
   ko::ChainedScheduler nested(
