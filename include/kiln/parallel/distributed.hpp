@@ -136,7 +136,17 @@ class DistributedDataParallel {
     }
     next_bucket_ = 0;
     started_early_ = 0;
-    model_.backward(dy, ready_);  // ready_ starts each bucket's average as its gradients are done
+    try {
+      model_.backward(dy, ready_);  // ready_ starts each bucket's average as its gradients are done
+    } catch (...) {
+      // Averages already started write into the gradients when they complete: finish them before the
+      // caller (who may zero the gradients and go on) gets the error. Their own failure is secondary.
+      try {
+        group_.wait_all();
+      } catch (...) {
+      }
+      throw;
+    }
     group_.wait_all();
     if (next_bucket_ != buckets_.size())
       throw Error("kiln::parallel::DistributedDataParallel: backward left " +
@@ -255,12 +265,12 @@ class DistributedDataParallel {
     for (int r = 1; r < group_.size(); ++r)
       if (all[static_cast<std::size_t>(r)] != all[0])
         differ += " rank " + std::to_string(r) + " (" + std::to_string(counts[static_cast<std::size_t>(r)]) + ")";
-    if (!differ.empty())
-      throw DistributedError(detail::rank_prefix(group_.rank(), group_.size()) +
-                             "the ranks build different models: rank 0 has " + std::to_string(counts[0]) +
-                             " parameters, and these ranks different layers, parameters, buffers or gradient "
-                             "buckets (BucketOptions) (parameter count):" +
-                             differ);
+    // Thrown through agree(): every rank throws it together, so the job ends cleanly (no MPI_Abort).
+    group_.agree(differ.empty() ? std::string() :
+                 "the ranks build different models: rank 0 has " + std::to_string(counts[0]) +
+                 " parameters, and these ranks different layers, parameters, buffers or gradient buckets "
+                 "(BucketOptions) (parameter count):" + differ,
+                 "comparing the model's layout");
   }
   std::uint64_t parameter_fingerprint() const {
     const auto p = model_.parameters().to_vector();

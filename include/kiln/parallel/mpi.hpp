@@ -157,10 +157,14 @@ class ProcessGroup<Mpi> {
     try {
       local_rank_ = find_local_rank();
       if (const auto r = detail::env_int("RANK"); r && *r != rank_)
-        problem = "RANK=" + std::to_string(*r) + " but MPI says rank " + std::to_string(rank_);
+        problem = "RANK=" + std::to_string(*r) + " but MPI says rank " + std::to_string(rank_) +
+                  " (kiln's ranks are started by mpirun; torchrun's MASTER_ADDR/MASTER_PORT rendezvous is not "
+                  "supported)";
       else if (const auto w = detail::env_int("WORLD_SIZE"); w && *w != size_)
-        problem =
-            "WORLD_SIZE=" + std::to_string(*w) + " but mpirun started " + std::to_string(size_) + " ranks";
+        problem = "WORLD_SIZE=" + std::to_string(*w) + " but mpirun started " + std::to_string(size_) +
+                  (size_ == 1 ? " rank" : " ranks") +
+                  " (kiln's ranks are started by mpirun; torchrun's MASTER_ADDR/MASTER_PORT rendezvous is not "
+                  "supported)";
       else if (options_.expected_world_size > 0 && options_.expected_world_size != size_)
         problem = "the job needs " + std::to_string(options_.expected_world_size) +
                   " ranks but mpirun started " + std::to_string(size_) + " (mpirun -np " +
@@ -189,7 +193,7 @@ class ProcessGroup<Mpi> {
   template <class E>
   void broadcast(E* data, index_t count, int root, const std::string& what) {
     std::vector<MPI_Request> reqs;
-    for_chunks(count, [&](index_t off, int n) {
+    for_chunks<E>(count, [&](index_t off, int n) {
       reqs.push_back(MPI_REQUEST_NULL);
       check(MPI_Ibcast(data + off, n, detail::mpi_type<E>(), root, comm_, &reqs.back()), what);
     });
@@ -221,7 +225,7 @@ class ProcessGroup<Mpi> {
   template <class E>
   void all_reduce_sum(E* data, index_t count, const std::string& what) {
     std::vector<MPI_Request> reqs;
-    for_chunks(count, [&](index_t off, int n) {
+    for_chunks<E>(count, [&](index_t off, int n) {
       reqs.push_back(MPI_REQUEST_NULL);
       check(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, detail::mpi_type<E>(), MPI_SUM, comm_, &reqs.back()), what);
     });
@@ -252,7 +256,7 @@ class ProcessGroup<Mpi> {
       auto bucket = Tensor<E, Shape<dyn>, Cpu>::from_blob(data, Extents<Shape<dyn>>(count));
       kiln::assign(bucket, bucket * (E(1) / static_cast<E>(size_)));
     }
-    for_chunks(count, [&](index_t off, int n) {
+    for_chunks<E>(count, [&](index_t off, int n) {
       pending_.push_back(MPI_REQUEST_NULL);
       pending_what_.push_back(what);
       check(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, detail::mpi_type<E>(), MPI_SUM, comm_, &pending_.back()), what);
@@ -299,10 +303,11 @@ class ProcessGroup<Mpi> {
                        " elements per rank, more than one MPI call takes (2^30)");
     return static_cast<int>(count);
   }
-  /// MPI counts are int: calls f(offset, n) for chunks of at most 2^30 elements.
-  template <class F>
+  /// MPI counts are int: calls f(offset, n) for chunks of at most 2^30 bytes of E (Open MPI before 4.1.3
+  /// computed count x extent in an int in its non-blocking reductions: chunks under 2^31 bytes are safe).
+  template <class E, class F>
   static void for_chunks(index_t count, F&& f) {
-    constexpr index_t chunk = index_t{1} << 30;
+    constexpr index_t chunk = (index_t{1} << 30) / static_cast<index_t>(sizeof(E));
     for (index_t off = 0; off < count; off += chunk) f(off, static_cast<int>(std::min(chunk, count - off)));
   }
   void check(int rc, const std::string& what) {
