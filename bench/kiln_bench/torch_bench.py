@@ -38,8 +38,15 @@ MODELS = {  # name: (constructor, input shape after the batch, regression?)
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def compile_mode(device):
+    """torch.compile's mode: CUDA graphs on the GPU (as kiln's graph replays), the default on the CPU."""
+    return "reduce-overhead" if device == "cuda" else None
+
+
 def median_ms(step, warmup, repeat, sync):
-    for _ in range(max(warmup, 1)):  # at least one: first-call set-up (and a compile) is not a step
+    # At least three: first-call set-up, a compile, and "reduce-overhead"'s warm-up and recording runs
+    # are not steps.
+    for _ in range(max(warmup, 3)):
         step()
     sync()
     samples = []
@@ -56,7 +63,8 @@ def measure(name, batch, precision, mode, compiled, device, warmup, repeat):
     model = make().to(device)
     if compiled:
         torch._dynamo.reset()  # a fresh compile per configuration (the recompile limit would fall back to eager)
-        model = torch.compile(model, dynamic=False)
+        # On the GPU kiln's fused steps are CUDA graph replays: torch's own graphs are "reduce-overhead".
+        model = torch.compile(model, dynamic=False, mode=compile_mode(device))
     x = torch.randn(batch, *shape, device=device)
     y = torch.randn(batch, 1, device=device) if regression else torch.randint(0, 10, (batch,), device=device)
     loss_fn = nn.MSELoss() if regression else nn.CrossEntropyLoss()
@@ -103,12 +111,12 @@ def measure_elementwise(workload, n, precision, variant, device, warmup, repeat)
         def chain(x):
             return torch.relu(x * 1.5 - 0.25) * 2 + 0.5
 
-        f = torch.compile(chain) if variant == "compile" else chain
+        f = torch.compile(chain, mode=compile_mode(device)) if variant == "compile" else chain
 
         def step():
             f(x)
     with torch.no_grad():
-        return median_ms(step, max(warmup, 1), repeat, sync)
+        return median_ms(step, warmup, repeat, sync)
 
 
 def elementwise_rows(a, out):
