@@ -282,10 +282,15 @@ class ProcessGroup<Mpi> {
 
  private:
   int find_local_rank() {
+    // The ranks before this one on the same host (by MPI_Get_processor_name; gathered within the
+    // timeout, where MPI_Comm_split_type would block). Gathered on every rank whatever the environment
+    // says, so that ranks where only some have LOCAL_RANK set still make the same collectives.
+    const int by_host = local_rank_by_host();
     if (const auto l = detail::env_int("LOCAL_RANK")) return *l;
     if (const auto l = detail::env_int("OMPI_COMM_WORLD_LOCAL_RANK")) return *l;
-    // The ranks before this one on the same host (by MPI_Get_processor_name; gathered within the
-    // timeout, where MPI_Comm_split_type would block).
+    return by_host;
+  }
+  int local_rank_by_host() {
     std::vector<char> name(MPI_MAX_PROCESSOR_NAME + 1, '\0');
     int length = 0;
     KILN_MPI_CHECK(MPI_Get_processor_name(name.data(), &length));
@@ -330,7 +335,8 @@ class ProcessGroup<Mpi> {
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline)
         fail(what + " did not complete within " + detail::seconds_text(options_.timeout) +
-             ": another rank has died, hangs, or runs different code (the job is aborted)");
+             ": another rank has died, hangs, or runs different code (a different number of batches or "
+             "steps, a collective only some ranks make) (the job is aborted)");
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
