@@ -2,8 +2,10 @@
 /// them, every replica on its own host thread, gradients summed across replicas, every replica stepping.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -272,6 +274,7 @@ class DataParallel {
       replica(r).train(replica(0).training());
       replica(r).set_grad_enabled(replica(0).grad_enabled());
     }
+    check_replicas_agree();
     const index_t n = x.size(0);
     const Split split = Split::of(n, size());
     const bool summed = sums(loss);
@@ -375,6 +378,40 @@ class DataParallel {
       replica(r).buffers().copy_from(std::span<const M>(host.data(), host.size()));
     }
     devices_.synchronize();
+  }
+
+  /// Throws Error when a replica's parameters differ from replica 0's at a few sampled elements (the first,
+  /// the middle, the last; bit for bit, so NaN weights compare equal): replicas that drifted apart (an
+  /// optimizer made on module() alone, which steps replica 0 only; weights loaded into module() without
+  /// broadcast_parameters()) would otherwise train on silently, each step summing gradients taken at
+  /// different weights. train_step calls it first: 3 values read per replica (on GPUs, 3 small copies).
+  void check_replicas_agree() {
+    if (size() == 1) return;
+    const index_t n = replica(0).parameters().numel();
+    if (n == 0) return;
+    devices_.synchronize();  // every replica's queued optimizer step is done
+    const std::array<index_t, 3> at{0, n / 2, n - 1};
+    const auto sample = [&](int r, std::size_t k) {  // (const: a mixed-precision working copy stays fresh)
+      [[maybe_unused]] const auto on = devices_.scope(r);
+      const auto& p = std::as_const(replica(r)).parameters();
+      M v{};
+      kiln::detail::device_copy<Cpu, D>::run(&v, 0, p.data() + at[k], p.device_index(), sizeof(M), false);
+      return v;
+    };
+    for (std::size_t k = 0; k < at.size(); ++k) {
+      const M first = sample(0, k);
+      for (int r = 1; r < size(); ++r) {
+        const M other = sample(r, k);
+        if (std::memcmp(&first, &other, sizeof(M)) != 0)
+          throw Error("kiln::parallel::DataParallel::train_step: replica " + std::to_string(r) +
+                      "'s parameters differ from replica 0's (element " + std::to_string(at[k]) + ": " +
+                      std::to_string(static_cast<double>(other)) + " against " +
+                      std::to_string(static_cast<double>(first)) +
+                      "): make the optimizer with dp.make_optimizers(...), not on dp.module() alone (it steps "
+                      "replica 0 only), and call dp.broadcast_parameters() after loading weights into "
+                      "dp.module()");
+      }
+    }
   }
 
   /// Whether every replica holds the same parameters, bit for bit (they should, after any number of steps).

@@ -281,6 +281,26 @@ BOOST_AUTO_TEST_CASE(weights_loaded_into_the_module_reach_every_replica_through_
   BOOST_TEST(norm.in_sync());
 }
 
+BOOST_AUTO_TEST_CASE(replicas_that_drifted_apart_stop_the_next_train_step) {
+  // torch's habit, an optimizer on the module alone, steps replica 0 only here (torch re-copies its module
+  // every forward, kiln's replicas stay where they are): the next train_step says so instead of summing
+  // gradients taken at different weights from then on. So do weights loaded into module() alone.
+  DataParallel<Mlp, Row> dp(2, 5);
+  kiln::optim::SGD stray(dp.module(), {.lr = 0.05f});
+  knn::MSELoss mse;
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8 * 13, -1, 1, 81), Extents<Row>(8));
+  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8, -1, 1, 82), Extents<Shape<dyn, 1>>(8));
+  (void)dp.train_step(x, y, mse);  // in step so far
+  stray.step();
+  BOOST_CHECK_EXCEPTION((void)dp.train_step(x, y, mse), kiln::Error, kt::message_contains({"replica 1", "make_optimizers"}));
+  dp.broadcast_parameters();
+  BOOST_CHECK_NO_THROW((void)dp.train_step(x, y, mse));
+  auto last = dp.module().parameters().to_vector();
+  last.back() += 1.0f;
+  dp.module().parameters().copy_from(std::span<const float>(last));  // a checkpoint loaded into module() alone
+  BOOST_CHECK_EXCEPTION((void)dp.train_step(x, y, mse), kiln::Error, kt::message_contains({"broadcast_parameters"}));
+}
+
 BOOST_AUTO_TEST_CASE(batch_norm_buffers_start_every_step_from_replica_zeros) {
   // torch's replicate(): each replica normalises its chunk by the chunk's statistics, its running
   // statistics starting from replica 0's; replica 0's are the ones that last.
