@@ -22,6 +22,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -88,6 +89,19 @@ BOOST_AUTO_TEST_CASE(the_job_has_two_ranks) {
   group.broadcast(v.data(), 2, 1, "test broadcast");
   BOOST_TEST(v == (std::vector<double>{1.5, 7.0}), boost::test_tools::per_element());
   group.barrier("test barrier");
+  // MPI_THREAD_FUNNELED: a collective from another thread is refused before it reaches MPI, on both
+  // ranks alike, and the group goes on working from the main thread.
+  std::string refused;
+  std::thread([&] {
+    try {
+      group.barrier("a barrier off the main thread");
+    } catch (const kiln::parallel::DistributedError& e) {
+      refused = e.what();
+    }
+  }).join();
+  BOOST_TEST(refused.find("a barrier off the main thread: called from a thread other than the one that "
+                          "initialised MPI") != std::string::npos, refused);
+  group.barrier("test barrier again");
 }
 
 BOOST_AUTO_TEST_CASE(two_ranks_train_the_mlp_like_one_device) {

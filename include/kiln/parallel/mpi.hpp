@@ -185,6 +185,7 @@ class ProcessGroup<Mpi> {
 
   /// Every rank waits here for the others (within the timeout).
   void barrier(const std::string& what = "a barrier") {
+    main_thread_only(what);
     MPI_Request req = MPI_REQUEST_NULL;
     check(MPI_Ibarrier(comm_, &req), what);
     wait(&req, 1, what);
@@ -192,6 +193,7 @@ class ProcessGroup<Mpi> {
   /// Copies `count` elements at `data` from rank `root` to every rank.
   template <class E>
   void broadcast(E* data, index_t count, int root, const std::string& what) {
+    main_thread_only(what);
     std::vector<MPI_Request> reqs;
     for_chunks<E>(count, [&](index_t off, int n) {
       reqs.push_back(MPI_REQUEST_NULL);
@@ -202,6 +204,7 @@ class ProcessGroup<Mpi> {
   /// Every rank's `value`, by rank.
   template <class E>
   std::vector<E> all_gather(E value, const std::string& what) {
+    main_thread_only(what);
     std::vector<E> all(static_cast<std::size_t>(size_));
     MPI_Request req = MPI_REQUEST_NULL;
     check(MPI_Iallgather(&value, 1, detail::mpi_type<E>(), all.data(), 1, detail::mpi_type<E>(), comm_, &req), what);
@@ -214,6 +217,7 @@ class ProcessGroup<Mpi> {
   /// Every rank's `count` elements at `send` (host memory), by rank: recv[r * count + i].
   template <class E>
   void all_gather(const E* send, E* recv, index_t count, const std::string& what) {
+    main_thread_only(what);
     MPI_Request req = MPI_REQUEST_NULL;
     check(MPI_Iallgather(send, mpi_count(count, what), detail::mpi_type<E>(), recv, mpi_count(count, what),
                          detail::mpi_type<E>(), comm_, &req),
@@ -224,6 +228,7 @@ class ProcessGroup<Mpi> {
   /// collective of its own, beside any started averages).
   template <class E>
   void all_reduce_sum(E* data, index_t count, const std::string& what) {
+    main_thread_only(what);
     std::vector<MPI_Request> reqs;
     for_chunks<E>(count, [&](index_t off, int n) {
       reqs.push_back(MPI_REQUEST_NULL);
@@ -252,6 +257,7 @@ class ProcessGroup<Mpi> {
   void start_average(E* data, index_t count, const std::string& what) {
     static_assert(std::is_same_v<D, Cpu>,
                   "kiln::parallel::ProcessGroup<Mpi> reduces host memory: train CUDA models with Distributed<Nccl>");
+    main_thread_only(what);
     if (size_ > 1) {  // one kiln pass (OpenMP), not a serial loop: a bucket is up to 25 MiB
       auto bucket = Tensor<E, Shape<dyn>, Cpu>::from_blob(data, Extents<Shape<dyn>>(count));
       kiln::assign(bucket, bucket * (E(1) / static_cast<E>(size_)));
@@ -265,12 +271,14 @@ class ProcessGroup<Mpi> {
   /// Lets MPI move the started reductions along (Open MPI progresses them inside MPI calls); never waits.
   void progress() {
     if (pending_.empty()) return;
+    main_thread_only(pending_what_.front());
     int done = 0;
     check(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE), pending_what_.front());
   }
   /// Waits for every started reduction (within the timeout).
   void wait_all() {
     if (pending_.empty()) return;
+    main_thread_only(pending_what_.front());
     const std::string what = pending_what_.size() == 1 ? pending_what_.front()
                                                        : pending_what_.front() + " .. " + pending_what_.back();
     wait(pending_.data(), static_cast<int>(pending_.size()), what);
@@ -281,6 +289,19 @@ class ProcessGroup<Mpi> {
   bool failed() const { return failed_; }
 
  private:
+  /// Under MPI_THREAD_FUNNELED (kiln's level when it initialises MPI) only the thread that initialised MPI
+  /// may call it: from another thread (a loader worker, a checkpoint thread) a collective is undefined
+  /// behaviour, so it throws DistributedError instead. A program that initialised MPI itself with
+  /// MPI_THREAD_SERIALIZED or MULTIPLE may call from any thread (serialising the calls is then its job).
+  void main_thread_only(const std::string& what) const {
+    int level = MPI_THREAD_SINGLE, is_main = 1;
+    if (MPI_Query_thread(&level) != MPI_SUCCESS || level > MPI_THREAD_FUNNELED) return;  // (unknown: no check)
+    if (MPI_Is_thread_main(&is_main) == MPI_SUCCESS && !is_main)
+      throw DistributedError(detail::rank_prefix(rank_, size_) + what +
+                             ": called from a thread other than the one that initialised MPI, which "
+                             "MPI_THREAD_FUNNELED (kiln's level) does not allow; make the group's calls on "
+                             "that thread, or initialise MPI yourself with MPI_THREAD_SERIALIZED or MULTIPLE");
+  }
   int find_local_rank() {
     // The ranks before this one on the same host (by MPI_Get_processor_name; gathered within the
     // timeout, where MPI_Comm_split_type would block). Gathered on every rank whatever the environment
