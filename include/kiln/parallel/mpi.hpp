@@ -65,6 +65,11 @@ struct MpiRuntime {
     int provided = 0;  // FUNNELED: only the main thread calls MPI (OpenMP threads compute)
     mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", __FILE__, __LINE__);
     owned = true;
+    // Open MPI reports a failed non-blocking collective (MPI_ERR_TRUNCATE where the ranks passed
+    // different counts) on MPI_COMM_WORLD, whatever its communicator: with the default fatal handler it
+    // would abort the job with its own message before the group could name the collective. (A program
+    // that initialised MPI itself keeps its handler: such an error then aborts the job, as MPI says.)
+    mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", __FILE__, __LINE__);
     if (provided < MPI_THREAD_FUNNELED)
       throw DistributedError("kiln: MPI_Init_thread gave thread level " + std::to_string(provided) +
                              ", below MPI_THREAD_FUNNELED, which kiln needs (OpenMP threads run beside the main "
@@ -272,8 +277,7 @@ class ProcessGroup<Mpi> {
   void progress() {
     if (pending_.empty()) return;
     main_thread_only(pending_what_.front());
-    int done = 0;
-    check(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE), pending_what_.front());
+    (void)test_all(pending_.data(), static_cast<int>(pending_.size()), pending_what_.front(), &pending_what_);
   }
   /// Waits for every started reduction (within the timeout).
   void wait_all() {
@@ -281,7 +285,7 @@ class ProcessGroup<Mpi> {
     main_thread_only(pending_what_.front());
     const std::string what = pending_what_.size() == 1 ? pending_what_.front()
                                                        : pending_what_.front() + " .. " + pending_what_.back();
-    wait(pending_.data(), static_cast<int>(pending_.size()), what);
+    wait(pending_.data(), static_cast<int>(pending_.size()), what, &pending_what_);
     pending_.clear();
     pending_what_.clear();
   }
@@ -336,20 +340,49 @@ class ProcessGroup<Mpi> {
     constexpr index_t chunk = (index_t{1} << 30) / static_cast<index_t>(sizeof(E));
     for (index_t off = 0; off < count; off += chunk) f(off, static_cast<int>(std::min(chunk, count - off)));
   }
-  void check(int rc, const std::string& what) {
-    if (rc == MPI_SUCCESS) return;
+  static std::string error_text(int rc) {
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
     if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = std::snprintf(text, sizeof text, "error %d", rc);
-    fail(what + ": MPI failed: " + std::string(text, static_cast<std::size_t>(length)));
+    return std::string(text, static_cast<std::size_t>(length));
   }
-  void wait(MPI_Request* reqs, int n, const std::string& what) {
+  void check(int rc, const std::string& what) {
+    if (rc == MPI_SUCCESS) return;
+    fail(what + ": MPI failed: " + error_text(rc));
+  }
+  /// MPI_Testall over n requests; whether all completed. A request that failed (MPI_ERR_IN_STATUS) is
+  /// reported by its own error, as `names[i]` where given (the collective each request belongs to):
+  /// MPI_ERR_TRUNCATE, say, where the ranks passed different counts to one collective.
+  bool test_all(MPI_Request* reqs, int n, const std::string& what, const std::vector<std::string>* names = nullptr) {
+    statuses_.resize(static_cast<std::size_t>(n));
+    int done = 0;
+    const int rc = MPI_Testall(n, reqs, &done, statuses_.data());
+    if (rc != MPI_ERR_IN_STATUS) {
+      check(rc, what);
+      return done != 0;
+    }
+    std::string failed;
+    bool truncated = false;
+    for (int i = 0; i < n; ++i) {
+      const int e = statuses_[static_cast<std::size_t>(i)].MPI_ERROR;
+      if (e == MPI_SUCCESS || e == MPI_ERR_PENDING) continue;
+      int error_class = MPI_ERR_OTHER;
+      truncated = truncated || (MPI_Error_class(e, &error_class) == MPI_SUCCESS && error_class == MPI_ERR_TRUNCATE);
+      failed += (failed.empty() ? "" : "; ") +
+                (names != nullptr ? (*names)[static_cast<std::size_t>(i)]
+                                  : "request " + std::to_string(i + 1) + " of " + std::to_string(n)) +
+                ": " + error_text(e);
+    }
+    fail(what + ": MPI failed: " + (failed.empty() ? error_text(rc) : failed) +
+         (truncated ? " (the ranks passed different counts to the same collective: every rank must make the "
+                      "same collectives, in the same order, with the same sizes)"
+                    : ""));
+  }
+  void wait(MPI_Request* reqs, int n, const std::string& what, const std::vector<std::string>* names = nullptr) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + options_.timeout;
     for (long spins = 0;; ++spins) {
-      int done = 0;
-      check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what);
-      if (done) {
+      if (test_all(reqs, n, what, names)) {
         agreed_unwinding_ = -1;  // an error every rank threw together is over: a later one is this rank's own
         return;
       }
@@ -377,6 +410,7 @@ class ProcessGroup<Mpi> {
   int agreed_unwinding_ = -1;  // the exception count while agree()'s error, which every rank throws, is in flight
   std::vector<MPI_Request> pending_;
   std::vector<std::string> pending_what_;
+  std::vector<MPI_Status> statuses_;  // test_all's
 };
 
 }  // namespace kiln::parallel

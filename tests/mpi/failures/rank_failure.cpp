@@ -7,6 +7,8 @@
 // error every rank throws together), then rank 1 throws its own: the job still ends at once.
 // `bad_env_on_one_rank`: rank 1 alone has a LOCAL_RANK that is not a number: every rank ends with the
 // launch check's error at once (rank 0 does not wait for rank 1 until its timeout).
+// `different_counts`: at step 3 the ranks sum a metric vector of different lengths (4 values on rank 0,
+// 1000 on rank 1): rank 0's request fails with MPI_ERR_TRUNCATE, which it names, and the job ends at once.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace knn = kiln::nn;
 using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
@@ -27,9 +30,10 @@ using Row = kiln::Shape<kiln::dyn, 13>;
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "kill" && mode != "hang" && mode != "throw" && mode != "throw_after_agreed" &&
-      mode != "bad_env_on_one_rank") {
+      mode != "bad_env_on_one_rank" && mode != "different_counts") {
     std::fprintf(stderr,
-                 "usage: %s kill|hang|throw|throw_after_agreed|bad_env_on_one_rank [group timeout in s]\n",
+                 "usage: %s kill|hang|throw|throw_after_agreed|bad_env_on_one_rank|different_counts "
+                 "[group timeout in s]\n",
                  argv[0]);
     return 2;
   }
@@ -47,14 +51,17 @@ int main(int argc, char** argv) {
         std::printf("rank %d: caught '%s'\n", group.rank(), e.what());
       }
     }
-    kiln::optim::SGD opt(ddp.module(), {.lr = 0.01f});
+    kiln::optim::SGD opt(ddp.module(), {.lr = 0.01});
     kiln::Tensor<float, Row> x(kiln::Extents<Row>(8));
     kiln::Tensor<float, kiln::Shape<kiln::dyn, 1>> y(kiln::Extents<kiln::Shape<kiln::dyn, 1>>(8));
     x.fill(0.5f);
     y.fill(1.0f);
     knn::MSELoss mse;
     for (int step = 0; step < 100; ++step) {
-      if (group.rank() == 1 && step == 3) {
+      if (mode == "different_counts" && step == 3) {
+        std::vector<float> metrics(group.rank() == 0 ? 4 : 1000, 1.0f);
+        group.all_reduce_sum(metrics.data(), static_cast<kiln::index_t>(metrics.size()), "summing the metrics");
+      } else if (group.rank() == 1 && step == 3) {
         std::printf("rank 1: failing (%s) at step 3\n", mode.c_str());
         std::fflush(stdout);
         if (mode == "kill") std::raise(SIGKILL);
