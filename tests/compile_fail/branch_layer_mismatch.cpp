@@ -1,9 +1,10 @@
-// expect: In instantiation of 'struct kiln::nn::layer_input_mismatch<2, kiln::nn::Conv2d<6, 8, 3, 1, 1[^>]*>, kiln::Shape<-1, 8, 6, 6 ?> ?>'.*error: static assertion failed: kiln::nn::Sequential: shape mismatch
+// expect: In instantiation of 'struct kiln::nn::layer_input_mismatch<2, kiln::nn::Conv2d<6, 8, 3, 1, 1[^>]*>, kiln::Shape<-1, 8, 6, 6>, kiln::Shape<-1, 6, 6, 6> ?>'.*error: static assertion failed: kiln::nn::Sequential: shape mismatch
 // errors: 1
 // A layer inside a branch that does not fit what comes before it in the branch (6 input channels after a
-// convolution yielding 8): the branch's Sequential names the layer's index in the branch and both shapes,
-// and that is the only error: the block, the Sequential holding it and the layers after it report
-// nothing more (no cascade from the shape where the branch stopped).
+// convolution yielding 8): the branch's Sequential names the layer's index in the branch and both shapes
+// (given [N, 8, 6, 6], expected [N, 6, 6, 6]), and that is the only error: the block, the Sequential
+// holding it and the layers after it report nothing more (no cascade from the shape where the branch
+// stopped).
 #include <kiln/nn/nn.hpp>
 
 int main() {

@@ -1,4 +1,4 @@
-// expect: In instantiation of 'struct kiln::nn::layer_input_mismatch<1, Scale, kiln::Shape<-1, 4> ?>'.*error: static assertion failed: kiln::nn::Sequential: the type at this index is not a kiln::nn layer
+// expect: In instantiation of 'struct kiln::nn::layer_input_mismatch<1, Scale, kiln::Shape<-1, 4>, kiln::nn::see_the_layers_accepts ?>'.*error: static assertion failed: kiln::nn::Sequential: the type at this index is not a kiln::nn layer
 // errors: 1
 // A type that is no layer (no accepts<Shape>) in a Sequential: one error naming its index and the type,
 // not a cascade of "is not a member" errors.

@@ -167,6 +167,10 @@ struct AdaptivePool2dLayer {
                                   (S::extents[3] != dyn) && (S::extents[2] > 0) && (S::extents[3] > 0);
   template <class S>
   using output = Shape<S::extents[0], S::extents[1], OH, OW>;
+  /// What it takes where it is given S (for the error): [N, C, H, W], all static past the batch, H and W
+  /// at least 1.
+  template <class S>
+  using expects = static_image_at_least<S, 1, 1>;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {

@@ -397,6 +397,10 @@ struct BatchNormLayer {
       S::rank >= MinRank && S::rank <= MaxRank && (S::extents[1] == C || S::extents[1] == dyn);
   template <class S>
   using output = S;
+  /// What it takes where it is given S (for the error): S with C channels, of the nearest rank it takes.
+  template <class S>
+  using expects = typename with_channels<S, (S::rank < MinRank ? MinRank : S::rank > MaxRank ? MaxRank : S::rank),
+                                         C>::type;
 
   template <class S, class P>
   class module {

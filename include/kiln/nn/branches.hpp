@@ -19,17 +19,20 @@
 
 namespace kiln::nn {
 
-/// Fails to compile, naming the branch's index, the branch and the shape, when a branch of an Add or a
-/// Concat does not accept the input of the block (-1 in a Shape is dyn).
-template <std::size_t BranchIndex, class Branch, class Input>
+/// Fails to compile, naming the branch's index, the branch, the shape and the shape the branch expects
+/// (Expected: as a Sequential's layer_input_mismatch), when a branch of an Add or a Concat does not accept
+/// the input of the block (-1 in a Shape is dyn).
+template <std::size_t BranchIndex, class Branch, class Input, class Expected>
 struct branch_input_mismatch {
   // >>> Stopped here? Branch number BranchIndex (from 0) of your Add<...> or Concat<...> does not accept
-  //     the block's input; every branch reads the same input. The template arguments name both. <<<
+  //     the block's input; every branch reads the same input. The template arguments name the branch,
+  //     that input and what the branch expects. <<<
   static_assert(
       Branch::template accepts<Input>,
       "kiln::nn::Add / Concat: a branch does not accept the block's input (every branch reads the same "
       "x); see the template arguments of kiln::nn::branch_input_mismatch<branch index, branch, input "
-      "shape> (in a Shape, -1 means dyn)");
+      "shape, expected shape> (in a Shape, -1 means dyn; where no one shape is expected, a tag such as "
+      "kiln::nn::any_shape_of_rank<4> names the rule)");
   static constexpr bool value = true;
 };
 
@@ -83,8 +86,8 @@ namespace detail {
 /// (unchecked_layer), and the block reports no error of its own (failed<S>).
 template <std::size_t I, class B, class S>
 struct checked_branch {
-  static constexpr bool ok =
-      branch_input_mismatch<I, B, S>::value && B::template accepts<S> && !failed_inside<B, S>();
+  static constexpr bool ok = branch_input_mismatch<I, B, S, typename expected_input<B, S>::type>::value &&
+                             B::template accepts<S> && !failed_inside<B, S>();
   using layer = std::conditional_t<ok, B, unchecked_layer>;
   using output = typename layer::template output<S>;
 };

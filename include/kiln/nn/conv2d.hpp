@@ -88,6 +88,16 @@ struct Conv2d {
   template <class S>
   using output = Shape<S::extents[0], Out, (S::extents[2] + pad + pad_end - span) / Stride + 1,
                        (S::extents[3] + pad + pad_end - span) / Stride + 1>;
+  /// The least H (and W) that the padded kernel fits (and, for Mode, the padding).
+  static constexpr index_t least_extent() {
+    index_t n = 1;
+    while (n + pad + pad_end < span || !detail::padding_fits<Mode>(pad, pad_end, n)) ++n;
+    return n;
+  }
+  /// What it takes where it is given S (for the error): [N, In, H, W], H and W S's (dyn for another
+  /// rank), raised to the least the kernel fits.
+  template <class S>
+  using expects = typename detail::with_channels<S, 4, In, least_extent()>::type;
 
   /// torch's repr: padding, dilation and groups only when not the default, "bias=False" only without
   /// a bias, the padding mode only when not zeros.

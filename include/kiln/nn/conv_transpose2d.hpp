@@ -74,6 +74,16 @@ struct ConvTranspose2d {
                                   (extent(S::extents[3]) > 0);
   template <class S>
   using output = Shape<S::extents[0], Out, extent(S::extents[2]), extent(S::extents[3])>;
+  /// The least H (and W) whose output is not cropped away.
+  static constexpr index_t least_extent() {
+    index_t n = 1;
+    while (extent(n) <= 0) ++n;
+    return n;
+  }
+  /// What it takes where it is given S (for the error): [N, In, H, W], H and W S's (dyn for another
+  /// rank), raised to the least that yields an output.
+  template <class S>
+  using expects = typename detail::with_channels<S, 4, In, least_extent()>::type;
 
   /// torch's repr: padding, dilation, output_padding and groups only when not the default (in that
   /// order), "bias=False" only without a bias.

@@ -58,6 +58,9 @@ struct DropoutLayer {
   static constexpr bool accepts = rank == 0 || S::rank == rank;
   template <class S>
   using output = S;
+  /// What Dropout1d and Dropout2d take (for the error; Dropout takes every shape).
+  template <class S>
+  using expects = any_shape_of_rank<rank>;
 
   template <class S, class Pol>
   class module : public parameter_free<S, S, Pol> {

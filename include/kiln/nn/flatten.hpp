@@ -26,6 +26,9 @@ struct Flatten {
   static constexpr bool accepts = all_static_after_first<S>();
   template <class S>
   using output = Shape<S::extents[0], features<S>()>;
+  /// What it takes (for the error): [N, d1, ...], d1 ... static.
+  template <class S>
+  using expects = static_shape_of_rank_at_least<2>;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {

@@ -32,6 +32,9 @@ struct GroupNormLayer {
   static constexpr bool accepts = S::rank >= 2 && (S::extents[1] == C || S::extents[1] == dyn);
   template <class S>
   using output = S;
+  /// What it takes where it is given S (for the error): S with C channels ([N, C] below rank 2).
+  template <class S>
+  using expects = typename with_channels<S, (S::rank < 2 ? 2 : S::rank), C>::type;
 
   struct Spec {
     static constexpr index_t affine_count = C;

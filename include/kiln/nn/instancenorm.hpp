@@ -52,6 +52,10 @@ struct InstanceNormLayer
   template <class S>
   static constexpr bool accepts = S::rank == Rank &&
                                   (S::extents[1] == C || S::extents[1] == dyn) && static_positions<S>() != 1;
+  /// What it takes where it is given S (for the error): [N, C, L] or [N, C, H, W] (S's extents past
+  /// the channels, dyn for another rank).
+  template <class S>
+  using expects = typename with_channels<S, Rank, C>::type;
 
   /// GroupNorm's rows, after torch's check of the run-time positions (0 positions pass: an empty output).
   struct Spec : base::Spec {

@@ -1,12 +1,15 @@
 /// The layer protocol: a layer is a type (spec) that, given an input shape and a Policy, yields a module.
 #pragma once
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/errors.hpp"
@@ -68,11 +71,31 @@ struct BufferInfo {
 ///   L::failed<In>             optional, for a layer holding others (Sequential, Residual, Add, Concat):
 ///                             whether one of them did not fit (its error is out; nothing is inferred
 ///                             past L, so that error comes alone)
+///   L::expects<In>            optional: what L would take where it is given an In it does not accept,
+///                             named by the compile error next to In: a Shape (Linear<120, 84> given
+///                             [N, 100]: Shape<dyn, 120>), or where no one shape says it, a tag naming
+///                             L's rule (any_shape_of_rank<2>, below); see_the_layers_accepts without it
 /// Requirements are checked where the pieces meet (Sequential), not here, to keep errors short.
 template <class L, class In>
 concept layer_for = requires {
   { L::template accepts<In> } -> std::convertible_to<bool>;
 };
+
+// What a layer expects, where no one shape says it: the last template argument of the errors
+// kiln::nn::layer_input_mismatch (nn/sequential.hpp) and branch_input_mismatch (nn/branches.hpp).
+
+/// Any shape of rank Rank (Softmax: [N, F]; Dropout1d: [N, C, L]; Dropout2d: [N, C, H, W]).
+template <std::size_t Rank>
+struct any_shape_of_rank {};
+/// A shape of rank Rank whose extents past the batch are all static (adaptive pooling, Upsample; pooling
+/// and padding layers given another rank or a dyn extent past the batch).
+template <std::size_t Rank>
+struct static_shape_of_rank {};
+/// A shape of rank Rank or more whose extents past the batch are all static (Flatten: 2).
+template <std::size_t Rank>
+struct static_shape_of_rank_at_least {};
+/// The layer's own rule, its accepts<S>: the layer has no expects<S> (or is no layer).
+struct see_the_layers_accepts {};
 
 namespace detail {
 /// Mod::buffer_count, or 0 for a module without buffers (most of them).
@@ -97,6 +120,48 @@ std::vector<BufferInfo> buffers_of(const Mod& m) {
   if constexpr (buffer_count_of<Mod>() > 0) return m.buffers();
   else return {};
 }
+
+/// Extent i of S, or dyn past its rank.
+template <class S>
+constexpr index_t extent_or_dyn(std::size_t i) {
+  if constexpr (S::rank == 0)
+    return dyn;
+  else
+    return i < S::rank ? S::extents[i] : dyn;
+}
+/// Extent e, raised to `least` when smaller (dyn stays dyn).
+constexpr index_t at_least(index_t e, index_t least) { return e == dyn || e >= least ? e : least; }
+/// Whether every extent of S past the batch is static.
+template <class S>
+constexpr bool static_past_the_batch() {
+  if constexpr (S::rank > 1)
+    for (std::size_t i = 1; i < S::rank; ++i)
+      if (S::extents[i] == dyn) return false;
+  return true;
+}
+
+/// What a layer over the C channels (features) at dimension 1 of a rank-Rank input expects where it is
+/// given S (its expects<S>): S with dimension 1 set to C and the dimensions past it raised to
+/// LeastSpatial when S has rank Rank, else [S's dimension 0, C, dyn, ...] of rank Rank.
+template <class S, std::size_t Rank, index_t C, index_t LeastSpatial = 0,
+          class Index = std::make_index_sequence<Rank>>
+struct with_channels;
+template <class S, std::size_t Rank, index_t C, index_t LeastSpatial, std::size_t... I>
+struct with_channels<S, Rank, C, LeastSpatial, std::index_sequence<I...>> {
+  using type = Shape<(I == 1   ? C
+                      : I == 0 ? extent_or_dyn<S>(0)
+                      : S::rank == Rank ? at_least(extent_or_dyn<S>(I), LeastSpatial)
+                                        : dyn)...>;
+};
+
+/// What a layer over [N, C, H, W] with static C, H and W expects where it is given S (its expects<S>):
+/// S with H and W raised to LeastH and LeastW when S is such a shape, else static_shape_of_rank<4>.
+template <class S, index_t LeastH, index_t LeastW>
+using static_image_at_least =
+    std::conditional_t<S::rank == 4 && static_past_the_batch<S>(),
+                       Shape<extent_or_dyn<S>(0), extent_or_dyn<S>(1), at_least(extent_or_dyn<S>(2), LeastH),
+                             at_least(extent_or_dyn<S>(3), LeastW)>,
+                       static_shape_of_rank<4>>;
 
 /// What every layer without parameters has: its policy's types, its shapes, nothing to bind or
 /// initialise. Its module derives from it: `class module : public detail::parameter_free<S, Out, P>`.

@@ -1,8 +1,10 @@
 /// LayerNorm: y = (x - mean) / sqrt(var + eps) · weight + bias over the last dimensions of each sample,
 /// as torch.nn.LayerNorm(normalized_shape, eps, elementwise_affine).
 #pragma once
+#include <cstddef>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/errors.hpp"
@@ -14,6 +16,17 @@
 namespace kiln::nn {
 
 namespace detail {
+/// S with its last dimensions Trailing (S's leading ones kept; [S's dimension 0, *Trailing] where S has
+/// no more dimensions than Trailing).
+template <class S, class Trailing,
+          class Index = std::make_index_sequence<(S::rank > Trailing::rank ? S::rank : Trailing::rank + 1)>>
+struct ending_in;
+template <class S, class Trailing, std::size_t... I>
+struct ending_in<S, Trailing, std::index_sequence<I...>> {
+  static constexpr std::size_t lead = sizeof...(I) - Trailing::rank;
+  using type = Shape<(I < lead ? extent_or_dyn<S>(I) : Trailing::extents[I < lead ? 0 : I - lead])...>;
+};
+
 /// LayerNorm over the trailing dimensions Normalized (a static Shape) of its input: rows of L elements,
 /// a weight and bias per element (NormRows {L, L, 1, 1}).
 template <class Normalized, float Eps, bool Affine>
@@ -41,6 +54,9 @@ struct LayerNormLayer {
   static constexpr bool accepts = trailing_match<S>();
   template <class S>
   using output = S;
+  /// What it takes where it is given S (for the error): S ending in the normalised shape.
+  template <class S>
+  using expects = typename ending_in<S, Normalized>::type;
 
   struct Spec {
     static constexpr index_t affine_count = L;

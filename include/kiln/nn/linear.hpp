@@ -38,6 +38,9 @@ struct Linear {
   static constexpr bool accepts = S::rank == 2 && (S::extents[1] == In || S::extents[1] == dyn);
   template <class S>
   using output = Shape<S::extents[0], Out>;
+  /// What it takes where it is given S (for the error): [N, In].
+  template <class S>
+  using expects = typename detail::with_channels<S, 2, In>::type;
 
   template <class S, class P>
   class module : public detail::WeightAndBias<P, Out, In, Out, Bias> {

@@ -174,6 +174,16 @@ struct Pad2d {
   static constexpr bool accepts = fits<S>();
   template <class S>
   using output = padded_shape<S, top, bottom, left, right>;
+  /// The least extent that `before` and `after` of padding fit in the mode.
+  static constexpr index_t least_extent(index_t before, index_t after) {
+    index_t n = 0;
+    while (!padding_fits<mode>(before, after, n)) ++n;
+    return n;
+  }
+  /// What it takes where it is given S (for the error): S with H and W raised to what the padding fits,
+  /// or static_shape_of_rank<4> where S is not [N, C, H, W] with static C, H and W.
+  template <class S>
+  using expects = static_image_at_least<S, least_extent(top, bottom), least_extent(left, right)>;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {

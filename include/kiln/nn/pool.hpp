@@ -260,6 +260,10 @@ struct Pool2d {
   using output =
       Shape<S::extents[0], S::extents[1], pool_extent<K, Stride, Padding, CeilMode, Dilation>(S::extents[2]),
             pool_extent<K, Stride, Padding, CeilMode, Dilation>(S::extents[3])>;
+  /// What it takes where it is given S (for the error): S with H and W raised to one window, or
+  /// static_shape_of_rank<4> where S is not [N, C, H, W] with static C, H and W.
+  template <class S>
+  using expects = static_image_at_least<S, span - reach, span - reach>;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {

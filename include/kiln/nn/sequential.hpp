@@ -46,27 +46,54 @@ constexpr bool accepts_input() {
     return true;
 }
 
-/// Fails to compile, naming the layer's index, the layer and the shape it was given, when layer number
-/// Index of a Sequential does not accept the shape the previous layers produce (-1 in a Shape is dyn),
-/// or is no layer. `ok`: it is a layer and accepts the shape.
-template <std::size_t Index, class Layer, class Input>
+namespace detail {
+template <template <class> class>
+struct alias_template_exists : std::true_type {};
+/// Layer::expects<Input>, or see_the_layers_accepts for a type without it (detected, as has_module, by
+/// the member template named without arguments).
+template <class Layer, class Input, class = void>
+struct expects_of {
+  using type = see_the_layers_accepts;
+};
+template <class Layer, class Input>
+struct expects_of<Layer, Input, std::void_t<alias_template_exists<Layer::template expects>>> {
+  using type = typename Layer::template expects<Input>;
+};
+/// What Layer expects where it is given Input, for the error that names both: Input itself when it is a
+/// layer that accepts it (nothing more is instantiated then), else its expects<Input> (kiln/nn/layer.hpp).
+template <class Layer, class Input, bool Accepted = is_layer<Layer, Input>() && accepts_input<Layer, Input>()>
+struct expected_input {
+  using type = Input;
+};
+template <class Layer, class Input>
+struct expected_input<Layer, Input, false> : expects_of<Layer, Input> {};
+}  // namespace detail
+
+/// Fails to compile, naming the layer's index, the layer, the shape it was given and the shape it
+/// expects there (Expected: detail::expected_input's), when layer number Index of a Sequential does not
+/// accept the shape the previous layers produce (-1 in a Shape is dyn), or is no layer. `ok`: it is a
+/// layer and accepts the shape.
+template <std::size_t Index, class Layer, class Input, class Expected>
 struct layer_input_mismatch {
   // >>> Stopped here? The type at Index (from 0) of your Sequential is not a kiln::nn layer. <<<
   static_assert(is_layer<Layer, Input>(),
                 "kiln::nn::Sequential: the type at this index is not a kiln::nn layer (it has no module<S, P>); "
-                "see the template arguments of kiln::nn::layer_input_mismatch<index, type, input shape>. A layer "
-                "is a kiln::nn type such as Linear<In, Out> or ReLU, or one of your own with accepts<S>, "
+                "see the template arguments of kiln::nn::layer_input_mismatch<index, type, input shape, ...>. A "
+                "layer is a kiln::nn type such as Linear<In, Out> or ReLU, or one of your own with accepts<S>, "
                 "output<S> and module<S, P> (kiln/nn/layer.hpp)");
   static constexpr bool accepted = accepts_input<Layer, Input>();
   // >>> Stopped here? Layer number Index (from 0) of your Sequential does not accept the shape the layers
-  //     before it produce. The template arguments above name the index, the layer and that shape. <<<
+  //     before it produce. The template arguments above name the index, the layer, that shape and the
+  //     shape the layer expects there. <<<
   static_assert(accepted,
                 "kiln::nn::Sequential: shape mismatch: the layer at this index does not accept the shape the "
                 "layers before it produce; see the template arguments of kiln::nn::layer_input_mismatch<index, "
-                "layer, input shape> (in a Shape, -1 means dyn). Make the layer's parameters fit that shape: a "
-                "Linear's In the features (a Linear after convolutions needs a Flatten before it), a Conv2d's, "
-                "BatchNorm2d's or GroupNorm's channels dimension 1 of [N, C, H, W], a pooling window at most H "
-                "and W; convolutions and 2-d pooling take [N, C, H, W]");
+                "layer, input shape, expected shape> (in a Shape, -1 means dyn; where no one shape is expected, "
+                "a tag such as kiln::nn::any_shape_of_rank<4> names the rule). Make the layer's parameters fit "
+                "the input shape, or the layers before it yield the expected one: a Linear's In the features (a "
+                "Linear after convolutions needs a Flatten before it), a Conv2d's, BatchNorm2d's or GroupNorm's "
+                "channels dimension 1 of [N, C, H, W], a pooling window at most H and W; convolutions and 2-d "
+                "pooling take [N, C, H, W] with static H and W");
   static constexpr bool ok = is_layer<Layer, Input>() && accepted;
 };
 
@@ -147,7 +174,9 @@ struct infer_step<false, I, In, L, Rest...> {
 };
 template <std::size_t I, class In, class L, class... Rest>
 struct infer<I, In, L, Rest...>
-    : infer_step<layer_input_mismatch<I, L, In>::ok && !failed_inside<L, In>(), I, In, L, Rest...> {};
+    : infer_step<layer_input_mismatch<I, L, In, typename expected_input<L, In>::type>::ok &&
+                     !failed_inside<L, In>(),
+                 I, In, L, Rest...> {};
 
 template <std::size_t I, class List>
 struct type_at;

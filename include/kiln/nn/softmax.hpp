@@ -28,6 +28,9 @@ struct SoftmaxLayer {
   static constexpr bool accepts = S::rank == 2;
   template <class S>
   using output = S;
+  /// What it takes (for the error): [N, F].
+  template <class S>
+  using expects = any_shape_of_rank<2>;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, S, P> {

@@ -271,6 +271,9 @@ struct Upsample2d {
                                   (S::extents[3] != dyn);
   template <class S>
   using output = Shape<S::extents[0], S::extents[1], S::extents[2] * Scale, S::extents[3] * Scale>;
+  /// What it takes (for the error): [N, C, H, W], all static past the batch.
+  template <class S>
+  using expects = static_shape_of_rank<4>;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {
