@@ -198,7 +198,7 @@ StepResult measure_elementwise(const std::string& workload, index_t n, bool fuse
     Tensor<float, Shape<dyn>, D> p(n), g(n);
     p.fill(0.5f);
     g.fill(0.01f);
-    optim::Adam<float, D> adam(p, g, {.lr = 1e-3f});
+    optim::Adam<float, D> adam(p, g, {.lr = 1e-3});
     r = measure_pass<D>([&] { adam.step(); }, fused, warmup, repeat);
   } else {
     using T = typename Prec::storage;

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
         });
 
   Model<LeNet, Shape<dyn, 1, 28, 28>> model(0);
-  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  kiln::optim::Adam opt(model, {.lr = 1e-3});
   CrossEntropyLoss ce;
   kiln::data::DataLoader one(train, {.batch_size = batch}, normalize);
   const auto fixed = *one.begin();

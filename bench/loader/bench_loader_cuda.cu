@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   const double images = static_cast<double>(train.size());
 
   kiln::nn::Model<Net, Image, kiln::Policy<kiln::Fp32, kiln::Cuda>> model(0);
-  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  kiln::optim::Adam opt(model, {.lr = 1e-3});
   kiln::nn::CrossEntropyLoss ce;
   const auto step = [&](const auto& x, const auto& y) {
     opt.zero_grad();

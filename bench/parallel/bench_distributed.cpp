@@ -98,9 +98,9 @@ int main(int argc, char** argv) {
   CrossEntropyLoss ce;
 
   Model<LeNet, Image> single(0);
-  kiln::optim::Adam opt(single, {.lr = 1e-3f});
+  kiln::optim::Adam opt(single, {.lr = 1e-3});
   Ddp ddp(group, 0);
-  kiln::optim::Adam dopt(ddp.module(), {.lr = 1e-3f});
+  kiln::optim::Adam dopt(ddp.module(), {.lr = 1e-3});
   std::printf("%d rank%s, %d thread%s each (one process: %d); global batch %lld, %lld per rank; %zu gradient bucket%s\n",
               ranks, ranks == 1 ? "" : "s", rank_threads, rank_threads == 1 ? "" : "s", all_threads,
               static_cast<long long>(batch), static_cast<long long>(share), ddp.buckets().size(),

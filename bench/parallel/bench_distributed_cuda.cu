@@ -41,13 +41,13 @@ void add_cases(kiln::bench::Harness& h, Group& group, const std::string& name, k
   struct State {
     Model<Net, In, P> single{0};
     kiln::parallel::DistributedDataParallel<Net, In, kiln::Nccl, kiln::Fp32, kiln::Cuda> ddp;
-    kiln::optim::Adam<float, kiln::Cuda> opt{single, {.lr = 1e-3f}};
+    kiln::optim::Adam<float, kiln::Cuda> opt{single, {.lr = 1e-3}};
     kiln::optim::Adam<float, kiln::Cuda> dopt;
     kiln::Tensor<float, In, kiln::Cuda> x;
     kiln::Tensor<Y, SY, kiln::Cuda> y;
     Loss loss;
     State(Group& g, kiln::index_t batch, const std::vector<Y>& t, kiln::Extents<SY> e, Loss l)
-        : ddp(g, 0), dopt(ddp.module(), {.lr = 1e-3f}), loss(l) {
+        : ddp(g, 0), dopt(ddp.module(), {.lr = 1e-3}), loss(l) {
       kiln::Tensor<float, In> xh{kiln::Extents<In>(batch)};
       for (kiln::index_t i = 0; i < xh.numel(); ++i) xh[i] = static_cast<float>((i * 7919 + g.rank() * 13) % 1000) / 500.0f - 1.0f;
       x = xh.template to<kiln::Cuda>();

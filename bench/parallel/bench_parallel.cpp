@@ -41,10 +41,10 @@ int main(int argc, char** argv) {
   CrossEntropyLoss ce;
 
   Model<LeNet, Image> single(0);
-  kiln::optim::Adam opt(single, {.lr = 1e-3f});
+  kiln::optim::Adam opt(single, {.lr = 1e-3});
   DataParallel dp1(1, 0), dp2(2, 0);
-  auto opt1 = dp1.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-3f}); });
-  auto opt2 = dp2.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-3f}); });
+  auto opt1 = dp1.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-3}); });
+  auto opt2 = dp2.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-3}); });
   std::printf("split of the batch over 2 replicas: %s\n", kiln::parallel::Split::of(batch, 2).describe().c_str());
 
   h.add("single_step", 0, "LeNet step, one model", [&] {

@@ -87,14 +87,14 @@ int main(int argc, char** argv) {
   const auto mx = filled<float>(kiln::Extents<Shape<dyn, 13>>(batch), 1);
   const auto my = filled<float>(kiln::Extents<Shape<dyn, 1>>(batch), 2);
   MSELoss mse;
-  kiln::optim::Adam mlp_opt(mlp, {.lr = 1e-3f});
+  kiln::optim::Adam mlp_opt(mlp, {.lr = 1e-3});
 
   Model<LeNet, Shape<dyn, 3, 32, 32>> lenet(0);
   const auto lx = filled<float>(kiln::Extents<Shape<dyn, 3, 32, 32>>(batch), 3);
   kiln::Tensor<std::int64_t, Shape<dyn>> ly(batch);
   for (kiln::index_t i = 0; i < batch; ++i) ly[i] = i % 10;
   CrossEntropyLoss ce;
-  kiln::optim::Adam lenet_opt(lenet, {.lr = 1e-3f});
+  kiln::optim::Adam lenet_opt(lenet, {.lr = 1e-3});
 
   // The MLP step is ~30 µs: time 20 consecutive steps per sample (as PyTorch's side runs its steps back
   // to back), so that the LeNet case timed in between does not leave it a cold cache every time.

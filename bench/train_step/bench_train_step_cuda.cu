@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   const auto mx = random_on_gpu<Shape<dyn, 13>>(batch, 1);
   const auto my = random_on_gpu<Shape<dyn, 1>>(batch, 2);
   MSELoss mse;
-  kiln::optim::Adam mlp_opt(mlp, {.lr = 1e-3f});
+  kiln::optim::Adam mlp_opt(mlp, {.lr = 1e-3});
 
   Model<LeNet, Shape<dyn, 3, 32, 32>, P> lenet(0);
   const auto lx = random_on_gpu<Shape<dyn, 3, 32, 32>>(batch, 3);
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   for (kiln::index_t i = 0; i < batch; ++i) ly_host[i] = i % 10;
   const auto ly = ly_host.to<kiln::Cuda>();
   CrossEntropyLoss ce;
-  kiln::optim::Adam lenet_opt(lenet, {.lr = 1e-3f});
+  kiln::optim::Adam lenet_opt(lenet, {.lr = 1e-3});
 
   h.add_timed("kiln_mlp_step", 0, "13-16-32-1, MSE, Adam", event_timed(inner, [&] {
                 mlp_opt.zero_grad();

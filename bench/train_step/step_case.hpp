@@ -31,7 +31,7 @@ struct StepCase {
   /// capturable: Adam and the GradScaler keep their state on the device, so a kiln::cuda::Graph can
   /// replay step().
   StepCase(const kiln::Tensor<float, In, D>& x32, const kiln::Tensor<Y, SY, D>& targets, bool capturable = false)
-      : opt(model, {.lr = 1e-3f, .capturable = capturable}),
+      : opt(model, {.lr = 1e-3, .capturable = capturable}),
         scaler({.enabled = Prec::loss_scaling, .capturable = capturable}),
         x(x32.extents(), x32.device_index()) {
     kiln::assign(x, kiln::cast<T>(x32));

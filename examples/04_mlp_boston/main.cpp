@@ -109,7 +109,7 @@ int run(examples::TrainOptions o, const std::string& device) {  // a copy: o.dat
     const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, start);
     return reg::report_result(r, baseline_rmse, t_start, device, o.precision);
   };
-  return examples::with_trainer<Mlp, Row, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);
+  return examples::with_trainer<Mlp, Row, Precision, D>(o, device, {.lr = o.lr}, fit_and_report);
 }
 }  // namespace
 

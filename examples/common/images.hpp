@@ -72,7 +72,7 @@ int train_on_images(const TrainOptions& o, const ImageRun& run, const Train& tra
     const auto r = fit(o, trained, opt, scaler, train_batches, test_batches, start);
     return report_result(r, t_start, device, o.precision);
   };
-  return with_trainer<Net, Image, Precision, D>(o, device, {.lr = static_cast<float>(o.lr)}, fit_and_report);
+  return with_trainer<Net, Image, Precision, D>(o, device, {.lr = o.lr}, fit_and_report);
 }
 
 }  // namespace examples::classification

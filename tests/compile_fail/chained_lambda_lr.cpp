@@ -6,7 +6,7 @@
 
 int main() {
   kiln::Tensor<float, kiln::Shape<kiln::dyn>> p(4), g(4);
-  kiln::optim::SGD<float, kiln::Cpu> opt(p, g, {.lr = 0.1f});
+  kiln::optim::SGD<float, kiln::Cpu> opt(p, g, {.lr = 0.1});
   kiln::optim::ChainedScheduler sched(kiln::optim::ExponentialLR(opt, 0.9),
                                       kiln::optim::LambdaLR(opt, [](std::int64_t e) { return 1.0 / (1.0 + e); }));
   sched.step();

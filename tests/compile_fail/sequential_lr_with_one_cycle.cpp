@@ -6,7 +6,7 @@
 
 int main() {
   kiln::Tensor<float, kiln::Shape<kiln::dyn>> p(4), g(4);
-  kiln::optim::SGD<float, kiln::Cpu> opt(p, g, {.lr = 0.1f, .momentum = 0.9f});
+  kiln::optim::SGD<float, kiln::Cpu> opt(p, g, {.lr = 0.1, .momentum = 0.9});
   kiln::optim::SequentialLR sched({5}, kiln::optim::LinearLR(opt, 0.1, 1.0, 5), kiln::optim::OneCycleLR(opt, 0.1, 100));
   sched.step();
 }

@@ -49,11 +49,11 @@ template <class Net, class In, class Backend, class D, class Y, class SY, class 
 TrainedApart train_both_apart(parallel::ProcessGroup<Backend>& group, int steps, const Extents<In>& ext,
                               const std::vector<Y>& targets, const Extents<SY>& target_ext, Loss loss) {
   nn::Model<Net, In, Policy<Fp32, D>> single(5);
-  optim::Adam opt(single, {.lr = 1e-2f});
+  optim::Adam opt(single, {.lr = 1e-2});
   parallel::DistributedDataParallel<Net, In, Backend, Fp32, D> ddp(group, 5 + static_cast<std::uint64_t>(group.rank()));
   BOOST_TEST(ddp.in_sync());
   BOOST_TEST(ddp.module().parameters().to_vector() == single.parameters().to_vector(), boost::test_tools::per_element());
-  optim::Adam dopt(ddp.module(), {.lr = 1e-2f});
+  optim::Adam dopt(ddp.module(), {.lr = 1e-2});
   const auto y_host = make_tensor<Cpu>(targets, target_ext);
   const auto y = make_tensor<D>(targets, target_ext);
   const auto y_mine = share<D>(y_host, group.rank(), group.size());

@@ -353,7 +353,7 @@ BOOST_AUTO_TEST_CASE(sync_batch_norm_with_one_value_per_channel_fails_on_every_r
 BOOST_AUTO_TEST_CASE(bf16_ranks_stay_identical) {
   Group group({.timeout = test_timeout});
   Ddp<Mlp, Row, kiln::MixedBf16> ddp(group, 9 + static_cast<std::uint64_t>(group.rank()));
-  kiln::optim::Adam opt(ddp.module(), {.lr = 1e-2f});
+  kiln::optim::Adam opt(ddp.module(), {.lr = 1e-2});
   knn::MSELoss mse;
   for (int s = 0; s < 5; ++s) {
     // Different data on each rank: only the averaging keeps them identical.

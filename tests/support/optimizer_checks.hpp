@@ -161,7 +161,7 @@ void a_step_lr_moves_it(Options o, const FirstStep& first_step) {
   Opt<double, D, double> opt(p, g, o);
   optim::StepLR sched(opt, 2, 0.5);
   for (int epoch = 0; epoch < 4; ++epoch) sched.step();
-  const float lr = o.lr * 0.25f;
+  const double lr = o.lr * 0.25;
   BOOST_TEST(opt.lr() == lr);
   const auto gv = random_values<double>(16, -1, 1, 3);
   g.copy_from(std::span<const double>(gv));

@@ -163,14 +163,19 @@ V hyper_value(const std::map<std::string, std::string>& meta, const std::string&
 /// A hyperparameter that shapes the optimizer's state (amsgrad, centered, nesterov, ...) or that kiln
 /// cannot change after construction: the checkpoint's must be the optimizer's, else a CheckpointError
 /// that names both (torch's load_state_dict would take the checkpoint's). A checkpoint without the key
-/// matches, unless `absent` says what every optimizer that wrote such a checkpoint had.
+/// matches, unless `absent` says what every optimizer that wrote such a checkpoint had. Numbers that
+/// agree as float32 values match: kiln's optimizers held eps and weight_decay as floats until
+/// 2026-12-04, so a checkpoint of theirs says "1e-08" where an optimizer built from `1e-8f` holds
+/// 9.99999994e-09.
 template <class V>
 void hyper_must_match(const std::map<std::string, std::string>& meta, const std::string& name, V current,
                       const std::string& type, const std::string& path,
                       std::optional<V> absent = std::nullopt) {
   const V saved =
       absent && !meta.contains("optimizer." + name) ? *absent : hyper_value(meta, name, current, path);
-  if (!(saved == current))
+  bool same = saved == current;
+  if constexpr (std::is_floating_point_v<V>) same = same || static_cast<float>(saved) == static_cast<float>(current);
+  if (!same)
     throw CheckpointError("kiln: " + path + ": the checkpoint's " + type + " has " + name + " = " + hyper_text(saved) +
                           ", this one " + hyper_text(current) + "; build the optimizer with the checkpoint's " + name);
 }
@@ -312,8 +317,8 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
   // The hyperparameters, as torch's load_state_dict restores param_groups: the learning rate, betas and
   // momentum (which schedulers move during training) are the checkpoint's; the others must match.
   const auto& o = opt.options();
-  const float lr = detail::hyper_value(metadata, "lr", opt.lr(), path);
-  if (!(lr >= 0.0f)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.lr' is negative");
+  const double lr = detail::hyper_value(metadata, "lr", opt.lr(), path);
+  if (!(lr >= 0.0)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.lr' is negative");
   detail::hyper_must_match(metadata, "weight_decay", o.weight_decay, expected, path);
   if constexpr (detail::adam_like<Opt>) {
     detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
@@ -360,7 +365,7 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     // As torch's: the centred average where the optimizer is centred; the momentum buffers where the
     // checkpoint has them, else zeros where this optimizer has a momentum (torch 1.13 would fail at its
     // next step with KeyError: 'momentum_buffer').
-    const float momentum = detail::hyper_value(metadata, "momentum", o.momentum, path);
+    const double momentum = detail::hyper_value(metadata, "momentum", o.momentum, path);
     if (!(momentum >= 0.0f)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum' is negative");
     const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
     const auto& v = detail::entry_for(opt.square_avg(), entries, "optimizer.square_avg", path);
@@ -433,7 +438,7 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
   } else {
     // Buffers where the checkpoint has them, whatever the momentum is now (a scheduler may set it after
     // loading); none (torch: no momentum_buffer in the state) and the next step starts them afresh.
-    const float momentum = detail::hyper_value(metadata, "momentum", o.momentum, path);
+    const double momentum = detail::hyper_value(metadata, "momentum", o.momentum, path);
     if (!(momentum >= 0.0f)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum' is negative");
     if (entries.contains("optimizer.momentum_buffer") || metadata.contains("optimizer.momentum_initialized")) {
       const std::int64_t on = metadata_count(metadata, "optimizer.momentum_initialized", path);

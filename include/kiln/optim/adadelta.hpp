@@ -21,12 +21,12 @@ namespace kiln::optim {
 
 /// torch.optim.Adadelta's options and defaults, in its order.
 struct AdadeltaOptions {
-  float lr = 1.0f;  ///< scales the step after the ratio of the RMS terms
+  double lr = 1.0;  ///< scales the step after the ratio of the RMS terms
   /// The decay of both running averages; a double, as torch's Python float (1 - 0.99f would be 5e-6
   /// relatively off 0.01).
   double rho = 0.9;
-  float eps = 1e-6f;          ///< added under both square roots
-  float weight_decay = 0.0f;  ///< an L2 term added to the gradient
+  double eps = 1e-6;          ///< added under both square roots
+  double weight_decay = 0.0;  ///< an L2 term added to the gradient
   /// Step up the gradient: g = -grad before the weight decay and the averages (torch's maximize).
   bool maximize = false;
 };
@@ -117,7 +117,7 @@ class Adadelta : public detail::ParameterArenas<M, D, W>, public detail::Options
                           static_cast<C>(1.0 - rho), static_cast<C>(o_.eps), static_cast<C>(o_.weight_decay),
                           static_cast<C>(-static_cast<double>(o_.lr)), o_.maximize});
     };
-    detail::with_flag(o_.weight_decay != 0.0f, run);
+    detail::with_flag(o_.weight_decay != 0.0, run);
   }
   /// torch's state["square_avg"], for checkpoints.
   arena_type& square_avg() { return v_; }

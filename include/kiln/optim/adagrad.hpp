@@ -22,12 +22,12 @@ namespace kiln::optim {
 
 /// torch.optim.Adagrad's options and defaults, in its order.
 struct AdagradOptions {
-  float lr = 1e-2f;
+  double lr = 1e-2;
   /// The learning rate at step t is lr / (1 + (t - 1) lr_decay), in double as torch's Python floats.
   double lr_decay = 0.0;
-  float weight_decay = 0.0f;               ///< an L2 term added to the gradient
-  float initial_accumulator_value = 0.0f;  ///< what the sums of squared gradients start from
-  float eps = 1e-10f;
+  double weight_decay = 0.0;               ///< an L2 term added to the gradient
+  double initial_accumulator_value = 0.0;  ///< what the sums of squared gradients start from
+  double eps = 1e-10;
   /// Step up the gradient: g = -grad before the weight decay and the sum (torch's maximize).
   bool maximize = false;
 };
@@ -71,7 +71,7 @@ struct AdagradStep {
 /// one fused pass (with fusion off, kiln::Unfused, one pass per operation in torch's single-tensor
 /// order). The state, as torch's: sum (initial_accumulator_value before the first step) and the step
 /// count, which lr_decay reads. Example:
-///   kiln::optim::Adagrad opt(model, {.lr = 0.05f});
+///   kiln::optim::Adagrad opt(model, {.lr = 0.05});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
 class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<AdagradOptions> {
@@ -109,7 +109,7 @@ class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
                           p_.data(), g_.data(), sum_.data(), work_, static_cast<C>(-step_lr()),
                           static_cast<C>(o_.eps), static_cast<C>(o_.weight_decay), o_.maximize});
     };
-    detail::with_flag(o_.weight_decay != 0.0f, run);
+    detail::with_flag(o_.weight_decay != 0.0, run);
   }
   /// torch's state["sum"], for checkpoints.
   arena_type& sum() { return sum_; }

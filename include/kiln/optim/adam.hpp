@@ -30,12 +30,12 @@ struct AdamBetas {
 };
 
 /// torch.optim.Adam's options and defaults. weight_decay is an L2 penalty added to the gradient.
-/// Example: `kiln::optim::Adam opt(model, {.lr = 1e-2f, .betas = {0.9, 0.99}});`
+/// Example: `kiln::optim::Adam opt(model, {.lr = 1e-2, .betas = {0.9, 0.99}});`
 struct AdamOptions {
-  float lr = 1e-3f;
+  double lr = 1e-3;
   AdamBetas betas = {};
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
   bool amsgrad = false;
   /// Step up the gradient: g = -grad before the weight decay and the moments (torch's maximize).
   bool maximize = false;
@@ -47,10 +47,10 @@ struct AdamOptions {
 
 /// torch.optim.AdamW's options and defaults. weight_decay is decoupled: p *= 1 - lr * weight_decay.
 struct AdamWOptions {
-  float lr = 1e-3f;
+  double lr = 1e-3;
   AdamBetas betas = {};
-  float eps = 1e-8f;
-  float weight_decay = 1e-2f;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
   bool amsgrad = false;
   bool maximize = false;    ///< as AdamOptions::maximize
   bool capturable = false;  ///< as AdamOptions::capturable
@@ -173,10 +173,10 @@ class AdamBase : public ParameterArenas<M, D, W> {
   AdamBase(arena_type& params, arena_type& grads, Options o, const char* who, working_arena_type* work)
       : arenas(params, grads, work, who), o_(o) {
     const std::string name = who;
-    if (!(o.lr >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
-    if (!(o.eps >= 0.0f)) throw ValueError("kiln::optim::" + name + ": invalid eps " + std::to_string(o.eps) + "; give eps >= 0");
+    if (!(o.lr >= 0.0)) throw ValueError("kiln::optim::" + name + ": invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
+    if (!(o.eps >= 0.0)) throw ValueError("kiln::optim::" + name + ": invalid eps " + std::to_string(o.eps) + "; give eps >= 0");
     check_betas(o.betas, who);
-    if (!(o.weight_decay >= 0.0f))
+    if (!(o.weight_decay >= 0.0))
       throw ValueError("kiln::optim::" + name + ": invalid weight_decay " + std::to_string(o.weight_decay) +
                        "; give weight_decay >= 0");
     m_ = this->state_like_parameters(M(0));
@@ -289,10 +289,10 @@ class AdamBase : public ParameterArenas<M, D, W> {
   }
 
  public:
-  float lr() const { return o_.lr; }
+  double lr() const { return o_.lr; }
   /// A new learning rate for the next steps (schedulers call it; capturable: copied to the device, so a
   /// captured step replays with it).
-  void set_lr(float lr) {
+  void set_lr(double lr) {
     o_.lr = lr;
     if (o_.capturable) scalars_.set(AdamScalars::lr, lr);
   }
@@ -341,7 +341,7 @@ class AdamBase : public ParameterArenas<M, D, W> {
 
 /// Adam (torch.optim.Adam): steps a model's parameter arena with its gradient arena in one fused pass;
 /// weight_decay adds an L2 term to the gradient. Example:
-///   kiln::optim::Adam opt(model, {.lr = 1e-3f});
+///   kiln::optim::Adam opt(model, {.lr = 1e-3});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
 class Adam : public detail::AdamBase<M, D, AdamOptions, false, W> {
@@ -367,7 +367,7 @@ Adam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> Adam<M, D>;
 
 /// AdamW (torch.optim.AdamW): Adam with decoupled weight decay, p *= 1 - lr * weight_decay before the
 /// update (default weight_decay 1e-2). Example:
-///   kiln::optim::AdamW opt(model, {.lr = 1e-3f, .weight_decay = 0.05f});
+///   kiln::optim::AdamW opt(model, {.lr = 1e-3, .weight_decay = 0.05});
 template <class M, class D, class W = M>
 class AdamW : public detail::AdamBase<M, D, AdamWOptions, true, W> {
   using base = detail::AdamBase<M, D, AdamWOptions, true, W>;

@@ -24,10 +24,10 @@ namespace kiln::optim {
 
 /// torch.optim.Adamax's options and defaults, in its order.
 struct AdamaxOptions {
-  float lr = 2e-3f;
+  double lr = 2e-3;
   AdamBetas betas = {};       ///< beta1 for the first moment, beta2 for the decay of the infinity norm
-  float eps = 1e-8f;          ///< added to |g| before the maximum
-  float weight_decay = 0.0f;  ///< an L2 term added to the gradient
+  double eps = 1e-8;          ///< added to |g| before the maximum
+  double weight_decay = 0.0;  ///< an L2 term added to the gradient
   /// Step up the gradient: g = -grad before the weight decay and the moments (torch's maximize).
   bool maximize = false;
 };
@@ -76,7 +76,7 @@ struct AdamaxStep {
 /// one fused pass (with fusion off, kiln::Unfused, one pass per operation in torch's single-tensor
 /// order). The state, as torch's: exp_avg (the first moment), exp_inf (the decayed infinity norm of the
 /// gradients) and the step count, which the bias correction reads. Example:
-///   kiln::optim::Adamax opt(model, {.lr = 2e-3f});
+///   kiln::optim::Adamax opt(model, {.lr = 2e-3});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
 class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<AdamaxOptions> {
@@ -116,7 +116,7 @@ class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAn
                           static_cast<C>(1.0 - b1), static_cast<C>(b2), static_cast<C>(o_.eps),
                           static_cast<C>(o_.weight_decay), static_cast<C>(-step_lr()), o_.maximize});
     };
-    detail::with_flag(o_.weight_decay != 0.0f, run);
+    detail::with_flag(o_.weight_decay != 0.0, run);
   }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1), unchecked as torch's param_group.

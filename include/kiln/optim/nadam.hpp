@@ -24,12 +24,12 @@ namespace kiln::optim {
 
 /// torch.optim.NAdam's options and defaults, in its order.
 struct NAdamOptions {
-  float lr = 2e-3f;
+  double lr = 2e-3;
   AdamBetas betas = {};
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  ///< an L2 term added to the gradient
+  double eps = 1e-8;
+  double weight_decay = 0.0;  ///< an L2 term added to the gradient
   /// psi in the momentum schedule mu_t = beta1 (1 - 0.96^(t psi) / 2).
-  float momentum_decay = 4e-3f;
+  double momentum_decay = 4e-3;
   /// Step up the gradient: g = -grad before the weight decay and the moments (torch >= 2.1's maximize;
   /// torch 1.13's NAdam has none).
   bool maximize = false;
@@ -84,7 +84,7 @@ struct NAdamStep {
 /// The state, as torch's: exp_avg, exp_avg_sq, the step count and mu_product (the product of the
 /// momentum schedule so far; torch keeps it as a float32 tensor, so it is rounded to float at each step
 /// whatever M is, as torch's). Example:
-///   kiln::optim::NAdam opt(model, {.lr = 2e-3f});
+///   kiln::optim::NAdam opt(model, {.lr = 2e-3});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
 class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<NAdamOptions> {
@@ -138,7 +138,7 @@ class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
               static_cast<C>(bias_correction2), static_cast<C>(o_.eps), static_cast<C>(neg_grad_step),
               static_cast<C>(neg_avg_step), o_.maximize});
     };
-    detail::with_flag(o_.weight_decay != 0.0f, run);
+    detail::with_flag(o_.weight_decay != 0.0, run);
   }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1): a write to torch's

@@ -88,8 +88,8 @@ class ParameterArenas {
 template <class Options>
 class OptionsAndSteps {
  public:
-  float lr() const { return o_.lr; }
-  void set_lr(float lr) { o_.lr = lr; }
+  double lr() const { return o_.lr; }
+  void set_lr(double lr) { o_.lr = lr; }
   const Options& options() const { return o_; }
   /// Steps taken (torch's state["step"]).
   std::int64_t step_count() const { return steps_; }

@@ -24,10 +24,10 @@ namespace kiln::optim {
 
 /// torch.optim.RAdam's options and defaults, in its order.
 struct RAdamOptions {
-  float lr = 1e-3f;
+  double lr = 1e-3;
   AdamBetas betas = {};
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  ///< an L2 term added to the gradient
+  double eps = 1e-8;
+  double weight_decay = 0.0;  ///< an L2 term added to the gradient
   /// Step up the gradient: g = -grad before the weight decay and the moments (torch >= 2.1's maximize;
   /// torch 1.13's RAdam has none).
   bool maximize = false;
@@ -88,7 +88,7 @@ struct RAdamStep {
 /// While the length of the approximated simple moving average rho_t is at most 5 (the first five steps
 /// with beta2 = 0.999) the step is momentum SGD with a bias-corrected first moment; after, Adam's step
 /// rectified by rect(rho_t). The state, as torch's: exp_avg, exp_avg_sq and the step count. Example:
-///   kiln::optim::RAdam opt(model, {.lr = 1e-3f});
+///   kiln::optim::RAdam opt(model, {.lr = 1e-3});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
 class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<RAdamOptions> {
@@ -142,7 +142,7 @@ class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
               bc2_sqrt, static_cast<C>(o_.eps), crect, o_.maximize});
     };
     detail::with_flag(rectified, [&](auto rectify) {
-      detail::with_flag(o_.weight_decay != 0.0f, [&](auto l2) { run(rectify, l2); });
+      detail::with_flag(o_.weight_decay != 0.0, [&](auto l2) { run(rectify, l2); });
     });
   }
   const AdamBetas& betas() const { return o_.betas; }

@@ -22,14 +22,14 @@ namespace kiln::optim {
 
 /// torch.optim.RMSprop's options and defaults, in its order.
 struct RMSpropOptions {
-  float lr = 1e-2f;
+  double lr = 1e-2;
   /// The smoothing constant of the running mean of g², a double as torch's Python float: the first
   /// steps divide by sqrt(1 - alpha), so 1 - 0.99f (9.9999905e-3) against torch's 1e-2 would move the
   /// parameters by 5e-7 of a step more.
   double alpha = 0.99;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  ///< an L2 term added to the gradient
-  float momentum = 0.0f;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  ///< an L2 term added to the gradient
+  double momentum = 0.0;
   bool centered = false;  ///< divide by an estimate of the gradient's variance, not its second moment
   /// Step up the gradient: g = -grad before the weight decay and the averages (torch's maximize).
   bool maximize = false;
@@ -96,7 +96,7 @@ struct RMSpropStep {
 /// in one fused pass (with fusion off, kiln::Unfused, one pass per operation in torch's single-tensor
 /// order). The state, as torch's: square_avg, and momentum_buffer (momentum > 0) and grad_avg
 /// (centered), zeros before the first step; the step count. Example:
-///   kiln::optim::RMSprop opt(model, {.lr = 1e-3f, .momentum = 0.9f});
+///   kiln::optim::RMSprop opt(model, {.lr = 1e-3, .momentum = 0.9});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
 class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<RMSpropOptions> {
@@ -118,7 +118,7 @@ class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
     detail::require_non_negative(o.alpha, "RMSprop", "alpha value");
     square_avg_ = zeros();
     if (o.centered) grad_avg_ = zeros();
-    if (o.momentum > 0.0f) buf_ = zeros();
+    if (o.momentum > 0.0) buf_ = zeros();
   }
   template <detail::trainable_model Model>
   explicit RMSprop(Model& m, RMSpropOptions o = {})
@@ -139,18 +139,18 @@ class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
               static_cast<C>(o_.weight_decay), static_cast<C>(o_.momentum), o_.maximize});
     };
     using detail::with_flag;
-    with_flag(o_.momentum > 0.0f, [&](auto momentum) {
+    with_flag(o_.momentum > 0.0, [&](auto momentum) {
       with_flag(o_.centered, [&](auto centered) {
-        with_flag(o_.weight_decay != 0.0f, [&](auto l2) { run(momentum, centered, l2); });
+        with_flag(o_.weight_decay != 0.0, [&](auto l2) { run(momentum, centered, l2); });
       });
     });
   }
-  float momentum() const { return o_.momentum; }
+  double momentum() const { return o_.momentum; }
   /// A new momentum for the next steps (OneCycleLR cycles it): a write to torch's param_group, unchecked
   /// as that is. Turned on where there was none, the buffers start at zero: torch's state before its
   /// first step (after one, torch 1.13 fails with KeyError: 'momentum_buffer'; kiln goes on from zeros).
-  void set_momentum(float momentum) {
-    if (momentum > 0.0f) make_momentum_buffer();
+  void set_momentum(double momentum) {
+    if (momentum > 0.0) make_momentum_buffer();
     o_.momentum = momentum;
   }
   /// torch's state["square_avg"], ["grad_avg"] (centered; else empty) and ["momentum_buffer"] (a
@@ -189,7 +189,7 @@ class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
       kiln::assign(avg, kiln::sqrt(square_avg_));
     }
     kiln::assign(avg, avg + C(o_.eps));
-    if (o_.momentum > 0.0f) {
+    if (o_.momentum > 0.0) {
       kiln::assign(buf_, buf_ * C(o_.momentum));
       kiln::assign(buf_, buf_ + g / avg);
       kiln::assign(p_, p_ + buf_ * C(-o_.lr));

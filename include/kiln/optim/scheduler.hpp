@@ -22,19 +22,19 @@
 
 namespace kiln::optim {
 
-/// An optimizer a scheduler can drive: `lr()` and `set_lr(float)` (SGD, Adam, AdamW, RMSprop, Adagrad,
-/// NAdam, RAdam, Adamax, Adadelta).
+/// An optimizer a scheduler can drive: `lr()` and `set_lr(double)` (SGD, Adam, AdamW, RMSprop, Adagrad,
+/// NAdam, RAdam, Adamax, Adadelta; one of yours may hold a float, set_lr(float)).
 template <class O>
-concept lr_optimizer = requires(O& o, const O& c, float lr) {
+concept lr_optimizer = requires(O& o, const O& c, double lr) {
   { c.lr() } -> std::convertible_to<double>;
   o.set_lr(lr);
 };
 
-/// An optimizer whose momentum a scheduler can cycle: SGD's `momentum()` / `set_momentum(float)`, or
+/// An optimizer whose momentum a scheduler can cycle: SGD's `momentum()` / `set_momentum(double)`, or
 /// Adam's (AdamW's, NAdam's, RAdam's, Adamax's) first decay rate, `betas()` / `set_betas(AdamBetas)` (torch's
 /// betas[0]).
 template <class O>
-concept momentum_optimizer = requires(O& o, const O& c, float m) {
+concept momentum_optimizer = requires(O& o, const O& c, double m) {
   { c.momentum() } -> std::convertible_to<double>;
   o.set_momentum(m);
 } || requires(O& o, const O& c) {
@@ -59,6 +59,13 @@ class SequentialLR;
 
 namespace detail {
 
+/// lr as optimizer `opt` holds it once set: itself for kiln's optimizers (doubles), rounded for one of
+/// yours that holds a float.
+template <class Opt>
+double as_held(const Opt& opt, double lr) {
+  return static_cast<double>(static_cast<std::remove_cvref_t<decltype(opt.lr())>>(lr));
+}
+
 struct Rebase;
 
 /// What every scheduler shares, like torch's _LRScheduler: the optimizer, its lr when the scheduler was
@@ -72,8 +79,7 @@ class LRScheduler {
 
   /// Advances one epoch and sets the optimizer's lr, like torch's scheduler.step().
   void step() { apply(epoch_ + 1); }
-  /// The lr set by the last step (float64; the optimizer holds it rounded to float), like torch's
-  /// get_last_lr()[0].
+  /// The lr set by the last step (a double, as the optimizer holds it), like torch's get_last_lr()[0].
   double get_last_lr() const { return last_lr_; }
   /// Epochs stepped so far (torch's last_epoch; 0 right after construction).
   std::int64_t last_epoch() const { return epoch_; }
@@ -98,7 +104,7 @@ class LRScheduler {
     const double lr = schedule.lr_at(epoch);
     epoch_ = epoch;
     last_lr_ = lr;
-    opt_->set_lr(static_cast<float>(last_lr_));
+    opt_->set_lr(last_lr_);
     if constexpr (requires { schedule.apply_momentum(epoch_); }) schedule.apply_momentum(epoch_);
   }
   void apply() { apply(epoch_); }
@@ -519,8 +525,8 @@ class OneCycleLR : public detail::LRScheduler<Opt, OneCycleLR<Opt>> {
       if (!o_.cycle_momentum) return;
       const double m = momentum_at(step);
       Opt& opt = this->optimizer();
-      if constexpr (requires { opt.set_momentum(static_cast<float>(m)); }) {
-        opt.set_momentum(static_cast<float>(m));  // SGD's and RMSprop's momentum: floats, as torch's use
+      if constexpr (requires { opt.set_momentum(m); }) {
+        opt.set_momentum(m);  // SGD's and RMSprop's momentum
       } else {
         auto betas = opt.betas();
         betas.beta1 = m;
@@ -602,8 +608,8 @@ struct PlateauState {
 /// validation metric; after more than `patience` epochs in a row that do not beat the best (by
 /// `threshold`, relative or absolute; a NaN metric never does), the lr is multiplied by `factor`,
 /// floored at `min_lr` (a change below `eps` is not made), and `cooldown` epochs follow in which bad
-/// epochs are not counted. The lr is kept in double, as torch's, and set on the optimizer rounded to
-/// float; an lr set on the optimizer by hand in between is the one reduced next, as in torch.
+/// epochs are not counted. The lr is kept in double, as torch's; an lr set on the optimizer by hand in
+/// between is the one reduced next, as in torch.
 /// Example:
 ///   kiln::optim::ReduceLROnPlateau sched(opt, {.factor = 0.5, .patience = 5});
 ///   for (int epoch = 0; epoch < 100; ++epoch) { train_one_epoch(); sched.step(validation_loss()); }
@@ -625,7 +631,7 @@ class ReduceLROnPlateau {
   void step(double metric) {
     // An lr set on the optimizer since (by hand, or by another schedule) is the one this one goes on
     // from, as torch reads the group's lr.
-    if (static_cast<float>(lr_) != opt_->lr()) lr_ = static_cast<double>(opt_->lr());
+    if (detail::as_held(*opt_, lr_) != static_cast<double>(opt_->lr())) lr_ = static_cast<double>(opt_->lr());
     ++last_epoch_;
     if (better(metric, best_)) {
       best_ = metric;
@@ -643,7 +649,7 @@ class ReduceLROnPlateau {
       bad_ = 0;
     }
   }
-  /// The lr after the last step (double; the optimizer holds it rounded to float), torch's _last_lr[0].
+  /// The lr after the last step (double), torch's _last_lr[0].
   double get_last_lr() const { return lr_; }
   /// Steps taken (torch's last_epoch).
   std::int64_t last_epoch() const { return last_epoch_; }
@@ -662,7 +668,7 @@ class ReduceLROnPlateau {
     cooldown_counter_ = s.cooldown_counter;
     last_epoch_ = s.last_epoch;
     lr_ = s.lr;
-    opt_->set_lr(static_cast<float>(lr_));
+    opt_->set_lr(lr_);
   }
 
  private:
@@ -679,7 +685,7 @@ class ReduceLROnPlateau {
     const double new_lr = std::max(lr_ * o_.factor, o_.min_lr);
     if (lr_ - new_lr > o_.eps) {
       lr_ = new_lr;
-      opt_->set_lr(static_cast<float>(lr_));
+      opt_->set_lr(lr_);
     }
   }
 
@@ -754,8 +760,8 @@ inline constexpr bool named_refusal = is_lambda_lr<S> || is_warm_restarts<S> || 
 /// Stands in for the optimizer of an argument that is not a schedule, so that only the
 /// static_assert reports it.
 struct NotAnOptimizer {
-  float lr() const { return 0.0f; }
-  void set_lr(float) {}
+  double lr() const { return 0.0; }
+  void set_lr(double) {}
 };
 template <class S>
 struct chained_optimizer {
@@ -797,9 +803,9 @@ double initial_lr(const char* who, const Different& different, const First& firs
   };
   (same_optimizer(rest), ...);
   const std::array<double, count> bases{first.base_lr(), rest.base_lr()...};
-  // The lr each one leaves on the optimizer (a float) when built: the next one's base.
-  const std::array<double, count> after{static_cast<double>(static_cast<float>(first.lr_at(0))),
-                                        static_cast<double>(static_cast<float>(rest.lr_at(0)))...};
+  // The lr each one leaves on the optimizer when built: the next one's base.
+  const std::array<double, count> after{as_held(first.optimizer(), first.lr_at(0)),
+                                        as_held(rest.optimizer(), rest.lr_at(0))...};
   const double now = static_cast<double>(first.optimizer().lr());
   std::array<bool, count> used{};
   std::size_t start = 0;

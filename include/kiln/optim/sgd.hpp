@@ -22,12 +22,13 @@
 namespace kiln::optim {
 
 /// torch.optim.SGD's options and defaults. lr has none there, and none here: `SGD opt(model)` does not
-/// compile, and options without an lr throw.
+/// compile, and options without an lr throw. Doubles, as torch's Python floats: what a step derives from
+/// them (1 - dampening) is computed in double and rounded once, to the step's type.
 struct SGDOptions {
-  float lr = std::numeric_limits<float>::quiet_NaN();  ///< required: {.lr = 0.01f}
-  float momentum = 0.0f;
-  double dampening = 0.0;  ///< a double, as torch's: 1 - dampening is rounded to the step's type once
-  float weight_decay = 0.0f;
+  double lr = std::numeric_limits<double>::quiet_NaN();  ///< required: {.lr = 0.01}
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
   bool nesterov = false;
   /// Step up the gradient: g = -grad before the weight decay and the momentum (torch's maximize).
   bool maximize = false;
@@ -79,9 +80,9 @@ struct SgdStep {
   const M* grad;
   M* buf;
   W* work;  // mixed precision only
-  float lr, momentum;
-  double keep;  // 1 - dampening, in double (torch's alpha): rounded once, to C, in the step
-  float weight_decay;
+  C lr, momentum;
+  C keep;  // 1 - dampening, computed in double (torch's alpha) and rounded once
+  C weight_decay;
   const double* scalars = nullptr;  // Capturable: SgdScalars on the device
   /// g = -grad first (torch's maximize), as a multiply by -1 (exact; 1 otherwise): a run-time flag
   /// that leaves the loop vectorised, where a select (`maximize ? -g : g`) left the fp16 step scalar
@@ -89,24 +90,24 @@ struct SgdStep {
   bool maximize = false;
   KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t i) const {
     bool first = First;
-    float rate = lr;
+    C rate = lr;
     if constexpr (Capturable) {
       if (scalars[SgdScalars::skip] != 0.0) return;
-      rate = static_cast<float>(scalars[SgdScalars::lr]);
+      rate = static_cast<C>(scalars[SgdScalars::lr]);
       first = scalars[SgdScalars::first] != 0.0;
     }
     C g = static_cast<C>(grad[i]);
     g = (maximize ? C(-1) : C(1)) * g;
     const C w = static_cast<C>(p[i]);
-    if constexpr (Decay) g += C(weight_decay) * w;
+    if constexpr (Decay) g += weight_decay * w;
     if constexpr (Momentum) {
       C b = g;
-      if (!first) b = C(momentum) * static_cast<C>(buf[i]) + C(keep) * g;
+      if (!first) b = momentum * static_cast<C>(buf[i]) + keep * g;
       buf[i] = static_cast<M>(b);
-      if constexpr (Nesterov) g = g + C(momentum) * b;
+      if constexpr (Nesterov) g = g + momentum * b;
       else g = b;
     }
-    const M next = static_cast<M>(w - C(rate) * g);
+    const M next = static_cast<M>(w - rate * g);
     p[i] = next;
     if constexpr (!std::is_same_v<W, M>) work[i] = from_compute<W>(next);
   }
@@ -124,7 +125,7 @@ struct SgdStep {
 
 /// Steps a model's parameter arena with its gradient arena (and, under mixed precision, rewrites the
 /// model's working copy, element type W, in the same pass). Example:
-///   kiln::optim::SGD opt(model, {.lr = 0.1f, .momentum = 0.9f});
+///   kiln::optim::SGD opt(model, {.lr = 0.1, .momentum = 0.9});
 ///   opt.step();  // one pass over every parameter
 template <class M, class D, class W = M>
 class SGD : public detail::ParameterArenas<M, D, W> {
@@ -139,17 +140,17 @@ class SGD : public detail::ParameterArenas<M, D, W> {
     // torch.optim.SGD's checks (a NaN is refused too), in Adam's words.
     if (kiln::detail::is_nan(o.lr))
       throw ValueError("kiln::optim::SGD: no learning rate (lr not given, or NaN); it has no default, as in "
-                       "torch.optim.SGD: SGD(model, {.lr = 0.01f})");
-    if (o.lr < 0.0f) throw ValueError("kiln::optim::SGD: invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
-    if (!(o.momentum >= 0.0f))
+                       "torch.optim.SGD: SGD(model, {.lr = 0.01})");
+    if (o.lr < 0.0) throw ValueError("kiln::optim::SGD: invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
+    if (!(o.momentum >= 0.0))
       throw ValueError("kiln::optim::SGD: invalid momentum " + std::to_string(o.momentum) + "; give momentum >= 0");
-    if (!(o.weight_decay >= 0.0f))
+    if (!(o.weight_decay >= 0.0))
       throw ValueError("kiln::optim::SGD: invalid weight_decay " + std::to_string(o.weight_decay) +
                        "; give weight_decay >= 0");
-    if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
+    if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0))
       throw ValueError("kiln::optim::SGD: Nesterov momentum requires a momentum and zero dampening");
     // zeros until the first step sets it (a checkpoint before it holds zeros)
-    if (o.momentum != 0.0f) buf_ = this->state_like_parameters(M(0));
+    if (o.momentum != 0.0) buf_ = this->state_like_parameters(M(0));
     if (o.capturable) {
       const double initial[detail::SgdScalars::count] = {o.lr, 1.0, 0.0, 0.0};
       scalars_ = detail::DeviceScalars<D>(initial, params.device_index());
@@ -174,7 +175,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
   void step_impl(const std::int32_t* skip_if) {
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     if (o_.capturable) {
-      kiln::detail::executor<D>::for_each(1, detail::SgdPrepare{scalars_.data(), skip_if, o_.momentum != 0.0f});
+      kiln::detail::executor<D>::for_each(1, detail::SgdPrepare{scalars_.data(), skip_if, o_.momentum != 0.0});
       if (fusion_enabled()) {
         run_fused<true>();
         return;
@@ -187,7 +188,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
       first_ = scalars_.get(detail::SgdScalars::first) != 0.0;
     }
     // A step without a momentum leaves the buffers as they are, unfilled if no step filled them yet.
-    const bool fills = o_.momentum != 0.0f;
+    const bool fills = o_.momentum != 0.0;
     if (!fusion_enabled()) {
       step_unfused();
       if (fills) first_ = false;
@@ -199,17 +200,20 @@ class SGD : public detail::ParameterArenas<M, D, W> {
   /// The fused pass; Capturable takes the learning rate and the first-step flag from the device.
   template <bool Capturable>
   void run_fused() {
+    using C = typename detail::SgdStep<M, W>::C;
     const auto run = [&](auto momentum, auto decay, auto first, auto nesterov) {
       kiln::detail::executor<D>::for_each(
           p_.numel(),
           detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
-                          decltype(nesterov)::value, Capturable>{p_.data(), g_.data(), buf_.data(), work_, o_.lr,
-                                                                 o_.momentum, 1.0 - o_.dampening, o_.weight_decay,
-                                                                 scalars_.data(), o_.maximize});
+                          decltype(nesterov)::value, Capturable>{p_.data(), g_.data(), buf_.data(), work_,
+                                                                 static_cast<C>(o_.lr), static_cast<C>(o_.momentum),
+                                                                 static_cast<C>(1.0 - o_.dampening),
+                                                                 static_cast<C>(o_.weight_decay), scalars_.data(),
+                                                                 o_.maximize});
     };
     using detail::with_flag;
-    with_flag(o_.weight_decay != 0.0f, [&](auto decay) {
-      if (o_.momentum == 0.0f) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
+    with_flag(o_.weight_decay != 0.0, [&](auto decay) {
+      if (o_.momentum == 0.0) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
       // Capturable: the first step is decided on the device (First = false, a run-time flag).
       with_flag(first_ && !Capturable, [&](auto first) {
         with_flag(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); });
@@ -218,21 +222,21 @@ class SGD : public detail::ParameterArenas<M, D, W> {
   }
 
  public:
-  float lr() const { return o_.lr; }
+  double lr() const { return o_.lr; }
   /// A new learning rate for the next steps (capturable: copied to the device, so replays use it).
-  void set_lr(float lr) {
+  void set_lr(double lr) {
     o_.lr = lr;
     if (o_.capturable) scalars_.set(detail::SgdScalars::lr, lr);
   }
   const SGDOptions& options() const { return o_; }
-  float momentum() const { return o_.momentum; }
+  double momentum() const { return o_.momentum; }
   /// A new momentum for the next steps (OneCycleLR cycles it): a write to torch's
   /// param_group['momentum'], unchecked as that is. Turned on where the optimizer had none, the buffers
   /// are made (zeros) and the next step starts them from its gradient, as torch's. A step captured in a
   /// CUDA graph replays the momentum it was captured with (and one captured without a momentum keeps
   /// none): set the momentum before capturing.
-  void set_momentum(float momentum) {
-    if (momentum != 0.0f && buf_.empty()) make_momentum_buffer();
+  void set_momentum(double momentum) {
+    if (momentum != 0.0 && buf_.empty()) make_momentum_buffer();
     o_.momentum = momentum;
   }
   /// Makes the momentum buffers (zeros, not yet filled by a step) where there are none: a checkpoint's
@@ -263,7 +267,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
   void step_unfused() {
     using C = typename detail::SgdStep<M, W>::C;
     arena_type g = detail::unfused_gradient(g_, p_, o_.maximize, C(o_.weight_decay));
-    if (o_.momentum != 0.0f) {
+    if (o_.momentum != 0.0) {
       if (first_) {
         kiln::assign(buf_, g);
       } else {

@@ -184,7 +184,7 @@ struct ReplicaDevices<Cpu> {
 ///
 /// A step, for a loss such as CrossEntropyLoss or MSELoss:
 ///   kiln::parallel::DataParallel<Net, kiln::Shape<kiln::dyn, 13>> dp(/*replicas=*/2, /*seed=*/0);
-///   auto opt = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-3f}); });
+///   auto opt = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-3}); });
 ///   opt.zero_grad();
 ///   double loss = dp.train_step(x, y, mse);  // split, forward + backward per replica, gradients summed
 ///   opt.step();                              // every replica steps
@@ -440,18 +440,18 @@ class DataParallel {
     void zero_grad() {
       dp_->run_replicas([&](int r) { opts_[static_cast<std::size_t>(r)]->zero_grad(); });
     }
-    float lr() const { return opts_.front()->lr(); }
-    void set_lr(float lr) {
+    double lr() const { return opts_.front()->lr(); }
+    void set_lr(double lr) {
       for (auto& o : opts_) o->set_lr(lr);
     }
     /// The momentum (SGD) or betas (Adam) of every replica's optimizer, for OneCycleLR.
-    float momentum() const
+    double momentum() const
       requires requires(const Opt& o) { o.momentum(); }
     {
       return opts_.front()->momentum();
     }
-    void set_momentum(float m)
-      requires requires(Opt& o, float v) { o.set_momentum(v); }
+    void set_momentum(double m)
+      requires requires(Opt& o, double v) { o.set_momentum(v); }
     {
       for (auto& o : opts_) o->set_momentum(m);
     }

@@ -54,7 +54,7 @@ class ProcessGroupReplicas final : public nn::ReplicaGroup {
 ///
 ///   kiln::parallel::ProcessGroup<kiln::Mpi> group;                 // mpirun -np 2 ./train
 ///   kiln::parallel::DistributedDataParallel<Mlp, kiln::Shape<kiln::dyn, 13>, kiln::Mpi> ddp(group, 0);
-///   kiln::optim::Adam opt(ddp.module(), {.lr = 1e-3f});
+///   kiln::optim::Adam opt(ddp.module(), {.lr = 1e-3});
 ///   // the loader takes a DistributedSampler{.world_size = group.size(), .rank = group.rank()}
 ///   auto pred = ddp.forward(x);
 ///   ddp.backward(loss.backward(pred, y));   // gradients averaged over the ranks

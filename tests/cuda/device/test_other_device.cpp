@@ -33,8 +33,8 @@ BOOST_AUTO_TEST_CASE(a_model_trains_on_a_gpu_that_is_not_current) {
   kc::DeviceGuard current(0);
   knn::Model<Net, In, kiln::Policy<kiln::Fp32, Cuda>> gpu(7, other);
   BOOST_TEST(gpu.parameters().device_index() == other);
-  kiln::optim::Adam oc(cpu, {.lr = 1e-2f});
-  kiln::optim::Adam og(gpu, {.lr = 1e-2f});
+  kiln::optim::Adam oc(cpu, {.lr = 1e-2});
+  kiln::optim::Adam og(gpu, {.lr = 1e-2});
   std::vector<float> xv(32 * 4);
   std::vector<std::int64_t> yv(32);
   for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.7f * static_cast<float>(i));

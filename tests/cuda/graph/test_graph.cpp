@@ -44,7 +44,7 @@ Batch batch(index_t n, float scale) {
 /// One training step as a user writes it; Adam capturable so that replays advance its step count.
 struct Trainer {
   MlpModel model{7};
-  kiln::optim::Adam<float, Cuda> opt{model, {.lr = 1e-2f, .capturable = true}};
+  kiln::optim::Adam<float, Cuda> opt{model, {.lr = 1e-2, .capturable = true}};
   nn::MSELoss loss{};
   void step(const Batch& x, const Targets& y) {
     opt.zero_grad();
@@ -161,7 +161,7 @@ BOOST_AUTO_TEST_CASE(a_training_step_with_a_capturable_adam_replays_the_eager_st
   // Not bit for bit: the captured GEMMs run on the capture's stream, where cuBLAS may choose another
   // algorithm (its reproducibility holds per stream). A step lost or doubled would differ by ~lr = 1e-2.
   BOOST_TEST(worst <= 1e-5, "largest parameter difference " << worst);
-  graphed.opt.set_lr(0.0f);  // a new learning rate reaches the replays: lr 0 leaves the parameters alone
+  graphed.opt.set_lr(0.0);  // a new learning rate reaches the replays: lr 0 leaves the parameters alone
   g.replay();
   BOOST_TEST(graphed.model.parameters().to_vector() == b, boost::test_tools::per_element());
 }
@@ -270,7 +270,7 @@ BOOST_AUTO_TEST_CASE(an_fp16_training_step_with_a_capturable_scaler_replays_the_
   using Model16 = nn::Model<Mlp, Shape<dyn, 13>, kiln::Policy<kiln::MixedFp16, Cuda>>;
   struct Fp16Trainer {
     Model16 model{7};
-    kiln::optim::Adam<float, Cuda, kiln::half> opt{model, {.lr = 1e-2f, .capturable = true}};
+    kiln::optim::Adam<float, Cuda, kiln::half> opt{model, {.lr = 1e-2, .capturable = true}};
     kiln::optim::GradScaler<Cuda> scaler{{.init_scale = 1024.0, .growth_interval = 2, .capturable = true}};
     nn::MSELoss loss{};
     Tensor<kiln::half, Shape<dyn, 13>, Cuda> x;

@@ -36,9 +36,9 @@ template <class Net, class In, class Y, class SY, class Loss>
 double train_both(int steps, const Extents<In>& ext, const std::vector<Y>& targets, const Extents<SY>& target_ext, Loss loss) {
   using P = kiln::Policy<kiln::Fp32, kiln::Cuda>;
   knn::Model<Net, In, P> single(5, 0);
-  kiln::optim::Adam opt(single, {.lr = 1e-2f});
+  kiln::optim::Adam opt(single, {.lr = 1e-2});
   kiln::parallel::DataParallel<Net, In, kiln::Fp32, kiln::Cuda> dp(gpus(), 5);
-  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); });
+  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2}); });
   const auto y_host = kt::make_tensor<kiln::Cpu>(targets, target_ext);
   const auto y = y_host.template to<kiln::Cuda>(0);
   for (int s = 0; s < steps; ++s) {
@@ -136,7 +136,7 @@ BOOST_AUTO_TEST_CASE(gradients_accumulate_over_train_steps_like_one_gpu) {
   const int n = gpus();
   knn::Model<Mlp, Row, P> single(5, 0);
   kiln::parallel::DataParallel<Mlp, Row, kiln::Fp32, kiln::Cuda> dp(n, 5);
-  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); });
+  auto opts = dp.make_optimizers([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2}); });
   const knn::MSELoss mse;
   const auto rows = static_cast<kiln::index_t>(6 * n);
   const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(static_cast<std::size_t>(rows), -2, 2, 8),

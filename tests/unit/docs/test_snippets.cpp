@@ -175,7 +175,7 @@ BOOST_AUTO_TEST_CASE(models_train_loop_accumulation_and_schedule) {
   BOOST_TEST(param_change(start, model.parameters().to_vector()) > 0.0);
 
   kiln::nn::CrossEntropyLoss ce;
-  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  kiln::optim::Adam opt(model, {.lr = 1e-3});
   const int k = 2, b = 2;
   const auto& x = x0;
   const auto& y = y0;
@@ -319,7 +319,7 @@ BOOST_AUTO_TEST_CASE(models_unreduced_rows_with_unit_weights_are_the_mean) {
 BOOST_AUTO_TEST_CASE(models_checkpoint_and_resume_round_trip) {
   kiln::test::TempDir dir;
   kiln::nn::Model<LeNetNet, Image> model(0);
-  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  kiln::optim::Adam opt(model, {.lr = 1e-3});
   const auto x = random_batch<Image>(2, 6);
   const auto y = random_labels(2, 10, 7);
   model.backward(kiln::nn::CrossEntropyLoss{}.backward(model.forward(x), y));
@@ -369,7 +369,7 @@ BOOST_AUTO_TEST_CASE(models_plateau_halves_the_lr_on_a_flat_validation_loss) {
   // after the 3rd flat epoch and every 3 epochs after that (patience 2, no cooldown).
   using Net = kiln::nn::Sequential<kiln::nn::Linear<2, 1>>;
   kiln::nn::Model<Net, Shape<dyn, 2>> model(0);
-  kiln::optim::Adam opt(model, {.lr = 1e-3f});
+  kiln::optim::Adam opt(model, {.lr = 1e-3});
   int epoch_seen = 0;
   const auto train_one_epoch = [&](auto&, auto&) { ++epoch_seen; };
   const auto validation_loss = [&](auto&) { return epoch_seen <= 5 ? 1.0 / epoch_seen : 0.2; };
@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(models_plateau_halves_the_lr_on_a_flat_validation_loss) {
     BOOST_TEST(sched.last_epoch() == 20);
   }
   // Flat from epoch 6: reductions after epochs 8, 11, 14, 17 and 20.
-  BOOST_TEST(opt.lr() == static_cast<float>(static_cast<double>(1e-3f) / 32.0));
+  BOOST_TEST(opt.lr() == 1e-3 / 32.0);
 }
 
 BOOST_AUTO_TEST_CASE(models_batch_norm_trains_then_evaluates_by_its_running_statistics) {
@@ -458,7 +458,7 @@ BOOST_AUTO_TEST_CASE(models_resnet_downsamples_through_its_shortcuts) {
   BOOST_REQUIRE(shortcut != params.end());
   BOOST_TEST((shortcut->shape == std::vector<kiln::index_t>{32, 16, 1, 1}), boost::test_tools::per_element());
   const auto before = resnet.parameters().to_vector();
-  kiln::optim::SGD opt(resnet, {.lr = 0.1f});
+  kiln::optim::SGD opt(resnet, {.lr = 0.1});
   const auto labels = random_labels(2, 10, 26);
   kiln::nn::CrossEntropyLoss ce;
   resnet.zero_grad();
@@ -491,7 +491,7 @@ BOOST_AUTO_TEST_CASE(models_one_cycle_ends_at_its_floor_with_the_momentum_back_u
   }
   BOOST_TEST(steps == 20);
   BOOST_TEST(peak_lr == 0.5);
-  BOOST_TEST(low_momentum == static_cast<double>(0.85f));
+  BOOST_TEST(low_momentum == 0.85);
 }
 
 BOOST_AUTO_TEST_CASE(data_fashion_mnist_five_epochs) {

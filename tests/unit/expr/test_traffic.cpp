@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_optimizer_step_counts_every_arena, D, kiln::tes
   const Extents<Shape<dyn>> ext(n);
   auto p = kt::make_tensor<D>(kt::random_values<float>(n, -1, 1, 6), ext);
   auto g = kt::make_tensor<D>(kt::random_values<float>(n, -1, 1, 7), ext);
-  kiln::optim::Adam<float, D> adam(p, g, {.lr = 1e-3f});
+  kiln::optim::Adam<float, D> adam(p, g, {.lr = 1e-3});
   // One pass: p, m and v read and written, g read.
   const auto w = work_of([&] { adam.step(); });
   BOOST_TEST(w.passes == 1u);

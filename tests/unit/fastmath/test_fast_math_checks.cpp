@@ -63,12 +63,12 @@ BOOST_AUTO_TEST_CASE(bucket_sizes_refuse_inf_and_nan) {
 BOOST_AUTO_TEST_CASE(saved_optimizer_hyperparameters_refuse_inf_and_nan) {
   using Net = kiln::nn::Sequential<kiln::nn::Linear<3, 2>>;
   kiln::nn::Model<Net, kiln::Shape<kiln::dyn, 3>> m(0);
-  kiln::optim::Adam opt(m, {.lr = 1e-3f});
+  kiln::optim::Adam opt(m, {.lr = 1e-3});
   const auto state = kiln::optimizer_state(opt);
   for (const char* bad : {"inf", "nan"}) {
     auto meta = state.metadata;
     meta["optimizer.lr"] = bad;
-    kiln::optim::Adam fresh(m, {.lr = 1e-3f});
+    kiln::optim::Adam fresh(m, {.lr = 1e-3});
     BOOST_TEST(throws_with<kiln::CheckpointError>(
                    [&] { kiln::load_optimizer_state(fresh, state.entries, meta, "run.safetensors"); },
                    "metadata 'optimizer.lr' is '" + std::string(bad) + "'; expected a finite number"),

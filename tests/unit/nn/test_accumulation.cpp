@@ -38,7 +38,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_micro_batches_equal_one_batch_for_mse, D, kil
   const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(k * b * 13, -1.0, 1.0, 1), kiln::Extents<In>(k * b));
   const auto y = kiln::test::make_tensor<D>(kiln::test::random_values<float>(k * b, -1.0, 1.0, 2), kiln::Extents<Out>(k * b));
   MSELoss mse;
-  kiln::optim::SGD opt_whole(whole, {.lr = 0.1f, .momentum = 0.9f}), opt_parts(parts, {.lr = 0.1f, .momentum = 0.9f});
+  kiln::optim::SGD opt_whole(whole, {.lr = 0.1, .momentum = 0.9}), opt_parts(parts, {.lr = 0.1, .momentum = 0.9});
   for (int step = 0; step < 3; ++step) {
     whole.zero_grad();
     const auto p = whole.forward(x);

@@ -216,7 +216,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_network_with_batch_norm_trains_like_pytorch, D, 
   const json& f = fixture().at("model");
   knn::Model<Net, In, kiln::Policy<kiln::Fp32, D>> m(0);
   load_parameters(m, f.at("state_dict"));
-  kiln::optim::SGD opt(m, {.lr = 0.1f, .momentum = 0.9f});
+  kiln::optim::SGD opt(m, {.lr = 0.1, .momentum = 0.9});
   knn::MSELoss mse;
   const auto x = tensor_of<In, D>(f.at("input"));
   const auto target = tensor_of<Shape<dyn, 4>, D>(f.at("target"));

@@ -434,7 +434,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lenet_has_pytorchs_shapes_and_parameter_count_and_
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
   const auto y = kiln::test::make_tensor<D>(labels, kiln::Extents<Shape<dyn>>(16));
   CrossEntropyLoss ce;
-  kiln::optim::SGD opt(model, {.lr = 0.05f, .momentum = 0.9f});
+  kiln::optim::SGD opt(model, {.lr = 0.05, .momentum = 0.9});
   double first = 0, last = 0;
   for (int step = 0; step < 40; ++step) {
     model.zero_grad();

@@ -30,7 +30,8 @@ using MlpModel = knn::Model<Mlp, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>>;
 ///   d_p = grad + weight_decay * p
 ///   buf = d_p (first step) | momentum * buf + (1 - dampening) * d_p;  d_p = nesterov ? d_p + momentum * buf : buf
 ///   p -= lr * d_p
-/// The hyper-parameters are the values kiln holds (floats widened exactly; dampening a double).
+/// The hyper-parameters are torch's Python floats, the doubles kiln holds: a step that rounded lr,
+/// momentum or 1 - dampening through float would miss the double arena's 1e-13 (0.1f is 1.5e-8 off 0.1).
 struct TorchSgd {
   double lr, momentum, dampening, weight_decay;
   bool nesterov;
@@ -57,14 +58,13 @@ struct Variant {
   SGDOptions options;
 };
 const std::vector<Variant> variants{
-    {"plain", {.lr = 0.1f}},
-    {"momentum 0.9", {.lr = 0.1f, .momentum = 0.9f}},
-    {"momentum 0.9, dampening 0.1", {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f}},
-    // A double, as torch's: 1 - 0.09 rounded through float would miss the double arena's 1e-13.
-    {"momentum 0.5, dampening 0.09", {.lr = 0.1f, .momentum = 0.5f, .dampening = 0.09}},
-    {"Nesterov 0.9", {.lr = 0.1f, .momentum = 0.9f, .nesterov = true}},
-    {"weight decay 0.01", {.lr = 0.1f, .weight_decay = 0.01f}},
-    {"momentum 0.9, weight decay 0.01, Nesterov", {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true}},
+    {"plain", {.lr = 0.1}},
+    {"momentum 0.9", {.lr = 0.1, .momentum = 0.9}},
+    {"momentum 0.9, dampening 0.1", {.lr = 0.1, .momentum = 0.9, .dampening = 0.1}},
+    {"momentum 0.5, dampening 0.09", {.lr = 0.1, .momentum = 0.5, .dampening = 0.09}},
+    {"Nesterov 0.9", {.lr = 0.1, .momentum = 0.9, .nesterov = true}},
+    {"weight decay 0.01", {.lr = 0.1, .weight_decay = 0.01}},
+    {"momentum 0.9, weight decay 0.01, Nesterov", {.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}},
 };
 
 /// Three steps of `opt` over `params`/`grads` (fresh random gradients each step) against TorchSgd;
@@ -118,30 +118,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(double_arena_steps_match_torch_sgd_without_float_r
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(nesterov_needs_momentum_and_no_dampening, D, kiln::test::devices) {
   MlpModel<D> model(0);
-  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .nesterov = true}),
+  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}),
                         kiln::ValueError, kt::message_contains({"Nesterov", "dampening"}));
-  BOOST_CHECK_THROW(SGD(model, {.lr = 0.1f, .nesterov = true}), kiln::ValueError);
+  BOOST_CHECK_THROW(SGD(model, {.lr = 0.1, .nesterov = true}), kiln::ValueError);
   // torch.optim.SGD's other checks: lr is required, and none of lr, momentum, weight_decay is negative.
-  BOOST_CHECK_EXCEPTION(SGD(model, {.momentum = 0.9f}), kiln::ValueError,
-                        kt::message_contains({"no learning rate", "{.lr = 0.01f}"}));
+  BOOST_CHECK_EXCEPTION(SGD(model, {.momentum = 0.9}), kiln::ValueError,
+                        kt::message_contains({"no learning rate", "{.lr = 0.01}"}));
   static_assert(!std::is_constructible_v<SGD<float, D>, MlpModel<D>&>, "SGD(model) without options must not compile");
-  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = -0.1f}), kiln::ValueError, kt::message_contains({"invalid learning rate"}));
-  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1f, .momentum = -0.5f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = -0.1}), kiln::ValueError, kt::message_contains({"invalid learning rate"}));
+  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1, .momentum = -0.5}), kiln::ValueError,
                         kt::message_contains({"invalid momentum"}));
-  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1f, .weight_decay = -1e-4f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(SGD(model, {.lr = 0.1, .weight_decay = -1e-4}), kiln::ValueError,
                         kt::message_contains({"invalid weight_decay"}));
   // Arenas of different lengths (as Adam and RMSprop refuse them): the step would read past the shorter.
   auto params = kt::make_tensor<D>(std::vector<float>{1, 2, 3}, Extents<Shape<dyn>>(3));
   auto short_grads = kt::make_tensor<D>(std::vector<float>{1, 2}, Extents<Shape<dyn>>(2));
-  BOOST_CHECK_EXCEPTION((SGD<float, D>(params, short_grads, {.lr = 0.1f})), kiln::ShapeError,
+  BOOST_CHECK_EXCEPTION((SGD<float, D>(params, short_grads, {.lr = 0.1})), kiln::ShapeError,
                         kt::message_contains({"SGD", "3 parameters but 2 gradients"}));
   // From two arenas, the element type and device are deduced (as Adam's, RMSprop's and Adagrad's).
   auto grads = kt::make_tensor<D>(std::vector<float>{1, 1, 1}, Extents<Shape<dyn>>(3));
-  SGD from_arenas(params, grads, {.lr = 0.5f});
+  SGD from_arenas(params, grads, {.lr = 0.5});
   static_assert(std::is_same_v<decltype(from_arenas), SGD<float, D>>);
   from_arenas.step();
   BOOST_TEST(params.to_vector() == (std::vector<float>{0.5f, 1.5f, 2.5f}), boost::test_tools::per_element());
-  SGD opt(model, {.lr = 0.1f});
+  SGD opt(model, {.lr = 0.1});
   BOOST_TEST(opt.momentum_buffer().empty(), "no momentum: no buffer");
   // With momentum, the buffer holds zeros until the first step (a checkpoint taken before it is zeros,
   // not whatever the memory held).
@@ -149,10 +149,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nesterov_needs_momentum_and_no_dampening, D, kiln:
     kiln::Tensor<float, Shape<dyn>, D> garbage(3);  // freed memory the buffer may be given
     garbage.fill(7.0f);
   }
-  SGD<float, D> with_momentum(params, params, {.lr = 0.1f, .momentum = 0.9f});
+  SGD<float, D> with_momentum(params, params, {.lr = 0.1, .momentum = 0.9});
   for (float b : with_momentum.momentum_buffer().to_vector()) BOOST_TEST(b == 0.0f);
-  opt.set_lr(0.5f);
-  BOOST_TEST(opt.lr() == 0.5f);
+  opt.set_lr(0.5);
+  BOOST_TEST(opt.lr() == 0.5);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(mlp_fits_a_linear_regression_with_mse_and_momentum, D, kiln::test::devices) {
@@ -170,7 +170,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mlp_fits_a_linear_regression_with_mse_and_momentum
   const auto y = kt::make_tensor<D>(yv, Extents<Shape<dyn, 1>>(n));
 
   MlpModel<D> model(2024);
-  SGD opt(model, {.lr = 0.02f, .momentum = 0.9f});
+  SGD opt(model, {.lr = 0.02, .momentum = 0.9});
   const knn::MSELoss mse;
   double first = 0, last = 0;
   for (int step = 0; step < 200; ++step) {

@@ -51,11 +51,11 @@ BOOST_AUTO_TEST_SUITE(adagrad)
 
 BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   const kiln::optim::AdagradOptions o;
-  BOOST_TEST(o.lr == 1e-2f);
+  BOOST_TEST(o.lr == 1e-2);
   BOOST_TEST(o.lr_decay == 0.0);
-  BOOST_TEST(o.weight_decay == 0.0f);
-  BOOST_TEST(o.initial_accumulator_value == 0.0f);
-  BOOST_TEST(o.eps == 1e-10f);
+  BOOST_TEST(o.weight_decay == 0.0);
+  BOOST_TEST(o.initial_accumulator_value == 0.0);
+  BOOST_TEST(o.eps == 1e-10);
   BOOST_TEST(!o.maximize);
 }
 
@@ -63,12 +63,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_steps_match_a_float64_transcription_of_torch,
   const std::vector<double> p0 = kt::random_values<double>(64, -1, 1, 1);
   using O = kiln::optim::AdagradOptions;
   for (const O o : {O{},
-                    O{.lr = 0.1f,
+                    O{.lr = 0.1,
                     .lr_decay = 0.5,
-                    .weight_decay = 1e-2f,
-                    .initial_accumulator_value = 0.25f,
-                    .eps = 1e-6f},
-                    O{.lr = 0.1f, .lr_decay = 0.5, .weight_decay = 1e-2f, .eps = 1e-6f, .maximize = true}}) {
+                    .weight_decay = 1e-2,
+                    .initial_accumulator_value = 0.25,
+                    .eps = 1e-6},
+                    O{.lr = 0.1, .lr_decay = 0.5, .weight_decay = 1e-2, .eps = 1e-6, .maximize = true}}) {
     BOOST_TEST_CONTEXT("lr_decay " << o.lr_decay << ", maximize " << o.maximize) {
       auto p = kt::make_tensor<D>(p0, Extents<Shape<dyn>>(64));
       Tensor<double, Shape<dyn>, D> g(Extents<Shape<dyn>>(64));
@@ -96,11 +96,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_fused_and_torchs_order_unfused, D, kiln::
   using O = kiln::optim::AdagradOptions;
   kt::fused_and_unfused_steps_agree<kiln::optim::Adagrad, D>(O{}, 4);  // sum, sqrt, + eps, p
   kt::fused_and_unfused_steps_agree<kiln::optim::Adagrad, D>(
-      O{.lr_decay = 0.1, .weight_decay = 1e-2f, .maximize = true}, 6);  // and maximize, L2
+      O{.lr_decay = 0.1, .weight_decay = 1e-2, .maximize = true}, 6);  // and maximize, L2
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_under_mixed_precision, D, kiln::test::devices) {
-  kt::the_working_copy_follows_the_masters<kiln::optim::Adagrad, D>(kiln::optim::AdagradOptions{.lr = 0.1f});
+  kt::the_working_copy_follows_the_masters<kiln::optim::Adagrad, D>(kiln::optim::AdagradOptions{.lr = 0.1});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_adagrad, D, kiln::test::devices) {
@@ -109,8 +109,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_adagrad, D, kiln::test::devic
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_scheduler_moves_its_learning_rate, D, kiln::test::devices) {
   // StepLR halves the lr every 2 epochs; the step after 4 takes a quarter of it, as the transcription does.
-  kt::a_step_lr_moves_it<kiln::optim::Adagrad, D>(kiln::optim::AdagradOptions{.lr = 0.1f},
-                                                  [](double p, double g, float lr) {
+  kt::a_step_lr_moves_it<kiln::optim::Adagrad, D>(kiln::optim::AdagradOptions{.lr = 0.1},
+                                                  [](double p, double g, double lr) {
                                                     Reference r{{.lr = lr}, p};
                                                     r.take(g);
                                                     return r.p;
@@ -122,12 +122,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   // reads the restored step count, the sums go on). Another optimizer's state, or other hyperparameters
   // that shape the steps, are refused and leave the optimizer as it was.
   const kiln::OptimizerState saved = kt::resumes_through_a_checkpoint<kiln::optim::Adagrad, D>(
-      kiln::optim::AdagradOptions{.lr = 0.1f, .lr_decay = 0.5, .initial_accumulator_value = 0.1f});
+      kiln::optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.5, .initial_accumulator_value = 0.1});
   BOOST_TEST(saved.metadata.at("optimizer.type") == "Adagrad");
   BOOST_TEST(saved.entries.contains("optimizer.sum"));
   knn::Model<kt::OptimizerNet, kt::OptimizerIn, kiln::Policy<kiln::Fp32, D>> m(
       3);  // a model of the same size
-  kiln::optim::Adagrad other(m, {.lr = 0.1f, .lr_decay = 0.25, .initial_accumulator_value = 0.1f});
+  kiln::optim::Adagrad other(m, {.lr = 0.1, .lr_decay = 0.25, .initial_accumulator_value = 0.1});
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(other, saved.entries, saved.metadata, "ckpt"),
                         kiln::CheckpointError,
                         kt::says("the checkpoint's Adagrad has lr_decay = 0.5, this one 0.25"));
@@ -141,13 +141,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(3)), g(Extents<Shape<dyn>>(3)),
       short_g(Extents<Shape<dyn>>(2));
   using O = kiln::optim::AdagradOptions;
-  BOOST_CHECK_EXCEPTION(kiln::optim::Adagrad(p, g, O{.lr = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::Adagrad(p, g, O{.lr = -1.0}), kiln::ValueError,
                         kt::says("Invalid learning rate: -1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adagrad(p, g, O{.lr_decay = -0.5}), kiln::ValueError,
                         kt::says("Invalid lr_decay value"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::Adagrad(p, g, O{.weight_decay = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::Adagrad(p, g, O{.weight_decay = -1.0}), kiln::ValueError,
                         kt::says("Invalid weight_decay value"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::Adagrad(p, g, O{.initial_accumulator_value = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::Adagrad(p, g, O{.initial_accumulator_value = -1.0}), kiln::ValueError,
                         kt::says("Invalid initial_accumulator_value value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adagrad(p, g, O{.eps = NAN}), kiln::ValueError,
                         kt::says("Invalid epsilon value"));

@@ -87,17 +87,17 @@ BOOST_AUTO_TEST_SUITE(optim)
 
 BOOST_AUTO_TEST_CASE(adam_options_default_to_torch) {
   constexpr kiln::optim::AdamOptions a{};
-  static_assert(a.lr == 1e-3f && a.betas.beta1 == 0.9 && a.betas.beta2 == 0.999 && a.eps == 1e-8f &&
-                a.weight_decay == 0.0f && !a.amsgrad && !a.maximize);
+  static_assert(a.lr == 1e-3 && a.betas.beta1 == 0.9 && a.betas.beta2 == 0.999 && a.eps == 1e-8 &&
+                a.weight_decay == 0.0 && !a.amsgrad && !a.maximize);
   constexpr kiln::optim::AdamWOptions w{};
-  static_assert(w.lr == 1e-3f && w.betas.beta1 == 0.9 && w.betas.beta2 == 0.999 && w.eps == 1e-8f &&
-                w.weight_decay == 1e-2f && !w.amsgrad && !w.maximize);
+  static_assert(w.lr == 1e-3 && w.betas.beta1 == 0.9 && w.betas.beta2 == 0.999 && w.eps == 1e-8 &&
+                w.weight_decay == 1e-2 && !w.amsgrad && !w.maximize);
   // [doc:adam_options]
-  constexpr kiln::optim::AdamOptions o{.lr = 1e-3f, .betas = {0.9, 0.999}, .eps = 1e-8f, .amsgrad = true};
+  constexpr kiln::optim::AdamOptions o{.lr = 1e-3, .betas = {0.9, 0.999}, .eps = 1e-8, .amsgrad = true};
   // [doc:adam_options]
   static_assert(o.amsgrad && o.betas.beta2 == 0.999);
-  BOOST_TEST(kiln::optim::AdamOptions{}.lr == 1e-3f);
-  BOOST_TEST(kiln::optim::AdamWOptions{}.weight_decay == 1e-2f);
+  BOOST_TEST(kiln::optim::AdamOptions{}.lr == 1e-3);
+  BOOST_TEST(kiln::optim::AdamWOptions{}.weight_decay == 1e-2);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(adam_step_is_one_pass_over_the_model, D, kiln::test::devices) {
@@ -105,13 +105,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adam_step_is_one_pass_over_the_model, D, kiln::tes
   kiln::nn::Model<Net, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>> model(/*seed=*/0);
   model.gradients().fill(0.5f);
   // [doc:adam_model]
-  kiln::optim::Adam opt(model, {.lr = 1e-2f});
+  kiln::optim::Adam opt(model, {.lr = 1e-2});
   const auto before = kiln::passes();
   opt.step();  // parameters, exp_avg and exp_avg_sq updated together
   BOOST_TEST(kiln::passes() - before == 1u);
   // [doc:adam_model]
   static_assert(std::is_same_v<decltype(opt), kiln::optim::Adam<float, D>>);
-  kiln::optim::AdamW optw(model, {.weight_decay = 0.1f, .amsgrad = true});
+  kiln::optim::AdamW optw(model, {.weight_decay = 0.1, .amsgrad = true});
   const auto before_w = kiln::passes();
   optw.step();
   BOOST_TEST(kiln::passes() - before_w == 1u);
@@ -123,22 +123,22 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adam_matches_a_float64_reference_of_torch, D, kiln
   // that pass through zero from turning a 1e-9 absolute error into a large relative one.
   using Adam = kiln::optim::Adam<float, D>;
   using AdamW = kiln::optim::AdamW<float, D>;
-  BOOST_TEST((against_reference<float, D, Adam>(kiln::optim::AdamOptions{.lr = 1e-2f}, false, n, 1e-2)) <= 1e-5);
+  BOOST_TEST((against_reference<float, D, Adam>(kiln::optim::AdamOptions{.lr = 1e-2}, false, n, 1e-2)) <= 1e-5);
   BOOST_TEST((against_reference<float, D, Adam>(
-                 kiln::optim::AdamOptions{.lr = 1e-2f, .betas = {0.8f, 0.99f}, .weight_decay = 0.1f, .amsgrad = true},
+                 kiln::optim::AdamOptions{.lr = 1e-2, .betas = {0.8f, 0.99f}, .weight_decay = 0.1, .amsgrad = true},
                  false, n, 1e-2)) <= 1e-5);
-  BOOST_TEST((against_reference<float, D, AdamW>(kiln::optim::AdamWOptions{.lr = 1e-2f}, true, n, 1e-2)) <= 1e-5);
+  BOOST_TEST((against_reference<float, D, AdamW>(kiln::optim::AdamWOptions{.lr = 1e-2}, true, n, 1e-2)) <= 1e-5);
   BOOST_TEST((against_reference<float, D, AdamW>(
-                 kiln::optim::AdamWOptions{.lr = 3e-2f, .weight_decay = 0.5f, .amsgrad = true}, true, n, 1e-2)) <= 1e-5);
+                 kiln::optim::AdamWOptions{.lr = 3e-2, .weight_decay = 0.5, .amsgrad = true}, true, n, 1e-2)) <= 1e-5);
   // maximize: the gradient negated before the L2 term and the moments.
   BOOST_TEST((against_reference<float, D, Adam>(
-                 kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true, .maximize = true}, false,
+                 kiln::optim::AdamOptions{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true, .maximize = true}, false,
                  n, 1e-2)) <= 1e-5);
   BOOST_TEST((against_reference<float, D, AdamW>(
-                 kiln::optim::AdamWOptions{.lr = 3e-2f, .weight_decay = 0.5f, .maximize = true}, true, n, 1e-2)) <= 1e-5);
+                 kiln::optim::AdamWOptions{.lr = 3e-2, .weight_decay = 0.5, .maximize = true}, true, n, 1e-2)) <= 1e-5);
   // Double master weights compute in double.
   using AdamD = kiln::optim::Adam<double, D>;
-  BOOST_TEST((against_reference<double, D, AdamD>(kiln::optim::AdamOptions{.lr = 1e-2f, .amsgrad = true}, false, 1000,
+  BOOST_TEST((against_reference<double, D, AdamD>(kiln::optim::AdamOptions{.lr = 1e-2, .amsgrad = true}, false, 1000,
                                                   1e-2)) <= 1e-12);
 }
 
@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adam_moments_zero_grad_lr_and_step_count, D, kiln:
   auto g = arena<float, D>(gv);
   kiln::optim::Adam opt(p, g);
   static_assert(std::is_same_v<decltype(opt), kiln::optim::Adam<float, D>>);
-  BOOST_TEST(opt.lr() == 1e-3f);
+  BOOST_TEST(opt.lr() == 1e-3);
   BOOST_TEST(opt.step_count() == 0);
   BOOST_TEST(opt.max_exp_avg_sq().empty());  // amsgrad off
   opt.step();
@@ -166,9 +166,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adam_moments_zero_grad_lr_and_step_count, D, kiln:
   BOOST_TEST(after[2] == 0.5f);
   opt.zero_grad();
   BOOST_TEST(g.to_vector() == std::vector<float>(4, 0.0f), boost::test_tools::per_element());
-  opt.set_lr(0.25f);
-  BOOST_TEST(opt.lr() == 0.25f);
-  BOOST_TEST(opt.options().lr == 0.25f);
+  opt.set_lr(0.25);
+  BOOST_TEST(opt.lr() == 0.25);
+  BOOST_TEST(opt.options().lr == 0.25);
   opt.set_step_count(10);
   BOOST_TEST(opt.step_count() == 10);
 }
@@ -178,7 +178,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adamw_decay_is_decoupled_from_the_gradient, D, kil
   // term (added to the gradient) moves each weight by about lr instead.
   const std::vector<float> pv = {1.0f, -4.0f, 0.25f};
   auto p = arena<float, D>(pv), g = arena<float, D>(std::vector<float>(3, 0.0f));
-  kiln::optim::AdamW opt(p, g, {.lr = 0.1f, .weight_decay = 0.5f});
+  kiln::optim::AdamW opt(p, g, {.lr = 0.1, .weight_decay = 0.5});
   static_assert(std::is_same_v<decltype(opt), kiln::optim::AdamW<float, D>>);
   opt.step();
   opt.step();
@@ -186,7 +186,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adamw_decay_is_decoupled_from_the_gradient, D, kil
   for (std::size_t i = 0; i < pv.size(); ++i) BOOST_TEST(got[i] == pv[i] * 0.95f * 0.95f, boost::test_tools::tolerance(1e-6f));
 
   auto q = arena<float, D>(pv), h = arena<float, D>(std::vector<float>(3, 0.0f));
-  kiln::optim::Adam l2(q, h, {.lr = 0.1f, .weight_decay = 0.5f});
+  kiln::optim::Adam l2(q, h, {.lr = 0.1, .weight_decay = 0.5});
   l2.step();
   const auto got_l2 = q.to_vector();
   for (std::size_t i = 0; i < pv.size(); ++i)
@@ -209,11 +209,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adam_rejects_invalid_options, D, kiln::test::devic
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(2)), g(Extents<Shape<dyn>>(2)), g3(Extents<Shape<dyn>>(3));
   using Adam = kiln::optim::Adam<float, D>;
   using AdamW = kiln::optim::AdamW<float, D>;
-  BOOST_CHECK_THROW(Adam(p, g, {.lr = -1.0f}), kiln::ValueError);
+  BOOST_CHECK_THROW(Adam(p, g, {.lr = -1.0}), kiln::ValueError);
   BOOST_CHECK_THROW(Adam(p, g, {.betas = {1.0f, 0.999f}}), kiln::ValueError);
   BOOST_CHECK_THROW(Adam(p, g, {.betas = {0.9f, -0.1f}}), kiln::ValueError);
-  BOOST_CHECK_THROW(Adam(p, g, {.eps = -1e-8f}), kiln::ValueError);
-  BOOST_CHECK_THROW(AdamW(p, g, {.weight_decay = -0.1f}), kiln::ValueError);
+  BOOST_CHECK_THROW(Adam(p, g, {.eps = -1e-8}), kiln::ValueError);
+  BOOST_CHECK_THROW(AdamW(p, g, {.weight_decay = -0.1}), kiln::ValueError);
   BOOST_CHECK_THROW(Adam(p, g3), kiln::ShapeError);
 }
 

@@ -53,11 +53,11 @@ BOOST_AUTO_TEST_SUITE(adamax)
 
 BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   const kiln::optim::AdamaxOptions o;
-  BOOST_TEST(o.lr == 2e-3f);
+  BOOST_TEST(o.lr == 2e-3);
   BOOST_TEST(o.betas.beta1 == 0.9);
   BOOST_TEST(o.betas.beta2 == 0.999);
-  BOOST_TEST(o.eps == 1e-8f);
-  BOOST_TEST(o.weight_decay == 0.0f);
+  BOOST_TEST(o.eps == 1e-8);
+  BOOST_TEST(o.weight_decay == 0.0);
   BOOST_TEST(!o.maximize);
 }
 
@@ -65,8 +65,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(five_steps_match_a_float64_transcription_of_torch,
   const std::vector<double> p0 = kt::random_values<double>(64, -1, 1, 1);
   using O = kiln::optim::AdamaxOptions;
   for (const O o :
-       {O{}, O{.lr = 0.1f, .betas = {0.8f, 0.9f}, .eps = 1e-3f, .weight_decay = 1e-2f},
-        O{.lr = 0.1f, .betas = {0.8f, 0.9f}, .eps = 1e-3f, .weight_decay = 1e-2f, .maximize = true}}) {
+       {O{}, O{.lr = 0.1, .betas = {0.8f, 0.9f}, .eps = 1e-3, .weight_decay = 1e-2},
+        O{.lr = 0.1, .betas = {0.8f, 0.9f}, .eps = 1e-3, .weight_decay = 1e-2, .maximize = true}}) {
     BOOST_TEST_CONTEXT("weight decay " << o.weight_decay << ", maximize " << o.maximize) {
       auto p = kt::make_tensor<D>(p0, Extents<Shape<dyn>>(64));
       Tensor<double, Shape<dyn>, D> g(Extents<Shape<dyn>>(64));
@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_nan_gradient_stays_in_the_norm_as_torchs_amax, D
   for (const bool fused : {true, false}) {
     auto p = kt::make_tensor<D>(std::vector<float>{1.0f, 2.0f}, Extents<Shape<dyn>>(2));
     auto g = kt::make_tensor<D>(std::vector<float>{NAN, 0.5f}, Extents<Shape<dyn>>(2));
-    kiln::optim::Adamax opt(p, g, {.lr = 0.1f});
+    kiln::optim::Adamax opt(p, g, {.lr = 0.1});
     {
       std::optional<kiln::Unfused> off;
       if (!fused) off.emplace();
@@ -122,21 +122,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_fused_and_torchs_order_unfused, D, kiln::
   using O = kiln::optim::AdamaxOptions;
   kt::fused_and_unfused_steps_agree<kiln::optim::Adamax, D>(O{}, 7);  // m twice, u, |g|, + eps, max, p
   kt::fused_and_unfused_steps_agree<kiln::optim::Adamax, D>(          // and maximize, L2; an eps that shows
-      O{.eps = 0.1f, .weight_decay = 1e-2f, .maximize = true}, 9);
+      O{.eps = 0.1, .weight_decay = 1e-2, .maximize = true}, 9);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_under_mixed_precision, D, kiln::test::devices) {
-  kt::the_working_copy_follows_the_masters<kiln::optim::Adamax, D>(kiln::optim::AdamaxOptions{.lr = 0.1f});
+  kt::the_working_copy_follows_the_masters<kiln::optim::Adamax, D>(kiln::optim::AdamaxOptions{.lr = 0.1});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_adamax, D, kiln::test::devices) {
-  kt::a_grad_scaler_drives_it<kiln::optim::Adamax, D>(kiln::optim::AdamaxOptions{.weight_decay = 1e-2f});
+  kt::a_grad_scaler_drives_it<kiln::optim::Adamax, D>(kiln::optim::AdamaxOptions{.weight_decay = 1e-2});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_move_its_learning_rate_and_beta1, D, kiln::test::devices) {
   // StepLR halves the lr every 2 epochs; the step after 4 takes a quarter of it, as the transcription does.
-  kt::a_step_lr_moves_it<kiln::optim::Adamax, D>(kiln::optim::AdamaxOptions{.lr = 0.1f},
-                                                 [](double p, double g, float lr) {
+  kt::a_step_lr_moves_it<kiln::optim::Adamax, D>(kiln::optim::AdamaxOptions{.lr = 0.1},
+                                                 [](double p, double g, double lr) {
                                                    Reference r{{.lr = lr}, p};
                                                    r.take(g);
                                                    return r.p;
@@ -159,7 +159,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   // correction reads the restored step count, the moments go on). Another optimizer's state, or other
   // hyperparameters that shape the steps, are refused and leave the optimizer as it was.
   const kiln::OptimizerState saved = kt::resumes_through_a_checkpoint<kiln::optim::Adamax, D>(
-      kiln::optim::AdamaxOptions{.lr = 0.1f, .betas = {0.8, 0.9}, .weight_decay = 1e-2f});
+      kiln::optim::AdamaxOptions{.lr = 0.1, .betas = {0.8, 0.9}, .weight_decay = 1e-2});
   BOOST_TEST(saved.metadata.at("optimizer.type") == "Adamax");
   BOOST_TEST(saved.metadata.at("optimizer.beta1") == "0.8");
   BOOST_TEST(saved.entries.contains("optimizer.exp_avg"));
@@ -167,7 +167,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   BOOST_TEST(!saved.entries.contains("optimizer.exp_avg_sq"));
   knn::Model<kt::OptimizerNet, kt::OptimizerIn, kiln::Policy<kiln::Fp32, D>> m(
       3);  // a model of the same size
-  kiln::optim::Adamax other(m, {.lr = 0.1f, .eps = 1e-6f, .weight_decay = 1e-2f});
+  kiln::optim::Adamax other(m, {.lr = 0.1, .eps = 1e-6, .weight_decay = 1e-2});
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(other, saved.entries, saved.metadata, "ckpt"),
                         kiln::CheckpointError,
                         kt::says("the checkpoint's Adamax has eps = 1e-08, this one 1e-06"));
@@ -184,7 +184,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(3)), g(Extents<Shape<dyn>>(3)),
       short_g(Extents<Shape<dyn>>(2));
   using O = kiln::optim::AdamaxOptions;
-  BOOST_CHECK_EXCEPTION(kiln::optim::Adamax(p, g, O{.lr = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::Adamax(p, g, O{.lr = -1.0}), kiln::ValueError,
                         kt::says("Invalid learning rate: -1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adamax(p, g, O{.eps = NAN}), kiln::ValueError,
                         kt::says("Invalid epsilon value"));
@@ -192,7 +192,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln
                         kt::says("Invalid beta parameter at index 0: 1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adamax(p, g, O{.betas = {0.9f, -0.5f}}), kiln::ValueError,
                         kt::says("Invalid beta parameter at index 1: -0.5"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::Adamax(p, g, O{.weight_decay = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::Adamax(p, g, O{.weight_decay = -1.0}), kiln::ValueError,
                         kt::says("Invalid weight_decay value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::Adamax(p, short_g, O{}), kiln::ShapeError,
                         kt::says("3 parameters but 2 gradients"));

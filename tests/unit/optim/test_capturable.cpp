@@ -43,8 +43,8 @@ void capturable_follows_plain(Options o) {
       g1.copy_from(std::span<const float>(gv));
       g2.copy_from(std::span<const float>(gv));
       if (s == 2) {
-        plain.set_lr(0.05f);
-        captured.set_lr(0.05f);
+        plain.set_lr(0.05);
+        captured.set_lr(0.05);
       }
       if constexpr (requires { plain.set_step_count(100); })
         if (s == 3) {
@@ -79,25 +79,25 @@ BOOST_AUTO_TEST_SUITE(capturable)
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(capturable_adam_steps_as_the_plain_one_bit_for_bit, D, kt::devices) {
   BOOST_TEST(!kiln::optim::AdamOptions{}.capturable);  // torch's default
-  capturable_follows_plain<kiln::optim::Adam<float, D>, D>(kiln::optim::AdamOptions{.lr = 1e-2f});
+  capturable_follows_plain<kiln::optim::Adam<float, D>, D>(kiln::optim::AdamOptions{.lr = 1e-2});
   capturable_follows_plain<kiln::optim::Adam<float, D>, D>(
-      kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true});
-  capturable_follows_plain<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2f, .weight_decay = 0.3f});
+      kiln::optim::AdamOptions{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true});
+  capturable_follows_plain<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.3});
   capturable_follows_plain<kiln::optim::Adam<float, D>, D>(
-      kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true, .maximize = true});
+      kiln::optim::AdamOptions{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true, .maximize = true});
   capturable_follows_plain<kiln::optim::AdamW<float, D>, D>(
-      kiln::optim::AdamWOptions{.lr = 1e-2f, .weight_decay = 0.3f, .maximize = true});
+      kiln::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.3, .maximize = true});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(capturable_sgd_steps_as_the_plain_one_bit_for_bit, D, kt::devices) {
   BOOST_TEST(!kiln::optim::SGDOptions{}.capturable);
   using Sgd = kiln::optim::SGD<float, D>;
-  capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f});
-  capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f});
-  capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f});
-  capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .nesterov = true});
+  capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1});
+  capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+  capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.1});
+  capturable_follows_plain<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
   capturable_follows_plain<Sgd, D>(
-      kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true, .maximize = true});
+      kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .maximize = true});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

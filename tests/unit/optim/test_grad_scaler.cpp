@@ -107,7 +107,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(scaled_training_equals_unscaled_training_bit_for_b
   // fp32 values times a power of two round the same way), and unscaling undoes it exactly.
   Mlp<D> plain(/*seed=*/7), scaled(/*seed=*/7);
   const Batch<D> b;
-  kiln::optim::Adam opt_plain(plain, {.lr = 1e-2f}), opt_scaled(scaled, {.lr = 1e-2f});
+  kiln::optim::Adam opt_plain(plain, {.lr = 1e-2}), opt_scaled(scaled, {.lr = 1e-2});
   GradScaler<D> scaler;
   const auto initial = plain.parameters().to_vector();
   for (int step = 0; step < 4; ++step) {
@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_inf_or_nan_gradient_skips_the_step_and_backs_of
     BOOST_TEST_CONTEXT("injected " << bad) {
       Mlp<D> model(/*seed=*/3);
       const Batch<D> b;
-      kiln::optim::Adam opt(model, {.lr = 1e-2f});
+      kiln::optim::Adam opt(model, {.lr = 1e-2});
       GradScaler<D> scaler;
       for (int step = 0; step < 2; ++step) {  // two finite steps: moments are nonzero, the tracker is 2
         backward(model, b, scaler.scale());
@@ -172,7 +172,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_inf_or_nan_gradient_skips_the_step_and_backs_of
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_scale_grows_after_growth_interval_finite_steps_and_not_before, D,
                               kt::devices) {
   auto p = arena<D>(std::vector<float>(5, 1.0f)), g = arena<D>(std::vector<float>(5, 0.0f));
-  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.1f});
+  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.1});
   GradScaler<D> scaler({.init_scale = 8.0, .growth_interval = 3});
   const auto iteration = [&](float value) {
     g.fill(value);
@@ -227,8 +227,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unscale_before_clipping_shows_the_true_gradients, 
   auto g = arena<D>(truth);
   auto p_ref = arena<D>(std::vector<float>(truth.size(), 0.5f));
   auto g_ref = arena<D>(truth);
-  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.1f, .momentum = 0.9f}),
-      opt_ref(p_ref, g_ref, {.lr = 0.1f, .momentum = 0.9f});
+  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.1, .momentum = 0.9}),
+      opt_ref(p_ref, g_ref, {.lr = 0.1, .momentum = 0.9});
   GradScaler<D> scaler;
   g *= static_cast<float>(scaler.scale());  // what a scaled backward leaves (exact: a power of two)
 
@@ -253,7 +253,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unscale_before_clipping_shows_the_true_gradients, 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_training_loop_clips_between_unscale_and_step, D, kt::devices) {
   Mlp<D> model(/*seed=*/5), reference(/*seed=*/5);
   const Batch<D> b;
-  kiln::optim::AdamW opt(model, {.lr = 1e-2f}), opt_ref(reference, {.lr = 1e-2f});
+  kiln::optim::AdamW opt(model, {.lr = 1e-2}), opt_ref(reference, {.lr = 1e-2});
   GradScaler<D> scaler;
   const auto& x = b.x;  // [N, 4]
   const auto& y = b.y;  // [N]
@@ -282,7 +282,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unscale_is_one_pass_that_finds_an_inf_anywhere, D,
   for (const std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
     BOOST_TEST_CONTEXT("inf at " << at) {
       auto p = arena<D>(std::vector<float>(n, 0.0f)), g = arena<D>(values);
-      kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.01f});
+      kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.01});
       GradScaler<D> scaler({.init_scale = 4.0});
       auto before = kiln::passes();
       BOOST_TEST(scaler.unscale_(opt));  // all finite
@@ -312,7 +312,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unscale_is_one_pass_that_finds_an_inf_anywhere, D,
 BOOST_AUTO_TEST_CASE_TEMPLATE(several_optimizers_share_one_scaler, D, kt::devices) {
   auto p1 = arena<D>({1.0f, 2.0f}), g1 = arena<D>({4.0f, 8.0f});
   auto p2 = arena<D>({1.0f, 2.0f}), g2 = arena<D>({4.0f, infinity});
-  kiln::optim::SGD<float, D> a(p1, g1, {.lr = 1.0f}), b(p2, g2, {.lr = 1.0f});
+  kiln::optim::SGD<float, D> a(p1, g1, {.lr = 1.0}), b(p2, g2, {.lr = 1.0});
   GradScaler<D> scaler({.init_scale = 4.0});
   BOOST_TEST(scaler.step(a));
   BOOST_TEST(!scaler.step(b));
@@ -328,7 +328,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(several_optimizers_share_one_capturable_scaler, D,
   // does not skip a's step; update() backs off once and clears every flag.
   auto p1 = arena<D>({1.0f, 2.0f}), g1 = arena<D>({4.0f, 8.0f});
   auto p2 = arena<D>({1.0f, 2.0f}), g2 = arena<D>({4.0f, infinity});
-  kiln::optim::SGD<float, D> a(p1, g1, {.lr = 1.0f, .capturable = true}), b(p2, g2, {.lr = 1.0f, .capturable = true});
+  kiln::optim::SGD<float, D> a(p1, g1, {.lr = 1.0, .capturable = true}), b(p2, g2, {.lr = 1.0, .capturable = true});
   GradScaler<D> scaler({.init_scale = 4.0, .capturable = true});
   scaler.unscale_(b);
   BOOST_TEST(scaler.found_inf());
@@ -353,7 +353,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(several_optimizers_share_one_capturable_scaler, D,
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(state_round_trips_through_checkpoint_metadata, D, kt::devices) {
   auto p = arena<D>({1.0f}), g = arena<D>({1.0f});
-  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.01f});
+  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.01});
   GradScaler<D> scaler({.init_scale = 3.0, .growth_interval = 10});
   for (const float v : {1.0f, infinity, 1.0f, 1.0f, not_a_number, 1.0f, 1.0f, 1.0f}) {
     g.fill(v);
@@ -413,7 +413,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(state_round_trips_through_checkpoint_metadata, D, 
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_copied_scaler_has_its_own_inf_flag, D, kt::devices) {
   auto p = arena<D>({1.0f}), g = arena<D>({1.0f});
-  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.01f});
+  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.01});
   GradScaler<D> a;
   BOOST_TEST(a.step(opt));
   a.update();
@@ -434,7 +434,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_copied_scaler_has_its_own_inf_flag, D, kt::devic
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_disabled_scaler_is_a_pass_through, D, kt::devices) {
   auto p = arena<D>({1.0f, 1.0f}), g = arena<D>({2.0f, infinity});
-  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.5f});
+  kiln::optim::SGD<float, D> opt(p, g, {.lr = 0.5});
   GradScaler<D> scaler({.enabled = false});
   BOOST_TEST(!scaler.is_enabled());
   BOOST_TEST(scaler.scale() == 1.0);
@@ -490,8 +490,8 @@ BOOST_AUTO_TEST_CASE(invalid_options_are_rejected) {
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_scaler_trains_as_the_host_one_through_skips_and_growth, D, kt::devices) {
   Mlp<D> plain_model(/*seed=*/5), captured_model(/*seed=*/5);
   const Batch<D> b;
-  kiln::optim::Adam plain_opt(plain_model, {.lr = 1e-2f});
-  kiln::optim::Adam captured_opt(captured_model, {.lr = 1e-2f, .capturable = true});
+  kiln::optim::Adam plain_opt(plain_model, {.lr = 1e-2});
+  kiln::optim::Adam captured_opt(captured_model, {.lr = 1e-2, .capturable = true});
   GradScaler<D> plain({.init_scale = 1024.0, .growth_interval = 3});
   GradScaler<D> captured({.init_scale = 1024.0, .growth_interval = 3, .capturable = true});
   BOOST_TEST(!GradScalerOptions{}.capturable);
@@ -535,7 +535,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_scaler_trains_as_the_host_one_through
   restored.update(8.0);
   BOOST_TEST(restored.scale() == 8.0);
 
-  kiln::optim::SGD sgd(captured_model, {.lr = 0.1f});  // not capturable: it cannot skip on the device
+  kiln::optim::SGD sgd(captured_model, {.lr = 0.1});  // not capturable: it cannot skip on the device
   backward(captured_model, b, captured.loss_scale());
   const auto scaled = captured_model.gradients().to_vector();
   BOOST_TEST(throws_with<kiln::ValueError>([&] { captured.step(sgd); }, "skips on the device"));
@@ -552,8 +552,8 @@ struct TwoOptimizers {
   kiln::optim::SGD<float, D> o1, o2;
   GradScaler<D> scaler;
   TwoOptimizers(const Batch<D>& b, bool capturable)
-      : o1(m1, {.lr = 0.1f, .capturable = capturable}),
-        o2(m2, {.lr = 0.1f, .capturable = capturable}),
+      : o1(m1, {.lr = 0.1, .capturable = capturable}),
+        o2(m2, {.lr = 0.1, .capturable = capturable}),
         scaler({.init_scale = 1024.0, .capturable = capturable}) {
     backward(m1, b, scaler.loss_scale());
     backward(m2, b, scaler.loss_scale());
@@ -615,7 +615,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_unscale_refuses_an_optimizer_that_can
                               kt::devices) {
   const Batch<D> b;
   Mlp<D> model(/*seed=*/4);
-  kiln::optim::SGD opt(model, {.lr = 0.1f});  // not capturable
+  kiln::optim::SGD opt(model, {.lr = 0.1});  // not capturable
   GradScaler<D> scaler({.init_scale = 1024.0, .capturable = true});
   backward(model, b, scaler.loss_scale());
   const auto grads = model.gradients().to_vector();
@@ -629,7 +629,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_capturable_unscale_refuses_an_optimizer_that_can
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_scale_without_a_float_inverse_is_refused_or_skipped, D, kt::devices) {
   const Batch<D> b;
   Mlp<D> model(/*seed=*/3);
-  kiln::optim::SGD opt(model, {.lr = 0.1f, .capturable = true});
+  kiln::optim::SGD opt(model, {.lr = 0.1, .capturable = true});
   const auto weights = model.parameters().to_vector();
   GradScaler<D> host({.init_scale = 2e-39});  // a float32 subnormal: 1 / 2e-39 = 5e38 > FLT_MAX
   backward(model, b, host.scale());

@@ -128,7 +128,7 @@ BOOST_AUTO_TEST_CASE(maximize_is_off_by_default_and_in_torchs_keyword_order) {
   BOOST_TEST(!kiln::optim::RAdamOptions{}.maximize);
   // Designated initializers follow the declaration order: these compile only with maximize after
   // nesterov / amsgrad / centered and before capturable, torch's order.
-  constexpr kiln::optim::SGDOptions sgd{.lr = 0.1f, .momentum = 0.9f, .nesterov = true, .maximize = true, .capturable = true};
+  constexpr kiln::optim::SGDOptions sgd{.lr = 0.1, .momentum = 0.9, .nesterov = true, .maximize = true, .capturable = true};
   constexpr kiln::optim::AdamOptions adam{.amsgrad = true, .maximize = true, .capturable = true};
   constexpr kiln::optim::AdamWOptions adamw{.amsgrad = true, .maximize = true, .capturable = true};
   constexpr kiln::optim::RMSpropOptions rms{.centered = true, .maximize = true};
@@ -138,33 +138,33 @@ BOOST_AUTO_TEST_CASE(maximize_is_off_by_default_and_in_torchs_keyword_order) {
 BOOST_AUTO_TEST_CASE_TEMPLATE(sgd_maximize_steps_on_the_negated_gradient, D, kt::devices) {
   using O = kiln::optim::SGDOptions;
   maximize_steps_on_the_negated_gradient<kiln::optim::SGD<float, D>, float, D>({
-      O{.lr = 0.1f},
-      O{.lr = 0.1f, .weight_decay = 0.05f},
-      O{.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 0.05f},
-      O{.lr = 0.1f, .momentum = 0.9f, .nesterov = true},
-      O{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.05f, .nesterov = true},
-      O{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.05f, .nesterov = true, .capturable = true},
-      O{.lr = 0.1f, .weight_decay = 0.05f, .capturable = true},
+      O{.lr = 0.1},
+      O{.lr = 0.1, .weight_decay = 0.05},
+      O{.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.05},
+      O{.lr = 0.1, .momentum = 0.9, .nesterov = true},
+      O{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.05, .nesterov = true},
+      O{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.05, .nesterov = true, .capturable = true},
+      O{.lr = 0.1, .weight_decay = 0.05, .capturable = true},
   });
   maximize_steps_on_the_negated_gradient<kiln::optim::SGD<double, D>, double, D>(
-      {O{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.05f, .nesterov = true}});
+      {O{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.05, .nesterov = true}});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(adam_and_adamw_maximize_step_on_the_negated_gradient, D, kt::devices) {
   using O = kiln::optim::AdamOptions;
   maximize_steps_on_the_negated_gradient<kiln::optim::Adam<float, D>, float, D>({
-      O{.lr = 1e-2f},
-      O{.lr = 1e-2f, .weight_decay = 0.1f},
-      O{.lr = 1e-2f, .betas = {0.8f, 0.99f}, .weight_decay = 0.1f, .amsgrad = true},
-      O{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true, .capturable = true},
+      O{.lr = 1e-2},
+      O{.lr = 1e-2, .weight_decay = 0.1},
+      O{.lr = 1e-2, .betas = {0.8f, 0.99f}, .weight_decay = 0.1, .amsgrad = true},
+      O{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true, .capturable = true},
   });
   maximize_steps_on_the_negated_gradient<kiln::optim::Adam<double, D>, double, D>(
-      {O{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true}});
+      {O{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true}});
   using W = kiln::optim::AdamWOptions;
   maximize_steps_on_the_negated_gradient<kiln::optim::AdamW<float, D>, float, D>({
-      W{.lr = 1e-2f},
-      W{.lr = 1e-2f, .weight_decay = 0.3f, .amsgrad = true},
-      W{.lr = 1e-2f, .weight_decay = 0.3f, .capturable = true},
+      W{.lr = 1e-2},
+      W{.lr = 1e-2, .weight_decay = 0.3, .amsgrad = true},
+      W{.lr = 1e-2, .weight_decay = 0.3, .capturable = true},
   });
 }
 
@@ -172,23 +172,23 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_maximize_steps_on_the_negated_gradient, D,
   using O = kiln::optim::RMSpropOptions;
   maximize_steps_on_the_negated_gradient<kiln::optim::RMSprop<float, D>, float, D>({
       O{},
-      O{.weight_decay = 0.05f},
-      O{.momentum = 0.9f},
+      O{.weight_decay = 0.05},
+      O{.momentum = 0.9},
       O{.centered = true},
-      O{.weight_decay = 0.05f, .momentum = 0.5f, .centered = true},
+      O{.weight_decay = 0.05, .momentum = 0.5, .centered = true},
   });
   maximize_steps_on_the_negated_gradient<kiln::optim::RMSprop<double, D>, double, D>(
-      {O{.weight_decay = 0.05f, .momentum = 0.5f, .centered = true}});
+      {O{.weight_decay = 0.05, .momentum = 0.5, .centered = true}});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_maximize_steps_on_the_negated_gradient, D, kt::devices) {
   using O = kiln::optim::AdagradOptions;
   maximize_steps_on_the_negated_gradient<kiln::optim::Adagrad<float, D>, float, D>({
       O{},
-      O{.lr_decay = 0.1, .weight_decay = 0.05f, .initial_accumulator_value = 0.1f},
+      O{.lr_decay = 0.1, .weight_decay = 0.05, .initial_accumulator_value = 0.1},
   });
   maximize_steps_on_the_negated_gradient<kiln::optim::Adagrad<double, D>, double, D>(
-      {O{.lr_decay = 0.1, .weight_decay = 0.05f}});
+      {O{.lr_decay = 0.1, .weight_decay = 0.05}});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(nadam_and_radam_maximize_step_on_the_negated_gradient, D, kt::devices) {
@@ -196,39 +196,39 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nadam_and_radam_maximize_step_on_the_negated_gradi
   using R = kiln::optim::RAdamOptions;
   maximize_steps_on_the_negated_gradient<kiln::optim::NAdam<float, D>, float, D>({
       N{},
-      N{.lr = 1e-2f, .weight_decay = 0.05f, .momentum_decay = 0.1f},
+      N{.lr = 1e-2, .weight_decay = 0.05, .momentum_decay = 0.1},
   });
   maximize_steps_on_the_negated_gradient<kiln::optim::NAdam<double, D>, double, D>(
-      {N{.weight_decay = 0.05f}});
+      {N{.weight_decay = 0.05}});
   // (four steps: RAdam's un-rectified ones; its rectified ones with maximize: test_radam.cpp)
   maximize_steps_on_the_negated_gradient<kiln::optim::RAdam<float, D>, float, D>({
       R{},
-      R{.lr = 1e-2f, .weight_decay = 0.05f},
+      R{.lr = 1e-2, .weight_decay = 0.05},
   });
   maximize_steps_on_the_negated_gradient<kiln::optim::RAdam<double, D>, double, D>(
-      {R{.weight_decay = 0.05f}});
+      {R{.weight_decay = 0.05}});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_steps_an_optimizer_that_maximizes, D, kt::devices) {
   for (const bool capturable : {false, true}) {
     BOOST_TEST_CONTEXT((capturable ? "capturable" : "host") << " scaler") {
       a_grad_scaler_drives<kiln::optim::SGD<float, D>, D>(
-          kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.05f, .nesterov = true}, capturable);
+          kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.05, .nesterov = true}, capturable);
       a_grad_scaler_drives<kiln::optim::Adam<float, D>, D>(
-          kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true}, capturable);
-      a_grad_scaler_drives<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2f}, capturable);
+          kiln::optim::AdamOptions{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true}, capturable);
+      a_grad_scaler_drives<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2}, capturable);
     }
   }
   // RMSprop, Adagrad, NAdam and RAdam have no capturable mode (torch 1.13's have none either): the host
   // scaler only.
   a_grad_scaler_drives<kiln::optim::RMSprop<float, D>, D>(
-      kiln::optim::RMSpropOptions{.weight_decay = 0.05f, .momentum = 0.5f, .centered = true}, false);
+      kiln::optim::RMSpropOptions{.weight_decay = 0.05, .momentum = 0.5, .centered = true}, false);
   a_grad_scaler_drives<kiln::optim::Adagrad<float, D>, D>(
-      kiln::optim::AdagradOptions{.lr_decay = 0.1, .weight_decay = 0.05f}, false);
+      kiln::optim::AdagradOptions{.lr_decay = 0.1, .weight_decay = 0.05}, false);
   a_grad_scaler_drives<kiln::optim::NAdam<float, D>, D>(
-      kiln::optim::NAdamOptions{.lr = 1e-2f, .weight_decay = 0.05f, .momentum_decay = 0.1f}, false);
+      kiln::optim::NAdamOptions{.lr = 1e-2, .weight_decay = 0.05, .momentum_decay = 0.1}, false);
   a_grad_scaler_drives<kiln::optim::RAdam<float, D>, D>(
-      kiln::optim::RAdamOptions{.lr = 1e-2f, .weight_decay = 0.05f}, false);
+      kiln::optim::RAdamOptions{.lr = 1e-2, .weight_decay = 0.05}, false);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

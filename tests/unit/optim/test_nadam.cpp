@@ -62,12 +62,12 @@ BOOST_AUTO_TEST_SUITE(nadam)
 
 BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   const kiln::optim::NAdamOptions o;
-  BOOST_TEST(o.lr == 2e-3f);
+  BOOST_TEST(o.lr == 2e-3);
   BOOST_TEST(o.betas.beta1 == 0.9);
   BOOST_TEST(o.betas.beta2 == 0.999);
-  BOOST_TEST(o.eps == 1e-8f);
-  BOOST_TEST(o.weight_decay == 0.0f);
-  BOOST_TEST(o.momentum_decay == 4e-3f);
+  BOOST_TEST(o.eps == 1e-8);
+  BOOST_TEST(o.weight_decay == 0.0);
+  BOOST_TEST(o.momentum_decay == 4e-3);
   BOOST_TEST(!o.maximize);
 }
 
@@ -76,8 +76,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(five_steps_match_a_float64_transcription_of_torch,
   using O = kiln::optim::NAdamOptions;
   for (const O o :
        {O{},
-        O{.lr = 0.05f, .betas = {0.8f, 0.99f}, .eps = 1e-6f, .weight_decay = 1e-2f, .momentum_decay = 0.1f},
-        O{.lr = 0.05f, .weight_decay = 1e-2f, .momentum_decay = 0.02f, .maximize = true}}) {
+        O{.lr = 0.05, .betas = {0.8f, 0.99f}, .eps = 1e-6, .weight_decay = 1e-2, .momentum_decay = 0.1},
+        O{.lr = 0.05, .weight_decay = 1e-2, .momentum_decay = 0.02, .maximize = true}}) {
     BOOST_TEST_CONTEXT("weight_decay " << o.weight_decay << ", maximize " << o.maximize) {
       auto p = kt::make_tensor<D>(p0, Extents<Shape<dyn>>(64));
       Tensor<double, Shape<dyn>, D> g(Extents<Shape<dyn>>(64));
@@ -104,23 +104,23 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(five_steps_match_a_float64_transcription_of_torch,
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_fused_and_torchs_order_unfused, D, kiln::test::devices) {
   using O = kiln::optim::NAdamOptions;
-  kt::fused_and_unfused_steps_agree<kiln::optim::NAdam, D>(O{.lr = 1e-2f}, 9);  // m 2, v 2, denom 3, p 2
+  kt::fused_and_unfused_steps_agree<kiln::optim::NAdam, D>(O{.lr = 1e-2}, 9);  // m 2, v 2, denom 3, p 2
   kt::fused_and_unfused_steps_agree<kiln::optim::NAdam, D>(
-      O{.lr = 1e-2f, .weight_decay = 1e-2f, .momentum_decay = 0.1f, .maximize = true}, 11);  // and -g, L2
+      O{.lr = 1e-2, .weight_decay = 1e-2, .momentum_decay = 0.1, .maximize = true}, 11);  // and -g, L2
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_under_mixed_precision, D, kiln::test::devices) {
-  kt::the_working_copy_follows_the_masters<kiln::optim::NAdam, D>(kiln::optim::NAdamOptions{.lr = 0.1f});
+  kt::the_working_copy_follows_the_masters<kiln::optim::NAdam, D>(kiln::optim::NAdamOptions{.lr = 0.1});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_nadam, D, kiln::test::devices) {
-  kt::a_grad_scaler_drives_it<kiln::optim::NAdam, D>(kiln::optim::NAdamOptions{.weight_decay = 1e-2f});
+  kt::a_grad_scaler_drives_it<kiln::optim::NAdam, D>(kiln::optim::NAdamOptions{.weight_decay = 1e-2});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_scheduler_moves_its_learning_rate, D, kiln::test::devices) {
   // StepLR halves the lr every 2 epochs; the step after 4 takes a quarter of it, as the transcription does.
-  kt::a_step_lr_moves_it<kiln::optim::NAdam, D>(kiln::optim::NAdamOptions{.lr = 0.1f},
-                                                [](double p, double g, float lr) {
+  kt::a_step_lr_moves_it<kiln::optim::NAdam, D>(kiln::optim::NAdamOptions{.lr = 0.1},
+                                                [](double p, double g, double lr) {
                                                   Reference r{{.lr = lr}, p};
                                                   r.take(g);
                                                   return r.p;
@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   // momentum schedule reads the restored step count and mu_product). Another optimizer's state, or
   // another momentum decay, are refused and leave the optimizer as it was.
   const kiln::OptimizerState saved = kt::resumes_through_a_checkpoint<kiln::optim::NAdam, D>(
-      kiln::optim::NAdamOptions{.lr = 0.05f, .betas = {0.8f, 0.99f}, .momentum_decay = 0.1f});
+      kiln::optim::NAdamOptions{.lr = 0.05, .betas = {0.8f, 0.99f}, .momentum_decay = 0.1});
   BOOST_TEST(saved.metadata.at("optimizer.type") == "NAdam");
   BOOST_TEST(saved.metadata.at("optimizer.momentum_decay") == "0.1");
   BOOST_TEST(std::stod(saved.metadata.at("optimizer.mu_product")) < 1.0);
@@ -142,12 +142,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   BOOST_TEST(saved.entries.contains("optimizer.exp_avg_sq"));
   knn::Model<kt::OptimizerNet, kt::OptimizerIn, kiln::Policy<kiln::Fp32, D>> m(
       3);  // a model of the same size
-  kiln::optim::NAdam other(m, {.lr = 0.05f, .momentum_decay = 0.2f});
+  kiln::optim::NAdam other(m, {.lr = 0.05, .momentum_decay = 0.2});
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(other, saved.entries, saved.metadata, "ckpt"),
                         kiln::CheckpointError,
                         kt::says("the checkpoint's NAdam has momentum_decay = 0.1, this one 0.2"));
   BOOST_TEST(other.step_count() == 0);
-  kiln::optim::NAdam fresh(m, {.lr = 0.05f, .betas = {0.8f, 0.99f}, .momentum_decay = 0.1f});
+  kiln::optim::NAdam fresh(m, {.lr = 0.05, .betas = {0.8f, 0.99f}, .momentum_decay = 0.1});
   auto no_product = saved.metadata;
   no_product.erase("optimizer.mu_product");
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(fresh, saved.entries, no_product, "ckpt"),
@@ -169,7 +169,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(3)), g(Extents<Shape<dyn>>(3)),
       short_g(Extents<Shape<dyn>>(2));
   using O = kiln::optim::NAdamOptions;
-  BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, g, O{.lr = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, g, O{.lr = -1.0}), kiln::ValueError,
                         kt::says("Invalid learning rate: -1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, g, O{.eps = NAN}), kiln::ValueError,
                         kt::says("Invalid epsilon value"));
@@ -177,9 +177,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln
                         kt::says("Invalid beta parameter at index 0: 1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, g, O{.betas = {0.9f, -0.5f}}), kiln::ValueError,
                         kt::says("Invalid beta parameter at index 1: -0.5"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, g, O{.weight_decay = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, g, O{.weight_decay = -1.0}), kiln::ValueError,
                         kt::says("Invalid weight_decay value"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, g, O{.momentum_decay = -1e-3f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, g, O{.momentum_decay = -1e-3}), kiln::ValueError,
                         kt::says("Invalid momentum_decay value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::NAdam(p, short_g, O{}), kiln::ShapeError,
                         kt::says("3 parameters but 2 gradients"));

@@ -98,12 +98,12 @@ void maximize_must_match(Options o) {
                              ", this one " + here + "; build the optimizer with the checkpoint's maximize";
     return [want](const kiln::CheckpointError& e) { return std::string(e.what()) == want; };
   };
-  down.set_lr(0.125f);
+  down.set_lr(0.125);
   BOOST_CHECK_EXCEPTION(kiln::check_optimizer_state(down, up_state.entries, up_state.metadata, "ckpt.safetensors"),
                         kiln::CheckpointError, names_both("1", "0"));
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(down, up_state.entries, up_state.metadata, "ckpt.safetensors"),
                         kiln::CheckpointError, names_both("1", "0"));
-  BOOST_TEST(down.lr() == 0.125f);  // nothing written
+  BOOST_TEST(down.lr() == 0.125);  // nothing written
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(up, down_state.entries, down_state.metadata, "ckpt.safetensors"),
                         kiln::CheckpointError, names_both("0", "1"));
   auto old_up = up_state.metadata, old_down = down_state.metadata;
@@ -126,27 +126,27 @@ BOOST_AUTO_TEST_SUITE(optimizer_state)
 BOOST_AUTO_TEST_CASE_TEMPLATE(sgd_momentum_resumes_from_a_checkpoint_as_if_never_stopped, D, kiln::test::devices) {
   using Sgd = kiln::optim::SGD<float, D>;
   resumes_as_if_never_stopped<Sgd, D>(
-      kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-3f}, "sgd");
-  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .nesterov = true},
+      kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-3}, "sgd");
+  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true},
                                       "nesterov");
-  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .capturable = true},
+  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .capturable = true},
                                       "sgd_capturable");
-  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f}, "sgd_plain");  // no state at all
+  resumes_as_if_never_stopped<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1}, "sgd_plain");  // no state at all
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(adam_and_adamw_resume_from_a_checkpoint_as_if_never_stopped, D, kiln::test::devices) {
   resumes_as_if_never_stopped<kiln::optim::Adam<float, D>, D>(
-      kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 1e-3f, .amsgrad = true}, "adam");
-  resumes_as_if_never_stopped<kiln::optim::Adam<float, D>, D>(kiln::optim::AdamOptions{.lr = 1e-2f, .capturable = true},
+      kiln::optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-3, .amsgrad = true}, "adam");
+  resumes_as_if_never_stopped<kiln::optim::Adam<float, D>, D>(kiln::optim::AdamOptions{.lr = 1e-2, .capturable = true},
                                                               "adam_capturable");
-  resumes_as_if_never_stopped<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2f}, "adamw");
+  resumes_as_if_never_stopped<kiln::optim::AdamW<float, D>, D>(kiln::optim::AdamWOptions{.lr = 1e-2}, "adamw");
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_resumes_from_a_checkpoint_as_if_never_stopped, D, kiln::test::devices) {
   using Rms = kiln::optim::RMSprop<float, D>;
   resumes_as_if_never_stopped<Rms, D>(kiln::optim::RMSpropOptions{}, "rmsprop");
   resumes_as_if_never_stopped<Rms, D>(
-      kiln::optim::RMSpropOptions{.weight_decay = 1e-2f, .momentum = 0.9f, .centered = true}, "rmsprop_centered");
+      kiln::optim::RMSpropOptions{.weight_decay = 1e-2, .momentum = 0.9, .centered = true}, "rmsprop_centered");
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
   Tensor<float, Shape<dyn>, D> g(n);
   Rms plain(p, g, {});
@@ -156,7 +156,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_resumes_from_a_checkpoint_as_if_never_stop
   // A state without buffers into an RMSprop with a momentum: zeros (torch would fail), the step count kept.
   plain.step();
   const auto stepped = kiln::optimizer_state(plain);
-  Rms with_momentum(p, g, {.momentum = 0.9f});
+  Rms with_momentum(p, g, {.momentum = 0.9});
   with_momentum.momentum_buffer().fill(5.0f);
   kiln::load_optimizer_state(with_momentum, stepped.entries, stepped.metadata, "r.safetensors");
   BOOST_TEST(with_momentum.step_count() == 1);
@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_resumes_from_a_checkpoint_as_if_never_stop
   resumes_as_if_never_stopped<Ada, D>(kiln::optim::AdagradOptions{}, "adagrad");
   resumes_as_if_never_stopped<Ada, D>(
       kiln::optim::AdagradOptions{
-          .lr = 0.05f, .lr_decay = 0.2, .weight_decay = 1e-2f, .initial_accumulator_value = 0.5f},
+          .lr = 0.05, .lr_decay = 0.2, .weight_decay = 1e-2, .initial_accumulator_value = 0.5},
       "adagrad_decay");
 }
 
@@ -191,12 +191,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nadam_and_radam_resume_from_a_checkpoint_as_if_nev
   resumes_as_if_never_stopped<NAdam, D>(kiln::optim::NAdamOptions{}, "nadam");
   resumes_as_if_never_stopped<NAdam, D>(
       kiln::optim::NAdamOptions{
-          .lr = 0.05f, .betas = {0.8f, 0.99f}, .eps = 1e-6f, .weight_decay = 1e-2f, .momentum_decay = 0.1f},
+          .lr = 0.05, .betas = {0.8f, 0.99f}, .eps = 1e-6, .weight_decay = 1e-2, .momentum_decay = 0.1},
       "nadam_decay");
   resumes_as_if_never_stopped<RAdam, D>(kiln::optim::RAdamOptions{}, "radam");
   // (beta2 0.999: the rectified steps start at the sixth; 5 here, the last 2 after the restore)
   resumes_as_if_never_stopped<RAdam, D>(
-      kiln::optim::RAdamOptions{.lr = 0.05f, .betas = {0.8f, 0.999f}, .eps = 1e-6f, .weight_decay = 1e-2f},
+      kiln::optim::RAdamOptions{.lr = 0.05, .betas = {0.8f, 0.999f}, .eps = 1e-6, .weight_decay = 1e-2},
       "radam_l2");
   // Each type is told apart from the others, so a checkpoint names the right one.
   static_assert(kiln::detail::nadam_like<NAdam> && !kiln::detail::radam_like<NAdam> &&
@@ -216,11 +216,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adamax_and_adadelta_resume_from_a_checkpoint_as_if
   using Adadelta = kiln::optim::Adadelta<float, D>;
   resumes_as_if_never_stopped<Adamax, D>(kiln::optim::AdamaxOptions{}, "adamax");
   resumes_as_if_never_stopped<Adamax, D>(
-      kiln::optim::AdamaxOptions{.lr = 0.05f, .betas = {0.8f, 0.99f}, .eps = 1e-6f, .weight_decay = 1e-2f},
+      kiln::optim::AdamaxOptions{.lr = 0.05, .betas = {0.8f, 0.99f}, .eps = 1e-6, .weight_decay = 1e-2},
       "adamax_l2");
   resumes_as_if_never_stopped<Adadelta, D>(kiln::optim::AdadeltaOptions{}, "adadelta");
   resumes_as_if_never_stopped<Adadelta, D>(
-      kiln::optim::AdadeltaOptions{.lr = 0.5f, .rho = 0.8, .eps = 1e-5f, .weight_decay = 1e-2f},
+      kiln::optim::AdadeltaOptions{.lr = 0.5, .rho = 0.8, .eps = 1e-5, .weight_decay = 1e-2},
       "adadelta_l2");
   // Each type is told apart from the others, so a checkpoint names the right one.
   static_assert(kiln::detail::adamax_like<Adamax> && !kiln::detail::adam_like<Adamax> &&
@@ -246,31 +246,31 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_goes_through_a_checkpoint_and_must_match,
   using Adamax = kiln::optim::Adamax<float, D>;
   using Adadelta = kiln::optim::Adadelta<float, D>;
   resumes_as_if_never_stopped<Sgd, D>(
-      kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = true, .maximize = true},
+      kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true, .maximize = true},
       "sgd_maximize");
   resumes_as_if_never_stopped<Adam, D>(
-      kiln::optim::AdamOptions{.lr = 1e-2f, .weight_decay = 1e-3f, .amsgrad = true, .maximize = true}, "adam_maximize");
-  resumes_as_if_never_stopped<AdamW, D>(kiln::optim::AdamWOptions{.lr = 1e-2f, .maximize = true, .capturable = true},
+      kiln::optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-3, .amsgrad = true, .maximize = true}, "adam_maximize");
+  resumes_as_if_never_stopped<AdamW, D>(kiln::optim::AdamWOptions{.lr = 1e-2, .maximize = true, .capturable = true},
                                         "adamw_maximize");
   resumes_as_if_never_stopped<Rms, D>(
-      kiln::optim::RMSpropOptions{.weight_decay = 1e-2f, .momentum = 0.9f, .centered = true, .maximize = true},
+      kiln::optim::RMSpropOptions{.weight_decay = 1e-2, .momentum = 0.9, .centered = true, .maximize = true},
       "rmsprop_maximize");
   resumes_as_if_never_stopped<Ada, D>(kiln::optim::AdagradOptions{.lr_decay = 0.1, .maximize = true},
                                       "adagrad_maximize");
-  resumes_as_if_never_stopped<NAdam, D>(kiln::optim::NAdamOptions{.weight_decay = 1e-2f, .maximize = true},
+  resumes_as_if_never_stopped<NAdam, D>(kiln::optim::NAdamOptions{.weight_decay = 1e-2, .maximize = true},
                                         "nadam_maximize");
-  resumes_as_if_never_stopped<RAdam, D>(kiln::optim::RAdamOptions{.lr = 1e-2f, .maximize = true},
+  resumes_as_if_never_stopped<RAdam, D>(kiln::optim::RAdamOptions{.lr = 1e-2, .maximize = true},
                                         "radam_maximize");
-  resumes_as_if_never_stopped<Adamax, D>(kiln::optim::AdamaxOptions{.lr = 1e-2f, .maximize = true},
+  resumes_as_if_never_stopped<Adamax, D>(kiln::optim::AdamaxOptions{.lr = 1e-2, .maximize = true},
                                          "adamax_maximize");
   resumes_as_if_never_stopped<Adadelta, D>(
-      kiln::optim::AdadeltaOptions{.weight_decay = 1e-2f, .maximize = true}, "adadelta_maximize");
-  maximize_must_match<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1f, .momentum = 0.9f});
+      kiln::optim::AdadeltaOptions{.weight_decay = 1e-2, .maximize = true}, "adadelta_maximize");
+  maximize_must_match<Sgd, D>(kiln::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
   maximize_must_match<Adam, D>(kiln::optim::AdamOptions{.amsgrad = true});
   maximize_must_match<AdamW, D>(kiln::optim::AdamWOptions{});
-  maximize_must_match<Rms, D>(kiln::optim::RMSpropOptions{.momentum = 0.9f, .centered = true});
+  maximize_must_match<Rms, D>(kiln::optim::RMSpropOptions{.momentum = 0.9, .centered = true});
   maximize_must_match<Ada, D>(kiln::optim::AdagradOptions{.lr_decay = 0.1});
-  maximize_must_match<NAdam, D>(kiln::optim::NAdamOptions{.momentum_decay = 0.1f});
+  maximize_must_match<NAdam, D>(kiln::optim::NAdamOptions{.momentum_decay = 0.1});
   maximize_must_match<RAdam, D>(kiln::optim::RAdamOptions{});
   maximize_must_match<Adamax, D>(kiln::optim::AdamaxOptions{});
   maximize_must_match<Adadelta, D>(kiln::optim::AdadeltaOptions{});
@@ -280,7 +280,7 @@ BOOST_AUTO_TEST_CASE(a_momentum_flag_other_than_0_or_1_or_a_state_not_flat_is_re
   using D = kiln::Cpu;
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.5f));
   Tensor<float, Shape<dyn>, D> g(n);
-  kiln::optim::SGD sgd(p, g, {.lr = 0.1f, .momentum = 0.9f});
+  kiln::optim::SGD sgd(p, g, {.lr = 0.1, .momentum = 0.9});
   g.fill(1.0f);
   sgd.step();
   const auto says = [](const std::string& text) {
@@ -305,7 +305,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next
   // (torch: no momentum_buffer in the state yet); restored, the next step uses them.
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
   auto g = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 1.0f));
-  kiln::optim::SGD<float, D> opt(p, g, {.lr = 1.0f, .momentum = 0.5f});
+  kiln::optim::SGD<float, D> opt(p, g, {.lr = 1.0, .momentum = 0.5});
   BOOST_TEST(!opt.momentum_initialized());
   opt.momentum_buffer().fill(4.0f);
   opt.set_momentum_initialized(true);
@@ -324,30 +324,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_later_goes_through_a_checkpoi
   // restores the checkpoint's momentum, 0, as torch's param_groups), 2 more steps: as 5 in one go. A
   // state without buffers makes the next step start them afresh.
   using Sgd = kiln::optim::SGD<float, D>;
-  const kiln::optim::SGDOptions o{.lr = 0.1f, .dampening = 0.5f};
+  const kiln::optim::SGDOptions o{.lr = 0.1, .dampening = 0.5};
   const auto start = kt::random_values<float>(n, -1, 1, 698);
   auto pa = arena<D>(start);
   Tensor<float, Shape<dyn>, D> ga(n);
   Sgd a(pa, ga, o);
-  a.set_momentum(0.9f);
+  a.set_momentum(0.9);
   steps(a, ga, 0, 5);
   for (const bool load_first : {true, false}) {
     BOOST_TEST_CONTEXT((load_first ? "loaded, then the momentum set" : "the momentum set, then loaded")) {
       auto pb = arena<D>(start);
       Tensor<float, Shape<dyn>, D> gb(n);
       Sgd b(pb, gb, o);
-      b.set_momentum(0.9f);
+      b.set_momentum(0.9);
       steps(b, gb, 0, 3);
-      b.set_momentum(0.0f);  // a checkpoint taken where the schedule's momentum is 0 keeps the buffers
+      b.set_momentum(0.0);  // a checkpoint taken where the schedule's momentum is 0 keeps the buffers
       const auto state = kiln::optimizer_state(b);
       BOOST_TEST(state.entries.contains("optimizer.momentum_buffer"));
       auto pc = arena<D>(pb.to_vector());
       Tensor<float, Shape<dyn>, D> gc(n);
       Sgd c(pc, gc, o);
-      if (!load_first) c.set_momentum(0.9f);
+      if (!load_first) c.set_momentum(0.9);
       kiln::load_optimizer_state(c, state.entries, state.metadata, "ckpt.safetensors");
-      BOOST_TEST(c.momentum() == 0.0f);  // the checkpoint's
-      c.set_momentum(0.9f);               // the schedule's next value
+      BOOST_TEST(c.momentum() == 0.0);  // the checkpoint's
+      c.set_momentum(0.9);               // the schedule's next value
       BOOST_TEST(c.momentum_initialized());
       steps(c, gc, 3, 5);
       BOOST_TEST(pc.to_vector() == pa.to_vector(), boost::test_tools::per_element());
@@ -357,14 +357,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_later_goes_through_a_checkpoi
   // buffer the first step left, 3, would give 0.5 * 3 + 0.5 * 1 = 2).
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
   auto g = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 3.0f));
-  Sgd plain(p, g, {.lr = 1.0f, .dampening = 0.5f});
+  Sgd plain(p, g, {.lr = 1.0, .dampening = 0.5});
   const auto none = kiln::optimizer_state(plain);
   BOOST_TEST(!none.entries.contains("optimizer.momentum_buffer"));
-  Sgd later(p, g, {.lr = 1.0f, .momentum = 0.5f, .dampening = 0.5f});
+  Sgd later(p, g, {.lr = 1.0, .momentum = 0.5, .dampening = 0.5});
   later.step();  // buf = 3
   kiln::load_optimizer_state(later, none.entries, none.metadata, "ckpt.safetensors");
-  BOOST_TEST(later.momentum() == 0.0f);  // the checkpoint's
-  later.set_momentum(0.5f);
+  BOOST_TEST(later.momentum() == 0.0);  // the checkpoint's
+  later.set_momentum(0.5);
   BOOST_TEST(!later.momentum_initialized());
   g.fill(1.0f);
   const float before = p.to_vector()[0];
@@ -375,7 +375,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_later_goes_through_a_checkpoi
 BOOST_AUTO_TEST_CASE_TEMPLATE(another_optimizers_state_is_refused_with_what_it_is, D, kiln::test::devices) {
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.0f));
   Tensor<float, Shape<dyn>, D> g(n);
-  kiln::optim::SGD<float, D> sgd(p, g, {.lr = 0.01f, .momentum = 0.9f});
+  kiln::optim::SGD<float, D> sgd(p, g, {.lr = 0.01, .momentum = 0.9});
   kiln::optim::Adam<float, D> adam(p, g);
   const auto state = kiln::optimizer_state(sgd);
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(adam, state.entries, state.metadata, "ckpt.safetensors"),
@@ -420,57 +420,69 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(another_optimizers_state_is_refused_with_what_it_i
 BOOST_AUTO_TEST_CASE_TEMPLATE(hyperparameters_come_back_as_torchs_param_groups, D, kiln::test::devices) {
   auto p = arena<D>(std::vector<float>(static_cast<std::size_t>(n), 0.5f));
   Tensor<float, Shape<dyn>, D> g(n);
-  kiln::optim::Adam<float, D> saved(p, g, {.lr = 0.01f, .betas = {0.8f, 0.9f}, .weight_decay = 0.1f});
-  saved.set_lr(0.0025f);  // where a scheduler had taken it
+  kiln::optim::Adam<float, D> saved(p, g, {.lr = 0.01, .betas = {0.8f, 0.9f}, .weight_decay = 0.1});
+  saved.set_lr(0.0025);  // where a scheduler had taken it
   const auto state = kiln::optimizer_state(saved);
   BOOST_TEST(state.metadata.at("optimizer.lr") == "0.0025");
-  kiln::optim::Adam<float, D> resumed(p, g, {.lr = 0.5f, .weight_decay = 0.1f});
+  kiln::optim::Adam<float, D> resumed(p, g, {.lr = 0.5, .weight_decay = 0.1});
   kiln::load_optimizer_state(resumed, state.entries, state.metadata, "f");
-  BOOST_TEST(resumed.lr() == 0.0025f);
+  BOOST_TEST(resumed.lr() == 0.0025);
   BOOST_TEST(resumed.betas().beta1 == 0.8f);
   BOOST_TEST(resumed.betas().beta2 == 0.9f);
 
-  kiln::optim::Adam<float, D> other(p, g, {.lr = 0.5f});  // weight_decay 0
+  kiln::optim::Adam<float, D> other(p, g, {.lr = 0.5});  // weight_decay 0
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(other, state.entries, state.metadata, "f"), kiln::CheckpointError,
                         [](const kiln::CheckpointError& e) {
                           return std::string(e.what()) ==
                                  "kiln: f: the checkpoint's Adam has weight_decay = 0.1, this one 0; build the "
                                  "optimizer with the checkpoint's weight_decay";
                         });
-  BOOST_TEST(other.lr() == 0.5f);
+  BOOST_TEST(other.lr() == 0.5);
   auto old = state.metadata;  // written before the hyperparameters were saved
   for (const char* k : {"optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps",
                         "optimizer.weight_decay", "optimizer.amsgrad", "optimizer.maximize"})
     old.erase(k);
   kiln::load_optimizer_state(other, state.entries, old, "f");
-  BOOST_TEST(other.lr() == 0.5f);
+  BOOST_TEST(other.lr() == 0.5);
   old["optimizer.lr"] = "fast";
   BOOST_CHECK_THROW(kiln::load_optimizer_state(other, state.entries, old, "f"), kiln::CheckpointError);
+  // Written while kiln held eps and weight_decay as floats ("1e-08", "0.1"): loads into an optimizer
+  // built from the float literals those came from, and from the decimals; another value is refused.
+  auto floats = state.metadata;
+  floats["optimizer.eps"] = "1e-08";
+  kiln::optim::Adam<float, D> from_floats(p, g, {.eps = 1e-8f, .weight_decay = 0.1f});
+  BOOST_CHECK_NO_THROW(kiln::load_optimizer_state(from_floats, state.entries, floats, "f"));
+  floats["optimizer.weight_decay"] = "0.10000000149011612";  // 0.1f, as a double writes it
+  BOOST_CHECK_NO_THROW(kiln::load_optimizer_state(from_floats, state.entries, floats, "f"));
+  kiln::optim::Adam<float, D> from_decimals(p, g, {.eps = 1e-8, .weight_decay = 0.1});
+  BOOST_CHECK_NO_THROW(kiln::load_optimizer_state(from_decimals, state.entries, floats, "f"));
+  floats["optimizer.eps"] = "1.0000001e-08";  // another float
+  BOOST_CHECK_THROW(kiln::load_optimizer_state(from_decimals, state.entries, floats, "f"), kiln::CheckpointError);
 
-  kiln::optim::SGD<float, D> sgd(p, g, {.lr = 0.1f, .momentum = 0.9f});
-  kiln::optim::SGD<float, D> plain(p, g, {.lr = 0.3f});
+  kiln::optim::SGD<float, D> sgd(p, g, {.lr = 0.1, .momentum = 0.9});
+  kiln::optim::SGD<float, D> plain(p, g, {.lr = 0.3});
   kiln::load_optimizer_state(plain, kiln::optimizer_state(sgd).entries, kiln::optimizer_state(sgd).metadata, "f");
-  BOOST_TEST(plain.lr() == 0.1f);
-  BOOST_TEST(plain.momentum() == 0.9f);
+  BOOST_TEST(plain.lr() == 0.1);
+  BOOST_TEST(plain.momentum() == 0.9);
   BOOST_TEST(!plain.momentum_buffer().empty());
-  kiln::optim::SGD<float, D> nesterov(p, g, {.lr = 0.1f, .momentum = 0.9f, .nesterov = true});
+  kiln::optim::SGD<float, D> nesterov(p, g, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
   const auto sgd_state = kiln::optimizer_state(sgd);
   BOOST_CHECK_THROW(kiln::check_optimizer_state(nesterov, sgd_state.entries, sgd_state.metadata, "f"),
                     kiln::CheckpointError);
   BOOST_CHECK_THROW(kiln::load_optimizer_state(nesterov, sgd_state.entries, sgd_state.metadata, "f"),
                     kiln::CheckpointError);
   BOOST_CHECK_NO_THROW(kiln::check_optimizer_state(plain, sgd_state.entries, sgd_state.metadata, "f"));
-  kiln::optim::RMSprop<float, D> rms(p, g, {.lr = 0.02f, .momentum = 0.5f});
-  kiln::optim::RMSprop<float, D> rms2(p, g, {.lr = 0.3f});
+  kiln::optim::RMSprop<float, D> rms(p, g, {.lr = 0.02, .momentum = 0.5});
+  kiln::optim::RMSprop<float, D> rms2(p, g, {.lr = 0.3});
   const auto rms_state = kiln::optimizer_state(rms);
-  kiln::optim::RMSprop<float, D> centered(p, g, {.lr = 0.02f, .momentum = 0.5f, .centered = true});
+  kiln::optim::RMSprop<float, D> centered(p, g, {.lr = 0.02, .momentum = 0.5, .centered = true});
   BOOST_CHECK_THROW(kiln::check_optimizer_state(centered, rms_state.entries, rms_state.metadata, "f"),
                     kiln::CheckpointError);
   BOOST_CHECK_NO_THROW(kiln::check_optimizer_state(rms2, rms_state.entries, rms_state.metadata, "f"));
-  BOOST_TEST(rms2.lr() == 0.3f);  // a check writes nothing
+  BOOST_TEST(rms2.lr() == 0.3);  // a check writes nothing
   kiln::load_optimizer_state(rms2, rms_state.entries, rms_state.metadata, "f");
-  BOOST_TEST(rms2.lr() == 0.02f);
-  BOOST_TEST(rms2.momentum() == 0.5f);
+  BOOST_TEST(rms2.lr() == 0.02);
+  BOOST_TEST(rms2.momentum() == 0.5);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

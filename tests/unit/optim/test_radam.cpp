@@ -67,19 +67,19 @@ BOOST_AUTO_TEST_SUITE(radam)
 
 BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   const kiln::optim::RAdamOptions o;
-  BOOST_TEST(o.lr == 1e-3f);
+  BOOST_TEST(o.lr == 1e-3);
   BOOST_TEST(o.betas.beta1 == 0.9);
   BOOST_TEST(o.betas.beta2 == 0.999);
-  BOOST_TEST(o.eps == 1e-8f);
-  BOOST_TEST(o.weight_decay == 0.0f);
+  BOOST_TEST(o.eps == 1e-8);
+  BOOST_TEST(o.weight_decay == 0.0);
   BOOST_TEST(!o.maximize);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(eight_steps_match_a_float64_transcription_of_torch, D, kiln::test::devices) {
   const std::vector<double> p0 = kt::random_values<double>(64, -1, 1, 1);
   using O = kiln::optim::RAdamOptions;
-  for (const O o : {O{}, O{.lr = 0.05f, .betas = {0.8f, 0.99f}, .eps = 1e-6f, .weight_decay = 1e-2f},
-                    O{.lr = 0.05f, .weight_decay = 1e-2f, .maximize = true}}) {
+  for (const O o : {O{}, O{.lr = 0.05, .betas = {0.8f, 0.99f}, .eps = 1e-6, .weight_decay = 1e-2},
+                    O{.lr = 0.05, .weight_decay = 1e-2, .maximize = true}}) {
     BOOST_TEST_CONTEXT("weight_decay " << o.weight_decay << ", maximize " << o.maximize) {
       auto p = kt::make_tensor<D>(p0, Extents<Shape<dyn>>(64));
       Tensor<double, Shape<dyn>, D> g(Extents<Shape<dyn>>(64));
@@ -106,12 +106,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(eight_steps_match_a_float64_transcription_of_torch
 BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_fused_and_torchs_order_unfused, D, kiln::test::devices) {
   using O = kiln::optim::RAdamOptions;
   // The first four steps are un-rectified: m 2, v 2, mhat, mhat lr, p.
-  kt::fused_and_unfused_steps_agree<kiln::optim::RAdam, D>(O{.lr = 1e-2f}, 7);
+  kt::fused_and_unfused_steps_agree<kiln::optim::RAdam, D>(O{.lr = 1e-2}, 7);
   kt::fused_and_unfused_steps_agree<kiln::optim::RAdam, D>(
-      O{.lr = 1e-2f, .weight_decay = 1e-2f, .maximize = true}, 9);  // and -g, L2
+      O{.lr = 1e-2, .weight_decay = 1e-2, .maximize = true}, 9);  // and -g, L2
   // Rectified steps (from a step count of 5 on): m 2, v 2, mhat, sqrt, + eps, reciprocal, * sqrt(bc2),
   // * lr, * adaptive_lr, * rect, p.
-  for (const O o : {O{.lr = 1e-2f}, O{.lr = 1e-2f, .weight_decay = 1e-2f, .maximize = true}}) {
+  for (const O o : {O{.lr = 1e-2}, O{.lr = 1e-2, .weight_decay = 1e-2, .maximize = true}}) {
     using P = kiln::Policy<kiln::Fp32, D>;
     knn::Model<Net, In, P> a(3), b(3);
     kiln::optim::RAdam fa(a, o), fb(b, o);
@@ -139,17 +139,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_fused_and_torchs_order_unfused, D, kiln::
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_under_mixed_precision, D, kiln::test::devices) {
-  kt::the_working_copy_follows_the_masters<kiln::optim::RAdam, D>(kiln::optim::RAdamOptions{.lr = 0.1f});
+  kt::the_working_copy_follows_the_masters<kiln::optim::RAdam, D>(kiln::optim::RAdamOptions{.lr = 0.1});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_radam, D, kiln::test::devices) {
-  kt::a_grad_scaler_drives_it<kiln::optim::RAdam, D>(kiln::optim::RAdamOptions{.weight_decay = 1e-2f});
+  kt::a_grad_scaler_drives_it<kiln::optim::RAdam, D>(kiln::optim::RAdamOptions{.weight_decay = 1e-2});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_scheduler_moves_its_learning_rate, D, kiln::test::devices) {
   // StepLR halves the lr every 2 epochs; the step after 4 takes a quarter of it, as the transcription does.
-  kt::a_step_lr_moves_it<kiln::optim::RAdam, D>(kiln::optim::RAdamOptions{.lr = 0.1f},
-                                                [](double p, double g, float lr) {
+  kt::a_step_lr_moves_it<kiln::optim::RAdam, D>(kiln::optim::RAdamOptions{.lr = 0.1},
+                                                [](double p, double g, double lr) {
                                                   Reference r{{.lr = lr}, p};
                                                   r.take(g);
                                                   return r.p;
@@ -163,7 +163,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   // rectification starts at the sixth, from the restored step count). Another optimizer's state, or
   // another eps, are refused and leave the optimizer as it was.
   const kiln::OptimizerState saved = kt::resumes_through_a_checkpoint<kiln::optim::RAdam, D>(
-      kiln::optim::RAdamOptions{.lr = 0.05f, .betas = {0.8, 0.999}, .weight_decay = 1e-3f}, 4);
+      kiln::optim::RAdamOptions{.lr = 0.05, .betas = {0.8, 0.999}, .weight_decay = 1e-3}, 4);
   BOOST_TEST(saved.metadata.at("optimizer.type") == "RAdam");
   BOOST_TEST(saved.metadata.at("optimizer.beta1") == "0.8");
   BOOST_TEST(!saved.metadata.contains("optimizer.mu_product"));
@@ -171,7 +171,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(its_state_goes_through_a_checkpoint, D, kiln::test
   BOOST_TEST(saved.entries.contains("optimizer.exp_avg_sq"));
   knn::Model<kt::OptimizerNet, kt::OptimizerIn, kiln::Policy<kiln::Fp32, D>> m(
       3);  // a model of the same size
-  kiln::optim::RAdam other(m, {.lr = 0.05f, .eps = 1e-6f, .weight_decay = 1e-3f});
+  kiln::optim::RAdam other(m, {.lr = 0.05, .eps = 1e-6, .weight_decay = 1e-3});
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(other, saved.entries, saved.metadata, "ckpt"),
                         kiln::CheckpointError,
                         kt::says("the checkpoint's RAdam has eps = 1e-08, this one 1e-06"));
@@ -188,15 +188,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln
   Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(3)), g(Extents<Shape<dyn>>(3)),
       short_g(Extents<Shape<dyn>>(2));
   using O = kiln::optim::RAdamOptions;
-  BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.lr = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.lr = -1.0}), kiln::ValueError,
                         kt::says("Invalid learning rate: -1"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.eps = -1e-8f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.eps = -1e-8}), kiln::ValueError,
                         kt::says("Invalid epsilon value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.betas = {NAN, 0.999f}}), kiln::ValueError,
                         kt::says("Invalid beta parameter at index 0"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.betas = {0.9f, 1.0f}}), kiln::ValueError,
                         kt::says("Invalid beta parameter at index 1: 1"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.weight_decay = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, g, O{.weight_decay = -1.0}), kiln::ValueError,
                         kt::says("Invalid weight_decay value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RAdam(p, short_g, O{}), kiln::ShapeError,
                         kt::says("3 parameters but 2 gradients"));

@@ -58,11 +58,11 @@ BOOST_AUTO_TEST_SUITE(rmsprop)
 
 BOOST_AUTO_TEST_CASE(options_default_to_torch) {
   const kiln::optim::RMSpropOptions o;
-  BOOST_TEST(o.lr == 1e-2f);
+  BOOST_TEST(o.lr == 1e-2);
   BOOST_TEST(o.alpha == 0.99);
-  BOOST_TEST(o.eps == 1e-8f);
-  BOOST_TEST(o.weight_decay == 0.0f);
-  BOOST_TEST(o.momentum == 0.0f);
+  BOOST_TEST(o.eps == 1e-8);
+  BOOST_TEST(o.weight_decay == 0.0);
+  BOOST_TEST(o.momentum == 0.0);
   BOOST_TEST(!o.centered);
   BOOST_TEST(!o.maximize);
 }
@@ -72,12 +72,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(three_steps_match_a_float64_transcription_of_torch
   for (const kiln::optim::RMSpropOptions o :
        {kiln::optim::RMSpropOptions{},
         kiln::optim::RMSpropOptions{
-            .lr = 1e-3f, .alpha = 0.9, .eps = 1e-6f, .weight_decay = 1e-2f, .momentum = 0.9f, .centered = true},
-        kiln::optim::RMSpropOptions{.lr = 1e-3f,
+            .lr = 1e-3, .alpha = 0.9, .eps = 1e-6, .weight_decay = 1e-2, .momentum = 0.9, .centered = true},
+        kiln::optim::RMSpropOptions{.lr = 1e-3,
                                     .alpha = 0.9,
-                                    .eps = 1e-6f,
-                                    .weight_decay = 1e-2f,
-                                    .momentum = 0.9f,
+                                    .eps = 1e-6,
+                                    .weight_decay = 1e-2,
+                                    .momentum = 0.9,
                                     .centered = true,
                                     .maximize = true}}) {
     BOOST_TEST_CONTEXT("centered " << o.centered << ", maximize " << o.maximize) {
@@ -97,7 +97,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(three_steps_match_a_float64_transcription_of_torch
       BOOST_TEST(kt::all_close(p.to_vector(), want, 1e-12, 1e-12));
       BOOST_TEST(opt.step_count() == 3);
       BOOST_TEST(opt.grad_avg().empty() == !o.centered);
-      BOOST_TEST(opt.momentum_buffer().empty() == (o.momentum == 0.0f));
+      BOOST_TEST(opt.momentum_buffer().empty() == (o.momentum == 0.0));
     }
   }
 }
@@ -106,16 +106,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_fused_and_torchs_order_unfused, D, kiln::
   using O = kiln::optim::RMSpropOptions;
   kt::fused_and_unfused_steps_agree<kiln::optim::RMSprop, D>(O{}, 5);
   kt::fused_and_unfused_steps_agree<kiln::optim::RMSprop, D>(
-      O{.weight_decay = 1e-2f, .momentum = 0.5f, .centered = true}, 5);
+      O{.weight_decay = 1e-2, .momentum = 0.5, .centered = true}, 5);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_under_mixed_precision, D, kiln::test::devices) {
   kt::the_working_copy_follows_the_masters<kiln::optim::RMSprop, D>(
-      kiln::optim::RMSpropOptions{.momentum = 0.9f});
+      kiln::optim::RMSpropOptions{.momentum = 0.9});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_rmsprop, D, kiln::test::devices) {
-  kt::a_grad_scaler_drives_it<kiln::optim::RMSprop, D>(kiln::optim::RMSpropOptions{.momentum = 0.9f});
+  kt::a_grad_scaler_drives_it<kiln::optim::RMSprop, D>(kiln::optim::RMSpropOptions{.momentum = 0.9});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_set_before_the_first_step_is_one_built_in, D, kiln::test::devices) {
@@ -123,10 +123,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_set_before_the_first_step_is_one_built_
   // first step, the steps are those of an RMSprop built with it.
   using P = kiln::Policy<kiln::Fp32, D>;
   knn::Model<Net, In, P> a(3), b(3);
-  kiln::optim::RMSprop built(a, {.momentum = 0.9f});
+  kiln::optim::RMSprop built(a, {.momentum = 0.9});
   kiln::optim::RMSprop later(b);
   BOOST_TEST(later.momentum_buffer().empty());
-  later.set_momentum(0.9f);
+  later.set_momentum(0.9);
   const auto n = static_cast<std::size_t>(a.parameter_count);
   for (std::uint32_t s = 0; s < 3; ++s) {
     const auto g = kt::random_values<float>(n, -1, 1, 50 + s);
@@ -139,8 +139,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_set_before_the_first_step_is_one_built_
   // OneCycleLR drives its lr and momentum.
   kiln::optim::OneCycleLR sched(later, 0.05, 10);
   sched.step();
-  BOOST_TEST(later.lr() == static_cast<float>(sched.get_last_lr()));
-  BOOST_TEST(later.momentum() == static_cast<float>(sched.momentum_at(1)));
+  BOOST_TEST(later.lr() == sched.get_last_lr());
+  BOOST_TEST(later.momentum() == sched.momentum_at(1));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln::test::devices) {
@@ -149,12 +149,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_options_are_refused_with_torchs_words, D, kiln
     return [text](const kiln::Error& e) { return std::string(e.what()).find(text) != std::string::npos; };
   };
   using O = kiln::optim::RMSpropOptions;
-  BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, g, O{.lr = -1.0f}), kiln::ValueError, says("Invalid learning rate: -1"));
+  BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, g, O{.lr = -1.0}), kiln::ValueError, says("Invalid learning rate: -1"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, g, O{.alpha = -0.5}), kiln::ValueError, says("Invalid alpha value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, g, O{.eps = NAN}), kiln::ValueError, says("Invalid epsilon value"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, g, O{.weight_decay = -1.0f}), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, g, O{.weight_decay = -1.0}), kiln::ValueError,
                         says("Invalid weight_decay value"));
-  BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, g, O{.momentum = -0.1f}), kiln::ValueError, says("Invalid momentum value"));
+  BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, g, O{.momentum = -0.1}), kiln::ValueError, says("Invalid momentum value"));
   BOOST_CHECK_EXCEPTION(kiln::optim::RMSprop(p, short_g, O{}), kiln::ShapeError, says("3 parameters but 2 gradients"));
 }
 

@@ -58,53 +58,53 @@ BOOST_AUTO_TEST_SUITE(unfused_steps)
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(sgd_unfused_follows_the_fused_step, D, kiln::test::devices) {
   using P = kiln::Policy<kiln::Fp32, D>;
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f}); }, 4, 1);
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 0.01f}); },
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05}); }, 4, 1);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01}); },
                  4, 4);
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true}); },
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}); },
                  4, 4);
   // Without weight decay the unfused step's g shares the gradients until momentum rebinds it.
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f}); }, 4, 2);
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .nesterov = true}); }, 4, 3);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .momentum = 0.9}); }, 4, 2);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .momentum = 0.9, .nesterov = true}); }, 4, 3);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(adam_and_adamw_unfused_follow_the_fused_step, D, kiln::test::devices) {
   using P = kiln::Policy<kiln::Fp32, D>;
-  check_steps<P>([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); }, 5, 8);
-  check_steps<P>([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true}); }, 5, 8);
-  check_steps<P>([](auto& m) { return kiln::optim::AdamW(m, {.lr = 1e-2f}); }, 5, 8);
+  check_steps<P>([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2}); }, 5, 8);
+  check_steps<P>([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true}); }, 5, 8);
+  check_steps<P>([](auto& m) { return kiln::optim::AdamW(m, {.lr = 1e-2}); }, 5, 8);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(maximize_unfused_follows_the_fused_step, D, kiln::test::devices) {
   // -g into a new tensor first (torch's `grad = -grad`): one pass more than without maximize.
   using P = kiln::Policy<kiln::Fp32, D>;
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .maximize = true}); }, 4, 2);
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .weight_decay = 0.01f, .maximize = true}); },
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .maximize = true}); }, 4, 2);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .weight_decay = 0.01, .maximize = true}); },
                  4, 3);
   check_steps<P>(
       [](auto& m) {
-        return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true, .maximize = true});
+        return kiln::optim::SGD(m, {.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .maximize = true});
       },
       4, 5);
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .maximize = true}); }, 4, 3);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .momentum = 0.9, .maximize = true}); }, 4, 3);
   check_steps<P>(
-      [](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f, .weight_decay = 0.1f, .amsgrad = true, .maximize = true}); },
+      [](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true, .maximize = true}); },
       5, 9);
-  check_steps<P>([](auto& m) { return kiln::optim::AdamW(m, {.lr = 1e-2f, .maximize = true}); }, 5, 9);
-  check_steps<P>([](auto& m) { return kiln::optim::RMSprop(m, {.lr = 1e-3f, .maximize = true}); }, 4, 5);
+  check_steps<P>([](auto& m) { return kiln::optim::AdamW(m, {.lr = 1e-2, .maximize = true}); }, 5, 9);
+  check_steps<P>([](auto& m) { return kiln::optim::RMSprop(m, {.lr = 1e-3, .maximize = true}); }, 4, 5);
   check_steps<P>(
       [](auto& m) {
         return kiln::optim::RMSprop(
-            m, {.lr = 1e-3f, .weight_decay = 0.01f, .momentum = 0.5f, .centered = true, .maximize = true});
+            m, {.lr = 1e-3, .weight_decay = 0.01, .momentum = 0.5, .centered = true, .maximize = true});
       },
       4, 10);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_unfused, D, kiln::test::devices) {
   using P = kiln::Policy<kiln::MixedBf16, D>;
-  check_steps<P>([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2f}); }, 3, 8);
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f}); }, 3, 2);
-  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05f, .momentum = 0.9f, .maximize = true}); }, 3, 3);
+  check_steps<P>([](auto& m) { return kiln::optim::Adam(m, {.lr = 1e-2}); }, 3, 8);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .momentum = 0.9}); }, 3, 2);
+  check_steps<P>([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.05, .momentum = 0.9, .maximize = true}); }, 3, 3);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -81,7 +81,7 @@ std::uint64_t train_step(M& model, Opt& opt, const Data& d) {
 template <class P, class Opt>
 void check_optimizer_rewrites_working_copy() {
   Model<P> model(3);
-  Opt opt(model, {.lr = 1e-3f});
+  Opt opt(model, {.lr = 1e-3});
   const Data d(12, 1);
   for (int i = 0; i < 3; ++i) {
     BOOST_TEST(train_step(model, opt, d) == 1u);  // masters and working copy in one pass
@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(the_optimizers_step_masters_and_working_copy_in_one_pass) {
 
 BOOST_AUTO_TEST_CASE(momentum_sgd_in_mixed_precision_follows_the_working_copy) {
   Model<kiln::MixedFp16> model(4);
-  kiln::optim::SGD opt(model, {.lr = 0.05f, .momentum = 0.9f, .nesterov = true});
+  kiln::optim::SGD opt(model, {.lr = 0.05, .momentum = 0.9, .nesterov = true});
   const Data d(12, 2);
   for (int i = 0; i < 3; ++i) (void)train_step(model, opt, d);
   BOOST_TEST(working_copy_is_rounded_masters(model));
@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(an_optimizer_for_a_low_precision_working_type_needs_the_wor
 
 BOOST_AUTO_TEST_CASE(a_skipped_step_leaves_masters_and_working_copy_untouched) {
   Model<kiln::MixedFp16> model(8);
-  kiln::optim::Adam opt(model, {.lr = 1e-2f});
+  kiln::optim::Adam opt(model, {.lr = 1e-2});
   kiln::optim::GradScaler<D> scaler;
   const Data d(12, 4);
   knn::CrossEntropyLoss ce;
@@ -177,7 +177,7 @@ BOOST_AUTO_TEST_CASE(mixed_training_follows_fp32) {
   const auto run = [&]<class P>(P) {
     using T = typename P::storage;
     Model<P> model(9);
-    kiln::optim::Adam opt(model, {.lr = 1e-2f});
+    kiln::optim::Adam opt(model, {.lr = 1e-2});
     kiln::optim::GradScaler<D> scaler({.enabled = P::loss_scaling});
     knn::CrossEntropyLoss ce;
     const auto x = d.inputs<T>();
