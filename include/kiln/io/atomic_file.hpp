@@ -136,9 +136,10 @@ inline bool may_write_in_place(int error) {
 /// naming it and errno's words. A regular file is flushed to disk (fsync) before it is closed; a FIFO or
 /// a terminal (/dev/stdout) takes no fsync.
 inline void write_in_place(const std::filesystem::path& path, std::string_view bytes) {
+  // (O_TRUNC has emptied what the file held: a failure from here on leaves it incomplete)
   const auto fail = [&](const char* doing, int error) {
-    return FileError("kiln: cannot write " + path.string() + ": " + doing +
-                     " failed: " + std::strerror(error));
+    return FileError("kiln: cannot write " + path.string() + ": " + doing + " failed: " + std::strerror(error) +
+                     " (written in place, as no temporary file could replace it: it is left incomplete)");
   };
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) {
@@ -183,6 +184,7 @@ inline std::optional<std::filesystem::path> atomic_target(const std::filesystem:
     return p;
   }
   if (!fs::is_regular_file(status)) return std::nullopt;
+  if (!fs::is_symlink(fs::symlink_status(path, ec))) return path;  // (its name as given, for the messages)
   std::error_code canonical_ec;
   auto target = fs::canonical(path, canonical_ec);
   if (canonical_ec) return std::nullopt;

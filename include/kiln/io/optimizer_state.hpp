@@ -206,13 +206,15 @@ const SafetensorsEntry& entry_for(const Arena& a, const std::map<std::string, Sa
   using M = typename Arena::element_type;
   const auto it = entries.find(name);
   const std::size_t n = static_cast<std::size_t>(a.numel());
-  if (it == entries.end() || it->second.dtype != safetensors_dtype<M>() ||
-      it->second.bytes.size() != n * sizeof(M) ||
-      it->second.shape != std::vector<index_t>{static_cast<index_t>(n)})
-    throw CheckpointError("kiln: " + path + ": " +
-                          (it == entries.end() ? "no" : "a wrong-shaped or wrong-typed") +
-                          " optimizer state '" + name + "'; expected " + std::to_string(n) + " values of " +
-                          safetensors_dtype<M>() + " (the optimizer's parameters)");
+  const std::string expected = "expected " + std::to_string(n) + " values of " + safetensors_dtype<M>() +
+                               " (the optimizer's parameters)";
+  if (it == entries.end())
+    throw CheckpointError("kiln: " + path + ": no optimizer state '" + name + "'; " + expected);
+  const SafetensorsEntry& e = it->second;
+  if (e.dtype != safetensors_dtype<M>() || e.bytes.size() != n * sizeof(M) ||
+      e.shape != std::vector<index_t>{static_cast<index_t>(n)})
+    throw CheckpointError("kiln: " + path + ": optimizer state '" + name + "' is " + e.dtype + " of shape " +
+                          shape_text(e.shape) + "; " + expected);
   return it->second;
 }
 template <class Arena>

@@ -23,6 +23,7 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/core/nan.hpp"
 #include "kiln/io/atomic_file.hpp"
 
 namespace kiln {
@@ -126,6 +127,15 @@ inline std::size_t dtype_size(const std::string& d) {
   if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
   if (d == "U8" || d == "I8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
   return 0;
+}
+/// x as an int64, the range's end where x is past it (a float count of 2^63 from a loaded checkpoint:
+/// the plain conversion is undefined there).
+template <class M>
+std::int64_t saturating_int64(M x) {
+  constexpr auto lo = std::numeric_limits<std::int64_t>::min(), hi = std::numeric_limits<std::int64_t>::max();
+  if (!(x < static_cast<M>(hi))) return kiln::detail::is_nan(x) ? 0 : hi;  // (2^63 as M; NaN: none counted)
+  if (x < static_cast<M>(lo)) return lo;
+  return static_cast<std::int64_t>(x);
 }
 inline std::string shape_text(const std::vector<index_t>& s) {
   std::string t = "[";
@@ -566,8 +576,9 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model,
     const std::vector<M> buffers = model.buffers().to_vector();
     for (const auto& b : model.named_buffers()) {
       const auto first = buffers.begin() + b.offset;
-      if (b.integer) {  // num_batches_tracked: int64, as torch's
-        std::vector<std::int64_t> v(first, first + b.count);
+      if (b.integer) {  // num_batches_tracked: int64, as torch's (held in M: exact to 2^24 in float)
+        std::vector<std::int64_t> v(static_cast<std::size_t>(b.count));
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = detail::saturating_int64(first[static_cast<std::ptrdiff_t>(i)]);
         extra[taken(b.name)] = make_entry<std::int64_t>(std::span<const std::int64_t>(v), b.shape);
       } else {
         extra[taken(b.name)] =
@@ -590,10 +601,38 @@ struct CheckNothing {
   void operator()(const std::map<std::string, SafetensorsEntry>&, const std::map<std::string, std::string>&) const {}
 };
 
-/// Copies the entry `name` (shape `shape`) out of `entries` into `out` (converted from int64 when
-/// `integer`) and removes it; a CheckpointError naming the file, the entry and what differs when it is
-/// missing or of another dtype or shape. `what`: "parameter" or "buffer". A missing integer buffer
-/// (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
+/// Converts the floating-point entry e (F16, BF16, F32 or F64) to M into out, rounding to nearest as
+/// torch's copy_ does; false for another dtype.
+template <class M>
+bool convert_floating(const SafetensorsEntry& e, M* out) {
+  const auto each = [&](auto element, auto to_m) {
+    using E = decltype(element);
+    const std::size_t n = e.bytes.size() / sizeof(E);
+    for (std::size_t i = 0; i < n; ++i) {
+      E v;
+      std::memcpy(&v, e.bytes.data() + i * sizeof(E), sizeof(E));
+      out[i] = to_m(v);
+    }
+    return true;
+  };
+  if (e.dtype == safetensors_dtype<M>()) {
+    if (!e.bytes.empty()) std::memcpy(out, e.bytes.data(), e.bytes.size());
+    return true;
+  }
+  if (e.dtype == "F32") return each(float{}, [](float v) { return static_cast<M>(v); });
+  if (e.dtype == "F64") return each(double{}, [](double v) { return static_cast<M>(v); });
+  if (e.dtype == "F16") return each(std::uint16_t{}, [](std::uint16_t v) { return static_cast<M>(half_bits_to_float(v)); });
+  if (e.dtype == "BF16")
+    return each(std::uint16_t{}, [](std::uint16_t v) { return static_cast<M>(bfloat16_bits_to_float(v)); });
+  return false;
+}
+
+/// Copies the entry `name` (shape `shape`) out of `entries` into `out` and removes it: a floating-point
+/// entry (F16, BF16, F32, F64) converted to M, as torch's load_state_dict copies a half or double
+/// checkpoint into a float model; an integer one (`integer`: num_batches_tracked) from I64. A
+/// CheckpointError naming the file, the entry and what differs when it is missing or of another kind of
+/// dtype or shape. `what`: "parameter" or "buffer". A missing integer buffer (num_batches_tracked, which
+/// older torch checkpoints lack) reads as 0, as torch loads it.
 template <class M>
 void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::filesystem::path& path,
                 const std::string& name, const std::vector<index_t>& shape, bool integer, const char* what, M* out) {
@@ -606,9 +645,12 @@ void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::fil
     throw CheckpointError("kiln: " + path.string() + ": missing " + what + " '" + name + "' (shape " +
                           shape_text(shape) + ")");
   const auto& e = it->second;
-  const std::string want = integer ? safetensors_dtype<std::int64_t>() : safetensors_dtype<M>();
-  if (e.dtype != want)
-    throw CheckpointError("kiln: " + path.string() + ": " + what + " '" + name + "' is " + e.dtype + ", expected " + want);
+  const bool floating = e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "F32" || e.dtype == "F64";
+  if (integer ? e.dtype != safetensors_dtype<std::int64_t>() : !floating)
+    throw CheckpointError("kiln: " + path.string() + ": " + what + " '" + name + "' is " + e.dtype + ", expected " +
+                          (integer ? std::string("I64")
+                                   : std::string("a floating-point dtype (F16, BF16, F32 or F64; converted to ") +
+                                         safetensors_dtype<M>() + ")"));
   if (e.shape != shape)
     throw CheckpointError("kiln: " + path.string() + ": " + what + " '" + name + "' has shape " + shape_text(e.shape) +
                           ", the model expects " + shape_text(shape));
@@ -617,7 +659,7 @@ void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::fil
     if (!e.bytes.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
     for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<M>(v[i]);
   } else {
-    if (!e.bytes.empty()) std::memcpy(out, e.bytes.data(), e.bytes.size());
+    (void)convert_floating(e, out);
   }
   entries.erase(it);
 }

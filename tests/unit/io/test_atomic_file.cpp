@@ -244,11 +244,14 @@ BOOST_AUTO_TEST_CASE(only_a_folder_that_takes_no_new_file_falls_back_to_writing_
 
 BOOST_AUTO_TEST_CASE(a_write_in_place_that_fails_says_why) {
   // The 250-character name is written in place; a file-size limit makes its write fail halfway (EFBIG):
-  // the error names the file and errno's words.
+  // the error names the file and errno's words, and says that the file is left incomplete.
   const kiln::test::TempDir scratch;
   const auto file = scratch.path() / std::string(250, 'n');
   const std::string message = message_of_a_write_past_4096_bytes(file);
-  BOOST_TEST(message == "kiln: cannot write " + file.string() + ": writing failed: File too large", message);
+  BOOST_TEST(message == "kiln: cannot write " + file.string() +
+                            ": writing failed: File too large (written in place, as no temporary file could "
+                            "replace it: it is left incomplete)",
+             message);
 }
 
 // /proc takes no new file, also from root (whom access() lets through: why_unwritable then tries a file):

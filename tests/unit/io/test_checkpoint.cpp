@@ -263,12 +263,59 @@ BOOST_AUTO_TEST_CASE(missing_truncated_and_corrupt_files_are_rejected_with_the_p
   partial.erase("4.bias");
   kiln::write_safetensors(dir / "partial.safetensors", partial);
   BOOST_TEST(rejects(dir / "partial.safetensors", [](const std::string& s) { return contains(s, "missing parameter '4.bias'"); }));
-  // A wrong dtype.
-  auto as_double = kiln::read_safetensors(good);
-  const std::vector<double> b(1, 0.5);
-  as_double["4.bias"] = kiln::make_entry<double>(b, {1});
-  kiln::write_safetensors(dir / "dtype.safetensors", as_double);
-  BOOST_TEST(rejects(dir / "dtype.safetensors", [](const std::string& s) { return contains(s, "is F64, expected F32"); }));
+  // A dtype that is not floating point (F16, BF16 and F64 are converted: below).
+  auto as_int = kiln::read_safetensors(good);
+  const std::vector<std::int32_t> b(1, 1);
+  as_int["4.bias"] = kiln::make_entry<std::int32_t>(b, {1});
+  kiln::write_safetensors(dir / "dtype.safetensors", as_int);
+  BOOST_TEST(rejects(dir / "dtype.safetensors", [](const std::string& s) {
+    return contains(s, "parameter '4.bias' is I32, expected a floating-point dtype (F16, BF16, F32 or F64; converted to F32)");
+  }));
+}
+
+BOOST_AUTO_TEST_CASE(half_bfloat16_and_double_checkpoints_load_converted_as_torchs_load_state_dict) {
+  // torch's load_state_dict copies a model.half() / .bfloat16() / .double() state_dict into a float
+  // model, rounding to nearest; kiln's load_checkpoint does the same. Each parameter is written in one
+  // of the three dtypes, from values that round differently in each.
+  const auto dir = scratch("convert");
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> m(0);
+  const auto want = m.parameters().to_vector();
+  std::map<std::string, kiln::SafetensorsEntry> entries;
+  std::vector<float> expected(want.size());
+  int k = 0;
+  for (const auto& p : m.named_parameters()) {
+    const auto first = want.begin() + p.offset, last = first + p.count;
+    auto out = expected.begin() + p.offset;
+    switch (k++ % 3) {
+      case 0: {
+        std::vector<kiln::half> h(static_cast<std::size_t>(p.count));
+        std::transform(first, last, h.begin(), [](float v) { return kiln::from_compute<kiln::half>(v); });
+        entries[p.name] = kiln::make_entry<kiln::half>(h, p.shape);
+        for (const auto v : h) *out++ = kiln::to_compute(v);
+        break;
+      }
+      case 1: {
+        std::vector<kiln::bfloat16> h(static_cast<std::size_t>(p.count));
+        std::transform(first, last, h.begin(), [](float v) { return kiln::from_compute<kiln::bfloat16>(v); });
+        entries[p.name] = kiln::make_entry<kiln::bfloat16>(h, p.shape);
+        for (const auto v : h) *out++ = kiln::to_compute(v);
+        break;
+      }
+      default: {
+        std::vector<double> d(first, last);
+        for (auto& v : d) v += 1e-12;  // not a float: rounds back to the float it came from
+        entries[p.name] = kiln::make_entry<double>(d, p.shape);
+        std::copy(first, last, out);
+      }
+    }
+  }
+  BOOST_TEST(k == 6);
+  kiln::write_safetensors(dir / "mixed.safetensors", entries);
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> loaded(1);
+  (void)kiln::load_checkpoint(dir / "mixed.safetensors", loaded);
+  const auto got = loaded.parameters().to_vector();
+  BOOST_TEST(got == expected, boost::test_tools::per_element());
+  BOOST_TEST((got != want));  // (the half and bfloat16 values did round)
 }
 
 /// A safetensors file of the given header text followed by `data` bytes.

@@ -5,6 +5,8 @@
 // (one value per channel, an empty batch, no_grad), the buffer arena, checkpoints with buffers both
 // ways (batchnorm_state.safetensors, written by torch), and fp16 and bf16 activations against fp32.
 #include <boost/test/unit_test.hpp>
+#include <limits>
+#include <cstring>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -457,6 +459,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pytorch_batch_norm_checkpoints_load_with_their_buf
   BOOST_CHECK_EXCEPTION(kiln::load_checkpoint(path, back), kiln::CheckpointError, [](const kiln::CheckpointError& e) {
     return std::string(e.what()).find("buffer '1.num_batches_tracked' is F64, expected I64") != std::string::npos;
   });
+  // A count is held in the float arena, exact to 2^24: int64's largest comes back as itself when saved
+  // (the float 2^63 saturates; a plain conversion would be undefined).
+  auto huge = entries;
+  const std::vector<std::int64_t> most{std::numeric_limits<std::int64_t>::max()};
+  huge.at("1.num_batches_tracked") = kiln::make_entry<std::int64_t>(most, std::vector<kiln::index_t>{});
+  kiln::write_safetensors(path, huge, {});
+  (void)kiln::load_checkpoint(path, back);
+  kiln::save_checkpoint(path, back);
+  std::int64_t saved = 0;
+  std::memcpy(&saved, kiln::read_safetensors(path).at("1.num_batches_tracked").bytes.data(), sizeof saved);
+  BOOST_TEST(saved == most[0]);
   auto partial = entries;
   partial.erase("1.running_var");
   kiln::write_safetensors(path, partial, {});

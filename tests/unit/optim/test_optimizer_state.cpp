@@ -297,7 +297,15 @@ BOOST_AUTO_TEST_CASE(a_momentum_flag_other_than_0_or_1_or_a_state_not_flat_is_re
   state.entries.at("optimizer.momentum_buffer").shape = {1, n};  // the right bytes, another shape
   BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(sgd, state.entries, state.metadata, "ckpt"),
                         kiln::CheckpointError,
-                        says("a wrong-shaped or wrong-typed optimizer state 'optimizer.momentum_buffer'"));
+                        says("optimizer state 'optimizer.momentum_buffer' is F32 of shape [1, " + std::to_string(n) +
+                             "]; expected " + std::to_string(n) + " values of F32"));
+  state = kiln::optimizer_state(sgd);
+  const std::vector<double> wide(static_cast<std::size_t>(n), 0.0);
+  state.entries.at("optimizer.momentum_buffer") = kiln::make_entry<double>(wide, {n});  // another dtype
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(sgd, state.entries, state.metadata, "ckpt"),
+                        kiln::CheckpointError,
+                        says("optimizer state 'optimizer.momentum_buffer' is F64 of shape [" + std::to_string(n) +
+                             "]; expected " + std::to_string(n) + " values of F32"));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_restored_sgd_momentum_buffer_is_used_by_the_next_step, D, kiln::test::devices) {
