@@ -106,6 +106,7 @@ int run(examples::TrainOptions o, const std::string& device) {  // a copy: o.dat
     std::printf("baseline: predicting the training mean %.4f for every test row gives test RMSE %.4f\n", train_mean,
                 baseline_rmse);
     if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
+    std::fflush(stdout);  // (a pipe or a log file sees these lines before the first epoch ends)
     const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, start);
     return reg::report_result(r, baseline_rmse, t_start, device, o.precision);
   };

@@ -154,11 +154,15 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     return fail("--devices " + std::to_string(o.devices) + ": --parallel dp splits each batch of " +
                 std::to_string(o.batch_size) + " over its replicas, at least one sample each; use --devices " +
                 std::to_string(o.batch_size) + " or fewer");
-  // Two outputs (or an output and the data) in one file would overwrite each other.
+  // Two outputs (or an output and the data) in one file would overwrite each other. (Made absolute
+  // first: weakly_canonical leaves a relative path none of whose parts exists relative, so a new
+  // `x.st` would not equal `/here/x.st`.)
   const auto same_file = [](const std::string& a, const std::string& b) {
-    std::error_code ec1, ec2;
-    return !a.empty() && !b.empty() &&
-           std::filesystem::weakly_canonical(a, ec1) == std::filesystem::weakly_canonical(b, ec2) && !ec1 && !ec2;
+    std::error_code ec1, ec2, ec3, ec4;
+    const auto full = [](const std::string& p, std::error_code& e1, std::error_code& e2) {
+      return std::filesystem::weakly_canonical(std::filesystem::absolute(p, e1), e2);
+    };
+    return !a.empty() && !b.empty() && full(a, ec1, ec2) == full(b, ec3, ec4) && !ec1 && !ec2 && !ec3 && !ec4;
   };
   if (same_file(o.checkpoint, o.metrics)) return fail("--checkpoint and --metrics name the same file, " + o.metrics);
   for (const auto* output : {&o.checkpoint, &o.metrics})

@@ -67,6 +67,7 @@ int train_on_images(const TrainOptions& o, const ImageRun& run, const Train& tra
         threads == 1 ? "" : "s", o.batch_size, o.accumulate, static_cast<double>(opt.lr()), o.workers,
         o.workers == 1 ? "" : "s");
     if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
+    std::fflush(stdout);  // (a pipe or a log file sees the run's line before the first epoch ends)
     auto train_batches = device_batches(trained, train_loader, run.to_float);  // on the GPU: a copy stream
     auto test_batches = device_batches(trained, test_loader, run.to_float);
     const auto r = fit(o, trained, opt, scaler, train_batches, test_batches, start);

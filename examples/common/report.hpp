@@ -1,11 +1,14 @@
 // What a training example prints and writes: a progress bar on a terminal (else one line per epoch),
 // JSON metrics lines, and the closing `result: key=value ...` line.
 #pragma once
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -22,11 +25,24 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-/// "[=====>     ] 234/469 loss 0.4321 5210 samples/s ETA 12s", redrawn in place on a terminal.
+/// Whether a progress bar may be drawn: standard output is a terminal, and not one mpirun made (Open
+/// MPI hands every rank a pseudo-terminal, even when the job's output goes to a file).
+inline bool progress_terminal() {
+  return isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr &&
+         std::getenv("PMI_SIZE") == nullptr;
+}
+/// The terminal's width in columns (80 where it does not say).
+inline int terminal_columns() {
+  struct winsize w {};
+  return ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 ? w.ws_col : 80;
+}
+
+/// "[=====>     ] 234/469 loss 0.4321 5210 samples/s ETA 12s", redrawn in place on a terminal (cut to
+/// its width: a line that wraps cannot be redrawn).
 class Progress {
  public:
   Progress(int epoch, int epochs, long long batches)
-      : epoch_(epoch), epochs_(epochs), batches_(batches), tty_(isatty(STDOUT_FILENO) == 1), t0_(Clock::now()) {}
+      : epoch_(epoch), epochs_(epochs), batches_(batches), tty_(progress_terminal()), t0_(Clock::now()) {}
   void update(long long done, double mean_loss, long long samples) {
     if (!tty_ || (done != batches_ && done % 5 != 0)) return;
     const double s = seconds_since(t0_), rate = s > 0 ? samples / s : 0.0;
@@ -35,12 +51,17 @@ class Progress {
     const int filled = batches_ > 0 ? static_cast<int>(width * done / batches_) : width;
     std::string bar(static_cast<std::size_t>(filled), '=');
     if (filled < width) bar += '>' + std::string(static_cast<std::size_t>(width - filled - 1), ' ');
-    std::printf("\repoch %d/%d [%s] %lld/%lld loss %.4f %.0f samples/s ETA %.0fs ", epoch_, epochs_, bar.c_str(), done,
-                batches_, mean_loss, rate, eta);
+    char line[256];
+    std::snprintf(line, sizeof line, "epoch %d/%d [%s] %lld/%lld loss %.4f %.0f samples/s ETA %.0fs", epoch_, epochs_,
+                  bar.c_str(), done, batches_, mean_loss, rate, eta);
+    std::string text = line;
+    const auto fits = static_cast<std::size_t>(std::max(terminal_columns() - 1, 1));
+    if (text.size() > fits) text.resize(fits);
+    std::printf("\r%s\033[K", text.c_str());  // (ESC [ K: erase the rest of a longer line drawn before)
     std::fflush(stdout);
   }
   void finish() {
-    if (tty_) std::printf("\r%*s\r", 100, "");
+    if (tty_) std::printf("\r\033[K");
   }
 
  private:
