@@ -629,31 +629,34 @@ bool convert_floating(const SafetensorsEntry& e, M* out) {
 
 /// Copies the entry `name` (shape `shape`) out of `entries` into `out` and removes it: a floating-point
 /// entry (F16, BF16, F32, F64) converted to M, as torch's load_state_dict copies a half or double
-/// checkpoint into a float model; an integer one (`integer`: num_batches_tracked) from I64. A
-/// CheckpointError naming the file, the entry and what differs when it is missing or of another kind of
-/// dtype or shape. `what`: "parameter" or "buffer". A missing integer buffer (num_batches_tracked, which
-/// older torch checkpoints lack) reads as 0, as torch loads it.
+/// checkpoint into a float model; an integer one (`integer`: num_batches_tracked) from I64. Returns ""
+/// or what is wrong with it (missing, of another kind of dtype, of another shape), naming it; the entry
+/// is removed either way. `what`: "parameter" or "buffer". A missing integer buffer
+/// (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
 template <class M>
-void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::filesystem::path& path,
-                const std::string& name, const std::vector<index_t>& shape, bool integer, const char* what, M* out) {
+std::string take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::string& name,
+                       const std::vector<index_t>& shape, bool integer, const char* what, M* out) {
   const auto it = entries.find(name);
   if (it == entries.end() && integer) {  // num_batches_tracked: torch's BatchNorm loads without it as 0
     for (std::size_t i = 0, n = static_cast<std::size_t>(shape_count(shape)); i < n; ++i) out[i] = M(0);
-    return;
+    return {};
   }
-  if (it == entries.end())
-    throw CheckpointError("kiln: " + path.string() + ": missing " + what + " '" + name + "' (shape " +
-                          shape_text(shape) + ")");
+  if (it == entries.end()) return std::string("missing ") + what + " '" + name + "' (shape " + shape_text(shape) + ")";
   const auto& e = it->second;
   const bool floating = e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "F32" || e.dtype == "F64";
+  std::string problem;
   if (integer ? e.dtype != safetensors_dtype<std::int64_t>() : !floating)
-    throw CheckpointError("kiln: " + path.string() + ": " + what + " '" + name + "' is " + e.dtype + ", expected " +
-                          (integer ? std::string("I64")
-                                   : std::string("a floating-point dtype (F16, BF16, F32 or F64; converted to ") +
-                                         safetensors_dtype<M>() + ")"));
-  if (e.shape != shape)
-    throw CheckpointError("kiln: " + path.string() + ": " + what + " '" + name + "' has shape " + shape_text(e.shape) +
-                          ", the model expects " + shape_text(shape));
+    problem = std::string(what) + " '" + name + "' is " + e.dtype + ", expected " +
+              (integer ? std::string("I64")
+                       : std::string("a floating-point dtype (F16, BF16, F32 or F64; converted to ") +
+                             safetensors_dtype<M>() + ")");
+  else if (e.shape != shape)
+    problem = std::string(what) + " '" + name + "' has shape " + shape_text(e.shape) + ", the model expects " +
+              shape_text(shape);
+  if (!problem.empty()) {
+    entries.erase(it);  // (a name of the model: not an unexpected one)
+    return problem;
+  }
   if (integer) {
     std::vector<std::int64_t> v(e.bytes.size() / sizeof(std::int64_t));
     if (!e.bytes.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
@@ -662,14 +665,16 @@ void take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::fil
     (void)convert_floating(e, out);
   }
   entries.erase(it);
+  return {};
 }
 }  // namespace detail
 
 /// Loads parameters (and buffers: BatchNorm's running statistics) saved by save_checkpoint or by PyTorch
 /// (safetensors.torch.save_file(model.state_dict())). Every parameter and buffer must be present with
 /// the right dtype and shape (but num_batches_tracked, which reads as 0 when absent, as torch's
-/// BatchNorm loads an old checkpoint); the first difference is reported with the file, the name, and
-/// both shapes or dtypes. As torch's load_state_dict(strict=True), an entry named like a parameter or a
+/// BatchNorm loads an old checkpoint); every difference is reported (the first ten), as torch's
+/// load_state_dict lists them, in one CheckpointError naming the file, each name and both shapes or
+/// dtypes. As torch's load_state_dict(strict=True), an entry named like a parameter or a
 /// buffer (`*.weight`, `*.bias`, `*.running_mean`, `*.running_var`, `*.num_batches_tracked`) that the
 /// model does not have is an error too: the checkpoint is of another (deeper, wider) model, unless
 /// save_checkpoint listed it among the caller's extras. Returns the other entries (optimizer state, the
@@ -699,14 +704,19 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
                             "\" must be a JSON array of entry names, got " + it->second.substr(0, 80));
     for (const auto& n : names) extras.insert(n.get<std::string>());
   }
+  // Every difference, as torch's load_state_dict lists them all (the first ten here).
+  std::vector<std::string> problems;
+  const auto note = [&](std::string problem) {
+    if (!problem.empty()) problems.push_back(std::move(problem));
+  };
   std::vector<M> host(static_cast<std::size_t>(model.parameters().numel()));
   for (const auto& p : model.named_parameters())
-    detail::take_entry(entries, path, p.name, p.shape, false, "parameter", host.data() + p.offset);
+    note(detail::take_entry(entries, p.name, p.shape, false, "parameter", host.data() + p.offset));
   std::vector<M> buffers;
   if constexpr (requires { model.named_buffers(); }) {
     buffers.resize(static_cast<std::size_t>(model.buffers().numel()));
     for (const auto& b : model.named_buffers())
-      detail::take_entry(entries, path, b.name, b.shape, b.integer, "buffer", buffers.data() + b.offset);
+      note(detail::take_entry(entries, b.name, b.shape, b.integer, "buffer", buffers.data() + b.offset));
   }
   std::string unexpected;
   for (const auto& [name, e] : entries) {
@@ -718,8 +728,14 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
     unexpected += (unexpected.empty() ? "'" : ", '") + detail::name_shown(name) + "' " + detail::shape_text(e.shape);
   }
   if (!unexpected.empty())
-    throw CheckpointError("kiln: " + path.string() + ": unexpected parameters " + unexpected +
-                          ": the model has none of that name; the checkpoint is of another model");
+    note("unexpected parameters " + unexpected + ": the model has none of that name; the checkpoint is of another model");
+  if (!problems.empty()) {
+    constexpr std::size_t shown = 10;
+    std::string text;
+    for (std::size_t i = 0; i < std::min(problems.size(), shown); ++i) text += (i ? "; " : "") + problems[i];
+    if (problems.size() > shown) text += "; and " + std::to_string(problems.size() - shown) + " more";
+    throw CheckpointError("kiln: " + path.string() + ": " + text);
+  }
   check(std::as_const(entries), std::as_const(meta));
   if (metadata) *metadata = meta;
   model.parameters().copy_from(std::span<const M>(host.data(), host.size()));

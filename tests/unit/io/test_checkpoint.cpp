@@ -180,6 +180,28 @@ BOOST_AUTO_TEST_CASE(a_model_of_another_shape_is_rejected_with_both_shapes) {
   BOOST_TEST(rejects(dir / "other.safetensors", [](const std::string& m) {
     return contains(m, "'0.weight'") && contains(m, "[8, 13]") && contains(m, "[16, 13]");
   }));
+  // Every difference in one error, as torch's load_state_dict lists them: a wider and deeper model's
+  // checkpoint differs in four shapes and has two parameters more; the model is left as it was.
+  using Wider = Sequential<Linear<13, 8>, ReLU, Linear<8, 8>, ReLU, Linear<8, 1>, ReLU, Linear<1, 2>>;
+  kiln::nn::Model<Wider, Shape<dyn, 13>> wider(0);
+  kiln::save_checkpoint(dir / "wider.safetensors", wider);
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> mlp(0);
+  const auto before = mlp.parameters().to_vector();
+  std::string message;
+  try {
+    kiln::load_checkpoint(dir / "wider.safetensors", mlp);
+  } catch (const kiln::CheckpointError& e) {
+    message = e.what();
+  }
+  BOOST_TEST(message == "kiln: " + (dir / "wider.safetensors").string() +
+                            ": parameter '0.weight' has shape [8, 13], the model expects [16, 13]; parameter '0.bias' "
+                            "has shape [8], the model expects [16]; parameter '2.weight' has shape [8, 8], the model "
+                            "expects [32, 16]; parameter '2.bias' has shape [8], the model expects [32]; parameter "
+                            "'4.weight' has shape [1, 8], the model expects [1, 32]; unexpected parameters '6.bias' "
+                            "[2], '6.weight' [2, 1]: the model has none of that name; the checkpoint is of another "
+                            "model",
+             message);
+  BOOST_TEST(mlp.parameters().to_vector() == before, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(a_deeper_models_checkpoint_is_rejected_naming_the_extra_parameters) {
