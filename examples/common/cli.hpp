@@ -193,6 +193,11 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     return fail(why);
   }
   if (o.device == "cpu" || (o.parallel == "dp" && !built_with_nccl)) return "cpu";
+#if KILN_CUDA_COMPILER
+  // A CUDA build that finds no GPU says why it trains on the CPU (a missing driver, a busy device).
+  if (!cuda_available)
+    std::printf("(--device auto: no usable GPU (%s); running on the CPU)\n", kiln::cuda::unavailable_reason().c_str());
+#endif
   return cuda_available ? "cuda" : "cpu";
 }
 
