@@ -362,21 +362,27 @@ class ProcessGroup<Mpi> {
       return done != 0;
     }
     std::string failed;
-    bool truncated = false;
+    bool truncated = false, unnamed = false;
     for (int i = 0; i < n; ++i) {
       const int e = statuses_[static_cast<std::size_t>(i)].MPI_ERROR;
       if (e == MPI_SUCCESS || e == MPI_ERR_PENDING) continue;
+      // Open MPI's non-blocking collectives give MPI_ERR_TRUNCATE where the ranks' counts differ, or,
+      // under load, its internal -1, which no MPI call names.
       int error_class = MPI_ERR_OTHER;
-      truncated = truncated || (MPI_Error_class(e, &error_class) == MPI_SUCCESS && error_class == MPI_ERR_TRUNCATE);
+      const bool named = MPI_Error_class(e, &error_class) == MPI_SUCCESS;
+      truncated = truncated || (named && error_class == MPI_ERR_TRUNCATE);
+      unnamed = unnamed || !named;
       failed += (failed.empty() ? "" : "; ") +
                 (names != nullptr ? (*names)[static_cast<std::size_t>(i)]
                                   : "request " + std::to_string(i + 1) + " of " + std::to_string(n)) +
-                ": " + error_text(e);
+                ": " + (named ? error_text(e) : "error code " + std::to_string(e) + ", which MPI does not name");
     }
+    const char* same = "different counts to the same collective: every rank must make the same collectives, in "
+                       "the same order, with the same sizes)";
     fail(what + ": MPI failed: " + (failed.empty() ? error_text(rc) : failed) +
-         (truncated ? " (the ranks passed different counts to the same collective: every rank must make the "
-                      "same collectives, in the same order, with the same sizes)"
-                    : ""));
+         (truncated ? std::string(" (the ranks passed ") + same
+          : unnamed ? std::string(" (one cause of such an error: ranks that pass ") + same
+                    : std::string()));
   }
   void wait(MPI_Request* reqs, int n, const std::string& what, const std::vector<std::string>* names = nullptr) {
     const auto start = std::chrono::steady_clock::now();
