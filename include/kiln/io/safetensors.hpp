@@ -601,30 +601,29 @@ struct CheckNothing {
   void operator()(const std::map<std::string, SafetensorsEntry>&, const std::map<std::string, std::string>&) const {}
 };
 
-/// Converts the floating-point entry e (F16, BF16, F32 or F64) to M into out, rounding to nearest as
-/// torch's copy_ does; false for another dtype.
+/// Converts the floating-point entry e (F16, BF16, F32 or F64: take_entry has checked) to M into out,
+/// rounding to nearest as torch's copy_ does.
 template <class M>
-bool convert_floating(const SafetensorsEntry& e, M* out) {
-  const auto each = [&](auto element, auto to_m) {
-    using E = decltype(element);
-    const std::size_t n = e.bytes.size() / sizeof(E);
-    for (std::size_t i = 0; i < n; ++i) {
+void convert_floating(const SafetensorsEntry& e, M* out) {
+  const auto each = [&]<class E>(auto to_m) {
+    for (std::size_t i = 0, n = e.bytes.size() / sizeof(E); i < n; ++i) {
       E v;
       std::memcpy(&v, e.bytes.data() + i * sizeof(E), sizeof(E));
-      out[i] = to_m(v);
+      out[i] = static_cast<M>(to_m(v));
     }
-    return true;
   };
+  const auto same = [](auto v) { return v; };
   if (e.dtype == safetensors_dtype<M>()) {
     if (!e.bytes.empty()) std::memcpy(out, e.bytes.data(), e.bytes.size());
-    return true;
+  } else if (e.dtype == "F32") {
+    each.template operator()<float>(same);
+  } else if (e.dtype == "F64") {
+    each.template operator()<double>(same);
+  } else if (e.dtype == "F16") {
+    each.template operator()<std::uint16_t>(half_bits_to_float);
+  } else {  // BF16
+    each.template operator()<std::uint16_t>(bfloat16_bits_to_float);
   }
-  if (e.dtype == "F32") return each(float{}, [](float v) { return static_cast<M>(v); });
-  if (e.dtype == "F64") return each(double{}, [](double v) { return static_cast<M>(v); });
-  if (e.dtype == "F16") return each(std::uint16_t{}, [](std::uint16_t v) { return static_cast<M>(half_bits_to_float(v)); });
-  if (e.dtype == "BF16")
-    return each(std::uint16_t{}, [](std::uint16_t v) { return static_cast<M>(bfloat16_bits_to_float(v)); });
-  return false;
 }
 
 /// Copies the entry `name` (shape `shape`) out of `entries` into `out` and removes it: a floating-point
@@ -662,7 +661,7 @@ std::string take_entry(std::map<std::string, SafetensorsEntry>& entries, const s
     if (!e.bytes.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
     for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<M>(v[i]);
   } else {
-    (void)convert_floating(e, out);
+    convert_floating(e, out);
   }
   entries.erase(it);
   return {};
