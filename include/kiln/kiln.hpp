@@ -11,6 +11,7 @@
 #include "kiln/expr/reduce.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
+#include "kiln/ops/layout.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/allocator.hpp"

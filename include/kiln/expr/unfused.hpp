@@ -10,6 +10,7 @@
 #include "kiln/expr/cast.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/node.hpp"
+#include "kiln/expr/strided.hpp"
 #include "kiln/expr/unary.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -38,8 +39,12 @@ template <class E>
 struct is_broadcast : std::false_type {};
 template <class E, class Out>
 struct is_broadcast<Broadcast<E, Out>> : std::true_type {};
+template <class E>
+struct is_strided : std::false_type {};
+template <class E, class Out>
+struct is_strided<Strided<E, Out>> : std::true_type {};
 
-/// Operations in an expression (a leaf has none; a broadcast only re-reads its child).
+/// Operations in an expression (a leaf has none; a broadcast or a strided read only re-reads its child).
 template <class E>
 struct op_count : std::integral_constant<int, 0> {};
 template <class F, class A>
@@ -53,6 +58,8 @@ template <class T, class A>
 struct op_count<Cast<T, A>> : std::integral_constant<int, 1 + op_count<A>::value> {};
 template <class E, class Out>
 struct op_count<Broadcast<E, Out>> : std::integral_constant<int, op_count<E>::value> {};
+template <class E, class Out>
+struct op_count<Strided<E, Out>> : std::integral_constant<int, op_count<E>::value> {};
 
 /// The element type an operation's result is stored in: a cast's target type, else its value type.
 template <class E>
@@ -73,7 +80,7 @@ template <class D, class E>
 auto materialize(const E& e, Temporaries& keep, int device) {
   if constexpr (op_count<E>::value == 0 || !element<typename stored_type<E>::type>) {
     return e;
-  } else if constexpr (is_broadcast<E>::value) {
+  } else if constexpr (is_broadcast<E>::value || is_strided<E>::value) {
     return split_below_root<D>(e, keep, device);  // its child evaluated; the broadcast stays a read
   } else {
     using V = typename stored_type<E>::type;
@@ -105,6 +112,11 @@ auto split_below_root(const E& e, Temporaries& keep, int device) {
   } else if constexpr (is_cast<E>::value) {
     auto a = materialize<D>(e.a, keep, device);
     return Cast<typename stored_type<E>::type, decltype(a)>{a};
+  } else if constexpr (is_strided<E>::value) {
+    auto child = materialize<D>(e.child, keep, device);
+    Strided<decltype(child), typename E::shape_type> r{child, e.out, {}, e.offset};  // the child's layout: as before
+    for (std::size_t d = 0; d != E::rank; ++d) r.stride[d] = e.stride[d];
+    return r;
   } else {
     static_assert(is_broadcast<E>::value, "kiln: an expression node the unfused evaluation does not know");
     auto child = materialize<D>(e.child, keep, device);

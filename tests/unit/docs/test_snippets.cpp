@@ -105,6 +105,17 @@ BOOST_AUTO_TEST_CASE(tensors_basics_views_share_storage_and_clones_do_not) {
   BOOST_TEST((second_row.size(0) == 1 && second_row(0, 2) == 5.0f));
 }
 
+BOOST_AUTO_TEST_CASE(tensors_layout_shapes_follow_the_permutation) {
+#include "tensors.layout.inc"
+  static_assert(std::is_same_v<decltype(nhwc)::shape_type, kiln::Shape<kiln::dyn, 4, 5, 3>>);
+  static_assert(std::is_same_v<decltype(swapped)::shape_type, kiln::Shape<kiln::dyn, 3, 5, 4>>);
+  static_assert(std::is_same_v<decltype(middle)::shape_type, kiln::Shape<kiln::dyn, 3, 4, kiln::dyn>>);
+  static_assert(std::is_same_v<decltype(first_two)::shape_type, kiln::Shape<kiln::dyn, 2, 4, 5>>);
+  BOOST_TEST((middle.size(0) == 2 && middle.size(3) == 3));
+  BOOST_TEST(first_two.numel() == 2 * 2 * 4 * 5);
+  BOOST_TEST(kiln::sum(y).item() == 3.0f * 2 * 4 * 5 * 3);
+}
+
 BOOST_AUTO_TEST_CASE(readme_lenet_steps_once) {
   const auto x = random_batch<Image>(4, 1);
   const auto labels = random_labels(4, 10, 2);

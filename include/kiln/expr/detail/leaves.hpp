@@ -14,7 +14,9 @@ struct is_tensor_view : std::false_type {};
 template <class T, class S, class D>
 struct is_tensor_view<TensorView<T, S, D>> : std::true_type {};
 
-/// f(data, bytes, element size) for every tensor leaf of e. A node kiln does not know is skipped.
+/// f(data, bytes, element size) for every tensor leaf of e. A node kiln does not know is skipped. Below a
+/// Strided node (permute, narrow) the element size is given as 0: such a leaf is read at other indices
+/// than the output's, so it is never "the destination read in place" (expr/overlap.hpp).
 template <class E, class F>
 void for_each_leaf(const E& e, F&& f) {
   if constexpr (is_tensor_view<E>::value) {
@@ -31,6 +33,8 @@ void for_each_leaf(const E& e, F&& f) {
     for_each_leaf(e.b, f);
   } else if constexpr (is_broadcast<E>::value) {
     for_each_leaf(e.child, f);
+  } else if constexpr (is_strided<E>::value) {
+    for_each_leaf(e.child, [&](const void* p, std::size_t bytes, std::size_t) { f(p, bytes, std::size_t{0}); });
   }
 }
 

@@ -7,6 +7,7 @@
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/cast.hpp"
 #include "kiln/expr/node.hpp"
+#include "kiln/expr/strided.hpp"
 #include "kiln/expr/unary.hpp"
 #include "kiln/tensor/shape.hpp"
 #include "kiln/tensor/view.hpp"
@@ -22,6 +23,8 @@ namespace kiln::detail {
 //     extent is L (a bias [F] under [N, F]; the middle-axis case [N, 1, W] under [N, H, W] alike),
 //     and a Scalar holding that one value when the child's innermost extent is 1 ([N, 1], [C, 1, 1],
 //     rank 0): along a row the child's index then moves by 1 or by 0, never by anything else;
+//   - a Strided (permute, narrow) becomes a StridedRow: the child read from its index of i0 in steps of
+//     the innermost stride (the child's index of the next element along a row);
 //   - any other node (one kiln does not know) becomes a FlatRow calling its operator[].
 // A row is read only through operator[]; its extents() are [len] (rank 0 for constant rows).
 
@@ -60,6 +63,19 @@ struct FlatRow {
   Extents<Shape<dyn>> ext;
   Extents<Shape<dyn>> extents() const { return ext; }
   KILN_HOST_DEVICE KILN_FORCEINLINE value_type operator[](index_t j) const { return e[i0 + j]; }
+};
+
+/// The row of a Strided node: its child from index `base` in steps of `step`.
+template <class E>
+struct StridedRow {
+  using value_type = typename E::value_type;
+  using shape_type = Shape<dyn>;
+  using device = typename E::device;
+  E e;
+  index_t base, step;
+  Extents<Shape<dyn>> ext;
+  Extents<Shape<dyn>> extents() const { return ext; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE value_type operator[](index_t j) const { return e[base + j * step]; }
 };
 
 /// The row of a deferred broadcast under RowMode::mixed: the child's row, or its first value repeated.
@@ -233,6 +249,21 @@ struct row_reader<Broadcast<E, Out>> {
       const auto r = row_of<M>(b.child, base, len);
       return SelectRow<decltype(r), V>{r, b.child[base], constant(b), row_extents<Shape<dyn>>(len)};
     }
+  }
+};
+
+/// A Strided node's rows read its child in steps of the innermost stride, one division per row (in
+/// child_index) and none per element of the node itself (the child is read through its operator[]). It
+/// counts as a broadcast: what makes the executor go row by row.
+template <class E, class Out>
+struct row_reader<Strided<E, Out>> {
+  using S = Strided<E, Out>;
+  static constexpr int broadcasts = 1;
+  static constexpr int deferred = 0;
+  static void kinds(const S&, RowKinds&) {}
+  template <RowMode>
+  static KILN_FORCEINLINE StridedRow<E> row(const S& s, index_t i0, index_t len) {
+    return {s.child, s.child_index(i0), s.stride[Out::rank == 0 ? 0 : Out::rank - 1], row_extents<Shape<dyn>>(len)};
   }
 };
 

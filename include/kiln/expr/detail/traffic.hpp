@@ -9,6 +9,7 @@
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/cast.hpp"
 #include "kiln/expr/node.hpp"
+#include "kiln/expr/strided.hpp"
 #include "kiln/expr/unary.hpp"
 #include "kiln/tensor/view.hpp"
 
@@ -45,6 +46,8 @@ template <class T, class A>
 struct ops_per_element<Cast<T, A>> : ops_per_element<A> {};
 template <class E, class Out>
 struct ops_per_element<Broadcast<E, Out>> : ops_per_element<E> {};
+template <class E, class Out>
+struct ops_per_element<Strided<E, Out>> : ops_per_element<E> {};
 
 // Declared first, so that each overload's recursion sees all the others.
 template <class T, class S, class D>
@@ -61,6 +64,8 @@ template <class T, class A>
 void add_leaves(const Cast<T, A>& e, LeafBytes& acc);
 template <class E, class Out>
 void add_leaves(const Broadcast<E, Out>& e, LeafBytes& acc);
+template <class E, class Out>
+void add_leaves(const Strided<E, Out>& e, LeafBytes& acc);
 template <class E>
 void add_leaves(const E& e, LeafBytes& acc);
 
@@ -91,6 +96,11 @@ void add_leaves(const Cast<T, A>& e, LeafBytes& acc) {
 }
 template <class E, class Out>
 void add_leaves(const Broadcast<E, Out>& e, LeafBytes& acc) {
+  add_leaves(e.child, acc);
+}
+/// A permute reads its child whole; a narrow reads part of it, counted whole too (an upper bound).
+template <class E, class Out>
+void add_leaves(const Strided<E, Out>& e, LeafBytes& acc) {
   add_leaves(e.child, acc);
 }
 /// A node kiln does not know: read at the value type once per element it yields.
