@@ -5,7 +5,8 @@
 # --batch-size, --accumulate, --target, and --data with a row fewer. Each must exit 1 with one line
 # `the checkpoint was trained with X; this run has Y: resume with Z` (examples/common/checkpoint.hpp
 # run_settings), train nothing and leave the checkpoint's bytes as they were. Then a resume from a copy of
-# the data in another folder, in bf16, on 2 DataParallel replicas and 1 loader worker must train epoch 3.
+# the data in another folder, in bf16, on 2 DataParallel replicas, 1 loader worker and --lr 0.005 (which
+# replaces the checkpoint's) must train epoch 3 at that lr.
 # With MPIEXEC (--parallel ddp): the checkpoint comes from `MPIEXEC -n 2 ... --parallel ddp --batch-size
 # 64`; one process must refuse --batch-size 64 (batches of 128 in all) and accept --batch-size 128.
 foreach(_var PROGRAM DATA DIR)
@@ -62,7 +63,7 @@ function(_refused expect)
   if(NOT _rc EQUAL 1 OR NOT _n EQUAL 1)
     message(FATAL_ERROR "FAILED: expected exit status 1 and one error line")
   endif()
-  if(NOT _out MATCHES "mlp_boston: error: kiln: [^\n]*c\\.safetensors: the checkpoint was trained with ${expect}\n")
+  if(NOT _out MATCHES "mlp_boston: error: [^\n]*c\\.safetensors: the checkpoint was trained with ${expect}\n")
     message(FATAL_ERROR "FAILED: the error does not match 'the checkpoint was trained with ${expect}'")
   endif()
   if(_out MATCHES "epoch 3/3" OR NOT _before STREQUAL _after)
@@ -95,9 +96,13 @@ _refused("--target MEDV; this run has --target LSTAT: resume with --target MEDV"
 _refused("a --data of [0-9]+ rows, [^\n]*; this run has a --data of ${_rows} rows, [^\n]*: resume with the --data it was trained on"
          --data "${_folder}/shorter.csv")
 
-# The same data elsewhere, another precision, parallel mode and worker count: resumed, epoch 3 trained.
-_run("" --data "${_moved}" --resume --epochs 3 --precision bf16 --parallel dp --devices 2 --workers 1)
-if(NOT _out MATCHES "resumed from [^\n]*c\\.safetensors after epoch 2\n(.*\n)?epoch 3/3: [^\n]*\nresult: [^\n]*precision=bf16")
-  message(FATAL_ERROR "FAILED: the resume with the data moved, bf16 and 2 replicas did not train epoch 3")
+# The same data elsewhere, another precision, parallel mode, worker count and --lr (which replaces the
+# checkpoint's, 0.01): resumed, epoch 3 trained at the new lr.
+_run("" --data "${_moved}" --resume --epochs 3 --precision bf16 --parallel dp --devices 2 --workers 1 --lr 0.005)
+if(NOT _out MATCHES "resumed from [^\n]*c\\.safetensors after epoch 2, lr 0\\.005 from --lr \\(the checkpoint's: 0\\.01\\)\n(.*\n)?epoch 3/3: [^\n]*\nresult: [^\n]*precision=bf16")
+  message(FATAL_ERROR "FAILED: the resume with the data moved, bf16, 2 replicas and --lr did not train epoch 3")
+endif()
+if(NOT _out MATCHES "Adam\\(lr=0\\.005\\)")
+  message(FATAL_ERROR "FAILED: the run's line does not show --lr's 0.005")
 endif()
 message("changed resume check passed: --limit, --batch-size, --accumulate, --target and --data refused")

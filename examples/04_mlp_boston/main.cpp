@@ -93,10 +93,8 @@ int run(examples::TrainOptions o, const std::string& device) {  // a copy: o.dat
   // Resume, the run's line, then per epoch (examples/common/regress.hpp): MSE, the step every --accumulate
   // batches, the test RMSE without gradients (NoGrad + eval()), the epoch's line, --metrics, --checkpoint.
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
-    int start = 0;
-    if (o.resume)  // refused when the checkpoint was trained with other settings or data (run_settings)
-      start = examples::load_training_state(o.checkpoint, trained, opt, scaler,
-                                            examples::run_settings(o, trained));
+    // (examples/common/checkpoint.hpp: refused when trained with other settings or data; --lr replaces its lr)
+    const examples::Resumed resumed = examples::resume_training(o, trained, opt, scaler);
     const int threads = kiln::backend::cpu::threads();
     std::printf("%s: %lld train / %lld test rows of %s (13 features -> %s, standardized on the train rows); "
                 "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
@@ -105,9 +103,9 @@ int run(examples::TrainOptions o, const std::string& device) {  // a copy: o.dat
                 threads == 1 ? "" : "s", o.batch_size, o.accumulate, static_cast<double>(opt.lr()), o.workers, o.workers == 1 ? "" : "s");
     std::printf("baseline: predicting the training mean %.4f for every test row gives test RMSE %.4f\n", train_mean,
                 baseline_rmse);
-    if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
+    examples::print_resumed(o, resumed);
     std::fflush(stdout);  // (a pipe or a log file sees these lines before the first epoch ends)
-    const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, start);
+    const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, resumed.epochs);
     return reg::report_result(r, baseline_rmse, t_start, device, o.precision);
   };
   return examples::with_trainer<Mlp, Row, Precision, D>(o, device, {.lr = o.lr}, fit_and_report);

@@ -68,8 +68,8 @@ inline RunSetting flag_setting(const std::string& key, const std::string& flag, 
 /// 64` may resume a run of --batch-size 128 in one process, and back); --accumulate; --limit; --target
 /// (where the example has one); and o.data_summary, what the example read from --data (row counts, a CSV's
 /// columns and a checksum of its values), so that the same data may move but other data is refused.
-/// --precision, --device, --parallel, --devices (the batch aside), --workers, --lr (Adam's comes from the
-/// checkpoint), --epochs and the output paths may change.
+/// --precision, --device, --parallel, --devices (the batch aside), --workers, --lr (resume_training),
+/// --epochs and the output paths may change.
 template <class Trained>
 RunSettings run_settings(const TrainOptions& o, const Trained& trained) {
   const long long ranks = batch_ranks(trained);
@@ -139,7 +139,7 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
     try {
       apply();
     } catch (const kiln::ValueError& e) {
-      throw kiln::CheckpointError("kiln: " + path + ": " + e.what());
+      throw kiln::CheckpointError("kiln: " + path + ": " + message_of(e));
     }
   };
   const auto rest = kiln::load_checkpoint(path, model, &meta, [&](const auto& entries, const auto& m) {
@@ -197,5 +197,35 @@ int load_training_state(const std::string& path, kiln::parallel::DistributedData
   return epochs;
 }
 #endif
+
+/// What --resume restored: the epochs the checkpoint has done (0 for a fresh run) and the learning rate
+/// it held.
+struct Resumed {
+  int epochs = 0;
+  double checkpoint_lr = 0;
+};
+
+/// --resume: restores model, optimizer and scaler from o.checkpoint (refused when it was trained with
+/// other settings or data: run_settings). Adam's state comes back with the checkpoint's learning rate,
+/// as torch's optimizer.load_state_dict brings back its param_groups' lr; an --lr given on the command line
+/// then replaces it, as setting param_groups' lr after loading does. Without --resume, nothing.
+template <class Trained, class Optimizer, class Scaler>
+Resumed resume_training(const TrainOptions& o, Trained& trained, Optimizer& opt, Scaler& scaler) {
+  Resumed r;
+  if (!o.resume) return r;
+  r.epochs = load_training_state(o.checkpoint, trained, opt, scaler, run_settings(o, trained));
+  r.checkpoint_lr = opt.lr();
+  if (o.lr_given) opt.set_lr(o.lr);
+  return r;
+}
+
+/// "resumed from FILE after epoch N" (with ", lr X from --lr (the checkpoint's: Y)" when --lr changed it);
+/// nothing for a fresh run.
+inline void print_resumed(const TrainOptions& o, const Resumed& r) {
+  if (r.epochs == 0) return;
+  std::printf("resumed from %s after epoch %d", o.checkpoint.c_str(), r.epochs);
+  if (o.lr_given && o.lr != r.checkpoint_lr) std::printf(", lr %g from --lr (the checkpoint's: %g)", o.lr, r.checkpoint_lr);
+  std::printf("\n");
+}
 
 }  // namespace examples

@@ -90,11 +90,12 @@ std::pair<double, double> evaluate(Trained& trained, Loader& loader) {
 
 /// Where training ended.
 struct FitResult {
-  double train_loss = NAN;     ///< mean cross entropy of the last epoch's training batches
+  double train_loss = NAN;     ///< mean cross entropy of the last epoch's training batches (NaN: none ran)
   double test_loss = NAN;      ///< mean cross entropy on the test set after the last epoch
   double test_accuracy = NAN;  ///< fraction of test samples classified right after the last epoch
   double samples_per_s = 0;    ///< training throughput of the last epoch
   bool finite = true;          ///< every epoch's train and test losses were finite
+  int trained = 0;             ///< epochs run by this call (0 when resumed at or past the last)
   int epochs = 0;              ///< epochs the model has had: the checkpoint's and this run's
 };
 
@@ -115,6 +116,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
     std::tie(r.test_loss, r.test_accuracy) = evaluate(model, test_loader);
     r.finite = r.finite && std::isfinite(r.train_loss) && std::isfinite(r.test_loss);
     r.samples_per_s = static_cast<double>(e.samples) / train_seconds;
+    ++r.trained;
     std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s%s\n",
                 epoch + 1, o.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.samples_per_s,
                 train_seconds, scaler_note(scaler).c_str());
@@ -123,7 +125,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
                  {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}});
   }
   r.epochs = std::max(start, o.epochs);
-  if (start >= o.epochs) {  // resumed at or past --epochs: report the checkpoint's model as it is
+  if (r.trained == 0) {  // resumed at or past --epochs: report the checkpoint's model as it is
     std::printf("nothing to train: the checkpoint has done %d of %d epochs (raise --epochs to continue)\n", start,
                 o.epochs);
     std::tie(r.test_loss, r.test_accuracy) = evaluate(model, test_loader);
@@ -133,7 +135,8 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
 }
 
 /// Prints `result: test_accuracy=... ok=0|1` and returns the exit status (0 when ok). ok: the losses
-/// stayed finite and the model beats chance (10 classes) clearly, test accuracy above 0.2.
+/// stayed finite and the model beats chance (10 classes) clearly, test accuracy above 0.2. A run that
+/// trained nothing (resumed at or past --epochs) has no train_loss= or samples_per_s= (trained_key).
 inline int report_result(const FitResult& r, Clock::time_point t_start, const std::string& device,
                          const std::string& precision) {
   const bool ok = r.finite && r.test_accuracy > 0.2;
@@ -144,9 +147,9 @@ inline int report_result(const FitResult& r, Clock::time_point t_start, const st
                                 : std::string("a loss was not finite");
     std::fprintf(stderr, "ok=0: %s\n", why.c_str());
   }
-  std::printf("result: test_accuracy=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.1f samples_per_s=%.0f "
-              "device=%s precision=%s ok=%d\n",
-              r.test_accuracy, r.test_loss, r.train_loss, r.epochs, seconds_since(t_start), r.samples_per_s,
+  std::printf("result: test_accuracy=%.4f test_loss=%.4f%s epochs=%d seconds=%.1f%s device=%s precision=%s ok=%d\n",
+              r.test_accuracy, r.test_loss, trained_key("train_loss", 4, r.trained, r.train_loss).c_str(),
+              r.epochs, seconds_since(t_start), trained_key("samples_per_s", 0, r.trained, r.samples_per_s).c_str(),
               device.c_str(), precision.c_str(), ok ? 1 : 0);
   return ok ? 0 : 1;
 }

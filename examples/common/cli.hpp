@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <limits>
@@ -39,6 +41,7 @@ struct TrainOptions {
   int epochs = 5;
   int batch_size = 128;
   double lr = 1e-3;
+  bool lr_given = false;          // --lr on the command line: it replaces a resumed checkpoint's lr
   std::string device = "auto";    // cpu | cuda | auto
   std::string precision = "fp32"; // fp32 | fp16 | bf16
   std::string parallel = "single";// single | dp | ddp
@@ -77,8 +80,8 @@ CLI::Validator integer_at_least(T least) {
       },
       "INT>=" + std::to_string(least));
 }
-/// A learning rate: a float that is finite and > 0 once rounded to float (the examples' optimizers take
-/// floats), e.g. --lr: expected a number > 0 that fits in a float, got '1e39'.
+/// A learning rate: a number that is finite and > 0 once rounded to float (fp32 and mixed precision step
+/// in float), e.g. --lr: expected a number > 0 that fits in a float, got '1e39'.
 inline CLI::Validator positive_float() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
@@ -99,7 +102,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data, "dataset directory or file")->capture_default_str();
   app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(integer_at_least(1));
   app.add_option("--batch-size", o.batch_size, "samples per step")->capture_default_str()->check(integer_at_least(1));
-  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(positive_float());
+  app.add_option("--lr", o.lr, "learning rate (with --resume: replaces the checkpoint's)")
+      ->capture_default_str()
+      ->check(positive_float())
+      ->each([&o](const std::string&) { o.lr_given = true; });
   app.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--precision", o.precision, "fp32, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--parallel", o.parallel, "single, dp or ddp")->capture_default_str()->check(CLI::IsMember({"single", "dp", "ddp"}));
@@ -210,10 +216,31 @@ int with_precision(const TrainOptions& o, Run&& run) {
   return run.template operator()<kiln::Fp32>();
 }
 
+/// An exception's message without the "kiln: " that kiln's own messages start with (the examples' error
+/// line names the program already).
+inline const char* message_of(const std::exception& e) {
+  const char* m = e.what();
+  return std::strncmp(m, "kiln: ", 6) == 0 ? m + 6 : m;
+}
+
+/// "[rank R] " for a process that mpirun started as one of several (each rank prints its own error, as
+/// torchrun's ranks do), else "". A message that names its rank already ("rank 1 of 2: ...") gets none.
+inline std::string rank_prefix(const char* message) {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (rank == nullptr || size == nullptr) {
+    rank = std::getenv("PMI_RANK");
+    size = std::getenv("PMI_SIZE");
+  }
+  if (rank == nullptr || size == nullptr || std::strcmp(size, "1") == 0 || std::strncmp(message, "rank ", 5) == 0)
+    return {};
+  return std::string("[rank ") + rank + "] ";
+}
+
 /// What main() of every training example does once its options are parsed: checks what this build can
 /// run (exit status 2 and one line if not), picks the device and the precision policy, returns
 /// `run.template operator()<Device, Precision>(device)`, and turns an exception into one line
-/// `<program>: error: ...` and exit status 1.
+/// `<program>: error: ...` (under mpirun, `[rank R] <program>: error: ...`) and exit status 1.
 template <class Run>
 int run_training(const char* program, const TrainOptions& o, Run run) {
   try {
@@ -229,7 +256,8 @@ int run_training(const char* program, const TrainOptions& o, Run run) {
 #endif
     return with_precision(o, [&]<class Precision>() { return run.template operator()<kiln::Cpu, Precision>(device); });
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    const char* message = message_of(e);
+    std::fprintf(stderr, "%s%s: error: %s\n", rank_prefix(message).c_str(), program, message);
     return 1;
   }
 }

@@ -54,9 +54,7 @@ int train_on_images(const TrainOptions& o, const ImageRun& run, const Train& tra
   // Resume, the run's line, then per epoch (classify.hpp): cross entropy, the step every --accumulate
   // batches, evaluation without gradients (NoGrad + eval()), the epoch's line, --metrics, --checkpoint.
   const auto fit_and_report = [&](auto& trained, auto& opt, auto& scaler, const std::string& where) {
-    int start = 0;
-    if (o.resume)  // refused when the checkpoint was trained with other settings or data (run_settings)
-      start = load_training_state(o.checkpoint, trained, opt, scaler, run_settings(o, trained));
+    const Resumed resumed = resume_training(o, trained, opt, scaler);  // (checkpoint.hpp; --lr replaces its lr)
     const int threads = kiln::backend::cpu::threads();
     std::printf(
         "%s: %s %lld train / %lld test images from %s; %s (%lld parameters) on %s (%d thread%s), "
@@ -66,11 +64,11 @@ int train_on_images(const TrainOptions& o, const ImageRun& run, const Train& tra
         static_cast<long long>(kiln::nn::Model<Net, Image, P>::parameter_count), where.c_str(), threads,
         threads == 1 ? "" : "s", o.batch_size, o.accumulate, static_cast<double>(opt.lr()), o.workers,
         o.workers == 1 ? "" : "s");
-    if (start > 0) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), start);
+    print_resumed(o, resumed);
     std::fflush(stdout);  // (a pipe or a log file sees the run's line before the first epoch ends)
     auto train_batches = device_batches(trained, train_loader, run.to_float);  // on the GPU: a copy stream
     auto test_batches = device_batches(trained, test_loader, run.to_float);
-    const auto r = fit(o, trained, opt, scaler, train_batches, test_batches, start);
+    const auto r = fit(o, trained, opt, scaler, train_batches, test_batches, resumed.epochs);
     return report_result(r, t_start, device, o.precision);
   };
   return with_trainer<Net, Image, Precision, D>(o, device, {.lr = o.lr}, fit_and_report);

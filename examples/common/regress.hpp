@@ -157,7 +157,8 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
 }
 
 /// Prints `result: test_rmse=... baseline_rmse=... ok=0|1` and returns the exit status (0 when ok). ok: the
-/// losses stayed finite and the test RMSE is below `baseline_rmse` (predicting the training mean).
+/// losses stayed finite and the test RMSE is below `baseline_rmse` (predicting the training mean). A run
+/// that trained nothing has no train_loss= or samples_per_s= (trained_key).
 inline int report_result(const FitResult& r, double baseline_rmse, Clock::time_point t_start,
                          const std::string& device, const std::string& precision) {
   const bool ok = r.finite && std::isfinite(r.test_rmse) && r.test_rmse < baseline_rmse;
@@ -169,9 +170,10 @@ inline int report_result(const FitResult& r, double baseline_rmse, Clock::time_p
                                 : std::string("a loss was not finite");
     std::fprintf(stderr, "ok=0: %s\n", why.c_str());
   }
-  std::printf("result: test_rmse=%.4f baseline_rmse=%.4f test_loss=%.4f train_loss=%.4f epochs=%d seconds=%.2f "
-              "samples_per_s=%.0f device=%s precision=%s ok=%d\n",
-              r.test_rmse, baseline_rmse, r.test_loss, r.train_loss, r.epochs, seconds_since(t_start), r.samples_per_s,
+  std::printf("result: test_rmse=%.4f baseline_rmse=%.4f test_loss=%.4f%s epochs=%d seconds=%.2f%s device=%s "
+              "precision=%s ok=%d\n",
+              r.test_rmse, baseline_rmse, r.test_loss, trained_key("train_loss", 4, r.trained, r.train_loss).c_str(),
+              r.epochs, seconds_since(t_start), trained_key("samples_per_s", 0, r.trained, r.samples_per_s).c_str(),
               device.c_str(), precision.c_str(), ok ? 1 : 0);
   return ok ? 0 : 1;
 }

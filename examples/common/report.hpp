@@ -25,6 +25,15 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+/// " key=value" (`digits` after the point) for the `result:` line, or "" when the run trained no epoch:
+/// a resumed run with nothing left to train measured no train loss and no speed.
+inline std::string trained_key(const char* key, int digits, int trained, double value) {
+  if (trained == 0) return {};
+  char text[64];
+  std::snprintf(text, sizeof text, " %s=%.*f", key, digits, value);
+  return text;
+}
+
 /// Whether a progress bar may be drawn: standard output is a terminal, and not one mpirun made (Open
 /// MPI hands every rank a pseudo-terminal, even when the job's output goes to a file).
 inline bool progress_terminal() {

@@ -78,6 +78,17 @@ class Mnist {
   static std::string find(const std::string& root, const std::string& name) {
     namespace fs = std::filesystem;
     std::error_code ec;
+    if (const auto status = fs::status(root, ec); !fs::is_directory(status)) {
+      // One of the files itself (--data .../train-images-idx3-ubyte.gz): its folder is what is meant.
+      const fs::path folder = fs::path(root).parent_path();
+      const std::string pass_folder =
+          fs::is_regular_file(status) ? "; pass its folder, " + (folder.empty() ? std::string(".") : folder.string())
+                                      : std::string();
+      throw DataError(root, "directory", fs::exists(status) ? "not a directory" : "no such directory",
+                      "a directory holding the IDX files of MNIST or Fashion-MNIST (" + name +
+                          "[.gz], ...; Debian: apt-get install dataset-fashion-mnist, in "
+                          "/usr/share/datasets/fashion-mnist)" + pass_folder);
+    }
     for (const std::string& candidate : {name, name + ".gz"}) {
       const fs::path p = fs::path(root) / candidate;
       if (fs::exists(p, ec)) return p.string();

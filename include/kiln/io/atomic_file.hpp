@@ -198,15 +198,18 @@ inline bool sticky_keeps_out(const struct ::stat& folder, const struct ::stat& f
 }
 
 /// For root, whom access() does not stop: 0 when `where` takes a write (an existing regular file opened
-/// for writing, not truncated; a folder a new file of ours, removed at once), else the errno.
+/// for writing, not truncated, and written nothing: a write of no bytes changes no regular file, yet
+/// /proc's and /sys's read-only files refuse it; a folder a new file of ours, removed at once), else the
+/// errno.
 inline int write_probe(const std::filesystem::path& where, bool file) {
   if (file) {
     struct ::stat st;
     if (::stat(where.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;  // a FIFO, a device: as access()
     const int fd = ::open(where.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return errno;
+    const int error = ::write(fd, "", 0) < 0 ? errno : 0;  // (root opens /proc/version; its writes fail, EIO)
     ::close(fd);
-    return 0;
+    return error;
   }
   static std::atomic<unsigned> serial{0};
   const auto probe = where / (".kiln-probe." + std::to_string(::getpid()) + "." + std::to_string(serial++));

@@ -121,6 +121,13 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   const std::string root = dir.path().string();
   BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
                         says({"t10k-images-idx3-ubyte", "no such file", "dataset-fashion-mnist"}));
+  // The root is one of the files (--data .../train-images-idx3-ubyte.gz), or nothing: said as such.
+  const auto one_file = dir.write("train-images-idx3-ubyte.gz", {});
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(one_file, true), DataError,
+                        says({one_file + ": directory: not a directory; expected a directory holding the IDX files",
+                              "train-images-idx3-ubyte[.gz]", "; pass its folder, " + root}));
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root + "/absent", true), DataError,
+                        says({root + "/absent: directory: no such directory; expected a directory holding"}));
 
   BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.file("absent-idx3-ubyte"), 3), DataError,
                         says({"absent-idx3-ubyte", "byte 0", "no such file"}));

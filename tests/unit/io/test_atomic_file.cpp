@@ -265,6 +265,21 @@ BOOST_AUTO_TEST_CASE(why_unwritable_knows_a_folder_that_takes_no_file_also_for_r
   BOOST_TEST(entries(scratch.path()) == 0);  // the probe left nothing
 }
 
+// An existing file that opens for writing but takes no write (/proc/version: root opens it, and its writes
+// fail with EIO; others are refused at access()): known before a run, while a writable file's probe
+// leaves it as it was.
+BOOST_AUTO_TEST_CASE(why_unwritable_knows_a_file_that_takes_no_write_also_for_root) {
+  const std::string why = kiln::why_unwritable("/proc/version");
+  BOOST_TEST(why.rfind("cannot write /proc/version (", 0) == 0, why);
+  const kiln::test::TempDir scratch;
+  const auto file = scratch.path() / "metrics.jsonl";
+  std::ofstream(file) << "{\"epoch\": 1}\n";
+  BOOST_TEST(kiln::why_unwritable(file) == "");
+  std::ifstream in(file);
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  BOOST_TEST(kept == "{\"epoch\": 1}\n");
+}
+
 // In a sticky folder (/tmp's 1777) only the file's owner, the folder's and root may rename over a file:
 // a checkpoint there of another user's cannot be replaced, though the folder takes new files. Said
 // before the run, not at the end of its first epoch.
