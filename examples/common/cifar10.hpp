@@ -8,7 +8,6 @@
 #include <kiln/data/data.hpp>
 #include <kiln/nn/nn.hpp>
 
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -37,13 +36,10 @@ int run(const Program& program, TrainOptions o, const std::string& device) {  //
   std::error_code ec;
   if (o.data == default_data && !std::filesystem::is_directory(o.data, ec)) {
     // The default folder is missing: say how to get it (other folders get Cifar10's own message).
-    std::fprintf(stderr,
-                 "%s: error: %s: no such directory (relative to the current directory); expected the CIFAR-10 "
-                 "binary batches data_batch_1.bin ... data_batch_5.bin, test_batch.bin; run "
-                 "`scripts/get-cifar10` from the repository root (it writes %s), then run this from there, "
-                 "or pass --data DIR\n",
-                 program.name, o.data.c_str(), default_data);
-    return 1;
+    throw kiln::Error(o.data + ": no such directory (relative to the current directory); expected the CIFAR-10 "
+                      "binary batches data_batch_1.bin ... data_batch_5.bin, test_batch.bin; run "
+                      "`scripts/get-cifar10` from the repository root (it writes " + std::string(default_data) +
+                      "), then run this from there, or pass --data DIR");
   }
   const kiln::data::Cifar10 train_split(o.data, true), test(o.data, false);  // [3, 32, 32] in [0, 1], class
   const classification::FirstSamples train(train_split, o.limit);            // --limit N: the first N images

@@ -9,7 +9,7 @@ namespace kiln {
 /// Reads child E as if it had extents Out (numpy rules). Trailing-aligned operands (a bias [F] under
 /// [N, F]) take a modulo; anything else maps the index through per-dimension strides (0 where broadcast).
 template <class E, class Out>
-struct Broadcast {
+struct Broadcast : gathered_packets<Broadcast<E, Out>> {
   using value_type = typename E::value_type;
   using shape_type = Out;
   using device = typename E::device;
@@ -42,25 +42,10 @@ struct Broadcast {
 
   /// The child's flat index under output flat index i.
   KILN_HOST_DEVICE KILN_FORCEINLINE index_t child_index(index_t i) const {
-    if (modulus > 0) return i % modulus;
-    index_t j = 0;
-    for (std::size_t d = rank; d-- > 0;) {
-      const index_t q = i / out[d];
-      j += (i - q * out[d]) * stride[d];
-      i = q;
-    }
-    return j;
+    return modulus > 0 ? i % modulus : strided_index(i, out, stride, 0);
   }
   /// Per element this divides; the CPU executor reads whole rows instead (expr/detail/row.hpp).
   KILN_HOST_DEVICE KILN_FORCEINLINE value_type operator[](index_t i) const { return child[child_index(i)]; }
-  template <int V>
-  KILN_HOST_DEVICE KILN_FORCEINLINE Packet<value_type, V> packet(index_t i) const {
-    Packet<value_type, V> p;
-    KILN_UNROLL
-    for (int k = 0; k < V; ++k) p[k] = (*this)[i + k];
-    return p;
-  }
-  bool aligned_for(int) const { return true; }  // scalar loads: no alignment needed
 };
 
 namespace detail {

@@ -40,6 +40,35 @@ concept device_evaluable = std::is_trivially_copyable_v<E> && requires { typenam
 template <class E>
 concept expression = has_value_type<E> && has_shape<E> && flat_indexable<E> && device_evaluable<E>;
 
+/// The vector reads of a node that maps each output index to its child's on its own (Broadcast,
+/// Strided): V scalar reads through Node::operator[], which needs no alignment.
+template <class Node>
+struct gathered_packets {
+  template <int V>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto packet(index_t i) const {
+    const Node& self = static_cast<const Node&>(*this);
+    Packet<typename Node::value_type, V> p;
+    KILN_UNROLL
+    for (int k = 0; k < V; ++k) p[k] = self[i + k];
+    return p;
+  }
+  bool aligned_for(int) const { return true; }
+};
+
+/// The child's flat index under output flat index i, for a child read through per-dimension strides
+/// (stride[d]: the child's step for the output's dimension d) from flat index `offset`.
+template <class Out>
+KILN_HOST_DEVICE KILN_FORCEINLINE index_t strided_index(index_t i, const Extents<Out>& out, const index_t* stride,
+                                                        index_t offset) {
+  index_t j = offset;
+  for (std::size_t d = Out::rank; d-- > 0;) {
+    const index_t q = i / out[d];
+    j += (i - q * out[d]) * stride[d];
+    i = q;
+  }
+  return j;
+}
+
 /// A value broadcast to any shape: a number inside an expression (`x * 2.0f`).
 template <class T>
 struct Scalar {

@@ -12,7 +12,7 @@ namespace kiln {
 /// operator[]; the CPU executor reads it row by row instead (expr/detail/row.hpp: along a row the child's
 /// index moves by the innermost stride).
 template <class E, class Out>
-struct Strided {
+struct Strided : gathered_packets<Strided<E, Out>> {
   using value_type = typename E::value_type;
   using shape_type = Out;
   using device = typename E::device;
@@ -24,26 +24,8 @@ struct Strided {
   index_t offset;                        // the child's flat index of output element 0
 
   Extents<Out> extents() const { return out; }
-
-  /// The child's flat index under output flat index i.
-  KILN_HOST_DEVICE KILN_FORCEINLINE index_t child_index(index_t i) const {
-    index_t j = offset;
-    for (std::size_t d = rank; d-- > 0;) {
-      const index_t q = i / out[d];
-      j += (i - q * out[d]) * stride[d];
-      i = q;
-    }
-    return j;
-  }
+  KILN_HOST_DEVICE KILN_FORCEINLINE index_t child_index(index_t i) const { return strided_index(i, out, stride, offset); }
   KILN_HOST_DEVICE KILN_FORCEINLINE value_type operator[](index_t i) const { return child[child_index(i)]; }
-  template <int V>
-  KILN_HOST_DEVICE KILN_FORCEINLINE Packet<value_type, V> packet(index_t i) const {
-    Packet<value_type, V> p;
-    KILN_UNROLL
-    for (int k = 0; k < V; ++k) p[k] = (*this)[i + k];
-    return p;
-  }
-  bool aligned_for(int) const { return true; }  // scalar loads: no alignment needed
 };
 
 namespace detail {

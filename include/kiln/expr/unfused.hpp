@@ -114,7 +114,7 @@ auto split_below_root(const E& e, Temporaries& keep, int device) {
     return Cast<typename stored_type<E>::type, decltype(a)>{a};
   } else if constexpr (is_strided<E>::value) {
     auto child = materialize<D>(e.child, keep, device);
-    Strided<decltype(child), typename E::shape_type> r{child, e.out, {}, e.offset};  // the child's layout: as before
+    Strided<decltype(child), typename E::shape_type> r{{}, child, e.out, {}, e.offset};  // the child's layout: as before
     for (std::size_t d = 0; d != E::rank; ++d) r.stride[d] = e.stride[d];
     return r;
   } else {

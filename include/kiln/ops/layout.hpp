@@ -102,7 +102,7 @@ auto permute(const X& x) {
     index_t strides[R == 0 ? 1 : R];
     detail::row_major_strides(in, strides);
     constexpr int p[] = {detail::normalized_dim<R>(P)..., 0};
-    Strided<E, Out> r{e, Extents<Out>{}, {}, 0};
+    Strided<E, Out> r{{}, e, Extents<Out>{}, {}, 0};
     for (std::size_t d = 0; d != R; ++d) {
       r.out[d] = in[static_cast<std::size_t>(p[d])];
       r.stride[d] = strides[p[d]];
@@ -133,26 +133,36 @@ auto transpose(const X& x) {
 }
 
 namespace detail {
-/// The Strided node that keeps [start, start + length) of dimension Dim of e (shape Out).
-template <class Out, int Dim, class E>
-Strided<E, Out> narrowed(const E& e, index_t start, index_t length) {
+/// narrow's body: [start, start + length) of dimension Dim of x, that dimension's extent Length in the
+/// result's type (dyn: known at run time).
+template <int Dim, index_t Length, class X>
+auto narrowed(const X& x, index_t start, index_t length) {
+  using E = node_t<X>;
   using S = typename E::shape_type;
-  constexpr std::size_t d = static_cast<std::size_t>(normalized_dim<S::rank>(Dim));
-  const auto in = e.extents();
-  const index_t size = in[d];
-  const index_t first = start < 0 ? start + size : start;  // torch: a negative start counts from the end
-  if (first < 0 || first > size || length < 0 || length > size - first)
-    throw ShapeError("kiln::narrow: dimension " + std::to_string(Dim) + " of " + to_string(in) + " has extent " +
-                     std::to_string(size) + "; start " + std::to_string(start) + " and length " +
-                     std::to_string(length) + " do not fit in it (expected -" + std::to_string(size) +
-                     " <= start <= " + std::to_string(size) + " and start + length <= " + std::to_string(size) +
-                     " once a negative start has the extent added)");
-  Strided<E, Out> r{e, Extents<Out>{}, {}, 0};
-  row_major_strides(in, r.stride);
-  for (std::size_t k = 0; k != S::rank; ++k) r.out[k] = in[k];
-  r.out[d] = length;
-  r.offset = first * r.stride[d];
-  return r;
+  if constexpr (!valid_dim<S::rank>(Dim)) {
+    static_assert(dim_must_be_in_range<S, Dim>::value);
+    return as_expr(x);
+  } else {
+    static_assert(narrow_length_must_fit<S, Dim, Length == dyn ? 0 : Length>::value);
+    constexpr std::size_t d = static_cast<std::size_t>(normalized_dim<S::rank>(Dim));
+    using Out = typename with_extent<S, d, Length>::type;
+    const E e = as_expr(x);
+    const auto in = e.extents();
+    const index_t size = in[d];
+    const index_t first = start < 0 ? start + size : start;  // torch: a negative start counts from the end
+    if (first < 0 || first > size || length < 0 || length > size - first)
+      throw ShapeError("kiln::narrow: dimension " + std::to_string(Dim) + " of " + to_string(in) + " has extent " +
+                       std::to_string(size) + "; start " + std::to_string(start) + " and length " +
+                       std::to_string(length) + " do not fit in it (expected -" + std::to_string(size) +
+                       " <= start <= " + std::to_string(size) + " and start + length <= " + std::to_string(size) +
+                       " once a negative start has the extent added)");
+    Strided<E, Out> r{{}, e, Extents<Out>{}, {}, 0};
+    row_major_strides(in, r.stride);
+    for (std::size_t k = 0; k != S::rank; ++k) r.out[k] = in[k];
+    r.out[d] = length;
+    r.offset = first * r.stride[d];
+    return r;
+  }
 }
 }  // namespace detail
 
@@ -161,29 +171,11 @@ Strided<E, Out> narrowed(const E& e, index_t start, index_t length) {
 /// narrow<Dim, Length>(x, start) keeps a static length instead. A range outside the extent is a ShapeError.
 template <int Dim, class X>
 auto narrow(const X& x, index_t start, index_t length) {
-  using E = detail::node_t<X>;
-  using S = typename E::shape_type;
-  if constexpr (!detail::valid_dim<S::rank>(Dim)) {
-    static_assert(dim_must_be_in_range<S, Dim>::value);
-    return as_expr(x);
-  } else {
-    using Out = typename detail::with_extent<S, static_cast<std::size_t>(detail::normalized_dim<S::rank>(Dim)), dyn>::type;
-    return detail::narrowed<Out, Dim>(as_expr(x), start, length);
-  }
+  return detail::narrowed<Dim, dyn>(x, start, length);
 }
 template <int Dim, index_t Length, class X>
 auto narrow(const X& x, index_t start) {
-  using E = detail::node_t<X>;
-  using S = typename E::shape_type;
-  if constexpr (!detail::valid_dim<S::rank>(Dim)) {
-    static_assert(dim_must_be_in_range<S, Dim>::value);
-    return as_expr(x);
-  } else {
-    static_assert(narrow_length_must_fit<S, Dim, Length>::value);
-    using Out =
-        typename detail::with_extent<S, static_cast<std::size_t>(detail::normalized_dim<S::rank>(Dim)), Length>::type;
-    return detail::narrowed<Out, Dim>(as_expr(x), start, Length);
-  }
+  return detail::narrowed<Dim, Length>(x, start, Length);
 }
 
 }  // namespace kiln
