@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -21,6 +20,8 @@
 #include <kiln/io/atomic_file.hpp>
 #include <kiln/policy/device.hpp>
 #include <kiln/policy/precision.hpp>
+
+#include "report.hpp"
 
 namespace examples {
 
@@ -224,17 +225,14 @@ inline const char* message_of(const std::exception& e) {
 }
 
 /// "[rank R] " for a process that mpirun started as one of several (each rank prints its own error, as
-/// torchrun's ranks do), else "". A message that names its rank already ("rank 1 of 2: ...") gets none.
+/// torchrun's ranks do), else "". A message that names this rank already (kiln::parallel's "rank R of N:
+/// ...") gets none.
 inline std::string rank_prefix(const char* message) {
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  if (rank == nullptr || size == nullptr) {
-    rank = std::getenv("PMI_RANK");
-    size = std::getenv("PMI_SIZE");
-  }
-  if (rank == nullptr || size == nullptr || std::strcmp(size, "1") == 0 || std::strncmp(message, "rank ", 5) == 0)
+  const auto launched = mpirun_rank();
+  if (!launched || launched->size == "1" ||
+      std::strstr(message, ("rank " + launched->rank + " of " + launched->size + ": ").c_str()) != nullptr)
     return {};
-  return std::string("[rank ") + rank + "] ";
+  return "[rank " + launched->rank + "] ";
 }
 
 /// What main() of every training example does once its options are parsed: checks what this build can

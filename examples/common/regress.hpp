@@ -12,8 +12,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <unistd.h>
-
 #include <kiln/core/config.hpp>
 #include <kiln/core/index.hpp>
 #include <kiln/data/dataset.hpp>
@@ -122,7 +120,7 @@ template <class Model, class Optimizer, class Scaler, class TrainLoader, class T
 FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scaler, TrainLoader& train_loader,
               TestLoader& test_loader, int start) {
   kiln::nn::MSELoss mse;
-  const bool terminal = isatty(STDOUT_FILENO) == 1;
+  const bool terminal = progress_terminal();  // (not mpirun's pseudo-terminals)
   FitResult r;
   start_outputs(model, o, start);  // a fresh run starts --metrics; a resumed one keeps its epochs
   for (int epoch = start; epoch < o.epochs; ++epoch) {

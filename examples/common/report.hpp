@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include <kiln/core/errors.hpp>
 #include <kiln/io/atomic_file.hpp>
@@ -34,12 +36,22 @@ inline std::string trained_key(const char* key, int digits, int trained, double 
   return text;
 }
 
-/// Whether a progress bar may be drawn: standard output is a terminal, and not one mpirun made (Open
-/// MPI hands every rank a pseudo-terminal, even when the job's output goes to a file).
-inline bool progress_terminal() {
-  return isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr &&
-         std::getenv("PMI_SIZE") == nullptr;
+/// This process's rank and its job's size, where mpirun started it (Open MPI's OMPI_COMM_WORLD_RANK and
+/// _SIZE, MPICH's PMI_RANK and PMI_SIZE), as the launcher wrote them.
+struct LaunchedRank {
+  std::string rank, size;
+};
+inline std::optional<LaunchedRank> mpirun_rank() {
+  for (const auto& [r, s] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, std::pair{"PMI_RANK", "PMI_SIZE"}})
+    if (const char *rank = std::getenv(r), *size = std::getenv(s); rank != nullptr && size != nullptr)
+      return LaunchedRank{rank, size};
+  return std::nullopt;
 }
+
+/// Whether standard output is a terminal a person watches: a terminal, and not one mpirun made (Open
+/// MPI hands every rank a pseudo-terminal, even when the job's output goes to a file). Progress bars
+/// and per-epoch lines on a terminal only.
+inline bool progress_terminal() { return isatty(STDOUT_FILENO) == 1 && !mpirun_rank(); }
 /// The terminal's width in columns (80 where it does not say).
 inline int terminal_columns() {
   struct winsize w {};
