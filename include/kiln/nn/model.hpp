@@ -9,6 +9,7 @@
 
 #include "kiln/expr/cast.hpp"
 #include "kiln/nn/layer.hpp"
+#include "kiln/nn/model_input.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -84,6 +85,17 @@ class Model {
     return y;
   }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
+  /// Another tensor type where it fits: a static batch into the model's dyn one (a view), a float tensor
+  /// into a half or bfloat16 model (cast first, one pass, as autocast casts it). Anything else is a
+  /// compile error naming the model's input and the tensor given (model_input_mismatch).
+  template <class U, class S, class D2>
+  Tensor<T, output_shape, D> forward(const Tensor<U, S, D2>& x) {
+    return forward(detail::as_model_input<T, In, D>(x));
+  }
+  template <class U, class S, class D2>
+  Tensor<T, output_shape, D> operator()(const Tensor<U, S, D2>& x) {
+    return forward(detail::as_model_input<T, In, D>(x));
+  }
   /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
   /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
   void backward(const Tensor<T, output_shape, D>& dy) {
@@ -165,7 +177,7 @@ class Model {
   /// Names, offsets and shapes in PyTorch's state_dict spelling ("0.weight", "2.bias").
   std::vector<ParameterInfo> named_parameters() const { return net_.parameters(); }
   network& net() { return net_; }
-  std::string summary(index_t batch = 1) const { return net_.summary(batch); }
+  [[nodiscard]] std::string summary(index_t batch = 1) const { return net_.summary(batch); }
 
  private:
   /// Checks dy before a backward pass, which then uses up the activations the last forward kept (as

@@ -267,6 +267,18 @@ class DataParallel {
   /// `scale` multiplies every loss gradient (a GradScaler's scale).
   template <class Y, class SY, class Loss>
   double train_step(const Tensor<T, In, Cpu>& x, const Tensor<Y, SY, Cpu>& y, const Loss& loss, double scale = 1.0) {
+    return step_on(x, y, loss, scale);
+  }
+  /// x of another type where a model's forward takes it: a static batch, float into a half or bfloat16
+  /// model (cast first); anything else is Model::forward's compile error (model_input_mismatch).
+  template <class U, class S, class Y, class SY, class Loss>
+  double train_step(const Tensor<U, S, Cpu>& x, const Tensor<Y, SY, Cpu>& y, const Loss& loss, double scale = 1.0) {
+    return step_on(nn::detail::as_model_input<T, In, Cpu>(x), y, loss, scale);
+  }
+
+ private:
+  template <class Y, class SY, class Loss>
+  double step_on(const Tensor<T, In, Cpu>& x, const Tensor<Y, SY, Cpu>& y, const Loss& loss, double scale) {
     if (x.size(0) != y.size(0))
       throw ShapeError("kiln::parallel::DataParallel::train_step: " + std::to_string(x.size(0)) + " inputs but " +
                        std::to_string(y.size(0)) + " targets");
@@ -308,6 +320,7 @@ class DataParallel {
     return total;
   }
 
+ public:
   /// Whether the loss sums its terms (its reduction's `sum`: Reduction::sum, KLDivReduction::sum) rather
   /// than averaging them over the elements or the rows.
   template <class Loss>

@@ -125,6 +125,15 @@ class DistributedDataParallel {
     return model_.forward(x);
   }
   Tensor<T, output_shape, D> operator()(const Tensor<T, In, D>& x) { return forward(x); }
+  /// Another tensor type where it fits, as Model::forward takes it (a static batch, float into a 16-bit model).
+  template <class U, class S, class D2>
+  Tensor<T, output_shape, D> forward(const Tensor<U, S, D2>& x) {
+    return forward(nn::detail::as_model_input<T, In, D>(x));
+  }
+  template <class U, class S, class D2>
+  Tensor<T, output_shape, D> operator()(const Tensor<U, S, D2>& x) {
+    return forward(nn::detail::as_model_input<T, In, D>(x));
+  }
 
   /// model.backward(dy), then the gradients are averaged over the ranks, bucket by bucket as backward
   /// reaches them, unless the forward before it was made under no_sync() (as torch, which prepares its

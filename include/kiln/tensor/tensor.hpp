@@ -75,6 +75,12 @@ class Tensor {
   explicit Tensor(const Extents<S>& ext, int index = -1) { allocate(ext, index); }
 
   Tensor(const Tensor&) = default;  // shares storage
+  // A tensor is initialised only from one of its own element type and device (a copy shares storage).
+  // The compiler shows the line below when one of another is given (g++ prints the comment with it);
+  // another shape gets the compiler's own message, which names both.
+  template <class U, class D2>
+    requires(!std::is_same_v<Tensor<U, S, D2>, Tensor>)
+  Tensor(const Tensor<U, S, D2>&) = delete;  // another element type or device: kiln::eval(kiln::cast<T>(x)), x.to<Dev>(), or g = x; into an allocated g
   /// Moves leave the source empty (no storage, every extent 0), so a stale handle cannot write into
   /// memory it no longer owns.
   Tensor(Tensor&& o) noexcept : storage_(std::move(o.storage_)), data_(o.data_), ext_(o.ext_) { o.reset(); }

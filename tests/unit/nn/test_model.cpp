@@ -1,6 +1,6 @@
 // Models: compile-time shape inference, PyTorch's parameter count and state_dict names, the summary
-// table, seeded initialisation within PyTorch's bounds, and inference without gradients (no-grad
-// forwards keep no activations; backward after one throws).
+// table, seeded initialisation within PyTorch's bounds, inference without gradients (no-grad
+// forwards keep no activations; backward after one throws), and the inputs forward takes.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -237,6 +237,47 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backward_takes_the_last_forwards_batch_once, D, ki
   const auto once = model.gradients().to_vector();
   BOOST_CHECK_EXCEPTION(model.backward(dy2), kiln::Error, kt::message_contains({"a backward since"}));
   BOOST_TEST(model.gradients().to_vector() == once, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(forward_takes_a_static_batch_and_float_into_a_16_bit_model, D, kiln::test::devices) {
+  // A static batch into the model's dyn one is a view of it; a float tensor into a bfloat16 or half
+  // model is cast first, as autocast casts it: the outputs of the model's own input type, and backward
+  // goes through them. A model with a static batch refuses another at run time, naming forward.
+  const index_t n = 4;
+  const auto values = kt::random_values<float>(n * 13, -1, 1, 37);
+  const auto dynamic = kt::make_tensor<D>(values, Extents<Shape<dyn, 13>>(n));
+  const auto fixed = kt::make_tensor<D>(values, Extents<Shape<4, 13>>());
+  const auto dy = kt::make_tensor<D>(std::vector<float>(n, 1.0f), Extents<Shape<dyn, 1>>(n));
+  MlpModel<D> model(5);
+  static_assert(std::is_same_v<decltype(model.forward(fixed)), kiln::Tensor<float, Shape<dyn, 1>, D>>);
+  const auto want = model.forward(dynamic).to_vector();
+  BOOST_TEST(model(fixed).to_vector() == want, boost::test_tools::per_element());
+  BOOST_TEST(model.forward(fixed).to_vector() == want, boost::test_tools::per_element());
+  model.backward(dy);
+  const auto through_view = model.gradients().to_vector();
+  model.zero_grad();
+  (void)model.forward(dynamic);
+  model.backward(dy);
+  BOOST_TEST(model.gradients().to_vector() == through_view, boost::test_tools::per_element());
+
+  const auto low = [&]<class Prec, class L>() {
+    BOOST_TEST_CONTEXT(Prec::name) {
+      knn::Model<Mlp, Shape<dyn, 13>, kiln::Policy<Prec, D>> m(5);
+      const auto own = host_doubles(m.forward(kiln::eval(kiln::cast<L>(dynamic))));
+      BOOST_TEST(host_doubles(m.forward(dynamic)) == own, boost::test_tools::per_element());
+      BOOST_TEST(host_doubles(m(fixed)) == own, boost::test_tools::per_element());
+      const auto low_dy = kiln::eval(kiln::cast<L>(dy));
+      BOOST_CHECK_NO_THROW(m.backward(low_dy));
+    }
+  };
+  low.template operator()<kiln::MixedBf16, kiln::bfloat16>();
+  low.template operator()<kiln::MixedFp16, kiln::half>();
+
+  knn::Model<Mlp, Shape<4, 13>, kiln::Policy<kiln::Fp32, D>> four(5);
+  const auto five = kt::make_tensor<D>(kt::random_values<float>(5 * 13, -1, 1, 38), Extents<Shape<dyn, 13>>(5));
+  BOOST_CHECK_EXCEPTION((void)four.forward(five), kiln::ShapeError,
+                        kt::message_contains({"kiln::nn::Model::forward", "[5, 13]", "Shape<4, 13>"}));
+  BOOST_TEST(four.forward(dynamic).to_vector() == want, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(linear_checks_a_dynamic_feature_count_at_run_time, D, kiln::test::devices) {
