@@ -15,6 +15,8 @@
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -172,6 +174,34 @@ BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
   BOOST_TEST(epoch(whole).first.size() == 10u);
   kd::DataLoader none(ds, {.batch_size = std::numeric_limits<index_t>::max(), .drop_last = true});
   BOOST_TEST(none.size() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_batch_binds_as_x_and_y_like_torchs_for_x_y_in_loader) {
+  // `for (auto [x, y] : loader)` binds the inputs and the targets, sharing the batch's tensors; the
+  // index stays a member. A batch is tuple-like with two elements, const or not.
+  const auto ds = images(6);
+  kd::DataLoader loader(ds, {.batch_size = 4});
+  using B = decltype(loader)::batch_type;
+  static_assert(std::tuple_size_v<B> == 2 && std::tuple_size_v<const B> == 2);
+  static_assert(std::is_same_v<std::tuple_element_t<0, B>, decltype(B::x)> &&
+                std::is_same_v<std::tuple_element_t<1, const B>, const decltype(B::y)>);
+  std::vector<std::int64_t> labels;
+  std::vector<index_t> rows;
+  for (auto [x, y] : loader) {
+    rows.push_back(x.size(0));
+    for (const auto label : y.to_vector()) labels.push_back(label);
+  }
+  BOOST_TEST(rows == (std::vector<index_t>{4, 2}), boost::test_tools::per_element());
+  BOOST_TEST(labels == (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5}), boost::test_tools::per_element());
+  for (const auto& b : loader) {
+    const auto& [x, y] = b;
+    BOOST_TEST(x.shares_storage_with(b.x));
+    BOOST_TEST(&y == &b.y);
+    BOOST_TEST(x[24] == static_cast<float>(b.index * 400 + 100), "sample " << b.index * 4 + 1 << "'s first value");
+    auto [mx, my] = B(b);  // from an rvalue batch
+    BOOST_TEST(my.shares_storage_with(b.y));
+    (void)mx;
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_batch_copies_into_a_tensor_with_only_the_data_header) {

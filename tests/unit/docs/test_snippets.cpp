@@ -78,10 +78,16 @@ using LeNetNet = kiln::nn::Sequential<kiln::nn::Conv2d<3, 6, 5>, kiln::nn::ReLU,
                                       kiln::nn::Linear<120, 84>, kiln::nn::ReLU, kiln::nn::Linear<84, 10>>;
 using Image = Shape<dyn, 3, 32, 32>;
 
-/// `batches` of the training-loop snippets: (x, y) pairs.
+/// `batches` of the training-loop snippets: two batches of the type the loaders yield (the snippets bind
+/// them as `auto [x, y]`, as torch's `for x, y in loader`).
 template <class X, class Y>
-std::vector<std::pair<X, Y>> two_batches(const X& x, const Y& y) {
-  return {{x, y}, {x, y}};
+std::vector<kiln::data::TensorBatch<X, Y>> two_batches(const X& x, const Y& y) {
+  std::vector<kiln::data::TensorBatch<X, Y>> out(2);
+  for (auto& b : out) {
+    b.x = X(x);  // a copy shares; its move-assignment rebinds
+    b.y = Y(y);
+  }
+  return out;
 }
 
 }  // namespace
