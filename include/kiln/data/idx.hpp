@@ -61,7 +61,7 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
       throw DataError(path, "end of file", "gzip error " + std::to_string(status), "a complete gzip stream");
 #else
     throw DataError(path, "byte 0", "a gzip file, but kiln was built without zlib",
-                    "link your target to kiln::zlib (zlib1g-dev) or gunzip the file");
+                    "link your target to kiln::zlib (zlib1g-dev; without CMake -DKILN_WITH_ZLIB=1 -lz) or gunzip the file");
 #endif
   } else {
     // A folder opens as a stream whose end is far away (reading it then fails): check the kind first.

@@ -134,7 +134,8 @@ void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, double al
       (void)beta, (void)c, (void)ldc;
   // >>> Stopped here? CPU matmul needs a CBLAS. <<<
   static_assert(kiln::detail::dependent_false<T>,
-                "kiln::matmul on the CPU needs a CBLAS: link your target to kiln::blas (OpenBLAS)");
+                "kiln::matmul on the CPU needs a CBLAS: link your target to kiln::blas (OpenBLAS); without CMake, "
+                "compile with -DKILN_WITH_BLAS=1 and link -lopenblas");
 #endif
 }
 
