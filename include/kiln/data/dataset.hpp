@@ -12,6 +12,11 @@
 #include "kiln/core/index.hpp"
 #include "kiln/tensor/shape.hpp"
 
+namespace kiln {
+template <class T, class S, class D>
+class Tensor;  // (kiln/tensor/tensor.hpp; TensorDataset's constructor from tensors reads them)
+}  // namespace kiln
+
 namespace kiln::data {
 
 namespace detail {
@@ -123,6 +128,21 @@ class Bytes {
   const Ds* ds_;
 };
 
+namespace detail {
+/// Whether a tensor of shape Batched holds rows of shape Row: one more dimension, first, and Row's
+/// extents after it (a dyn extent of Batched's there is checked by the sample count at run time).
+template <class Row, class Batched>
+constexpr bool rows_of() {
+  if constexpr (Batched::rank != Row::rank + 1) {
+    return false;
+  } else {
+    for (std::size_t i = 0; i != Row::rank; ++i)
+      if (Batched::extents[i + 1] != dyn && Batched::extents[i + 1] != Row::extents[i]) return false;
+    return true;
+  }
+}
+}  // namespace detail
+
 /// Samples held in memory: inputs [N, sample...] as float, targets [N, target...]
 /// (torch.utils.data.TensorDataset).
 template <class SampleShape, class Target = std::int64_t, class TargetShape = Shape<>>
@@ -138,6 +158,14 @@ class TensorDataset {
                                   "hold at least one value (no 0 extent)");
   static_assert(target_numel >= 0, "kiln::data::TensorDataset: the target shape must be static (no dyn)");
 
+  /// From tensors, as torch's TensorDataset(x, y): x [N, sample...] of float and y [N, target...] of
+  /// Target, on any device (their values are copied to the host); their first extents must agree.
+  template <class SX, class DX, class SY, class DY>
+  TensorDataset(const Tensor<float, SX, DX>& x, const Tensor<Target, SY, DY>& y)
+      : TensorDataset(checked_rows(x.size(0), y.size(0)), x.to_vector(), y.to_vector()) {
+    static_assert(detail::rows_of<SampleShape, SX>(), "kiln::data::TensorDataset: x must be [N, sample shape...]");
+    static_assert(detail::rows_of<TargetShape, SY>(), "kiln::data::TensorDataset: y must be [N, target shape...]");
+  }
   /// x: N * sample_numel values, y: N * target_numel values.
   TensorDataset(std::vector<float> x, std::vector<Target> y) : x_(std::move(x)), y_(std::move(y)) {
     if (x_.size() % static_cast<std::size_t>(sample_numel) != 0 ||
@@ -157,6 +185,15 @@ class TensorDataset {
   const std::vector<Target>& targets() const { return y_; }
 
  private:
+  struct Rows {};
+  static Rows checked_rows(index_t x, index_t y) {
+    if (x != y)
+      throw ValueError("kiln::data::TensorDataset: x has " + std::to_string(x) + " rows and y " + std::to_string(y) +
+                       "; expected one target row per sample (torch: size mismatch between tensors)");
+    return {};
+  }
+  TensorDataset(Rows, std::vector<float> x, std::vector<Target> y) : TensorDataset(std::move(x), std::move(y)) {}
+
   std::vector<float> x_;
   std::vector<Target> y_;
 };

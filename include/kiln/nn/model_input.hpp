@@ -59,7 +59,7 @@ Tensor<T, In, D> as_model_input(const Tensor<U, S, D2>& x) {
   if constexpr (std::is_same_v<D, D2> && element_fits<T, U> && shape_fits<In, S>()) {
     Extents<In> e;
     for (std::size_t i = 0; i != In::rank; ++i) e[i] = x.extents()[i];
-    kiln::detail::check_static_extents(e, "kiln::nn::Model::forward: the input's");
+    kiln::detail::check_static_extents(e, "kiln::nn::Model::forward: the input");
     if constexpr (std::is_same_v<T, U>)
       return x.template reshape<In>(e);
     else

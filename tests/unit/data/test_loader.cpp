@@ -15,6 +15,7 @@
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -202,6 +203,28 @@ BOOST_AUTO_TEST_CASE(a_batch_binds_as_x_and_y_like_torchs_for_x_y_in_loader) {
     BOOST_TEST(my.shares_storage_with(b.y));
     (void)mx;
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_tensor_dataset_is_made_from_tensors_as_torchs) {
+  // TensorDataset(x, y) from tensors [N, sample...] and [N, target...] holds their values, row by row,
+  // as the one from vectors; rows that differ are a ValueError (torch: "Size mismatch between tensors").
+  const auto from_vectors = images(5);
+  const auto x = kiln::Tensor<float, Shape<kiln::dyn, 2, 3, 4>>::from(std::span<const float>(from_vectors.inputs()),
+                                                                      kiln::Extents<Shape<kiln::dyn, 2, 3, 4>>(5));
+  const auto y = kiln::Tensor<std::int64_t, Shape<5>>::from({0, 1, 2, 3, 4});
+  const kd::TensorDataset<Shape<2, 3, 4>> ds(x, y);
+  BOOST_TEST(ds.size() == 5);
+  BOOST_TEST(ds.inputs() == from_vectors.inputs(), boost::test_tools::per_element());
+  BOOST_TEST(ds.targets() == from_vectors.targets(), boost::test_tools::per_element());
+  const auto four = kiln::Tensor<std::int64_t, Shape<4>>::from({0, 1, 2, 3});
+  BOOST_CHECK_EXCEPTION((kd::TensorDataset<Shape<2, 3, 4>>(x, four)), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("x has 5 rows and y 4") != std::string::npos;
+  });
+  // Regression targets [N, 1]: as the CSV dataset's.
+  const auto values = kiln::Tensor<float, Shape<5, 1>>::from({0.5f, 1.5f, 2.5f, 3.5f, 4.5f});
+  const kd::TensorDataset<Shape<2, 3, 4>, float, Shape<1>> regression(x, values);
+  BOOST_TEST(kd::get(regression, 3).y == (std::vector<float>{3.5f}), boost::test_tools::per_element());
+  BOOST_TEST(kd::get(regression, 3).x[1] == 301.0f);
 }
 
 BOOST_AUTO_TEST_CASE(a_batch_copies_into_a_tensor_with_only_the_data_header) {
