@@ -14,19 +14,6 @@
 namespace kiln::nn {
 
 namespace detail {
-/// Whether shape Given can be viewed as Expected: the same rank, and the same extent wherever both are
-/// static (a dyn extent of either side is checked at run time).
-template <class Expected, class Given>
-constexpr bool shape_fits() {
-  if constexpr (Expected::rank != Given::rank) {
-    return false;
-  } else {
-    for (std::size_t i = 0; i != Expected::rank; ++i)
-      if (Expected::extents[i] != dyn && Given::extents[i] != dyn && Expected::extents[i] != Given::extents[i])
-        return false;
-    return true;
-  }
-}
 /// Whether elements of type U go into a model that stores T: the same type, or float into a model whose
 /// storage is half or bfloat16 (autocast casts float inputs; a double it leaves, and the op refuses it).
 template <class T, class U>
@@ -56,7 +43,7 @@ namespace detail {
 /// extent of the model's meets a different run-time extent of x's.
 template <class T, class In, class D, class U, class S, class D2>
 Tensor<T, In, D> as_model_input(const Tensor<U, S, D2>& x) {
-  if constexpr (std::is_same_v<D, D2> && element_fits<T, U> && shape_fits<In, S>()) {
+  if constexpr (std::is_same_v<D, D2> && element_fits<T, U> && static_extents_agree<In, S>) {
     Extents<In> e;
     for (std::size_t i = 0; i != In::rank; ++i) e[i] = x.extents()[i];
     kiln::detail::check_static_extents(e, "kiln::nn::Model::forward: the input");

@@ -225,20 +225,28 @@ struct shapes_must_broadcast {
   static constexpr bool value = true;
 };
 
+namespace detail {
+template <class A, class B>
+constexpr bool static_extents_agree_impl() {
+  if constexpr (A::rank != B::rank) {
+    return false;
+  } else {
+    for (std::size_t i = 0; i != A::rank; ++i)
+      if (A::extents[i] != dyn && B::extents[i] != dyn && A::extents[i] != B::extents[i]) return false;
+    return true;
+  }
+}
+}  // namespace detail
+
+/// True when A and B have the same rank and the same extent wherever both are static (a dyn extent of
+/// either side is checked at run time): a value of one shape can be stored in, or viewed as, the other.
+template <class A, class B>
+inline constexpr bool static_extents_agree = detail::static_extents_agree_impl<A, B>();
+
 /// Fails to compile, naming both shapes, when Dst cannot receive a value of shape Src.
 template <class Dst, class Src>
 struct shapes_must_match {
-  static constexpr bool same_rank = Dst::rank == Src::rank;
-  static constexpr bool compatible() {
-    if constexpr (!same_rank) {
-      return false;
-    } else {
-      for (std::size_t i = 0; i != Dst::rank; ++i)
-        if (Dst::extents[i] != dyn && Src::extents[i] != dyn && Dst::extents[i] != Src::extents[i])
-          return false;
-      return true;
-    }
-  }
+  static constexpr bool compatible() { return static_extents_agree<Dst, Src>; }
   // >>> Stopped here? The destination and the expression have different static shapes. <<<
   static_assert(compatible(),
                 "kiln::assign: shape mismatch: the destination's shape and the expression's shape differ; "
