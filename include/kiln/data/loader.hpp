@@ -103,9 +103,11 @@ class DataLoader {
                        "decides the order (shuffle it: RandomSampler, DistributedSampler{.shuffle = true})");
     check();
   }
-  // The loader keeps a pointer to the dataset: a temporary one would dangle (name it first).
-  DataLoader(const Ds&&, LoaderOptions = {}, Transform = {}) requires std::is_same_v<Sampler, AnySampler> = delete;
-  DataLoader(const Ds&&, Sampler, LoaderOptions, Transform = {}) = delete;
+  // The loader keeps a pointer to the dataset: a temporary one would dangle. g++ prints the deleted line:
+  DataLoader(const Ds&&, LoaderOptions = {}, Transform = {})  // a temporary dataset: name it first, it must outlive the loader
+    requires std::is_same_v<Sampler, AnySampler>
+  = delete;
+  DataLoader(const Ds&&, Sampler, LoaderOptions, Transform = {}) = delete;  // a temporary dataset: name it first, it must outlive the loader
 
   /// Batches of n samples: n / batch_size, plus a last short one unless drop_last (no n + batch_size - 1,
   /// which overflows for a batch_size near INT64_MAX).
