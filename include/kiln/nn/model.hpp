@@ -10,6 +10,7 @@
 #include "kiln/expr/cast.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/model_input.hpp"
+#include "kiln/nn/sequential.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -36,8 +37,12 @@ class Model {
                 "kiln::parallel::DataParallel<Net, In, Precision, Device> or "
                 "kiln::parallel::DistributedDataParallel<Net, In, Backend, Precision, Device> (docs/parallel.md)");
 
+  // A network that is one bare layer (Model<Linear<13, 16>, Shape<dyn, 12>>) is checked against In as a
+  // Sequential checks its layers, as its layer 0: one error, kiln::nn::layer_input_mismatch<0, ...>.
+  using checked_net = typename detail::type_at<0, typename detail::infer<0, In, Net>::layers>::type;
+
  public:
-  using network = typename Net::template module<In, P>;
+  using network = typename checked_net::template module<In, P>;
   using T = typename P::precision::storage;
   using M = typename P::precision::master;
   using D = typename P::device;

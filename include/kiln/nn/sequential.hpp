@@ -93,7 +93,8 @@ struct layer_input_mismatch {
                 "the input shape, or the layers before it yield the expected one: a Linear's In the features (a "
                 "Linear after convolutions needs a Flatten before it), a Conv2d's, BatchNorm2d's or GroupNorm's "
                 "channels dimension 1 of [N, C, H, W], a pooling window at most H and W; convolutions and 2-d "
-                "pooling take [N, C, H, W] with static H and W");
+                "pooling take [N, C, H, W] with static H and W. A Model whose network is one bare layer checks it "
+                "the same way, as layer 0 given the model's input shape");
   static constexpr bool ok = is_layer<Layer, Input>() && accepted;
 };
 
