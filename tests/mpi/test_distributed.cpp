@@ -13,18 +13,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <kiln/data/data.hpp>
+#include <kiln/io/optimizer_state.hpp>
 #include <kiln/io/safetensors.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
 #include <kiln/parallel/distributed.hpp>
 #include <kiln/parallel/mpi.hpp>
+#include <map>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>  // getpid
 
 #include "mpi/ddp_support.hpp"
 #include "support/parallel_models.hpp"
@@ -63,6 +69,26 @@ struct SixteenRows {
     want = single.gradients().to_vector();
   }
 };
+
+/// What one run of docs/parallel.md's resume recipe (the snippet parallel.ddp_resume, included as written)
+/// ends with: trains until `epochs` epochs are done, from ckpt.safetensors in the working directory when
+/// it is there, writing it after every epoch.
+struct ResumeRun {
+  std::vector<float> parameters;
+  double lr = 0;
+  std::int64_t start = 0;
+};
+ResumeRun run_resume_recipe(Group& group, std::int64_t epochs) {
+  Ddp<Mlp, Row> ddp(group, 3);
+  kiln::optim::Adam opt(ddp, {.lr = 1e-2});
+  const kiln::data::TensorDataset<Shape<13>, float, Shape<1>> train(kt::random_values<float>(24 * 13, -1, 1, 40),
+                                                                    kt::random_values<float>(24, -1, 1, 41));
+  kiln::data::DataLoader loader(train, kiln::data::DistributedSampler{.world_size = group.size(), .rank = group.rank()},
+                                {.batch_size = 4});
+  knn::MSELoss mse;
+#include "parallel.ddp_resume.inc"
+  return {ddp.module().parameters().to_vector(), opt.lr(), start};
+}
 
 }  // namespace
 
@@ -353,7 +379,7 @@ BOOST_AUTO_TEST_CASE(sync_batch_norm_with_one_value_per_channel_fails_on_every_r
 BOOST_AUTO_TEST_CASE(bf16_ranks_stay_identical) {
   Group group({.timeout = test_timeout});
   Ddp<Mlp, Row, kiln::MixedBf16> ddp(group, 9 + static_cast<std::uint64_t>(group.rank()));
-  kiln::optim::Adam opt(ddp.module(), {.lr = 1e-2});
+  kiln::optim::Adam opt(ddp, {.lr = 1e-2});  // as torch's Adam(ddp.parameters()): the module's, working copy too
   knn::MSELoss mse;
   for (int s = 0; s < 5; ++s) {
     // Different data on each rank: only the averaging keeps them identical.
@@ -368,6 +394,13 @@ BOOST_AUTO_TEST_CASE(bf16_ranks_stay_identical) {
     opt.step();
   }
   BOOST_TEST(ddp.in_sync());
+  // The optimizer took the model's working copy through the DDP object: the step rewrote it.
+  const auto& model = ddp.module();
+  const auto master = model.parameters().to_vector();
+  const auto work = ddp.module().working_parameters().to_vector();
+  BOOST_REQUIRE_EQUAL(work.size(), master.size());
+  for (std::size_t i = 0; i < master.size(); ++i)
+    BOOST_TEST_REQUIRE(static_cast<float>(work[i]) == static_cast<float>(kiln::bfloat16(master[i])));
 }
 
 BOOST_AUTO_TEST_CASE(rank_zero_writes_the_checkpoint_and_every_rank_loads_it) {
@@ -403,6 +436,44 @@ BOOST_AUTO_TEST_CASE(rank_zero_writes_the_checkpoint_and_every_rank_loads_it) {
   const std::string missing = group.rank() == 1 ? "/nonexistent/kiln.safetensors" : path + ".absent";
   BOOST_CHECK_THROW(ddp.on_every_rank([&] { kiln::load_checkpoint(missing, ddp.module()); }, "loading"),
                     kiln::parallel::DistributedError);
+}
+
+// docs/parallel.md's resume recipe: 2 epochs, stopped, resumed for 2 more end where 4 in one run end,
+// with the StepLR's lr of epoch 4 (a scheduler left at epoch 0 would set 1e-2 back after epoch 3).
+BOOST_AUTO_TEST_CASE(the_docs_resume_recipe_continues_like_an_unbroken_run) {
+  Group group({.timeout = test_timeout});
+  std::int32_t id = static_cast<std::int32_t>(::getpid());  // rank 0's: one folder for the job
+  group.broadcast(&id, 1, 0, "choosing the folder");
+  const auto dir = std::filesystem::temp_directory_path() / ("kiln_mpi_resume_" + std::to_string(id));
+  if (group.is_main()) std::filesystem::create_directories(dir);
+  group.barrier("after making the folder");
+  // The recipe names ckpt.safetensors: run it in the folder, and leave it (and remove it) however the
+  // runs end. Removed by rank 0 alone, without waiting: by then every rank is done with it or failing.
+  struct InFolder {
+    std::filesystem::path before, dir;
+    bool is_main;
+    ~InFolder() {
+      std::error_code ec;
+      std::filesystem::current_path(before, ec);
+      if (is_main) std::filesystem::remove_all(dir, ec);
+    }
+  } in_folder{std::filesystem::current_path(), dir, group.is_main()};
+  std::filesystem::current_path(dir);
+
+  const ResumeRun whole = run_resume_recipe(group, 4);
+  group.barrier("before removing the checkpoint");
+  if (group.is_main()) std::filesystem::remove("ckpt.safetensors");
+  group.barrier("after removing the checkpoint");
+  const ResumeRun first = run_resume_recipe(group, 2);
+  const ResumeRun rest = run_resume_recipe(group, 4);
+  group.barrier("before removing the folder");
+  BOOST_TEST(whole.start == 0);
+  BOOST_TEST(first.start == 0);
+  BOOST_TEST(rest.start == 2);
+  BOOST_TEST(first.parameters != whole.parameters);  // the last two epochs changed something
+  BOOST_TEST(rest.parameters == whole.parameters, boost::test_tools::per_element());
+  BOOST_TEST(whole.lr == 1e-2 * 0.25);  // StepLR(2, 0.5) after 4 epochs
+  BOOST_TEST(rest.lr == whole.lr);
 }
 
 BOOST_AUTO_TEST_CASE(a_wrong_world_size_ends_every_rank) {

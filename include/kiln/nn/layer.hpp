@@ -63,9 +63,15 @@ struct BufferInfo {
 /// A layer spec L, for an input shape In it accepts:
 ///   L::accepts<In>            whether In fits (checked by Sequential with a readable error)
 ///   L::output<In>             the output shape
-///   L::module<In, P>          the runtime module: parameter_count, bind(params, grads, work, device),
-///                             reset_parameters(gen),
-///                             parameters(), forward(x, ctx) -> y, backward(dy) -> dx, name()
+///   L::module<In, P>          the runtime module (a layer of your own: docs/models.md, "Layers of your
+///                             own"): types T (storage), M (master), D (device), input_shape, output_shape
+///                             (the summary's); parameter_count, its slice of the model's arenas;
+///                             bind(params, grads, work, device) points it at that slice (work: the
+///                             storage-type working copy under mixed precision); reset_parameters(gen);
+///                             parameters(): names, offsets from the slice's start, shapes;
+///                             forward(x, ctx) -> y, keeping what backward needs only when ctx.grad;
+///                             backward(dy) -> dx, ADDING to its gradients (+=, as torch's .grad), or
+///                             backward(dy, input_grad) where dx may be skipped; name()
 ///                             and, for a module with buffers (BatchNorm), buffer_count,
 ///                             bind_buffers(buffers, device), init_buffers(host), buffers()
 ///   L::failed<In>             optional, for a layer holding others (Sequential, Residual, Add, Concat):

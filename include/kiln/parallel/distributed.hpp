@@ -54,7 +54,7 @@ class ProcessGroupReplicas final : public nn::ReplicaGroup {
 ///
 ///   kiln::parallel::ProcessGroup<kiln::Mpi> group;                 // mpirun -np 2 ./train
 ///   kiln::parallel::DistributedDataParallel<Mlp, kiln::Shape<kiln::dyn, 13>, kiln::Mpi> ddp(group, 0);
-///   kiln::optim::Adam opt(ddp.module(), {.lr = 1e-3});
+///   kiln::optim::Adam opt(ddp, {.lr = 1e-3});        // or ddp.module(): the same parameters
 ///   // the loader takes a DistributedSampler{.world_size = group.size(), .rank = group.rank()}
 ///   auto pred = ddp.forward(x);
 ///   ddp.backward(loss.backward(pred, y));   // gradients averaged over the ranks
@@ -99,9 +99,22 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  /// The model itself: give it to the optimizer, evaluate and checkpoint it.
+  /// The model itself: evaluate and checkpoint it (torch's ddp.module).
   model_type& module() { return model_; }
   const model_type& module() const { return model_; }
+  /// The model's parameters, gradients and working copy, as torch's ddp.parameters() are the module's:
+  /// an optimizer (and clip_grad_norm) takes the DDP object or its module() alike,
+  /// `kiln::optim::Adam opt(ddp, {.lr = 1e-3})`.
+  static constexpr bool has_working_copy = model_type::has_working_copy;
+  auto& parameters() { return model_.parameters(); }
+  const auto& parameters() const { return model_.parameters(); }
+  auto& gradients() { return model_.gradients(); }
+  const auto& gradients() const { return model_.gradients(); }
+  auto& working_parameters()
+    requires has_working_copy
+  {
+    return model_.working_parameters();
+  }
   group_type& group() { return group_; }
   int rank() const { return group_.rank(); }
   int world_size() const { return group_.size(); }
