@@ -354,9 +354,19 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   in.read(reinterpret_cast<char*>(le), 8);
   std::uint64_t hsize = 0;
   for (int i = 0; i < 8; ++i) hsize |= static_cast<std::uint64_t>(le[i]) << (8 * i);
-  if (hsize > file_size - 8)
+  if (hsize > file_size - 8) {
+    // What the first bytes are when they are no header size: torch.save's zip (.pt, .pth) or its
+    // legacy pickle (protocol 2 or more), the files a PyTorch user has most often.
+    const bool zip = le[0] == 'P' && le[1] == 'K' && le[2] == 3 && le[3] == 4;
+    const bool pickle = le[0] == 0x80 && le[1] >= 2 && le[1] <= 5;
+    const char* save_it = "; save a state_dict as safetensors in Python: "
+                          "safetensors.torch.save_file(model.state_dict(), path)";
     throw CheckpointError(where + ": at offset 0: header size " + std::to_string(hsize) + " does not fit the file (" +
-                          std::to_string(file_size) + " bytes)");
+                          std::to_string(file_size) + " bytes): " +
+                          (zip      ? std::string("a zip archive, as torch.save writes (.pt, .pth), not safetensors") + save_it
+                           : pickle ? std::string("a pickle, as torch.save's legacy format writes, not safetensors") + save_it
+                                    : std::string("not a safetensors file, or a truncated one")));
+  }
   if (hsize > detail::max_header_size)  // the reference reader's limit
     throw CheckpointError(where + ": at offset 0: header size " + std::to_string(hsize) + " is over the " +
                           std::to_string(detail::max_header_size) + " bytes a safetensors header may have");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <kiln/io/optimizer_state.hpp>
 #include <kiln/io/safetensors.hpp>
 #include <kiln/nn/nn.hpp>
@@ -271,6 +272,23 @@ BOOST_AUTO_TEST_CASE(missing_truncated_and_corrupt_files_are_rejected_with_the_p
     std::ofstream(dir / "tiny.safetensors") << "abc";
   }
   BOOST_TEST(rejects(dir / "tiny.safetensors", [](const std::string& s) { return contains(s, "8-byte header size"); }));
+  // torch.save's files (their first bytes, as PyTorch 1.13 writes them): named, with the way to convert.
+  const auto starting_with = [&](const char* name, std::initializer_list<unsigned char> head) {
+    std::ofstream f(dir / name, std::ios::binary);
+    for (const unsigned char c : head) f.put(static_cast<char>(c));
+    f << std::string(64, '\0');
+    return dir / name;
+  };
+  BOOST_TEST(rejects(starting_with("zip.pt", {0x50, 0x4b, 0x03, 0x04, 0x00, 0x00, 0x08, 0x08}), [](const std::string& s) {
+    return contains(s, "zip.pt: at offset 0: header size ") &&
+           contains(s, "a zip archive, as torch.save writes (.pt, .pth), not safetensors; save a state_dict as "
+                       "safetensors in Python: safetensors.torch.save_file(model.state_dict(), path)");
+  }));
+  BOOST_TEST(rejects(starting_with("legacy.pt", {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46}), [](const std::string& s) {
+    return contains(s, "a pickle, as torch.save's legacy format writes, not safetensors");
+  }));
+  BOOST_TEST(rejects(starting_with("junk.safetensors", {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}),
+                     [](const std::string& s) { return contains(s, "not a safetensors file, or a truncated one"); }));
   // Corrupt JSON: the byte position is named.
   {
     std::ofstream f(dir / "json.safetensors", std::ios::binary);
