@@ -128,21 +128,6 @@ class Bytes {
   const Ds* ds_;
 };
 
-namespace detail {
-/// Whether a tensor of shape Batched holds rows of shape Row: one more dimension, first, and Row's
-/// extents after it (a dyn extent of Batched's there is checked by the sample count at run time).
-template <class Row, class Batched>
-constexpr bool rows_of() {
-  if constexpr (Batched::rank != Row::rank + 1) {
-    return false;
-  } else {
-    for (std::size_t i = 0; i != Row::rank; ++i)
-      if (Batched::extents[i + 1] != dyn && Batched::extents[i + 1] != Row::extents[i]) return false;
-    return true;
-  }
-}
-}  // namespace detail
-
 /// Samples held in memory: inputs [N, sample...] as float, targets [N, target...]
 /// (torch.utils.data.TensorDataset).
 template <class SampleShape, class Target = std::int64_t, class TargetShape = Shape<>>
@@ -163,8 +148,10 @@ class TensorDataset {
   template <class SX, class DX, class SY, class DY>
   TensorDataset(const Tensor<float, SX, DX>& x, const Tensor<Target, SY, DY>& y)
       : TensorDataset(checked_rows(x.size(0), y.size(0)), x.to_vector(), y.to_vector()) {
-    static_assert(detail::rows_of<SampleShape, SX>(), "kiln::data::TensorDataset: x must be [N, sample shape...]");
-    static_assert(detail::rows_of<TargetShape, SY>(), "kiln::data::TensorDataset: y must be [N, target shape...]");
+    static_assert(static_extents_agree<batched_t<SampleShape>, SX>,
+                  "kiln::data::TensorDataset: x must be [N, sample shape...]");
+    static_assert(static_extents_agree<batched_t<TargetShape>, SY>,
+                  "kiln::data::TensorDataset: y must be [N, target shape...]");
   }
   /// x: N * sample_numel values, y: N * target_numel values.
   TensorDataset(std::vector<float> x, std::vector<Target> y) : x_(std::move(x)), y_(std::move(y)) {
