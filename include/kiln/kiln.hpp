@@ -7,6 +7,7 @@
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/core/type_list.hpp"
+#include "kiln/core/warning.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/ops/elementwise.hpp"

@@ -77,7 +77,8 @@ template <std::size_t Index, class Layer, class Input, class Expected>
 struct layer_input_mismatch {
   // >>> Stopped here? The type at Index (from 0) of your Sequential is not a kiln::nn layer. <<<
   static_assert(is_layer<Layer, Input>(),
-                "kiln::nn::Sequential: the type at this index is not a kiln::nn layer (it has no module<S, P>); "
+                "kiln::nn::Sequential: the type at this index is not a kiln::nn layer (it has no module<S, P>; "
+                "a Model's network that is no Sequential is checked as layer 0); "
                 "see the template arguments of kiln::nn::layer_input_mismatch<index, type, input shape, ...>. A "
                 "layer is a kiln::nn type such as Linear<In, Out> or ReLU, or one of your own with accepts<S>, "
                 "output<S> and module<S, P> (kiln/nn/layer.hpp)");

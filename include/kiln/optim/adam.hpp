@@ -204,6 +204,7 @@ class AdamBase : public ParameterArenas<M, D, W> {
 
  private:
   void step_impl(const std::int32_t* skip_if) {
+    this->count_step_call();
     using C = typename detail::AdamStep<M>::C;
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     // Hyperparameters as torch sees them: its Python floats are these options widened to double.

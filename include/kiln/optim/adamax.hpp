@@ -105,6 +105,7 @@ class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAn
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
+    this->count_step_call();
     ++steps_;
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::AdamaxStep<M, W>::C;

@@ -317,6 +317,7 @@ class GradScaler {
       s.stepped = true;
       if (s.found_inf) {
         ++skipped_;
+        if constexpr (requires { opt.count_skipped_step(); }) opt.count_skipped_step();  // a scheduler may follow
         return false;
       }
       opt.step();

@@ -114,6 +114,7 @@ class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
+    this->count_step_call();
     using C = typename detail::NAdamStep<M, W>::C;
     // torch's Python floats: the options widened to double; mu_product a float32 tensor.
     const double lr = o_.lr, b1 = o_.betas.beta1, b2 = o_.betas.beta2, psi = o_.momentum_decay;

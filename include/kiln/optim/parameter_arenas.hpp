@@ -53,6 +53,12 @@ class ParameterArenas {
   /// The gradient arena a step reads (GradScaler unscales it in place).
   arena_type& gradients() { return g_; }
   const arena_type& gradients() const { return g_; }
+  /// Calls of step() (or step_unless) since construction, steps a GradScaler skipped included: what a
+  /// scheduler's first step() looks at to warn that it ran before the optimizer's (torch's
+  /// optimizer._step_count; not saved in checkpoints).
+  std::int64_t step_calls() const { return step_calls_; }
+  /// Counts a step that GradScaler skipped (an inf/NaN gradient) as called: the order was right.
+  void count_skipped_step() { ++step_calls_; }
 
  protected:
   /// `who` names the optimizer in the errors.
@@ -76,9 +82,13 @@ class ParameterArenas {
     kiln::assign(work, p_);
   }
 
+  /// Every step path begins with it (step_calls()).
+  void count_step_call() { ++step_calls_; }
+
   arena_type& p_;
   arena_type& g_;
   W* work_;  // mixed precision: the model's working copy; null otherwise
+  std::int64_t step_calls_ = 0;
 };
 
 /// What the optimizers whose step count lives on the host (RMSprop, Adagrad, NAdam, RAdam, Adamax,

@@ -19,6 +19,7 @@
 
 #include "kiln/core/errors.hpp"
 #include "kiln/core/nan.hpp"
+#include "kiln/core/warning.hpp"
 
 namespace kiln::optim {
 
@@ -77,8 +78,13 @@ class LRScheduler {
  public:
   using optimizer_type = Opt;
 
-  /// Advances one epoch and sets the optimizer's lr, like torch's scheduler.step().
-  void step() { apply(epoch_ + 1); }
+  /// Advances one epoch and sets the optimizer's lr, like torch's scheduler.step(). The first call
+  /// warns (kiln::warn) when the optimizer has not stepped since the scheduler was built, as torch
+  /// does: step the optimizer first, or the schedule's first lr is never used.
+  void step() {
+    if (!order_checked_) warn_if_before_optimizer();
+    apply(epoch_ + 1);
+  }
   /// The lr set by the last step (a double, as the optimizer holds it), like torch's get_last_lr()[0].
   double get_last_lr() const { return last_lr_; }
   /// Epochs stepped so far (torch's last_epoch; 0 right after construction).
@@ -95,7 +101,8 @@ class LRScheduler {
   Opt& optimizer() const { return *opt_; }
 
  protected:
-  explicit LRScheduler(Opt& opt, double base_lr) : opt_(&opt), base_lr_(base_lr) {}
+  explicit LRScheduler(Opt& opt, double base_lr)
+      : opt_(&opt), base_lr_(base_lr), optimizer_steps_at_build_(optimizer_steps(opt)) {}
   explicit LRScheduler(Opt& opt) : LRScheduler(opt, static_cast<double>(opt.lr())) {}
   /// Moves to `epoch` and sets its lr (and, for a schedule that cycles it, the momentum:
   /// `apply_momentum`); an epoch the schedule refuses (lr_at throws) changes nothing.
@@ -117,10 +124,29 @@ class LRScheduler {
   /// nothing here.
   void rebase_held(double) {}
 
+  /// The optimizer's step() calls so far (kiln's optimizers count them, GradScaler's skips included);
+  /// -1 for one of yours that does not.
+  static std::int64_t optimizer_steps(const Opt& opt) {
+    if constexpr (requires { { opt.step_calls() } -> std::convertible_to<std::int64_t>; })
+      return opt.step_calls();
+    else
+      return -1;
+  }
+  void warn_if_before_optimizer() {
+    order_checked_ = true;
+    if (optimizer_steps_at_build_ >= 0 && optimizer_steps(*opt_) == optimizer_steps_at_build_)
+      kiln::warn(
+          "kiln::optim: a scheduler's step() ran before its optimizer's step(); call opt.step() first, "
+          "then sched.step() (torch's order since 1.1.0), or the schedule's first learning rate is "
+          "skipped");
+  }
+
   Opt* opt_;
   double base_lr_;
   std::int64_t epoch_ = 0;
   double last_lr_ = 0.0;
+  std::int64_t optimizer_steps_at_build_;
+  bool order_checked_ = false;
 };
 
 /// Sets a schedule's base lr and that of the schedules it holds (a LinearWarmup's wrapped one, a

@@ -173,6 +173,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
 
  private:
   void step_impl(const std::int32_t* skip_if) {
+    this->count_step_call();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     if (o_.capturable) {
       kiln::detail::executor<D>::for_each(1, detail::SgdPrepare{scalars_.data(), skip_if, o_.momentum != 0.0});

@@ -457,6 +457,11 @@ class DataParallel {
     void set_lr(double lr) {
       for (auto& o : opts_) o->set_lr(lr);
     }
+    /// The replicas' step() calls (they step together): a scheduler's order check.
+    std::int64_t step_calls() const { return opts_.front()->step_calls(); }
+    void count_skipped_step() {
+      for (auto& o : opts_) o->count_skipped_step();
+    }
     /// The momentum (SGD) or betas (Adam) of every replica's optimizer, for OneCycleLR.
     double momentum() const
       requires requires(const Opt& o) { o.momentum(); }

@@ -9,6 +9,7 @@
 // are built in, resumed at an epoch, and what it refuses at run time. ConstantLR, LinearLR and
 // PolynomialLR past their total_iters, alone and chained; SequentialLR against torch's (three schedules,
 // two milestones), resumed past a milestone, its schedules restarted from its initial lr, and its refusals.
+// The warning of a first scheduler step() before the optimizer's (torch's), and kiln::set_warning_handler.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -142,6 +143,18 @@ void check_sequence(Sched& sched, Opt& opt, const json& want_schedule) {
   }
   BOOST_TEST_MESSAGE("parity schedulers: " << want_schedule.at("name").get<std::string>() << " max rel " << worst);
 }
+/// kiln's warnings, collected while one lives (kiln::set_warning_handler); the handler before it after.
+std::vector<std::string>& collected() {
+  static std::vector<std::string> w;
+  return w;
+}
+void collect(const std::string& message) { collected().push_back(message); }
+struct CollectWarnings {
+  kiln::WarningHandler previous;
+  CollectWarnings() : previous(kiln::set_warning_handler(&collect)) { collected().clear(); }
+  ~CollectWarnings() { kiln::set_warning_handler(previous); }
+  std::size_t count() const { return collected().size(); }
+};
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(optim)
@@ -846,6 +859,81 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_reject_bad_arguments, D, kiln::test::de
                         [](const kiln::ValueError& e) {
                           return std::string(e.what()).find("Expected integer T_mult >= 1, but got 0") != std::string::npos;
                         });
+}
+
+// torch's check: the first scheduler.step() after the scheduler was built warns when the optimizer has
+// not stepped in between (the schedule's first lr would never be used); once per scheduler.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_scheduler_stepped_before_its_optimizer_warns_once_as_torchs_does, D,
+                              kiln::test::devices) {
+  const CollectWarnings w;
+  {
+    OneParameter<D> o;
+    kiln::optim::StepLR sched(o.opt, 1, 0.5);
+    sched.step();  // before o.opt.step(): the lr of epoch 0 is never used
+    BOOST_TEST(w.count() == 1u);
+    BOOST_TEST(collected().front().find("a scheduler's step() ran before its optimizer's step(); call "
+                                        "opt.step() first, then sched.step()") != std::string::npos,
+               collected().front());
+    o.opt.step();
+    sched.step();
+    sched.step();
+    BOOST_TEST(w.count() == 1u);  // only the first step() is checked
+  }
+  {
+    OneParameter<D> o;
+    o.opt.step();  // a step before the scheduler was built does not count (torch resets _step_count)
+    kiln::optim::CosineAnnealingLR sched(o.opt, 10);
+    sched.step();
+    BOOST_TEST(w.count() == 2u);
+  }
+  {  // the right order, also for a ChainedScheduler, a SequentialLR and OneCycleLR on Adam: no warning
+    OneParameter<D> o;
+    kiln::optim::StepLR sched(o.opt, 1, 0.5);
+    Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(2)), g(Extents<Shape<dyn>>(2));
+    p.fill(1.0f);
+    g.fill(0.5f);
+    kiln::optim::Adam adam(p, g, {.lr = 0.01});
+    kiln::optim::OneCycleLR cycle(adam, 0.1, 10);
+    OneParameter<D> c;
+    kiln::optim::ChainedScheduler chain(kiln::optim::ExponentialLR(c.opt, 0.9), kiln::optim::StepLR(c.opt, 2, 0.5));
+    OneParameter<D> q;
+    kiln::optim::SequentialLR seq({2}, kiln::optim::LinearWarmup(q.opt, 2), kiln::optim::ExponentialLR(q.opt, 0.9));
+    for (int e = 0; e < 3; ++e) {
+      o.opt.step();
+      sched.step();
+      adam.step();
+      cycle.step();
+      c.opt.step();
+      chain.step();
+      q.opt.step();
+      seq.step();
+    }
+    BOOST_TEST(w.count() == 2u);
+  }
+  {  // a step a GradScaler skipped (an inf gradient) was still called first
+    OneParameter<D> o;
+    kiln::optim::StepLR sched(o.opt, 1, 0.5);
+    kiln::optim::GradScaler<D> scaler;
+    o.g.fill(std::numeric_limits<float>::infinity());
+    BOOST_TEST(!scaler.step(o.opt));
+    scaler.update();
+    BOOST_TEST(o.opt.step_calls() == 1);
+    sched.step();
+    BOOST_TEST(w.count() == 2u);
+  }
+  {  // an optimizer of your own does not count its steps: nothing to check
+    LrOnly own;
+    kiln::optim::StepLR sched(own, 1, 0.5);
+    sched.step();
+    BOOST_TEST(w.count() == 2u);
+  }
+  // nullptr drops warnings; set_warning_handler returns the handler it replaces
+  BOOST_TEST(kiln::set_warning_handler(nullptr) == &collect);
+  kiln::warn("dropped");
+  BOOST_TEST(kiln::set_warning_handler(&collect) == nullptr);
+  kiln::warn("kept");
+  BOOST_TEST(w.count() == 3u);
+  BOOST_TEST(collected().back() == "kept");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
