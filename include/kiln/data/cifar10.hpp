@@ -140,12 +140,25 @@ class Cifar10 {
   }
 
   /// The number of records in `file`, after checking it exists and holds a whole, non-zero number of them.
+  /// What `root` holds instead of the binary batches, for the message: the Python version (its batches
+  /// are pickles, named data_batch_1 without .bin), or an archive not extracted; "" otherwise.
+  static std::string found_instead(const std::string& root) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path dir(root);
+    if (fs::is_directory(dir / "cifar-10-batches-py", ec) || fs::exists(dir / "data_batch_1", ec) ||
+        fs::exists(dir / "test_batch", ec))
+      return " (found the Python version of CIFAR-10, whose batches are pickles)";
+    for (const char* archive : {"cifar-10-binary.tar.gz", "cifar-10-python.tar.gz"})
+      if (fs::exists(dir / archive, ec)) return std::string(" (found ") + archive + ", not extracted)";
+    return "";
+  }
   static std::uintmax_t check_size(const std::filesystem::path& file, const std::string& root) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const auto status = fs::status(file, ec);
     if (!fs::exists(status))
-      throw DataError(file.string(), "byte 0", "no such file",
+      throw DataError(file.string(), "byte 0", "no such file" + found_instead(root),
                       "the CIFAR-10 binary batch " + file.filename().string() + "; " + how_to_get(root));
     if (!fs::is_regular_file(status))
       throw DataError(file.string(), "byte 0", "not a regular file",

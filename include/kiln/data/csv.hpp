@@ -27,12 +27,43 @@ struct Line {
   std::size_t number = 0;
 };
 
+/// Line and column (1-based) of byte `at` of `text`.
+inline std::string position_of(std::string_view text, std::size_t at) {
+  const std::string_view before = text.substr(0, at);
+  const std::size_t line_start = before.rfind('\n');
+  const std::size_t column = line_start == std::string_view::npos ? at + 1 : at - line_start;
+  return detail::line_column(1 + static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n')), column);
+}
+
+/// Refuses what is no UTF-8 (or ASCII) text with lines ending in \n or \r\n, saying what it looks like:
+/// UTF-16 (Excel's "Unicode Text"), a NUL byte (binary data), lines that end in a lone \r (classic Mac
+/// OS, Excel's "CSV (Macintosh)"), which would otherwise read as one long line.
+inline void require_text(const std::string& path, std::string_view text) {
+  const std::string expected = "UTF-8 text, lines ending in \\n or \\r\\n";
+  if (text.substr(0, 2) == "\xFF\xFE" || text.substr(0, 2) == "\xFE\xFF")
+    throw DataError(path, detail::line_column(1, 1), "UTF-16 text (it starts with a UTF-16 byte order mark)",
+                    expected + " (save the file as \"CSV UTF-8\", or iconv -f UTF-16 -t UTF-8)");
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
+    throw DataError(path, position_of(text, nul), "a NUL byte (UTF-16 text, or a binary file?)", expected);
+  for (std::size_t r = text.find('\r'); r != std::string_view::npos; r = text.find('\r', r + 1)) {
+    std::size_t after = r;
+    while (after < text.size() && text[after] == '\r') ++after;  // \r\r\n: a text-mode writer's \r\n
+    if (after < text.size() && text[after] != '\n')
+      throw DataError(path, position_of(text, r),
+                      "a carriage return (\\r) that ends no line: lines that end in a lone \\r (classic Mac OS "
+                      "line endings)?",
+                      expected + " (tr '\\r' '\\n' < old.csv > new.csv)");
+    r = after;
+  }
+}
+
 /// The whole file; DataError when it is missing, a directory or unreadable.
 inline std::string read_text(const std::string& path) {
   namespace fs = std::filesystem;
   const auto where = detail::line_column(1, 1);
   const std::string expected =
       "a readable CSV file: a header row of column names, then one row of numbers per sample";
+  if (path.empty()) throw DataError("\"\"", where, "the path is empty", expected);
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (!fs::exists(status)) throw DataError(path, where, "the file does not exist", expected);
@@ -50,6 +81,7 @@ inline std::string read_text(const std::string& path) {
     if (!in.read(text.data(), static_cast<std::streamsize>(size)))
       throw DataError(path, where, "reading the file failed", expected);
   }
+  require_text(path, text);
   return text;
 }
 
@@ -87,7 +119,7 @@ inline bool is_header(const std::vector<Cell>& cells) {
 
 inline std::string joined(const std::vector<std::string>& names) {
   std::string s;
-  for (const auto& n : names) s += (s.empty() ? "\"" : ", \"") + n + "\"";
+  for (const auto& n : names) s += (s.empty() ? "\"" : ", \"") + printable(n) + "\"";
   return s;
 }
 }  // namespace detail::csv

@@ -61,11 +61,12 @@ using sample_type_t = typename detail::sample_type_of<D>::type;
 /// Like torch.utils.data.Dataset's __len__ / __getitem__.
 template <class D>
 concept dataset = requires(const D& d, index_t i, std::span<sample_type_t<D>> x, std::span<typename D::target_type> y) {
-  typename D::sample_shape;
-  typename D::target_shape;
-  typename D::target_type;
-  { d.size() } -> std::convertible_to<index_t>;
-  d.read(i, x, y);
+  // (g++ shows the line of a requirement that fails, with its comment)
+  typename D::sample_shape;                      // using sample_shape = kiln::Shape<13>; (no batch dimension)
+  typename D::target_shape;                      // Shape<> (a class index) or Shape<1> (a regression target)
+  typename D::target_type;                       // std::int64_t (a class index) or float
+  { d.size() } -> std::convertible_to<index_t>;  // index_t size() const
+  d.read(i, x, y);  // void read(index_t i, std::span<float> x, std::span<target_type> y) const: const, as workers share it
 };
 
 namespace detail {

@@ -1,7 +1,9 @@
 /// IDX files (MNIST, Fashion-MNIST): `read_idx` loads one, plain or gzip-compressed (through zlib).
 #pragma once
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -30,13 +32,29 @@ inline bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+/// Refuses a path that is no regular file before anything opens it (a folder opens as a stream whose end
+/// is far away; gzopen on a pipe waits for a writer forever): DataError saying what is there instead.
+inline void require_regular_file(const std::string& path, const std::string& expected) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (path.empty()) throw DataError("\"\"", "byte 0", "the path is empty", expected);
+  if (status.type() == fs::file_type::not_found) throw DataError(path, "byte 0", "no such file", expected);
+  if (fs::exists(status) && !fs::is_regular_file(status))
+    throw DataError(path, "byte 0",
+                    fs::is_directory(status) ? "a directory, not a file" : "not a regular file (a pipe or a device?)",
+                    expected);
+}
+
 /// The whole file, decompressed when it ends in .gz. Positions in later errors count decompressed bytes.
 inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
   std::vector<std::uint8_t> bytes;
   if (ends_with(path, ".gz")) {
 #if KILN_WITH_ZLIB
+    require_regular_file(path, "a readable gzip file");
     gzFile f = gzopen(path.c_str(), "rb");
-    if (!f) throw DataError(path, "byte 0", "cannot open the file", "a readable gzip file");
+    if (!f)
+      throw DataError(path, "byte 0", std::string("cannot open the file: ") + std::strerror(errno), "a readable gzip file");
     std::uint8_t buf[1 << 16];
     for (;;) {
       const int n = gzread(f, buf, sizeof buf);
@@ -44,10 +62,15 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
         int code = 0;
         std::string msg = gzerror(f, &code);
         if (msg.rfind(path + ": ", 0) == 0) msg.erase(0, path.size() + 2);  // zlib's message starts with the path
+        // Where inflate stopped in the file (gzoffset: the compressed bytes it used), at or past the bad
+        // bytes; a bad checksum is found at the stream's trailer, after the data it covers.
+        const auto at = static_cast<long long>(gzoffset(f));
         gzclose(f);
-        // zlib finds a bad checksum at the trailer, after the whole last read: the position is a bound.
-        throw DataError(path, "at or after byte " + std::to_string(bytes.size()) + " of the decompressed data",
-                        "gzip error: " + msg, "a complete gzip stream");
+        if (msg == "incorrect data check" || msg == "incorrect length check")
+          msg += " (the checksum at the end of the gzip stream does not match its data: the file is corrupt)";
+        throw DataError(path, "at or before byte " + std::to_string(at) + " of the compressed file (" +
+                                  std::to_string(bytes.size()) + " bytes decompressed before it)",
+                        "gzip error: " + msg, "a complete, uncorrupted gzip stream (download the file again)");
       }
       if (n == 0) break;
       bytes.insert(bytes.end(), buf, buf + n);
@@ -64,13 +87,7 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
                     "link your target to kiln::zlib (zlib1g-dev; without CMake -DKILN_WITH_ZLIB=1 -lz) or gunzip the file");
 #endif
   } else {
-    // A folder opens as a stream whose end is far away (reading it then fails): check the kind first.
-    std::error_code ec;
-    const auto status = std::filesystem::status(path, ec);
-    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
-      throw DataError(path, "byte 0", std::filesystem::is_directory(status) ? "a directory, not a file" : "not a regular file",
-                      "a readable IDX file");
-    if (status.type() == std::filesystem::file_type::not_found) throw DataError(path, "byte 0", "no such file", "a readable IDX file");
+    require_regular_file(path, "a readable IDX file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw DataError(path, "byte 0", "cannot open the file", "a readable file");
     in.seekg(0, std::ios::end);
@@ -110,8 +127,17 @@ inline IdxArray read_idx(const std::string& path, int rank) {
     char got[16], exp[16];
     std::snprintf(got, sizeof got, "0x%08X", magic);
     std::snprintf(exp, sizeof exp, "0x%08X", want);
-    throw DataError(path, "byte 0", std::string("magic number ") + got,
-                    std::string(exp) + " (IDX, unsigned bytes, " + std::to_string(rank) + " dimensions)");
+    // gzip's magic bytes 1F 8B: compressed data in a file not named .gz, or a .gz compressed twice.
+    const bool gzip = bytes[0] == 0x1F && bytes[1] == 0x8B;
+    throw DataError(path, "byte 0",
+                    std::string("magic number ") + got +
+                        (!gzip ? ""
+                               : detail::ends_with(path, ".gz") ? " (gzip data inside the gzip file: compressed twice)"
+                                                                 : " (gzip-compressed data)"),
+                    std::string(exp) + " (IDX, unsigned bytes, " + std::to_string(rank) + " dimensions)" +
+                        (!gzip ? ""
+                               : detail::ends_with(path, ".gz") ? "; decompress it once more: gunzip it, then add .gz to the result's name"
+                                                                 : "; name the file " + path + ".gz, or gunzip it"));
   }
   if (bytes.size() < header)
     throw DataError(path, "byte " + std::to_string(bytes.size()), "the file ends inside the header",

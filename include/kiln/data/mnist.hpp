@@ -34,6 +34,8 @@ class Mnist {
     if (images.dims[1] != 28 || images.dims[2] != 28)
       throw DataError(images_path_, images.dims[1] != 28 ? "byte 8" : "byte 12", "images of " + std::to_string(images.dims[1]) + " x " + std::to_string(images.dims[2]),
                       "28 x 28 images");
+    if (images.count() == 0)  // refused here, where the file is known, not by the sampler of an empty dataset
+      throw DataError(images_path_, "byte 4", "0 images", "at least one image");
     if (images.count() != labels.count())
       throw DataError(labels_path_, "byte 4",
                       std::to_string(labels.count()) + " labels for " + std::to_string(images.count()) + " images in " +

@@ -257,6 +257,7 @@ inline std::string json_shown(const nlohmann::json& v) {
 /// the header in the same order.
 inline void write_safetensors(const std::filesystem::path& path, const std::map<std::string, SafetensorsEntry>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
+  if (path.empty()) throw CheckpointError("kiln: cannot write a checkpoint to \"\": the path is empty");
   auto header = nlohmann::ordered_json::object();  // "{}" for no tensors, as the reference writer
   if (!metadata.empty()) header["__metadata__"] = metadata;
   // By dtype rank, highest first, then by name (stable: the map is sorted by name).
@@ -332,12 +333,16 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
                                                                 std::map<std::string, std::string>* metadata = nullptr) {
   using nlohmann::json;
   const std::string where = "kiln: " + path.string();
+  if (path.empty()) throw CheckpointError("kiln: cannot open \"\": the path is empty; expected a safetensors file's");
   // Checked before opening: opening a pipe would wait for a writer.
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status))
     throw CheckpointError("kiln: cannot open " + path.string() + ": " + (ec ? ec.message() : "no such file"));
-  if (!std::filesystem::is_regular_file(status)) throw CheckpointError(where + ": not a regular file");
+  if (!std::filesystem::is_regular_file(status))
+    throw CheckpointError(where + ": " +
+                          (std::filesystem::is_directory(status) ? "a directory" : "not a regular file (a pipe or a device?)") +
+                          "; expected a safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;

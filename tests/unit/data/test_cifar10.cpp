@@ -251,6 +251,23 @@ BOOST_AUTO_TEST_CASE(a_missing_batch_file_is_named_with_how_to_get_it) {
                         names(files.file(true, 2), {"no such file"}));
 }
 
+BOOST_AUTO_TEST_CASE(the_python_version_or_an_archive_not_extracted_is_named) {
+  const auto root = fs::temp_directory_path() / "kiln_test_cifar10_other_download";
+  fs::remove_all(root);
+  fs::create_directories(root / "cifar-10-batches-py");
+  std::ofstream(root / "cifar-10-batches-py" / "data_batch_1") << "pickle";
+  for (const auto& where : {root, root / "cifar-10-batches-py"})
+    BOOST_CHECK_EXCEPTION(Cifar10(where.string(), true), kiln::data::DataError,
+                          names(where / "data_batch_1.bin",
+                                {"no such file (found the Python version of CIFAR-10, whose batches are pickles)",
+                                 "scripts/get-cifar10"}));
+  fs::remove_all(root / "cifar-10-batches-py");
+  std::ofstream(root / "cifar-10-binary.tar.gz") << "archive";
+  BOOST_CHECK_EXCEPTION(Cifar10(root.string(), false), kiln::data::DataError,
+                        names(root / "test_batch.bin", {"no such file (found cifar-10-binary.tar.gz, not extracted)"}));
+  fs::remove_all(root);
+}
+
 BOOST_AUTO_TEST_CASE(a_batch_that_is_a_folder_is_rejected) {
   CifarFiles files("folder");
   fs::remove(files.file(true, 1));

@@ -207,6 +207,33 @@ BOOST_AUTO_TEST_CASE(a_missing_file_is_named) {
   BOOST_CHECK_EXCEPTION(CsvDataset<2>{fifo}, DataError, says(fifo, "line 1", {"not a regular file"}));
 }
 
+// Text that is not UTF-8 lines: UTF-16 (Excel's "Unicode Text"), a NUL byte, lines ending in a lone \r
+// (classic Mac OS) read as one line; each is named. Bytes of the file shown in a message are escaped: a
+// NUL would end the message, a \r overwrite it on a terminal.
+BOOST_AUTO_TEST_CASE(text_that_is_not_utf8_lines_is_named_and_shown_escaped) {
+  Scratch s;
+  const auto utf16 = s.write("utf16.csv", std::string("\xFF\xFE" "a\0,\0y\0\n\0", 10));
+  BOOST_CHECK_EXCEPTION(CsvDataset<1>(utf16, "y"), DataError,
+                        says(utf16, "line 1, column 1", {"UTF-16 text", "expected UTF-8 text", "iconv"}));
+  const auto nul = s.write("nul.csv", std::string("a,b,y\n1,2\0,3\n", 15));
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>(nul, "y"), DataError,
+                        says(nul, "line 2, column 4", {"a NUL byte", "expected UTF-8 text, lines ending in \\n"}));
+  const auto mac = s.write("mac.csv", "a,b,y\r1,2,3\r4,5,6\r");
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>(mac, "y"), DataError,
+                        says(mac, "line 1, column 6", {"a carriage return (\\r) that ends no line", "tr '\\r' '\\n'"}));
+  // \r\n and a text-mode writer's \r\r\n still read, as does a last line ending in \r alone
+  const auto fine = s.write("fine.csv", "a,b,y\r\r\n1,2,3\r\n4,5,6\r");
+  BOOST_TEST(CsvDataset<2>(fine, "y").size() == 2);
+  // a control byte inside a cell is shown escaped, and the message goes on to what was expected
+  const auto escape = s.write("escape.csv", "a,b,y\n1,2\x1b,3\n");
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>(escape, "y"), DataError,
+                        says(escape, "line 2, column 3", {"\"2\\x1b\"", "expected"}));
+  const auto tab_name = s.write("tab.csv", "a,b\x01,c\n1,2,3\n");
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>(tab_name, "y"), DataError,
+                        says(tab_name, "line 1", {"\"b\\x01\"", "\"c\""}));
+  BOOST_CHECK_EXCEPTION(CsvDataset<2>(""), DataError, says("\"\"", "line 1, column 1", {"the path is empty"}));
+}
+
 BOOST_AUTO_TEST_CASE(an_empty_file_is_rejected) {
   Scratch s;
   const auto empty = s.write("empty.csv", "");

@@ -3,6 +3,8 @@
 // (Debian's dataset-fashion-mnist) loads when installed.
 #include <zlib.h>
 
+#include <sys/stat.h>
+
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <filesystem>
@@ -163,8 +165,9 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   const auto size = std::filesystem::file_size(gz);
   std::filesystem::resize_file(gz, size / 2);
   BOOST_CHECK_EXCEPTION(kiln::data::read_idx(gz, 3), DataError, says({"cut.gz", "of the decompressed data", "gzip"}));
-  // A bad checksum (the trailer's CRC-32 flipped) is found at the end, after the last read: the position is
-  // a bound, and zlib's message is given without the path it starts with (named once, at the front).
+  // A bad checksum (the trailer's CRC-32 flipped) is found at the end: the position is where zlib stopped in
+  // the compressed file (there, just past the CRC-32), and zlib's message is given without the path it starts with
+  // (named once, at the front).
   const auto crc = write_gz(dir, "crc.gz", images(100));  // 78,416 bytes decompressed: two reads
   {
     std::ifstream in(crc, std::ios::binary);
@@ -175,9 +178,35 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   BOOST_CHECK_EXCEPTION(kiln::data::read_idx(crc, 3), DataError, [&](const DataError& e) {
     const std::string m = e.what();
     BOOST_TEST_MESSAGE(m);
-    return m.rfind(crc + ": at or after byte 65536 of the decompressed data: gzip error: incorrect data check", 0) == 0 &&
+    const std::string compressed = std::to_string(std::filesystem::file_size(crc) - 4);  // past the CRC-32
+    return m.rfind(crc + ": at or before byte " + compressed + " of the compressed file (65536 bytes decompressed before it): "
+                   "gzip error: incorrect data check (the checksum at the end of the gzip stream does not match "
+                   "its data: the file is corrupt)", 0) == 0 &&
            m.find(crc, 1) == std::string::npos;
   });
+  // gzip data in a file not named .gz, or a .gz compressed twice: the magic number says so.
+  {
+    const auto packed = write_gz(dir, "packed.gz", images(1));
+    std::ifstream in(packed, std::ios::binary);
+    const std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto unnamed = dir.write("packed-idx3-ubyte", b);
+    BOOST_CHECK_EXCEPTION(kiln::data::read_idx(unnamed, 3), DataError,
+                          says({unnamed + ": byte 0: magic number 0x1F8B0800 (gzip-compressed data); expected "
+                                "0x00000803", "; name the file " + unnamed + ".gz, or gunzip it"}));
+    const auto twice = write_gz(dir, "twice.gz", b);
+    BOOST_CHECK_EXCEPTION(kiln::data::read_idx(twice, 3), DataError,
+                          says({twice + ": byte 0: magic number 0x1F8B0800 (gzip data inside the gzip file: "
+                                "compressed twice)", "; decompress it once more"}));
+  }
+  // A .gz that is a pipe is refused before gzopen, which would wait for a writer forever; a missing one
+  // is named as such.
+  const auto fifo = dir.file("pipe-idx3-ubyte.gz");
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(fifo, 3), DataError,
+                        says({fifo + ": byte 0: not a regular file (a pipe or a device?); expected a readable gzip file"}));
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(dir.file("absent.gz"), 3), DataError,
+                        says({"absent.gz: byte 0: no such file; expected a readable gzip file"}));
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx("", 3), DataError, says({"\"\": byte 0: the path is empty"}));
 
   // Counts that disagree, a label out of range, images that are not 28 x 28.
   dir.write("t10k-images-idx3-ubyte", images(3));
@@ -194,6 +223,11 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   dir.write("t10k-images-idx3-ubyte", images(3, 28, 27));  // the width is the header's third dimension
   BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
                         says({"t10k-images-idx3-ubyte", "byte 12:", "images of 28 x 27"}));
+  // No images at all: refused where the file is known (not later, by the sampler of an empty dataset).
+  dir.write("t10k-images-idx3-ubyte", images(0));
+  dir.write("t10k-labels-idx1-ubyte", labels({}));
+  BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
+                        says({"t10k-images-idx3-ubyte: byte 4: 0 images; expected at least one image"}));
 }
 
 BOOST_AUTO_TEST_CASE(dimensions_whose_product_wraps_around_64_bits_are_a_truncated_file) {

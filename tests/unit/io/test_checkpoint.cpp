@@ -667,11 +667,22 @@ BOOST_AUTO_TEST_CASE(writers_saving_to_one_path_each_publish_a_whole_file) {
   BOOST_TEST(temporary_files(dir) == 0);
   // A folder or a pipe is not a checkpoint (a pipe is refused before it is opened, which would wait for a
   // writer), and a folder that does not exist leaves nothing behind.
-  BOOST_CHECK_THROW(kiln::read_safetensors(dir), kiln::CheckpointError);
+  BOOST_CHECK_EXCEPTION(kiln::read_safetensors(dir), kiln::CheckpointError, [&](const kiln::CheckpointError& e) {
+    return contains(e.what(), dir.string() + ": a directory; expected a safetensors file");
+  });
   BOOST_REQUIRE(::mkfifo((dir / "pipe.safetensors").c_str(), 0600) == 0);
   BOOST_CHECK_EXCEPTION(kiln::read_safetensors(dir / "pipe.safetensors"), kiln::CheckpointError,
-                        [](const kiln::CheckpointError& e) { return contains(e.what(), "not a regular file"); });
+                        [](const kiln::CheckpointError& e) {
+                          return contains(e.what(), "pipe.safetensors: not a regular file (a pipe or a device?)");
+                        });
   BOOST_CHECK_THROW(kiln::write_safetensors(dir / "absent" / "x.safetensors", {}), kiln::CheckpointError);
+  // An empty path (an unset option): said as such, not a message with a blank name.
+  BOOST_CHECK_EXCEPTION(kiln::read_safetensors(""), kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+    return contains(e.what(), "kiln: cannot open \"\": the path is empty");
+  });
+  BOOST_CHECK_EXCEPTION(kiln::write_safetensors("", {}), kiln::CheckpointError, [](const kiln::CheckpointError& e) {
+    return contains(e.what(), "kiln: cannot write a checkpoint to \"\": the path is empty");
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -33,9 +33,29 @@ inline std::string_view trim(std::string_view s) {
   return s;
 }
 
-/// A cell's text for messages: quoted, cut after 40 characters.
+/// Text from the file as a message shows it: control bytes as C escapes (\r, \t, \0, \x1b), which
+/// would otherwise end the message (a NUL) or overwrite it on a terminal (a \r); the rest, UTF-8
+/// included, as it is.
+inline std::string printable(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) out += c;
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\0') out += "\\0";
+    else {
+      const char* hex = "0123456789abcdef";
+      out += std::string("\\x") + hex[u >> 4] + hex[u & 15];
+    }
+  }
+  return out;
+}
+
+/// A cell's text for messages: quoted, cut after 40 characters, printable.
 inline std::string shown(std::string_view s) {
-  return "\"" + std::string(s.substr(0, 40)) + (s.size() > 40 ? "...\"" : "\"");
+  return "\"" + printable(s.substr(0, 40)) + (s.size() > 40 ? "...\"" : "\"");
 }
 
 /// The text of a quoted cell with each "" pair read as one ".
