@@ -2,7 +2,7 @@
 # or the order it is trained in is refused before training; one that changes only how it runs goes on.
 #   cmake -DPROGRAM=<mlp_boston> -DDATA=<csv> -DDIR=<scratch folder> [-DMPIEXEC=<mpiexec>] -P changed_resume_check.cmake
 # Trains 2 epochs with --checkpoint, then resumes to 3 epochs with one setting changed at a time: --limit,
-# --batch-size, --accumulate, --target, and --data with a row fewer. Each must exit 1 with one line
+# --batch-size, --accumulate, --target, --weight-decay, --lr-step-size, and --data with a row fewer. Each must exit 1 with one line
 # `the checkpoint was trained with X; this run has Y: resume with Z` (examples/common/checkpoint.hpp
 # run_settings), train nothing and leave the checkpoint's bytes as they were. Then a resume from a copy of
 # the data in another folder, in bf16, on 2 DataParallel replicas, 1 loader worker and --lr 0.005 (which
@@ -93,6 +93,8 @@ _refused("no --limit; this run has --limit 100: resume with no --limit" --data "
 _refused("batches of 128; this run has --batch-size 64: resume with --batch-size 128" --data "${DATA}" --batch-size 64)
 _refused("--accumulate 1; this run has --accumulate 2: resume with --accumulate 1" --data "${DATA}" --accumulate 2)
 _refused("--target MEDV; this run has --target LSTAT: resume with --target MEDV" --data "${DATA}" --target LSTAT)
+_refused("--weight-decay 0; this run has --weight-decay 0.1: resume with --weight-decay 0" --data "${DATA}" --weight-decay 0.1)
+_refused("no --lr-step-size; this run has --lr-step-size 2: resume with no --lr-step-size" --data "${DATA}" --lr-step-size 2)
 _refused("a --data of [0-9]+ rows, [^\n]*; this run has a --data of ${_rows} rows, [^\n]*: resume with the --data it was trained on"
          --data "${_folder}/shorter.csv")
 
@@ -105,4 +107,4 @@ endif()
 if(NOT _out MATCHES "Adam\\(lr=0\\.005\\)")
   message(FATAL_ERROR "FAILED: the run's line does not show --lr's 0.005")
 endif()
-message("changed resume check passed: --limit, --batch-size, --accumulate, --target and --data refused")
+message("changed resume check passed: --limit, --batch-size, --accumulate, --target, --weight-decay, --lr-step-size and --data refused")

@@ -97,18 +97,19 @@ int run(examples::TrainOptions o, const std::string& device) {  // a copy: o.dat
     const examples::Resumed resumed = examples::resume_training(o, trained, opt, scaler);
     const int threads = kiln::backend::cpu::threads();
     std::printf("%s: %lld train / %lld test rows of %s (13 features -> %s, standardized on the train rows); "
-                "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
+                "MLP 13-16-32-1 (%lld parameters) on %s (%d thread%s), batch %d x %d, %s, %d loader worker%s\n",
                 program, static_cast<long long>(train.size()), static_cast<long long>(test.size()), o.data.c_str(),
                 o.target.c_str(), static_cast<long long>(Model<Mlp, Row, P>::parameter_count), where.c_str(), threads,
-                threads == 1 ? "" : "s", o.batch_size, o.accumulate, static_cast<double>(opt.lr()), o.workers, o.workers == 1 ? "" : "s");
+                threads == 1 ? "" : "s", o.batch_size, o.accumulate, examples::describe_optimizer(o, opt).c_str(), o.workers, o.workers == 1 ? "" : "s");
     std::printf("baseline: predicting the training mean %.4f for every test row gives test RMSE %.4f\n", train_mean,
                 baseline_rmse);
     examples::print_resumed(o, resumed);
     std::fflush(stdout);  // (a pipe or a log file sees these lines before the first epoch ends)
-    const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, resumed.epochs);
+    const auto r = reg::fit(o, trained, opt, scaler, train_loader, test_loader, resumed);
     return reg::report_result(r, baseline_rmse, t_start, device, o.precision);
   };
-  return examples::with_trainer<Mlp, Row, Precision, D>(o, device, {.lr = o.lr}, fit_and_report);
+  return examples::with_trainer<Mlp, Row, Precision, D>(o, device, {.lr = o.lr, .weight_decay = o.weight_decay},
+                                                        fit_and_report);
 }
 }  // namespace
 

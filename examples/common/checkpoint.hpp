@@ -5,6 +5,7 @@
 #pragma once
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -42,6 +43,13 @@ int batch_ranks(const kiln::parallel::DistributedDataParallel<Net, In, B, Prec, 
 }
 #endif
 
+/// `v` in the fewest digits that read back as `v` (std::to_chars): 0.0001, 0.5, 1e-05.
+inline std::string shortest(double v) {
+  char text[32];
+  const auto [end, ec] = std::to_chars(text, text + sizeof text, v);
+  return ec == std::errc{} ? std::string(text, end) : std::to_string(v);
+}
+
 /// One setting a resumed run must share with the run that wrote the checkpoint, saved as metadata
 /// "run.<key>" = `value`. For the message that refuses a resume: `trained(recorded)` says the
 /// checkpoint's value ("--seed 0", "no --limit"), `now` this run's, `resume(recorded)` the flags that give
@@ -65,8 +73,9 @@ inline RunSetting flag_setting(const std::string& key, const std::string& flag, 
 /// setting that changes what the model sees or the order it is trained in. --seed (the initialisation,
 /// the shuffles and mlp_boston's split: with another, test rows of the first run could be trained on); the
 /// whole job's batch (--batch-size, times the ranks under --parallel ddp, so `mpirun -np 2 ... --batch-size
-/// 64` may resume a run of --batch-size 128 in one process, and back); --accumulate; --limit; --target
-/// (where the example has one); and o.data_summary, what the example read from --data (row counts, a CSV's
+/// 64` may resume a run of --batch-size 128 in one process, and back); --accumulate; --limit;
+/// --weight-decay; --lr-step-size and --lr-gamma (the schedule); --target (where the example has one); and
+/// o.data_summary, what the example read from --data (row counts, a CSV's
 /// columns and a checksum of its values), so that the same data may move but other data is refused.
 /// --precision, --device, --parallel, --devices (the batch aside), --workers, --lr (resume_training),
 /// --epochs and the output paths may change.
@@ -91,6 +100,10 @@ RunSettings run_settings(const TrainOptions& o, const Trained& trained) {
                   flag_setting("accumulate", "--accumulate", std::to_string(o.accumulate)),
                   flag_setting("limit", "--limit", o.limit >= 0 ? std::to_string(o.limit) : "",
                                "no --limit")};
+  run.push_back(flag_setting("weight-decay", "--weight-decay", shortest(o.weight_decay)));
+  run.push_back(flag_setting("lr-step-size", "--lr-step-size", o.lr_step_size > 0 ? std::to_string(o.lr_step_size) : "",
+                             "no --lr-step-size"));
+  if (o.lr_step_size > 0) run.push_back(flag_setting("lr-gamma", "--lr-gamma", shortest(o.lr_gamma)));
   if (!o.target.empty()) run.push_back(flag_setting("target", "--target", o.target));
   if (!o.data_summary.empty()) {
     const auto say = [](const std::string& v) { return "a --data of " + v; };
@@ -116,15 +129,33 @@ std::string checksum(std::initializer_list<std::span<const T>> values) {
   return hex;
 }
 
+/// Metadata a training state carries besides the optimizer's and the scaler's: the schedule's base lr
+/// (schedule.hpp).
+using ExtraMetadata = std::map<std::string, std::string>;
+
 template <class Model, class Optimizer, class Scaler>
 void save_training_state(const std::string& path, const Model& model, const Optimizer& opt, const Scaler& scaler,
-                         int epochs_done, const RunSettings& run) {
+                         int epochs_done, const RunSettings& run, const ExtraMetadata& extra = {}) {
   kiln::OptimizerState state = kiln::optimizer_state(opt);  // Adam's moments and step count
   auto meta = scaler.state("grad_scaler.");                 // empty unless loss scaling is on
   meta.insert(state.metadata.begin(), state.metadata.end());
+  meta.insert(extra.begin(), extra.end());
   meta.insert({{"epoch", std::to_string(epochs_done)}, {"format", "kiln training state"}});
   for (const auto& setting : run) meta["run." + setting.key] = setting.value;
   kiln::save_checkpoint(path, model, std::move(state.entries), meta);
+}
+
+/// The metadata key of the schedule's base lr (the lr of epoch 0), written by a run with --lr-step-size.
+inline constexpr const char* schedule_base_key = "lr_schedule.base_lr";
+
+/// A positive, finite number from metadata `key`, or a CheckpointError naming the file and the key.
+inline double positive_number(const std::string& text, const char* key, const std::string& path) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(v) || !(v > 0))
+    throw kiln::CheckpointError("kiln: " + path + ": metadata '" + key + "' is '" + text +
+                                "'; expected a positive number");
+  return v;
 }
 
 /// Restores what save_training_state wrote; returns the epochs already done. A checkpoint without a
@@ -132,7 +163,8 @@ void save_training_state(const std::string& path, const Model& model, const Opti
 /// before any is written: a bad checkpoint (another model's, another optimizer's, a broken epoch or scale)
 /// throws a kiln::CheckpointError naming the file and leaves model, optimizer and scaler as they were.
 template <class Model, class Optimizer, class Scaler>
-int load_training_state(const std::string& path, Model& model, Optimizer& opt, Scaler& scaler, const RunSettings& run) {
+int load_training_state(const std::string& path, Model& model, Optimizer& opt, Scaler& scaler, const RunSettings& run,
+                        double* schedule_base_lr = nullptr) {
   std::map<std::string, std::string> meta;
   std::int64_t epochs = 0;
   const auto scaler_state = [&](auto&& apply) {  // the scaler's messages with the file's name
@@ -143,6 +175,10 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
     }
   };
   const auto rest = kiln::load_checkpoint(path, model, &meta, [&](const auto& entries, const auto& m) {
+    if (!m.count("epoch") && !m.count("format"))  // weights alone (save_checkpoint, torch's save_file)
+      throw kiln::CheckpointError("kiln: " + path +
+                                  ": a checkpoint of the model only (no epoch, no optimizer state); --resume "
+                                  "needs a training state that this example wrote with --checkpoint");
     epochs = kiln::metadata_count(m, "epoch", path);
     if (epochs > INT_MAX)
       throw kiln::CheckpointError("kiln: " + path + ": metadata 'epoch' is " + std::to_string(epochs) +
@@ -155,6 +191,8 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
                                     ": resume with " + setting.resume(it->second));
     kiln::check_optimizer_state(opt, entries, m, path);
     if (m.count("grad_scaler.scale")) scaler_state([&] { scaler.check_state(m, "grad_scaler."); });
+    if (const auto it = m.find(schedule_base_key); it != m.end() && schedule_base_lr != nullptr)
+      *schedule_base_lr = positive_number(it->second, schedule_base_key, path);
   });
   kiln::load_optimizer_state(opt, rest, meta, path);
   if (meta.count("grad_scaler.scale")) scaler_state([&] { scaler.load_state(meta, "grad_scaler."); });
@@ -167,13 +205,14 @@ int load_training_state(const std::string& path, Model& model, Optimizer& opt, S
 /// (a checkpoint renamed over the file meanwhile cannot leave the replicas apart).
 template <class Net, class In, class Prec, class D, class Optimizers, class Scaler>
 void save_training_state(const std::string& path, const kiln::parallel::DataParallel<Net, In, Prec, D>& dp,
-                         Optimizers& opts, const Scaler& scaler, int epochs_done, const RunSettings& run) {
-  save_training_state(path, dp.replica(0), opts.replica(0), scaler, epochs_done, run);
+                         Optimizers& opts, const Scaler& scaler, int epochs_done, const RunSettings& run,
+                         const ExtraMetadata& extra = {}) {
+  save_training_state(path, dp.replica(0), opts.replica(0), scaler, epochs_done, run, extra);
 }
 template <class Net, class In, class Prec, class D, class Optimizers, class Scaler>
 int load_training_state(const std::string& path, kiln::parallel::DataParallel<Net, In, Prec, D>& dp, Optimizers& opts,
-                        Scaler& scaler, const RunSettings& run) {
-  const int epochs = load_training_state(path, dp.replica(0), opts.replica(0), scaler, run);
+                        Scaler& scaler, const RunSettings& run, double* schedule_base_lr = nullptr) {
+  const int epochs = load_training_state(path, dp.replica(0), opts.replica(0), scaler, run, schedule_base_lr);
   dp.broadcast_parameters();
   const kiln::OptimizerState state = kiln::optimizer_state(opts.replica(0));
   for (int r = 1; r < dp.size(); ++r)
@@ -186,23 +225,27 @@ int load_training_state(const std::string& path, kiln::parallel::DataParallel<Ne
 /// file is whole; every rank loads. A failure on any rank is an error on all of them.
 template <class Net, class In, class B, class Prec, class D, class Optimizer, class Scaler>
 void save_training_state(const std::string& path, kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp,
-                         Optimizer& opt, const Scaler& scaler, int epochs_done, const RunSettings& run) {
-  ddp.on_main_rank([&] { save_training_state(path, ddp.module(), opt, scaler, epochs_done, run); }, "writing " + path);
+                         Optimizer& opt, const Scaler& scaler, int epochs_done, const RunSettings& run,
+                         const ExtraMetadata& extra = {}) {
+  ddp.on_main_rank([&] { save_training_state(path, ddp.module(), opt, scaler, epochs_done, run, extra); },
+                   "writing " + path);
 }
 template <class Net, class In, class B, class Prec, class D, class Optimizer, class Scaler>
 int load_training_state(const std::string& path, kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp,
-                        Optimizer& opt, Scaler& scaler, const RunSettings& run) {
+                        Optimizer& opt, Scaler& scaler, const RunSettings& run, double* schedule_base_lr = nullptr) {
   int epochs = 0;
-  ddp.on_every_rank([&] { epochs = load_training_state(path, ddp.module(), opt, scaler, run); }, "loading " + path);
+  ddp.on_every_rank([&] { epochs = load_training_state(path, ddp.module(), opt, scaler, run, schedule_base_lr); },
+                    "loading " + path);
   return epochs;
 }
 #endif
 
-/// What --resume restored: the epochs the checkpoint has done (0 for a fresh run) and the learning rate
-/// it held.
+/// What --resume restored: the epochs the checkpoint has done (0 for a fresh run), the learning rate it
+/// held, and its schedule's base lr (NaN: none recorded).
 struct Resumed {
   int epochs = 0;
   double checkpoint_lr = 0;
+  double schedule_base_lr = NAN;
 };
 
 /// --resume: restores model, optimizer and scaler from o.checkpoint (refused when it was trained with
@@ -213,7 +256,7 @@ template <class Trained, class Optimizer, class Scaler>
 Resumed resume_training(const TrainOptions& o, Trained& trained, Optimizer& opt, Scaler& scaler) {
   Resumed r;
   if (!o.resume) return r;
-  r.epochs = load_training_state(o.checkpoint, trained, opt, scaler, run_settings(o, trained));
+  r.epochs = load_training_state(o.checkpoint, trained, opt, scaler, run_settings(o, trained), &r.schedule_base_lr);
   r.checkpoint_lr = opt.lr();
   if (o.lr_given) opt.set_lr(o.lr);
   return r;

@@ -23,6 +23,7 @@
 #include "device.hpp"
 #include "epoch.hpp"
 #include "report.hpp"
+#include "schedule.hpp"
 
 namespace examples::classification {
 
@@ -99,13 +100,16 @@ struct FitResult {
   int epochs = 0;              ///< epochs the model has had: the checkpoint's and this run's
 };
 
-/// Trains epochs [start, o.epochs) with cross entropy: each epoch shuffles afresh (set_epoch), steps the
-/// optimizer through `scaler` every o.accumulate micro-batches (and after the last batch), evaluates on
-/// `test`, prints `epoch e/E: ...`, appends a JSON line to o.metrics (with the loss scale and the
-/// skipped steps) and writes o.checkpoint (when given).
+/// Trains epochs [start, o.epochs) with cross entropy (start: the epochs `resumed` has done): each epoch
+/// shuffles afresh (set_epoch), steps the optimizer through `scaler` every o.accumulate micro-batches (and
+/// after the last batch), evaluates on `test`, prints `epoch e/E: ...`, steps the lr schedule (if any),
+/// appends a JSON line to o.metrics (with the loss scale and the skipped steps) and writes o.checkpoint
+/// (when given).
 template <class Model, class Optimizer, class Scaler, class TrainLoader, class TestLoader>
 FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scaler, TrainLoader& train_loader,
-              TestLoader& test_loader, int start) {
+              TestLoader& test_loader, const Resumed& resumed) {
+  const int start = resumed.epochs;
+  EpochSchedule schedule(o, opt, resumed);  // --lr-step-size: StepLR (schedule.hpp); else the lr stays
   kiln::nn::CrossEntropyLoss ce;
   FitResult r;
   start_outputs(model, o, start);  // a fresh run starts --metrics; a resumed one keeps its epochs
@@ -121,8 +125,12 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
                 epoch + 1, o.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.samples_per_s,
                 train_seconds, scaler_note(scaler).c_str());
     std::fflush(stdout);
+    const double lr = opt.lr();  // this epoch's
+    schedule.step();             // the next epoch's lr, which the checkpoint holds (as torch's after scheduler.step())
     finish_epoch(o, model, opt, scaler, epoch, e,
-                 {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}});
+                 {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy},
+                  {"lr", lr}},
+                 schedule.metadata());
   }
   r.epochs = std::max(start, o.epochs);
   if (r.trained == 0) {  // resumed at or past --epochs: report the checkpoint's model as it is

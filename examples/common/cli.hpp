@@ -43,6 +43,9 @@ struct TrainOptions {
   int batch_size = 128;
   double lr = 1e-3;
   bool lr_given = false;          // --lr on the command line: it replaces a resumed checkpoint's lr
+  double weight_decay = 0;        // Adam's L2 penalty (torch's weight_decay)
+  int lr_step_size = 0;           // StepLR every N epochs (0: the lr stays)
+  double lr_gamma = 0.1;          // StepLR's factor
   std::string device = "auto";    // cpu | cuda | auto
   std::string precision = "fp32"; // fp32 | fp16 | bf16
   std::string parallel = "single";// single | dp | ddp
@@ -96,6 +99,21 @@ inline CLI::Validator positive_float() {
       "REAL>0");
 }
 
+/// A weight decay: a number that is finite and >= 0 once rounded to float, e.g. --weight-decay: expected a
+/// number >= 0 that fits in a float, got '-1' (torch: "Invalid weight_decay value").
+inline CLI::Validator non_negative_float() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        float v = 0;
+        const char* end = text.data() + text.size();
+        const auto [at, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc{} || at != end || !std::isfinite(v) || !(v >= 0))
+          return "expected a number >= 0 that fits in a float, got '" + text + "'";
+        return {};
+      },
+      "REAL>=0");
+}
+
 /// Adds the shared flags to `app` with the example's defaults already in `o`.
 inline void add_train_options(CLI::App& app, TrainOptions& o) {
   // A flag given twice takes its last value (scripts/demo passes defaults first, then the user's flags).
@@ -107,6 +125,17 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->check(positive_float())
       ->each([&o](const std::string&) { o.lr_given = true; });
+  app.add_option("--weight-decay", o.weight_decay, "Adam's L2 penalty (torch's weight_decay)")
+      ->capture_default_str()
+      ->check(non_negative_float());
+  auto* step_size = app.add_option("--lr-step-size", o.lr_step_size,
+                                   "multiply the lr by --lr-gamma every N epochs (torch's StepLR; default: the "
+                                   "lr stays)")
+                        ->check(integer_at_least(1));
+  app.add_option("--lr-gamma", o.lr_gamma, "StepLR's factor (needs --lr-step-size)")
+      ->capture_default_str()
+      ->check(positive_float())
+      ->needs(step_size);  // alone it would change nothing: "--lr-gamma requires --lr-step-size"
   app.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--precision", o.precision, "fp32, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--parallel", o.parallel, "single, dp or ddp")->capture_default_str()->check(CLI::IsMember({"single", "dp", "ddp"}));

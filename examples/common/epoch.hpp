@@ -191,15 +191,16 @@ void start_outputs(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>&
 }
 #endif
 
-/// What every epoch ends with: one JSON line in o.metrics (`fields` — the epoch's losses and test metric
-/// — plus epoch, lr, samples/s, seconds, loss scale and skipped steps; a fresh run's first line replaces
-/// the file) and, with o.checkpoint, the training state written atomically (also when the metrics line
+/// What every epoch ends with: one JSON line in o.metrics (`fields` — the epoch's losses and test metric,
+/// and the lr it trained with where a schedule has moved the optimizer's on since — plus epoch, lr,
+/// samples/s, seconds, loss scale and skipped steps; a fresh run's first line replaces the file) and, with
+/// o.checkpoint, the training state written atomically with `extra` metadata (also when the metrics line
 /// could not be written: the error comes after, and the epoch's training is kept).
 template <class Trained, class Optimizer, class Scaler>
 void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const Scaler& scaler, int epoch,
-                  const EpochResult& e, nlohmann::json fields) {
+                  const EpochResult& e, nlohmann::json fields, const ExtraMetadata& extra = {}) {
   fields["epoch"] = epoch + 1;
-  fields["lr"] = opt.lr();
+  if (!fields.contains("lr")) fields["lr"] = opt.lr();
   fields["samples_per_s"] = static_cast<double>(e.samples) / e.seconds;
   fields["seconds"] = e.seconds;
   fields["loss_scale"] = scaler.scale();
@@ -208,11 +209,11 @@ void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const
     write_metrics(trained, o.metrics, fields, epoch == 0);  // --parallel ddp: rank 0's line for the job
   } catch (...) {
     if (!o.checkpoint.empty())
-      save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained));
+      save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained), extra);
     throw;
   }
   if (!o.checkpoint.empty())
-    save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained));
+    save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained), extra);
 }
 
 /// The model a trainer evaluates and checkpoints: the model itself, or DataParallel's first replica.

@@ -58,20 +58,21 @@ int train_on_images(const TrainOptions& o, const ImageRun& run, const Train& tra
     const int threads = kiln::backend::cpu::threads();
     std::printf(
         "%s: %s %lld train / %lld test images from %s; %s (%lld parameters) on %s (%d thread%s), "
-        "batch %d x %d, Adam(lr=%g), %d loader worker%s\n",
+        "batch %d x %d, %s, %d loader worker%s\n",
         run.program, run.data, static_cast<long long>(train.size()), static_cast<long long>(test.size()),
         run.folder.c_str(), run.network,
         static_cast<long long>(kiln::nn::Model<Net, Image, P>::parameter_count), where.c_str(), threads,
-        threads == 1 ? "" : "s", o.batch_size, o.accumulate, static_cast<double>(opt.lr()), o.workers,
+        threads == 1 ? "" : "s", o.batch_size, o.accumulate, describe_optimizer(o, opt).c_str(), o.workers,
         o.workers == 1 ? "" : "s");
     print_resumed(o, resumed);
     std::fflush(stdout);  // (a pipe or a log file sees the run's line before the first epoch ends)
     auto train_batches = device_batches(trained, train_loader, run.to_float);  // on the GPU: a copy stream
     auto test_batches = device_batches(trained, test_loader, run.to_float);
-    const auto r = fit(o, trained, opt, scaler, train_batches, test_batches, resumed.epochs);
+    const auto r = fit(o, trained, opt, scaler, train_batches, test_batches, resumed);
     return report_result(r, t_start, device, o.precision);
   };
-  return with_trainer<Net, Image, Precision, D>(o, device, {.lr = o.lr}, fit_and_report);
+  return with_trainer<Net, Image, Precision, D>(o, device, {.lr = o.lr, .weight_decay = o.weight_decay},
+                                                fit_and_report);
 }
 
 }  // namespace examples::classification

@@ -23,6 +23,7 @@
 #include "device.hpp"
 #include "epoch.hpp"
 #include "report.hpp"
+#include "schedule.hpp"
 
 namespace examples::regression {
 
@@ -112,13 +113,16 @@ struct FitResult {
   int epochs = 0;            ///< epochs the model has had: the checkpoint's and this run's
 };
 
-/// Trains epochs [start, o.epochs) with MSELoss: each epoch shuffles afresh (set_epoch), steps the optimizer
-/// every o.accumulate micro-batches (and after the last batch; each micro-batch's loss gradient scaled by
-/// 1 / o.accumulate), evaluates on `test`, prints `epoch e/E: ...` (see prints_epoch), appends a JSON line
-/// to o.metrics and writes o.checkpoint (when given). With no epoch left, it only evaluates.
+/// Trains epochs [start, o.epochs) with MSELoss (start: the epochs `resumed` has done): each epoch shuffles
+/// afresh (set_epoch), steps the optimizer every o.accumulate micro-batches (and after the last batch; each
+/// micro-batch's loss gradient scaled by 1 / o.accumulate), evaluates on `test`, prints `epoch e/E: ...`
+/// (see prints_epoch), steps the lr schedule (if any), appends a JSON line to o.metrics and writes
+/// o.checkpoint (when given). With no epoch left, it only evaluates.
 template <class Model, class Optimizer, class Scaler, class TrainLoader, class TestLoader>
 FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scaler, TrainLoader& train_loader,
-              TestLoader& test_loader, int start) {
+              TestLoader& test_loader, const Resumed& resumed) {
+  const int start = resumed.epochs;
+  EpochSchedule schedule(o, opt, resumed);  // --lr-step-size: StepLR (schedule.hpp); else the lr stays
   kiln::nn::MSELoss mse;
   const bool terminal = progress_terminal();  // (not mpirun's pseudo-terminals)
   FitResult r;
@@ -139,8 +143,11 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
                   scaler_note(scaler).c_str());
       std::fflush(stdout);
     }
+    const double lr = opt.lr();  // this epoch's
+    schedule.step();             // the next epoch's lr, which the checkpoint holds (as torch's after scheduler.step())
     finish_epoch(o, model, opt, scaler, epoch, e,
-                 {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_rmse", r.test_rmse}});
+                 {{"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"test_rmse", r.test_rmse}, {"lr", lr}},
+                 schedule.metadata());
   }
   r.epochs = std::max(start, o.epochs);
   if (r.trained == 0) {  // resumed at or past --epochs: report the checkpoint's model as it is
