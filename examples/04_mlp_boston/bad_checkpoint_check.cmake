@@ -17,6 +17,18 @@ if(NOT EXISTS "${_good}")
   message(FATAL_ERROR "FAILED: mlp_boston --epochs 1 --checkpoint wrote no ${_good}")
 endif()
 
+# Resumes from `file`, which must be refused: exit status 1 and one error line matching `expect`.
+function(_refused file name expect)
+  execute_process(COMMAND "${PROGRAM}" --data "${DATA}" --device cpu --epochs 2 --checkpoint "${file}" --resume
+                  OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
+  message("$ mlp_boston --resume (${name})\n${_out}${_err}exit status ${_rc}")
+  string(REGEX MATCHALL "error:" _errors "${_err}")  # one error line (its text may hold a ";")
+  list(LENGTH _errors _count)
+  if(NOT _rc EQUAL 1 OR NOT _count EQUAL 1 OR NOT _err MATCHES "mlp_boston: error: [^\n]*${expect}")
+    message(FATAL_ERROR "FAILED (${name}): expected exit status 1 and one error line matching '${expect}'")
+  endif()
+endfunction()
+
 # Copies the checkpoint with `from` replaced by `to` (each once, same length) and resumes from the copy.
 function(_resume name from to expect)
   set(_bad "${DIR}/mlp_boston_${name}.safetensors")
@@ -28,14 +40,7 @@ open(sys.argv[2], 'wb').write(data.replace(a, b))" "${_good}" "${_bad}" "${from}
   if(NOT _rc EQUAL 0)
     message(FATAL_ERROR "FAILED: could not make ${_bad}")
   endif()
-  execute_process(COMMAND "${PROGRAM}" --data "${DATA}" --device cpu --epochs 2 --checkpoint "${_bad}" --resume
-                  OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
-  message("$ mlp_boston --resume (${name})\n${_out}${_err}exit status ${_rc}")
-  string(REGEX MATCHALL "error:" _errors "${_err}")  # one error line (its text may hold a ";")
-  list(LENGTH _errors _count)
-  if(NOT _rc EQUAL 1 OR NOT _count EQUAL 1 OR NOT _err MATCHES "mlp_boston: error: [^\n]*${expect}")
-    message(FATAL_ERROR "FAILED (${name}): expected exit status 1 and one error line matching '${expect}'")
-  endif()
+  _refused("${_bad}" ${name} "${expect}")
 endfunction()
 
 _resume(bad_epoch "\"epoch\":\"1\"" "\"epoch\":\"x\""
@@ -65,10 +70,5 @@ open(sys.argv[2], 'wb').write(struct.pack('<Q', len(text)) + text + b''.join(par
 if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "FAILED: could not make ${_weights}")
 endif()
-execute_process(COMMAND "${PROGRAM}" --data "${DATA}" --device cpu --epochs 2 --checkpoint "${_weights}" --resume
-                OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
-message("$ mlp_boston --resume (model only)\n${_out}${_err}exit status ${_rc}")
-if(NOT _rc EQUAL 1 OR NOT _err MATCHES "mlp_boston: error: [^\n]*mlp_boston_model_only\\.safetensors: a checkpoint of the model only \\(no epoch, no optimizer state\\); --resume needs a training state")
-  message(FATAL_ERROR "FAILED (model only): expected exit status 1 and the model-only error")
-endif()
+_refused("${_weights}" "model only" "mlp_boston_model_only\\.safetensors: a checkpoint of the model only \\(no epoch, no optimizer state\\); --resume needs a training state")
 message("bad checkpoint check passed")

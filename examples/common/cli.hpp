@@ -84,34 +84,29 @@ CLI::Validator integer_at_least(T least) {
       },
       "INT>=" + std::to_string(least));
 }
-/// A learning rate: a number that is finite and > 0 once rounded to float (fp32 and mixed precision step
-/// in float), e.g. --lr: expected a number > 0 that fits in a float, got '1e39'.
-inline CLI::Validator positive_float() {
+/// A number that is finite once rounded to float (fp32 and mixed precision step in float) and passes
+/// `ok`; else "expected <what> that fits in a float, got '<text>'".
+template <class Ok>
+CLI::Validator float_flag(Ok ok, const std::string& what, const std::string& name) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
+      [ok, what](std::string& text) -> std::string {
         float v = 0;
         const char* end = text.data() + text.size();
         const auto [at, ec] = std::from_chars(text.data(), end, v);
-        if (ec != std::errc{} || at != end || !std::isfinite(v) || !(v > 0))
-          return "expected a number > 0 that fits in a float, got '" + text + "'";
+        if (ec != std::errc{} || at != end || !std::isfinite(v) || !ok(v))
+          return "expected " + what + " that fits in a float, got '" + text + "'";
         return {};
       },
-      "REAL>0");
+      name);
 }
-
-/// A weight decay: a number that is finite and >= 0 once rounded to float, e.g. --weight-decay: expected a
-/// number >= 0 that fits in a float, got '-1' (torch: "Invalid weight_decay value").
+/// A learning rate or a factor, e.g. --lr: expected a number > 0 that fits in a float, got '1e39'.
+inline CLI::Validator positive_float() {
+  return float_flag([](float v) { return v > 0; }, "a number > 0", "REAL>0");
+}
+/// A weight decay, e.g. --weight-decay: expected a number >= 0 that fits in a float, got '-1' (torch:
+/// "Invalid weight_decay value").
 inline CLI::Validator non_negative_float() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        float v = 0;
-        const char* end = text.data() + text.size();
-        const auto [at, ec] = std::from_chars(text.data(), end, v);
-        if (ec != std::errc{} || at != end || !std::isfinite(v) || !(v >= 0))
-          return "expected a number >= 0 that fits in a float, got '" + text + "'";
-        return {};
-      },
-      "REAL>=0");
+  return float_flag([](float v) { return v >= 0; }, "a number >= 0", "REAL>=0");
 }
 
 /// Adds the shared flags to `app` with the example's defaults already in `o`.
