@@ -139,7 +139,6 @@ class Cifar10 {
            std::to_string(image_bytes) + " pixel bytes)";
   }
 
-  /// The number of records in `file`, after checking it exists and holds a whole, non-zero number of them.
   /// What `root` holds instead of the binary batches, for the message: the Python version (its batches
   /// are pickles, named data_batch_1 without .bin), or an archive not extracted; "" otherwise.
   static std::string found_instead(const std::string& root) {
@@ -153,6 +152,7 @@ class Cifar10 {
       if (fs::exists(dir / archive, ec)) return std::string(" (found ") + archive + ", not extracted)";
     return "";
   }
+  /// The number of records in `file`, after checking it exists and holds a whole, non-zero number of them.
   static std::uintmax_t check_size(const std::filesystem::path& file, const std::string& root) {
     namespace fs = std::filesystem;
     std::error_code ec;

@@ -36,9 +36,9 @@ inline bool ends_with(const std::string& s, const std::string& suffix) {
 /// is far away; gzopen on a pipe waits for a writer forever): DataError saying what is there instead.
 inline void require_regular_file(const std::string& path, const std::string& expected) {
   namespace fs = std::filesystem;
+  if (path.empty()) throw DataError("\"\"", "byte 0", "the path is empty", expected);
   std::error_code ec;
   const auto status = fs::status(path, ec);
-  if (path.empty()) throw DataError("\"\"", "byte 0", "the path is empty", expected);
   if (status.type() == fs::file_type::not_found) throw DataError(path, "byte 0", "no such file", expected);
   if (fs::exists(status) && !fs::is_regular_file(status))
     throw DataError(path, "byte 0",

@@ -333,7 +333,7 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
                                                                 std::map<std::string, std::string>* metadata = nullptr) {
   using nlohmann::json;
   const std::string where = "kiln: " + path.string();
-  if (path.empty()) throw CheckpointError("kiln: cannot open \"\": the path is empty; expected a safetensors file's");
+  if (path.empty()) throw CheckpointError("kiln: cannot open \"\": the path is empty; expected the path of a safetensors file");
   // Checked before opening: opening a pipe would wait for a writer.
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
