@@ -152,13 +152,20 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
 }
 
 /// CLI11's parse, its errors in the examples' form: --help as CLI11 prints it (exit status 0); a flag it
-/// refuses is one line, `<program>: <CLI11's words> (see --help)`, and exit status 2. -1 when parsed.
+/// refuses is one line, `<program>: <CLI11's words> (see --help)` (arguments it does not know:
+/// `<program>: unexpected arguments: -e 3 (see --help)`), and exit status 2. -1 when parsed.
 inline int parse_options(CLI::App& app, int argc, char** argv, const char* program) {
   try {
     app.parse(argc, argv);
     return -1;
   } catch (const CLI::Success& e) {  // --help
     return app.exit(e);
+  } catch (const CLI::ExtrasError&) {  // in command-line order (CLI11's own text lists them backwards)
+    std::string extras;
+    for (const std::string& a : app.remaining()) extras += (extras.empty() ? "" : " ") + a;
+    std::fprintf(stderr, "%s: unexpected argument%s: %s (see --help)\n", program,
+                 app.remaining().size() == 1 ? "" : "s", extras.c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "%s: %s (see --help)\n", program, e.what());
     return 2;
