@@ -69,6 +69,17 @@ auto reduce_all(const X& x) {
   return out;
 }
 
+/// Fails to compile, naming the operand's shape and the axis, unless Axis is one of its dimensions.
+template <class S, int Axis>
+struct reduction_axis_must_be_in_range {
+  // >>> Stopped here? The axis is outside [-rank, rank) for this operand's shape. <<<
+  static_assert(Axis >= -static_cast<int>(S::rank) && Axis < static_cast<int>(S::rank),
+                "kiln: reduction axis out of range for the operand's rank: expected 0 .. rank-1 (or -rank .. -1 "
+                "as in torch); see the operand's Shape<...> (-1 in it is dyn) and the axis in "
+                "kiln::detail::reduction_axis_must_be_in_range<Shape, Axis> in this message");
+  static constexpr bool value = true;
+};
+
 /// Over Axis, which the result drops, or with Keep holds as extent 1 (the same layout).
 template <ReduceKind K, int Axis, bool Keep = false, class X>
 auto reduce_axis(const X& x) {
@@ -76,8 +87,7 @@ auto reduce_axis(const X& x) {
   using E = decltype(e);
   using S = typename E::shape_type;
   constexpr int rank = static_cast<int>(S::rank);
-  // >>> Stopped here? The axis is outside [-rank, rank) for this operand's shape. <<<
-  static_assert(Axis >= -rank && Axis < rank, "kiln: reduction axis out of range for the operand's rank");
+  static_assert(reduction_axis_must_be_in_range<S, Axis>::value);
   constexpr std::size_t axis = static_cast<std::size_t>(Axis < 0 ? Axis + rank : Axis);
   using R = std::conditional_t<Keep, keep_axis_t<S, axis>, remove_axis_t<S, axis>>;
   using Out = reduce_result_t<K, typename E::value_type>;

@@ -70,20 +70,18 @@ void check_matmul_disjoint(const C& c, const X& x, const char* which) {
   throw ValueError(std::string("kiln::matmul: C shares memory with ") + which +
                    ", which the product reads while it writes C; write into a tensor of its own");
 }
-}  // namespace detail
 
-/// C = alpha op(A) op(B) + beta C into an existing C [M, N] (beta = 1 accumulates, for gradients).
-/// A and B have one element type; C has it too, or is float when A and B are half or bfloat16 (mixed
-/// precision: float32 accumulation into a float32 result, as a weight gradient in an fp32 arena).
+/// What matmul returns after its static_assert failed: a value, so that the caller's `auto c = ...` adds
+/// no error of its own to the one above.
+struct no_matmul_result {};
+
+/// matmul_into's work once its operands are known to be matrices: element types, devices, extents.
 template <class A, class B, class TC, class SC, class DC>
-void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alpha = 1.0, double beta = 0.0) {
-  using OA = detail::matmul_operand<A>;
-  using OB = detail::matmul_operand<B>;
+void matmul_checked(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alpha, double beta) {
+  using OA = matmul_operand<A>;
+  using OB = matmul_operand<B>;
   using TA = typename OA::tensor_type;
   using TB = typename OB::tensor_type;
-  static_assert(tensor<TA> && tensor<TB>, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
-                                          "evaluate expressions first with kiln::eval()");
-  static_assert(TA::rank == 2 && TB::rank == 2 && SC::rank == 2, "kiln::matmul: operands must be matrices (rank 2)");
   using TAB = typename TA::element_type;
   constexpr bool types_match =
       std::is_same_v<typename TB::element_type, TAB> &&
@@ -96,7 +94,7 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alpha =
                 "kiln::matmul: wrong device: A, B and C must live on the same device");
   constexpr index_t ka = OA::trans ? TA::shape_type::extents[0] : TA::shape_type::extents[1];
   constexpr index_t kb = OB::trans ? TB::shape_type::extents[1] : TB::shape_type::extents[0];
-  static_assert(detail::matmul_inner_extents_must_match<ka, kb>::value);
+  static_assert(matmul_inner_extents_must_match<ka, kb>::value);
   const auto& a = OA::get(a_);
   const auto& b = OB::get(b_);
   const index_t m = OA::trans ? a.size(1) : a.size(0), k = OA::trans ? a.size(0) : a.size(1);
@@ -105,19 +103,39 @@ void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alpha =
     throw ShapeError("kiln::matmul: shape mismatch: op(A) [" + std::to_string(m) + ", " + std::to_string(k) +
                      "] x op(B) [" + std::to_string(kb2) + ", " + std::to_string(n) + "] into C " +
                      to_string(c.extents()));
-  detail::check_same_device("kiln::matmul (A and C)", detail::pass_device(a), detail::pass_device(c));
-  detail::check_same_device("kiln::matmul (B and C)", detail::pass_device(b), detail::pass_device(c));
-  detail::check_matmul_disjoint(c, a, "A");
-  detail::check_matmul_disjoint(c, b, "B");
+  check_same_device("kiln::matmul (A and C)", pass_device(a), pass_device(c));
+  check_same_device("kiln::matmul (B and C)", pass_device(b), pass_device(c));
+  check_matmul_disjoint(c, a, "A");
+  check_matmul_disjoint(c, b, "B");
   {  // A and B read, C written (and read when accumulating); 2 m n k operations
-    const std::uint64_t c_bytes = detail::bytes_of<TC>(m * n);
-    detail::count_pass(
-        {detail::bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0 ? 2 : 1),
-         2 * static_cast<std::uint64_t>(m) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(k)});
+    const std::uint64_t c_bytes = bytes_of<TC>(m * n);
+    count_pass({bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0 ? 2 : 1),
+                2 * static_cast<std::uint64_t>(m) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(k)});
   }
   if constexpr (types_match)  // (else the static_assert above is the one error)
-    detail::gemm_backend<DC>::template run<TAB, TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1),
-                                                    b.data(), b.size(1), beta, c.data(), n, c.device_index());
+    gemm_backend<DC>::template run<TAB, TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1), b.data(),
+                                            b.size(1), beta, c.data(), n, c.device_index());
+}
+}  // namespace detail
+
+/// C = alpha op(A) op(B) + beta C into an existing C [M, N] (beta = 1 accumulates, for gradients).
+/// A and B have one element type; C has it too, or is float when A and B are half or bfloat16 (mixed
+/// precision: float32 accumulation into a float32 result, as a weight gradient in an fp32 arena).
+template <class A, class B, class TC, class SC, class DC>
+void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alpha = 1.0, double beta = 0.0) {
+  using OA = detail::matmul_operand<A>;
+  using OB = detail::matmul_operand<B>;
+  using TA = typename OA::tensor_type;
+  using TB = typename OB::tensor_type;
+  // Each check guards the next (if constexpr): the first that fails is the only error.
+  constexpr bool operands = tensor<TA> && tensor<TB>;
+  static_assert(operands, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
+                          "evaluate expressions first with kiln::eval()");
+  if constexpr (operands) {
+    constexpr bool matrices = TA::rank == 2 && TB::rank == 2 && SC::rank == 2;
+    static_assert(matrices, "kiln::matmul: operands must be matrices (rank 2); kiln has no batched matmul");
+    if constexpr (matrices) detail::matmul_checked(c, a_, b_, alpha, beta);
+  }
 }
 
 /// op(A) op(B) as a new tensor [M, N] (M may be dyn).
@@ -127,20 +145,28 @@ auto matmul(const A& a, const B& b) {
   using OB = detail::matmul_operand<B>;
   using TA = typename OA::tensor_type;
   using TB = typename OB::tensor_type;
-  static_assert(tensor<TA> && tensor<TB>, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
-                                          "evaluate expressions first with kiln::eval()");
-  static_assert(TA::rank == 2 && TB::rank == 2, "kiln::matmul: operands must be matrices (rank 2)");
-  constexpr index_t M = OA::trans ? TA::shape_type::extents[1] : TA::shape_type::extents[0];
-  constexpr index_t N = OB::trans ? TB::shape_type::extents[0] : TB::shape_type::extents[1];
-  using SC = Shape<M, N>;
-  const auto& x = OA::get(a);
-  const auto& y = OB::get(b);
-  Extents<SC> e;
-  e[0] = OA::trans ? x.size(1) : x.size(0);
-  e[1] = OB::trans ? y.size(0) : y.size(1);
-  Tensor<typename TA::element_type, SC, typename TA::device> c(e, detail::pass_device(x));
-  matmul_into(c, a, b);
-  return c;
+  constexpr bool operands = tensor<TA> && tensor<TB>;
+  static_assert(operands, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
+                          "evaluate expressions first with kiln::eval()");
+  if constexpr (!operands) {
+    return detail::no_matmul_result{};
+  } else if constexpr (!(TA::rank == 2 && TB::rank == 2)) {
+    static_assert(detail::dependent_false<A>,
+                  "kiln::matmul: operands must be matrices (rank 2); kiln has no batched matmul");
+    return detail::no_matmul_result{};
+  } else {
+    constexpr index_t M = OA::trans ? TA::shape_type::extents[1] : TA::shape_type::extents[0];
+    constexpr index_t N = OB::trans ? TB::shape_type::extents[0] : TB::shape_type::extents[1];
+    using SC = Shape<M, N>;
+    const auto& x = OA::get(a);
+    const auto& y = OB::get(b);
+    Extents<SC> e;
+    e[0] = OA::trans ? x.size(1) : x.size(0);
+    e[1] = OB::trans ? y.size(0) : y.size(1);
+    Tensor<typename TA::element_type, SC, typename TA::device> c(e, detail::pass_device(x));
+    matmul_into(c, a, b);
+    return c;
+  }
 }
 
 }  // namespace kiln
