@@ -128,7 +128,8 @@ struct labels_must_be_int64 {
   static_assert(std::is_same_v<Label, std::int64_t>,
                 "kiln::nn: class labels must be std::int64_t, as torch's are int64 (torch.long); see the template "
                 "argument of kiln::nn::detail::labels_must_be_int64<label type>. Convert them: "
-                "kiln::eval(kiln::cast<std::int64_t>(labels))");
+                "kiln::eval(kiln::cast<std::int64_t>(labels)), or, from a dataset of your own, make its "
+                "target_type std::int64_t");
   static constexpr bool value = true;
   using type = R;  ///< what the overload that instantiates it returns (its return type: the error comes first)
 };
@@ -679,9 +680,9 @@ LabelCount<compute_t<T>, D> count_labels(const char* who, const Tensor<T, S, D>&
     for (index_t n = 0; n < labels.numel(); ++n) {
       const std::int64_t k = labels[n];
       if (label_kind(k, ignore, x.size(1)) == LabelKind::bad)
-        throw ValueError(std::string(who) + ": label " + std::to_string(k) + " at index " + std::to_string(n) +
-                         " is outside [0, " + std::to_string(x.size(1)) + ") and is not ignore_index (" +
-                         std::to_string(ignore) + ")");
+        throw ValueError(std::string(who) + ": label " + std::to_string(k) + " in row " + std::to_string(n) +
+                         " of the batch is outside [0, " + std::to_string(x.size(1)) + ") and is not ignore_index (" +
+                         std::to_string(ignore) + "): labels are class indices from 0, one per score column");
     }
     if (how == Reduction::sum) {
       r.den = 1.0;

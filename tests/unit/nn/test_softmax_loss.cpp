@@ -226,7 +226,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_rejects_labels_outside_the_classes, 
       BOOST_CHECK_EXCEPTION(backward ? (void)ce.backward(x, y) : (void)ce(x, y), kiln::ValueError,
                             [](const kiln::ValueError& e) {
                               const std::string m = e.what();
-                              return m.find("label 3 at index 1") != std::string::npos &&
+                              return m.find("label 3 in row 1 of the batch") != std::string::npos &&
                                      m.find("[0, 3)") != std::string::npos &&
                                      m.find("ignore_index (-100)") != std::string::npos;
                             });
@@ -431,7 +431,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_after_log_softmax_is_cross_entropy, D, ki
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_labels_outside_the_classes, D, kiln::test::devices) {
-  // As CrossEntropyLoss: the CPU throws naming the label, its index and the range; the GPU gives NaN.
+  // As CrossEntropyLoss: the CPU throws naming the label, its row and the range; the GPU gives NaN.
   const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(21, -3.0, 0.0, 16), kiln::Extents<Rows>(3));
   const auto y = kiln::test::make_tensor<D>(std::vector<std::int64_t>{1, 7, 0}, kiln::Extents<Shape<dyn>>(3));
   const auto ones = kiln::test::make_tensor<D>(std::vector<float>(3, 1.0f), kiln::Extents<Shape<dyn>>(3));
@@ -439,7 +439,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_labels_outside_the_classes, D, kiln::test
   if constexpr (std::is_same_v<D, kiln::Cpu>) {
     BOOST_CHECK_EXCEPTION((void)nll(x, y), kiln::ValueError, [](const kiln::ValueError& e) {
       return std::string(e.what()) ==
-             "kiln::nn::NLLLoss: label 7 at index 1 is outside [0, 7) and is not ignore_index (-100)";
+             "kiln::nn::NLLLoss: label 7 in row 1 of the batch is outside [0, 7) and is not ignore_index "
+             "(-100): labels are class indices from 0, one per score column";
     });
     BOOST_CHECK_THROW((void)nll.backward(x, y), kiln::ValueError);
     BOOST_CHECK_THROW((void)nll.unreduced(x, y), kiln::ValueError);
