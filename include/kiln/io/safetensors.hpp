@@ -741,8 +741,23 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
       continue;
     unexpected += (unexpected.empty() ? "'" : ", '") + detail::name_shown(name) + "' " + detail::shape_text(e.shape);
   }
-  if (!unexpected.empty())
-    note("unexpected parameters " + unexpected + ": the model has none of that name; the checkpoint is of another model");
+  if (!unexpected.empty()) {
+    std::string hint = "the checkpoint is of another model";
+    // Names that a model of the same layers gives them as attributes (self.conv.weight), not as kiln's
+    // positions (0.weight): the same tensors, perhaps, under torch module names kiln does not use.
+    const bool missing = std::any_of(problems.begin(), problems.end(), [](const std::string& p) {
+      return p.starts_with("missing ");
+    });
+    const bool named = std::none_of(entries.begin(), entries.end(), [&](const auto& kv) {
+      return !extras.contains(kv.first) && !kv.first.starts_with("optimizer.") && !kv.first.empty() &&
+             kv.first[0] >= '0' && kv.first[0] <= '9';
+    });
+    if (missing && named)
+      hint += ", or of one whose layers are named attributes (self.conv, self.fc: conv.weight, fc.bias): kiln "
+              "names them by position as nn.Sequential does (0.weight, 3.bias; model.named_parameters() in "
+              "order); rename the keys";
+    note("unexpected parameters " + unexpected + ": the model has none of that name; " + hint);
+  }
   if (!problems.empty()) {
     constexpr std::size_t shown = 10;
     std::string text;

@@ -205,17 +205,45 @@ BOOST_AUTO_TEST_CASE(a_model_of_another_shape_is_rejected_with_both_shapes) {
   BOOST_TEST(mlp.parameters().to_vector() == before, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_named_attributes_is_rejected_with_the_renaming_that_fixes_it) {
+  // torch's `class Net(nn.Module)` with self.fc1, self.fc2, self.fc3 saves fc1.weight, ...: the MLP's
+  // tensors under names kiln does not use (it names layers by position, as nn.Sequential does). The
+  // error says to rename the keys; renamed, the same tensors load.
+  const auto dir = scratch("attributes");
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> mlp(3);
+  kiln::save_checkpoint(dir / "positions.safetensors", mlp);
+  const std::map<std::string, std::string> torch_names{{"0.weight", "fc1.weight"}, {"0.bias", "fc1.bias"},
+                                                       {"2.weight", "fc2.weight"}, {"2.bias", "fc2.bias"},
+                                                       {"4.weight", "fc3.weight"}, {"4.bias", "fc3.bias"}};
+  std::map<std::string, kiln::SafetensorsEntry> named;
+  for (auto& [name, e] : kiln::read_safetensors(dir / "positions.safetensors")) named[torch_names.at(name)] = e;
+  kiln::write_safetensors(dir / "attributes.safetensors", named);
+  BOOST_TEST(rejects(dir / "attributes.safetensors", [](const std::string& m) {
+    return contains(m, "missing parameter '0.weight' (shape [16, 13])") &&
+           contains(m, "unexpected parameters 'fc1.bias' [16], 'fc1.weight' [16, 13]") &&
+           contains(m, "kiln names them by position as nn.Sequential does (0.weight, 3.bias; "
+                       "model.named_parameters() in order); rename the keys");
+  }));
+  std::map<std::string, kiln::SafetensorsEntry> renamed;
+  for (const auto& [kiln_name, torch_name] : torch_names) renamed[kiln_name] = named.at(torch_name);
+  kiln::write_safetensors(dir / "renamed.safetensors", renamed);
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> loaded(0);
+  kiln::load_checkpoint(dir / "renamed.safetensors", loaded);
+  BOOST_TEST(loaded.parameters().to_vector() == mlp.parameters().to_vector(), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(a_deeper_models_checkpoint_is_rejected_naming_the_extra_parameters) {
   // Every parameter of the MLP is in the file with its shape; 6.weight and 6.bias are not the MLP's
-  // (torch's strict load_state_dict: "Unexpected key(s)"). Entries not named like parameters stay the
-  // caller's.
+  // (torch's strict load_state_dict: "Unexpected key(s)"; named by position, so no renaming hint).
+  // Entries not named like parameters stay the caller's.
   const auto dir = scratch("deeper");
   using Deeper = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>, ReLU, Linear<1, 2>>;
   kiln::nn::Model<Deeper, Shape<dyn, 13>> deeper(0);
   const std::vector<float> one{1.0f};
   kiln::save_checkpoint(dir / "deeper.safetensors", deeper, {{"my.note", kiln::make_entry<float>(one, {1})}});
   BOOST_TEST(rejects(dir / "deeper.safetensors", [](const std::string& m) {
-    return contains(m, "unexpected parameters '6.bias' [2], '6.weight' [2, 1]") && contains(m, "another model");
+    return contains(m, "unexpected parameters '6.bias' [2], '6.weight' [2, 1]") && contains(m, "another model") &&
+           !contains(m, "rename the keys");
   }));
   kiln::nn::Model<Mlp, Shape<dyn, 13>> mlp(0);
   kiln::save_checkpoint(dir / "mlp.safetensors", mlp, {{"my.note", kiln::make_entry<float>(one, {1})}});
