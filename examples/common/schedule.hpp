@@ -4,7 +4,6 @@
 //   for epoch in range(num_epochs): train(...); scheduler.step()
 #pragma once
 #include <cmath>
-#include <cstdio>
 #include <optional>
 #include <string>
 

@@ -20,6 +20,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/warnings.hpp"
+
 namespace {
 using kiln::index_t;
 using kiln::Shape;
@@ -173,8 +175,17 @@ BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
   kd::DataLoader whole(ds, {.batch_size = std::numeric_limits<index_t>::max()});
   BOOST_TEST(whole.size() == 1);
   BOOST_TEST(epoch(whole).first.size() == 10u);
+  // drop_last over fewer samples than a batch: no batch, as torch (which says nothing); kiln warns once.
+  const kiln::test::CollectWarnings w;
   kd::DataLoader none(ds, {.batch_size = std::numeric_limits<index_t>::max(), .drop_last = true});
   BOOST_TEST(none.size() == 0);
+  BOOST_TEST(w.count() == 1u);
+  BOOST_TEST(w.messages().at(0) == "kiln::data::DataLoader: drop_last with batch_size " +
+                                       std::to_string(std::numeric_limits<index_t>::max()) +
+                                       " over 10 samples an epoch drops them all: every epoch is empty");
+  BOOST_TEST(epoch(none).first.empty());
+  kd::DataLoader dropping_some(ds, {.batch_size = 10, .drop_last = true});
+  BOOST_TEST(w.count() == 1u);  // one whole batch: nothing to say
 }
 
 BOOST_AUTO_TEST_CASE(a_batch_binds_as_x_and_y_like_torchs_for_x_y_in_loader) {

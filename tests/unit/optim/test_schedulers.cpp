@@ -21,6 +21,7 @@
 
 #include "support/parity.hpp"
 #include "support/policies.hpp"
+#include "support/warnings.hpp"
 
 namespace {
 namespace parity = kiln::test::parity;
@@ -143,18 +144,6 @@ void check_sequence(Sched& sched, Opt& opt, const json& want_schedule) {
   }
   BOOST_TEST_MESSAGE("parity schedulers: " << want_schedule.at("name").get<std::string>() << " max rel " << worst);
 }
-/// kiln's warnings, collected while one lives (kiln::set_warning_handler); the handler before it after.
-std::vector<std::string>& collected() {
-  static std::vector<std::string> w;
-  return w;
-}
-void collect(const std::string& message) { collected().push_back(message); }
-struct CollectWarnings {
-  kiln::WarningHandler previous;
-  CollectWarnings() : previous(kiln::set_warning_handler(&collect)) { collected().clear(); }
-  ~CollectWarnings() { kiln::set_warning_handler(previous); }
-  std::size_t count() const { return collected().size(); }
-};
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(optim)
@@ -865,15 +854,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(schedulers_reject_bad_arguments, D, kiln::test::de
 // not stepped in between (the schedule's first lr would never be used); once per scheduler.
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_scheduler_stepped_before_its_optimizer_warns_once_as_torchs_does, D,
                               kiln::test::devices) {
-  const CollectWarnings w;
+  const kiln::test::CollectWarnings w;
   {
     OneParameter<D> o;
     kiln::optim::StepLR sched(o.opt, 1, 0.5);
     sched.step();  // before o.opt.step(): the lr of epoch 0 is never used
     BOOST_TEST(w.count() == 1u);
-    BOOST_TEST(collected().front().find("a scheduler's step() ran before its optimizer's step(); call "
+    BOOST_TEST(w.messages().front().find("a scheduler's step() ran before its optimizer's step(); call "
                                         "opt.step() first, then sched.step()") != std::string::npos,
-               collected().front());
+               w.messages().front());
     o.opt.step();
     sched.step();
     sched.step();
@@ -928,12 +917,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_scheduler_stepped_before_its_optimizer_warns_onc
     BOOST_TEST(w.count() == 2u);
   }
   // nullptr drops warnings; set_warning_handler returns the handler it replaces
-  BOOST_TEST(kiln::set_warning_handler(nullptr) == &collect);
+  BOOST_TEST(kiln::set_warning_handler(nullptr) == &kiln::test::collect_warning);
   kiln::warn("dropped");
-  BOOST_TEST(kiln::set_warning_handler(&collect) == nullptr);
+  BOOST_TEST(kiln::set_warning_handler(&kiln::test::collect_warning) == nullptr);
   kiln::warn("kept");
   BOOST_TEST(w.count() == 3u);
-  BOOST_TEST(collected().back() == "kept");
+  BOOST_TEST(w.messages().back() == "kept");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
