@@ -24,6 +24,13 @@
 #define KILN_WITH_BLAS 0
 #endif
 
+// KILN_BOUNDS_CHECK: 1 makes a CPU tensor's t[i] and t(i, j, ...) check their indices (an IndexError, as
+// torch's indexing raises); 0, the default, leaves them unchecked, as libtorch's accessor (t.at(...) is
+// checked either way). Define it for the whole program: every translation unit must agree.
+#ifndef KILN_BOUNDS_CHECK
+#define KILN_BOUNDS_CHECK 0
+#endif
+
 #if KILN_CUDA_COMPILER
 #define KILN_HOST_DEVICE __host__ __device__
 #define KILN_DEVICE __device__

@@ -36,6 +36,12 @@ class ValueError : public Error {
   using Error::Error;
 };
 
+/// An element index outside its dimension (Tensor::at, and t[i] / t(i, ...) under KILN_BOUNDS_CHECK).
+class IndexError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A file that cannot be written or read: the message names it and what went wrong (CheckpointError,
 /// kiln::write_file_atomically).
 class FileError : public Error {

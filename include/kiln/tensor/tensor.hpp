@@ -1,6 +1,7 @@
 /// Tensor: typed element, compile-time shape (dynamic batch allowed), device; shared storage.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -142,26 +143,43 @@ class Tensor {
   TensorView<const T, S, D> view() const { return {data_, ext_}; }
 
   // ---- host element access (CPU tensors) ----
+  // Unchecked unless KILN_BOUNDS_CHECK (kiln/core/config.hpp); at() is checked and takes negative indices.
   T& operator[](index_t i)
     requires std::is_same_v<D, Cpu>
   {
+    if constexpr (KILN_BOUNDS_CHECK) check_flat(i);
     return data_[i];
   }
   const T& operator[](index_t i) const
     requires std::is_same_v<D, Cpu>
   {
+    if constexpr (KILN_BOUNDS_CHECK) check_flat(i);
     return data_[i];
   }
   /// Element at a multi-index, row-major: `t(n, c, h, w)`.
   template <class... I>
     requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
   T& operator()(I... idx) {
+    if constexpr (KILN_BOUNDS_CHECK) return data_[checked_offset(false, idx...)];
     return data_[offset(idx...)];
   }
   template <class... I>
     requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
   const T& operator()(I... idx) const {
+    if constexpr (KILN_BOUNDS_CHECK) return data_[checked_offset(false, idx...)];
     return data_[offset(idx...)];
+  }
+  /// t(i, j, ...) checked, with torch's negative indices (-1: the last): an index outside
+  /// [-size, size) of its dimension is an IndexError, "index 4 is out of bounds for dimension 0 with size 4".
+  template <class... I>
+    requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
+  T& at(I... idx) {
+    return data_[checked_offset(true, idx...)];
+  }
+  template <class... I>
+    requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
+  const T& at(I... idx) const {
+    return data_[checked_offset(true, idx...)];
   }
   /// The value of a one-element tensor, copied to the host (torch's item()).
   value_type item() const {
@@ -346,6 +364,27 @@ class Tensor {
     index_t off = 0;
     for (std::size_t d = 0; d != S::rank; ++d) off = off * ext_[d] + i[d];
     return off;
+  }
+  /// offset() after checking each index against its extent (negative ones counted from the end when
+  /// `negative`, as torch's).
+  template <class... I>
+  index_t checked_offset(bool negative, I... idx) const {
+    const std::array<index_t, S::rank> given{static_cast<index_t>(idx)...};
+    std::array<index_t, S::rank> i{};
+    for (std::size_t d = 0; d != S::rank; ++d) {
+      i[d] = negative && given[d] < 0 ? given[d] + ext_[d] : given[d];
+      if (i[d] < 0 || i[d] >= ext_[d])
+        throw IndexError("kiln::Tensor: index " + std::to_string(given[d]) + " is out of bounds for dimension " +
+                         std::to_string(d) + " with size " + std::to_string(ext_[d]));
+    }
+    index_t off = 0;
+    for (std::size_t d = 0; d != S::rank; ++d) off = off * ext_[d] + i[d];
+    return off;
+  }
+  void check_flat(index_t i) const {
+    if (i < 0 || i >= numel())
+      throw IndexError("kiln::Tensor: flat index " + std::to_string(i) + " is out of bounds for " +
+                       std::to_string(numel()) + " elements");
   }
 
   std::shared_ptr<Storage> storage_;
