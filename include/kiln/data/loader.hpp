@@ -162,7 +162,9 @@ class DataLoader {
     ++epoch_;
     return it;
   }
-  std::default_sentinel_t end() { return {}; }
+  // A loop over a loader starts an epoch (it moves the epoch counter): g++ prints the deleted line:
+  iterator begin() const = delete;  // a const DataLoader has no epochs to run: take the loader as L&, not const L&
+  std::default_sentinel_t end() const { return {}; }
 
   /// One epoch in flight: its order, and the workers collating ahead of the reader.
   class Epoch {
