@@ -1,4 +1,4 @@
-/// Printing a tensor as torch 1.13 prints it: `std::cout << x` writes `tensor([[1., 2.],\n        [3., 4.]])`.
+/// Printing a tensor as torch 1.13 prints it: `std::cout << x` writes `tensor([1.5000, 2.2500])`.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -20,8 +20,8 @@ namespace detail {
 /// A tensor's values on the host, as torch's printer reads them: floating types as double (half and
 /// bfloat16 through float, as torch's `self.float()`), integers as int64, bools as 0 / 1.
 struct PrintValues {
-  std::vector<double> real;            ///< floating tensors
-  std::vector<std::int64_t> integer;   ///< integer and bool tensors
+  std::vector<double> real;           ///< floating tensors
+  std::vector<std::int64_t> integer;  ///< integer and bool tensors
   std::vector<index_t> extents;
   bool floating = true;
   bool boolean = false;
@@ -124,9 +124,12 @@ class TensorPrinter {
     std::vector<std::string> parts;
     const bool last = d + 1 == v_.extents.size();
     for_shown(d, [&](index_t i) {
-      if (i < 0) parts.push_back(last ? " ..." : "...");
-      else if (last) parts.push_back(element(offset + i * strides_[d]));
-      else parts.push_back(tensor_str(d + 1, offset + i * strides_[d], indent + 1));
+      if (i < 0)
+        parts.push_back(last ? " ..." : "...");
+      else if (last)
+        parts.push_back(element(offset + i * strides_[d]));
+      else
+        parts.push_back(tensor_str(d + 1, offset + i * strides_[d], indent + 1));
     });
     std::string out = "[";
     if (last) {  // _vector_str: as many elements per line as fit in line_width
@@ -165,7 +168,8 @@ inline std::string format_tensor(const PrintValues& v, std::string_view dtype, i
     s += "[]";
     if (v.extents.size() != 1) {
       std::string size = "size=(";
-      for (std::size_t d = 0; d != v.extents.size(); ++d) size += (d ? ", " : "") + std::to_string(v.extents[d]);
+      for (std::size_t d = 0; d != v.extents.size(); ++d)
+        size += (d ? ", " : "") + std::to_string(v.extents[d]);
       suffixes.push_back(size + ")");
     }
     if (dtype != "float32") suffixes.push_back(dtype_suffix);
@@ -203,8 +207,10 @@ std::string to_string(const Tensor<T, S, D>& t) {
   if (t.numel() > 0) {
     const auto host = t.to_vector();
     for (const T x : host) {
-      if constexpr (std::is_floating_point_v<compute_t<T>>) v.real.push_back(static_cast<double>(to_compute(x)));
-      else v.integer.push_back(static_cast<std::int64_t>(x));
+      if constexpr (std::is_floating_point_v<compute_t<T>>)
+        v.real.push_back(static_cast<double>(to_compute(x)));
+      else
+        v.integer.push_back(static_cast<std::int64_t>(x));
     }
   }
   return detail::format_tensor(v, dtype_name<T>(), D::is_cuda ? t.device_index() : -1);

@@ -5,13 +5,12 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <kiln/tensor/print.hpp>
 #include <limits>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include <kiln/tensor/print.hpp>
 
 #include "support/policies.hpp"
 #include "support/reference.hpp"
@@ -59,10 +58,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(prints_as_torch_prints_on_each_device, D, kiln::te
 
   const auto h = kiln::test::make_tensor<D>(arange<kiln::half>(17, 0.25), Extents<Shape<dyn>>(17));
   // str((torch.arange(17.) / 4).half()): the suffixes pass column 80, so they start a line
-  BOOST_TEST(kiln::to_string(h) ==
-             "tensor([0.0000, 0.2500, 0.5000, 0.7500, 1.0000, 1.2500, 1.5000, 1.7500, 2.0000,\n"
-             "        2.2500, 2.5000, 2.7500, 3.0000, 3.2500, 3.5000, 3.7500, 4.0000],\n" +
-                 std::string(gpu ? "       device='cuda:0', dtype=torch.float16)" : "       dtype=torch.float16)"));
+  BOOST_TEST(
+      kiln::to_string(h) ==
+      "tensor([0.0000, 0.2500, 0.5000, 0.7500, 1.0000, 1.2500, 1.5000, 1.7500, 2.0000,\n"
+      "        2.2500, 2.5000, 2.7500, 3.0000, 3.2500, 3.5000, 3.7500, 4.0000],\n" +
+          std::string(gpu ? "       device='cuda:0', dtype=torch.float16)" : "       dtype=torch.float16)"));
 
   Tensor<float, Shape<dyn, 3>, D> empty(0);
   // str(torch.zeros(0, 3))
@@ -101,7 +101,8 @@ BOOST_AUTO_TEST_CASE(floats_print_the_shortest_form_that_shows_their_values) {
   // str(torch.tensor([1e-5, 1.])): the smallest below 1e-4
   BOOST_TEST(kiln::to_string(cpu<float>({1e-5f, 1.0f}, Extents<V>(2))) == "tensor([1.0000e-05, 1.0000e+00])");
   // str(torch.tensor([1., 2000.])): a ratio above 1000, integer values too
-  BOOST_TEST(kiln::to_string(cpu<float>({1.0f, 2000.0f}, Extents<V>(2))) == "tensor([1.0000e+00, 2.0000e+03])");
+  BOOST_TEST(kiln::to_string(cpu<float>({1.0f, 2000.0f}, Extents<V>(2))) ==
+             "tensor([1.0000e+00, 2.0000e+03])");
   // str(torch.tensor([1., 1000.])): a ratio of exactly 1000 is not above it
   BOOST_TEST(kiln::to_string(cpu<float>({1.0f, 1000.0f}, Extents<V>(2))) == "tensor([   1., 1000.])");
   // str(torch.tensor([0.5, 2e8])): the largest above 1e8
@@ -115,7 +116,8 @@ BOOST_AUTO_TEST_CASE(integers_and_bools_print_without_a_dot_and_other_dtypes_are
   // str(torch.tensor([1, -20, 300])): int64 is a default dtype, unnamed
   BOOST_TEST(kiln::to_string(cpu<std::int64_t>({1, -20, 300}, Extents<V>(3))) == "tensor([  1, -20, 300])");
   // str(torch.tensor([0, 255], dtype=torch.uint8))
-  BOOST_TEST(kiln::to_string(cpu<std::uint8_t>({0, 255}, Extents<V>(2))) == "tensor([  0, 255], dtype=torch.uint8)");
+  BOOST_TEST(kiln::to_string(cpu<std::uint8_t>({0, 255}, Extents<V>(2))) ==
+             "tensor([  0, 255], dtype=torch.uint8)");
   // str(torch.tensor([True, False]))
   Tensor<bool, Shape<2>> b;
   b[0] = true;
@@ -128,7 +130,8 @@ BOOST_AUTO_TEST_CASE(integers_and_bools_print_without_a_dot_and_other_dtypes_are
   BOOST_TEST(kiln::to_string(cpu<std::int32_t>(std::vector<std::int32_t>(16, 1), Extents<V>(16))) ==
              "tensor([1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], dtype=torch.int32)");
   // str(torch.tensor([1., 2.], dtype=torch.float64))
-  BOOST_TEST(kiln::to_string(cpu<double>({1.0, 2.0}, Extents<V>(2))) == "tensor([1., 2.], dtype=torch.float64)");
+  BOOST_TEST(kiln::to_string(cpu<double>({1.0, 2.0}, Extents<V>(2))) ==
+             "tensor([1., 2.], dtype=torch.float64)");
 }
 
 BOOST_AUTO_TEST_CASE(half_and_bfloat16_print_through_float_with_their_dtype) {
@@ -146,9 +149,11 @@ BOOST_AUTO_TEST_CASE(half_and_bfloat16_print_through_float_with_their_dtype) {
 BOOST_AUTO_TEST_CASE(nan_and_inf_print_as_python_writes_them) {
   using V = Shape<dyn>;
   // str(torch.tensor([1., float('nan'), float('-inf')])): no dot on them
-  BOOST_TEST(kiln::to_string(cpu<float>({1.0f, quiet_nan, -infinity}, Extents<V>(3))) == "tensor([1., nan, -inf])");
+  BOOST_TEST(kiln::to_string(cpu<float>({1.0f, quiet_nan, -infinity}, Extents<V>(3))) ==
+             "tensor([1., nan, -inf])");
   // str(torch.tensor([0.5, float('nan'), float('inf')]))
-  BOOST_TEST(kiln::to_string(cpu<float>({0.5f, quiet_nan, infinity}, Extents<V>(3))) == "tensor([0.5000,    nan,    inf])");
+  BOOST_TEST(kiln::to_string(cpu<float>({0.5f, quiet_nan, infinity}, Extents<V>(3))) ==
+             "tensor([0.5000,    nan,    inf])");
   // str(torch.tensor([float('nan')]))
   BOOST_TEST(kiln::to_string(cpu<float>({quiet_nan}, Extents<V>(1))) == "tensor([nan])");
 }
