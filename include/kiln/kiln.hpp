@@ -16,6 +16,7 @@
 #include "kiln/ops/matmul.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/allocator.hpp"
+#include "kiln/tensor/print.hpp"
 #include "kiln/tensor/shape.hpp"
 #include "kiln/tensor/storage.hpp"
 #include "kiln/tensor/tensor.hpp"
