@@ -710,9 +710,11 @@ inline int Suite::main(int argc, char** argv) {
     chosen.push_back(&*it);
   }
 
+  if (!optimized_build()) std::fprintf(stderr, "%s: %s\n", argv[0], unoptimized_build_warning);
   nlohmann::json out;
   out["tool"] = "kiln-bench";
   out["date"] = utc_now();
+  out["build"] = build_info();
   out["machine"] = machine_info();
   out["threads"] = omp_threads();
   out["device"] = device;
@@ -818,6 +820,7 @@ inline int Suite::main(int argc, char** argv) {
               "speed); unfused = one pass per operation; graph: the fused step replayed as a CUDA graph (and\n"
               "how much faster that is than the same fused step launched op by op)\n",
               device.c_str(), omp_threads(), omp_threads() == 1 ? "" : "s", bw * 1e-9, bw_before * 1e-9, bw_after * 1e-9);
+  if (!optimized_build()) std::printf("%s\n", unoptimized_build_warning);
   const char* header = "%-10s %-5s %8s %-5s %10s %10s %8s %11s %19s %9s %6s %6s %s\n";
   std::printf(header, "model", "prec", "batch", "mode", "fused ms", "unfused ms", "speedup", "passes", "MB moved",
               "Mop", "%bw f", "%bw u", "agreement");
