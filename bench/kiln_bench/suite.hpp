@@ -608,8 +608,9 @@ inline int Suite::main(int argc, char** argv) {
     for (const auto& e : entries_) std::fprintf(f, "  %s (%s)", e.name.c_str(), e.description.c_str());
     std::fprintf(f, "\n");
   };
-  // A whole decimal number or 2^K in [0, most]: all of v (std::stoll would take "12x" as 12).
-  const auto whole_number = [](const std::string& v, long long most = std::numeric_limits<long long>::max()) {
+  // A whole decimal number or 2^K in [least, most]: all of v (std::stoll would take "12x" as 12).
+  constexpr long long int_max = std::numeric_limits<int>::max(), any = std::numeric_limits<long long>::max();
+  const auto whole_number = [](const std::string& v, long long least, long long most) {
     const bool power = v.rfind("2^", 0) == 0;
     const char* begin = v.data() + (power ? 2 : 0);
     long long x = 0;
@@ -617,9 +618,16 @@ inline int Suite::main(int argc, char** argv) {
     if (ec != std::errc() || end != v.data() + v.size() || x < 0 || (power && x > 62))
       throw std::invalid_argument(v);
     if (power) x = 1ll << x;
-    if (x > most) throw std::invalid_argument(v);
+    if (x < least || x > most) throw std::invalid_argument(v);
     return x;
   };
+  // What each numeric option takes, as its message says when given something else.
+  const std::map<std::string, const char*> expected = {
+      {"--repeat", "a whole number from 1 to 2^31-1 (timed steps per measurement)"},
+      {"--warmup", "a whole number from 0 to 2^31-1 (untimed steps first)"},
+      {"--elements", "a whole number >= 0 or 2^K (0: no elementwise rows)"},
+      {"--copy-mib", "a whole number >= 1 (MiB copied to measure the bandwidth)"},
+      {"--batches", "batch sizes >= 1, comma-separated (32,128,512)"}};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -639,22 +647,19 @@ inline int Suite::main(int argc, char** argv) {
       else if (a == "--plot") plot_dir = v;
       else if (a == "--torch") torch = v;
       else if (a == "--graphs") graphs = v;
-      else if (a == "--repeat") repeat = static_cast<int>(whole_number(v, std::numeric_limits<int>::max()));
-      else if (a == "--warmup") warmup = static_cast<int>(whole_number(v, std::numeric_limits<int>::max()));
-      else if (a == "--elements") elements = whole_number(v);
-      else if (a == "--copy-mib") copy_mib = whole_number(v);
+      else if (a == "--repeat") repeat = static_cast<int>(whole_number(v, 1, int_max));
+      else if (a == "--warmup") warmup = static_cast<int>(whole_number(v, 0, int_max));
+      else if (a == "--elements") elements = whole_number(v, 0, any);
+      else if (a == "--copy-mib") copy_mib = whole_number(v, 1, any);
       else if (a == "--batches") {
         batches.clear();
-        for (const auto& b : detail::split_list(v)) batches.push_back(whole_number(b));
-        for (const auto b : batches)
-          if (b < 1) throw std::invalid_argument("a batch size below 1");
+        for (const auto& b : detail::split_list(v)) batches.push_back(whole_number(b, 1, any));
       } else {
         std::fprintf(stderr, "%s: unknown option %s (--help lists them)\n", argv[0], a.c_str());
         return 2;
       }
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "%s: %s %s: expected whole numbers >= 0 (batch sizes >= 1)\n", argv[0], a.c_str(),
-                   v.c_str());
+    } catch (const std::invalid_argument&) {  // only the numeric options throw it
+      std::fprintf(stderr, "%s: %s %s: expected %s\n", argv[0], a.c_str(), v.c_str(), expected.at(a));
       return 2;
     }
   }
@@ -694,8 +699,8 @@ inline int Suite::main(int argc, char** argv) {
     return 2;
   }
 #endif
-  if (repeat < 1 || warmup < 0 || batches.empty() || copy_mib < 1) {
-    std::fprintf(stderr, "%s: --repeat must be >= 1, --warmup >= 0, --copy-mib >= 1, --batches not empty\n", argv[0]);
+  if (batches.empty()) {
+    std::fprintf(stderr, "%s: --batches names no batch size\n", argv[0]);
     return 2;
   }
   if (elements < 0) elements = device == "cuda" ? index_t(1) << 26 : index_t(1) << 24;
