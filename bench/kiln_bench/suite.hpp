@@ -547,9 +547,10 @@ inline bool compare_with_torch(nlohmann::json& out, nlohmann::json& rows, nlohma
 }
 
 /// Issue #7's goals for an H200, checked against this run's ratios (the worst matching one of each):
-/// the fused elementwise chain at >= 90 % of the copy bandwidth, the MLP's fused training step >= 3x its
-/// unfused one, and LeNet's >= 3x PyTorch eager and >= 1.5x torch.compile. Printed as OK / MISS (not an
-/// error: a CPU is not an H200) and returned for the JSON.
+/// the fused elementwise chain at >= 90 % of the copy bandwidth, the MLP's fused training step >= 3x as
+/// fast as its unfused one, and LeNet's >= 3x as fast as PyTorch eager and >= 1.5x as torch.compile.
+/// Returned for the JSON; printed as OK / MISS (not an error: a CPU is not an H200) when the run measured
+/// at least one of them (a run of other models measures none).
 inline nlohmann::json report_goals(const nlohmann::json& ratios, const std::string& device) {
   struct Goal {
     const char* name;
@@ -558,13 +559,13 @@ inline nlohmann::json report_goals(const nlohmann::json& ratios, const std::stri
     double target;
   };
   const Goal goals[] = {
-      {"fused elementwise chain / copy bandwidth", "fused_fraction_of_bw_limit.chain.", ".pass", 0.90},
-      {"MLP training step, fused / unfused", "fused_over_unfused_step.mlp.", ".train", 3.0},
-      {"LeNet training step, kiln / PyTorch eager", "kiln_over_torch_eager.lenet.", ".train", 3.0},
-      {"LeNet training step, kiln / torch.compile", "kiln_over_torch_compile.lenet.", ".train", 1.5},
+      {"fused chain: fraction of the copy bandwidth", "fused_fraction_of_bw_limit.chain.", ".pass", 0.90},
+      {"MLP training: fused speed-up (unfused time / fused time)", "fused_over_unfused_step.mlp.", ".train", 3.0},
+      {"LeNet training: kiln speed-up (PyTorch eager time / kiln time)", "kiln_over_torch_eager.lenet.", ".train", 3.0},
+      {"LeNet training: kiln speed-up (torch.compile time / kiln time)", "kiln_over_torch_compile.lenet.", ".train", 1.5},
   };
   nlohmann::json out = nlohmann::json::array();
-  std::printf("\nissue #7's goals (set for an H200; this run is on %s): the worst matching ratio of each\n", device.c_str());
+  bool measured = false;
   for (const Goal& g : goals) {
     double worst = INFINITY;
     std::string where;
@@ -575,13 +576,22 @@ inline nlohmann::json report_goals(const nlohmann::json& ratios, const std::stri
         worst = value.get<double>(), where = key;
     }
     if (where.empty()) {
-      std::printf("  %-44s >= %4.2f  not measured\n", g.name, g.target);
       out.push_back({{"goal", g.name}, {"target", g.target}, {"status", "not measured"}});
       continue;
     }
+    measured = true;
     const bool ok = worst >= g.target;
-    std::printf("  %-44s >= %4.2f  %6.2f  %-4s (%s)\n", g.name, g.target, worst, ok ? "OK" : "MISS", where.c_str());
     out.push_back({{"goal", g.name}, {"target", g.target}, {"worst", worst}, {"at", where}, {"status", ok ? "OK" : "MISS"}});
+  }
+  if (!measured) return out;
+  std::printf("\nissue #7's goals (set for an H200; this run is on %s): the worst matching ratio of each\n", device.c_str());
+  for (const auto& g : out) {
+    const std::string name = g["goal"];
+    if (g["status"] == "not measured")
+      std::printf("  %-63s >= %4.2f  not measured\n", name.c_str(), g["target"].get<double>());
+    else
+      std::printf("  %-63s >= %4.2f  %6.2f  %-4s (%s)\n", name.c_str(), g["target"].get<double>(), g["worst"].get<double>(),
+                  g["status"].get<std::string>().c_str(), g["at"].get<std::string>().c_str());
   }
   std::fflush(stdout);
   return out;
@@ -752,7 +762,8 @@ inline int Suite::main(int argc, char** argv) {
                           {"fraction_of_bw_limit", r.fraction_of_bw_limit(bw)},
                           {"samples_per_s", static_cast<double>(r.batch) / r.seconds.median}};
   };
-  // The ratios of one fused / unfused pair under `key`.
+  // The ratios of one fused / unfused pair under `key` (fused_over_unfused_step: the fused speed-up,
+  // unfused time / fused time).
   const auto pair_ratios = [&](const StepResult& f, const StepResult& u, const std::string& key) {
     ratios["fused_over_unfused_step." + key] = u.seconds.median / f.seconds.median;
     ratios["unfused_over_fused_passes." + key] =
