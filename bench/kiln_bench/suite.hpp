@@ -388,6 +388,14 @@ inline double tolerance_of(const std::string& precision) {
   if (precision == "bf16") return 5e-2;
   return 1e-4;
 }
+/// Whether a measurement's repeats spread too wide for its median to mean much: its slowest step took
+/// over 1.5x its fastest.
+inline bool spread_wide(const Stats& s) { return s.max > 1.5 * s.min; }
+/// Whether the timings of a fused / unfused pair do not resolve its speed-up: either side's spread is
+/// wide, or their [min, max] ranges overlap.
+inline bool noisy(const Stats& fused, const Stats& unfused) {
+  return spread_wide(fused) || spread_wide(unfused) || (fused.min <= unfused.max && unfused.min <= fused.max);
+}
 }  // namespace detail
 
 /// Per model, precision and mode: step time against batch size (kiln fused, kiln unfused, PyTorch eager,
@@ -840,22 +848,33 @@ inline int Suite::main(int argc, char** argv) {
   const char* header = "%-10s %-5s %8s %-5s %10s %10s %8s %11s %19s %9s %6s %6s %s\n";
   std::printf(header, "model", "prec", "batch", "mode", "fused ms", "unfused ms", "speedup", "passes", "MB moved",
               "Mop", "%bw f", "%bw u", "agreement");
+  bool any_noisy = false;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const auto& [f, u, tail, launched] = pairs[i];
     if (i == model_pairs)
       std::printf("\nelementwise work alone (batch = elements): chain = relu(1.5 x - 0.25) 2 + 0.5, adam = an Adam step\n");
-    print_pair(f, u, tail);
-    rows.push_back(row_of(f));
-    rows.push_back(row_of(u));
+    const bool noisy = detail::noisy(f.seconds, u.seconds);
+    any_noisy = any_noisy || noisy;
+    print_pair(f, u, tail + (noisy ? " noisy" : ""));
+    for (const StepResult* r : {&f, &u}) {
+      auto row = row_of(*r);
+      row["noisy"] = noisy;
+      rows.push_back(std::move(row));
+    }
     const std::string key = f.model + "." + f.precision + "." + std::to_string(f.batch) + "." + f.mode;
     pair_ratios(f, u, key);
     if (launched) {
       auto row = row_of(*launched);
       row["launched"] = true;  // the fused step without its graph, for graph_over_launched_step
+      row["noisy"] = detail::spread_wide(launched->seconds);
       rows.push_back(std::move(row));
       ratios["graph_over_launched_step." + key] = launched->seconds.median / f.seconds.median;
     }
   }
+  if (any_noisy)
+    std::printf("noisy: the slowest of a row's fused or unfused steps took over 1.5x its fastest, or the fused and\n"
+                "unfused [min, max] ranges overlap: its speed-up is within the noise (a busy machine, or fusion buys\n"
+                "less than the spread); rerun with more --repeat and OMP_NUM_THREADS at most the idle cores\n");
   std::fflush(stdout);
   if (torch == "yes" && !compare_with_torch(out, rows, ratios, models, batches, precisions, device, warmup, repeat, elements))
     status = 1;
