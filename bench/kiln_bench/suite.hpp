@@ -188,7 +188,7 @@ StepResult measure_pass(F&& f, bool fused, int warmup, int repeat) {
 }
 
 /// Elementwise work alone, where memory is the only limit: `chain` is y = relu(1.5 x - 0.25) 2 + 0.5
-/// over n values of the precision's storage type (one pass fused, four unfused: bench_fusion's
+/// over n values of the precision's storage type (one pass fused, five unfused: bench_fusion's
 /// chain); `adam` is an Adam step over n fp32 parameters (one pass fused; torch's single-tensor order
 /// unfused).
 template <class Prec, class D>
