@@ -125,6 +125,11 @@ inline constexpr bool optimized_build() {
 #endif
 }
 
+/// What a bench prints, on its table and on stderr, when !optimized_build().
+inline constexpr const char* unoptimized_build_warning =
+    "WARNING: built without optimisation (no -O): these timings and ratios are not the library's; "
+    "build with preset cpu or cuda, not ci";
+
 /// What the numbers come from: optimised or not, assertions on or off, the compiler.
 inline nlohmann::json build_info() {
   nlohmann::json b;
@@ -365,9 +370,7 @@ class Harness {
     std::fprintf(f, "\n%s: n = %lld, %d rounds after %d warm-up, %d OpenMP thread(s)%s%s\n", title_.c_str(),
                  static_cast<long long>(config_.n), config_.repeat, config_.warmup, omp_threads(),
                  gpu_.empty() ? "" : ", GPU ", gpu_.c_str());
-    if (!optimized_build())
-      std::fprintf(f, "  WARNING: built without optimisation (no -O): these timings and ratios are not the "
-                      "library's; build with preset cpu or cuda, not ci\n");
+    if (!optimized_build()) std::fprintf(f, "  %s\n", unoptimized_build_warning);
     std::fprintf(f, "  %-22s %12s %12s %12s %10s  %s\n", "case", "median ms", "min ms", "max ms", "GB/s", "");
     for (const auto& c : cases_) {
       char bw[32] = "-";

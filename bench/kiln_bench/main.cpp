@@ -3,8 +3,9 @@
 // Adam through the GradScaler) and an inference step (no gradients), each fused (kiln's default) and
 // unfused (kiln::Unfused: one pass per operation, layer and activation apart, the optimizer in torch's
 // single-tensor order), over batch sizes and precisions; a table, --json with the ratios
-// (fused_over_unfused_step.<model>.<precision>.<batch>.<mode>, unfused_over_fused_passes..., and the
-// fused/unfused agreement), and --plot DIR (gnuplot). See docs/benchmarks.md.
+// (fused_over_unfused_step.<model>.<precision>.<batch>.<mode>, the fused speed-up: unfused time / fused
+// time; unfused_over_fused_passes..., and the fused/unfused agreement), and --plot DIR (gnuplot). See
+// docs/benchmarks.md.
 //
 //   ./build/cpu/bench/kiln-bench --batches 32,128,512 --precisions fp32,bf16 --json kb.json --plot kb
 #include "kiln_bench/suite.hpp"
