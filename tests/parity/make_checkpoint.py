@@ -1,8 +1,7 @@
 #!/usr/bin/python3
 """Writes tests/parity/fixtures/lenet_state.safetensors: a PyTorch LeNet's state_dict in the
-safetensors format (written here by hand, byte for byte what safetensors.torch.save_file writes:
-an 8-byte little-endian header size, a JSON header in the reference writer's order (by dtype, highest
-first, then name), then the raw tensors), and lenet_output.json: the logits of that model for a fixed
+safetensors format (scripts/safetensors_torch.py's save_file: byte for byte what
+safetensors.torch.save_file writes), and lenet_output.json: the logits of that model for a fixed
 input; the same for a small network with BatchNorm2d and BatchNorm1d (batchnorm_state.safetensors, with
 its running statistics and int64 num_batches_tracked, and batchnorm_output.json: its evaluation output).
 kiln's tests load the files into kiln's models and must reproduce the outputs (weights moving from
@@ -14,32 +13,14 @@ LeNet itself changes)
 """
 import json
 import os
-import struct
+import sys
 
 import torch
 import torch.nn as nn
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
-
-
-DTYPES = {torch.float32: ("F32", 11), torch.int64: ("I64", 13)}  # name, rank in safetensors' Dtype order
-
-
-def save_file(tensors, path):
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors, key=lambda n: (-DTYPES[tensors[n].dtype][1], n)):
-        t = tensors[name].detach().contiguous()
-        b = t.numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype][0], "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
-        offset += len(b)
-        blobs.append(b)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from safetensors_torch import save_file  # noqa: E402  (byte for byte the reference writer's files)
 
 
 def main():

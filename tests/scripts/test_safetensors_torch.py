@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""scripts/safetensors_torch.py: its save_file writes what the reference writer writes (the committed
+fixture tests/parity/fixtures/lenet_state.safetensors, which kiln's tests load, comes back byte for
+byte), every dtype and shape round-trips with its metadata, and the command converts a torch.save'd
+state_dict to safetensors and back. Exit 77 (CTest: skipped) without torch."""
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+try:
+    import torch
+except ImportError:
+    print("skipped: torch is not importable by", sys.executable, "(Debian: python3-torch)")
+    sys.exit(77)
+from safetensors_torch import load_file, read_header, save_file  # noqa: E402
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    fixture = os.path.join(ROOT, "tests", "parity", "fixtures", "lenet_state.safetensors")
+    state = load_file(fixture)
+    check(sorted(state) == sorted(f"{i}.{p}" for i in (0, 3, 7, 9, 11) for p in ("weight", "bias")),
+          "the fixture's LeNet names")
+    check(tuple(state["0.weight"].shape) == (6, 3, 5, 5) and state["0.weight"].dtype == torch.float32,
+          "0.weight is F32 [6, 3, 5, 5]")
+    again = os.path.join(tmp, "again.safetensors")
+    save_file(state, again)
+    with open(fixture, "rb") as a, open(again, "rb") as b:
+        check(a.read() == b.read(), "save_file(load_file(fixture)) is the fixture, byte for byte")
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        "f32": torch.randn(2, 3, generator=g),
+        "f64": torch.randn(4, generator=g, dtype=torch.float64),
+        "f16": torch.randn(3, 1, generator=g).half(),
+        "bf16": torch.randn(5, generator=g).bfloat16(),
+        "i64": torch.tensor([3, -1, 2**40]),
+        "i32": torch.tensor([[7, -8]], dtype=torch.int32),
+        "u8": torch.tensor([0, 255], dtype=torch.uint8),
+        "bool": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 4),
+        "strided": torch.arange(12.0).reshape(3, 4).t(),  # not contiguous: written as its values
+    }
+    path = os.path.join(tmp, "all.safetensors")
+    save_file(tensors, path, metadata={"epoch": 3})
+    back = load_file(path)
+    check(sorted(back) == sorted(tensors), "every name comes back")
+    for name, t in tensors.items():
+        check(back[name].dtype == t.dtype and back[name].shape == t.shape and torch.equal(back[name], t),
+              f"{name}: dtype, shape and values")
+    _, header, metadata = read_header(path)
+    check(metadata == {"epoch": "3"}, "metadata as strings")
+    check(list(header)[:4] == ["i64", "f64", "empty", "f32"], "by dtype, widest first, then name, as the reference writer")
+
+    pt, st, pt2 = (os.path.join(tmp, n) for n in ("model.pt", "model.safetensors", "back.pt"))
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU(), torch.nn.Linear(2, 1))
+    torch.save({"epoch": 1, "model_state_dict": net.state_dict()}, pt)
+    script = os.path.join(ROOT, "scripts", "safetensors_torch.py")
+    r = subprocess.run([sys.executable, script, pt, st], capture_output=True, text=True)
+    check(r.returncode == 0 and "taking its 'model_state_dict'" in r.stderr, "a training checkpoint's state_dict is found")
+    r = subprocess.run([sys.executable, script, st, pt2], capture_output=True, text=True)
+    loaded = torch.load(pt2)
+    check(r.returncode == 0 and all(torch.equal(loaded[k], v) for k, v in net.state_dict().items()),
+          ".pt -> .safetensors -> .pt keeps every tensor")
+    r = subprocess.run([sys.executable, script, "--list", st], capture_output=True, text=True)
+    check(r.returncode == 0 and "0.weight  F32  [2, 3]" in r.stdout, "--list names dtypes and shapes")
+    torch.save({"epoch": 1}, pt)
+    r = subprocess.run([sys.executable, script, pt, st], capture_output=True, text=True)
+    check(r.returncode != 0 and "neither a module, a dict of tensors" in r.stderr, "no state_dict: said so")
+
+print(f"{len(failures)} failed")
+sys.exit(1 if failures else 0)
