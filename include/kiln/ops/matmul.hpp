@@ -71,6 +71,24 @@ void check_matmul_disjoint(const C& c, const X& x, const char* which) {
                    ", which the product reads while it writes C; write into a tensor of its own");
 }
 
+/// matmul's first checks, in order: tensors (or transposed ones), then matrices (C too: its rank RankC).
+/// Each guards the next, and the caller runs nothing past a false: the first that fails is the only error.
+template <class A, class B, std::size_t RankC = 2>
+constexpr bool matmul_operands_ok() {
+  using TA = typename matmul_operand<A>::tensor_type;
+  using TB = typename matmul_operand<B>::tensor_type;
+  constexpr bool operands = tensor<TA> && tensor<TB>;
+  static_assert(operands, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
+                          "evaluate expressions first with kiln::eval()");
+  if constexpr (!operands) {
+    return false;
+  } else {
+    constexpr bool matrices = TA::rank == 2 && TB::rank == 2 && RankC == 2;
+    static_assert(matrices, "kiln::matmul: operands must be matrices (rank 2); kiln has no batched matmul");
+    return matrices;
+  }
+}
+
 /// What matmul returns after its static_assert failed: a value, so that the caller's `auto c = ...` adds
 /// no error of its own to the one above.
 struct no_matmul_result {};
@@ -123,19 +141,7 @@ void matmul_checked(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alph
 /// precision: float32 accumulation into a float32 result, as a weight gradient in an fp32 arena).
 template <class A, class B, class TC, class SC, class DC>
 void matmul_into(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alpha = 1.0, double beta = 0.0) {
-  using OA = detail::matmul_operand<A>;
-  using OB = detail::matmul_operand<B>;
-  using TA = typename OA::tensor_type;
-  using TB = typename OB::tensor_type;
-  // Each check guards the next (if constexpr): the first that fails is the only error.
-  constexpr bool operands = tensor<TA> && tensor<TB>;
-  static_assert(operands, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
-                          "evaluate expressions first with kiln::eval()");
-  if constexpr (operands) {
-    constexpr bool matrices = TA::rank == 2 && TB::rank == 2 && SC::rank == 2;
-    static_assert(matrices, "kiln::matmul: operands must be matrices (rank 2); kiln has no batched matmul");
-    if constexpr (matrices) detail::matmul_checked(c, a_, b_, alpha, beta);
-  }
+  if constexpr (detail::matmul_operands_ok<A, B, SC::rank>()) detail::matmul_checked(c, a_, b_, alpha, beta);
 }
 
 /// op(A) op(B) as a new tensor [M, N] (M may be dyn).
@@ -145,14 +151,7 @@ auto matmul(const A& a, const B& b) {
   using OB = detail::matmul_operand<B>;
   using TA = typename OA::tensor_type;
   using TB = typename OB::tensor_type;
-  constexpr bool operands = tensor<TA> && tensor<TB>;
-  static_assert(operands, "kiln::matmul: operands must be tensors or kiln::transposed(tensor); "
-                          "evaluate expressions first with kiln::eval()");
-  if constexpr (!operands) {
-    return detail::no_matmul_result{};
-  } else if constexpr (!(TA::rank == 2 && TB::rank == 2)) {
-    static_assert(detail::dependent_false<A>,
-                  "kiln::matmul: operands must be matrices (rank 2); kiln has no batched matmul");
+  if constexpr (!detail::matmul_operands_ok<A, B>()) {
     return detail::no_matmul_result{};
   } else {
     constexpr index_t M = OA::trans ? TA::shape_type::extents[1] : TA::shape_type::extents[0];
