@@ -733,6 +733,7 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
       note(detail::take_entry(entries, b.name, b.shape, b.integer, "buffer", buffers.data() + b.offset));
   }
   std::string unexpected;
+  std::vector<std::string> unexpected_names;
   for (const auto& [name, e] : entries) {
     const auto ends_with = [&](std::string_view s) { return name.size() > s.size() && name.ends_with(s); };
     const bool extra = extras.contains(name);
@@ -740,22 +741,30 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
                                             ends_with(".running_var") || ends_with(".num_batches_tracked")))
       continue;
     unexpected += (unexpected.empty() ? "'" : ", '") + detail::name_shown(name) + "' " + detail::shape_text(e.shape);
+    unexpected_names.push_back(name);
   }
   if (!unexpected.empty()) {
     std::string hint = "the checkpoint is of another model";
-    // Names that a model of the same layers gives them as attributes (self.conv.weight), not as kiln's
-    // positions (0.weight): the same tensors, perhaps, under torch module names kiln does not use.
+    // The same tensors, perhaps, under other names: a DataParallel/DDP wrapper's (module.0.weight), or a
+    // torch module's attributes (self.fc1: fc1.weight) where kiln numbers a Sequential's layers.
     const bool missing = std::any_of(problems.begin(), problems.end(), [](const std::string& p) {
       return p.starts_with("missing ");
     });
-    const bool named = std::none_of(entries.begin(), entries.end(), [&](const auto& kv) {
-      return !extras.contains(kv.first) && !kv.first.starts_with("optimizer.") && !kv.first.empty() &&
-             kv.first[0] >= '0' && kv.first[0] <= '9';
-    });
-    if (missing && named)
-      hint += ", or of one whose layers are named attributes (self.conv, self.fc: conv.weight, fc.bias): kiln "
-              "names them by position as nn.Sequential does (0.weight, 3.bias; model.named_parameters() in "
-              "order); rename the keys";
+    const auto all_unexpected = [&](auto pred) {
+      return std::all_of(unexpected_names.begin(), unexpected_names.end(), pred);
+    };
+    const auto positional = [](const std::string& n) { return n[0] >= '0' && n[0] <= '9'; };
+    const auto params = model.named_parameters();
+    if (missing && all_unexpected([](const std::string& n) { return n.starts_with("module."); })) {
+      hint += ", or of this one saved through a DataParallel or DistributedDataParallel wrapper (its names start "
+              "with 'module.'): save the wrapped module's state_dict, or strip the prefix";
+    } else if (missing && !params.empty() && all_unexpected([&](const std::string& n) { return !positional(n); })) {
+      hint += ", or of one whose layers are named attributes (self.fc1: fc1.weight, fc1.bias), where this "
+              "model's names are '" + detail::name_shown(params.front().name) + "'" +
+              (params.size() > 1 ? ", '" + detail::name_shown(params[1].name) + "', ..." : std::string()) +
+              " (model.named_parameters(), in order; a Sequential numbers its layers as nn.Sequential does); "
+              "rename the keys";
+    }
     note("unexpected parameters " + unexpected + ": the model has none of that name; " + hint);
   }
   if (!problems.empty()) {

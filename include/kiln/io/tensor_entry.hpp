@@ -35,6 +35,9 @@ SafetensorsEntry to_entry(const Tensor<T, S, D>& t) {
 template <class T, class S, class D = Cpu>
 Tensor<T, S, D> tensor_from_entry(const SafetensorsEntry& e, const std::string& name = "the entry",
                                   int device = -1) {
+  static_assert(std::string_view(safetensors_dtype<T>()) != "?",
+                "kiln::tensor_from_entry: safetensors has no dtype kiln reads into this element type (float, "
+                "double, half, bfloat16, int64, int32, uint8)");
   constexpr bool floating = std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
   const bool entry_floating = e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "F32" || e.dtype == "F64";
   const std::string who = "kiln::tensor_from_entry: '" + detail::name_shown(name) + "' ";
@@ -51,7 +54,7 @@ Tensor<T, S, D> tensor_from_entry(const SafetensorsEntry& e, const std::string& 
     if (S::extents[d] != dyn && e.shape[d] != S::extents[d])
       throw ShapeError(who + "has shape " + detail::shape_text(e.shape) + ", expected " + shape_name<S>() +
                        " (extent " + std::to_string(d) + " is static: " + std::to_string(S::extents[d]) + ")");
-  std::vector<T> values(static_cast<std::size_t>(ext.numel()));
+  std::vector<T> values(static_cast<std::size_t>(detail::checked_numel(ext, sizeof(T), "kiln::tensor_from_entry")));
   if (e.bytes.size() != values.size() * detail::dtype_size(e.dtype))
     throw ValueError(who + "holds " + std::to_string(e.bytes.size()) + " bytes for shape " +
                      detail::shape_text(e.shape) + " of " + e.dtype);

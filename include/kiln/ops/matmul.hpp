@@ -108,11 +108,12 @@ void matmul_checked(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alph
   static_assert(types_match,
                 "kiln::matmul: A, B and C must have the same element type (C may be float when A and B are half "
                 "or bfloat16); cast<T>() one of them");
-  static_assert(std::is_same_v<typename TA::device, DC> && std::is_same_v<typename TB::device, DC>,
-                "kiln::matmul: wrong device: A, B and C must live on the same device");
+  constexpr bool devices_match = std::is_same_v<typename TA::device, DC> && std::is_same_v<typename TB::device, DC>;
+  if constexpr (types_match)  // (each check only after the one before it holds: one error)
+    static_assert(devices_match, "kiln::matmul: wrong device: A, B and C must live on the same device");
   constexpr index_t ka = OA::trans ? TA::shape_type::extents[0] : TA::shape_type::extents[1];
   constexpr index_t kb = OB::trans ? TB::shape_type::extents[1] : TB::shape_type::extents[0];
-  static_assert(matmul_inner_extents_must_match<ka, kb>::value);
+  if constexpr (types_match && devices_match) static_assert(matmul_inner_extents_must_match<ka, kb>::value);
   const auto& a = OA::get(a_);
   const auto& b = OB::get(b_);
   const index_t m = OA::trans ? a.size(1) : a.size(0), k = OA::trans ? a.size(0) : a.size(1);
@@ -130,7 +131,7 @@ void matmul_checked(Tensor<TC, SC, DC>& c, const A& a_, const B& b_, double alph
     count_pass({bytes_of<TAB>(m * k + k * n) + c_bytes * (beta != 0.0 ? 2 : 1),
                 2 * static_cast<std::uint64_t>(m) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(k)});
   }
-  if constexpr (types_match)  // (else the static_assert above is the one error)
+  if constexpr (types_match && devices_match)  // (else a static_assert above is the one error)
     gemm_backend<DC>::template run<TAB, TC>(OA::trans, OB::trans, m, n, k, alpha, a.data(), a.size(1), b.data(),
                                             b.size(1), beta, c.data(), n, c.device_index());
 }

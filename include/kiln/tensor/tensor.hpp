@@ -2,6 +2,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -144,39 +145,43 @@ class Tensor {
 
   // ---- host element access (CPU tensors) ----
   // Unchecked unless KILN_BOUNDS_CHECK (kiln/core/config.hpp); at() is checked and takes negative indices.
+  // `Checked` is a template argument, so that a checked and an unchecked translation unit instantiate two
+  // functions of their own (one body under one name would break the one-definition rule).
+  template <bool Checked = KILN_BOUNDS_CHECK != 0>
   T& operator[](index_t i)
     requires std::is_same_v<D, Cpu>
   {
-    if constexpr (KILN_BOUNDS_CHECK) check_flat(i);
+    if constexpr (Checked) check_flat(i);
     return data_[i];
   }
+  template <bool Checked = KILN_BOUNDS_CHECK != 0>
   const T& operator[](index_t i) const
     requires std::is_same_v<D, Cpu>
   {
-    if constexpr (KILN_BOUNDS_CHECK) check_flat(i);
+    if constexpr (Checked) check_flat(i);
     return data_[i];
   }
   /// Element at a multi-index, row-major: `t(n, c, h, w)`.
-  template <class... I>
+  template <class... I, bool Checked = KILN_BOUNDS_CHECK != 0>
     requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
   T& operator()(I... idx) {
-    if constexpr (KILN_BOUNDS_CHECK) return data_[checked_offset(false, idx...)];
+    if constexpr (Checked) return data_[checked_offset(false, idx...)];
     return data_[offset(idx...)];
   }
-  template <class... I>
+  template <class... I, bool Checked = KILN_BOUNDS_CHECK != 0>
     requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
   const T& operator()(I... idx) const {
-    if constexpr (KILN_BOUNDS_CHECK) return data_[checked_offset(false, idx...)];
+    if constexpr (Checked) return data_[checked_offset(false, idx...)];
     return data_[offset(idx...)];
   }
   /// t(i, j, ...) checked, with torch's negative indices (-1: the last): an index outside
   /// [-size, size) of its dimension is an IndexError, "index 4 is out of bounds for dimension 0 with size 4".
-  template <class... I>
+  template <std::integral... I>
     requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
   T& at(I... idx) {
     return data_[checked_offset(true, idx...)];
   }
-  template <class... I>
+  template <std::integral... I>
     requires(sizeof...(I) == S::rank && std::is_same_v<D, Cpu>)
   const T& at(I... idx) const {
     return data_[checked_offset(true, idx...)];
@@ -369,6 +374,7 @@ class Tensor {
   /// `negative`, as torch's).
   template <class... I>
   index_t checked_offset(bool negative, I... idx) const {
+    if (data_ == nullptr) throw IndexError("kiln::Tensor: element access to a tensor with no storage");
     const std::array<index_t, S::rank> given{static_cast<index_t>(idx)...};
     std::array<index_t, S::rank> i{};
     for (std::size_t d = 0; d != S::rank; ++d) {

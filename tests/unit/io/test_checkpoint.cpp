@@ -205,7 +205,7 @@ BOOST_AUTO_TEST_CASE(a_model_of_another_shape_is_rejected_with_both_shapes) {
   BOOST_TEST(mlp.parameters().to_vector() == before, boost::test_tools::per_element());
 }
 
-BOOST_AUTO_TEST_CASE(a_checkpoint_of_named_attributes_is_rejected_with_the_renaming_that_fixes_it) {
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_other_names_is_rejected_with_the_renaming_that_fixes_it) {
   // torch's `class Net(nn.Module)` with self.fc1, self.fc2, self.fc3 saves fc1.weight, ...: the MLP's
   // tensors under names kiln does not use (it names layers by position, as nn.Sequential does). The
   // error says to rename the keys; renamed, the same tensors load.
@@ -221,8 +221,18 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_named_attributes_is_rejected_with_the_renam
   BOOST_TEST(rejects(dir / "attributes.safetensors", [](const std::string& m) {
     return contains(m, "missing parameter '0.weight' (shape [16, 13])") &&
            contains(m, "unexpected parameters 'fc1.bias' [16], 'fc1.weight' [16, 13]") &&
-           contains(m, "kiln names them by position as nn.Sequential does (0.weight, 3.bias; "
-                       "model.named_parameters() in order); rename the keys");
+           contains(m, "or of one whose layers are named attributes (self.fc1: fc1.weight, fc1.bias), where this "
+                       "model's names are '0.weight', '0.bias', ... (model.named_parameters(), in order; a "
+                       "Sequential numbers its layers as nn.Sequential does); rename the keys");
+  }));
+  // A DataParallel / DDP wrapper's state_dict: the same names after 'module.'.
+  std::map<std::string, kiln::SafetensorsEntry> wrapped;
+  for (auto& [name, e] : kiln::read_safetensors(dir / "positions.safetensors")) wrapped["module." + name] = e;
+  kiln::write_safetensors(dir / "wrapped.safetensors", wrapped);
+  BOOST_TEST(rejects(dir / "wrapped.safetensors", [](const std::string& m) {
+    return contains(m, "saved through a DataParallel or DistributedDataParallel wrapper (its names start with "
+                       "'module.'): save the wrapped module's state_dict, or strip the prefix") &&
+           !contains(m, "rename the keys");
   }));
   std::map<std::string, kiln::SafetensorsEntry> renamed;
   for (const auto& [kiln_name, torch_name] : torch_names) renamed[kiln_name] = named.at(torch_name);

@@ -56,6 +56,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_floating_point_entry_converts_into_the_tensors_t
     BOOST_TEST(as_float[i] == static_cast<float>(wide[i]));
     BOOST_TEST(kiln::to_compute(as_half[i]) == kiln::to_compute(kiln::from_compute<kiln::half>(wide[i])));
   }
+  // Rounded once: 1 + 2^-11 + 2^-40 lies just above the half midpoint between 1 and 1 + 2^-10, so it
+  // rounds up; through float first it would lose 2^-40, land on the midpoint and round to even, 1.
+  const std::vector<double> above_midpoint{1.0 + 0x1p-11 + 0x1p-40};
+  const auto once = kiln::tensor_from_entry<kiln::half, Shape<1>, D>(kiln::make_entry<double>(above_midpoint, {1}));
+  BOOST_TEST(kiln::to_compute(once.to_vector()[0]) == 1.0f + 0x1p-10f);
   // Half bits back into float: exact (every half is a float).
   const auto f16 = kiln::to_entry(kiln::tensor_from_entry<kiln::half, Shape<2, 2>>(f64));
   BOOST_TEST(f16.dtype == "F16");
@@ -76,6 +81,9 @@ BOOST_AUTO_TEST_CASE(an_entry_that_does_not_fit_is_refused_naming_it_and_what_wa
   BOOST_CHECK_EXCEPTION((void)(kiln::tensor_from_entry<float, Shape<dyn>>(kiln::make_entry<std::int64_t>(two, {2}))),
                         kiln::ValueError,
                         says("'the entry' is I64, expected a floating-point dtype (F16, BF16, F32 or F64)"));
+  auto negative = x;  // a hand-made entry (make_entry checks nothing): no allocation of -2 rows
+  negative.shape = {-2, 3};
+  BOOST_CHECK_THROW((void)(kiln::tensor_from_entry<float, Shape<dyn, 3>>(negative, "x")), kiln::ShapeError);
   auto short_bytes = x;
   short_bytes.bytes.resize(20);
   BOOST_CHECK_EXCEPTION((void)(kiln::tensor_from_entry<float, Shape<dyn, 3>>(short_bytes, "x")), kiln::ValueError,

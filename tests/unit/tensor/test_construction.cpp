@@ -12,6 +12,8 @@ using kiln::dyn;
 using kiln::Extents;
 using kiln::Shape;
 using kiln::Tensor;
+template <class X, class I>
+concept at_takes = requires(X& t, I i) { t.at(i, 0); };
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(tensor)
@@ -278,6 +280,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_empty_dynamic_tensor_takes_the_extents_it_is_as
   auto e = kiln::eval(src + 1.0f);  // eval: a new tensor of the expression's type and extents
   static_assert(std::is_same_v<decltype(e), Tensor<float, Shape<dyn, 7>, D>>);
   BOOST_TEST(kiln::to_string(e.extents()) == "[3, 7]");
+}
+
+BOOST_AUTO_TEST_CASE(at_is_checked_in_every_build_and_counts_negative_indices_from_the_end) {
+  // (this module is built without KILN_BOUNDS_CHECK; tests/unit/bounds has it on)
+  Tensor<float, Shape<dyn, 3>> x(2);
+  for (kiln::index_t i = 0; i < 6; ++i) x[i] = static_cast<float>(i);
+  BOOST_TEST(x.at(1, 2) == 5.0f);
+  BOOST_TEST(x.at(-1, -3) == 3.0f);
+  BOOST_CHECK_THROW((void)x.at(2, 0), kiln::IndexError);
+  BOOST_CHECK_THROW((void)x.at(0, -4), kiln::IndexError);
+  const Tensor<float, Shape<dyn, 3>> empty;
+  BOOST_CHECK_THROW((void)empty.at(0, 0), kiln::IndexError);  // no rows at all
+  static_assert(!at_takes<Tensor<float, Shape<dyn, 3>>, double>, "at() takes integer indices");
+  static_assert(at_takes<Tensor<float, Shape<dyn, 3>>, int>);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
