@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """safetensors files from PyTorch without the `safetensors` package (Debian 12 packages none): torch
-state_dicts and kiln checkpoints move both ways. Byte for byte what safetensors.torch.save_file writes:
-an 8-byte little-endian header size, a JSON header (`__metadata__` first, then the tensors by dtype,
-widest first, then name), padded with spaces to 8 bytes, then the raw little-endian tensors.
+state_dicts and kiln checkpoints move both ways. Laid out as safetensors.torch.save_file lays a file
+out: an 8-byte little-endian header size, a JSON header (`__metadata__` first, then the tensors by
+dtype, widest first, then name; names in UTF-8), padded with spaces to 8 bytes, then the raw
+little-endian tensors (with several metadata keys the reference writer's order is its hash map's, so
+only the bytes of the header's metadata may differ). Reading checks the header as kiln's reader does:
+offsets in order, contiguous, inside the file; every shape the size of its bytes.
 
 As a module (scripts/ on sys.path, or a copy of this file beside your script):
     from safetensors_torch import save_file, load_file
@@ -40,7 +43,7 @@ def save_file(tensors, path, metadata=None):
         order.append(name)
     order.sort(key=lambda n: (-DTYPES[tensors[n].dtype][1], n))
     header, blobs, offset = {}, [], 0
-    if metadata:
+    if metadata is not None:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name in order:
         t = tensors[name].detach().to("cpu").contiguous()
@@ -49,7 +52,7 @@ def save_file(tensors, path, metadata=None):
                         "data_offsets": [offset, offset + len(b)]}
         offset += len(b)
         blobs.append(b)
-    text = json.dumps(header, separators=(",", ":")).encode()
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
@@ -67,9 +70,47 @@ def read_header(path):
     (n,) = struct.unpack("<Q", data[:8])
     if n > len(data) - 8:
         raise ValueError(f"{path}: header size {n} does not fit the file ({len(data)} bytes): not safetensors")
-    header = json.loads(data[8:8 + n])
-    metadata = header.pop("__metadata__", {}) or {}
-    return data[8 + n:], header, metadata
+    try:
+        header = json.loads(data[8:8 + n])
+    except ValueError as e:
+        raise ValueError(f"{path}: the header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: the header is a JSON {type(header).__name__}, expected an object")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError(f"{path}: __metadata__ must map names to strings")
+    data = data[8 + n:]
+    end_of_last = 0
+    for name, e in sorted(header.items(), key=lambda kv: _offsets(path, kv[0], kv[1])):
+        begin, end = _offsets(path, name, e)
+        if e.get("dtype") not in BY_NAME:
+            raise ValueError(f"{path}: {name}: dtype {e.get('dtype')!r} is not one of {', '.join(BY_NAME)}")
+        shape = e.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            raise ValueError(f"{path}: {name}: shape {shape!r}, expected a list of whole numbers >= 0")
+        count = 1
+        for d in shape:
+            count *= d
+        size = count * torch.empty(0, dtype=BY_NAME[e["dtype"]]).element_size()
+        if end - begin != size:
+            raise ValueError(f"{path}: {name}: data_offsets [{begin}, {end}] hold {end - begin} bytes; "
+                             f"{e['dtype']} {shape} needs {size}")
+        if begin != end_of_last:
+            raise ValueError(f"{path}: {name}: data starts at {begin}, expected {end_of_last} "
+                             f"(the tensors' data is contiguous, in offset order)")
+        end_of_last = end
+    if end_of_last != len(data):
+        raise ValueError(f"{path}: the tensors end at byte {end_of_last} of the data, which has {len(data)}")
+    return data, header, metadata
+
+
+def _offsets(path, name, e):
+    offsets = e.get("data_offsets") if isinstance(e, dict) else None
+    if not (isinstance(offsets, list) and len(offsets) == 2 and
+            all(isinstance(o, int) and not isinstance(o, bool) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+        raise ValueError(f"{path}: {name}: data_offsets {offsets!r}, expected [begin, end] with 0 <= begin <= end")
+    return offsets
 
 
 def load_file(path):
@@ -77,8 +118,6 @@ def load_file(path):
     data, header, _ = read_header(path)
     out = {}
     for name, e in header.items():
-        if e["dtype"] not in BY_NAME:
-            raise ValueError(f"{path}: {name}: dtype {e['dtype']} is not one of {', '.join(BY_NAME)}")
         begin, end = e["data_offsets"]
         dtype = BY_NAME[e["dtype"]]
         raw = bytearray(data[begin:end])
@@ -116,6 +155,9 @@ def main(argv):
         print(__doc__.split("\n\n")[-1], file=sys.stderr)
         return 2
     src, dst = argv
+    if src.endswith(".safetensors") == dst.endswith(".safetensors"):
+        print(f"{src} -> {dst}: exactly one of the two must end in .safetensors (the direction)", file=sys.stderr)
+        return 2
     if src.endswith(".safetensors"):
         torch.save(load_file(src), dst)
     else:
