@@ -4,17 +4,64 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/errors.hpp"
 #include "kiln/core/half.hpp"
 #include "kiln/core/nan.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln {
+
+/// torch.set_printoptions' fields, with its defaults. sci_mode unset: chosen per tensor (torch's None).
+struct PrintOptions {
+  int precision = 4;         ///< digits after the point
+  index_t threshold = 1000;  ///< more elements than this are summarised
+  index_t edgeitems = 3;     ///< items shown at each end of a summarised dimension
+  int linewidth = 80;        ///< characters per line before a row wraps
+  std::optional<bool> sci_mode = std::nullopt;  ///< true or false: always or never scientific
+};
+
+namespace detail {
+struct PrintOptionsCell {
+  std::mutex m;
+  PrintOptions o;
+};
+inline PrintOptionsCell& print_options_cell() {
+  static PrintOptionsCell cell;
+  return cell;
+}
+}  // namespace detail
+
+/// The options every later print uses, for the whole program (torch.set_printoptions); returns the
+/// ones it replaces. Unlike torch's keywords, a field not given is its default, not left as it was:
+/// `auto old = kiln::set_printoptions({.precision = 2}); ...; kiln::set_printoptions(old);`. A
+/// precision outside [0, 30], a negative threshold or edgeitems, or a linewidth below 1 is a ValueError.
+inline PrintOptions set_printoptions(const PrintOptions& o) {
+  if (o.precision < 0 || o.precision > 30 || o.threshold < 0 || o.edgeitems < 0 || o.linewidth < 1)
+    throw ValueError("kiln::set_printoptions: precision " + std::to_string(o.precision) + ", threshold " +
+                     std::to_string(o.threshold) + ", edgeitems " + std::to_string(o.edgeitems) + ", linewidth " +
+                     std::to_string(o.linewidth) + "; expected a precision in [0, 30], a threshold and "
+                     "edgeitems >= 0, a linewidth >= 1");
+  auto& cell = detail::print_options_cell();
+  const std::lock_guard lock(cell.m);
+  PrintOptions old = cell.o;
+  cell.o = o;
+  return old;
+}
+/// The options prints use now.
+inline PrintOptions printoptions() {
+  auto& cell = detail::print_options_cell();
+  const std::lock_guard lock(cell.m);
+  return cell.o;
+}
+
 namespace detail {
 
 /// A tensor's values on the host, as torch's printer reads them: floating types as double (half and
@@ -27,13 +74,11 @@ struct PrintValues {
   bool boolean = false;
 };
 
-/// torch._tensor_str with its default options (precision 4, threshold 1000, edgeitems 3, linewidth 80).
+/// torch._tensor_str under the print options `o`.
 class TensorPrinter {
  public:
-  static constexpr index_t threshold = 1000, edge_items = 3;
-  static constexpr int line_width = 80;
-
-  explicit TensorPrinter(const PrintValues& v) : v_(v) {
+  TensorPrinter(const PrintValues& v, const PrintOptions& o)
+      : v_(v), threshold_(o.threshold), edge_items_(o.edgeitems), line_width_(o.linewidth), precision_(o.precision) {
     const std::size_t rank = v.extents.size();
     strides_.assign(rank, 1);
     index_t numel = 1;
@@ -41,7 +86,7 @@ class TensorPrinter {
       strides_[d] = numel;
       numel *= v.extents[d];
     }
-    summarize_ = numel > threshold;
+    summarize_ = numel > threshold_;
     std::vector<index_t> kept;  // the flat indices printed: torch's get_summarized_data
     collect(0, 0, kept);
     measure(kept);
@@ -49,17 +94,21 @@ class TensorPrinter {
 
   /// The bracketed values (no `tensor(` prefix); `indent` is the prefix's length.
   std::string body(int indent) const { return v_.extents.empty() ? element(0) : tensor_str(0, 0, indent); }
+  /// A sci_mode the options force, once the widths are measured in the mode chosen (as torch does).
+  void force_sci_mode(std::optional<bool> sci) {
+    if (sci) sci_mode_ = *sci;
+  }
 
  private:
-  /// Indices along dimension d that are shown: all, or the first and last edge_items with `...` between.
-  bool elided(std::size_t d) const { return summarize_ && v_.extents[d] > 2 * edge_items; }
+  /// Indices along dimension d that are shown: all, or the first and last edge items with `...` between.
+  bool elided(std::size_t d) const { return summarize_ && v_.extents[d] > 2 * edge_items_; }
   template <class F>
   void for_shown(std::size_t d, F f) const {
     const index_t n = v_.extents[d];
     for (index_t i = 0; i != n; ++i) {
-      if (elided(d) && i == edge_items) {
+      if (elided(d) && i == edge_items_) {
         f(index_t{-1});  // the `...`
-        i = n - edge_items - 1;
+        i = n - edge_items_ - 1;
         continue;
       }
       f(i);
@@ -109,8 +158,8 @@ class TensorPrinter {
     const double x = v_.real[static_cast<std::size_t>(i)];
     if (is_nan(x)) return "nan";
     if (is_inf_or_nan(x)) return x < 0 ? "-inf" : "inf";
-    char buf[400];  // "%.0f" of 1.8e308 has 309 digits
-    std::snprintf(buf, sizeof buf, sci_mode_ ? "%.4e" : int_mode_ ? "%.0f" : "%.4f", x);
+    char buf[400];  // "%.30f" of 1.8e308: 309 digits, the point and 30 more
+    std::snprintf(buf, sizeof buf, sci_mode_ ? "%.*e" : "%.*f", sci_mode_ || !int_mode_ ? precision_ : 0, x);
     std::string s = buf;
     if (int_mode_ && !sci_mode_) s += '.';
     return s;
@@ -132,9 +181,9 @@ class TensorPrinter {
         parts.push_back(tensor_str(d + 1, offset + i * strides_[d], indent + 1));
     });
     std::string out = "[";
-    if (last) {  // _vector_str: as many elements per line as fit in line_width
+    if (last) {  // _vector_str: as many elements per line as fit in the line width
       const std::size_t per_line =
-          static_cast<std::size_t>(std::max(1, (line_width - indent) / static_cast<int>(width_ + 2)));
+          static_cast<std::size_t>(std::max(1, (line_width_ - indent) / static_cast<int>(width_ + 2)));
       for (std::size_t k = 0; k != parts.size(); ++k) {
         if (k) out += k % per_line ? ", " : ",\n" + std::string(static_cast<std::size_t>(indent) + 1, ' ');
         out += parts[k];
@@ -148,6 +197,8 @@ class TensorPrinter {
   }
 
   const PrintValues& v_;
+  const index_t threshold_, edge_items_;
+  const int line_width_, precision_;
   std::vector<index_t> strides_;
   bool summarize_ = false, int_mode_ = true, sci_mode_ = false;
   std::size_t width_ = 1;
@@ -156,7 +207,8 @@ class TensorPrinter {
 /// `tensor(...)` with torch's suffixes: the device, the size of an empty tensor, a dtype other than
 /// float32, int64 and bool (any dtype but float32 when empty); a suffix that would pass column 80
 /// starts a line.
-inline std::string format_tensor(const PrintValues& v, std::string_view dtype, int cuda_device) {
+inline std::string format_tensor(const PrintValues& v, std::string_view dtype, int cuda_device,
+                                 const PrintOptions& o = printoptions()) {
   constexpr int indent = 7;  // "tensor("
   std::string s = "tensor(";
   std::vector<std::string> suffixes;
@@ -174,14 +226,16 @@ inline std::string format_tensor(const PrintValues& v, std::string_view dtype, i
     }
     if (dtype != "float32") suffixes.push_back(dtype_suffix);
   } else {
-    s += TensorPrinter(v).body(indent);
+    TensorPrinter printer(v, o);
+    printer.force_sci_mode(o.sci_mode);
+    s += printer.body(indent);
     if (dtype != "float32" && dtype != "int64" && dtype != "bool") suffixes.push_back(dtype_suffix);
   }
   const std::size_t nl = s.rfind('\n');
   // torch's _add_suffixes, with its count: without a newline the line counts two more than it holds
   std::size_t last_line = nl == std::string::npos ? s.size() + 2 : s.size() - nl + 1;
   for (const std::string& suffix : suffixes) {
-    if (last_line + suffix.size() + 2 > static_cast<std::size_t>(TensorPrinter::line_width)) {
+    if (last_line + suffix.size() + 2 > static_cast<std::size_t>(o.linewidth)) {
       s += ",\n" + std::string(indent, ' ') + suffix;
       last_line = indent + suffix.size();
     } else {

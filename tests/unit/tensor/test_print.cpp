@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <kiln/tensor/print.hpp>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -237,6 +238,46 @@ BOOST_AUTO_TEST_CASE(more_than_1000_elements_are_summarised_by_3_at_each_end) {
 }
 
 // kiln::to_string(extents) is still the extents' "[2, 2]" next to the tensor's overload (and ADL finds both).
+BOOST_AUTO_TEST_CASE(set_printoptions_changes_what_later_prints_show_as_torchs_does) {
+  // Each string: torch.set_printoptions(<the options>); str(<the tensor>) (then the defaults again).
+  struct Restore {
+    kiln::PrintOptions old = kiln::printoptions();
+    ~Restore() { kiln::set_printoptions(old); }
+  } restore;
+  using M22 = Shape<2, 2>;
+  using V = Shape<dyn>;
+  const auto m = cpu<float, M22>({1.23456f, -2.5f, 3.0f, 4.125f});
+  BOOST_TEST(kiln::set_printoptions({.precision = 2}).precision == 4);  // returns the ones it replaces
+  BOOST_TEST(kiln::to_string(m) == "tensor([[ 1.23, -2.50],\n        [ 3.00,  4.12]])");  // precision=2
+  kiln::set_printoptions({.threshold = 5, .edgeitems = 2});
+  BOOST_TEST(kiln::to_string(cpu<float, V>(arange(10), Extents<V>(10))) == "tensor([0., 1.,  ..., 8., 9.])");
+  kiln::set_printoptions({.threshold = 5, .edgeitems = 1});  // torch.arange(12.).reshape(3, 4) / 3
+  BOOST_TEST(kiln::to_string(cpu<float, Shape<3, 4>>(arange(12, 1.0 / 3))) ==
+             "tensor([[0.0000,  ..., 1.0000],\n        ...,\n        [2.6667,  ..., 3.6667]])");
+  kiln::set_printoptions({.linewidth = 40});  // torch.arange(20.) * 1.5
+  BOOST_TEST(kiln::to_string(cpu<float, V>(arange(20, 1.5), Extents<V>(20))) ==
+             "tensor([ 0.0000,  1.5000,  3.0000,\n         4.5000,  6.0000,  7.5000,\n         9.0000, 10.5000, "
+             "12.0000,\n        13.5000, 15.0000, 16.5000,\n        18.0000, 19.5000, 21.0000,\n        22.5000, "
+             "24.0000, 25.5000,\n        27.0000, 28.5000])");
+  kiln::set_printoptions({.linewidth = 20});  // torch.arange(6, dtype=torch.int32)
+  BOOST_TEST(kiln::to_string(cpu<std::int32_t, V>(arange<std::int32_t>(6), Extents<V>(6))) ==
+             "tensor([0, 1, 2, 3,\n        4, 5],\n       dtype=torch.int32)");
+  kiln::set_printoptions({.sci_mode = true});
+  BOOST_TEST(kiln::to_string(cpu<float, Shape<3>>({1.5f, 2.25f, 1000.0f})) ==
+             "tensor([1.5000e+00, 2.2500e+00, 1.0000e+03])");
+  kiln::set_printoptions({.precision = 1, .sci_mode = true});
+  BOOST_TEST(kiln::to_string(cpu<float, Shape<3>>({1.0f, 2.0f, 3.0f})) == "tensor([1.0e+00, 2.0e+00, 3.0e+00])");
+  // Forced off, the widths are still those of the mode torch would have chosen (scientific here).
+  kiln::set_printoptions({.sci_mode = false});
+  BOOST_TEST(kiln::to_string(cpu<float, Shape<3>>({1e-5f, 1.0f, 2000.0f})) ==
+             "tensor([    0.0000,     1.0000,  2000.0000])");
+  BOOST_TEST(kiln::to_string(cpu<float, Shape<3>>({1.0f, 2.0f, 30000.0f})) ==
+             "tensor([        1.,         2.,     30000.])");
+  BOOST_CHECK_THROW(kiln::set_printoptions({.precision = -1}), kiln::ValueError);
+  BOOST_CHECK_THROW(kiln::set_printoptions({.linewidth = 0}), kiln::ValueError);
+  BOOST_TEST((kiln::printoptions().sci_mode == std::optional<bool>(false)));  // a refused call changes nothing
+}
+
 BOOST_AUTO_TEST_CASE(to_string_of_extents_is_unchanged) {
   const auto m = cpu<float, Shape<2, 2>>({1, 2, 3, 4});
   BOOST_TEST(to_string(m.extents()) == "[2, 2]");
