@@ -26,7 +26,8 @@
 
 // KILN_BOUNDS_CHECK: 1 makes a CPU tensor's t[i] and t(i, j, ...) check their indices (an IndexError, as
 // torch's indexing raises); 0, the default, leaves them unchecked, as libtorch's accessor (t.at(...) is
-// checked either way). Define it for the whole program: every translation unit must agree.
+// checked either way). The check is a template argument of those operators, so translation units built
+// with and without it link together, each keeping its own; define it for the whole program to check all.
 #ifndef KILN_BOUNDS_CHECK
 #define KILN_BOUNDS_CHECK 0
 #endif

@@ -357,7 +357,7 @@ class DataLoader {
     pin_ = o_.pin_memory && pinning_available();
     if (o_.drop_last && samples() > 0 && size() == 0)  // allowed, as in torch, but never what was meant
       kiln::warn("kiln::data::DataLoader: drop_last with batch_size " + std::to_string(o_.batch_size) + " over " +
-           std::to_string(samples()) + " samples an epoch drops them all: every epoch is empty");
+                 std::to_string(samples()) + " samples an epoch drops them all: every epoch is empty");
   }
   /// A DistributedSampler without world_size and rank (or with a rank outside it), or a RandomSampler with
   /// a negative num_samples or over an empty dataset, throws here, not at the first epoch.
