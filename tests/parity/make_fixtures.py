@@ -367,10 +367,8 @@ def mlp_fixture():
     return {**runs, "output": tensor(out), "loss": f32([loss.item()])[0], "grad": grad, "optimizers": optimizers}
 
 
-def mlp_runs_fixture(configs, steps=STEPS):
-    """mlp.json's model, batch and initial weights with the optimizer runs of `configs` (name, torch
-    optimizer, its keyword arguments; `steps` steps each), in a file of their own."""
-    _, x, target, initial = mlp_draws()
+def mlp_file(x, target, initial, runs):
+    """A file of optimizer runs on mlp.json's model: its batch and initial weights, and the runs."""
     return {
         "torch_version": torch.__version__,
         "seed": SEED,
@@ -378,8 +376,16 @@ def mlp_runs_fixture(configs, steps=STEPS):
         "state_dict": {k: tensor(v) for k, v in initial.items()},
         "input": tensor(x),
         "target": tensor(target),
-        "optimizers": optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target, steps),
+        "optimizers": runs,
     }
+
+
+def mlp_runs_fixture(configs, steps=STEPS):
+    """mlp.json's model, batch and initial weights with the optimizer runs of `configs` (name, torch
+    optimizer, its keyword arguments; `steps` steps each), in a file of their own."""
+    _, x, target, initial = mlp_draws()
+    return mlp_file(x, target, initial,
+                    optimizer_runs(make_mlp, initial, configs, torch.nn.MSELoss(), x, target, steps))
 
 
 def mlp_maximize_fixture():
@@ -434,6 +440,83 @@ def mlp_adamax_adadelta_fixture():
         ("adadelta", "Adadelta", dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0)),
         ("adadelta_l2_rho_maximize", "Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=1e-2, maximize=True)),
     ])
+
+
+def grouped(model, groups):
+    """torch's param_groups for `groups` (names and options): group 0 the parameters no group names."""
+    named = dict(model.named_parameters())
+    listed = {n for g in groups for n in g["params"]}
+    out = [{"params": [p for n, p in model.named_parameters() if n not in listed]}]
+    for g in groups:
+        out.append({"params": [named[n] for n in g["params"]], **{k: v for k, v in g.items() if k != "params"}})
+    return out
+
+
+def make_scheduler(opt, spec):
+    S = torch.optim.lr_scheduler
+    kind = spec["type"]
+    if kind == "SequentialLR":
+        parts = [make_scheduler(opt, part) for part in spec["schedulers"]]
+        return S.SequentialLR(opt, parts, milestones=spec["milestones"])
+    return getattr(S, kind)(opt, **{k: v for k, v in spec.items() if k != "type"})
+
+
+def mlp_param_groups_fixture():
+    """mlp.json's model and batch with parameter groups: group 1 the biases without weight decay, group
+    2 the last weight with three times the lr (group 0 the other weights, the optimizer's options), for
+    every optimizer; then with schedulers stepped after each step, recording every group's lr."""
+    _, x, target, initial = mlp_draws()
+    groups = lambda lr: [{"params": ["0.bias", "2.bias", "4.bias"], "weight_decay": 0.0},
+                         {"params": ["4.weight"], "lr": 3 * lr}]
+    configs = [
+        ("sgd_nesterov", "SGD", dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-2, nesterov=True), None),
+        ("adam_l2", "Adam", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False), None),
+        ("adamw_amsgrad", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=True), None),
+        ("rmsprop_centered_momentum_l2", "RMSprop",
+         dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=1e-2, momentum=0.9, centered=True), None),
+        ("adagrad_decay_l2", "Adagrad",
+         dict(lr=5e-2, lr_decay=0.1, weight_decay=1e-2, initial_accumulator_value=0.1, eps=1e-10), None),
+        ("nadam_l2", "NAdam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2, momentum_decay=1e-2), None),
+        ("radam_l2", "RAdam", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2), None),
+        ("adamax_l2", "Adamax", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2), None),
+        ("adadelta_l2", "Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=1e-2), None),
+        ("adamw_cosine", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=False),
+         {"type": "CosineAnnealingLR", "T_max": 3, "eta_min": 1e-3}),
+        ("sgd_step", "SGD", dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-2, nesterov=False),
+         {"type": "StepLR", "step_size": 2, "gamma": 0.5}),
+        ("sgd_onecycle", "SGD", dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-2, nesterov=False),
+         {"type": "OneCycleLR", "max_lr": 0.05, "total_steps": 8}),
+        ("adam_sequential", "Adam", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False),
+         {"type": "SequentialLR", "milestones": [2],
+          "schedulers": [{"type": "LinearLR", "start_factor": 0.5, "end_factor": 1.0, "total_iters": 2},
+                         {"type": "ExponentialLR", "gamma": 0.9}]}),
+    ]
+    runs = []
+    for name, kind, options, scheduler in configs:
+        m = make_mlp()
+        m.load_state_dict(initial)
+        group_specs = groups(options["lr"])
+        opt = getattr(torch.optim, kind)(grouped(m, group_specs), foreach=False, **options)
+        sched = make_scheduler(opt, scheduler) if scheduler else None
+        lrs = []
+        steps = 4 if scheduler else STEPS
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.MSELoss()(m(x), target).backward()
+            opt.step()
+            if sched:
+                sched.step()
+                lrs.append([g["lr"] for g in opt.param_groups])
+        opts = dict(options)
+        if "betas" in opts:
+            opts["betas"] = list(opts["betas"])
+        run = {"name": name, "type": kind, "options": opts, "steps": steps, "groups": group_specs,
+               "parameters": {k: tensor(v) for k, v in m.state_dict().items()}}
+        if scheduler:
+            run["scheduler"] = scheduler
+            run["lrs"] = lrs
+        runs.append(run)
+    return mlp_file(x, target, initial, runs)
 
 
 def lr_sequence(make_scheduler, base_lr, epochs):
@@ -1277,6 +1360,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "mlp_adagrad.json": lambda: mlp_adagrad_fixture(),
             "mlp_nadam_radam.json": lambda: mlp_nadam_radam_fixture(),
             "mlp_adamax_adadelta.json": lambda: mlp_adamax_adadelta_fixture(),
+            "mlp_param_groups.json": lambda: mlp_param_groups_fixture(),
             "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
             "clip_coefficient.json": lambda: clip_coefficient_fixture(),

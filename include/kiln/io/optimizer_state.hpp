@@ -44,6 +44,11 @@ namespace kiln {
 /// checkpoint's; kiln fixes them, and amsgrad, centered and nesterov shape the state, at construction), else
 /// a CheckpointError names both. A checkpoint without them (written before kiln saved them) leaves the
 /// optimizer's; its maximize, which kiln did not have then, counts as false.
+/// Parameter groups (add_param_group), as torch's param_groups: "optimizer.param_groups" (their number,
+/// where more than one) and for each group k >= 1 "optimizer.param_groups.k.params" (its parameters'
+/// names, comma-separated), ".lr" and ".weight_decay". The optimizer being loaded must have the same
+/// groups (add them before loading; torch: "loaded state dict has a different number of parameter
+/// groups"), each with the same parameters and weight decay; their learning rates are restored.
 struct OptimizerState {
   std::map<std::string, SafetensorsEntry> entries;
   std::map<std::string, std::string> metadata;
@@ -192,6 +197,49 @@ auto restored_betas(const Options& o, const std::map<std::string, std::string>& 
   return betas;
 }
 
+/// A group's parameter names as metadata: "0.bias,2.bias".
+inline std::string joined_names(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& n : names) text += (text.empty() ? "" : ",") + n;
+  return text;
+}
+
+/// The lrs of a checkpoint's groups 1, 2, ... after checking that its groups are the optimizer's: as
+/// many, each with the same parameters and weight decay (a CheckpointError naming the difference).
+template <class Opt>
+std::vector<double> restored_group_lrs(const Opt& opt, const std::map<std::string, std::string>& meta,
+                                       const std::string& type, const std::string& path) {
+  std::size_t saved = 1;
+  if (const auto it = meta.find("optimizer.param_groups"); it != meta.end()) {
+    const auto r = std::from_chars(it->second.data(), it->second.data() + it->second.size(), saved);
+    if (r.ec != std::errc() || r.ptr != it->second.data() + it->second.size() || saved < 1)
+      throw CheckpointError("kiln: " + path + ": metadata 'optimizer.param_groups' is '" + it->second +
+                            "'; expected a count of parameter groups (1 or more)");
+  }
+  if (saved != opt.param_group_count())
+    throw CheckpointError("kiln: " + path + ": the checkpoint's " + type + " has " + std::to_string(saved) +
+                          " parameter groups, this one " + std::to_string(opt.param_group_count()) +
+                          " (torch: loaded state dict has a different number of parameter groups); add the "
+                          "same groups with add_param_group before loading");
+  std::vector<double> lrs;
+  for (std::size_t k = 1; k < saved; ++k) {
+    const std::string group = "param_groups." + std::to_string(k) + ".";
+    const auto names = meta.find("optimizer." + group + "params");
+    const std::string mine = joined_names(opt.group_parameter_names(k));
+    if (names == meta.end() || names->second != mine)
+      throw CheckpointError("kiln: " + path + ": the checkpoint's parameter group " + std::to_string(k) + " holds " +
+                            (names == meta.end() ? std::string("no parameter names") : "'" + names->second + "'") +
+                            ", this one '" + mine + "'; add the checkpoint's groups in its order before loading");
+    if (!meta.contains("optimizer." + group + "lr"))
+      throw CheckpointError("kiln: " + path + ": no metadata 'optimizer." + group + "lr'");
+    hyper_must_match(meta, group + "weight_decay", opt.group_weight_decay(k), type, path);
+    const double lr = hyper_value(meta, group + "lr", 0.0, path);
+    if (!(lr >= 0.0)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer." + group + "lr' is negative");
+    lrs.push_back(lr);
+  }
+  return lrs;
+}
+
 template <class Arena>
 void add_arena(OptimizerState& s, const std::string& name, const Arena& a) {
   using M = typename Arena::element_type;
@@ -268,6 +316,15 @@ OptimizerState optimizer_state(const Opt& opt) {
     hyper("nesterov", o.nesterov);
   }
   hyper("maximize", o.maximize);
+  if (opt.param_group_count() > 1) {
+    s.metadata["optimizer.param_groups"] = std::to_string(opt.param_group_count());
+    for (std::size_t k = 1; k < opt.param_group_count(); ++k) {
+      const std::string group = "param_groups." + std::to_string(k) + ".";
+      hyper(group + "lr", opt.group_lr(k));
+      hyper(group + "weight_decay", opt.group_weight_decay(k));
+      s.metadata["optimizer." + group + "params"] = detail::joined_names(opt.group_parameter_names(k));
+    }
+  }
   if constexpr (detail::adam_like<Opt>) {
     detail::add_arena(s, "optimizer.exp_avg", opt.exp_avg());
     detail::add_arena(s, "optimizer.exp_avg_sq", opt.exp_avg_sq());
@@ -322,6 +379,7 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
   const double lr = detail::hyper_value(metadata, "lr", opt.lr(), path);
   if (!(lr >= 0.0)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.lr' is negative");
   detail::hyper_must_match(metadata, "weight_decay", o.weight_decay, expected, path);
+  const std::vector<double> group_lrs = detail::restored_group_lrs(opt, metadata, expected, path);
   if constexpr (detail::adam_like<Opt>) {
     detail::hyper_must_match(metadata, "eps", o.eps, expected, path);
     detail::hyper_must_match(metadata, "amsgrad", o.amsgrad, expected, path);
@@ -459,7 +517,10 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     }
     if constexpr (write) opt.set_momentum(momentum);  // after the buffers: one turned on starts them afresh
   }
-  if constexpr (write) opt.set_lr(lr);
+  if constexpr (write) {
+    opt.set_lr(lr);
+    for (std::size_t k = 0; k < group_lrs.size(); ++k) opt.set_group_lr(k + 1, group_lrs[k]);
+  }
 }
 }  // namespace detail
 

@@ -179,8 +179,13 @@ class Model {
   }
   arena_type& gradients() { return grads_; }
   const arena_type& gradients() const { return grads_; }
-  /// Names, offsets and shapes in PyTorch's state_dict spelling ("0.weight", "2.bias").
-  std::vector<ParameterInfo> named_parameters() const { return net_.parameters(); }
+  /// Names, offsets and shapes in PyTorch's state_dict spelling ("0.weight", "2.bias"), each marked as
+  /// this model's (ParameterInfo::arena).
+  std::vector<ParameterInfo> named_parameters() const {
+    std::vector<ParameterInfo> all = net_.parameters();
+    for (auto& p : all) p.arena = params_.data();
+    return all;
+  }
   network& net() { return net_; }
   [[nodiscard]] std::string summary(index_t batch = 1) const { return net_.summary(batch); }
 

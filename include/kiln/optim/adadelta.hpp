@@ -79,8 +79,8 @@ struct AdadeltaStep {
 ///   kiln::optim::Adadelta opt(model);   // lr 1.0, rho 0.9, eps 1e-6
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class Adadelta : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<AdadeltaOptions> {
-  using base = detail::ParameterArenas<M, D, W>;
+class Adadelta : public detail::ParameterArenas<M, D, W, Adadelta<M, D, W>>, public detail::OptionsAndSteps<AdadeltaOptions> {
+  using base = detail::ParameterArenas<M, D, W, Adadelta>;
   using base::g_, base::p_, base::work_;
 
  public:
@@ -89,7 +89,7 @@ class Adadelta : public detail::ParameterArenas<M, D, W>, public detail::Options
   using options_type = AdadeltaOptions;
 
   Adadelta(arena_type& params, arena_type& grads, AdadeltaOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "Adadelta"), detail::OptionsAndSteps<AdadeltaOptions>(o) {
+      : base(params, grads, work, "Adadelta", o.lr, o.weight_decay), detail::OptionsAndSteps<AdadeltaOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "Adadelta", "learning rate");
     if (!(o.rho >= 0.0 && o.rho <= 1.0))
@@ -101,24 +101,31 @@ class Adadelta : public detail::ParameterArenas<M, D, W>, public detail::Options
   }
   template <detail::trainable_model Model>
   explicit Adadelta(Model& m, AdadeltaOptions o = {})
-      : Adadelta(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+      : Adadelta(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
+    if (!fusion_enabled()) this->require_one_group();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
     ++steps_;
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::AdadeltaStep<M, W>::C;
     const double rho = o_.rho;
-    const auto run = [&](auto l2) {
-      kiln::detail::executor<D>::for_each(
-          p_.numel(), detail::AdadeltaStep<M, W, decltype(l2)::value>{
-                          p_.data(), g_.data(), v_.data(), a_.data(), work_, static_cast<C>(rho),
-                          static_cast<C>(1.0 - rho), static_cast<C>(o_.eps), static_cast<C>(o_.weight_decay),
-                          static_cast<C>(-static_cast<double>(o_.lr)), o_.maximize});
-    };
-    detail::with_flag(o_.weight_decay != 0.0, run);
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
+    this->for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
+      const auto run = [&](auto l2) {
+        kiln::detail::executor<D>::for_each(
+            n, detail::AdadeltaStep<M, W, decltype(l2)::value>{
+                   this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
+                   this->shifted(v_.data(), offset), this->shifted(a_.data(), offset), this->shifted(work_, offset),
+                   static_cast<C>(rho), static_cast<C>(1.0 - rho), static_cast<C>(o_.eps),
+                   static_cast<C>(weight_decay), static_cast<C>(-lr), o_.maximize});
+      };
+      detail::with_flag(weight_decay != 0.0, run);
+    });
   }
   /// torch's state["square_avg"], for checkpoints.
   arena_type& square_avg() { return v_; }

@@ -74,8 +74,8 @@ struct AdagradStep {
 ///   kiln::optim::Adagrad opt(model, {.lr = 0.05});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<AdagradOptions> {
-  using base = detail::ParameterArenas<M, D, W>;
+class Adagrad : public detail::ParameterArenas<M, D, W, Adagrad<M, D, W>>, public detail::OptionsAndSteps<AdagradOptions> {
+  using base = detail::ParameterArenas<M, D, W, Adagrad>;
   using base::g_, base::p_, base::work_;
 
  public:
@@ -84,7 +84,7 @@ class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
   using options_type = AdagradOptions;
 
   Adagrad(arena_type& params, arena_type& grads, AdagradOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "Adagrad"), detail::OptionsAndSteps<AdagradOptions>(o) {
+      : base(params, grads, work, "Adagrad", o.lr, o.weight_decay), detail::OptionsAndSteps<AdagradOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "Adagrad", "learning rate");
     detail::require_non_negative(o.lr_decay, "Adagrad", "lr_decay value");
@@ -95,33 +95,38 @@ class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
   }
   template <detail::trainable_model Model>
   explicit Adagrad(Model& m, AdagradOptions o = {})
-      : Adagrad(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+      : Adagrad(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
+    if (!fusion_enabled()) this->require_one_group();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
     ++steps_;
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::AdagradStep<M, W>::C;
-    const auto run = [&](auto l2) {
-      kiln::detail::executor<D>::for_each(
-          p_.numel(), detail::AdagradStep<M, W, decltype(l2)::value>{
-                          p_.data(), g_.data(), sum_.data(), work_, static_cast<C>(-step_lr()),
-                          static_cast<C>(o_.eps), static_cast<C>(o_.weight_decay), o_.maximize});
-    };
-    detail::with_flag(o_.weight_decay != 0.0, run);
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
+    this->for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
+      const auto run = [&](auto l2) {
+        kiln::detail::executor<D>::for_each(
+            n, detail::AdagradStep<M, W, decltype(l2)::value>{
+                   this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
+                   this->shifted(sum_.data(), offset), this->shifted(work_, offset), static_cast<C>(-step_lr(lr)),
+                   static_cast<C>(o_.eps), static_cast<C>(weight_decay), o_.maximize});
+      };
+      detail::with_flag(weight_decay != 0.0, run);
+    });
   }
   /// torch's state["sum"], for checkpoints.
   arena_type& sum() { return sum_; }
   const arena_type& sum() const { return sum_; }
 
  private:
-  /// The learning rate of the step being taken (steps_ counts it): lr / (1 + (t - 1) lr_decay), in
-  /// double as torch's clr.
-  double step_lr() const {
-    return static_cast<double>(o_.lr) / (1.0 + static_cast<double>(steps_ - 1) * o_.lr_decay);
-  }
+  /// The learning rate of the step being taken (steps_ counts it) for a group's lr: lr / (1 + (t - 1)
+  /// lr_decay), in double as torch's clr.
+  double step_lr(double lr) const { return lr / (1.0 + static_cast<double>(steps_ - 1) * o_.lr_decay); }
   /// step() as torch.optim.Adagrad(foreach=False) runs it: -g into a new tensor (maximize); g + wd p into
   /// a new tensor; sum += g g; std = sqrt(sum), += eps; p += (-clr g) / std; and the working copy
   /// rewritten from p (mixed precision).
@@ -132,7 +137,7 @@ class Adagrad : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
     arena_type std_(p_.extents(), p_.device_index());
     kiln::assign(std_, kiln::sqrt(sum_));
     kiln::assign(std_, std_ + C(o_.eps));
-    kiln::assign(p_, p_ + (g * static_cast<C>(-step_lr())) / std_);  // torch's addcdiv: (value t1) / t2
+    kiln::assign(p_, p_ + (g * static_cast<C>(-step_lr(o_.lr))) / std_);  // torch's addcdiv: (value t1) / t2
     this->rewrite_working_copy();
   }
 

@@ -159,8 +159,8 @@ struct AdamStep {
 /// What Adam and AdamW share: the moment arenas, the step count and the fused step. Decoupled selects
 /// AdamW's weight decay; W is the type of the working copy the step rewrites (M: none).
 template <class M, class D, class Options, bool Decoupled, class W = M>
-class AdamBase : public ParameterArenas<M, D, W> {
-  using arenas = ParameterArenas<M, D, W>;
+class AdamBase : public ParameterArenas<M, D, W, AdamBase<M, D, Options, Decoupled, W>> {
+  using arenas = ParameterArenas<M, D, W, AdamBase>;
   using arenas::g_, arenas::p_, arenas::work_;
 
  public:
@@ -171,7 +171,7 @@ class AdamBase : public ParameterArenas<M, D, W> {
   static constexpr bool decoupled_weight_decay = Decoupled;
 
   AdamBase(arena_type& params, arena_type& grads, Options o, const char* who, working_arena_type* work)
-      : arenas(params, grads, work, who), o_(o) {
+      : arenas(params, grads, work, who, o.lr, o.weight_decay), o_(o) {
     const std::string name = who;
     if (!(o.lr >= 0.0)) throw ValueError("kiln::optim::" + name + ": invalid learning rate " + std::to_string(o.lr) + "; give lr >= 0");
     if (!(o.eps >= 0.0)) throw ValueError("kiln::optim::" + name + ": invalid eps " + std::to_string(o.eps) + "; give eps >= 0");
@@ -204,6 +204,7 @@ class AdamBase : public ParameterArenas<M, D, W> {
 
  private:
   void step_impl(const std::int32_t* skip_if) {
+    if (!fusion_enabled()) this->require_one_group();
     this->count_step_call();
     using C = typename detail::AdamStep<M>::C;
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
@@ -212,7 +213,7 @@ class AdamBase : public ParameterArenas<M, D, W> {
     if (o_.capturable) {
       kiln::detail::executor<D>::for_each(1, AdamPrepare{scalars_.data(), b1, b2, wd, Decoupled, skip_if});
       if (fusion_enabled()) {
-        run_fused<true>(C(0), C(0), C(0));
+        run_fused<true>(0, p_.numel(), wd, C(0), C(0), C(0));
         return;
       }
       // Unfused: the host scalars from the device's count and skip flag (copies; waits).
@@ -233,22 +234,26 @@ class AdamBase : public ParameterArenas<M, D, W> {
                    static_cast<C>(std::sqrt(bias_correction2)), static_cast<C>(o_.eps));
       return;
     }
-    run_fused<false>(static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0), static_cast<C>(-step_size),
-                     static_cast<C>(std::sqrt(bias_correction2)));
+    // One pass per span of a parameter group (one pass without groups), with the group's lr and decay.
+    this->for_each_span([&](index_t offset, index_t n, double group_lr, double group_wd) {
+      run_fused<false>(offset, n, group_wd, static_cast<C>(Decoupled ? 1.0 - group_lr * group_wd : 1.0),
+                       static_cast<C>(-(group_lr / bias_correction1)), static_cast<C>(std::sqrt(bias_correction2)));
+    });
   }
 
-  /// The fused pass; Capturable reads decay, step size and bias correction from scalars_ instead.
+  /// The fused pass over elements [offset, offset + n) with weight decay wd; Capturable reads decay,
+  /// step size and bias correction from scalars_ instead.
   template <bool Capturable, class C>
-  void run_fused(C decay, C neg_step_size, C bc2_sqrt) {
-    const double b1 = o_.betas.beta1, b2 = o_.betas.beta2, wd = o_.weight_decay;
+  void run_fused(index_t offset, index_t n, double wd, C decay, C neg_step_size, C bc2_sqrt) {
+    const double b1 = o_.betas.beta1, b2 = o_.betas.beta2;
     const auto run = [&](auto amsgrad, auto l2) {
       const detail::AdamStep<M, Decoupled, decltype(amsgrad)::value, W, decltype(l2)::value, Capturable> f{
-          p_.data(),
-          g_.data(),
-          m_.data(),
-          v_.data(),
-          vmax_.data(),
-          work_,
+          this->shifted(p_.data(), offset),
+          this->shifted(g_.data(), offset),
+          this->shifted(m_.data(), offset),
+          this->shifted(v_.data(), offset),
+          this->shifted(vmax_.data(), offset),
+          this->shifted(work_, offset),
           static_cast<C>(b1),
           static_cast<C>(1.0 - b1),
           static_cast<C>(b2),
@@ -260,7 +265,7 @@ class AdamBase : public ParameterArenas<M, D, W> {
           static_cast<C>(o_.eps),
           scalars_.data(),
           o_.maximize};
-      kiln::detail::executor<D>::for_each(p_.numel(), f);
+      kiln::detail::executor<D>::for_each(n, f);
     };
     // Adam's L2 term only when the decay is not 0 (as torch).
     detail::with_flag(o_.amsgrad, [&](auto amsgrad) {
@@ -355,7 +360,9 @@ class Adam : public detail::AdamBase<M, D, AdamOptions, false, W> {
       : base(params, grads, o, "Adam", work) {}
   template <detail::trainable_model Model>
   explicit Adam(Model& m, AdamOptions o = {})
-      : Adam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+      : Adam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 };
 template <class Model>
 Adam(Model&, AdamOptions) -> Adam<typename Model::M, typename Model::D, typename Model::T>;
@@ -380,7 +387,9 @@ class AdamW : public detail::AdamBase<M, D, AdamWOptions, true, W> {
       : base(params, grads, o, "AdamW", work) {}
   template <detail::trainable_model Model>
   explicit AdamW(Model& m, AdamWOptions o = {})
-      : AdamW(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+      : AdamW(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 };
 template <class Model>
 AdamW(Model&, AdamWOptions) -> AdamW<typename Model::M, typename Model::D, typename Model::T>;

@@ -79,8 +79,8 @@ struct AdamaxStep {
 ///   kiln::optim::Adamax opt(model, {.lr = 2e-3});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<AdamaxOptions> {
-  using base = detail::ParameterArenas<M, D, W>;
+class Adamax : public detail::ParameterArenas<M, D, W, Adamax<M, D, W>>, public detail::OptionsAndSteps<AdamaxOptions> {
+  using base = detail::ParameterArenas<M, D, W, Adamax>;
   using base::g_, base::p_, base::work_;
 
  public:
@@ -89,7 +89,7 @@ class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAn
   using options_type = AdamaxOptions;
 
   Adamax(arena_type& params, arena_type& grads, AdamaxOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "Adamax"), detail::OptionsAndSteps<AdamaxOptions>(o) {
+      : base(params, grads, work, "Adamax", o.lr, o.weight_decay), detail::OptionsAndSteps<AdamaxOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "Adamax", "learning rate");
     detail::require_non_negative(o.eps, "Adamax", "epsilon value");
@@ -100,24 +100,31 @@ class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAn
   }
   template <detail::trainable_model Model>
   explicit Adamax(Model& m, AdamaxOptions o = {})
-      : Adamax(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+      : Adamax(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
+    if (!fusion_enabled()) this->require_one_group();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
     ++steps_;
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::AdamaxStep<M, W>::C;
     const double b1 = o_.betas.beta1, b2 = o_.betas.beta2;
-    const auto run = [&](auto l2) {
-      kiln::detail::executor<D>::for_each(
-          p_.numel(), detail::AdamaxStep<M, W, decltype(l2)::value>{
-                          p_.data(), g_.data(), m_.data(), u_.data(), work_, static_cast<C>(b1),
-                          static_cast<C>(1.0 - b1), static_cast<C>(b2), static_cast<C>(o_.eps),
-                          static_cast<C>(o_.weight_decay), static_cast<C>(-step_lr()), o_.maximize});
-    };
-    detail::with_flag(o_.weight_decay != 0.0, run);
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
+    this->for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
+      const auto run = [&](auto l2) {
+        kiln::detail::executor<D>::for_each(
+            n, detail::AdamaxStep<M, W, decltype(l2)::value>{
+                   this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
+                   this->shifted(m_.data(), offset), this->shifted(u_.data(), offset), this->shifted(work_, offset),
+                   static_cast<C>(b1), static_cast<C>(1.0 - b1), static_cast<C>(b2), static_cast<C>(o_.eps),
+                   static_cast<C>(weight_decay), static_cast<C>(-step_lr(lr)), o_.maximize});
+      };
+      detail::with_flag(weight_decay != 0.0, run);
+    });
   }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1), unchecked as torch's param_group.
@@ -132,9 +139,8 @@ class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAn
  private:
   /// The learning rate of the step being taken (steps_ counts it): lr / (1 - beta1^t), in double as
   /// torch's clr.
-  double step_lr() const {
-    return static_cast<double>(o_.lr) /
-           (1.0 - std::pow(static_cast<double>(o_.betas.beta1), static_cast<double>(steps_)));
+  double step_lr(double lr) const {
+    return lr / (1.0 - std::pow(static_cast<double>(o_.betas.beta1), static_cast<double>(steps_)));
   }
   /// step() as torch.optim.Adamax(foreach=False) runs it: -g into a new tensor (maximize); g + wd p into
   /// a new tensor; m *= b1, m += (1 - b1) g; u *= b2; |g| into a new tensor, += eps; u = max(u, that);
@@ -150,7 +156,7 @@ class Adamax : public detail::ParameterArenas<M, D, W>, public detail::OptionsAn
     kiln::assign(bound, kiln::abs(g));
     kiln::assign(bound, bound + static_cast<C>(o_.eps));
     kiln::assign(u_, kiln::max(u_, bound));                         // torch.amax over the two: NaN propagates
-    kiln::assign(p_, p_ + (m_ * static_cast<C>(-step_lr())) / u_);  // torch's addcdiv: (value t1) / t2
+    kiln::assign(p_, p_ + (m_ * static_cast<C>(-step_lr(o_.lr))) / u_);  // torch's addcdiv: (value t1) / t2
     this->rewrite_working_copy();
   }
 

@@ -87,8 +87,8 @@ struct NAdamStep {
 ///   kiln::optim::NAdam opt(model, {.lr = 2e-3});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<NAdamOptions> {
-  using base = detail::ParameterArenas<M, D, W>;
+class NAdam : public detail::ParameterArenas<M, D, W, NAdam<M, D, W>>, public detail::OptionsAndSteps<NAdamOptions> {
+  using base = detail::ParameterArenas<M, D, W, NAdam>;
   using base::g_, base::p_, base::work_;
 
  public:
@@ -97,7 +97,7 @@ class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
   using options_type = NAdamOptions;
 
   NAdam(arena_type& params, arena_type& grads, NAdamOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "NAdam"), detail::OptionsAndSteps<NAdamOptions>(o) {
+      : base(params, grads, work, "NAdam", o.lr, o.weight_decay), detail::OptionsAndSteps<NAdamOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "NAdam", "learning rate");
     detail::require_non_negative(o.eps, "NAdam", "epsilon value");
@@ -109,10 +109,13 @@ class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
   }
   template <detail::trainable_model Model>
   explicit NAdam(Model& m, NAdamOptions o = {})
-      : NAdam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+      : NAdam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
+    if (!fusion_enabled()) this->require_one_group();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
     using C = typename detail::NAdamStep<M, W>::C;
@@ -125,21 +128,25 @@ class NAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
     const float product = static_cast<float>(mu_product_) * static_cast<float>(mu);
     const float product_next = product * static_cast<float>(mu) * static_cast<float>(mu_next);
     mu_product_ = product;
-    const double neg_grad_step = -lr * (1.0 - mu) / (1.0 - static_cast<double>(product));
-    const double neg_avg_step = -lr * mu_next / (1.0 - static_cast<double>(product_next));
     if (!fusion_enabled())
-      return step_unfused(static_cast<C>(bias_correction2), static_cast<C>(neg_grad_step),
-                          static_cast<C>(neg_avg_step));
-    const auto run = [&](auto l2) {
-      kiln::detail::executor<D>::for_each(
-          p_.numel(),
-          detail::NAdamStep<M, W, decltype(l2)::value>{
-              p_.data(), g_.data(), m_.data(), v_.data(), work_, static_cast<C>(b1), static_cast<C>(1.0 - b1),
-              static_cast<C>(b2), static_cast<C>(1.0 - b2), static_cast<C>(o_.weight_decay),
-              static_cast<C>(bias_correction2), static_cast<C>(o_.eps), static_cast<C>(neg_grad_step),
-              static_cast<C>(neg_avg_step), o_.maximize});
-    };
-    detail::with_flag(o_.weight_decay != 0.0, run);
+      return step_unfused(static_cast<C>(bias_correction2),
+                          static_cast<C>(-lr * (1.0 - mu) / (1.0 - static_cast<double>(product))),
+                          static_cast<C>(-lr * mu_next / (1.0 - static_cast<double>(product_next))));
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
+    this->for_each_span([&](index_t offset, index_t n, double group_lr, double weight_decay) {
+      const double neg_grad_step = -group_lr * (1.0 - mu) / (1.0 - static_cast<double>(product));
+      const double neg_avg_step = -group_lr * mu_next / (1.0 - static_cast<double>(product_next));
+      const auto run = [&](auto l2) {
+        kiln::detail::executor<D>::for_each(
+            n, detail::NAdamStep<M, W, decltype(l2)::value>{
+                   this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
+                   this->shifted(m_.data(), offset), this->shifted(v_.data(), offset), this->shifted(work_, offset),
+                   static_cast<C>(b1), static_cast<C>(1.0 - b1), static_cast<C>(b2), static_cast<C>(1.0 - b2),
+                   static_cast<C>(weight_decay), static_cast<C>(bias_correction2), static_cast<C>(o_.eps),
+                   static_cast<C>(neg_grad_step), static_cast<C>(neg_avg_step), o_.maximize});
+      };
+      detail::with_flag(weight_decay != 0.0, run);
+    });
   }
   const AdamBetas& betas() const { return o_.betas; }
   /// New decay rates for the next steps (OneCycleLR cycles beta1): a write to torch's

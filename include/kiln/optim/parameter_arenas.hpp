@@ -1,12 +1,15 @@
 /// What every optimizer steps: a model's parameter and gradient arenas, and its working copy under mixed
 /// precision.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kiln/core/errors.hpp"
 #include "kiln/expr/assign.hpp"
+#include "kiln/optim/param_groups.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -41,8 +44,9 @@ void with_flag(bool b, F&& f) {
 
 /// The arenas an optimizer (SGD, Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta) derives from:
 /// the parameters p_ and gradients g_ it was built on, checked to be as long, and the working copy work_ a
-/// mixed-precision step rewrites (null for W = M). zero_grad() and gradients() are the optimizer's own.
-template <class M, class D, class W>
+/// mixed-precision step rewrites (null for W = M); and its parameter groups. zero_grad() and gradients()
+/// are the optimizer's own. Opt is the optimizer (its lr(), set_lr() and options() are group 0's).
+template <class M, class D, class W, class Opt>
 class ParameterArenas {
  public:
   using arena_type = Tensor<M, Shape<dyn>, D>;
@@ -60,10 +64,52 @@ class ParameterArenas {
   /// Counts a step that GradScaler skipped (an inf/NaN gradient) as called: the order was right.
   void count_skipped_step() { ++step_calls_; }
 
+  /// torch's optimizer.add_param_group: the group's parameters (named_parameters() entries, or names
+  /// for an optimizer built from a model) leave group 0 and step from now on with its lr and
+  /// weight_decay (unset: those the optimizer was built with). The new group is number
+  /// param_group_count() - 1; its state (moments, buffers) stays as it was. Throws ValueError for
+  /// another model's parameter, an unknown name, a parameter in a group added before, a negative
+  /// option, or a capturable optimizer (whose one learning rate lives on the device).
+  void add_param_group(const ParamGroup& g) {
+    if constexpr (requires { self().options().capturable; })
+      if (self().options().capturable)
+        throw ValueError(std::string("kiln::optim::") + who_ + "::add_param_group: a capturable optimizer "
+                         "keeps one learning rate on the device; build it without {.capturable = true} to "
+                         "use parameter groups");
+    groups_.add(g, default_lr_, default_weight_decay_, p_.numel(), p_.data(), named_, who_);
+  }
+  /// torch's len(optimizer.param_groups): 1 + the groups added.
+  std::size_t param_group_count() const { return groups_.count(); }
+  /// torch's param_groups[k]["lr"]; group 0's is lr(). Schedulers move every group's.
+  double group_lr(std::size_t k) const { return k == 0 ? self().lr() : groups_.group(k, who_).lr; }
+  /// Writes param_groups[k]["lr"] (unchecked, as torch's); group 0's is set_lr().
+  void set_group_lr(std::size_t k, double lr) {
+    if (k == 0)
+      self().set_lr(lr);
+    else
+      groups_.group(k, who_).lr = lr;
+  }
+  /// torch's param_groups[k]["weight_decay"]; group 0's is options().weight_decay.
+  double group_weight_decay(std::size_t k) const {
+    return k == 0 ? self().options().weight_decay : groups_.group(k, who_).weight_decay;
+  }
+  /// The names of group k's parameters, in the arena's order; group 0's are the rest of the model's
+  /// (a ValueError for an optimizer built from arenas, which has no names).
+  std::vector<std::string> group_parameter_names(std::size_t k) const {
+    return k == 0 ? groups_.rest(named_, who_) : groups_.group(k, who_).names;
+  }
+  /// The lr group k was added with (k = 0: the optimizer's as built). A scheduler built before the group
+  /// existed moves it from this lr at the epoch it was added, as torch's chainable schedules move a
+  /// late group from its lr.
+  double group_initial_lr(std::size_t k) const { return k == 0 ? default_lr_ : groups_.group(k, who_).initial_lr; }
+
  protected:
-  /// `who` names the optimizer in the errors.
-  ParameterArenas(arena_type& params, arena_type& grads, working_arena_type* work, const char* who)
-      : p_(params), g_(grads), work_(working_copy(params, work, who)) {
+  /// `who` names the optimizer in the errors; lr and weight_decay are its options as built (the
+  /// defaults of a group added later).
+  ParameterArenas(arena_type& params, arena_type& grads, working_arena_type* work, const char* who, double lr,
+                  double weight_decay)
+      : p_(params), g_(grads), work_(working_copy(params, work, who)), who_(who), default_lr_(lr),
+        default_weight_decay_(weight_decay) {
     if (params.numel() != grads.numel())
       throw ShapeError(std::string("kiln::optim::") + who + ": " + std::to_string(params.numel()) +
                        " parameters but " + std::to_string(grads.numel()) +
@@ -84,11 +130,47 @@ class ParameterArenas {
 
   /// Every step path begins with it (step_calls()).
   void count_step_call() { ++step_calls_; }
+  /// The optimizer's constructor from a model gives its named_parameters() (names in add_param_group).
+  template <class Model>
+  void name_parameters(const Model& m) {
+    if constexpr (requires { m.named_parameters(); }) named_ = m.named_parameters();
+  }
+
+  /// Calls f(offset, count, lr, weight_decay) for each span of the arena that one group covers, with
+  /// that group's options (one group: f(0, numel, lr, weight_decay) once, group 0's). A fused step runs
+  /// its pass once per call, on its arrays shifted by offset (shifted()).
+  template <class F>
+  void for_each_span(F&& f) const {
+    if (groups_.empty()) return f(index_t{0}, p_.numel(), self().lr(), self().options().weight_decay);
+    for (const auto& s : groups_.spans())
+      f(s.offset, s.count, group_lr(s.group), group_weight_decay(s.group));
+  }
+  /// p + offset, or null for an array the step does not have (no momentum, no amsgrad, no working copy).
+  template <class T>
+  static T* shifted(T* p, index_t offset) {
+    return p == nullptr ? nullptr : p + offset;
+  }
+  /// An unfused step (kiln::Unfused: torch's single-tensor passes over the whole arena) with groups
+  /// added: a ValueError, before anything changes.
+  void require_one_group() const {
+    if (!groups_.empty())
+      throw ValueError(std::string("kiln::optim::") + who_ + ": a step with fusion switched off (kiln::Unfused) "
+                       "runs over the whole arena with one learning rate; with parameter groups, step fused");
+  }
 
   arena_type& p_;
   arena_type& g_;
   W* work_;  // mixed precision: the model's working copy; null otherwise
   std::int64_t step_calls_ = 0;
+
+ private:
+  const Opt& self() const { return static_cast<const Opt&>(*this); }
+  Opt& self() { return static_cast<Opt&>(*this); }
+
+  const char* who_;
+  double default_lr_, default_weight_decay_;
+  std::vector<nn::ParameterInfo> named_;  // the model's, when built from one
+  GroupTable groups_;
 };
 
 /// What the optimizers whose step count lives on the host (RMSprop, Adagrad, NAdam, RAdam, Adamax,

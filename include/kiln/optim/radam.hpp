@@ -91,8 +91,8 @@ struct RAdamStep {
 ///   kiln::optim::RAdam opt(model, {.lr = 1e-3});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<RAdamOptions> {
-  using base = detail::ParameterArenas<M, D, W>;
+class RAdam : public detail::ParameterArenas<M, D, W, RAdam<M, D, W>>, public detail::OptionsAndSteps<RAdamOptions> {
+  using base = detail::ParameterArenas<M, D, W, RAdam>;
   using base::g_, base::p_, base::work_;
 
  public:
@@ -101,7 +101,7 @@ class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
   using options_type = RAdamOptions;
 
   RAdam(arena_type& params, arena_type& grads, RAdamOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "RAdam"), detail::OptionsAndSteps<RAdamOptions>(o) {
+      : base(params, grads, work, "RAdam", o.lr, o.weight_decay), detail::OptionsAndSteps<RAdamOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "RAdam", "learning rate");
     detail::require_non_negative(o.eps, "RAdam", "epsilon value");
@@ -112,10 +112,13 @@ class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
   }
   template <detail::trainable_model Model>
   explicit RAdam(Model& m, RAdamOptions o = {})
-      : RAdam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+      : RAdam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
+    if (!fusion_enabled()) this->require_one_group();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
     using C = typename detail::RAdamStep<M, W>::C;
@@ -131,19 +134,23 @@ class RAdam : public detail::ParameterArenas<M, D, W>, public detail::OptionsAnd
         rectified
             ? std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
             : 0.0;
-    const C bc1 = static_cast<C>(bias_correction1), clr = static_cast<C>(lr),
-            bc2_sqrt = static_cast<C>(std::sqrt(bias_correction2)), crect = static_cast<C>(rect);
-    if (!fusion_enabled()) return step_unfused(rectified, bc1, clr, bc2_sqrt, crect);
-    const auto run = [&](auto rectify, auto l2) {
-      kiln::detail::executor<D>::for_each(
-          p_.numel(),
-          detail::RAdamStep<M, W, decltype(rectify)::value, decltype(l2)::value>{
-              p_.data(), g_.data(), m_.data(), v_.data(), work_, static_cast<C>(b1), static_cast<C>(1.0 - b1),
-              static_cast<C>(b2), static_cast<C>(1.0 - b2), static_cast<C>(o_.weight_decay), bc1, clr,
-              bc2_sqrt, static_cast<C>(o_.eps), crect, o_.maximize});
-    };
-    detail::with_flag(rectified, [&](auto rectify) {
-      detail::with_flag(o_.weight_decay != 0.0, [&](auto l2) { run(rectify, l2); });
+    const C bc1 = static_cast<C>(bias_correction1), bc2_sqrt = static_cast<C>(std::sqrt(bias_correction2)),
+            crect = static_cast<C>(rect);
+    if (!fusion_enabled()) return step_unfused(rectified, bc1, static_cast<C>(lr), bc2_sqrt, crect);
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
+    this->for_each_span([&](index_t offset, index_t n, double group_lr, double weight_decay) {
+      const auto run = [&](auto rectify, auto l2) {
+        kiln::detail::executor<D>::for_each(
+            n, detail::RAdamStep<M, W, decltype(rectify)::value, decltype(l2)::value>{
+                   this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
+                   this->shifted(m_.data(), offset), this->shifted(v_.data(), offset), this->shifted(work_, offset),
+                   static_cast<C>(b1), static_cast<C>(1.0 - b1), static_cast<C>(b2), static_cast<C>(1.0 - b2),
+                   static_cast<C>(weight_decay), bc1, static_cast<C>(group_lr), bc2_sqrt, static_cast<C>(o_.eps),
+                   crect, o_.maximize});
+      };
+      detail::with_flag(rectified, [&](auto rectify) {
+        detail::with_flag(weight_decay != 0.0, [&](auto l2) { run(rectify, l2); });
+      });
     });
   }
   const AdamBetas& betas() const { return o_.betas; }

@@ -99,8 +99,8 @@ struct RMSpropStep {
 ///   kiln::optim::RMSprop opt(model, {.lr = 1e-3, .momentum = 0.9});
 ///   opt.zero_grad(); model.backward(dy); opt.step();
 template <class M, class D, class W = M>
-class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsAndSteps<RMSpropOptions> {
-  using base = detail::ParameterArenas<M, D, W>;
+class RMSprop : public detail::ParameterArenas<M, D, W, RMSprop<M, D, W>>, public detail::OptionsAndSteps<RMSpropOptions> {
+  using base = detail::ParameterArenas<M, D, W, RMSprop>;
   using base::g_, base::p_, base::work_;
 
  public:
@@ -109,7 +109,7 @@ class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
   using options_type = RMSpropOptions;
 
   RMSprop(arena_type& params, arena_type& grads, RMSpropOptions o = {}, working_arena_type* work = nullptr)
-      : base(params, grads, work, "RMSprop"), detail::OptionsAndSteps<RMSpropOptions>(o) {
+      : base(params, grads, work, "RMSprop", o.lr, o.weight_decay), detail::OptionsAndSteps<RMSpropOptions>(o) {
     // torch's checks and words.
     detail::require_non_negative(o.lr, "RMSprop", "learning rate");
     detail::require_non_negative(o.eps, "RMSprop", "epsilon value");
@@ -122,27 +122,34 @@ class RMSprop : public detail::ParameterArenas<M, D, W>, public detail::OptionsA
   }
   template <detail::trainable_model Model>
   explicit RMSprop(Model& m, RMSpropOptions o = {})
-      : RMSprop(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+      : RMSprop(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
+    if (!fusion_enabled()) this->require_one_group();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
     ++steps_;
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::RMSpropStep<M, W>::C;
-    const auto run = [&](auto momentum, auto centered, auto l2) {
-      kiln::detail::executor<D>::for_each(
-          p_.numel(),
-          detail::RMSpropStep<M, W, decltype(momentum)::value, decltype(centered)::value, decltype(l2)::value>{
-              p_.data(), g_.data(), square_avg_.data(), grad_avg_.data(), buf_.data(), work_, static_cast<C>(o_.lr),
-              static_cast<C>(o_.alpha), static_cast<C>(1.0 - o_.alpha), static_cast<C>(o_.eps),
-              static_cast<C>(o_.weight_decay), static_cast<C>(o_.momentum), o_.maximize});
-    };
-    using detail::with_flag;
-    with_flag(o_.momentum > 0.0, [&](auto momentum) {
-      with_flag(o_.centered, [&](auto centered) {
-        with_flag(o_.weight_decay != 0.0, [&](auto l2) { run(momentum, centered, l2); });
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
+    this->for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
+      const auto run = [&](auto momentum, auto centered, auto l2) {
+        kiln::detail::executor<D>::for_each(
+            n, detail::RMSpropStep<M, W, decltype(momentum)::value, decltype(centered)::value, decltype(l2)::value>{
+                   this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
+                   this->shifted(square_avg_.data(), offset), this->shifted(grad_avg_.data(), offset),
+                   this->shifted(buf_.data(), offset), this->shifted(work_, offset), static_cast<C>(lr),
+                   static_cast<C>(o_.alpha), static_cast<C>(1.0 - o_.alpha), static_cast<C>(o_.eps),
+                   static_cast<C>(weight_decay), static_cast<C>(o_.momentum), o_.maximize});
+      };
+      using detail::with_flag;
+      with_flag(o_.momentum > 0.0, [&](auto momentum) {
+        with_flag(o_.centered, [&](auto centered) {
+          with_flag(weight_decay != 0.0, [&](auto l2) { run(momentum, centered, l2); });
+        });
       });
     });
   }

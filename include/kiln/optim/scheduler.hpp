@@ -31,6 +31,15 @@ concept lr_optimizer = requires(O& o, const O& c, double lr) {
   o.set_lr(lr);
 };
 
+/// An optimizer with parameter groups (kiln's): every scheduler moves each group's lr as torch's moves
+/// each param_groups entry's, from that group's lr when the scheduler was built.
+template <class O>
+concept grouped_optimizer = requires(O& o, const O& c, std::size_t k, double lr) {
+  { c.param_group_count() } -> std::convertible_to<std::size_t>;
+  { c.group_lr(k) } -> std::convertible_to<double>;
+  o.set_group_lr(k, lr);
+};
+
 /// An optimizer whose momentum a scheduler can cycle: SGD's `momentum()` / `set_momentum(double)`, or
 /// Adam's (AdamW's, NAdam's, RAdam's, Adamax's) first decay rate, `betas()` / `set_betas(AdamBetas)` (torch's
 /// betas[0]).
@@ -68,6 +77,17 @@ double as_held(const Opt& opt, double lr) {
 }
 
 struct Rebase;
+template <class S>
+void rebase(S& s, double lr);
+
+/// The lrs of an optimizer's groups after group 0 (torch's param_groups[1:]; none for one without groups).
+template <class Opt>
+std::vector<double> lrs_of_later_groups(const Opt& opt) {
+  std::vector<double> lrs;
+  if constexpr (grouped_optimizer<Opt>)
+    for (std::size_t k = 1; k < opt.param_group_count(); ++k) lrs.push_back(static_cast<double>(opt.group_lr(k)));
+  return lrs;
+}
 
 /// What every scheduler shares, like torch's _LRScheduler: the optimizer, its lr when the scheduler was
 /// built (base_lr, torch's initial_lr), the epoch (last_epoch) and the last lr set. Schedule provides
@@ -87,6 +107,14 @@ class LRScheduler {
   }
   /// The lr set by the last step (a double, as the optimizer holds it), like torch's get_last_lr()[0].
   double get_last_lr() const { return last_lr_; }
+  /// The lr the last step set in parameter group k (torch's get_last_lr()[k]; 0: get_last_lr()).
+  double get_last_lr(std::size_t k) const {
+    if (k == 0) return last_lr_;
+    if (k > last_group_lrs_.size())
+      throw ValueError("kiln::optim: get_last_lr(" + std::to_string(k) + "): the optimizer had " +
+                       std::to_string(last_group_lrs_.size() + 1) + " parameter groups at the last step");
+    return last_group_lrs_[k - 1];
+  }
   /// Epochs stepped so far (torch's last_epoch; 0 right after construction).
   std::int64_t last_epoch() const { return epoch_; }
   /// Jumps to an epoch (resuming from a checkpoint) and sets the lr of that epoch; a negative epoch
@@ -98,25 +126,72 @@ class LRScheduler {
   }
   /// The optimizer's lr when the scheduler was built.
   double base_lr() const { return base_lr_; }
+  /// The lrs of the optimizer's parameter groups 1, 2, ... when the scheduler was built (torch's
+  /// base_lrs[1:]); each group's lr is the schedule's from its own. A group added later gets the base
+  /// that puts it at the lr it was added with at the epoch it was added (the schedule's lr is affine in
+  /// its base): it goes on from there as torch's chainable schedules move it.
+  const std::vector<double>& group_base_lrs() const { return group_base_lrs_; }
   Opt& optimizer() const { return *opt_; }
 
  protected:
-  explicit LRScheduler(Opt& opt, double base_lr)
-      : opt_(&opt), base_lr_(base_lr), optimizer_steps_at_build_(optimizer_steps(opt)) {}
-  explicit LRScheduler(Opt& opt) : LRScheduler(opt, static_cast<double>(opt.lr())) {}
-  /// Moves to `epoch` and sets its lr (and, for a schedule that cycles it, the momentum:
-  /// `apply_momentum`); an epoch the schedule refuses (lr_at throws) changes nothing.
+  /// `group_base_lrs`: those of groups 1, 2, ... (a schedule built around others takes theirs).
+  LRScheduler(Opt& opt, double base_lr, std::vector<double> group_base_lrs)
+      : opt_(&opt), base_lr_(base_lr), group_base_lrs_(std::move(group_base_lrs)),
+        optimizer_steps_at_build_(optimizer_steps(opt)) {}
+  /// Every group starts from `base_lr` (OneCycleLR's max_lr / div_factor, as torch's initial_lr).
+  LRScheduler(Opt& opt, double base_lr)
+      : LRScheduler(opt, base_lr, std::vector<double>(lrs_of_later_groups(opt).size(), base_lr)) {}
+  explicit LRScheduler(Opt& opt) : LRScheduler(opt, static_cast<double>(opt.lr()), lrs_of_later_groups(opt)) {}
+  /// Moves to `epoch` and sets its lr in every parameter group (and, for a schedule that cycles it, the
+  /// momentum: `apply_momentum`); an epoch the schedule refuses (lr_at throws) changes nothing.
   void apply(std::int64_t epoch) {
     auto& schedule = static_cast<Schedule&>(*this);
     const double lr = schedule.lr_at(epoch);
+    std::vector<double> group_lrs = later_group_lrs_at(epoch);
     epoch_ = epoch;
     last_lr_ = lr;
     opt_->set_lr(last_lr_);
+    if constexpr (grouped_optimizer<Opt>)
+      for (std::size_t k = 0; k < group_lrs.size(); ++k) opt_->set_group_lr(k + 1, group_lrs[k]);
+    last_group_lrs_ = std::move(group_lrs);
     if constexpr (requires { schedule.apply_momentum(epoch_); }) schedule.apply_momentum(epoch_);
   }
   void apply() { apply(epoch_); }
 
  private:
+  /// The schedule's lr at `epoch` for groups 1, 2, ...: lr_at with each group's base lr in place of
+  /// group 0's (and in the schedules this one holds), put back after, also when lr_at throws.
+  std::vector<double> later_group_lrs_at(std::int64_t epoch) {
+    std::vector<double> lrs;
+    if constexpr (grouped_optimizer<Opt>) {
+      const std::size_t groups = opt_->param_group_count();
+      if (groups <= 1) return lrs;
+      auto& schedule = static_cast<Schedule&>(*this);
+      struct Restore {
+        Schedule& s;
+        double lr;
+        ~Restore() { rebase(s, lr); }
+      } restore{schedule, base_lr_};
+      while (group_base_lrs_.size() + 1 < groups) {
+        // A group added since (at this epoch, epoch_): the base b with lr_at(epoch_) = its lr then,
+        // from lr_at = a b + c (c: the lr of base 0, a + c: of base 1); its own lr where a is 0.
+        const std::size_t k = group_base_lrs_.size() + 1;
+        double added = static_cast<double>(opt_->group_lr(k));
+        if constexpr (requires { opt_->group_initial_lr(k); }) added = static_cast<double>(opt_->group_initial_lr(k));
+        rebase(schedule, 0.0);
+        const double c = schedule.lr_at(epoch_);
+        rebase(schedule, 1.0);
+        const double a = schedule.lr_at(epoch_) - c;
+        group_base_lrs_.push_back(a != 0.0 ? (added - c) / a : added);
+      }
+      for (std::size_t k = 1; k < groups; ++k) {
+        rebase(schedule, group_base_lrs_[k - 1]);
+        lrs.push_back(schedule.lr_at(epoch));
+      }
+    }
+    return lrs;
+  }
+
   template <class First, class... Rest>
   friend class kiln::optim::ChainedScheduler;  // sets its copies' base_lr to 1, to read their factors
   friend struct Rebase;                        // SequentialLR sets its copies' base_lr to its own
@@ -143,8 +218,10 @@ class LRScheduler {
 
   Opt* opt_;
   double base_lr_;
+  std::vector<double> group_base_lrs_;
   std::int64_t epoch_ = 0;
   double last_lr_ = 0.0;
+  std::vector<double> last_group_lrs_;
   std::int64_t optimizer_steps_at_build_;
   bool order_checked_ = false;
 };
@@ -168,6 +245,11 @@ struct Rebase {
     }
   }
 };
+
+template <class S>
+void rebase(S& s, double lr) {
+  Rebase::to(s, lr);
+}
 
 inline void require_positive(std::int64_t v, const char* who, const char* what) {
   if (v <= 0)
@@ -449,7 +531,8 @@ class LinearWarmup : public detail::LRScheduler<Opt, LinearWarmup<Opt, Then>> {
   /// Warm-up from the wrapped schedule's base lr, then that schedule.
   LinearWarmup(then_type then, std::int64_t warmup_steps, double start_factor = 1.0 / 3.0)
     requires(wraps)
-      : base(then.optimizer(), then.base_lr()), then_(std::move(then)), steps_(warmup_steps), start_(start_factor) {
+      : base(then.optimizer(), then.base_lr(), then.group_base_lrs()), then_(std::move(then)), steps_(warmup_steps),
+        start_(start_factor) {
     check();
     this->apply();
   }
@@ -628,6 +711,7 @@ struct PlateauState {
   std::int64_t cooldown_counter = 0;
   std::int64_t last_epoch = 0;
   double lr = 0.0;
+  std::vector<double> group_lrs;  ///< parameter groups 1, 2, ...: their lrs
 };
 
 /// torch.optim.lr_scheduler.ReduceLROnPlateau (torch 1.13): `step(metric)` once per epoch with the
@@ -645,7 +729,7 @@ class ReduceLROnPlateau {
   using optimizer_type = Opt;
 
   explicit ReduceLROnPlateau(Opt& opt, PlateauOptions options = {})
-      : opt_(&opt), o_(options), lr_(static_cast<double>(opt.lr())) {
+      : opt_(&opt), o_(options), lr_(static_cast<double>(opt.lr())), last_group_lrs_(detail::lrs_of_later_groups(opt)) {
     if (!(o_.factor < 1.0)) throw ValueError("kiln::optim::ReduceLROnPlateau: Factor should be < 1.0. (got " +
                                              std::to_string(o_.factor) + ")");
     if (!(o_.threshold >= 0.0 && o_.min_lr >= 0.0 && o_.eps >= 0.0) || o_.patience < 0 || o_.cooldown < 0)
@@ -674,9 +758,18 @@ class ReduceLROnPlateau {
       cooldown_counter_ = o_.cooldown;
       bad_ = 0;
     }
+    last_group_lrs_ = detail::lrs_of_later_groups(*opt_);
   }
   /// The lr after the last step (double), torch's _last_lr[0].
   double get_last_lr() const { return lr_; }
+  /// Parameter group k's lr after the last step (torch's _last_lr[k]; 0: get_last_lr()).
+  double get_last_lr(std::size_t k) const {
+    if (k == 0) return lr_;
+    if (k > last_group_lrs_.size())
+      throw ValueError("kiln::optim::ReduceLROnPlateau: get_last_lr(" + std::to_string(k) + "): the optimizer had " +
+                       std::to_string(last_group_lrs_.size() + 1) + " parameter groups at the last step");
+    return last_group_lrs_[k - 1];
+  }
   /// Steps taken (torch's last_epoch).
   std::int64_t last_epoch() const { return last_epoch_; }
   /// The best metric so far (+inf for min, -inf for max before the first step).
@@ -687,8 +780,20 @@ class ReduceLROnPlateau {
   Opt& optimizer() const { return *opt_; }
 
   /// What to save with a checkpoint; load_state() gives it back (and sets the optimizer's lr).
-  PlateauState state() const { return {best_, bad_, cooldown_counter_, last_epoch_, lr_}; }
+  PlateauState state() const {
+    return {best_, bad_, cooldown_counter_, last_epoch_, lr_, detail::lrs_of_later_groups(*opt_)};
+  }
+  /// Restores a state() (and every group's lr in the optimizer); a state of another number of
+  /// parameter groups is a ValueError, and changes nothing.
   void load_state(const PlateauState& s) {
+    const std::size_t groups = detail::lrs_of_later_groups(*opt_).size();
+    if (s.group_lrs.size() != groups)
+      throw ValueError("kiln::optim::ReduceLROnPlateau::load_state: the state has the lrs of " +
+                       std::to_string(s.group_lrs.size() + 1) + " parameter groups, the optimizer " +
+                       std::to_string(groups + 1) + "; add the same groups before loading");
+    if constexpr (grouped_optimizer<Opt>)
+      for (std::size_t k = 0; k < groups; ++k) opt_->set_group_lr(k + 1, s.group_lrs[k]);
+    last_group_lrs_ = s.group_lrs;
     best_ = s.best;
     bad_ = s.num_bad_epochs;
     cooldown_counter_ = s.cooldown_counter;
@@ -707,17 +812,25 @@ class ReduceLROnPlateau {
     if (o_.mode == PlateauMode::min) return rel ? a < best * (1.0 - o_.threshold) : a < best - o_.threshold;
     return rel ? a > best * (o_.threshold + 1.0) : a > best + o_.threshold;
   }
+  /// Every group's lr times factor, floored at min_lr, where that changes it by more than eps (groups
+  /// 1, 2, ... from the lr the optimizer holds, as torch's).
   void reduce() {
     const double new_lr = std::max(lr_ * o_.factor, o_.min_lr);
     if (lr_ - new_lr > o_.eps) {
       lr_ = new_lr;
       opt_->set_lr(lr_);
     }
+    if constexpr (grouped_optimizer<Opt>)
+      for (std::size_t k = 1; k < opt_->param_group_count(); ++k) {
+        const double old = static_cast<double>(opt_->group_lr(k)), next = std::max(old * o_.factor, o_.min_lr);
+        if (old - next > o_.eps) opt_->set_group_lr(k, next);
+      }
   }
 
   Opt* opt_;
   PlateauOptions o_;
   double lr_;
+  std::vector<double> last_group_lrs_;
   double best_ = 0.0;
   std::int64_t bad_ = 0;
   std::int64_t cooldown_counter_ = 0;
@@ -929,7 +1042,7 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
  public:
   /// The schedules, each built on the optimizer (the same one: a ValueError otherwise, as torch's).
   explicit ChainedScheduler(First first, Rest... rest)
-      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...)),
+      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...), group_base_lrs_of(first)),
         schedules_(std::move(first), std::move(rest)...) {
     if constexpr (valid) {
       // The copies kept give their factors: base_lr 1, lr_at(epoch) = the factor.
@@ -952,6 +1065,11 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
   }
 
  private:
+  /// The groups' lrs before the first schedule was built (its group_base_lrs()).
+  static std::vector<double> group_base_lrs_of(const First& first) {
+    if constexpr (valid) return first.group_base_lrs();
+    else return {};
+  }
   /// The optimizer's lr before the first schedule was built (detail::initial_lr).
   static double initial_lr(const First& first, const Rest&... rest) {
     if constexpr (valid) {
@@ -1040,7 +1158,7 @@ class SequentialLR : public detail::LRScheduler<typename detail::chained_optimiz
  public:
   /// The milestones, then the schedules, each built on the optimizer (the same one).
   explicit SequentialLR(std::vector<std::int64_t> milestones, First first, Rest... rest)
-      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...)),
+      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...), group_base_lrs_of(first)),
         milestones_(std::move(milestones)),
         schedules_(std::move(first), std::move(rest)...) {
     if constexpr (valid) {
@@ -1078,6 +1196,11 @@ class SequentialLR : public detail::LRScheduler<typename detail::chained_optimiz
   /// Every schedule starts from `lr` (torch's initial_lr).
   void rebase_held(double lr) {
     if constexpr (valid) std::apply([&](auto&... s) { (detail::Rebase::to(s, lr), ...); }, schedules_);
+  }
+  /// The groups' lrs before the first schedule was built (its group_base_lrs()).
+  static std::vector<double> group_base_lrs_of(const First& first) {
+    if constexpr (valid) return first.group_base_lrs();
+    else return {};
   }
   /// The optimizer's lr before the first schedule was built (detail::initial_lr).
   static double initial_lr(const First& first, const Rest&... rest) {

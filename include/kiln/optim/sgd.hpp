@@ -128,15 +128,16 @@ struct SgdStep {
 ///   kiln::optim::SGD opt(model, {.lr = 0.1, .momentum = 0.9});
 ///   opt.step();  // one pass over every parameter
 template <class M, class D, class W = M>
-class SGD : public detail::ParameterArenas<M, D, W> {
-  using base = detail::ParameterArenas<M, D, W>;
+class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
+  using base = detail::ParameterArenas<M, D, W, SGD>;
   using base::g_, base::p_, base::work_;
 
  public:
+  using options_type = SGDOptions;
   using typename base::arena_type;
   using typename base::working_arena_type;
   SGD(arena_type& params, arena_type& grads, SGDOptions o, working_arena_type* work = nullptr)
-      : base(params, grads, work, "SGD"), o_(o) {
+      : base(params, grads, work, "SGD", o.lr, o.weight_decay), o_(o) {
     // torch.optim.SGD's checks (a NaN is refused too), in Adam's words.
     if (kiln::detail::is_nan(o.lr))
       throw ValueError("kiln::optim::SGD: no learning rate (lr not given, or NaN); it has no default, as in "
@@ -157,7 +158,9 @@ class SGD : public detail::ParameterArenas<M, D, W> {
     }
   }
   template <detail::trainable_model Model>
-  SGD(Model& m, SGDOptions o) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {}
+  SGD(Model& m, SGDOptions o) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+    this->name_parameters(m);
+  }
 
   /// One pass over every parameter; with fusion off (kiln::Unfused), one pass per operation in torch's
   /// single-tensor order. Capturable: a one-thread pass first (the first-step flag on the device).
@@ -173,6 +176,7 @@ class SGD : public detail::ParameterArenas<M, D, W> {
 
  private:
   void step_impl(const std::int32_t* skip_if) {
+    if (!fusion_enabled()) this->require_one_group();
     this->count_step_call();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     if (o_.capturable) {
@@ -198,26 +202,28 @@ class SGD : public detail::ParameterArenas<M, D, W> {
     run_fused<false>();
     if (fills) first_ = false;
   }
-  /// The fused pass; Capturable takes the learning rate and the first-step flag from the device.
+  /// The fused pass, once per span of a parameter group (once without groups) with the group's lr and
+  /// weight decay; Capturable takes the learning rate and the first-step flag from the device.
   template <bool Capturable>
   void run_fused() {
     using C = typename detail::SgdStep<M, W>::C;
-    const auto run = [&](auto momentum, auto decay, auto first, auto nesterov) {
-      kiln::detail::executor<D>::for_each(
-          p_.numel(),
-          detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
-                          decltype(nesterov)::value, Capturable>{p_.data(), g_.data(), buf_.data(), work_,
-                                                                 static_cast<C>(o_.lr), static_cast<C>(o_.momentum),
-                                                                 static_cast<C>(1.0 - o_.dampening),
-                                                                 static_cast<C>(o_.weight_decay), scalars_.data(),
-                                                                 o_.maximize});
-    };
-    using detail::with_flag;
-    with_flag(o_.weight_decay != 0.0, [&](auto decay) {
-      if (o_.momentum == 0.0) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
-      // Capturable: the first step is decided on the device (First = false, a run-time flag).
-      with_flag(first_ && !Capturable, [&](auto first) {
-        with_flag(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); });
+    this->for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
+      const auto run = [&](auto momentum, auto decay, auto first, auto nesterov) {
+        kiln::detail::executor<D>::for_each(
+            n, detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
+                               decltype(nesterov)::value, Capturable>{
+                   this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
+                   this->shifted(buf_.data(), offset), this->shifted(work_, offset), static_cast<C>(lr),
+                   static_cast<C>(o_.momentum), static_cast<C>(1.0 - o_.dampening), static_cast<C>(weight_decay),
+                   scalars_.data(), o_.maximize});
+      };
+      using detail::with_flag;
+      with_flag(weight_decay != 0.0, [&](auto decay) {
+        if (o_.momentum == 0.0) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
+        // Capturable: the first step is decided on the device (First = false, a run-time flag).
+        with_flag(first_ && !Capturable, [&](auto first) {
+          with_flag(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); });
+        });
       });
     });
   }

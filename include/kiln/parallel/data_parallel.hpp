@@ -24,6 +24,7 @@
 #include "kiln/nn/loss.hpp"
 #include "kiln/nn/model.hpp"
 #include "kiln/nn/sync_batchnorm.hpp"
+#include "kiln/optim/param_groups.hpp"
 #include "kiln/parallel/thread_replicas.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -482,6 +483,49 @@ class DataParallel {
       requires requires(Opt& o, const B& b) { o.set_betas(b); }
     void set_betas(const B& b) {
       for (auto& o : opts_) o->set_betas(b);
+    }
+    /// Parameter groups on every replica's optimizer (the parameters found by name in each replica's
+    /// model): torch's add_param_group, and what schedulers move in each group.
+    void add_param_group(const optim::ParamGroup& g)
+      requires requires(Opt& o) { o.add_param_group(g); }
+    {
+      optim::ParamGroup by_name{{}, g.lr, g.weight_decay};
+      std::vector<std::string> names;
+      for (const auto& ref : g.params.refs()) names.push_back(ref.name());
+      by_name.params = names;
+      // (each replica checks the same names against the same model type: the first refusal leaves all as they were)
+      opts_.front()->add_param_group(by_name);
+      for (std::size_t r = 1; r < opts_.size(); ++r) opts_[r]->add_param_group(by_name);
+    }
+    std::size_t param_group_count() const
+      requires requires(const Opt& o) { o.param_group_count(); }
+    {
+      return opts_.front()->param_group_count();
+    }
+    double group_lr(std::size_t k) const
+      requires requires(const Opt& o) { o.group_lr(k); }
+    {
+      return opts_.front()->group_lr(k);
+    }
+    void set_group_lr(std::size_t k, double lr)
+      requires requires(Opt& o) { o.set_group_lr(k, lr); }
+    {
+      for (auto& o : opts_) o->set_group_lr(k, lr);
+    }
+    double group_weight_decay(std::size_t k) const
+      requires requires(const Opt& o) { o.group_weight_decay(k); }
+    {
+      return opts_.front()->group_weight_decay(k);
+    }
+    double group_initial_lr(std::size_t k) const
+      requires requires(const Opt& o) { o.group_initial_lr(k); }
+    {
+      return opts_.front()->group_initial_lr(k);
+    }
+    std::vector<std::string> group_parameter_names(std::size_t k) const
+      requires requires(const Opt& o) { o.group_parameter_names(k); }
+    {
+      return opts_.front()->group_parameter_names(k);
     }
     Opt& replica(int r) { return *opts_.at(static_cast<std::size_t>(r)); }
     int size() const { return static_cast<int>(opts_.size()); }

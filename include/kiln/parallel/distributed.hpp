@@ -110,6 +110,9 @@ class DistributedDataParallel {
   const auto& parameters() const { return model_.parameters(); }
   auto& gradients() { return model_.gradients(); }
   const auto& gradients() const { return model_.gradients(); }
+  /// The module's named_parameters() (its names, without torch's "module." prefix): what parameter
+  /// groups take (`opt.add_param_group`).
+  std::vector<nn::ParameterInfo> named_parameters() const { return model_.named_parameters(); }
   auto& working_parameters()
     requires has_working_copy
   {

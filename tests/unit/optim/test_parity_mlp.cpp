@@ -5,11 +5,14 @@
 // momentum and L2), those with maximize=True (mlp_maximize.json, the same model and batch), and Adagrad
 // (defaults; lr_decay, L2 and a starting accumulator; maximize: mlp_adagrad.json), and eight steps of NAdam
 // (defaults; L2 and a momentum decay) and RAdam (defaults; L2: mlp_nadam_radam.json), and three of Adamax
-// and Adadelta (defaults; L2, other betas / rho, maximize: mlp_adamax_adadelta.json), agree within 1e-5
+// and Adadelta (defaults; L2, other betas / rho, maximize: mlp_adamax_adadelta.json), and every one with
+// parameter groups, some under a scheduler (mlp_param_groups.json), agree within 1e-5
 // relative (fp32; relative to each element, floored at 1% of its tensor's scale: see
 // parity::scale_floor).
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <set>
 #include <span>
 #include <string>
@@ -91,11 +94,78 @@ void train_step(Model& m, Opt& opt, const Batch<D>& b) {
   opt.step();
 }
 
+/// The parameter groups of a run (mlp_param_groups.json): each entry's parameters by name, and its lr
+/// and weight_decay where torch's group sets them.
+template <class Model, class Opt>
+void add_groups(const Model& m, Opt& opt, const json& groups) {
+  for (const auto& g : groups) {
+    kiln::optim::ParamGroup group;
+    for (const auto& name : g.at("params")) {
+      const auto all = m.named_parameters();
+      const auto it = std::find_if(all.begin(), all.end(), [&](const auto& p) { return p.name == name; });
+      BOOST_TEST_REQUIRE((it != all.end()), "no parameter " << name);
+      group.params.push_back(*it);
+    }
+    if (g.contains("lr")) group.lr = g.at("lr").get<double>();
+    if (g.contains("weight_decay")) group.weight_decay = g.at("weight_decay").get<double>();
+    opt.add_param_group(group);
+  }
+  BOOST_TEST(opt.param_group_count() == groups.size() + 1);
+}
+
+/// Calls f(scheduler) with the run's scheduler, as torch's was built from `spec`.
+template <class Opt, class F>
+void with_scheduler(Opt& opt, const json& spec, F&& f) {
+  namespace ko = kiln::optim;
+  const std::string type = spec.at("type").get<std::string>();
+  if (type == "CosineAnnealingLR") {
+    ko::CosineAnnealingLR s(opt, spec.at("T_max").get<std::int64_t>(), spec.at("eta_min").get<double>());
+    return f(s);
+  }
+  if (type == "StepLR") {
+    ko::StepLR s(opt, spec.at("step_size").get<std::int64_t>(), spec.at("gamma").get<double>());
+    return f(s);
+  }
+  if (type == "OneCycleLR") {
+    ko::OneCycleLR s(opt, spec.at("max_lr").get<double>(), spec.at("total_steps").get<std::int64_t>());
+    return f(s);
+  }
+  if (type == "SequentialLR") {  // the fixture's: LinearLR, then ExponentialLR
+    const auto& parts = spec.at("schedulers");
+    BOOST_TEST_REQUIRE(parts.at(0).at("type").get<std::string>() == "LinearLR");
+    BOOST_TEST_REQUIRE(parts.at(1).at("type").get<std::string>() == "ExponentialLR");
+    ko::SequentialLR s(spec.at("milestones").get<std::vector<std::int64_t>>(),
+                       ko::LinearLR(opt, parts[0].at("start_factor").get<double>(),
+                                    parts[0].at("end_factor").get<double>(), parts[0].at("total_iters").get<std::int64_t>()),
+                       ko::ExponentialLR(opt, parts[1].at("gamma").get<double>()));
+    return f(s);
+  }
+  BOOST_FAIL("unknown scheduler " << type);
+}
+
 template <class D, class Opt>
 double run_steps(Mlp<D>& m, Opt& opt, const json& config, const json& fx) {
   const auto b = batch<D>(fx);
   const int steps = config.at("steps").get<int>();
-  for (int s = 0; s < steps; ++s) train_step(m, opt, b);
+  if (config.contains("groups")) add_groups(m, opt, config.at("groups"));
+  if (config.contains("scheduler")) {
+    // Stepped after each optimizer step, as torch's: every group's lr after it, as torch recorded it
+    // (within 1e-7: check_optimizer gives the options' lr as a float, 2e-8 off torch's double).
+    with_scheduler(opt, config.at("scheduler"), [&](auto& sched) {
+      const auto& lrs = config.at("lrs");
+      for (int s = 0; s < steps; ++s) {
+        train_step(m, opt, b);
+        sched.step();
+        for (std::size_t k = 0; k < opt.param_group_count(); ++k) {
+          const double want = lrs.at(s).at(k).get<double>();
+          BOOST_TEST(opt.group_lr(k) == want, boost::test_tools::tolerance(1e-7));
+          BOOST_TEST(sched.get_last_lr(k) == want, boost::test_tools::tolerance(1e-7));
+        }
+      }
+    });
+  } else {
+    for (int s = 0; s < steps; ++s) train_step(m, opt, b);
+  }
   double pure = 0.0;
   const double worst =
       check_named(m, m.parameters().to_vector(), config.at("parameters"), config.at("name").get<std::string>(), &pure);
@@ -305,6 +375,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adamax_and_adadelta_steps_match_pytorch, D, kiln::
     }
   }
   BOOST_TEST((types == std::set<std::string>{"Adadelta", "Adamax"}));
+}
+
+// Parameter groups (torch's param_groups; mlp_param_groups.json): the biases without weight decay, the
+// last weight at three times the lr, the other weights with the optimizer's options; every optimizer,
+// then AdamW, SGD and Adam with CosineAnnealingLR (eta_min: not a factor of the base lr), StepLR,
+// OneCycleLR (every group the same lr, as torch's with one max_lr) and SequentialLR (LinearLR then
+// ExponentialLR) moving every group's lr as torch's do.
+BOOST_AUTO_TEST_CASE_TEMPLATE(optimizer_steps_with_param_groups_match_pytorch, D, kiln::test::devices) {
+  static const json fx = parity::load("mlp_param_groups.json");
+  const auto& configs = fx.at("optimizers");
+  BOOST_TEST_REQUIRE(configs.size() == 13u);
+  std::set<std::string> types;
+  int scheduled = 0;
+  for (const auto& config : configs) {
+    BOOST_TEST_CONTEXT("optimizer " << config.at("name").get<std::string>() << " " << config.at("options").dump()) {
+      BOOST_TEST_REQUIRE(config.at("groups").size() == 2u);
+      types.insert(config.at("type").get<std::string>());
+      scheduled += config.contains("scheduler") ? 1 : 0;
+      check_optimizer<D>(config, fx);
+    }
+  }
+  BOOST_TEST(types.size() == 9u);
+  BOOST_TEST(scheduled == 4);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -4,7 +4,8 @@
 // replicas follow one bf16 device; CrossEntropyLoss's (and NLLLoss's) ignored labels weigh each replica
 // by the rows that count; sum-reduced and label-smoothed losses, probability targets and KLDivLoss's
 // reductions train like one device; fp16 replicas step through one GradScaler like one fp16 device
-// (skips counted once); train_steps without zero_grad accumulate gradients like one device; OneCycleLR drives every replica's optimizer; BatchNorm's buffers start every
+// (skips counted once); train_steps without zero_grad accumulate gradients like one device; OneCycleLR drives every replica's optimizer; parameter
+// groups reach every replica's optimizer and its scheduler; BatchNorm's buffers start every
 // step from replica 0's; SyncBatchNorm replicas train like one device (an empty chunk too), fail
 // together and never train alone; GroupNorm and LayerNorm replicas train like one device; an error on a
 // replica's thread reaches the caller.
@@ -401,6 +402,35 @@ BOOST_AUTO_TEST_CASE(schedulers_drive_every_replicas_optimizer) {
     BOOST_TEST(adam.replica(r).betas().beta1 == adam_sched.momentum_at(5));
   }
   BOOST_TEST(sgd.momentum() < 0.95f);  // falling with the lr's rise
+}
+
+BOOST_AUTO_TEST_CASE(parameter_groups_reach_every_replica) {
+  // add_param_group on the bundle adds the group to every replica's optimizer (by name, in each
+  // replica's own model); a scheduler moves every group of every replica; the replicas stay identical.
+  DataParallel<Mlp, Row> dp(2, 1);
+  auto opt = dp.make_optimizers([](auto& m) { return kiln::optim::SGD(m, {.lr = 0.1, .weight_decay = 0.01}); });
+  std::vector<kiln::nn::ParameterInfo> biases;
+  for (const auto& p : dp.replica(0).named_parameters())
+    if (p.shape.size() == 1) biases.push_back(p);
+  opt.add_param_group({.params = biases, .lr = 1.0, .weight_decay = 0.0});
+  BOOST_TEST(opt.param_group_count() == 2u);
+  BOOST_TEST(opt.replica(1).param_group_count() == 2u);
+  BOOST_TEST((opt.group_parameter_names(1) == std::vector<std::string>{"0.bias", "2.bias", "4.bias"}));
+  kiln::optim::StepLR sched(opt, /*step_size=*/1, /*gamma=*/0.5);
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8 * 13, -1, 1, 21), Extents<Row>(8));
+  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8, -1, 1, 22), Extents<Shape<dyn, 1>>(8));
+  for (int s = 0; s < 3; ++s) {
+    opt.zero_grad();
+    (void)dp.train_step(x, y, knn::MSELoss{});
+    opt.step();
+    sched.step();
+  }
+  for (int r = 0; r < dp.size(); ++r) {
+    BOOST_TEST(opt.replica(r).group_lr(0) == 0.1 * 0.125, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(opt.replica(r).group_lr(1) == 0.125, boost::test_tools::tolerance(1e-12));
+  }
+  BOOST_TEST(sched.get_last_lr(1) == 0.125, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST((dp.replica(0).parameters().to_vector() == dp.replica(1).parameters().to_vector()));
 }
 
 BOOST_AUTO_TEST_CASE(an_uneven_split_is_weighted_like_the_whole_batch) {
