@@ -5,6 +5,8 @@
 //   lenet  LeNet on 3x32x32, cross entropy, Adam  target: >= 1.2x PyTorch's step
 //   lenet_bn  the same with BatchNorm2d after each convolution  target: >= 1.2x PyTorch's step
 //   lenet_gn  the same with GroupNorm after each convolution, LayerNorm after the first Linear  target: >= 1.2x
+//   lenet_groups  the LeNet step with the biases in a parameter group (the optimizer's pass once per
+//             stretch of the arena: 10 for 1)  target: >= 0.9x the step without groups
 //   resnet20  ResNet-20 on 3x32x32 (Add blocks, BatchNorm), cross entropy, Adam  reported against PyTorch
 //             (no issue's target; oneDNN's convolutions there, im2col + OpenBLAS here)
 //
@@ -35,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "../harness.hpp"
 #include "../models.hpp"
@@ -117,6 +120,22 @@ int main(int argc, char** argv) {
     lenet.backward(ce.backward(logits, ly));
     lenet_opt.step();
   });
+  // The LeNet step with parameter groups: the five biases in a group of their own (torch's no-decay
+  // split), so the optimizer runs ten passes, one per stretch of the arena, where it ran one.
+  Model<LeNet, Shape<dyn, 3, 32, 32>> lenet_grouped(0);
+  kiln::optim::Adam grouped_opt(lenet_grouped, {.lr = 1e-3});
+  {
+    std::vector<ParameterInfo> biases;
+    for (const auto& p : lenet_grouped.named_parameters())
+      if (p.shape.size() == 1) biases.push_back(p);
+    grouped_opt.add_param_group({.params = biases, .lr = 2e-3});
+  }
+  h.add("kiln_lenet_step_groups", 0, "the LeNet step with the biases in a parameter group (10 optimizer passes)", [&] {
+    grouped_opt.zero_grad();
+    const auto logits = lenet_grouped.forward(lx);
+    lenet_grouped.backward(ce.backward(logits, ly));
+    grouped_opt.step();
+  });
   // The other CIFAR-sized networks, each one StepCase (the same Adam and cross entropy; fp32).
   kiln::bench::StepCase<LeNetBn, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> lenet_bn(lx, ly);
   kiln::bench::StepCase<LeNetGn, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> lenet_gn(lx, ly);
@@ -153,6 +172,8 @@ int main(int argc, char** argv) {
   h.info("fp32_over_bf16_activation_mem", act32 / actb16);
   h.info("fp16_step_over_fp32", h.median("kiln_lenet_step_fp16") / h.median("kiln_lenet_step"));
   h.info("bf16_step_over_fp32", h.median("kiln_lenet_step_bf16") / h.median("kiln_lenet_step"));
+  h.ratio("lenet_step_without_over_with_groups", h.median("kiln_lenet_step") / h.median("kiln_lenet_step_groups"),
+          0.9, "LeNet step time with one group / with the biases in a second (10 optimizer passes for 1)");
 
   // Memory: peak allocator bytes of one training step and of one inference forward.
   auto& alloc = kiln::caching_allocator<kiln::Cpu>();
