@@ -22,6 +22,7 @@
 #include <kiln/parallel/mpi.hpp>
 #endif
 #include <map>
+#include <numbers>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -365,6 +366,28 @@ BOOST_AUTO_TEST_CASE(models_mlp_with_clipping) {
     moved = param_change(fresh.parameters().to_vector(), model.parameters().to_vector());
   }
   BOOST_TEST(moved > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(models_param_groups_step_and_schedule_every_group) {
+  const auto x = random_batch<Shape<dyn, 13>>(8, 10);
+  const auto y = random_batch<Shape<dyn, 1>>(8, 11);
+#include "models.param_groups.inc"
+  BOOST_TEST(opt.param_group_count() == 3u);
+  BOOST_TEST((opt.group_parameter_names(1) == std::vector<std::string>{"0.bias", "2.bias"}));
+  BOOST_TEST((opt.group_parameter_names(2) == std::vector<std::string>{"2.weight"}));
+  BOOST_TEST((opt.group_parameter_names(0) == std::vector<std::string>{"0.weight"}));
+  BOOST_TEST(opt.group_weight_decay(1) == 0.0);
+  BOOST_TEST(opt.group_weight_decay(2) == 0.05);
+  opt.zero_grad();
+  model.backward(kiln::nn::MSELoss{}.backward(model.forward(x), y));
+  opt.step();
+  sched.step();
+  // Each group from its own lr down the same cosine: group 2 from 1e-2, groups 0 and 1 from 1e-3.
+  const double cosine = (1.0 + std::cos(std::numbers::pi / 100.0)) / 2.0;
+  BOOST_TEST(opt.group_lr(2) == 1e-5 + (1e-2 - 1e-5) * cosine, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(opt.group_lr(1) == 1e-5 + (1e-3 - 1e-5) * cosine, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(opt.group_lr(0) == opt.group_lr(1));
+  BOOST_TEST(sched.get_last_lr(2) == opt.group_lr(2));
 }
 
 BOOST_AUTO_TEST_CASE(models_schedule_ends_at_eta_min) {
