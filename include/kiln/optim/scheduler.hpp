@@ -129,7 +129,9 @@ class LRScheduler {
   /// The lrs of the optimizer's parameter groups 1, 2, ... when the scheduler was built (torch's
   /// base_lrs[1:]); each group's lr is the schedule's from its own. A group added later gets the base
   /// that puts it at the lr it was added with at the epoch it was added (the schedule's lr is affine in
-  /// its base): it goes on from there as torch's chainable schedules move it.
+  /// its base): it goes on from there as torch's chainable schedules move it. NaN: a late group this
+  /// schedule leaves at its lr (LambdaLR and CosineAnnealingWarmRestarts, as torch's; OneCycleLR, whose
+  /// cycle has no base; a schedule at a factor of 0 when the group came).
   const std::vector<double>& group_base_lrs() const { return group_base_lrs_; }
   Opt& optimizer() const { return *opt_; }
 
@@ -174,18 +176,30 @@ class LRScheduler {
       } restore{schedule, base_lr_};
       while (group_base_lrs_.size() + 1 < groups) {
         // A group added since (at this epoch, epoch_): the base b with lr_at(epoch_) = its lr then,
-        // from lr_at = a b + c (c: the lr of base 0, a + c: of base 1); its own lr where a is 0.
+        // from lr_at = a b + c (c: the lr of base 0, a + c: of base 1). Where no base gets there (a is
+        // 0: a factor of 0, OneCycleLR's base-free cycle) or the schedule is not one of torch's
+        // chainable ones (LambdaLR, CosineAnnealingWarmRestarts: torch's leave a late group alone), NaN:
+        // the group is left at its lr.
         const std::size_t k = group_base_lrs_.size() + 1;
         double added = static_cast<double>(opt_->group_lr(k));
         if constexpr (requires { opt_->group_initial_lr(k); }) added = static_cast<double>(opt_->group_initial_lr(k));
-        rebase(schedule, 0.0);
-        const double c = schedule.lr_at(epoch_);
-        rebase(schedule, 1.0);
-        const double a = schedule.lr_at(epoch_) - c;
-        group_base_lrs_.push_back(a != 0.0 ? (added - c) / a : added);
+        double b = std::numeric_limits<double>::quiet_NaN();
+        if constexpr (!requires { Schedule::leaves_late_groups; }) {
+          rebase(schedule, 0.0);
+          const double c = schedule.lr_at(epoch_);
+          rebase(schedule, 1.0);
+          const double a = schedule.lr_at(epoch_) - c;
+          if (a != 0.0) b = (added - c) / a;
+        }
+        group_base_lrs_.push_back(b);
       }
       for (std::size_t k = 1; k < groups; ++k) {
-        rebase(schedule, group_base_lrs_[k - 1]);
+        const double b = group_base_lrs_[k - 1];
+        if (kiln::detail::is_nan(b)) {
+          lrs.push_back(static_cast<double>(opt_->group_lr(k)));
+          continue;
+        }
+        rebase(schedule, b);
         lrs.push_back(schedule.lr_at(epoch));
       }
     }
@@ -358,6 +372,8 @@ class CosineAnnealingWarmRestarts : public detail::LRScheduler<Opt, CosineAnneal
   using base = detail::LRScheduler<Opt, CosineAnnealingWarmRestarts<Opt>>;
 
  public:
+  /// A parameter group added after the scheduler was built keeps its lr (torch's base_lrs has no entry for it).
+  static constexpr bool leaves_late_groups = true;
   CosineAnnealingWarmRestarts(Opt& opt, std::int64_t T_0, std::int64_t T_mult = 1, double eta_min = 0.0)
       : base(opt), t0_(T_0), t_mult_(T_mult), eta_min_(eta_min) {
     detail::require_positive(T_0, "CosineAnnealingWarmRestarts", "T_0");
@@ -405,6 +421,8 @@ class LambdaLR : public detail::LRScheduler<Opt, LambdaLR<Opt, F>> {
   using base = detail::LRScheduler<Opt, LambdaLR<Opt, F>>;
 
  public:
+  /// A parameter group added after the scheduler was built keeps its lr (torch's base_lrs has no entry for it).
+  static constexpr bool leaves_late_groups = true;
   LambdaLR(Opt& opt, F lr_lambda) : base(opt), f_(std::move(lr_lambda)) { this->apply(); }
   double lr_at(std::int64_t epoch) const { return this->base_lr() * static_cast<double>(f_(epoch)); }
 
@@ -600,6 +618,8 @@ class OneCycleLR : public detail::LRScheduler<Opt, OneCycleLR<Opt>> {
   using base = detail::LRScheduler<Opt, OneCycleLR<Opt>>;
 
  public:
+  /// A parameter group added after the scheduler was built keeps its lr (torch's base_lrs has no entry for it).
+  static constexpr bool leaves_late_groups = true;
   OneCycleLR(Opt& opt, double max_lr, std::int64_t total_steps, OneCycleOptions options = {})
       : base(opt, max_lr / options.div_factor), max_lr_(max_lr), total_(total_steps), o_(options) {
     if (total_steps <= 0)
@@ -926,14 +946,16 @@ Opt& optimizer_of(First& first) {
   }
 }
 
-/// The optimizer's lr before the first of the schedules was built (torch's initial_lr), for
-/// ChainedScheduler and SequentialLR (`who`, in the messages). They must drive the same optimizer:
-/// otherwise a ValueError saying `different(index)` (torch's message of `who`), index the first other
-/// one. Each schedule takes the optimizer's lr as its base and sets the lr of its epoch 0, which the one
-/// built next takes as its base: the bases follow from one another in the order they were built, which
-/// this finds (preferring an order that ends at the optimizer's lr now, then the arguments' order).
+/// The optimizer's lr before the first of the schedules was built (torch's initial_lr), and which of
+/// them (its index among the arguments) was built first, for ChainedScheduler and SequentialLR (`who`,
+/// in the messages). They must drive the same optimizer: otherwise a ValueError saying
+/// `different(index)` (torch's message of `who`), index the first other one. Each schedule takes the
+/// optimizer's lr as its base and sets the lr of its epoch 0, which the one built next takes as its
+/// base: the bases follow from one another in the order they were built, which this finds (preferring
+/// an order that ends at the optimizer's lr now, then the arguments' order).
 template <class Different, class First, class... Rest>
-double initial_lr(const char* who, const Different& different, const First& first, const Rest&... rest) {
+std::pair<double, std::size_t> initial_lr_and_first(const char* who, const Different& different, const First& first,
+                                                    const Rest&... rest) {
   constexpr std::size_t count = 1 + sizeof...(Rest);
   std::size_t index = 0;
   const auto same_optimizer = [&](const auto& s) {
@@ -949,11 +971,15 @@ double initial_lr(const char* who, const Different& different, const First& firs
   std::array<bool, count> used{};
   std::size_t start = 0;
   double found = std::numeric_limits<double>::quiet_NaN();  // the first of the first whole order found
+  std::size_t found_start = 0;
   // Depth first over the orders: `last` was built last of `built` so far; true on a whole order
   // that ends at the optimizer's lr now.
   const auto extend = [&](const auto& self, std::size_t last, std::size_t built) -> bool {
     if (built == count) {
-      if (kiln::detail::is_nan(found)) found = bases[start];
+      if (kiln::detail::is_nan(found)) {
+        found = bases[start];
+        found_start = start;
+      }
       return after[last] == now;
     }
     for (std::size_t j = 0; j < count; ++j) {
@@ -967,7 +993,7 @@ double initial_lr(const char* who, const Different& different, const First& firs
   };
   for (start = 0; start < count; ++start) {
     used[start] = true;
-    if (extend(extend, start, 1)) return bases[start];
+    if (extend(extend, start, 1)) return {bases[start], start};
     used[start] = false;
   }
   if (kiln::detail::is_nan(found))
@@ -976,7 +1002,16 @@ double initial_lr(const char* who, const Different& different, const First& firs
         ": the schedules' base lrs do not follow from one another (each takes the optimizer's lr "
         "when built, which the one built before it set to its epoch 0's): build them on the "
         "optimizer one after another, as its arguments");
-  return found;
+  return {found, found_start};
+}
+/// The group_base_lrs() of the schedule among `schedules` that was built first (initial_lr_and_first's
+/// index): the groups' lrs before any of them was built.
+template <class... S>
+std::vector<double> group_base_lrs_of(std::size_t first_built, const S&... schedules) {
+  std::vector<double> out;
+  std::size_t i = 0;
+  ((i++ == first_built ? (void)(out = schedules.group_base_lrs()) : (void)0), ...);
+  return out;
 }
 
 }  // namespace detail
@@ -1042,7 +1077,7 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
  public:
   /// The schedules, each built on the optimizer (the same one: a ValueError otherwise, as torch's).
   explicit ChainedScheduler(First first, Rest... rest)
-      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...), group_base_lrs_of(first)),
+      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...), group_base_lrs_of(first, rest...)),
         schedules_(std::move(first), std::move(rest)...) {
     if constexpr (valid) {
       // The copies kept give their factors: base_lr 1, lr_at(epoch) = the factor.
@@ -1065,22 +1100,24 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
   }
 
  private:
-  /// The groups' lrs before the first schedule was built (its group_base_lrs()).
-  static std::vector<double> group_base_lrs_of(const First& first) {
-    if constexpr (valid) return first.group_base_lrs();
+  /// The groups' lrs before the first schedule was built (that schedule's group_base_lrs()).
+  static std::vector<double> group_base_lrs_of(const First& first, const Rest&... rest) {
+    if constexpr (valid) return detail::group_base_lrs_of(initial(first, rest...).second, first, rest...);
     else return {};
   }
-  /// The optimizer's lr before the first schedule was built (detail::initial_lr).
-  static double initial_lr(const First& first, const Rest&... rest) {
+  /// The optimizer's lr before the first schedule was built (detail::initial_lr_and_first).
+  static double initial_lr(const First& first, const Rest&... rest) { return initial(first, rest...).first; }
+  /// That lr, and which schedule was built first.
+  static std::pair<double, std::size_t> initial(const First& first, const Rest&... rest) {
     if constexpr (valid) {
       const auto different = [](std::size_t index) {
         return "kiln::optim::ChainedScheduler: expects all schedulers to belong to the same optimizer, but "
                "got schedulers at index 0 and " +
                std::to_string(index) + " to be different";
       };
-      return detail::initial_lr("ChainedScheduler", different, first, rest...);
+      return detail::initial_lr_and_first("ChainedScheduler", different, first, rest...);
     } else {
-      return 0.0;
+      return {0.0, 0};
     }
   }
   template <class S>
@@ -1158,7 +1195,7 @@ class SequentialLR : public detail::LRScheduler<typename detail::chained_optimiz
  public:
   /// The milestones, then the schedules, each built on the optimizer (the same one).
   explicit SequentialLR(std::vector<std::int64_t> milestones, First first, Rest... rest)
-      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...), group_base_lrs_of(first)),
+      : base(detail::optimizer_of<Opt>(first), initial_lr(first, rest...), group_base_lrs_of(first, rest...)),
         milestones_(std::move(milestones)),
         schedules_(std::move(first), std::move(rest)...) {
     if constexpr (valid) {
@@ -1197,22 +1234,24 @@ class SequentialLR : public detail::LRScheduler<typename detail::chained_optimiz
   void rebase_held(double lr) {
     if constexpr (valid) std::apply([&](auto&... s) { (detail::Rebase::to(s, lr), ...); }, schedules_);
   }
-  /// The groups' lrs before the first schedule was built (its group_base_lrs()).
-  static std::vector<double> group_base_lrs_of(const First& first) {
-    if constexpr (valid) return first.group_base_lrs();
+  /// The groups' lrs before the first schedule was built (that schedule's group_base_lrs()).
+  static std::vector<double> group_base_lrs_of(const First& first, const Rest&... rest) {
+    if constexpr (valid) return detail::group_base_lrs_of(initial(first, rest...).second, first, rest...);
     else return {};
   }
-  /// The optimizer's lr before the first schedule was built (detail::initial_lr).
-  static double initial_lr(const First& first, const Rest&... rest) {
+  /// The optimizer's lr before the first schedule was built (detail::initial_lr_and_first).
+  static double initial_lr(const First& first, const Rest&... rest) { return initial(first, rest...).first; }
+  /// That lr, and which schedule was built first.
+  static std::pair<double, std::size_t> initial(const First& first, const Rest&... rest) {
     if constexpr (valid) {
       const auto different = [](std::size_t index) {
         return "kiln::optim::SequentialLR: Sequential Schedulers expects all schedulers to belong to the "
                "same optimizer, but got schedulers at index 0 and " +
                std::to_string(index) + " to be different.";
       };
-      return detail::initial_lr("SequentialLR", different, first, rest...);
+      return detail::initial_lr_and_first("SequentialLR", different, first, rest...);
     } else {
-      return 0.0;
+      return {0.0, 0};
     }
   }
   /// Schedule i's lr at `epoch`, counted from its milestone.

@@ -484,18 +484,30 @@ class DataParallel {
     void set_betas(const B& b) {
       for (auto& o : opts_) o->set_betas(b);
     }
-    /// Parameter groups on every replica's optimizer (the parameters found by name in each replica's
-    /// model): torch's add_param_group, and what schedulers move in each group.
+    /// Parameter groups on every replica's optimizer: torch's add_param_group, and what schedulers move
+    /// in each group. An entry of a replica's named_parameters() (any replica's) or a name is found by
+    /// name in each replica's model; an entry of no replica is refused (ValueError), one made by hand
+    /// (no model) is taken by its offset in every replica.
     void add_param_group(const optim::ParamGroup& g)
       requires requires(Opt& o) { o.add_param_group(g); }
     {
-      optim::ParamGroup by_name{{}, g.lr, g.weight_decay};
-      std::vector<std::string> names;
-      for (const auto& ref : g.params.refs()) names.push_back(ref.name());
-      by_name.params = names;
-      // (each replica checks the same names against the same model type: the first refusal leaves all as they were)
-      opts_.front()->add_param_group(by_name);
-      for (std::size_t r = 1; r < opts_.size(); ++r) opts_[r]->add_param_group(by_name);
+      optim::ParamGroup each{{}, g.lr, g.weight_decay};
+      for (const auto& ref : g.params.refs()) {
+        const nn::ParameterInfo* p = ref.info();
+        if (p == nullptr || p->arena == nullptr) {
+          each.params.push_back(ref);
+          continue;
+        }
+        bool ours = false;
+        for (int r = 0; r < dp_->size(); ++r) ours = ours || p->arena == dp_->replica(r).parameters().data();
+        if (!ours)
+          throw ValueError("kiln::parallel::DataParallel: add_param_group: parameter '" + p->name +
+                           "' is another model's (its named_parameters() entry points at no replica's "
+                           "parameters); give entries of dp.replica(r).named_parameters(), or names");
+        each.params.push_back(p->name);
+      }
+      // (each replica checks the same group against the same model type: the first refusal leaves all as they were)
+      for (auto& o : opts_) o->add_param_group(each);
     }
     std::size_t param_group_count() const
       requires requires(const Opt& o) { o.param_group_count(); }

@@ -9,6 +9,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <numbers>
 #include <span>
 #include <string>
@@ -275,6 +276,31 @@ BOOST_AUTO_TEST_CASE(a_group_added_later_goes_on_from_its_lr) {
        {0.03520365877844011, 0.43575150157917864}});
 }
 
+// A late group that no base puts at its lr (a schedule at a factor of 0), or under a schedule torch's
+// does not chain (LambdaLR; OneCycleLR's cycle has no base), keeps its lr.
+BOOST_AUTO_TEST_CASE(a_late_group_keeps_its_lr_where_no_base_gets_there) {
+  const auto run = [](auto make) {
+    Small<kiln::Cpu> m(/*seed=*/2);
+    kiln::optim::SGD opt(m, {.lr = 0.1});
+    auto sched = make(opt);
+    for (int s = 0; s < 2; ++s) {
+      opt.step();
+      sched.step();
+    }
+    opt.add_param_group({.params = {"2.weight"}, .lr = 0.5});
+    for (int s = 0; s < 2; ++s) {
+      opt.step();
+      sched.step();
+      BOOST_TEST(opt.group_lr(1) == 0.5);
+      BOOST_TEST(sched.get_last_lr(1) == 0.5);
+    }
+    BOOST_TEST(kiln::detail::is_nan(sched.group_base_lrs().at(0)));
+  };
+  run([](auto& o) { return kiln::optim::LinearLR(o, 1.0, 0.0, 2); });  // factor 0 from epoch 2
+  run([](auto& o) { return kiln::optim::LambdaLR(o, [](std::int64_t e) { return 1.0 / (1.0 + e); }); });
+  run([](auto& o) { return kiln::optim::OneCycleLR(o, 1.0, 10); });
+}
+
 // The resume recipe with the scheduler built before the groups: the groups, added at epoch 0, start
 // from the lrs they were added with, whatever lr a checkpoint then gives them; set_last_epoch(3) puts
 // each at its schedule's lr of epoch 3.
@@ -350,6 +376,26 @@ BOOST_AUTO_TEST_CASE(schedulers_move_every_group) {
     }
     BOOST_TEST(warm_opt.group_lr(0) == 0.05, boost::test_tools::tolerance(1e-12));  // the decay's epoch 1
     BOOST_TEST(warm_opt.group_lr(1) == 0.2, boost::test_tools::tolerance(1e-12));
+  }
+  // Schedules built in another order than their arguments': every group starts from its lr before the
+  // first one built (torch's initial_lr), not from what that one set.
+  {
+    kiln::optim::SGD o(m, {.lr = 0.1});
+    o.add_param_group({.params = {"0.bias"}, .lr = 1.0});
+    kiln::optim::LinearLR warm(o, /*start_factor=*/0.1, /*end_factor=*/1.0, /*total_iters=*/5);  // built first
+    kiln::optim::ExponentialLR decay(o, 0.9);
+    kiln::optim::ChainedScheduler chain(decay, warm);
+    BOOST_TEST(o.group_lr(0) == 0.01, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(o.group_lr(1) == 0.1, boost::test_tools::tolerance(1e-12));
+  }
+  {
+    kiln::optim::SGD o(m, {.lr = 0.1});
+    o.add_param_group({.params = {"0.bias"}, .lr = 1.0});
+    kiln::optim::ConstantLR hold(o, /*factor=*/0.5, /*total_iters=*/2);  // built first
+    kiln::optim::ExponentialLR decay(o, 0.9);
+    kiln::optim::SequentialLR seq({3}, decay, hold);  // torch: every group back to its initial lr
+    BOOST_TEST(o.group_lr(0) == 0.1, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(o.group_lr(1) == 1.0, boost::test_tools::tolerance(1e-12));
   }
 
   // ReduceLROnPlateau: every group's lr times factor, floored at min_lr.

@@ -431,6 +431,13 @@ BOOST_AUTO_TEST_CASE(parameter_groups_reach_every_replica) {
   }
   BOOST_TEST(sched.get_last_lr(1) == 0.125, boost::test_tools::tolerance(1e-12));
   BOOST_TEST((dp.replica(0).parameters().to_vector() == dp.replica(1).parameters().to_vector()));
+  // An entry of a model that is no replica is refused; a replica's or a name is found in each.
+  knn::Model<Mlp, Row> other(1);
+  BOOST_CHECK_THROW(opt.add_param_group({.params = {other.named_parameters()[0]}}), kiln::ValueError);
+  BOOST_TEST(opt.param_group_count() == 2u);
+  opt.add_param_group({.params = {dp.replica(1).named_parameters()[0], "2.weight"}, .lr = 0.0});
+  BOOST_TEST(opt.replica(0).param_group_count() == 3u);
+  BOOST_TEST((opt.replica(1).group_parameter_names(2) == std::vector<std::string>{"0.weight", "2.weight"}));
 }
 
 BOOST_AUTO_TEST_CASE(an_uneven_split_is_weighted_like_the_whole_batch) {
