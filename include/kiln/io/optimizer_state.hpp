@@ -209,13 +209,9 @@ inline std::string joined_names(const std::vector<std::string>& names) {
 template <class Opt>
 std::vector<double> restored_group_lrs(const Opt& opt, const std::map<std::string, std::string>& meta,
                                        const std::string& type, const std::string& path) {
-  std::size_t saved = 1;
-  if (const auto it = meta.find("optimizer.param_groups"); it != meta.end()) {
-    const auto r = std::from_chars(it->second.data(), it->second.data() + it->second.size(), saved);
-    if (r.ec != std::errc() || r.ptr != it->second.data() + it->second.size() || saved < 1)
-      throw CheckpointError("kiln: " + path + ": metadata 'optimizer.param_groups' is '" + it->second +
-                            "'; expected a count of parameter groups (1 or more)");
-  }
+  // (a checkpoint of one group, or from before groups, has no count)
+  const auto saved = static_cast<std::size_t>(
+      meta.contains("optimizer.param_groups") ? metadata_count(meta, "optimizer.param_groups", path) : 1);
   if (saved != opt.param_group_count())
     throw CheckpointError("kiln: " + path + ": the checkpoint's " + type + " has " + std::to_string(saved) +
                           " parameter groups, this one " + std::to_string(opt.param_group_count()) +
