@@ -148,6 +148,37 @@ BOOST_AUTO_TEST_CASE(two_ranks_train_a_small_lenet_like_one_device) {
   BOOST_TEST(d <= 1e-5);
 }
 
+BOOST_AUTO_TEST_CASE(frozen_layers_train_like_one_device_and_stay_where_they_were) {
+  // The MLP's first Linear frozen on both ranks (ddp.freeze) and on one device; AdamW with weight decay
+  // built on the DDP object skips it as the single device's does; a bucket per parameter (the frozen
+  // layers' buckets are averaged at the end of backward, their gradients 0).
+  Group group({.timeout = test_timeout});
+  knn::Model<Mlp, Row> single(5);
+  single.freeze(2);
+  kiln::optim::AdamW opt(single, {.lr = 1e-2, .weight_decay = 0.1});
+  Ddp<Mlp, Row> ddp(group, 5 + static_cast<std::uint64_t>(group.rank()), {.bucket_cap_mb = 1e-6, .first_bucket_mb = 1e-6});
+  ddp.freeze(2);
+  BOOST_TEST(ddp.frozen_layers() == 2u);
+  BOOST_TEST(ddp.frozen_parameter_count() == 13 * 16 + 16);
+  kiln::optim::AdamW dopt(ddp, {.lr = 1e-2, .weight_decay = 0.1});
+  const auto start = ddp.module().parameters().to_vector();
+  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16, -1, 1, 8), Extents<Shape<dyn, 1>>(16));
+  for (std::uint32_t s = 0; s < 3; ++s) {
+    const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 60 + s), Extents<Row>(16));
+    opt.zero_grad();
+    single.backward(knn::MSELoss{}.backward(single.forward(x), y));
+    opt.step();
+    dopt.zero_grad();
+    ddp.backward(knn::MSELoss{}.backward(ddp.forward(share(x, group.rank(), group.size())),
+                                         share(y, group.rank(), group.size())));
+    dopt.step();
+  }
+  const auto got = ddp.module().parameters().to_vector();
+  BOOST_TEST((std::vector<float>(got.begin(), got.begin() + 224) == std::vector<float>(start.begin(), start.begin() + 224)));
+  BOOST_TEST(max_abs_diff(got, single.parameters().to_vector()) <= 1e-5);
+  BOOST_TEST(ddp.in_sync());
+}
+
 BOOST_AUTO_TEST_CASE(averaged_gradients_equal_one_device_for_every_bucket_size) {
   Group group({.timeout = test_timeout});
   std::vector<std::int64_t> labels(16);
@@ -484,6 +515,24 @@ BOOST_AUTO_TEST_CASE(a_wrong_world_size_ends_every_rank) {
     const std::string what = e.what();
     BOOST_TEST(what.find("the job needs 3 ranks but mpirun started 2 (mpirun -np 3)") != std::string::npos, what);
   }
+}
+
+BOOST_AUTO_TEST_CASE(ranks_that_freeze_different_layers_all_fail) {
+  // ddp.freeze is a collective: counts that differ end it on every rank, naming them; nothing is frozen.
+  Group group({.timeout = test_timeout});
+  Ddp<Mlp, Row> ddp(group, 0);
+  try {
+    ddp.freeze(group.rank() == 0 ? 2 : 4);
+    BOOST_ERROR("different frozen layers were accepted");
+  } catch (const kiln::parallel::DistributedError& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("the ranks freeze different layers: rank 0 2, and rank 1 (4)") != std::string::npos, what);
+  }
+  BOOST_TEST(ddp.frozen_layers() == 0u);
+  ddp.freeze(2);  // the same count on both: agreed
+  BOOST_TEST(ddp.frozen_layers() == 2u);
+  ddp.unfreeze();
+  BOOST_TEST(ddp.module().frozen_layers() == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(ranks_that_build_different_models_all_fail) {

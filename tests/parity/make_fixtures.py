@@ -519,6 +519,56 @@ def mlp_param_groups_fixture():
     return mlp_file(x, target, initial, runs)
 
 
+def mlp_frozen_fixture():
+    """mlp.json's model and batch with its first layers frozen (requires_grad_(False) on model[:freeze]:
+    their grads stay None, so every optimizer skips them), for every optimizer; freeze 1 and 3 split a
+    Linear from its ReLU; SGD with momentum unfrozen after 2 of 4 steps (its momentum buffer starts
+    then), AdamW with parameter groups over frozen and trainable parameters."""
+    _, x, target, initial = mlp_draws()
+    configs = [
+        ("sgd_momentum_l2", "SGD", dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-2, nesterov=False), 2),
+        ("adam_l2", "Adam", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False), 1),
+        ("adamw_amsgrad", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=True), 3),
+        ("rmsprop_centered_momentum_l2", "RMSprop",
+         dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=1e-2, momentum=0.9, centered=True), 2),
+        ("adagrad_decay_l2", "Adagrad",
+         dict(lr=5e-2, lr_decay=0.1, weight_decay=1e-2, initial_accumulator_value=0.1, eps=1e-10), 4),
+        ("nadam_l2", "NAdam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2, momentum_decay=1e-2), 2),
+        ("radam_l2", "RAdam", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2), 2),
+        ("adamax_l2", "Adamax", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2), 1),
+        ("adadelta_l2", "Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=1e-2), 3),
+    ]
+    extra = [
+        ("sgd_momentum_unfrozen_after_2", "SGD",
+         dict(lr=0.01, momentum=0.9, dampening=0.0, weight_decay=1e-2, nesterov=False), 2, {"unfreeze_after": 2}),
+        ("adamw_groups", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=False), 2,
+         {"groups": [{"params": ["0.bias", "2.bias", "4.bias"], "weight_decay": 0.0},
+                     {"params": ["0.weight", "4.weight"], "lr": 3e-2}]}),
+    ]
+    runs = []
+    for name, kind, options, freeze, *more in [c + ({},) for c in configs] + extra:
+        more = more[0]
+        m = make_mlp()
+        m.load_state_dict(initial)
+        m[:freeze].requires_grad_(False)
+        params = grouped(m, more["groups"]) if "groups" in more else m.parameters()
+        opt = getattr(torch.optim, kind)(params, foreach=False, **options)
+        steps = STEPS + 1 if "unfreeze_after" in more else STEPS
+        for s in range(steps):
+            if s == more.get("unfreeze_after"):
+                m.requires_grad_(True)
+            opt.zero_grad()
+            torch.nn.MSELoss()(m(x), target).backward()
+            opt.step()
+        opts = dict(options)
+        if "betas" in opts:
+            opts["betas"] = list(opts["betas"])
+        run = {"name": name, "type": kind, "options": opts, "steps": steps, "freeze": freeze,
+               "parameters": {k: tensor(v) for k, v in m.state_dict().items()}, **more}
+        runs.append(run)
+    return mlp_file(x, target, initial, runs)
+
+
 def lr_sequence(make_scheduler, base_lr, epochs):
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=base_lr)
@@ -1361,6 +1411,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "mlp_nadam_radam.json": lambda: mlp_nadam_radam_fixture(),
             "mlp_adamax_adadelta.json": lambda: mlp_adamax_adadelta_fixture(),
             "mlp_param_groups.json": lambda: mlp_param_groups_fixture(),
+            "mlp_frozen.json": lambda: mlp_frozen_fixture(),
             "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
             "clip_coefficient.json": lambda: clip_coefficient_fixture(),

@@ -42,13 +42,15 @@ using Generator = std::mt19937_64;
 /// A parameter in the model's arena: its name ("weight"), offset, element count and shape, in
 /// PyTorch's state_dict spelling once prefixed by the layer index ("0.weight"). `arena`: the first
 /// element of the model's parameter arena, set by Model::named_parameters() (null in a layer's own
-/// list), so that an optimizer can tell another model's parameters from its own.
+/// list), so that an optimizer can tell another model's parameters from its own. `requires_grad`:
+/// torch's p.requires_grad, false for a parameter of the layers Model::freeze froze.
 struct ParameterInfo {
   std::string name;
   index_t offset = 0;
   index_t count = 0;
   std::vector<index_t> shape;
   const void* arena = nullptr;
+  bool requires_grad = true;
 };
 
 /// A buffer in the model's buffer arena: state that a layer updates itself and that is not a parameter

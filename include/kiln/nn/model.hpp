@@ -1,6 +1,8 @@
 /// Model: a network type instantiated for an input shape and a Policy, owning one contiguous parameter
 /// arena and one gradient arena (so an optimizer steps the whole model in one pass).
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -85,7 +87,10 @@ class Model {
     const kiln::detail::device_scope<D> on(params_.device_index());  // the model's GPU, whichever is current
     refresh_working_copy();
     saved_rows_ = -1;  // a forward that throws keeps nothing
-    auto y = net_.forward(x, ctx_);
+    // The frozen layers keep nothing for backward, which does not reach them (torch builds no graph
+    // through them), unless dL/dx is wanted (set_input_requires_grad).
+    kept_from_ = input_requires_grad_ ? 0 : first_trainable(frozen_layers_);
+    auto y = forward_keeping_from(x, kept_from_);
     saved_rows_ = ctx_.grad ? x.size(0) : -1;
     return y;
   }
@@ -103,26 +108,92 @@ class Model {
   }
   /// Backward pass from dL/dy: parameter gradients are accumulated (call zero_grad() between steps), as
   /// loss.backward() in PyTorch; the input's gradient is not computed (the input does not require grad).
+  /// It stops before the frozen layers (freeze).
   void backward(const Tensor<T, output_shape, D>& dy) {
     use_activations("kiln::nn::Model::backward (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
-    (void)detail::backward_of(net_, dy, false);
+    backward_through(dy, nullptr);
   }
   /// The same, telling `ready` as the gradients become final (see GradientsReady): once per layer with
   /// parameters, from the last, and ready(0) at the end.
   void backward(const Tensor<T, output_shape, D>& dy, const GradientsReady& ready) {
     use_activations("kiln::nn::Model::backward (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
-    if constexpr (requires { net_.backward(dy, false, &ready); }) (void)net_.backward(dy, false, &ready);
-    else
-      (void)detail::backward_of(net_, dy, false);
+    backward_through(dy, &ready);
     if (ready) ready(0);
   }
-  /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad).
+  /// Backward pass that also returns dL/dx (PyTorch: x.requires_grad_() and read x.grad). With layers
+  /// frozen, the forward must have kept their activations: set_input_requires_grad(true) before it (a
+  /// ValueError otherwise, and the activations stay for a backward()); dL/dx then goes back through
+  /// them, as torch's, and their gradients stay 0.
   Tensor<T, In, D> backward_input(const Tensor<T, output_shape, D>& dy) {
+    if (kept_from_ > 0 && saved_rows_ >= 0)
+      throw ValueError("kiln::nn::Model::backward_input: layers 0 to " + std::to_string(kept_from_ - 1) +
+                       " kept nothing to go back through in the forward (layers 0 to " +
+                       std::to_string(frozen_layers_ - 1) + " are frozen; torch: an input that does not require "
+                       "grad); call model.set_input_requires_grad(true) before the forward (torch's "
+                       "x.requires_grad_()) to take dL/dx through them");
     use_activations("kiln::nn::Model::backward_input (the model, dy)", dy);
     const kiln::detail::device_scope<D> on(params_.device_index());
-    return detail::backward_of(net_, dy, true);
+    auto dx = detail::backward_of(net_, dy, true);
+    zero_frozen_gradients();
+    unreached_ = frozen_parameter_count();
+    return dx;
+  }
+
+  /// The number of layers freeze() counts: a Sequential's, or 1 for a network that is one bare layer.
+  static constexpr std::size_t layer_count = [] {
+    if constexpr (requires { network::layer_count; }) return network::layer_count;
+    else return std::size_t{1};
+  }();
+  /// torch's requires_grad_(False) on the network's first `layers` layers (`model[:layers]` of an
+  /// nn.Sequential, negative counting from the end as there: -1 all but the last; the backbone, to
+  /// fine-tune the head): backward stops before them (nothing of theirs is computed), their gradients
+  /// are set to 0 and stay 0, and every optimizer built on this model leaves their parameters as they
+  /// are: no step, no weight decay, no momentum or moment updates (torch's optimizers skip a parameter
+  /// whose grad is None). freeze(0), or unfreeze(), trains every layer again. Throws ValueError outside
+  /// -layer_count .. layer_count.
+  void freeze(std::ptrdiff_t layers) {
+    const auto count = static_cast<std::ptrdiff_t>(layer_count);
+    if (layers > count || layers < -count)
+      throw ValueError("kiln::nn::Model::freeze: " + std::to_string(layers) + " layers, but the network has " +
+                       std::to_string(layer_count) + "; give 0 to " + std::to_string(layer_count) +
+                       " (the first layers to freeze), or -1 to -" + std::to_string(layer_count) +
+                       " (all but the last ones, as torch's model[:-1])");
+    frozen_layers_ = static_cast<std::size_t>(layers < 0 ? count + layers : layers);
+    zero_frozen_gradients();
+  }
+  void unfreeze() { frozen_layers_ = 0; }
+  /// How many of the first layers are frozen (0: none).
+  std::size_t frozen_layers() const { return frozen_layers_; }
+  /// torch's x.requires_grad_() for the inputs of the next forwards: with layers frozen, they keep
+  /// their activations so that backward_input can take dL/dx through them (off: they keep none, as
+  /// torch's build no graph there). Without frozen layers every layer keeps them anyway.
+  void set_input_requires_grad(bool on) { input_requires_grad_ = on; }
+  bool input_requires_grad() const { return input_requires_grad_; }
+  /// Where backward stops with the first `frozen` layers frozen: the first layer from there that has
+  /// parameters (the layers without any before it would compute a dL/dx that nothing reads), or
+  /// layer_count when none has; 0 for none frozen.
+  static constexpr std::size_t first_trainable(std::size_t frozen) {
+    if (frozen == 0) return 0;
+    std::size_t i = frozen;
+    while (i < layer_count && layer_offset(i + 1) == layer_offset(i)) ++i;
+    return i;
+  }
+  /// The frozen layers' parameters: the arena's first frozen_parameter_count() elements.
+  index_t frozen_parameter_count() const { return layer_offset(frozen_layers_); }
+  /// The arena's first parameters that optimizers skip: the frozen layers', or those the last backward
+  /// did not reach if more (layers unfrozen after the forward: torch's grad stays None for them until
+  /// a backward reaches them, and its optimizers skip them).
+  index_t parameters_without_gradient() const { return std::max(frozen_parameter_count(), unreached_); }
+  /// Where layer k's parameters start in the arena (k = layer_count: the parameter count); ValueError
+  /// past that.
+  static constexpr index_t layer_offset(std::size_t k) {
+    if (k > layer_count)
+      throw ValueError("kiln::nn::Model::layer_offset: layer " + std::to_string(k) + " of a network of " +
+                       std::to_string(layer_count) + " layers; give 0 to " + std::to_string(layer_count));
+    if constexpr (requires { network::layer_offsets; }) return network::layer_offsets[k];
+    else return k == 0 ? 0 : parameter_count;
   }
 
   void zero_grad() { grads_.fill(M(0)); }
@@ -179,15 +250,29 @@ class Model {
   }
   arena_type& gradients() { return grads_; }
   const arena_type& gradients() const { return grads_; }
-  /// Names, offsets and shapes in PyTorch's state_dict spelling ("0.weight", "2.bias"), each marked as
-  /// this model's (ParameterInfo::arena).
+  /// Names, offsets and shapes in PyTorch's state_dict spelling ("0.weight", "2.bias"),
+  /// each marked as this model's (ParameterInfo::arena), and requires_grad false in the frozen layers.
   std::vector<ParameterInfo> named_parameters() const {
     std::vector<ParameterInfo> all = net_.parameters();
-    for (auto& p : all) p.arena = params_.data();
+    const index_t frozen = frozen_parameter_count();
+    for (auto& p : all) {
+      p.arena = params_.data();
+      p.requires_grad = p.offset >= frozen;
+    }
     return all;
   }
   network& net() { return net_; }
-  [[nodiscard]] std::string summary(index_t batch = 1) const { return net_.summary(batch); }
+  /// The network's table (layers, output shapes, parameters), and with layers frozen the trainable and
+  /// frozen parameter counts (torchinfo's "Trainable params" and "Non-trainable params").
+  [[nodiscard]] std::string summary(index_t batch = 1) const {
+    std::string s;
+    if constexpr (requires { net_.summary(batch, frozen_layers_); }) s = net_.summary(batch, frozen_layers_);
+    else s = net_.summary(batch);
+    if (frozen_layers_ > 0)
+      s += "trainable parameters: " + std::to_string(parameter_count - frozen_parameter_count()) + " (frozen: " +
+           std::to_string(frozen_parameter_count()) + ", in layers 0 to " + std::to_string(frozen_layers_ - 1) + ")\n";
+    return s;
+  }
 
  private:
   /// Checks dy before a backward pass, which then uses up the activations the last forward kept (as
@@ -205,6 +290,35 @@ class Model {
                        std::to_string(saved_rows_) + " rows: dy must have the shape of the last forward's output");
     saved_rows_ = -1;
   }
+  /// The forward pass, its layers before `keep_from` keeping nothing for backward.
+  Tensor<T, output_shape, D> forward_keeping_from(const Tensor<T, In, D>& x, std::size_t keep_from) {
+    if constexpr (requires { net_.forward(x, ctx_, keep_from); }) {
+      return net_.forward(x, ctx_, keep_from);
+    } else {  // a network that is one bare layer: frozen (keep_from 1), or not
+      Context ctx = ctx_;
+      if (keep_from > 0) ctx.grad = false;
+      return net_.forward(x, ctx);
+    }
+  }
+  /// dy back through the layers not frozen: from the last down to the first trainable one (the frozen
+  /// layers' now, or the last forward's, whichever is later: those before it kept nothing).
+  void backward_through(const Tensor<T, output_shape, D>& dy, const GradientsReady* ready) {
+    const std::size_t first = std::max(kept_from_, first_trainable(frozen_layers_));
+    unreached_ = layer_offset(first);
+    if (first > 0) {
+      if constexpr (requires { net_.backward(dy, false, ready, first); }) (void)net_.backward(dy, false, ready, first);
+      // else: a network that is one bare layer, frozen: nothing to go back through
+    } else if (ready != nullptr) {
+      if constexpr (requires { net_.backward(dy, false, ready); }) (void)net_.backward(dy, false, ready);
+      else (void)detail::backward_of(net_, dy, false);
+    } else {
+      (void)detail::backward_of(net_, dy, false);
+    }
+  }
+  void zero_frozen_gradients() {
+    if (const index_t n = frozen_parameter_count(); n > 0)
+      arena_type::from_blob(grads_.data(), Extents<Shape<dyn>>(n), grads_.device_index()).fill(M(0));
+  }
   void refresh_working_copy() {
     if constexpr (has_working_copy) {
       if (!stale_) return;
@@ -219,6 +333,10 @@ class Model {
   arena_type buffers_;       // networks with buffers only
   bool stale_ = true;
   index_t saved_rows_ = -1;  // the batch of the last forward that kept its activations (-1: none)
+  std::size_t frozen_layers_ = 0;  // freeze()
+  std::size_t kept_from_ = 0;      // the last forward's layers before this one kept nothing (frozen)
+  index_t unreached_ = 0;          // the parameters before this offset got no gradient in the last backward
+  bool input_requires_grad_ = false;
   network net_;
   Context ctx_{};
 };

@@ -340,12 +340,20 @@ struct Sequential {
     std::vector<ParameterInfo> parameters() const { return detail::named_in_order<ParameterInfo>(layers_); }
     std::string name() const { return "Sequential"; }
 
-    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) { return forward_from<0>(x, ctx); }
+    /// `keep_from`: the layers before it keep nothing for backward (ctx.grad off for them): the frozen
+    /// layers (Model::freeze), which backward does not reach.
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx, std::size_t keep_from = 0) {
+      keep_from_ = keep_from;
+      return forward_from<0>(x, ctx);
+    }
     /// Gradients of every layer from dL/dy; returns dL/dx, or an empty tensor when input_grad is false
     /// (the first layer then skips that product). `ready`, if given, is told each layer's arena offset
     /// once that layer's gradients are done.
+    /// `first`: the first layer to go back through (Model::freeze: the layers before it are frozen);
+    /// the layers before it are not run, their gradients not written, and dL/dx is not computed.
     Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy, bool input_grad = true,
-                             const GradientsReady* ready = nullptr) {
+                             const GradientsReady* ready = nullptr, std::size_t first = 0) {
+      first_ = input_grad ? 0 : first;
       return backward_from<n - 1>(dy, input_grad, ready);
     }
     /// Where layer I's parameters start in the arena.
@@ -353,6 +361,12 @@ struct Sequential {
     static constexpr index_t offset_of = []<std::size_t... J>(std::index_sequence<J...>) {
       return (index_t{0} + ... + std::tuple_element_t<J, tuple_type>::parameter_count);
     }(std::make_index_sequence<I>{});
+    /// The number of layers (what Model::freeze counts).
+    static constexpr std::size_t layer_count = n;
+    /// Where each layer's parameters start in the arena, and (last) the parameter count.
+    static constexpr std::array<index_t, n + 1> layer_offsets = []<std::size_t... J>(std::index_sequence<J...>) {
+      return std::array<index_t, n + 1>{offset_of<J>..., parameter_count};
+    }(std::make_index_sequence<n>{});
 
     /// The epilogue layer I stands for (nn/epilogue.hpp), or void.
     template <std::size_t I>
@@ -375,9 +389,11 @@ struct Sequential {
 
     /// A table like torchinfo's: layer, output shape, parameters; totals and bytes. The layer column is
     /// as wide as its longest name (52 at least), so the columns line up.
-    std::string summary(index_t batch = 1) const {
+    /// `frozen`: the first layers Model::freeze froze, marked "[frozen]".
+    std::string summary(index_t batch = 1, std::size_t frozen = 0) const {
       std::vector<std::array<std::string, 3>> rows;  // name, output shape, parameters
       summary_rows<0>(rows, batch);
+      for (std::size_t i = 0; i < frozen && i < rows.size(); ++i) rows[i][0] += " [frozen]";
       std::size_t width = 52;
       for (const auto& r : rows) width = std::max(width, r[0].size());
       std::ostringstream os;
@@ -410,19 +426,25 @@ struct Sequential {
     auto forward_from(const X& x, Context ctx) {
       if constexpr (I == n) {
         return x;
-      } else if constexpr (fused_with_next<I>) {  // layer I + 1 runs inside layer I's epilogue
-        ran_fused_[I] = fusion_enabled();             // unless fusion is off (kiln::Unfused): two layers
-        if (!ran_fused_[I]) return forward_from<I + 1>(std::get<I>(layers_).forward(x, ctx), ctx);
-        return forward_from<I + 2>(std::get<I>(layers_).template forward_fused<epilogue_at<I + 1>>(x, ctx), ctx);
       } else {
-        return forward_from<I + 1>(std::get<I>(layers_).forward(x, ctx), ctx);
+        Context own = ctx;  // layer I's: keeps nothing for backward before keep_from_
+        if (I < keep_from_) own.grad = false;
+        if constexpr (fused_with_next<I>) {  // layer I + 1 runs inside layer I's epilogue
+          ran_fused_[I] = fusion_enabled();  // unless fusion is off (kiln::Unfused): two layers
+          if (!ran_fused_[I]) return forward_from<I + 1>(std::get<I>(layers_).forward(x, own), ctx);
+          return forward_from<I + 2>(std::get<I>(layers_).template forward_fused<epilogue_at<I + 1>>(x, own), ctx);
+        } else {
+          return forward_from<I + 1>(std::get<I>(layers_).forward(x, own), ctx);
+        }
       }
     }
     template <std::size_t I, class G>
     auto backward_from(const G& dy, bool input_grad, const GradientsReady* ready) {
+      if (I < first_) return Tensor<T, S, D>{};  // frozen from here down (first_ is 0 unless frozen)
       if constexpr (fused_into_previous<I>) {
         if (!ran_fused_[I - 1]) return backward_unfused<I>(dy, input_grad, ready);  // forward ran two layers
-        auto dx = std::get<I - 1>(layers_).template backward_fused<epilogue_at<I>>(dy, I > 1 || input_grad);
+        if (I - 1 < first_) return Tensor<T, S, D>{};  // a frozen layer I - 1 under its activation I
+        auto dx = std::get<I - 1>(layers_).template backward_fused<epilogue_at<I>>(dy, wants_dx(I - 1, input_grad));
         tell_ready<I - 1>(ready);
         if constexpr (I == 1) return dx;
         else return backward_from<I - 2>(dx, input_grad, ready);
@@ -433,11 +455,14 @@ struct Sequential {
     /// Layer I's own backward, then the layers before it.
     template <std::size_t I, class G>
     auto backward_unfused(const G& dy, bool input_grad, const GradientsReady* ready) {
-      auto dx = detail::backward_of(std::get<I>(layers_), dy, I > 0 || input_grad);
+      auto dx = detail::backward_of(std::get<I>(layers_), dy, wants_dx(I, input_grad));
       tell_ready<I>(ready);
       if constexpr (I == 0) return dx;
       else return backward_from<I - 1>(dx, input_grad, ready);
     }
+    /// Whether layer `layer`'s backward computes its dL/dx: a layer before it is trained, or the caller
+    /// wants dL/dx of the input (a function, so that layer 0 is no "comparison with zero" to nvcc).
+    bool wants_dx(std::size_t layer, bool input_grad) const { return layer > first_ || input_grad; }
     template <std::size_t I>
     static void tell_ready(const GradientsReady* ready) {
       if constexpr (std::tuple_element_t<I, tuple_type>::parameter_count > 0)
@@ -457,6 +482,8 @@ struct Sequential {
 
     tuple_type layers_;
     std::array<bool, n> ran_fused_{};  // per layer: whether the last forward ran it with the next fused
+    std::size_t first_ = 0;           // the backward in progress stops before this layer (Model::freeze)
+    std::size_t keep_from_ = 0;       // the last forward kept nothing in the layers before this one
   };
 };
 

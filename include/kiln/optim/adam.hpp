@@ -213,7 +213,7 @@ class AdamBase : public ParameterArenas<M, D, W, AdamBase<M, D, Options, Decoupl
     if (o_.capturable) {
       kiln::detail::executor<D>::for_each(1, AdamPrepare{scalars_.data(), b1, b2, wd, Decoupled, skip_if});
       if (fusion_enabled()) {
-        run_fused<true>(0, p_.numel(), wd, C(0), C(0), C(0));
+        run_fused<true>(this->frozen(), p_.numel() - this->frozen(), wd, C(0), C(0), C(0));  // past frozen layers
         return;
       }
       // Unfused: the host scalars from the device's count and skip flag (copies; waits).

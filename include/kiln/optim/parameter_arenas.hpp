@@ -1,8 +1,10 @@
 /// What every optimizer steps: a model's parameter and gradient arenas, and its working copy under mixed
 /// precision.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -130,20 +132,33 @@ class ParameterArenas {
 
   /// Every step path begins with it (step_calls()).
   void count_step_call() { ++step_calls_; }
-  /// The optimizer's constructor from a model gives its named_parameters() (names in add_param_group).
+  /// The optimizer's constructor from a model gives its named_parameters() (names in add_param_group)
+  /// and its frozen layers (Model::freeze), whose parameters every step skips.
   template <class Model>
   void name_parameters(const Model& m) {
     if constexpr (requires { m.named_parameters(); }) named_ = m.named_parameters();
+    if constexpr (requires { m.parameters_without_gradient(); })
+      frozen_ = [&m] { return m.parameters_without_gradient(); };
   }
+  /// The parameters a step leaves as they are: the arena's first frozen() (the model's frozen layers',
+  /// or those its last backward did not reach).
+  index_t frozen() const { return frozen_ ? frozen_() : 0; }
 
   /// Calls f(offset, count, lr, weight_decay) for each span of the arena that one group covers, with
-  /// that group's options (one group: f(0, numel, lr, weight_decay) once, group 0's). A fused step runs
-  /// its pass once per call, on its arrays shifted by offset (shifted()).
+  /// that group's options (one group: f(0, numel, lr, weight_decay) once, group 0's), past the frozen
+  /// parameters (a span in them is left out, or begins where they end). A fused step runs its pass
+  /// once per call, on its arrays shifted by offset (shifted()).
   template <class F>
   void for_each_span(F&& f) const {
-    if (groups_.empty()) return f(index_t{0}, p_.numel(), self().lr(), self().options().weight_decay);
-    for (const auto& s : groups_.spans())
-      f(s.offset, s.count, group_lr(s.group), group_weight_decay(s.group));
+    const index_t frozen = this->frozen();
+    if (groups_.empty()) {
+      if (frozen < p_.numel()) f(frozen, p_.numel() - frozen, self().lr(), self().options().weight_decay);
+      return;
+    }
+    for (const auto& s : groups_.spans()) {
+      const index_t begin = std::max(s.offset, frozen), end = s.offset + s.count;
+      if (begin < end) f(begin, end - begin, group_lr(s.group), group_weight_decay(s.group));
+    }
   }
   /// p + offset, or null for an array the step does not have (no momentum, no amsgrad, no working copy).
   template <class T>
@@ -152,10 +167,14 @@ class ParameterArenas {
   }
   /// An unfused step (kiln::Unfused: torch's single-tensor passes over the whole arena) with groups
   /// added: a ValueError, before anything changes.
+  /// The same with layers frozen (Model::freeze).
   void require_one_group() const {
     if (!groups_.empty())
       throw ValueError(std::string("kiln::optim::") + who_ + ": a step with fusion switched off (kiln::Unfused) "
                        "runs over the whole arena with one learning rate; with parameter groups, step fused");
+    if (frozen() > 0)
+      throw ValueError(std::string("kiln::optim::") + who_ + ": a step with fusion switched off (kiln::Unfused) "
+                       "runs over the whole arena; with layers frozen (Model::freeze), step fused");
   }
 
   arena_type& p_;
@@ -170,6 +189,7 @@ class ParameterArenas {
   const char* who_;
   double default_lr_, default_weight_decay_;
   std::vector<nn::ParameterInfo> named_;  // the model's, when built from one
+  std::function<index_t()> frozen_;       // the model's parameters_without_gradient(), when built from one
   GroupTable groups_;
 };
 

@@ -401,6 +401,12 @@ class DataParallel {
   /// different weights. train_step calls it first: 3 values read per replica (on GPUs, 3 small copies).
   void check_replicas_agree() {
     if (size() == 1) return;
+    for (int r = 1; r < size(); ++r)
+      if (replica(r).frozen_layers() != replica(0).frozen_layers())
+        throw Error("kiln::parallel::DataParallel::train_step: replica " + std::to_string(r) + " has " +
+                    std::to_string(replica(r).frozen_layers()) + " frozen layers, replica 0 " +
+                    std::to_string(replica(0).frozen_layers()) + ": freeze every replica with dp.freeze(k), "
+                    "not dp.module().freeze(k) (replica 0 alone)");
     const index_t n = replica(0).parameters().numel();
     if (n == 0) return;
     devices_.synchronize();  // every replica's queued optimizer step is done
@@ -441,6 +447,18 @@ class DataParallel {
     for (auto& m : models_) m->train(on);
   }
   void eval() { train(false); }
+  /// Every replica's first `layers` layers frozen (Model::freeze): the optimizers made for them skip
+  /// those parameters.
+  void freeze(std::ptrdiff_t layers) {
+    devices_.synchronize();  // no replica's queued backward or all-reduce still writes the gradients
+    for (int r = 0; r < size(); ++r) {
+      [[maybe_unused]] const auto on = devices_.scope(r);  // the frozen gradients zeroed on its GPU
+      replica(r).freeze(layers);
+    }
+    devices_.synchronize();
+  }
+  void unfreeze() { freeze(0); }
+  std::size_t frozen_layers() const { return models_.front()->frozen_layers(); }
 
   /// One optimizer per replica, driven together.
   template <class Opt>

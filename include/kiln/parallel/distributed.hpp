@@ -113,6 +113,23 @@ class DistributedDataParallel {
   /// The module's named_parameters() (its names, without torch's "module." prefix): what parameter
   /// groups take (`opt.add_param_group`).
   std::vector<nn::ParameterInfo> named_parameters() const { return model_.named_parameters(); }
+  /// The module's first `layers` layers frozen (Model::freeze). A collective: every rank calls it with
+  /// the same count (else every rank throws, naming the counts). Their gradients, 0, are still averaged
+  /// with the others (torch leaves them out of its buckets).
+  void freeze(std::ptrdiff_t layers) {
+    const auto all = group_.all_gather(static_cast<std::int64_t>(layers), "comparing the frozen layers");
+    const std::string differ = ranks_that_differ(all, all);
+    group_.agree(differ.empty() ? std::string() :
+                 "ddp.freeze: the ranks freeze different layers: rank 0 " + std::to_string(all[0]) +
+                 ", and" + differ + "; freeze the same layers on every rank",
+                 "comparing the frozen layers");
+    model_.freeze(layers);
+  }
+  void unfreeze() { freeze(0); }
+  std::size_t frozen_layers() const { return model_.frozen_layers(); }
+  index_t frozen_parameter_count() const { return model_.frozen_parameter_count(); }
+  /// What an optimizer built on this object skips (the module's).
+  index_t parameters_without_gradient() const { return model_.parameters_without_gradient(); }
   auto& working_parameters()
     requires has_working_copy
   {
@@ -286,16 +303,20 @@ class DistributedDataParallel {
     }
     const auto all = group_.all_gather(static_cast<std::int64_t>(h), "comparing the model's layout");
     const auto counts = group_.all_gather(model_type::parameter_count, "comparing the model's size");
-    std::string differ;
-    for (int r = 1; r < group_.size(); ++r)
-      if (all[static_cast<std::size_t>(r)] != all[0])
-        differ += " rank " + std::to_string(r) + " (" + std::to_string(counts[static_cast<std::size_t>(r)]) + ")";
+    const std::string differ = ranks_that_differ(all, counts);
     // Thrown through agree(): every rank throws it together, so the job ends cleanly (no MPI_Abort).
     group_.agree(differ.empty() ? std::string() :
                  "the ranks build different models: rank 0 has " + std::to_string(counts[0]) +
                  " parameters, and these ranks different layers, parameters, buffers or gradient buckets "
                  "(BucketOptions) (parameter count):" + differ,
                  "comparing the model's layout");
+  }
+  /// " rank r (shown[r])" for every rank r whose value in `all` is not rank 0's; "" when all agree.
+  static std::string ranks_that_differ(const std::vector<std::int64_t>& all, const std::vector<std::int64_t>& shown) {
+    std::string differ;
+    for (std::size_t r = 1; r < all.size(); ++r)
+      if (all[r] != all[0]) differ += " rank " + std::to_string(r) + " (" + std::to_string(shown[r]) + ")";
+    return differ;
   }
   std::uint64_t parameter_fingerprint() const {
     const auto p = model_.parameters().to_vector();

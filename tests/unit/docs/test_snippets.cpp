@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <kiln/data/data.hpp>
 #include <kiln/io/optimizer_state.hpp>
 #include <kiln/io/safetensors.hpp>
@@ -24,6 +25,7 @@
 #include <map>
 #include <numbers>
 #include <span>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -388,6 +390,32 @@ BOOST_AUTO_TEST_CASE(models_param_groups_step_and_schedule_every_group) {
   BOOST_TEST(opt.group_lr(1) == 1e-5 + (1e-3 - 1e-5) * cosine, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(opt.group_lr(0) == opt.group_lr(1));
   BOOST_TEST(sched.get_last_lr(2) == opt.group_lr(2));
+}
+
+// models.md's fine-tuning recipe: the summary it prints, and a step that leaves the frozen convolution
+// and moves the head.
+BOOST_AUTO_TEST_CASE(models_freeze_holds_the_backbone) {
+  std::ostringstream printed;
+  std::streambuf* was = std::cout.rdbuf(printed.rdbuf());
+  struct Restore {
+    std::streambuf* was;
+    ~Restore() { std::cout.rdbuf(was); }
+  } restore{was};
+#include "models.freeze.inc"
+  std::cout.rdbuf(was);
+  const std::string summary = printed.str();
+  BOOST_TEST(summary.ends_with("trainable parameters: 2410 (frozen: 40, in layers 0 to 3)\n"), summary);
+  BOOST_TEST(model.frozen_parameter_count() == 40);
+  const auto start = model.parameters().to_vector();
+  const auto x = random_batch<Shape<dyn, 1, 8, 8>>(4, 12);
+  const std::vector<std::int64_t> labels{1, 3, 5, 7};
+  const auto y = kiln::test::make_tensor<kiln::Cpu>(labels, kiln::Extents<Shape<dyn>>(4));
+  opt.zero_grad();
+  model.backward(kiln::nn::CrossEntropyLoss{}.backward(model.forward(x), y));
+  opt.step();
+  const auto p = model.parameters().to_vector();
+  BOOST_TEST((std::vector<float>(p.begin(), p.begin() + 40) == std::vector<float>(start.begin(), start.begin() + 40)));
+  BOOST_TEST((std::vector<float>(p.begin() + 40, p.end()) != std::vector<float>(start.begin() + 40, start.end())));
 }
 
 BOOST_AUTO_TEST_CASE(models_schedule_ends_at_eta_min) {

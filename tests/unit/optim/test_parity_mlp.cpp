@@ -148,6 +148,15 @@ double run_steps(Mlp<D>& m, Opt& opt, const json& config, const json& fx) {
   const auto b = batch<D>(fx);
   const int steps = config.at("steps").get<int>();
   if (config.contains("groups")) add_groups(m, opt, config.at("groups"));
+  if (config.contains("freeze")) {  // mlp_frozen.json: torch's model[:freeze].requires_grad_(False)
+    m.freeze(config.at("freeze").get<std::size_t>());
+    const int unfreeze_after = config.value("unfreeze_after", steps);
+    for (int s = 0; s < steps; ++s) {
+      if (s == unfreeze_after) m.unfreeze();
+      train_step(m, opt, b);
+    }
+    return check_named(m, m.parameters().to_vector(), config.at("parameters"), config.at("name").get<std::string>());
+  }
   if (config.contains("scheduler")) {
     // Stepped after each optimizer step, as torch's: every group's lr after it, as torch recorded it
     // (within 1e-7: check_optimizer gives the options' lr as a float, 2e-8 off torch's double).
@@ -398,6 +407,33 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(optimizer_steps_with_param_groups_match_pytorch, D
   }
   BOOST_TEST(types.size() == 9u);
   BOOST_TEST(scheduled == 4);
+}
+
+// Frozen layers (torch's model[:k].requires_grad_(False); mlp_frozen.json): every optimizer leaves the
+// first k layers as they are (torch's skip a parameter whose grad is None: no step, no weight decay),
+// k = 1 and 3 splitting a Linear from the ReLU fused into it, k = 4 leaving one Linear; SGD with momentum
+// unfrozen after 2 of 4 steps (its buffer for them starts then, as torch's); AdamW with parameter groups
+// that hold frozen and trainable parameters alike.
+BOOST_AUTO_TEST_CASE_TEMPLATE(optimizer_steps_with_frozen_layers_match_pytorch, D, kiln::test::devices) {
+  static const json fx = parity::load("mlp_frozen.json");
+  const auto& configs = fx.at("optimizers");
+  BOOST_TEST_REQUIRE(configs.size() == 11u);
+  std::set<std::string> types;
+  std::set<std::size_t> frozen;
+  for (const auto& config : configs) {
+    BOOST_TEST_CONTEXT("optimizer " << config.at("name").get<std::string>() << ", " << config.at("freeze")
+                                    << " layers frozen") {
+      types.insert(config.at("type").get<std::string>());
+      frozen.insert(config.at("freeze").get<std::size_t>());
+      check_optimizer<D>(config, fx);
+    }
+  }
+  BOOST_TEST(types.size() == 9u);
+  BOOST_TEST(frozen.size() == 4u);
+  // The frozen layers are where torch left them, which is where they started.
+  const auto& sgd = configs.at(0);
+  BOOST_TEST_REQUIRE(sgd.at("freeze").get<int>() == 2);
+  BOOST_TEST(parity::values(sgd.at("parameters").at("0.weight")) == parity::values(fx.at("state_dict").at("0.weight")));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -440,6 +440,40 @@ BOOST_AUTO_TEST_CASE(parameter_groups_reach_every_replica) {
   BOOST_TEST((opt.replica(1).group_parameter_names(2) == std::vector<std::string>{"0.weight", "2.weight"}));
 }
 
+BOOST_AUTO_TEST_CASE(frozen_layers_hold_on_every_replica) {
+  // freeze on the bundle freezes every replica's first layers; the optimizers made for the replicas
+  // (before or after) leave them, weight decay on, and step the rest; the replicas stay identical.
+  DataParallel<Mlp, Row> dp(2, 1);
+  auto opt = dp.make_optimizers([](auto& m) { return kiln::optim::AdamW(m, {.lr = 0.1, .weight_decay = 0.1}); });
+  dp.freeze(2);
+  BOOST_TEST(dp.frozen_layers() == 2u);
+  BOOST_TEST(dp.replica(1).frozen_layers() == 2u);
+  const auto start = dp.replica(0).parameters().to_vector();
+  const auto first = static_cast<std::size_t>(dp.replica(0).frozen_parameter_count());
+  BOOST_TEST_REQUIRE(first == 13u * 16u + 16u);
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8 * 13, -1, 1, 23), Extents<Row>(8));
+  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(8, -1, 1, 24), Extents<Shape<dyn, 1>>(8));
+  for (int s = 0; s < 2; ++s) {
+    opt.zero_grad();
+    (void)dp.train_step(x, y, knn::MSELoss{});
+    opt.step();
+  }
+  for (int r = 0; r < dp.size(); ++r) {
+    const auto p = dp.replica(r).parameters().to_vector();
+    BOOST_TEST((std::vector<float>(p.begin(), p.begin() + first) == std::vector<float>(start.begin(), start.begin() + first)));
+    BOOST_TEST((std::vector<float>(p.begin() + first, p.end()) != std::vector<float>(start.begin() + first, start.end())));
+  }
+  BOOST_TEST((dp.replica(0).parameters().to_vector() == dp.replica(1).parameters().to_vector()));
+  dp.unfreeze();
+  BOOST_TEST(dp.replica(1).frozen_layers() == 0u);
+  // Replica 0 alone frozen (dp.module().freeze, torch's habit): the next train_step says how to freeze.
+  dp.module().freeze(2);
+  BOOST_CHECK_EXCEPTION((void)dp.train_step(x, y, knn::MSELoss{}), kiln::Error, [](const kiln::Error& e) {
+    return std::string(e.what()).find("replica 1 has 0 frozen layers, replica 0 2: freeze every replica with "
+                                      "dp.freeze(k)") != std::string::npos;
+  });
+}
+
 BOOST_AUTO_TEST_CASE(an_uneven_split_is_weighted_like_the_whole_batch) {
   for (const kiln::index_t n : {7, 2}) {  // 3 + 3 + 1 and 1 + 1 + 0 on 3 replicas
     BOOST_TEST_CONTEXT("batch " << n << " on 3 replicas: " << Split::of(n, 3).describe()) {
