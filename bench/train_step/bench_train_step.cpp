@@ -7,6 +7,8 @@
 //   lenet_gn  the same with GroupNorm after each convolution, LayerNorm after the first Linear  target: >= 1.2x
 //   lenet_groups  the LeNet step with the biases in a parameter group (the optimizer's pass once per
 //             stretch of the arena: 10 for 1)  target: >= 0.9x the step without groups
+//   lenet_frozen  the LeNet step with its convolutions frozen (Model::freeze(7): backward stops at the
+//             first Linear, the optimizer skips the convolutions)  target: >= 1.3x the whole step
 //   resnet20  ResNet-20 on 3x32x32 (Add blocks, BatchNorm), cross entropy, Adam  reported against PyTorch
 //             (no issue's target; oneDNN's convolutions there, im2col + OpenBLAS here)
 //
@@ -136,6 +138,16 @@ int main(int argc, char** argv) {
     lenet_grouped.backward(ce.backward(logits, ly));
     grouped_opt.step();
   });
+  // The LeNet step fine-tuning the head: the convolutions, pools and Flatten (layers 0 to 6) frozen.
+  Model<LeNet, Shape<dyn, 3, 32, 32>> lenet_frozen(0);
+  lenet_frozen.freeze(7);
+  kiln::optim::Adam frozen_opt(lenet_frozen, {.lr = 1e-3});
+  h.add("kiln_lenet_step_frozen", 0, "the LeNet step with layers 0 to 6 (the convolutions) frozen", [&] {
+    frozen_opt.zero_grad();
+    const auto logits = lenet_frozen.forward(lx);
+    lenet_frozen.backward(ce.backward(logits, ly));
+    frozen_opt.step();
+  });
   // The other CIFAR-sized networks, each one StepCase (the same Adam and cross entropy; fp32).
   kiln::bench::StepCase<LeNetBn, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> lenet_bn(lx, ly);
   kiln::bench::StepCase<LeNetGn, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> lenet_gn(lx, ly);
@@ -174,6 +186,9 @@ int main(int argc, char** argv) {
   h.info("bf16_step_over_fp32", h.median("kiln_lenet_step_bf16") / h.median("kiln_lenet_step"));
   h.ratio("lenet_step_without_over_with_groups", h.median("kiln_lenet_step") / h.median("kiln_lenet_step_groups"),
           0.9, "LeNet step time with one group / with the biases in a second (10 optimizer passes for 1)");
+
+  h.ratio("lenet_step_whole_over_frozen_convolutions", h.median("kiln_lenet_step") / h.median("kiln_lenet_step_frozen"),
+          1.3, "LeNet step time / with its convolutions frozen (backward stops at the first Linear)");
 
   // Memory: peak allocator bytes of one training step and of one inference forward.
   auto& alloc = kiln::caching_allocator<kiln::Cpu>();
