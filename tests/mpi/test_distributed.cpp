@@ -177,6 +177,17 @@ BOOST_AUTO_TEST_CASE(frozen_layers_train_like_one_device_and_stay_where_they_wer
   BOOST_TEST((std::vector<float>(got.begin(), got.begin() + 224) == std::vector<float>(start.begin(), start.begin() + 224)));
   BOOST_TEST(max_abs_diff(got, single.parameters().to_vector()) <= 1e-5);
   BOOST_TEST(ddp.in_sync());
+  // A bucket per parameter: 0.weight's and 0.bias's are not averaged (0 on both ranks), the other four are.
+  BOOST_TEST(ddp.buckets().size() == 6u);
+  BOOST_TEST(ddp.buckets_skipped_as_frozen() == 2u);
+  ddp.unfreeze();
+  dopt.zero_grad();
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 70), Extents<Row>(16));
+  ddp.backward(knn::MSELoss{}.backward(ddp.forward(share(x, group.rank(), group.size())),
+                                       share(y, group.rank(), group.size())));
+  BOOST_TEST(ddp.buckets_skipped_as_frozen() == 0u);
+  dopt.step();
+  BOOST_TEST(ddp.in_sync());
 }
 
 BOOST_AUTO_TEST_CASE(averaged_gradients_equal_one_device_for_every_bucket_size) {

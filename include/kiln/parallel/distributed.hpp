@@ -114,8 +114,9 @@ class DistributedDataParallel {
   /// groups take (`opt.add_param_group`).
   std::vector<nn::ParameterInfo> named_parameters() const { return model_.named_parameters(); }
   /// The module's first `layers` layers frozen (Model::freeze). A collective: every rank calls it with
-  /// the same count (else every rank throws, naming the counts). Their gradients, 0, are still averaged
-  /// with the others (torch leaves them out of its buckets).
+  /// the same count (else every rank throws, naming the counts). The buckets that hold only their
+  /// gradients (0 on every rank) are not averaged, as torch leaves them out of its buckets; a bucket
+  /// that also holds a trainable parameter is.
   void freeze(std::ptrdiff_t layers) {
     const auto all = group_.all_gather(static_cast<std::int64_t>(layers), "comparing the frozen layers");
     const std::string differ = ranks_that_differ(all, all);
@@ -124,6 +125,7 @@ class DistributedDataParallel {
                  ", and" + differ + "; freeze the same layers on every rank",
                  "comparing the frozen layers");
     model_.freeze(layers);
+    frozen_ = model_.frozen_parameter_count();
   }
   void unfreeze() { freeze(0); }
   std::size_t frozen_layers() const { return model_.frozen_layers(); }
@@ -142,6 +144,9 @@ class DistributedDataParallel {
   /// How many buckets the last synchronised backward() started while layers were still left to
   /// differentiate (their averages overlapped the rest of backward); the others started at its end.
   std::size_t buckets_started_during_backward() const { return started_early_; }
+  /// How many buckets the last synchronised backward() (or all_reduce_gradients()) left alone because
+  /// they hold frozen layers' gradients only (freeze).
+  std::size_t buckets_skipped_as_frozen() const { return skipped_frozen_; }
 
   /// model.forward(x); for a model with buffers (BatchNorm's running statistics), first rank 0's buffers
   /// are broadcast to every rank when the previous forward (or the construction) had gradients enabled
@@ -178,6 +183,7 @@ class DistributedDataParallel {
     }
     next_bucket_ = 0;
     started_early_ = 0;
+    skipped_frozen_ = 0;
     try {
       model_.backward(dy, ready_);  // ready_ starts each bucket's average as its gradients are done
     } catch (...) {
@@ -197,6 +203,7 @@ class DistributedDataParallel {
   /// Averages the gradients over the ranks now (after backward() calls made under no_sync(), or after
   /// gradients written by hand).
   void all_reduce_gradients() {
+    skipped_frozen_ = 0;
     for (std::size_t b = 0; b < buckets_.size(); ++b) start(b);
     group_.wait_all();
   }
@@ -277,6 +284,10 @@ class DistributedDataParallel {
   }
   void start(std::size_t b) {
     const Bucket& k = buckets_[b];
+    if (k.end <= frozen_) {  // frozen layers' gradients only: 0 on every rank (freeze agreed on it)
+      ++skipped_frozen_;
+      return;
+    }
     group_.template start_average<M, D>(model_.gradients().data() + k.begin, k.size(), labels_[b]);
   }
   /// Parameter count, every parameter's and buffer's name and shape, the layers (the summary names
@@ -332,6 +343,8 @@ class DistributedDataParallel {
   nn::GradientsReady ready_;
   std::size_t next_bucket_ = 0;
   std::size_t started_early_ = 0;
+  std::size_t skipped_frozen_ = 0;
+  index_t frozen_ = 0;  // the frozen parameters freeze() agreed on (ddp.module().freeze alone: none)
   bool sync_ = true;
   bool sync_buffers_ = true;  // whether the next forward broadcasts rank 0's buffers first
   bool backward_syncs_ = true;  // whether the last forward was made outside no_sync()
