@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/number_text.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/data/dataset.hpp"
@@ -79,11 +80,7 @@ class Subset {
 
 namespace detail {
 /// `v` in the fewest digits that read back as `v` (0.9, not 0.900000), for messages.
-inline std::string fraction_text(double v) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
+inline std::string fraction_text(double v) { return kiln::detail::shortest_text(v); }
 
 /// A seeded permutation of [0, n): Fisher-Yates driven by std::mt19937_64, whose output the standard
 /// fixes, so the same seed gives the same split with every compiler and standard library.

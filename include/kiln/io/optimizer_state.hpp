@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/core/nan.hpp"
+#include "kiln/core/number_text.hpp"
 #include "kiln/io/safetensors.hpp"
 
 namespace kiln {
@@ -138,9 +139,7 @@ std::string hyper_text(V v) {
   if constexpr (std::is_same_v<V, bool>) {
     return v ? "1" : "0";
   } else {
-    char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::string(buf, r.ptr);
+    return kiln::detail::shortest_text(v);
   }
 }
 /// The hyperparameter `optimizer.<name>` where the checkpoint has it (else `current`, as in checkpoints
@@ -156,8 +155,7 @@ V hyper_value(const std::map<std::string, std::string>& meta, const std::string&
     ok = t == "0" || t == "1";
     v = t == "1";
   } else {
-    const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
-    ok = r.ec == std::errc() && r.ptr == t.data() + t.size() && !t.empty();
+    ok = kiln::detail::parse_whole(t, v);
     if constexpr (std::is_floating_point_v<V>) ok = ok && !kiln::detail::is_inf_or_nan(v);  // (bits: -ffast-math)
   }
   if (!ok)

@@ -19,6 +19,7 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/core/nan.hpp"
+#include "kiln/core/number_text.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/nn/loss.hpp"
 #include "kiln/optim/device_scalars.hpp"
@@ -608,15 +609,10 @@ class GradScaler {
     return found;
   }
 
-  static std::string format(double v) {
-    char buf[64];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back exactly
-    return std::string(buf, r.ptr);
-  }
+  static std::string format(double v) { return kiln::detail::shortest_text(v); }  // reads back exactly
   template <class T>
   static bool parse(const std::string& s, T& v) {
-    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-    return r.ec == std::errc() && r.ptr == s.data() + s.size() && !s.empty();
+    return kiln::detail::parse_whole(s, v);
   }
 
   static constexpr int max_capturable_optimizers = 16;

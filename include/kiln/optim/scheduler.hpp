@@ -9,9 +9,11 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numbers>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -19,6 +21,7 @@
 
 #include "kiln/core/errors.hpp"
 #include "kiln/core/nan.hpp"
+#include "kiln/core/number_text.hpp"
 #include "kiln/core/warning.hpp"
 
 namespace kiln::optim {
@@ -803,16 +806,39 @@ class ReduceLROnPlateau {
   PlateauState state() const {
     return {best_, bad_, cooldown_counter_, last_epoch_, lr_, detail::lrs_of_later_groups(*opt_)};
   }
+  /// The same as strings for a checkpoint's metadata, as GradScaler::state(prefix) gives its own:
+  /// `<prefix>best`, `num_bad_epochs`, `cooldown_counter`, `last_epoch`, `lr` and `group_lrs` (the lrs
+  /// of groups 1, 2, ... joined by ','; empty without groups), every double as the shortest text that
+  /// reads back to it (best is "inf" before the first step of a min mode). Example:
+  ///   auto meta = sched.state("plateau.");  // merge into save_checkpoint's metadata
+  std::map<std::string, std::string> state(std::string_view prefix) const {
+    const std::string p(prefix);
+    const PlateauState s = state();
+    std::string groups;
+    for (std::size_t k = 0; k < s.group_lrs.size(); ++k) groups += (k ? "," : "") + kiln::detail::shortest_text(s.group_lrs[k]);
+    return {{p + "best", kiln::detail::shortest_text(s.best)},
+            {p + "num_bad_epochs", std::to_string(s.num_bad_epochs)},
+            {p + "cooldown_counter", std::to_string(s.cooldown_counter)},
+            {p + "last_epoch", std::to_string(s.last_epoch)},
+            {p + "lr", kiln::detail::shortest_text(s.lr)},
+            {p + "group_lrs", groups}};
+  }
+  /// Restores what state(prefix) wrote (other keys are ignored), as load_state(PlateauState). Throws
+  /// ValueError naming the key when one is missing or not a number in range (counts >= 0, lrs finite
+  /// and >= 0, best not NaN), or for another number of parameter groups; nothing changes then.
+  void load_state(const std::map<std::string, std::string>& state, std::string_view prefix) {
+    load_state(parse_state(state, prefix));
+  }
+  /// load_state's checks without its writes (a resume checks every part of a checkpoint first).
+  void check_state(const std::map<std::string, std::string>& state, std::string_view prefix) const {
+    (void)parse_state(state, prefix);
+  }
   /// Restores a state() (and every group's lr in the optimizer); a state of another number of
   /// parameter groups is a ValueError, and changes nothing.
   void load_state(const PlateauState& s) {
-    const std::size_t groups = detail::lrs_of_later_groups(*opt_).size();
-    if (s.group_lrs.size() != groups)
-      throw ValueError("kiln::optim::ReduceLROnPlateau::load_state: the state has the lrs of " +
-                       std::to_string(s.group_lrs.size() + 1) + " parameter groups, the optimizer " +
-                       std::to_string(groups + 1) + "; add the same groups before loading");
+    check_group_count(s);
     if constexpr (grouped_optimizer<Opt>)
-      for (std::size_t k = 0; k < groups; ++k) opt_->set_group_lr(k + 1, s.group_lrs[k]);
+      for (std::size_t k = 0; k < s.group_lrs.size(); ++k) opt_->set_group_lr(k + 1, s.group_lrs[k]);
     last_group_lrs_ = s.group_lrs;
     best_ = s.best;
     bad_ = s.num_bad_epochs;
@@ -823,6 +849,51 @@ class ReduceLROnPlateau {
   }
 
  private:
+  void check_group_count(const PlateauState& s) const {
+    const std::size_t groups = detail::lrs_of_later_groups(*opt_).size();
+    if (s.group_lrs.size() != groups)
+      throw ValueError("kiln::optim::ReduceLROnPlateau::load_state: the state has the lrs of " +
+                       std::to_string(s.group_lrs.size() + 1) + " parameter groups, the optimizer " +
+                       std::to_string(groups + 1) + "; add the same groups before loading");
+  }
+  /// What state(prefix) wrote, read back and checked (its group count too).
+  PlateauState parse_state(const std::map<std::string, std::string>& state, std::string_view prefix) const {
+    const std::string p(prefix);
+    const auto get = [&](const char* key) -> const std::string& {
+      const auto it = state.find(p + key);
+      if (it == state.end())
+        throw ValueError("kiln::optim::ReduceLROnPlateau::load_state: no '" + p + key +
+                         "' in the state; give what state(\"" + p + "\") returned");
+      return it->second;
+    };
+    const auto bad = [&](const char* key, const char* want) {
+      return ValueError("kiln::optim::ReduceLROnPlateau::load_state: '" + p + key + "' is '" + get(key) +
+                        "'; expected " + want);
+    };
+    const auto an_lr = [](double v) { return v >= 0.0 && !kiln::detail::is_inf_or_nan(v); };
+    PlateauState s;
+    if (!kiln::detail::parse_whole(get("best"), s.best) || kiln::detail::is_nan(s.best))
+      throw bad("best", "a number (inf before the first step)");
+    if (!kiln::detail::parse_whole(get("num_bad_epochs"), s.num_bad_epochs) || s.num_bad_epochs < 0)
+      throw bad("num_bad_epochs", "an integer >= 0");
+    if (!kiln::detail::parse_whole(get("cooldown_counter"), s.cooldown_counter) || s.cooldown_counter < 0)
+      throw bad("cooldown_counter", "an integer >= 0");
+    if (!kiln::detail::parse_whole(get("last_epoch"), s.last_epoch) || s.last_epoch < 0)
+      throw bad("last_epoch", "an integer >= 0");
+    if (!kiln::detail::parse_whole(get("lr"), s.lr) || !an_lr(s.lr)) throw bad("lr", "a finite lr >= 0");
+    const std::string& groups = get("group_lrs");
+    for (std::size_t at = 0; at < groups.size();) {
+      const std::size_t comma = std::min(groups.find(',', at), groups.size());
+      double v = 0.0;
+      if (!kiln::detail::parse_whole(groups.substr(at, comma - at), v) || !an_lr(v))
+        throw bad("group_lrs", "finite lrs >= 0 joined by ','");
+      s.group_lrs.push_back(v);
+      at = comma + 1;
+      if (comma + 1 == groups.size()) throw bad("group_lrs", "finite lrs >= 0 joined by ','");  // a trailing ','
+    }
+    check_group_count(s);
+    return s;
+  }
   double worst() const {
     const double inf = std::numeric_limits<double>::infinity();
     return o_.mode == PlateauMode::min ? inf : -inf;

@@ -413,9 +413,20 @@ BOOST_AUTO_TEST_CASE(schedulers_move_every_group) {
   opt.set_group_lr(2, 0.3);
   plateau.load_state(saved);
   BOOST_TEST(opt.group_lr(2) == 0.05, boost::test_tools::tolerance(1e-12));
+  // The same through checkpoint metadata: the groups' lrs joined, exactly as they were.
+  const auto meta = plateau.state("plateau.");
+  BOOST_TEST(meta.at("plateau.group_lrs") == kiln::detail::shortest_text(opt.group_lr(1)) + "," +
+                                                 kiln::detail::shortest_text(opt.group_lr(2)));
+  const double lr1 = opt.group_lr(1), lr2 = opt.group_lr(2);
+  opt.set_group_lr(1, 0.7);
+  opt.set_group_lr(2, 0.3);
+  plateau.load_state(meta, "plateau.");
+  BOOST_TEST(opt.group_lr(1) == lr1);
+  BOOST_TEST(opt.group_lr(2) == lr2);
   kiln::optim::SGD fewer(m, {.lr = 0.1});
   kiln::optim::ReduceLROnPlateau other(fewer);
   BOOST_CHECK_THROW(other.load_state(saved), kiln::ValueError);
+  BOOST_CHECK_THROW(other.load_state(meta, "plateau."), kiln::ValueError);
 }
 
 // optimizer_state keeps every group's lr, weight decay and parameter names; loading restores the lrs

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <kiln/optim/optim.hpp>
 #include <limits>
+#include <map>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -664,6 +665,68 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_lr_on_plateau_matches_pytorch, D, kiln::tes
     }
     BOOST_TEST(reductions >= 2, name << " reduces the lr");
   }
+}
+
+// ReduceLROnPlateau's state as checkpoint metadata (state(prefix), as GradScaler's): a scheduler given
+// it back continues as the one that saved it, bit for bit, through a reduction and a cooldown; "inf"
+// before the first step round-trips; parameter groups' lrs come back; a missing key, a bad number and
+// another group count are refused (check_state and load_state alike) before anything changes.
+BOOST_AUTO_TEST_CASE(reduce_lr_on_plateau_state_goes_through_checkpoint_metadata) {
+  OneParameter<kiln::Cpu> o;
+  kiln::optim::ReduceLROnPlateau sched(o.opt, {.factor = 0.3, .patience = 1, .cooldown = 2});
+  const auto fresh = sched.state("plateau.");
+  BOOST_TEST(fresh.at("plateau.best") == "inf");
+  BOOST_TEST(fresh.at("plateau.group_lrs") == "");
+  const std::vector<double> metrics{1.0, 0.9, 0.95, 0.97, 0.96, 0.99, 0.98, 0.5, 0.7, 0.71, 0.72, 0.73};
+  for (std::size_t k = 0; k < 5; ++k) sched.step(metrics[k]);
+  BOOST_TEST(sched.in_cooldown());
+  const auto meta = sched.state("plateau.");
+  BOOST_TEST(meta.size() == 6u);
+  OneParameter<kiln::Cpu> o2;
+  kiln::optim::ReduceLROnPlateau resumed(o2.opt, {.factor = 0.3, .patience = 1, .cooldown = 2});
+  resumed.check_state(meta, "plateau.");
+  resumed.load_state(meta, "plateau.");
+  BOOST_TEST(o2.opt.lr() == o.opt.lr());
+  BOOST_TEST(resumed.best() == sched.best());
+  BOOST_TEST(resumed.in_cooldown());
+  for (std::size_t k = 5; k < metrics.size(); ++k) {
+    sched.step(metrics[k]);
+    resumed.step(metrics[k]);
+    BOOST_TEST(resumed.get_last_lr() == sched.get_last_lr(), "epoch " << k);
+    BOOST_TEST(resumed.num_bad_epochs() == sched.num_bad_epochs());
+  }
+  BOOST_TEST(resumed.last_epoch() == static_cast<std::int64_t>(metrics.size()));
+  // A fresh scheduler's state loads into another fresh one (best stays inf).
+  OneParameter<kiln::Cpu> o3;
+  kiln::optim::ReduceLROnPlateau fresh_again(o3.opt, {.factor = 0.3});
+  fresh_again.load_state(fresh, "plateau.");
+  BOOST_TEST(fresh_again.best() == std::numeric_limits<double>::infinity());
+  // Refusals, with nothing changed.
+  const auto refused = [&](std::map<std::string, std::string> m, const std::string& text) {
+    const auto says = [&](const kiln::ValueError& e) { return std::string(e.what()).find(text) != std::string::npos; };
+    BOOST_CHECK_EXCEPTION(resumed.check_state(m, "plateau."), kiln::ValueError, says);
+    const double lr = resumed.get_last_lr();
+    BOOST_CHECK_EXCEPTION(resumed.load_state(m, "plateau."), kiln::ValueError, says);
+    BOOST_TEST(resumed.get_last_lr() == lr);
+  };
+  auto missing = meta;
+  missing.erase("plateau.cooldown_counter");
+  refused(missing, "no 'plateau.cooldown_counter' in the state; give what state(\"plateau.\") returned");
+  auto nan_best = meta;
+  nan_best["plateau.best"] = "nan";
+  refused(nan_best, "'plateau.best' is 'nan'; expected a number");
+  auto negative = meta;
+  negative["plateau.num_bad_epochs"] = "-1";
+  refused(negative, "'plateau.num_bad_epochs' is '-1'; expected an integer >= 0");
+  auto rounded = meta;
+  rounded["plateau.lr"] = "0.1 ";
+  refused(rounded, "'plateau.lr' is '0.1 '; expected a finite lr >= 0");
+  auto grouped = meta;
+  grouped["plateau.group_lrs"] = "0.01,0.02";
+  refused(grouped, "the state has the lrs of 3 parameter groups, the optimizer 1");
+  auto trailing = meta;
+  trailing["plateau.group_lrs"] = "0.01,";
+  refused(trailing, "expected finite lrs >= 0 joined by ','");
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_lr_on_plateau_counts_nan_resumes_and_reads_a_hand_set_lr, D, kiln::test::devices) {
