@@ -3,6 +3,7 @@
 /// compile error that names the model's input and the tensor given.
 #pragma once
 #include <cstddef>
+#include <string>
 #include <type_traits>
 
 #include "kiln/core/half.hpp"
@@ -46,7 +47,15 @@ Tensor<T, In, D> as_model_input(const Tensor<U, S, D2>& x) {
   if constexpr (std::is_same_v<D, D2> && element_fits<T, U> && static_extents_agree<In, S>) {
     Extents<In> e;
     for (std::size_t i = 0; i != In::rank; ++i) e[i] = x.extents()[i];
-    kiln::detail::check_static_extents(e, "kiln::nn::Model::forward: the input");
+    try {
+      kiln::detail::check_static_extents(e, "kiln::nn::Model::forward: the input");
+    } catch (const ShapeError& error) {
+      if (In::extents[0] == dyn || e[0] == In::extents[0]) throw;
+      // A batch that is not the model's static one: most often a loader's short last batch.
+      throw ShapeError(std::string(error.what()) + ": a batch of " + std::to_string(e[0]) +
+                       " rows into a model of a static batch; give the model a dyn batch (Shape<kiln::dyn, ...>), "
+                       "or the loader drop_last");
+    }
     if constexpr (std::is_same_v<T, U>)
       return x.template reshape<In>(e);
     else
