@@ -449,6 +449,44 @@ BOOST_AUTO_TEST_CASE(models_plateau_halves_the_lr_on_a_flat_validation_loss) {
   BOOST_TEST(opt.lr() == 1e-3 / 32.0);
 }
 
+// The page's plateau checkpoint: a scheduler and optimizer restored from it continue as the ones that
+// saved it (the same lr and bad-epoch count after more flat epochs), and the epoch comes back.
+BOOST_AUTO_TEST_CASE(models_plateau_resume_restores_scheduler_optimizer_and_epoch) {
+  kiln::test::TempDir dir;
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<2, 1>>;
+  kiln::nn::Model<Net, Shape<dyn, 2>> model(0), other(1);
+  kiln::optim::Adam opt(model, {.lr = 1e-3}), other_opt(other, {.lr = 1e-3});
+  kiln::optim::ReduceLROnPlateau sched(opt, {.factor = 0.5, .patience = 1});
+  kiln::optim::ReduceLROnPlateau other_sched(other_opt, {.factor = 0.5, .patience = 1});
+  for (const double loss : {1.0, 0.5, 0.6, 0.7, 0.65}) {  // a reduction, then one bad epoch
+    opt.step();
+    sched.step(loss);
+  }
+  const int epoch = 4;
+  int resumed_at = 0;
+  in_temp_dir(dir, [&] {
+    {
+#include "models.plateau_save.inc"
+    }
+    {  // loaded into (other, other_opt, other_sched)
+      auto& model = other;
+      auto& opt = other_opt;
+      auto& sched = other_sched;
+#include "models.plateau_resume.inc"
+      resumed_at = start;
+    }
+  });
+  BOOST_TEST(resumed_at == 5);
+  BOOST_TEST(other_opt.lr() == opt.lr());
+  BOOST_TEST((other.parameters().to_vector() == model.parameters().to_vector()));
+  for (const double loss : {0.66, 0.67, 0.4}) {
+    sched.step(loss);
+    other_sched.step(loss);
+    BOOST_TEST(other_sched.get_last_lr() == sched.get_last_lr());
+    BOOST_TEST(other_sched.num_bad_epochs() == sched.num_bad_epochs());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(models_batch_norm_trains_then_evaluates_by_its_running_statistics) {
   // The page's lines: one training forward moves the running statistics (and counts the batch), the
   // evaluation forward reads them (so it repeats exactly, whatever the batch), the buffers are named.
