@@ -116,12 +116,14 @@ int main(int argc, char** argv) {
     for (int i = 0; i < mlp_steps; ++i) mlp_step();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / mlp_steps;
   });
-  h.add("kiln_lenet_step", 0, "LeNet 3x32x32, cross entropy, Adam", [&] {
-    lenet_opt.zero_grad();
-    const auto logits = lenet.forward(lx);
-    lenet.backward(ce.backward(logits, ly));
-    lenet_opt.step();
-  });
+  // One LeNet training step of `model` with `opt` (the whole model, with groups, frozen).
+  const auto lenet_step = [&](auto& model, auto& opt) {
+    opt.zero_grad();
+    const auto logits = model.forward(lx);
+    model.backward(ce.backward(logits, ly));
+    opt.step();
+  };
+  h.add("kiln_lenet_step", 0, "LeNet 3x32x32, cross entropy, Adam", [&] { lenet_step(lenet, lenet_opt); });
   // The LeNet step with parameter groups: the five biases in a group of their own (torch's no-decay
   // split), so the optimizer runs ten passes, one per stretch of the arena, where it ran one.
   Model<LeNet, Shape<dyn, 3, 32, 32>> lenet_grouped(0);
@@ -132,22 +134,14 @@ int main(int argc, char** argv) {
       if (p.shape.size() == 1) biases.push_back(p);
     grouped_opt.add_param_group({.params = biases, .lr = 2e-3});
   }
-  h.add("kiln_lenet_step_groups", 0, "the LeNet step with the biases in a parameter group (10 optimizer passes)", [&] {
-    grouped_opt.zero_grad();
-    const auto logits = lenet_grouped.forward(lx);
-    lenet_grouped.backward(ce.backward(logits, ly));
-    grouped_opt.step();
-  });
+  h.add("kiln_lenet_step_groups", 0, "the LeNet step with the biases in a parameter group (10 optimizer passes)",
+        [&] { lenet_step(lenet_grouped, grouped_opt); });
   // The LeNet step fine-tuning the head: the convolutions, pools and Flatten (layers 0 to 6) frozen.
   Model<LeNet, Shape<dyn, 3, 32, 32>> lenet_frozen(0);
   lenet_frozen.freeze(7);
   kiln::optim::Adam frozen_opt(lenet_frozen, {.lr = 1e-3});
-  h.add("kiln_lenet_step_frozen", 0, "the LeNet step with layers 0 to 6 (the convolutions) frozen", [&] {
-    frozen_opt.zero_grad();
-    const auto logits = lenet_frozen.forward(lx);
-    lenet_frozen.backward(ce.backward(logits, ly));
-    frozen_opt.step();
-  });
+  h.add("kiln_lenet_step_frozen", 0, "the LeNet step with layers 0 to 6 (the convolutions) frozen",
+        [&] { lenet_step(lenet_frozen, frozen_opt); });
   // The other CIFAR-sized networks, each one StepCase (the same Adam and cross entropy; fp32).
   kiln::bench::StepCase<LeNetBn, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> lenet_bn(lx, ly);
   kiln::bench::StepCase<LeNetGn, Shape<dyn, 3, 32, 32>, kiln::Fp32, kiln::Cpu> lenet_gn(lx, ly);
@@ -194,12 +188,7 @@ int main(int argc, char** argv) {
   auto& alloc = kiln::caching_allocator<kiln::Cpu>();
   alloc.reset_peak_stats();
   const auto base = alloc.stats().allocated_bytes;
-  {
-    lenet_opt.zero_grad();
-    const auto logits = lenet.forward(lx);
-    lenet.backward(ce.backward(logits, ly));
-    lenet_opt.step();
-  }
+  lenet_step(lenet, lenet_opt);
   const double train_peak = static_cast<double>(alloc.stats().peak_allocated_bytes - base);
   alloc.reset_peak_stats();
   {

@@ -83,6 +83,16 @@ struct Rebase;
 template <class S>
 void rebase(S& s, double lr);
 
+/// Parameter group k's lr at a scheduler's last step (torch's get_last_lr()[k]): group 0's `first`, else
+/// later[k - 1]; a ValueError naming `who` for a group the optimizer did not have then.
+inline double last_group_lr(std::size_t k, double first, const std::vector<double>& later, const char* who) {
+  if (k == 0) return first;
+  if (k > later.size())
+    throw ValueError(std::string(who) + ": get_last_lr(" + std::to_string(k) + "): the optimizer had " +
+                     std::to_string(later.size() + 1) + " parameter groups at the last step");
+  return later[k - 1];
+}
+
 /// The lrs of an optimizer's groups after group 0 (torch's param_groups[1:]; none for one without groups).
 template <class Opt>
 std::vector<double> lrs_of_later_groups(const Opt& opt) {
@@ -112,11 +122,7 @@ class LRScheduler {
   double get_last_lr() const { return last_lr_; }
   /// The lr the last step set in parameter group k (torch's get_last_lr()[k]; 0: get_last_lr()).
   double get_last_lr(std::size_t k) const {
-    if (k == 0) return last_lr_;
-    if (k > last_group_lrs_.size())
-      throw ValueError("kiln::optim: get_last_lr(" + std::to_string(k) + "): the optimizer had " +
-                       std::to_string(last_group_lrs_.size() + 1) + " parameter groups at the last step");
-    return last_group_lrs_[k - 1];
+    return detail::last_group_lr(k, last_lr_, last_group_lrs_, "kiln::optim");
   }
   /// Epochs stepped so far (torch's last_epoch; 0 right after construction).
   std::int64_t last_epoch() const { return epoch_; }
@@ -787,11 +793,7 @@ class ReduceLROnPlateau {
   double get_last_lr() const { return lr_; }
   /// Parameter group k's lr after the last step (torch's _last_lr[k]; 0: get_last_lr()).
   double get_last_lr(std::size_t k) const {
-    if (k == 0) return lr_;
-    if (k > last_group_lrs_.size())
-      throw ValueError("kiln::optim::ReduceLROnPlateau: get_last_lr(" + std::to_string(k) + "): the optimizer had " +
-                       std::to_string(last_group_lrs_.size() + 1) + " parameter groups at the last step");
-    return last_group_lrs_[k - 1];
+    return detail::last_group_lr(k, lr_, last_group_lrs_, "kiln::optim::ReduceLROnPlateau");
   }
   /// Steps taken (torch's last_epoch).
   std::int64_t last_epoch() const { return last_epoch_; }

@@ -517,7 +517,8 @@ class DataParallel {
           continue;
         }
         bool ours = false;
-        for (int r = 0; r < dp_->size(); ++r) ours = ours || p->arena == dp_->replica(r).parameters().data();
+        for (int r = 0; r < dp_->size(); ++r)  // (const: taking the arena marks no working copy stale)
+          ours = ours || p->arena == std::as_const(dp_->replica(r)).parameters().data();
         if (!ours)
           throw ValueError("kiln::parallel::DataParallel: add_param_group: parameter '" + p->name +
                            "' is another model's (its named_parameters() entry points at no replica's "
