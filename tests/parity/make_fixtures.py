@@ -569,6 +569,57 @@ def mlp_frozen_fixture():
     return mlp_file(x, target, initial, runs)
 
 
+def mlp_freeze_schedule_fixture():
+    """mlp.json's model and batch with a different prefix frozen at each step ("freeze_schedule": step s
+    runs with model[:k_s].requires_grad_(False), the rest trainable) and grads set to None between steps,
+    so torch's optimizers step each parameter only while it is trainable and count its steps
+    (state["step"]) alone: 3, 3, 1, 0, 0, 2, 0 leaves 0.* with 3 steps, 2.* with 5 and 4.* with 7, for
+    every optimizer whose step depends on its count, AdamW with groups across those runs, and SGD with a
+    dampened momentum (each parameter's buffer starts at its own first step)."""
+    _, x, target, initial = mlp_draws()
+    schedule = [3, 3, 1, 0, 0, 2, 0]
+    configs = [
+        ("adam_l2", "Adam", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False), {}),
+        ("adamw_amsgrad", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=True), {}),
+        ("adagrad_decay_l2", "Adagrad",
+         dict(lr=5e-2, lr_decay=0.1, weight_decay=1e-2, initial_accumulator_value=0.1, eps=1e-10), {}),
+        ("nadam_l2", "NAdam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2, momentum_decay=1e-2), {}),
+        # beta2 0.9: rho_t passes 5 at step 6, so the runs at 3 and 5 steps are unrectified while 4.* is
+        ("radam_l2", "RAdam", dict(lr=1e-2, betas=(0.9, 0.9), eps=1e-8, weight_decay=1e-2), {}),
+        ("adamax_l2", "Adamax", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2), {}),
+        ("rmsprop_centered_momentum_l2", "RMSprop",
+         dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=1e-2, momentum=0.9, centered=True), {}),
+        ("adadelta_l2", "Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=1e-2), {}),
+        ("adamw_groups", "AdamW", dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-1, amsgrad=False),
+         {"groups": [{"params": ["0.bias", "2.bias", "4.bias"], "weight_decay": 0.0},
+                     {"params": ["0.weight", "4.weight"], "lr": 3e-2}]}),
+        # no count, but each parameter's momentum buffer starts (buf = g, undampened) at its first step
+        ("sgd_momentum_dampening_l2", "SGD",
+         dict(lr=0.01, momentum=0.9, dampening=0.3, weight_decay=1e-2, nesterov=False), {}),
+    ]
+    runs = []
+    for name, kind, options, more in configs:
+        m = make_mlp()
+        m.load_state_dict(initial)
+        params = grouped(m, more["groups"]) if "groups" in more else m.parameters()
+        opt = getattr(torch.optim, kind)(params, foreach=False, **options)
+        for k in schedule:
+            m.requires_grad_(True)
+            m[:k].requires_grad_(False)
+            opt.zero_grad(set_to_none=True)  # a frozen parameter has no grad (torch 2's default)
+            torch.nn.MSELoss()(m(x), target).backward()
+            opt.step()
+        counts = {n: int(opt.state[p]["step"]) for n, p in m.named_parameters() if "step" in opt.state[p]}
+        assert kind == "SGD" or (counts["0.weight"], counts["2.weight"], counts["4.weight"]) == (3, 5, 7), counts
+        opts = dict(options)
+        if "betas" in opts:
+            opts["betas"] = list(opts["betas"])
+        runs.append({"name": name, "type": kind, "options": opts, "steps": len(schedule), "freeze": schedule[0],
+                     "freeze_schedule": schedule, "step_counts": counts,
+                     "parameters": {k: tensor(v) for k, v in m.state_dict().items()}, **more})
+    return mlp_file(x, target, initial, runs)
+
+
 def lr_sequence(make_scheduler, base_lr, epochs):
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=base_lr)
@@ -1412,6 +1463,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "mlp_adamax_adadelta.json": lambda: mlp_adamax_adadelta_fixture(),
             "mlp_param_groups.json": lambda: mlp_param_groups_fixture(),
             "mlp_frozen.json": lambda: mlp_frozen_fixture(),
+            "mlp_freeze_schedule.json": lambda: mlp_freeze_schedule_fixture(),
             "schedulers.json": lambda: schedulers_fixture(),
             "clip.json": lambda: clip_fixture(), "layers.json": lambda: layers_fixture(),
             "clip_coefficient.json": lambda: clip_coefficient_fixture(),

@@ -9,11 +9,13 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/nan.hpp"
 #include "kiln/core/number_text.hpp"
 #include "kiln/io/safetensors.hpp"
+#include "kiln/optim/step_counts.hpp"
 
 namespace kiln {
 
@@ -31,10 +33,15 @@ namespace kiln {
 ///   Adamax        "optimizer.exp_avg", "optimizer.exp_inf"; metadata "optimizer.step"
 ///   Adadelta      "optimizer.square_avg", "optimizer.acc_delta"; metadata "optimizer.step"
 ///   SGD           "optimizer.momentum_buffer" (with momentum, or where one was turned on since:
-///                 OneCycleLR); metadata "optimizer.momentum_initialized" ("1" once a step has filled it).
+///                 OneCycleLR); metadata "optimizer.momentum_initialized" ("1" once a step has filled it;
+///                 with layers frozen for the first steps, "optimizer.momentum_filled_from": the offset
+///                 where the filled buffers begin).
 ///                 Loaded whatever the momentum is now; a state without it makes the next step start
 ///                 the buffers from its gradient (torch: no momentum_buffer in the state)
-/// and "optimizer.type" (Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta, SGD). The
+/// and "optimizer.type" (Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta, SGD). Where the
+/// parameters have stepped unalike (layers frozen for some steps, then unfrozen: torch counts each
+/// parameter's steps), "optimizer.step_runs" too: "begin:steps" per run of the arena, comma-separated
+/// (NAdam's "begin:steps:mu_product"); "optimizer.step" is then the last run's. The
 /// hyperparameters are metadata too, as torch's param_groups are in its state_dict: "optimizer.lr",
 /// "optimizer.weight_decay" and "optimizer.maximize"; Adam/AdamW "beta1", "beta2", "eps", "amsgrad"; RMSprop
 /// "alpha", "eps", "momentum", "centered"; Adagrad "lr_decay", "eps", "initial_accumulator_value"; NAdam
@@ -234,6 +241,46 @@ std::vector<double> restored_group_lrs(const Opt& opt, const std::map<std::strin
   return lrs;
 }
 
+/// Whether Opt counts steps (torch's state["step"]): every optimizer but SGD.
+template <class Opt>
+concept counts_steps = requires(const Opt& o) { o.step_runs(); };
+
+/// "optimizer.step_runs" where the parameters have stepped unalike (layers frozen for some steps and then
+/// unfrozen): StepCounts::text, NAdam's with each run's mu_product. Nothing when they are alike.
+template <class Opt>
+void add_step_runs(OptimizerState& s, const Opt& opt) {
+  optim::StepCounts counts;
+  counts.set_runs(std::vector<optim::StepRun>(opt.step_runs()));
+  if (counts.runs().size() > 1) s.metadata["optimizer.step_runs"] = counts.text(nadam_like<Opt>);
+}
+/// A checkpoint's "optimizer.step_runs" for `opt`, checked: runs over its parameters whose last has
+/// "optimizer.step" (and NAdam's "optimizer.mu_product"); nullopt where there is none (every parameter
+/// at optimizer.step). A CheckpointError names what is wrong.
+template <class Opt>
+std::optional<std::vector<optim::StepRun>> restored_step_runs(const Opt& opt,
+                                                              const std::map<std::string, std::string>& meta,
+                                                              const std::string& path) {
+  const auto it = meta.find("optimizer.step_runs");
+  if (it == meta.end()) return std::nullopt;
+  std::string why;
+  auto runs = optim::StepCounts::parse(it->second, opt.gradients().numel(), nadam_like<Opt>, why);
+  if (runs.empty())
+    throw CheckpointError("kiln: " + path + ": metadata 'optimizer.step_runs': " + why);
+  const std::int64_t step = metadata_count(meta, "optimizer.step", path);
+  if (runs.back().steps != step)
+    throw CheckpointError("kiln: " + path + ": metadata 'optimizer.step_runs' ends at " +
+                          std::to_string(runs.back().steps) + " steps, 'optimizer.step' says " +
+                          std::to_string(step) + "; expected the same count");
+  if constexpr (nadam_like<Opt>) {
+    const double product = hyper_value(meta, "mu_product", 1.0, path);
+    if (runs.back().mu_product != product)
+      throw CheckpointError("kiln: " + path + ": metadata 'optimizer.step_runs' ends at mu_product " +
+                            hyper_text(runs.back().mu_product) + ", 'optimizer.mu_product' says " +
+                            hyper_text(product) + "; expected the same product");
+  }
+  return runs;
+}
+
 template <class Arena>
 void add_arena(OptimizerState& s, const std::string& name, const Arena& a) {
   using M = typename Arena::element_type;
@@ -350,8 +397,11 @@ OptimizerState optimizer_state(const Opt& opt) {
     if (!opt.momentum_buffer().empty()) {  // a momentum now, or one that was (OneCycleLR cycles it)
       detail::add_arena(s, "optimizer.momentum_buffer", opt.momentum_buffer());
       s.metadata["optimizer.momentum_initialized"] = opt.momentum_initialized() ? "1" : "0";
+      if (opt.momentum_initialized() && opt.momentum_filled_from() > 0)  // layers frozen since (Model::freeze)
+        s.metadata["optimizer.momentum_filled_from"] = std::to_string(opt.momentum_filled_from());
     }
   }
+  if constexpr (detail::counts_steps<Opt>) detail::add_step_runs(s, opt);
   return s;
 }
 
@@ -400,6 +450,8 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
   // (a checkpoint from before maximize was saved comes from an optimizer that minimised)
   detail::hyper_must_match(metadata, "maximize", o.maximize, expected, path, std::optional<bool>(false));
   // Everything is checked before anything is written: a bad checkpoint leaves the optimizer as it was.
+  [[maybe_unused]] std::optional<std::vector<optim::StepRun>> step_runs;
+  if constexpr (detail::counts_steps<Opt>) step_runs = detail::restored_step_runs(opt, metadata, path);
   if constexpr (detail::adam_like<Opt>) {
     const auto betas = detail::restored_betas(o, metadata, path);
     const std::int64_t step = metadata_count(metadata, "optimizer.step", path);
@@ -499,12 +551,23 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
       if (on > 1)
         throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum_initialized' is " +
                               std::to_string(on) + "; expected 0 or 1");
+      // Where the filled buffers begin, with layers frozen for the first steps; else all or none.
+      index_t filled_from = on != 0 ? 0 : opt.gradients().numel();
+      if (metadata.contains("optimizer.momentum_filled_from")) {
+        filled_from = static_cast<index_t>(metadata_count(metadata, "optimizer.momentum_filled_from", path));
+        if (on != 1 || filled_from >= opt.gradients().numel())
+          throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum_filled_from' is " +
+                                std::to_string(filled_from) + " with 'optimizer.momentum_initialized' " +
+                                std::to_string(on) + "; expected an offset below " +
+                                std::to_string(opt.gradients().numel()) +
+                                " (the parameters) with momentum_initialized 1");
+      }
       // (checked against the gradients, which the buffers match, before any buffer is made)
       const auto& buf = detail::entry_for(opt.gradients(), entries, "optimizer.momentum_buffer", path);
       if constexpr (write) {
         opt.make_momentum_buffer();
         detail::load_arena(opt.momentum_buffer(), buf);
-        opt.set_momentum_initialized(on != 0);
+        opt.set_momentum_filled_from(filled_from);
       }
     } else if constexpr (write) {
       if (!opt.momentum_buffer().empty()) opt.set_momentum_initialized(false);
@@ -512,6 +575,8 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     if constexpr (write) opt.set_momentum(momentum);  // after the buffers: one turned on starts them afresh
   }
   if constexpr (write) {
+    if constexpr (detail::counts_steps<Opt>)
+      if (step_runs) opt.set_step_runs(std::move(*step_runs));  // after set_step_count (and set_mu_product)
     opt.set_lr(lr);
     for (std::size_t k = 0; k < group_lrs.size(); ++k) opt.set_group_lr(k + 1, group_lrs[k]);
   }

@@ -110,7 +110,7 @@ class Adadelta : public detail::ParameterArenas<M, D, W, Adadelta<M, D, W>>, pub
     if (!fusion_enabled()) this->require_one_group();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
-    ++steps_;
+    this->advance_steps(steps_);  // (the count, torch's state["step"], is only kept)
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::AdadeltaStep<M, W>::C;
     const double rho = o_.rho;

@@ -14,6 +14,7 @@
 #include "kiln/expr/assign.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
+#include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -101,19 +102,22 @@ class Adagrad : public detail::ParameterArenas<M, D, W, Adagrad<M, D, W>>, publi
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
-    if (!fusion_enabled()) this->require_one_group();
+    if (!fusion_enabled()) this->require_one_group(steps_);
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
-    ++steps_;
+    this->advance_steps(steps_);
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::AdagradStep<M, W>::C;
-    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
-    this->for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay, and
+    // per run of step counts within it (layers unfrozen after steps that skipped them).
+    this->for_each_span(steps_, [&](index_t offset, index_t n, double lr, double weight_decay,
+                                    const StepRun& steps) {
       const auto run = [&](auto l2) {
         kiln::detail::executor<D>::for_each(
             n, detail::AdagradStep<M, W, decltype(l2)::value>{
                    this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
-                   this->shifted(sum_.data(), offset), this->shifted(work_, offset), static_cast<C>(-step_lr(lr)),
+                   this->shifted(sum_.data(), offset), this->shifted(work_, offset),
+                   static_cast<C>(-step_lr(lr, steps.steps)),
                    static_cast<C>(o_.eps), static_cast<C>(weight_decay), o_.maximize});
       };
       detail::with_flag(weight_decay != 0.0, run);
@@ -124,9 +128,8 @@ class Adagrad : public detail::ParameterArenas<M, D, W, Adagrad<M, D, W>>, publi
   const arena_type& sum() const { return sum_; }
 
  private:
-  /// The learning rate of the step being taken (steps_ counts it) for a group's lr: lr / (1 + (t - 1)
-  /// lr_decay), in double as torch's clr.
-  double step_lr(double lr) const { return lr / (1.0 + static_cast<double>(steps_ - 1) * o_.lr_decay); }
+  /// The learning rate of step t for a group's lr: lr / (1 + (t - 1) lr_decay), in double as torch's clr.
+  double step_lr(double lr, std::int64_t t) const { return lr / (1.0 + static_cast<double>(t - 1) * o_.lr_decay); }
   /// step() as torch.optim.Adagrad(foreach=False) runs it: -g into a new tensor (maximize); g + wd p into
   /// a new tensor; sum += g g; std = sqrt(sum), += eps; p += (-clr g) / std; and the working copy
   /// rewritten from p (mixed precision).
@@ -137,7 +140,8 @@ class Adagrad : public detail::ParameterArenas<M, D, W, Adagrad<M, D, W>>, publi
     arena_type std_(p_.extents(), p_.device_index());
     kiln::assign(std_, kiln::sqrt(sum_));
     kiln::assign(std_, std_ + C(o_.eps));
-    kiln::assign(p_, p_ + (g * static_cast<C>(-step_lr(o_.lr))) / std_);  // torch's addcdiv: (value t1) / t2
+    // torch's addcdiv: (value t1) / t2
+    kiln::assign(p_, p_ + (g * static_cast<C>(-step_lr(o_.lr, steps_.last()))) / std_);
     this->rewrite_working_copy();
   }
 

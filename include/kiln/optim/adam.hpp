@@ -1,10 +1,12 @@
 /// Adam and AdamW (torch.optim.Adam / AdamW, torch 1.13 formulas and defaults), one fused pass per step.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
@@ -15,6 +17,7 @@
 #include "kiln/ops/functors.hpp"
 #include "kiln/optim/device_scalars.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
+#include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -204,12 +207,18 @@ class AdamBase : public ParameterArenas<M, D, W, AdamBase<M, D, Options, Decoupl
 
  private:
   void step_impl(const std::int32_t* skip_if) {
-    if (!fusion_enabled()) this->require_one_group();
+    if (!fusion_enabled()) this->require_one_group(steps_);
+    if (o_.capturable && !steps_.uniform_from(this->frozen()))
+      throw ValueError(std::string("kiln::optim::") + (Decoupled ? "AdamW" : "Adam") +
+                       ": a capturable step keeps one step count on the device, and the layers unfrozen "
+                       "since steps that skipped them have taken fewer (torch counts each parameter's); "
+                       "build the optimizer without {.capturable = true}, or anew after unfreezing");
     this->count_step_call();
     using C = typename detail::AdamStep<M>::C;
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     // Hyperparameters as torch sees them: its Python floats are these options widened to double.
     const double lr = o_.lr, b1 = o_.betas.beta1, b2 = o_.betas.beta2, wd = o_.weight_decay;
+    this->advance_steps(steps_);  // capturable: where the runs begin (the count is the device's)
     if (o_.capturable) {
       kiln::detail::executor<D>::for_each(1, AdamPrepare{scalars_.data(), b1, b2, wd, Decoupled, skip_if});
       if (fusion_enabled()) {
@@ -221,21 +230,23 @@ class AdamBase : public ParameterArenas<M, D, W, AdamBase<M, D, Options, Decoupl
         throw ValueError("kiln::optim::Adam: a capturable step with fusion switched off (kiln::Unfused) reads its "
                          "step count back to the host, which a CUDA graph capture cannot hold; capture the fused step");
       if (skip_if != nullptr && scalars_.get(AdamScalars::skip) != 0.0) return;
-      steps_ = step_count() - 1;
     }
-    ++steps_;
-    const double t = static_cast<double>(steps_);
-    const double bias_correction1 = 1.0 - std::pow(b1, t);
-    const double bias_correction2 = 1.0 - std::pow(b2, t);
-    const double step_size = lr / bias_correction1;
+    // The bias corrections of a parameter at its step t (torch's per-parameter state["step"]).
+    const auto corrections = [&](std::int64_t step) {
+      const double t = static_cast<double>(step);
+      return std::pair{1.0 - std::pow(b1, t), 1.0 - std::pow(b2, t)};
+    };
     if (!fusion_enabled()) {
+      const auto [bias_correction1, bias_correction2] = corrections(step_count());
       step_unfused(static_cast<C>(b1), static_cast<C>(b2), static_cast<C>(Decoupled ? 0.0 : wd),
-                   static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0), static_cast<C>(-step_size),
+                   static_cast<C>(Decoupled ? 1.0 - lr * wd : 1.0), static_cast<C>(-(lr / bias_correction1)),
                    static_cast<C>(std::sqrt(bias_correction2)), static_cast<C>(o_.eps));
       return;
     }
-    // One pass per span of a parameter group (one pass without groups), with the group's lr and decay.
-    this->for_each_span([&](index_t offset, index_t n, double group_lr, double group_wd) {
+    // One pass per span of a parameter group (one pass without groups), with the group's lr and decay,
+    // and per run of step counts within it (layers unfrozen after steps that skipped them).
+    this->for_each_span(steps_, [&](index_t offset, index_t n, double group_lr, double group_wd, const StepRun& run) {
+      const auto [bias_correction1, bias_correction2] = corrections(run.steps);
       run_fused<false>(offset, n, group_wd, static_cast<C>(Decoupled ? 1.0 - group_lr * group_wd : 1.0),
                        static_cast<C>(-(group_lr / bias_correction1)), static_cast<C>(std::sqrt(bias_correction2)));
     });
@@ -308,15 +319,31 @@ class AdamBase : public ParameterArenas<M, D, W, AdamBase<M, D, Options, Decoupl
   /// param_group['betas'], unchecked as that is; the bias corrections use them, as torch's. A captured
   /// step replays the betas it was captured with.
   void set_betas(AdamBetas betas) { o_.betas = betas; }
-  /// Steps taken so far (torch's state["step"]); bias correction uses it. Capturable: read from the
-  /// device, replays of a captured step included.
+  /// Steps taken so far by the parameters that took every step (torch's state["step"] of the last
+  /// layer's); bias correction uses it. Capturable: read from the device, replays of a captured step
+  /// included.
   std::int64_t step_count() const {
-    return o_.capturable ? static_cast<std::int64_t>(scalars_.get(AdamScalars::step)) : steps_;
+    return o_.capturable ? static_cast<std::int64_t>(scalars_.get(AdamScalars::step)) : steps_.last();
   }
-  /// Restores the step count from a checkpoint (with exp_avg() and exp_avg_sq()).
+  /// Restores the step count from a checkpoint (with exp_avg() and exp_avg_sq()): every parameter's.
   void set_step_count(std::int64_t n) {
-    steps_ = n;
+    steps_.set(n);
     if (o_.capturable) scalars_.set(AdamScalars::step, static_cast<double>(n));
+  }
+  /// Each parameter's count (torch's state["step"] per parameter): one run unless layers were frozen for
+  /// some steps and then unfrozen (Model::freeze), for checkpoints. Capturable: the last run's is the
+  /// device's count, the others as far behind it as the host counted.
+  std::vector<StepRun> step_runs() const {
+    std::vector<StepRun> runs = steps_.runs();
+    if (o_.capturable) {
+      const std::int64_t behind = step_count() - steps_.last();
+      for (StepRun& r : runs) r.steps = std::max<std::int64_t>(0, r.steps + behind);
+    }
+    return runs;
+  }
+  void set_step_runs(std::vector<StepRun> runs) {
+    steps_.set_runs(std::move(runs));
+    if (o_.capturable) scalars_.set(AdamScalars::step, static_cast<double>(steps_.last()));
   }
   /// The first-moment arena (torch's state["exp_avg"]), for checkpoints.
   arena_type& exp_avg() { return m_; }
@@ -340,7 +367,7 @@ class AdamBase : public ParameterArenas<M, D, W, AdamBase<M, D, Options, Decoupl
   arena_type m_, v_, vmax_;
   DeviceScalars<D> scalars_;  // capturable only: AdamScalars
   Options o_;
-  std::int64_t steps_ = 0;
+  StepCounts steps_;  // per run of parameters (capturable: where runs begin; the count is the device's)
 };
 
 }  // namespace detail

@@ -16,6 +16,7 @@
 #include "kiln/ops/functors.hpp"
 #include "kiln/optim/adam.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
+#include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -106,22 +107,24 @@ class Adamax : public detail::ParameterArenas<M, D, W, Adamax<M, D, W>>, public 
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
-    if (!fusion_enabled()) this->require_one_group();
+    if (!fusion_enabled()) this->require_one_group(steps_);
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
-    ++steps_;
+    this->advance_steps(steps_);
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::AdamaxStep<M, W>::C;
     const double b1 = o_.betas.beta1, b2 = o_.betas.beta2;
-    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
-    this->for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay, and
+    // per run of step counts within it (layers unfrozen after steps that skipped them).
+    this->for_each_span(steps_, [&](index_t offset, index_t n, double lr, double weight_decay,
+                                    const StepRun& steps) {
       const auto run = [&](auto l2) {
         kiln::detail::executor<D>::for_each(
             n, detail::AdamaxStep<M, W, decltype(l2)::value>{
                    this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
                    this->shifted(m_.data(), offset), this->shifted(u_.data(), offset), this->shifted(work_, offset),
                    static_cast<C>(b1), static_cast<C>(1.0 - b1), static_cast<C>(b2), static_cast<C>(o_.eps),
-                   static_cast<C>(weight_decay), static_cast<C>(-step_lr(lr)), o_.maximize});
+                   static_cast<C>(weight_decay), static_cast<C>(-step_lr(lr, steps.steps)), o_.maximize});
       };
       detail::with_flag(weight_decay != 0.0, run);
     });
@@ -137,10 +140,9 @@ class Adamax : public detail::ParameterArenas<M, D, W, Adamax<M, D, W>>, public 
   const arena_type& exp_inf() const { return u_; }
 
  private:
-  /// The learning rate of the step being taken (steps_ counts it): lr / (1 - beta1^t), in double as
-  /// torch's clr.
-  double step_lr(double lr) const {
-    return lr / (1.0 - std::pow(static_cast<double>(o_.betas.beta1), static_cast<double>(steps_)));
+  /// The learning rate of step t (t counts it): lr / (1 - beta1^t), in double as torch's clr.
+  double step_lr(double lr, std::int64_t t) const {
+    return lr / (1.0 - std::pow(static_cast<double>(o_.betas.beta1), static_cast<double>(t)));
   }
   /// step() as torch.optim.Adamax(foreach=False) runs it: -g into a new tensor (maximize); g + wd p into
   /// a new tensor; m *= b1, m += (1 - b1) g; u *= b2; |g| into a new tensor, += eps; u = max(u, that);
@@ -156,7 +158,8 @@ class Adamax : public detail::ParameterArenas<M, D, W, Adamax<M, D, W>>, public 
     kiln::assign(bound, kiln::abs(g));
     kiln::assign(bound, bound + static_cast<C>(o_.eps));
     kiln::assign(u_, kiln::max(u_, bound));                         // torch.amax over the two: NaN propagates
-    kiln::assign(p_, p_ + (m_ * static_cast<C>(-step_lr(o_.lr))) / u_);  // torch's addcdiv: (value t1) / t2
+    // torch's addcdiv: (value t1) / t2
+    kiln::assign(p_, p_ + (m_ * static_cast<C>(-step_lr(o_.lr, steps_.last()))) / u_);
     this->rewrite_working_copy();
   }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
@@ -16,6 +17,7 @@
 #include "kiln/ops/functors.hpp"
 #include "kiln/optim/adam.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
+#include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -115,27 +117,43 @@ class NAdam : public detail::ParameterArenas<M, D, W, NAdam<M, D, W>>, public de
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
-    if (!fusion_enabled()) this->require_one_group();
+    if (!fusion_enabled()) this->require_one_group(steps_);
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
     using C = typename detail::NAdamStep<M, W>::C;
     // torch's Python floats: the options widened to double; mu_product a float32 tensor.
     const double lr = o_.lr, b1 = o_.betas.beta1, b2 = o_.betas.beta2, psi = o_.momentum_decay;
-    const double t = static_cast<double>(++steps_);
-    const double bias_correction2 = 1.0 - std::pow(b2, t);
-    const double mu = b1 * (1.0 - 0.5 * std::pow(0.96, t * psi));
-    const double mu_next = b1 * (1.0 - 0.5 * std::pow(0.96, (t + 1.0) * psi));
-    const float product = static_cast<float>(mu_product_) * static_cast<float>(mu);
-    const float product_next = product * static_cast<float>(mu) * static_cast<float>(mu_next);
-    mu_product_ = product;
-    if (!fusion_enabled())
-      return step_unfused(static_cast<C>(bias_correction2),
-                          static_cast<C>(-lr * (1.0 - mu) / (1.0 - static_cast<double>(product))),
-                          static_cast<C>(-lr * mu_next / (1.0 - static_cast<double>(product_next))));
-    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
-    this->for_each_span([&](index_t offset, index_t n, double group_lr, double weight_decay) {
-      const double neg_grad_step = -group_lr * (1.0 - mu) / (1.0 - static_cast<double>(product));
-      const double neg_avg_step = -group_lr * mu_next / (1.0 - static_cast<double>(product_next));
+    const auto mu_at = [&](double t) { return b1 * (1.0 - 0.5 * std::pow(0.96, t * psi)); };
+    // Each run of parameters that stepped (one unless layers were unfrozen after steps that skipped
+    // them) multiplies its product by the schedule at its own step.
+    for (StepRun& run : this->advance_steps(steps_))
+      run.mu_product = static_cast<float>(run.mu_product) * static_cast<float>(mu_at(static_cast<double>(run.steps)));
+    // The step's factors for a run at step t: a = (1 - mu) / (1 - mu_product) and b = mu_next /
+    // (1 - mu_product mu mu_next) (torch 1.13's), times -lr; and bias_correction2.
+    struct Scalars {
+      double grad_factor, avg_factor, bias_correction2;
+    };
+    const auto at = [&](const StepRun& run) {
+      const double t = static_cast<double>(run.steps);
+      const double mu = mu_at(t), mu_next = mu_at(t + 1.0);
+      const float product = static_cast<float>(run.mu_product);
+      const float product_next = product * static_cast<float>(mu) * static_cast<float>(mu_next);
+      return Scalars{(1.0 - mu) / (1.0 - static_cast<double>(product)),
+                     mu_next / (1.0 - static_cast<double>(product_next)), 1.0 - std::pow(b2, t)};
+    };
+    if (!fusion_enabled()) {
+      const Scalars s = at(steps_.runs().back());
+      return step_unfused(static_cast<C>(s.bias_correction2), static_cast<C>(-lr * s.grad_factor),
+                          static_cast<C>(-lr * s.avg_factor));
+    }
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay, and
+    // per run of step counts within it.
+    this->for_each_span(steps_, [&](index_t offset, index_t n, double group_lr, double weight_decay,
+                                    const StepRun& steps) {
+      const Scalars s = at(steps);
+      const double neg_grad_step = -group_lr * s.grad_factor;
+      const double neg_avg_step = -group_lr * s.avg_factor;
+      const double bias_correction2 = s.bias_correction2;
       const auto run = [&](auto l2) {
         kiln::detail::executor<D>::for_each(
             n, detail::NAdamStep<M, W, decltype(l2)::value>{
@@ -153,9 +171,14 @@ class NAdam : public detail::ParameterArenas<M, D, W, NAdam<M, D, W>>, public de
   /// param_group['betas'], unchecked as that is.
   void set_betas(AdamBetas betas) { o_.betas = betas; }
   /// The product of the momentum schedule mu_1 ... mu_t so far (torch's state["mu_product"], 1 before
-  /// the first step), for checkpoints.
-  double mu_product() const { return mu_product_; }
-  void set_mu_product(double product) { mu_product_ = product; }
+  /// the first step) of the parameters that took every step, for checkpoints (per run: step_runs()).
+  double mu_product() const { return steps_.runs().back().mu_product; }
+  /// Sets every parameter's product (a checkpoint's; set_step_runs sets them per run).
+  void set_mu_product(double product) {
+    std::vector<StepRun> runs = steps_.runs();
+    for (StepRun& r : runs) r.mu_product = product;
+    steps_.set_runs(std::move(runs));
+  }
   /// The first-moment arena (torch's state["exp_avg"]), for checkpoints.
   arena_type& exp_avg() { return m_; }
   const arena_type& exp_avg() const { return m_; }
@@ -185,7 +208,6 @@ class NAdam : public detail::ParameterArenas<M, D, W, NAdam<M, D, W>>, public de
   }
 
   arena_type m_, v_;
-  double mu_product_ = 1.0;
 };
 template <class Model>
 NAdam(Model&, NAdamOptions) -> NAdam<typename Model::M, typename Model::D, typename Model::T>;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/optim/param_groups.hpp"
+#include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -160,6 +162,18 @@ class ParameterArenas {
       if (begin < end) f(begin, end - begin, group_lr(s.group), group_weight_decay(s.group));
     }
   }
+  /// for_each_span cut where the parameters' step counts differ (layers unfrozen after steps that
+  /// skipped them): f(offset, count, lr, weight_decay, run), the run's counts those of the step being
+  /// taken (`counts` advanced already).
+  template <class F>
+  void for_each_span(const StepCounts& counts, F&& f) const {
+    for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
+      counts.for_each_part(offset, n, [&](index_t o, index_t k, const StepRun& run) { f(o, k, lr, weight_decay, run); });
+    });
+  }
+  /// Counts a step of every parameter past the frozen ones (torch: a parameter without a gradient
+  /// keeps its state["step"]); returns the runs that stepped.
+  std::span<StepRun> advance_steps(StepCounts& counts) const { return counts.advance(frozen()); }
   /// p + offset, or null for an array the step does not have (no momentum, no amsgrad, no working copy).
   template <class T>
   static T* shifted(T* p, index_t offset) {
@@ -175,6 +189,14 @@ class ParameterArenas {
     if (frozen() > 0)
       throw ValueError(std::string("kiln::optim::") + who_ + ": a step with fusion switched off (kiln::Unfused) "
                        "runs over the whole arena; with layers frozen (Model::freeze), step fused");
+  }
+  /// The same, and an optimizer whose parameters have stepped unalike (layers unfrozen after steps that
+  /// skipped them) refused too: an unfused step has one step count.
+  void require_one_group(const StepCounts& counts) const {
+    require_one_group();
+    if (!counts.uniform_from(0))
+      throw ValueError(std::string("kiln::optim::") + who_ + ": a step with fusion switched off (kiln::Unfused) "
+                       "has one step count, and layers unfrozen after steps that skipped them have fewer; step fused");
   }
 
   arena_type& p_;
@@ -196,22 +218,27 @@ class ParameterArenas {
 /// What the optimizers whose step count lives on the host (RMSprop, Adagrad, NAdam, RAdam, Adamax,
 /// Adadelta) keep besides their arenas: their options, of which the learning rate is what schedulers
 /// move (lr(), set_lr()), and torch's state["step"] (step_count(), set_step_count(): restored from a
-/// checkpoint).
+/// checkpoint), per run of parameters once layers were frozen for some steps (step_runs()).
 template <class Options>
 class OptionsAndSteps {
  public:
   double lr() const { return o_.lr; }
   void set_lr(double lr) { o_.lr = lr; }
   const Options& options() const { return o_; }
-  /// Steps taken (torch's state["step"]).
-  std::int64_t step_count() const { return steps_; }
-  void set_step_count(std::int64_t n) { steps_ = n; }
+  /// Steps taken by the parameters that took every step (torch's state["step"] of the last layer's).
+  std::int64_t step_count() const { return steps_.last(); }
+  /// Every parameter at n steps.
+  void set_step_count(std::int64_t n) { steps_.set(n); }
+  /// Each parameter's count (torch's state["step"] per parameter): one run unless layers were frozen
+  /// for some steps and then unfrozen (Model::freeze), for checkpoints.
+  const std::vector<StepRun>& step_runs() const { return steps_.runs(); }
+  void set_step_runs(std::vector<StepRun> runs) { steps_.set_runs(std::move(runs)); }
 
  protected:
   explicit OptionsAndSteps(const Options& o) : o_(o) {}
 
   Options o_;
-  std::int64_t steps_ = 0;
+  StepCounts steps_;
 };
 
 }  // namespace kiln::optim::detail

@@ -16,6 +16,7 @@
 #include "kiln/ops/functors.hpp"
 #include "kiln/optim/adam.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
+#include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -118,37 +119,51 @@ class RAdam : public detail::ParameterArenas<M, D, W, RAdam<M, D, W>>, public de
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
-    if (!fusion_enabled()) this->require_one_group();
+    if (!fusion_enabled()) this->require_one_group(steps_);
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
     using C = typename detail::RAdamStep<M, W>::C;
     // torch's Python floats: the options widened to double.
     const double lr = o_.lr, b1 = o_.betas.beta1, b2 = o_.betas.beta2;
-    const double t = static_cast<double>(++steps_);
-    const double bias_correction1 = 1.0 - std::pow(b1, t);
-    const double bias_correction2 = 1.0 - std::pow(b2, t);
-    const double rho_inf = 2.0 / (1.0 - b2) - 1.0;
-    const double rho_t = rho_inf - 2.0 * t * std::pow(b2, t) / bias_correction2;
-    const bool rectified = rho_t > 5.0;
-    const double rect =
-        rectified
-            ? std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
-            : 0.0;
-    const C bc1 = static_cast<C>(bias_correction1), bc2_sqrt = static_cast<C>(std::sqrt(bias_correction2)),
-            crect = static_cast<C>(rect);
-    if (!fusion_enabled()) return step_unfused(rectified, bc1, static_cast<C>(lr), bc2_sqrt, crect);
-    // One pass per span of a parameter group (one without groups), with the group's lr and decay.
-    this->for_each_span([&](index_t offset, index_t n, double group_lr, double weight_decay) {
+    this->advance_steps(steps_);
+    // What a parameter's step t computes from it, in double (torch's per-parameter state["step"]).
+    struct Scalars {
+      bool rectified;
+      C bc1, bc2_sqrt, rect;
+    };
+    const auto at = [&](std::int64_t step) {
+      const double t = static_cast<double>(step);
+      const double bias_correction1 = 1.0 - std::pow(b1, t);
+      const double bias_correction2 = 1.0 - std::pow(b2, t);
+      const double rho_inf = 2.0 / (1.0 - b2) - 1.0;
+      const double rho_t = rho_inf - 2.0 * t * std::pow(b2, t) / bias_correction2;
+      const bool rectified = rho_t > 5.0;
+      const double rect =
+          rectified
+              ? std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
+              : 0.0;
+      return Scalars{rectified, static_cast<C>(bias_correction1), static_cast<C>(std::sqrt(bias_correction2)),
+                     static_cast<C>(rect)};
+    };
+    if (!fusion_enabled()) {
+      const Scalars s = at(steps_.last());
+      return step_unfused(s.rectified, s.bc1, static_cast<C>(lr), s.bc2_sqrt, s.rect);
+    }
+    // One pass per span of a parameter group (one without groups), with the group's lr and decay, and
+    // per run of step counts within it (layers unfrozen after steps that skipped them).
+    this->for_each_span(steps_, [&](index_t offset, index_t n, double group_lr, double weight_decay,
+                                    const StepRun& steps) {
+      const Scalars s = at(steps.steps);
       const auto run = [&](auto rectify, auto l2) {
         kiln::detail::executor<D>::for_each(
             n, detail::RAdamStep<M, W, decltype(rectify)::value, decltype(l2)::value>{
                    this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
                    this->shifted(m_.data(), offset), this->shifted(v_.data(), offset), this->shifted(work_, offset),
                    static_cast<C>(b1), static_cast<C>(1.0 - b1), static_cast<C>(b2), static_cast<C>(1.0 - b2),
-                   static_cast<C>(weight_decay), bc1, static_cast<C>(group_lr), bc2_sqrt, static_cast<C>(o_.eps),
-                   crect, o_.maximize});
+                   static_cast<C>(weight_decay), s.bc1, static_cast<C>(group_lr), s.bc2_sqrt,
+                   static_cast<C>(o_.eps), s.rect, o_.maximize});
       };
-      detail::with_flag(rectified, [&](auto rectify) {
+      detail::with_flag(s.rectified, [&](auto rectify) {
         detail::with_flag(weight_decay != 0.0, [&](auto l2) { run(rectify, l2); });
       });
     });

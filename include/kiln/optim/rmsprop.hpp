@@ -131,7 +131,7 @@ class RMSprop : public detail::ParameterArenas<M, D, W, RMSprop<M, D, W>>, publi
     if (!fusion_enabled()) this->require_one_group();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     this->count_step_call();
-    ++steps_;
+    this->advance_steps(steps_);  // (the count, torch's state["step"], is only kept)
     if (!fusion_enabled()) return step_unfused();
     using C = typename detail::RMSpropStep<M, W>::C;
     // One pass per span of a parameter group (one without groups), with the group's lr and decay.

@@ -1,5 +1,6 @@
 /// SGD with momentum, dampening, Nesterov and weight decay (torch.optim.SGD), one fused pass per step.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -137,7 +138,7 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
   using typename base::arena_type;
   using typename base::working_arena_type;
   SGD(arena_type& params, arena_type& grads, SGDOptions o, working_arena_type* work = nullptr)
-      : base(params, grads, work, "SGD", o.lr, o.weight_decay), o_(o) {
+      : base(params, grads, work, "SGD", o.lr, o.weight_decay), o_(o), filled_from_(params.numel()) {
     // torch.optim.SGD's checks (a NaN is refused too), in Adam's words.
     if (kiln::detail::is_nan(o.lr))
       throw ValueError("kiln::optim::SGD: no learning rate (lr not given, or NaN); it has no default, as in "
@@ -176,13 +177,27 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
 
  private:
   void step_impl(const std::int32_t* skip_if) {
-    if (!fusion_enabled()) this->require_one_group();
+    if (!fusion_enabled()) {
+      this->require_one_group();
+      if (filled_from_ != 0 && filled_from_ != p_.numel())
+        throw ValueError("kiln::optim::SGD: a step with fusion switched off (kiln::Unfused) starts every momentum "
+                         "buffer or none, and the layers unfrozen since steps that skipped them have none yet; "
+                         "step fused");
+    }
+    if (o_.capturable && o_.momentum != 0.0 && filled_from_ > this->frozen() && filled_from_ < p_.numel())
+      throw ValueError("kiln::optim::SGD: a capturable step keeps one first-step flag on the device, and the "
+                       "layers unfrozen since steps that skipped them have no momentum buffer yet (torch starts "
+                       "each parameter's); build the optimizer without {.capturable = true}, or anew after "
+                       "unfreezing");
     this->count_step_call();
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
+    // A step without a momentum leaves the buffers as they are, unfilled if no step filled them yet.
+    const bool fills = o_.momentum != 0.0;
     if (o_.capturable) {
       kiln::detail::executor<D>::for_each(1, detail::SgdPrepare{scalars_.data(), skip_if, o_.momentum != 0.0});
       if (fusion_enabled()) {
         run_fused<true>();
+        if (fills) filled_from_ = std::min(filled_from_, this->frozen());
         return;
       }
       // Unfused: the host's flags from the device's (copies; waits).
@@ -190,41 +205,46 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
         throw ValueError("kiln::optim::SGD: a capturable step with fusion switched off (kiln::Unfused) reads its "
                          "flags back to the host, which a CUDA graph capture cannot hold; capture the fused step");
       if (scalars_.get(detail::SgdScalars::skip) != 0.0) return;
-      first_ = scalars_.get(detail::SgdScalars::first) != 0.0;
+      filled_from_ = scalars_.get(detail::SgdScalars::first) != 0.0 ? p_.numel() : 0;
     }
-    // A step without a momentum leaves the buffers as they are, unfilled if no step filled them yet.
-    const bool fills = o_.momentum != 0.0;
     if (!fusion_enabled()) {
       step_unfused();
-      if (fills) first_ = false;
-      return;
+    } else {
+      run_fused<false>();
     }
-    run_fused<false>();
-    if (fills) first_ = false;
+    if (fills) filled_from_ = std::min(filled_from_, this->frozen());
   }
   /// The fused pass, once per span of a parameter group (once without groups) with the group's lr and
-  /// weight decay; Capturable takes the learning rate and the first-step flag from the device.
+  /// weight decay, and a span cut where the filled momentum buffers begin (before: their first step,
+  /// buf = g, as torch starts each parameter's); Capturable takes the learning rate and the first-step
+  /// flag from the device.
   template <bool Capturable>
   void run_fused() {
     using C = typename detail::SgdStep<M, W>::C;
-    this->for_each_span([&](index_t offset, index_t n, double lr, double weight_decay) {
-      const auto run = [&](auto momentum, auto decay, auto first, auto nesterov) {
-        kiln::detail::executor<D>::for_each(
-            n, detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
-                               decltype(nesterov)::value, Capturable>{
-                   this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
-                   this->shifted(buf_.data(), offset), this->shifted(work_, offset), static_cast<C>(lr),
-                   static_cast<C>(o_.momentum), static_cast<C>(1.0 - o_.dampening), static_cast<C>(weight_decay),
-                   scalars_.data(), o_.maximize});
-      };
-      using detail::with_flag;
-      with_flag(weight_decay != 0.0, [&](auto decay) {
-        if (o_.momentum == 0.0) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
-        // Capturable: the first step is decided on the device (First = false, a run-time flag).
-        with_flag(first_ && !Capturable, [&](auto first) {
-          with_flag(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); });
+    this->for_each_span([&](index_t span_offset, index_t span_n, double lr, double weight_decay) {
+      const auto pass = [&](index_t offset, index_t n, bool first_step) {
+        const auto run = [&](auto momentum, auto decay, auto first, auto nesterov) {
+          kiln::detail::executor<D>::for_each(
+              n, detail::SgdStep<M, W, decltype(momentum)::value, decltype(decay)::value, decltype(first)::value,
+                                 decltype(nesterov)::value, Capturable>{
+                     this->shifted(p_.data(), offset), this->shifted(g_.data(), offset),
+                     this->shifted(buf_.data(), offset), this->shifted(work_, offset), static_cast<C>(lr),
+                     static_cast<C>(o_.momentum), static_cast<C>(1.0 - o_.dampening),
+                     static_cast<C>(weight_decay), scalars_.data(), o_.maximize});
+        };
+        using detail::with_flag;
+        with_flag(weight_decay != 0.0, [&](auto decay) {
+          if (o_.momentum == 0.0) return run(std::false_type{}, decay, std::false_type{}, std::false_type{});
+          // Capturable: the first step is decided on the device (First = false, a run-time flag).
+          with_flag(first_step && !Capturable, [&](auto first) {
+            with_flag(o_.nesterov, [&](auto nesterov) { run(std::true_type{}, decay, first, nesterov); });
+          });
         });
-      });
+      };
+      const index_t end = span_offset + span_n;
+      const index_t filled = Capturable ? span_offset : std::clamp(filled_from_, span_offset, end);
+      if (filled > span_offset) pass(span_offset, filled - span_offset, true);
+      if (end > filled) pass(filled, end - filled, false);
     });
   }
 
@@ -256,15 +276,22 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
   /// The momentum buffers (torch's state["momentum_buffer"]; empty without momentum), for checkpoints.
   arena_type& momentum_buffer() { return buf_; }
   const arena_type& momentum_buffer() const { return buf_; }
-  /// Whether a step has filled the momentum buffers (torch: the state holds a momentum_buffer). Until
+  /// Whether a step has filled the momentum buffers (torch: the state holds a momentum_buffer; with
+  /// layers frozen, some of them: momentum_filled_from()). Until
   /// then a step starts them from the gradient, so a checkpoint restores this with the buffers (else the
   /// next step would overwrite them). Capturable: read from / written to the device.
   bool momentum_initialized() const {
-    return o_.capturable ? scalars_.get(detail::SgdScalars::pending_first) == 0.0 : !first_;
+    return o_.capturable ? scalars_.get(detail::SgdScalars::pending_first) == 0.0 : filled_from_ < p_.numel();
   }
-  void set_momentum_initialized(bool on) {
-    first_ = !on;
-    if (o_.capturable) scalars_.set(detail::SgdScalars::pending_first, on ? 0.0 : 1.0);
+  void set_momentum_initialized(bool on) { set_momentum_filled_from(on ? 0 : p_.numel()); }
+  /// Where the filled momentum buffers begin: a step fills those of the parameters it steps, so with
+  /// layers frozen for the first steps (Model::freeze) the buffers of the layers after them are filled
+  /// and theirs wait for their first step (torch starts each parameter's buffer at its own first step).
+  /// numel(): none filled; 0: all. For checkpoints.
+  index_t momentum_filled_from() const { return momentum_initialized() ? filled_from_ : p_.numel(); }
+  void set_momentum_filled_from(index_t offset) {
+    filled_from_ = std::clamp<index_t>(offset, 0, p_.numel());
+    if (o_.capturable) scalars_.set(detail::SgdScalars::pending_first, filled_from_ < p_.numel() ? 0.0 : 1.0);
   }
 
  private:
@@ -275,7 +302,7 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
     using C = typename detail::SgdStep<M, W>::C;
     arena_type g = detail::unfused_gradient(g_, p_, o_.maximize, C(o_.weight_decay));
     if (o_.momentum != 0.0) {
-      if (first_) {
+      if (filled_from_ > 0) {  // none filled (a partial fill is refused before)
         kiln::assign(buf_, g);
       } else {
         kiln::assign(buf_, buf_ * C(o_.momentum));
@@ -296,7 +323,7 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
 
   arena_type buf_;
   SGDOptions o_;
-  bool first_ = true;
+  index_t filled_from_;  // the momentum buffers at offsets from here on are filled (numel: none)
   detail::DeviceScalars<D> scalars_;  // capturable only: detail::SgdScalars
 };
 template <class Model>

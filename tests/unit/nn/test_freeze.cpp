@@ -11,8 +11,10 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
+#include <kiln/io/optimizer_state.hpp>
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
 
@@ -52,6 +54,11 @@ using all_optimizers = std::tuple<kiln::optim::SGD<float, Dev>, kiln::optim::Ada
                                   kiln::optim::Adagrad<float, Dev>, kiln::optim::NAdam<float, Dev>,
                                   kiln::optim::RAdam<float, Dev>, kiln::optim::Adamax<float, Dev>,
                                   kiln::optim::Adadelta<float, Dev>>;
+/// The optimizers that count steps (torch's state["step"]): all but SGD.
+using counting_optimizers =
+    std::tuple<kiln::optim::Adam<float, Dev>, kiln::optim::AdamW<float, Dev>, kiln::optim::RMSprop<float, Dev>,
+               kiln::optim::Adagrad<float, Dev>, kiln::optim::NAdam<float, Dev>, kiln::optim::RAdam<float, Dev>,
+               kiln::optim::Adamax<float, Dev>, kiln::optim::Adadelta<float, Dev>>;
 }  // namespace freeze_test
 }  // namespace
 
@@ -310,6 +317,218 @@ BOOST_AUTO_TEST_CASE(a_bare_layer_freezes_whole) {
   BOOST_TEST((m.gradients().to_vector() == std::vector<float>(21, 0.0f)));
   opt.step();
   BOOST_TEST((m.parameters().to_vector() == start));
+}
+
+// torch counts each parameter's steps (state["step"]): a layer unfrozen after k steps starts its bias
+// corrections from step 1. With layers 0..k-1 frozen at step s for k = 3, 3, 1, 0 (offsets 59, 59, 35,
+// 0), the counts are runs: 0.* 1 step, 2.* 2, 4.* 4. They go through a checkpoint
+// ("optimizer.step_runs"), and the resumed optimizer steps on (k = 0, 2, 0) as the one never stopped,
+// bit for bit. PyTorch parity of the counts and steps: test_parity_mlp.cpp (mlp_freeze_schedule.json).
+BOOST_AUTO_TEST_CASE_TEMPLATE(step_counts_are_per_parameter_and_go_through_a_checkpoint, Opt, counting_optimizers) {
+  typename Opt::options_type o{};
+  o.lr = 0.01;
+  o.weight_decay = 0.02;
+  Mlp<Dev> m(/*seed=*/7), r(/*seed=*/7);
+  Opt opt(m, o);
+  const auto train = [](Mlp<Dev>& model, Opt& optimizer, std::ptrdiff_t k, std::uint32_t s) {
+    model.unfreeze();
+    model.freeze(k);
+    optimizer.zero_grad();
+    model.forward(input<Dev>(40 + s));
+    model.backward(output_grad<Dev>(50 + s));
+    optimizer.step();
+  };
+  const std::ptrdiff_t schedule[7] = {3, 3, 1, 0, 0, 2, 0};
+  for (std::uint32_t s = 0; s < 4; ++s) train(m, opt, schedule[s], s);
+  using Run = kiln::optim::StepRun;
+  const auto runs = opt.step_runs();
+  BOOST_TEST_REQUIRE(runs.size() == 3u);
+  BOOST_TEST((runs[0].begin == 0 && runs[0].steps == 1));
+  BOOST_TEST((runs[1].begin == 35 && runs[1].steps == 2));
+  BOOST_TEST((runs[2].begin == 59 && runs[2].steps == 4));
+  BOOST_TEST(opt.step_count() == 4);
+  const kiln::OptimizerState state = kiln::optimizer_state(opt);
+  const bool nadam = std::is_same_v<Opt, kiln::optim::NAdam<float, Dev>>;
+  BOOST_TEST(state.metadata.at("optimizer.step") == "4");
+  BOOST_TEST(state.metadata.at("optimizer.step_runs").starts_with(nadam ? "0:1:" : "0:1,35:2,59:4"),
+             state.metadata.at("optimizer.step_runs"));
+  // A fresh optimizer over a copy of the model, from the checkpoint's state.
+  const auto trained = m.parameters().to_vector();
+  r.parameters().copy_from(std::span<const float>(trained));
+  Opt resumed(r, o);
+  kiln::load_optimizer_state(resumed, state.entries, state.metadata, "state.safetensors");
+  BOOST_TEST((resumed.step_runs() == std::vector<Run>(runs.begin(), runs.end())));
+  for (std::uint32_t s = 4; s < 7; ++s) {
+    train(m, opt, schedule[s], s);
+    train(r, resumed, schedule[s], s);
+  }
+  BOOST_TEST((r.parameters().to_vector() == m.parameters().to_vector()));
+  // Every parameter has stepped since the counts split (k = 0 at steps 3 and 6): still three runs,
+  // 0.* at 3 steps, 2.* at 5, 4.* at 7.
+  const auto after = opt.step_runs();
+  BOOST_TEST_REQUIRE(after.size() == 3u);
+  BOOST_TEST((after[0].steps == 3 && after[1].steps == 5 && after[2].steps == 7));
+  // A checkpoint without the runs (one count for all, as before per-parameter counts) sets every
+  // parameter at it; runs that do not fit the optimizer are refused before anything changes.
+  kiln::OptimizerState uniform = state;
+  uniform.metadata.erase("optimizer.step_runs");
+  kiln::load_optimizer_state(resumed, uniform.entries, uniform.metadata, "uniform.safetensors");
+  BOOST_TEST(resumed.step_runs().size() == 1u);
+  BOOST_TEST(resumed.step_count() == 4);
+  const auto refused = [&](const std::string& runs_text, const std::string& says) {
+    kiln::OptimizerState bad = state;
+    bad.metadata["optimizer.step_runs"] = runs_text;
+    BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(resumed, bad.entries, bad.metadata, "bad.safetensors"),
+                          kiln::CheckpointError, kt::says(says));
+    BOOST_TEST(resumed.step_runs().size() == 1u);
+  };
+  const std::string tail = nadam ? ":1" : "";
+  refused("0:1" + tail + ",35:2" + tail + ",59:5" + tail, "ends at 5 steps, 'optimizer.step' says 4");
+  refused("0:1" + tail + ",74:4" + tail, "run 1 is '74:4" + tail + "'; expected begins ascending from 0 below 74");
+  refused("35:4" + tail, "run 0 is '35:4" + tail + "'; expected begins ascending from 0");
+  refused("0:x", nadam ? "run 0 is '0:x'; expected begin:steps:mu_product" : "run 0 is '0:x'; expected begin:steps");
+}
+
+// The runs themselves: a step past `from` splits the run there, neighbours that count alike merge (a
+// checkpoint's "0:4,35:4" is one run), and text() reads back through parse().
+BOOST_AUTO_TEST_CASE(step_counts_split_where_a_step_begins_and_merge_when_alike) {
+  using kiln::optim::StepCounts;
+  using Run = kiln::optim::StepRun;
+  StepCounts c;
+  c.advance(0);
+  BOOST_TEST((c.runs() == std::vector<Run>{{0, 1, 1.0}}));
+  c.advance(59);
+  c.advance(35);
+  BOOST_TEST((c.runs() == std::vector<Run>{{0, 1, 1.0}, {35, 2, 1.0}, {59, 3, 1.0}}));
+  BOOST_TEST(c.last() == 3);
+  BOOST_TEST(c.uniform_from(59));
+  BOOST_TEST(!c.uniform_from(35));
+  BOOST_TEST(c.text(false) == "0:1,35:2,59:3");
+  std::string why;
+  BOOST_TEST((StepCounts::parse(c.text(false), 74, false, why) == c.runs()));
+  BOOST_TEST((StepCounts::parse(c.text(true), 74, true, why) == c.runs()));
+  c.set_runs({{0, 4, 1.0}, {35, 4, 1.0}});
+  BOOST_TEST((c.runs() == std::vector<Run>{{0, 4, 1.0}}));
+  BOOST_TEST(c.uniform_from(0));
+  // Parts of a span, one per run it crosses.
+  c.set_runs({{0, 1, 1.0}, {35, 2, 1.0}});
+  std::vector<std::tuple<kiln::index_t, kiln::index_t, std::int64_t>> parts;
+  c.for_each_part(30, 44, [&](kiln::index_t o, kiln::index_t n, const Run& r) { parts.emplace_back(o, n, r.steps); });
+  BOOST_TEST((parts == std::vector<std::tuple<kiln::index_t, kiln::index_t, std::int64_t>>{{30, 5, 1}, {35, 39, 2}}));
+  BOOST_TEST(StepCounts::parse("0:1,0:2", 74, false, why).empty());
+  BOOST_TEST(why.find("run 1 is '0:2'; expected begins ascending") != std::string::npos, why);
+  BOOST_TEST(StepCounts::parse("0:1:1.5", 74, true, why).empty());
+  BOOST_TEST(why.find("mu_product in [0, 1]") != std::string::npos, why);
+  BOOST_TEST(StepCounts::parse("0:-1", 74, false, why).empty());
+}
+
+// SGD's momentum buffers start at each parameter's first step (buf = g, undampened, as torch's): with
+// layers 0-1 frozen for two steps only the buffers from offset 35 on are filled, which a checkpoint
+// records ("optimizer.momentum_filled_from") and a resumed SGD steps on from, as the one never stopped.
+// An unfused step (one flag for all) and a capturable one (one flag on the device) refuse the mix.
+BOOST_AUTO_TEST_CASE(sgd_momentum_buffers_start_at_each_layers_first_step) {
+  const kiln::optim::SGDOptions o{.lr = 0.05, .momentum = 0.9, .dampening = 0.3};
+  Mlp<kiln::Cpu> m(/*seed=*/9), r(/*seed=*/9);
+  kiln::optim::SGD opt(m, o);
+  BOOST_TEST(opt.momentum_filled_from() == 74);
+  const auto train = [](Mlp<kiln::Cpu>& model, auto& optimizer, std::ptrdiff_t k, std::uint32_t s) {
+    model.unfreeze();
+    model.freeze(k);
+    optimizer.zero_grad();
+    model.forward(input<kiln::Cpu>(80 + s));
+    model.backward(output_grad<kiln::Cpu>(90 + s));
+    optimizer.step();
+  };
+  train(m, opt, 2, 0);
+  train(m, opt, 2, 1);
+  BOOST_TEST(opt.momentum_filled_from() == 35);
+  BOOST_TEST(opt.momentum_initialized());
+  const kiln::OptimizerState state = kiln::optimizer_state(opt);
+  BOOST_TEST(state.metadata.at("optimizer.momentum_filled_from") == "35");
+  const auto trained = m.parameters().to_vector();
+  r.parameters().copy_from(std::span<const float>(trained));
+  kiln::optim::SGD resumed(r, o);
+  kiln::load_optimizer_state(resumed, state.entries, state.metadata, "sgd.safetensors");
+  BOOST_TEST(resumed.momentum_filled_from() == 35);
+  {
+    // Unfrozen, layers 0-1 would start their buffers while the others go on: not in one unfused pass.
+    r.unfreeze();
+    r.forward(input<kiln::Cpu>(82));
+    r.backward(output_grad<kiln::Cpu>(92));
+    kiln::Unfused off;
+    BOOST_CHECK_EXCEPTION(resumed.step(), kiln::ValueError, kt::says("starts every momentum buffer or none"));
+    BOOST_TEST((r.parameters().to_vector() == trained));
+  }
+  for (std::uint32_t s = 2; s < 4; ++s) {
+    train(m, opt, 0, s);
+    train(r, resumed, 0, s);
+  }
+  BOOST_TEST((r.parameters().to_vector() == m.parameters().to_vector()));
+  BOOST_TEST(opt.momentum_filled_from() == 0);
+  BOOST_TEST(!kiln::optimizer_state(opt).metadata.contains("optimizer.momentum_filled_from"));
+  // The reference: buffers of layers 0-1 started from their gradient at step 2 (a fresh SGD over them
+  // from then on), the others' as one SGD over them throughout.
+  Mlp<kiln::Cpu> f(/*seed=*/9);
+  using Arena = Tensor<float, Shape<dyn>, kiln::Cpu>;
+  auto p_front = Arena::from_blob(f.parameters().data(), Extents<Shape<dyn>>(35), 0);
+  auto g_front = Arena::from_blob(f.gradients().data(), Extents<Shape<dyn>>(35), 0);
+  auto p_back = Arena::from_blob(f.parameters().data() + 35, Extents<Shape<dyn>>(39), 0);
+  auto g_back = Arena::from_blob(f.gradients().data() + 35, Extents<Shape<dyn>>(39), 0);
+  kiln::optim::SGD front(p_front, g_front, o), back(p_back, g_back, o);
+  for (std::uint32_t s = 0; s < 4; ++s) {
+    f.zero_grad();
+    f.forward(input<kiln::Cpu>(80 + s));
+    f.backward(output_grad<kiln::Cpu>(90 + s));
+    if (s >= 2) front.step();
+    back.step();
+  }
+  BOOST_TEST((f.parameters().to_vector() == m.parameters().to_vector()));
+  // A filled-from offset that does not fit is refused.
+  kiln::OptimizerState bad = state;
+  bad.metadata["optimizer.momentum_filled_from"] = "74";
+  BOOST_CHECK_EXCEPTION(kiln::load_optimizer_state(resumed, bad.entries, bad.metadata, "bad.safetensors"),
+                        kiln::CheckpointError, kt::says("'optimizer.momentum_filled_from' is 74"));
+  // Capturable: one first-step flag on the device, so the mix is refused too.
+  Mlp<kiln::Cpu> c(/*seed=*/9);
+  kiln::optim::SGD captured(c, {.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .capturable = true});
+  train(c, captured, 2, 0);
+  BOOST_CHECK_EXCEPTION(train(c, captured, 0, 1), kiln::ValueError, kt::says("a capturable step keeps one first-step flag"));
+}
+
+// An unfused step (torch's passes over the whole arena, one step count) and a capturable Adam (one
+// count on the device) refuse parameters that have stepped unalike, before they change anything.
+BOOST_AUTO_TEST_CASE(one_count_steps_refuse_layers_unfrozen_after_steps_that_skipped_them) {
+  for (const bool capturable : {false, true}) {
+    BOOST_TEST_CONTEXT((capturable ? "capturable" : "unfused")) {
+      Mlp<kiln::Cpu> m(/*seed=*/8);
+      kiln::optim::Adam opt(m, {.lr = 0.01, .capturable = capturable});
+      m.freeze(2);
+      for (std::uint32_t s = 0; s < 2; ++s) {
+        opt.zero_grad();
+        m.forward(input<kiln::Cpu>(60 + s));
+        m.backward(output_grad<kiln::Cpu>(70 + s));
+        opt.step();
+      }
+      BOOST_TEST(opt.step_count() == 2);
+      // Capturable: steps past the same frozen layers are fine (one count for what steps).
+      m.unfreeze();
+      opt.zero_grad();
+      m.forward(input<kiln::Cpu>(62));
+      m.backward(output_grad<kiln::Cpu>(72));
+      const auto start = m.parameters().to_vector();
+      if (capturable) {
+        BOOST_CHECK_EXCEPTION(opt.step(), kiln::ValueError,
+                              kt::says("kiln::optim::Adam: a capturable step keeps one step count on the device"));
+      } else {
+        kiln::Unfused off;
+        BOOST_CHECK_EXCEPTION(opt.step(), kiln::ValueError,
+                              kt::says("has one step count, and layers unfrozen after steps that skipped them"));
+      }
+      BOOST_TEST((m.parameters().to_vector() == start));
+      BOOST_TEST(opt.step_count() == 2);
+      BOOST_TEST(opt.step_runs().size() == 2u);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -148,6 +148,27 @@ double run_steps(Mlp<D>& m, Opt& opt, const json& config, const json& fx) {
   const auto b = batch<D>(fx);
   const int steps = config.at("steps").get<int>();
   if (config.contains("groups")) add_groups(m, opt, config.at("groups"));
+  if (config.contains("freeze_schedule")) {  // mlp_freeze_schedule.json: model[:k_s] frozen at step s
+    const auto& schedule = config.at("freeze_schedule");
+    for (int s = 0; s < steps; ++s) {
+      m.unfreeze();
+      m.freeze(schedule.at(static_cast<std::size_t>(s)).get<std::ptrdiff_t>());
+      train_step(m, opt, b);
+    }
+    // Each parameter's count is torch's state["step"] for it (SGD counts none).
+    if constexpr (requires { opt.step_runs(); }) {
+      const auto runs = opt.step_runs();
+      for (const auto& p : m.named_parameters()) {
+        std::int64_t steps_of_p = -1;
+        for (const auto& r : runs)
+          if (r.begin <= p.offset) steps_of_p = r.steps;
+        const std::string name = p.name;
+        BOOST_TEST(steps_of_p == config.at("step_counts").at(name).get<std::int64_t>(), name);
+      }
+      BOOST_TEST(opt.step_count() == steps);
+    }
+    return check_named(m, m.parameters().to_vector(), config.at("parameters"), config.at("name").get<std::string>());
+  }
   if (config.contains("freeze")) {  // mlp_frozen.json: torch's model[:freeze].requires_grad_(False)
     m.freeze(config.at("freeze").get<std::size_t>());
     const int unfreeze_after = config.value("unfreeze_after", steps);
@@ -434,6 +455,26 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(optimizer_steps_with_frozen_layers_match_pytorch, 
   const auto& sgd = configs.at(0);
   BOOST_TEST_REQUIRE(sgd.at("freeze").get<int>() == 2);
   BOOST_TEST(parity::values(sgd.at("parameters").at("0.weight")) == parity::values(fx.at("state_dict").at("0.weight")));
+}
+
+// Layers frozen and unfrozen from step to step (mlp_freeze_schedule.json: model[:k].requires_grad_(False)
+// with k = 3, 3, 1, 0, 0, 2, 0 and grads None between steps): torch counts each parameter's steps, so
+// after 7 steps 0.* have taken 3, 2.* 5 and 4.* 7, and every bias correction (Adam, AdamW, NAdam's
+// momentum product, RAdam's rectification, Adamax, Adagrad's lr decay) is each parameter's own; AdamW
+// with groups that span those runs; SGD's dampened momentum buffer starts at each parameter's first step.
+BOOST_AUTO_TEST_CASE_TEMPLATE(step_counts_are_each_parameters_own_as_layers_unfreeze_as_pytorch, D,
+                              kiln::test::devices) {
+  static const json fx = parity::load("mlp_freeze_schedule.json");
+  const auto& configs = fx.at("optimizers");
+  BOOST_TEST_REQUIRE(configs.size() == 10u);
+  std::set<std::string> types;
+  for (const auto& config : configs) {
+    BOOST_TEST_CONTEXT("optimizer " << config.at("name").get<std::string>()) {
+      types.insert(config.at("type").get<std::string>());
+      check_optimizer<D>(config, fx);
+    }
+  }
+  BOOST_TEST(types.size() == 9u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
