@@ -41,6 +41,7 @@
 #include <omp.h>
 #endif
 
+#include <kiln/backend/cpu/blas_kernels.hpp>
 #include <kiln/io/atomic_file.hpp>
 
 namespace kiln::bench {
@@ -112,6 +113,8 @@ inline nlohmann::json machine_info() {
   }
   m["cpu"] = model;
   m["cores"] = std::thread::hardware_concurrency();
+  // (which kernels OpenBLAS runs decides CPU GEMM times: compare runs that ran the same)
+  m["blas"] = kiln::backend::cpu::blas_description();
   return m;
 }
 

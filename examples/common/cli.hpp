@@ -13,6 +13,7 @@
 #include <string>
 #include <system_error>
 
+#include <kiln/backend/cpu/blas_kernels.hpp>
 #include <kiln/core/config.hpp>
 #if KILN_CUDA_COMPILER
 #include <kiln/cuda.hpp>
@@ -266,6 +267,17 @@ inline std::string rank_prefix(const char* message) {
   return "[rank " + launched->rank + "] ";
 }
 
+/// A line where OpenBLAS runs older kernels than this CPU has (it did not recognise the CPU: Debian 12's
+/// 0.3.21 on CPUs newer than it), saying what to set; printed by the first rank only.
+inline void note_blas_kernels() {
+  const std::string better = kiln::backend::cpu::better_blas_coretype();
+  const auto launched = mpirun_rank();
+  if (better.empty() || (launched && launched->rank != "0")) return;
+  std::printf("note: %s on this CPU, which it did not recognise; OPENBLAS_CORETYPE=%s runs its GEMMs several "
+              "times faster (README, Requirements)\n",
+              kiln::backend::cpu::blas_description().c_str(), better.c_str());
+}
+
 /// What main() of every training example does once its options are parsed: checks what this build can
 /// run (exit status 2 and one line if not), picks the device and the precision policy, returns
 /// `run.template operator()<Device, Precision>(device)`, and turns an exception into one line
@@ -279,6 +291,7 @@ int run_training(const char* program, const TrainOptions& o, Run run) {
 #endif
     const std::string device = check_buildable(program, o, cuda_available);
     if (device.empty()) return 2;
+    if (device == "cpu") note_blas_kernels();
 #if KILN_CUDA_COMPILER
     if (device == "cuda")
       return with_precision(o, [&]<class Precision>() { return run.template operator()<kiln::Cuda, Precision>(device); });

@@ -82,7 +82,7 @@ double scaled_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 /// Replicas with the given shares of one batch of sum(shares) rows, two training steps (forward, then
 /// backward with a fixed dy) each, against one BatchNorm model on the whole batch: the largest relative
-/// difference of outputs and running statistics, and of input gradients and summed parameter gradients
+/// difference of running statistics, and of outputs, input gradients and summed parameter gradients
 /// over their largest.
 template <class D, class Bn = BnNet>
 double replicas_against_one_model(const std::vector<index_t>& shares) {
@@ -122,7 +122,11 @@ double replicas_against_one_model(const std::vector<index_t>& shares) {
       for (std::size_t i = 0; i < g.size(); ++i) grads[i] += g[i];
       worst = std::max(worst, rel_diff(models[static_cast<std::size_t>(r)]->buffers().to_vector(), one.buffers().to_vector()));
     }
-    worst = std::max({worst, rel_diff(y_all, y_one), scaled_diff(dx_all, dx_one), scaled_diff(grads, one.gradients().to_vector())});
+    // Outputs over their largest too: the convolution's GEMM over a share of the rows rounds otherwise
+    // than over the whole batch on some OpenBLAS kernels (Prescott: an output normalised to near 0 was
+    // 4e-8 off, 4e-5 of the 1e-3 floor), which the statistics then carry into every row.
+    worst = std::max({worst, scaled_diff(y_all, y_one), scaled_diff(dx_all, dx_one),
+                      scaled_diff(grads, one.gradients().to_vector())});
   }
   // Two training forwards (2 gathers per forward) and two backwards (2 sums: neither layer is first).
   BOOST_TEST(replicas.collectives() == 8);

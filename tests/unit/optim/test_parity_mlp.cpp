@@ -38,6 +38,12 @@ template <class D>
 using Mlp = kiln::nn::Model<Net, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>>;
 
 constexpr double rtol = 1e-5;  // the bound: fp32, relative
+// ... to each element, but never to less than 10% of its tensor's largest value: optimizer steps carry
+// the gradients' rounding into the weights (Adam normalises a small gradient to a step of ~lr; group
+// lrs 3x), and torch's own results for these fixtures move between OpenBLAS's kernels (Prescott, which
+// Debian 12's OpenBLAS 0.3.21 falls back to on CPUs newer than it; Haswell; SkylakeX) by up to 1.9e-5
+// at a 1% floor, 2.2e-6 at 10% (tests/parity/blas_spread.py).
+constexpr double floor_fraction = 0.1;
 
 const json& fixture() {
   static const json j = parity::load("mlp.json");
@@ -52,7 +58,7 @@ void load_state_dict(Model& m, const json& state_dict) {
 }
 
 /// Compares every named slice of an arena (parameters or gradients) with the fixture's tensors, relative
-/// to each element but never to less than 1% of its tensor's largest value (parity::scale_floor); returns
+/// to each element but never to less than 10% of its tensor's largest value (floor_fraction); returns
 /// the largest such error and, in `pure`, the largest plain relative error.
 template <class Model>
 double check_named(const Model& m, const std::vector<float>& arena, const json& want, const std::string& what,
@@ -61,7 +67,8 @@ double check_named(const Model& m, const std::vector<float>& arena, const json& 
   for (const auto& p : m.named_parameters()) {
     const auto w = parity::values(want.at(p.name));
     const std::span<const float> got(arena.data() + p.offset, static_cast<std::size_t>(p.count));
-    const auto d = parity::compare(got, std::span<const float>(w), parity::scale_floor(std::span<const float>(w)));
+    const auto d =
+        parity::compare(got, std::span<const float>(w), parity::scale_floor(std::span<const float>(w), floor_fraction));
     BOOST_TEST(d.max_rel <= rtol, what << " " << p.name << ": " << parity::describe(d));
     worst = std::max(worst, d.max_rel);
     worst_pure = std::max(worst_pure, parity::compare(got, std::span<const float>(w)).max_rel);
@@ -167,7 +174,11 @@ double run_steps(Mlp<D>& m, Opt& opt, const json& config, const json& fx) {
       }
       BOOST_TEST(opt.step_count() == steps);
     }
-    return check_named(m, m.parameters().to_vector(), config.at("parameters"), config.at("name").get<std::string>());
+    const double worst =
+        check_named(m, m.parameters().to_vector(), config.at("parameters"), config.at("name").get<std::string>());
+    BOOST_TEST_MESSAGE("parity mlp (freeze schedule): " << config.at("name").get<std::string>() << ": max rel "
+                                                        << worst);
+    return worst;
   }
   if (config.contains("freeze")) {  // mlp_frozen.json: torch's model[:freeze].requires_grad_(False)
     m.freeze(config.at("freeze").get<std::size_t>());
