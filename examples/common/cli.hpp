@@ -53,6 +53,8 @@ struct TrainOptions {
   int devices = 0;                // --parallel dp: replicas (0: 2); ddp: the world size required (0: any)
   int workers = 2;
   int accumulate = 1;
+  int freeze = 0;                 // the network's first K layers frozen (torch's model[:K].requires_grad_(False))
+  int freeze_epochs = 0;          // --freeze for the first E epochs only (0: every epoch)
   std::uint64_t seed = 0;
   long long limit = -1;           // first N training samples (-1: all)
   std::string checkpoint;
@@ -141,6 +143,14 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(integer_at_least(1));
   app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(integer_at_least(0));
   app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(integer_at_least(1));
+  auto* freeze = app.add_option("--freeze", o.freeze,
+                                "keep the network's first K layers as they are (torch's "
+                                "model[:K].requires_grad_(False)): fine-tuning a trained network's head")
+                     ->check(integer_at_least(1));
+  app.add_option("--freeze-epochs", o.freeze_epochs,
+                 "--freeze for the first E epochs only, then every layer trains (default: every epoch)")
+      ->check(integer_at_least(1))
+      ->needs(freeze);
   app.add_option("--seed", o.seed, "initialisation and shuffling seed (and the data split where an example makes one)")
       ->capture_default_str()
       ->check(integer_at_least<std::uint64_t>(0));

@@ -128,6 +128,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
   FitResult r;
   start_outputs(model, o, start);  // a fresh run starts --metrics; a resumed one keeps its epochs
   for (int epoch = start; epoch < o.epochs; ++epoch) {
+    freeze_for_epoch(model, o, epoch);  // --freeze K (--freeze-epochs E)
     const EpochResult e = train_epoch(model, opt, scaler, mse, train_loader, o.accumulate, epoch, o.epochs);
     const double train_seconds = e.seconds;
     r.train_loss = e.mean_loss;

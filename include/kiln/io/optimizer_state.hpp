@@ -546,6 +546,9 @@ void restore_optimizer_state(Opt& opt, const std::map<std::string, SafetensorsEn
     // loading); none (torch: no momentum_buffer in the state) and the next step starts them afresh.
     const double momentum = detail::hyper_value(metadata, "momentum", o.momentum, path);
     if (!(momentum >= 0.0f)) throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum' is negative");
+    if (metadata.contains("optimizer.momentum_filled_from") && !metadata.contains("optimizer.momentum_initialized"))
+      throw CheckpointError("kiln: " + path + ": metadata 'optimizer.momentum_filled_from' without "
+                            "'optimizer.momentum_initialized' and the buffers it describes");
     if (entries.contains("optimizer.momentum_buffer") || metadata.contains("optimizer.momentum_initialized")) {
       const std::int64_t on = metadata_count(metadata, "optimizer.momentum_initialized", path);
       if (on > 1)

@@ -214,6 +214,8 @@ class AdamBase : public ParameterArenas<M, D, W, AdamBase<M, D, Options, Decoupl
                        "since steps that skipped them have taken fewer (torch counts each parameter's); "
                        "build the optimizer without {.capturable = true}, or anew after unfreezing");
     this->count_step_call();
+    // Every parameter frozen: nothing steps and nothing counts (torch: no parameter has a gradient).
+    if (o_.capturable && this->frozen() >= p_.numel()) return;
     using C = typename detail::AdamStep<M>::C;
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     // Hyperparameters as torch sees them: its Python floats are these options widened to double.
@@ -332,14 +334,14 @@ class AdamBase : public ParameterArenas<M, D, W, AdamBase<M, D, Options, Decoupl
   }
   /// Each parameter's count (torch's state["step"] per parameter): one run unless layers were frozen for
   /// some steps and then unfrozen (Model::freeze), for checkpoints. Capturable: the last run's is the
-  /// device's count, the others as far behind it as the host counted.
+  /// device's count (replays of a captured step step it alone: a capturable step refuses to step runs
+  /// that count unalike); the others' are the host's.
   std::vector<StepRun> step_runs() const {
+    StepCounts counts;
     std::vector<StepRun> runs = steps_.runs();
-    if (o_.capturable) {
-      const std::int64_t behind = step_count() - steps_.last();
-      for (StepRun& r : runs) r.steps = std::max<std::int64_t>(0, r.steps + behind);
-    }
-    return runs;
+    if (o_.capturable) runs.back().steps = step_count();
+    counts.set_runs(std::move(runs));  // (merged: a step skipped on the device may leave two alike)
+    return counts.runs();
   }
   void set_step_runs(std::vector<StepRun> runs) {
     steps_.set_runs(std::move(runs));

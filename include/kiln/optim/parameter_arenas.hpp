@@ -172,8 +172,11 @@ class ParameterArenas {
     });
   }
   /// Counts a step of every parameter past the frozen ones (torch: a parameter without a gradient
-  /// keeps its state["step"]); returns the runs that stepped.
-  std::span<StepRun> advance_steps(StepCounts& counts) const { return counts.advance(frozen()); }
+  /// keeps its state["step"]); returns the runs that stepped (none when every parameter is frozen).
+  std::span<StepRun> advance_steps(StepCounts& counts) const {
+    const index_t from = frozen();
+    return from < p_.numel() ? counts.advance(from) : std::span<StepRun>();
+  }
   /// p + offset, or null for an array the step does not have (no momentum, no amsgrad, no working copy).
   template <class T>
   static T* shifted(T* p, index_t offset) {

@@ -190,6 +190,8 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
                        "each parameter's); build the optimizer without {.capturable = true}, or anew after "
                        "unfreezing");
     this->count_step_call();
+    // Every parameter frozen: nothing steps, no buffer starts (capturable: nor the device's flag).
+    if (o_.capturable && this->frozen() >= p_.numel()) return;
     const kiln::detail::device_scope<D> on(p_.device_index());  // the parameters' GPU, whichever is current
     // A step without a momentum leaves the buffers as they are, unfilled if no step filled them yet.
     const bool fills = o_.momentum != 0.0;

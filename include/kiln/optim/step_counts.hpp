@@ -89,7 +89,8 @@ class StepCounts {
     return t;
   }
   /// Reads text() back for an arena of `numel` parameters: the runs, or "" and `why` says what is wrong
-  /// (begins from 0, ascending, below numel; counts >= 0; products in [0, 1] where `products`).
+  /// (begins from 0, ascending, below numel; counts from 0 to 2^53, never fewer than the run before:
+  /// frozen layers are a prefix; products in [0, 1] where `products`).
   static std::vector<StepRun> parse(const std::string& text, index_t numel, bool products, std::string& why) {
     std::vector<StepRun> runs;
     std::size_t at = 0;
@@ -107,11 +108,13 @@ class StepCounts {
         why = "run " + std::to_string(runs.size()) + " is '" + item + "'; expected " + expected;
         return {};
       }
-      if (r.steps < 0 || r.begin < 0 || r.begin >= std::max<index_t>(numel, 1) ||
-          (runs.empty() ? r.begin != 0 : r.begin <= runs.back().begin) ||
+      constexpr std::int64_t most = std::int64_t(1) << 53;
+      if (r.steps < 0 || r.steps > most || (!runs.empty() && r.steps < runs.back().steps) || r.begin < 0 ||
+          r.begin >= std::max<index_t>(numel, 1) || (runs.empty() ? r.begin != 0 : r.begin <= runs.back().begin) ||
           (products && !(r.mu_product >= 0.0 && r.mu_product <= 1.0))) {
         why = "run " + std::to_string(runs.size()) + " is '" + item + "'; expected begins ascending from 0 below " +
-              std::to_string(numel) + " (the parameters), steps >= 0" + (products ? ", mu_product in [0, 1]" : "");
+              std::to_string(numel) + " (the parameters), steps from 0 to 2^53 and never fewer than the run " +
+              "before" + (products ? ", mu_product in [0, 1]" : "");
         return {};
       }
       runs.push_back(r);

@@ -6,6 +6,7 @@
 // named_parameters' requires_grad, the summary, the errors). PyTorch parity of every optimizer with
 // frozen layers: test_parity_mlp.cpp (mlp_frozen.json).
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -493,6 +494,41 @@ BOOST_AUTO_TEST_CASE(sgd_momentum_buffers_start_at_each_layers_first_step) {
   kiln::optim::SGD captured(c, {.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .capturable = true});
   train(c, captured, 2, 0);
   BOOST_CHECK_EXCEPTION(train(c, captured, 0, 1), kiln::ValueError, kt::says("a capturable step keeps one first-step flag"));
+}
+
+// A step with every layer frozen steps nothing and counts nothing (torch: no parameter has a gradient):
+// NAdam's product and Adam's count are those of the steps taken, capturable or not, and the state goes
+// through a checkpoint.
+BOOST_AUTO_TEST_CASE(a_step_with_every_layer_frozen_counts_nothing) {
+  for (const bool capturable : {false, true}) {
+    BOOST_TEST_CONTEXT((capturable ? "capturable" : "plain")) {
+      Mlp<kiln::Cpu> m(/*seed=*/10), r(/*seed=*/10);
+      kiln::optim::Adam adam(m, {.lr = 0.01, .capturable = capturable});
+      kiln::optim::NAdam nadam(r, {.lr = 0.01});
+      for (const std::ptrdiff_t k : {0, 5, 0}) {
+        for (auto* model : {&m, &r}) {
+          model->unfreeze();
+          model->freeze(k);
+          model->zero_grad();
+          model->forward(input<kiln::Cpu>(100));
+          model->backward(output_grad<kiln::Cpu>(101));
+        }
+        adam.step();
+        nadam.step();
+      }
+      BOOST_TEST(adam.step_count() == 2);
+      BOOST_TEST(adam.step_runs().size() == 1u);
+      BOOST_TEST(nadam.step_count() == 2);
+      const float mu1 = static_cast<float>(0.9 * (1.0 - 0.5 * std::pow(0.96, 1 * 4e-3)));
+      const float mu2 = static_cast<float>(0.9 * (1.0 - 0.5 * std::pow(0.96, 2 * 4e-3)));
+      BOOST_TEST(nadam.mu_product() == static_cast<double>(mu1 * mu2));
+      const kiln::OptimizerState state = kiln::optimizer_state(adam);
+      BOOST_TEST(!state.metadata.contains("optimizer.step_runs"));
+      kiln::optim::Adam again(m, {.lr = 0.01, .capturable = capturable});
+      kiln::load_optimizer_state(again, state.entries, state.metadata, "adam.safetensors");
+      BOOST_TEST(again.step_count() == 2);
+    }
+  }
 }
 
 // An unfused step (torch's passes over the whole arena, one step count) and a capturable Adam (one
