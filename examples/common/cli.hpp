@@ -286,6 +286,7 @@ inline void note_blas_kernels() {
   std::printf("note: %s on this CPU, which it did not recognise; OPENBLAS_CORETYPE=%s runs its GEMMs several "
               "times faster (README, Requirements)\n",
               kiln::backend::cpu::blas_description().c_str(), better.c_str());
+  std::fflush(stdout);  // (before any error line on stderr)
 }
 
 /// What main() of every training example does once its options are parsed: checks what this build can
