@@ -240,6 +240,26 @@ int load_training_state(const std::string& path, kiln::parallel::DistributedData
 }
 #endif
 
+/// --weights: the parameters (and buffers: BatchNorm's statistics) of `path` by state_dict name, into the
+/// model, every DataParallel replica, or every DistributedDataParallel rank (torch's
+/// model.load_state_dict(torch.load(path))); anything else in the file (a training state's optimizer,
+/// epoch) is left. Checked whole before anything is written (kiln::load_checkpoint).
+template <class Model>
+void load_weights(const std::string& path, Model& model) {
+  kiln::load_checkpoint(path, model);
+}
+template <class Net, class In, class Prec, class D>
+void load_weights(const std::string& path, kiln::parallel::DataParallel<Net, In, Prec, D>& dp) {
+  kiln::load_checkpoint(path, dp.replica(0));
+  dp.broadcast_parameters();
+}
+#if KILN_WITH_MPI
+template <class Net, class In, class B, class Prec, class D>
+void load_weights(const std::string& path, kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp) {
+  ddp.on_every_rank([&] { kiln::load_checkpoint(path, ddp.module()); }, "loading " + path);
+}
+#endif
+
 /// What --resume restored: the epochs the checkpoint has done (0 for a fresh run), the learning rate it
 /// held, and its schedule's base lr (NaN: none recorded).
 struct Resumed {
@@ -255,6 +275,7 @@ struct Resumed {
 template <class Trained, class Optimizer, class Scaler>
 Resumed resume_training(const TrainOptions& o, Trained& trained, Optimizer& opt, Scaler& scaler) {
   Resumed r;
+  if (!o.weights.empty()) load_weights(o.weights, trained);
   if (!o.resume) return r;
   r.epochs = load_training_state(o.checkpoint, trained, opt, scaler, run_settings(o, trained), &r.schedule_base_lr);
   r.checkpoint_lr = opt.lr();
@@ -265,6 +286,7 @@ Resumed resume_training(const TrainOptions& o, Trained& trained, Optimizer& opt,
 /// "resumed from FILE after epoch N" (with ", lr X from --lr (the checkpoint's: Y)" when --lr changed it);
 /// nothing for a fresh run.
 inline void print_resumed(const TrainOptions& o, const Resumed& r) {
+  if (!o.weights.empty()) std::printf("weights from %s\n", o.weights.c_str());
   if (r.epochs == 0) return;
   std::printf("resumed from %s after epoch %d", o.checkpoint.c_str(), r.epochs);
   if (o.lr_given && o.lr != r.checkpoint_lr) std::printf(", lr %g from --lr (the checkpoint's: %g)", o.lr, r.checkpoint_lr);

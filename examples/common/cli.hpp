@@ -59,6 +59,7 @@ struct TrainOptions {
   long long limit = -1;           // first N training samples (-1: all)
   std::string checkpoint;
   bool resume = false;
+  std::string weights;            // start from these parameters (torch's model.load_state_dict), fresh optimizer
   std::string metrics;
   std::string target;             // regression examples: the target column
   // Not a flag: what the example read from --data (row counts; a CSV's columns and a checksum of its
@@ -156,7 +157,11 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(integer_at_least<std::uint64_t>(0));
   app.add_option("--limit", o.limit, "use only the first N training samples")->check(integer_at_least<long long>(1));
   app.add_option("--checkpoint", o.checkpoint, "safetensors file written (atomically) after every epoch");
-  app.add_flag("--resume", o.resume, "continue from --checkpoint (parameters, optimizer state, epoch)");
+  auto* resume = app.add_flag("--resume", o.resume, "continue from --checkpoint (parameters, optimizer state, epoch)");
+  app.add_option("--weights", o.weights,
+                 "start from the parameters in FILE (a --checkpoint of this example, or a model's weights alone: "
+                 "torch's state_dict through scripts/safetensors_torch.py), with a fresh optimizer at epoch 1")
+      ->excludes(resume);
   app.add_option("--metrics", o.metrics,
                  "one JSON line per epoch in this file (a fresh run starts it; --resume keeps the checkpoint's "
                  "epochs)");
