@@ -1,5 +1,6 @@
 // kiln-info: what this build of kiln can use here, like torch.cuda.is_available() / device_count() /
 // nvidia-smi plus the CPU side. Always exits 0 when it could print the facts (also without a GPU).
+#include <kiln/backend/cpu/blas_kernels.hpp>
 #include <kiln/kiln.hpp>
 
 #include <cstdio>
@@ -96,6 +97,10 @@ void print_cpu() {
 #if KILN_WITH_BLAS
   std::printf("  BLAS: %s\n", openblas_get_config());
   std::printf("  BLAS threads: %d\n", openblas_get_num_threads());
+  // Debian 12's OpenBLAS runs Prescott's kernels on CPUs newer than it (README, Requirements).
+  std::printf("  BLAS kernels: %s\n", kiln::backend::cpu::blas_description().c_str());
+  if (const std::string better = kiln::backend::cpu::better_blas_coretype(); !better.empty())
+    std::printf("    older than this CPU's: OPENBLAS_CORETYPE=%s runs its GEMMs several times faster\n", better.c_str());
 #else
   std::printf("  BLAS: not linked (CPU matmul needs kiln::blas)\n");
 #endif
