@@ -374,6 +374,10 @@ class Harness {
                  static_cast<long long>(config_.n), config_.repeat, config_.warmup, omp_threads(),
                  gpu_.empty() ? "" : ", GPU ", gpu_.c_str());
     if (!optimized_build()) std::fprintf(f, "  %s\n", unoptimized_build_warning);
+    // (OpenBLAS that did not recognise the CPU: CPU GEMM times are its fallback kernels', README)
+    if (const std::string better = kiln::backend::cpu::better_blas_coretype(); !better.empty())
+      std::fprintf(f, "  CPU BLAS: %s, older than this CPU's (OPENBLAS_CORETYPE=%s runs its own)\n",
+                   kiln::backend::cpu::blas_description().c_str(), better.c_str());
     std::fprintf(f, "  %-22s %12s %12s %12s %10s  %s\n", "case", "median ms", "min ms", "max ms", "GB/s", "");
     for (const auto& c : cases_) {
       char bw[32] = "-";
