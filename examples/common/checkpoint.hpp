@@ -244,19 +244,28 @@ int load_training_state(const std::string& path, kiln::parallel::DistributedData
 /// model, every DataParallel replica, or every DistributedDataParallel rank (torch's
 /// model.load_state_dict(torch.load(path))); anything else in the file (a training state's optimizer,
 /// epoch) is left. Checked whole before anything is written (kiln::load_checkpoint).
+/// kiln::load_checkpoint with its errors under --weights' name.
+template <class Model>
+void load_weights_of(const std::string& path, Model& model) {
+  try {
+    kiln::load_checkpoint(path, model);
+  } catch (const kiln::CheckpointError& e) {
+    throw kiln::CheckpointError("--weights: " + std::string(message_of(e)));
+  }
+}
 template <class Model>
 void load_weights(const std::string& path, Model& model) {
-  kiln::load_checkpoint(path, model);
+  load_weights_of(path, model);
 }
 template <class Net, class In, class Prec, class D>
 void load_weights(const std::string& path, kiln::parallel::DataParallel<Net, In, Prec, D>& dp) {
-  kiln::load_checkpoint(path, dp.replica(0));
+  load_weights_of(path, dp.replica(0));
   dp.broadcast_parameters();
 }
 #if KILN_WITH_MPI
 template <class Net, class In, class B, class Prec, class D>
 void load_weights(const std::string& path, kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& ddp) {
-  ddp.on_every_rank([&] { kiln::load_checkpoint(path, ddp.module()); }, "loading " + path);
+  ddp.on_every_rank([&] { load_weights_of(path, ddp.module()); }, "loading " + path);
 }
 #endif
 

@@ -219,6 +219,16 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     return !a.empty() && !b.empty() && full(a, ec1, ec2) == full(b, ec3, ec4) && !ec1 && !ec2 && !ec3 && !ec4;
   };
   if (same_file(o.checkpoint, o.metrics)) return fail("--checkpoint and --metrics name the same file, " + o.metrics);
+  if (same_file(o.checkpoint, o.weights))
+    return fail("--weights and --checkpoint name the same file, " + o.weights +
+                ": the first epoch would overwrite the weights; give --checkpoint another file");
+  if (!o.weights.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(o.weights, ec))
+      return fail("--weights " + o.weights + ": " +
+                  (std::filesystem::exists(o.weights, ec) ? "not a file" : "no such file") +
+                  "; expected a safetensors file (a --checkpoint of this example, or a model's weights)");
+  }
   for (const auto* output : {&o.checkpoint, &o.metrics})
     if (same_file(*output, o.data))
       return fail(std::string(output == &o.checkpoint ? "--checkpoint" : "--metrics") + " " + *output +

@@ -191,31 +191,6 @@ void start_outputs(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>&
 }
 #endif
 
-/// --freeze K before epoch `epoch` (0-based): the network's first K layers frozen for the first
-/// --freeze-epochs epochs (all of them without it), then every layer trains (torch's
-/// model[:K].requires_grad_(False), later requires_grad_(True)). Each optimizer counts each parameter's
-/// steps, so the unfrozen layers' Adam starts afresh as torch's. A line where it changes (rank 0's).
-template <class Trained>
-void freeze_for_epoch(Trained& trained, const TrainOptions& o, int epoch) {
-  if (o.freeze == 0) return;
-  const bool frozen = o.freeze_epochs == 0 || epoch < o.freeze_epochs;
-  if (trained.frozen_layers() == (frozen ? static_cast<std::size_t>(o.freeze) : 0u)) return;
-  if (frozen)
-    trained.freeze(o.freeze);  // (a K past the network's layers: ValueError, the example's error line)
-  else
-    trained.unfreeze();
-  const auto launched = mpirun_rank();
-  if (launched && launched->rank != "0") return;
-  if (frozen)
-    std::printf("layers 0 to %d frozen (--freeze %d)%s\n", o.freeze - 1, o.freeze,
-                o.freeze_epochs == 0   ? ""
-                : o.freeze_epochs == 1 ? " for the first epoch"
-                                       : (" for the first " + std::to_string(o.freeze_epochs) + " epochs").c_str());
-  else
-    std::printf("epoch %d: every layer trains from here (--freeze-epochs %d)\n", epoch + 1, o.freeze_epochs);
-  std::fflush(stdout);
-}
-
 /// What every epoch ends with: one JSON line in o.metrics (`fields` — the epoch's losses and test metric,
 /// and the lr it trained with where a schedule has moved the optimizer's on since — plus epoch, lr,
 /// samples/s, seconds, loss scale and skipped steps; a fresh run's first line replaces the file) and, with
@@ -256,5 +231,34 @@ auto& eval_model(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& d
   return ddp.module();
 }
 #endif
+
+/// --freeze K before epoch `epoch` (0-based): the network's first K layers frozen for the first
+/// --freeze-epochs epochs (all of them without it), then every layer trains (torch's
+/// model[:K].requires_grad_(False), later requires_grad_(True)). Each optimizer counts each parameter's
+/// steps, so the unfrozen layers' Adam starts afresh as torch's. A line where it changes (rank 0's).
+template <class Trained>
+void freeze_for_epoch(Trained& trained, const TrainOptions& o, int epoch) {
+  if (o.freeze == 0) return;
+  const bool frozen = o.freeze_epochs == 0 || epoch < o.freeze_epochs;
+  if (trained.frozen_layers() == (frozen ? static_cast<std::size_t>(o.freeze) : 0u)) return;
+  constexpr std::size_t layers = std::remove_cvref_t<decltype(eval_model(trained))>::layer_count;
+  if (static_cast<std::size_t>(o.freeze) > layers)  // (the model's own message offers 0 and negative counts)
+    throw kiln::ValueError("--freeze " + std::to_string(o.freeze) + ": the network has " + std::to_string(layers) +
+                           " layers; give 1 to " + std::to_string(layers));
+  if (frozen)
+    trained.freeze(o.freeze);
+  else
+    trained.unfreeze();
+  const auto launched = mpirun_rank();
+  if (launched && launched->rank != "0") return;
+  if (frozen)
+    std::printf("layers 0 to %d frozen (--freeze %d)%s\n", o.freeze - 1, o.freeze,
+                o.freeze_epochs == 0   ? ""
+                : o.freeze_epochs == 1 ? " for the first epoch"
+                                       : (" for the first " + std::to_string(o.freeze_epochs) + " epochs").c_str());
+  else
+    std::printf("epoch %d: every layer trains from here (--freeze-epochs %d)\n", epoch + 1, o.freeze_epochs);
+  std::fflush(stdout);
+}
 
 }  // namespace examples

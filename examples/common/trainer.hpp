@@ -42,6 +42,7 @@ int with_trainer(const TrainOptions& o, const std::string& device, const kiln::o
       const std::string kind = cpu ? "CPU replica" : "GPU replica";
       std::printf("DataParallel: %d %s%s; a batch of %d is split %s\n", dp.size(), kind.c_str(), dp.size() == 1 ? "" : "s",
                   o.batch_size, kiln::parallel::Split::of(o.batch_size, dp.size()).describe().c_str());
+      std::fflush(stdout);  // (before an error line of the resume or --weights on stderr)
       return run(dp, opts, scaler, std::to_string(dp.size()) + " " + kind + (dp.size() == 1 ? "" : "s") + " in " + o.precision);
     }
   }

@@ -25,7 +25,7 @@ namespace detail {
 inline std::string better_coretype(std::string_view core, bool coretype_set, bool avx512, bool avx2_fma) {
   if (coretype_set || !(avx512 || avx2_fma)) return {};
   constexpr std::string_view older[] = {"Prescott", "Core2",   "Penryn",   "Dunnington", "Nehalem", "Atom",
-                                        "Sandybridge", "Opteron", "Opteron(SSE3)", "Barcelona", "Bobcat"};
+                                        "Sandybridge", "Opteron", "Opteron_SSE3", "Barcelona", "Bobcat"};
   for (const std::string_view o : older)
     if (core == o) return avx512 ? "SkylakeX" : "Haswell";
   return {};
@@ -47,9 +47,10 @@ inline std::string blas_description() {
 #endif
 }
 
-/// Where OpenBLAS runs older kernels than this CPU has (it did not recognise the CPU) and
-/// OPENBLAS_CORETYPE is not set: the value to set ("SkylakeX", "Haswell"); else "". For a note to the
-/// user, as the examples print: `OPENBLAS_CORETYPE=SkylakeX ./lenet ...`.
+/// Where OpenBLAS (built DYNAMIC_ARCH: the only kind that reads OPENBLAS_CORETYPE) runs older kernels
+/// than this CPU has (it did not recognise the CPU) and OPENBLAS_CORETYPE is not set: the value to set
+/// ("SkylakeX", "Haswell"); else "". For a note to the user, as the examples print:
+/// `OPENBLAS_CORETYPE=SkylakeX ./lenet ...`.
 inline std::string better_blas_coretype() {
 #if KILN_WITH_BLAS && defined(OPENBLAS_VERSION) && (defined(__x86_64__) || defined(__i386__)) && \
     (defined(__GNUC__) || defined(__clang__))
@@ -57,6 +58,7 @@ inline std::string better_blas_coretype() {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (std::string_view(openblas_get_config()).find("DYNAMIC_ARCH") == std::string_view::npos) return {};
   return detail::better_coretype(openblas_get_corename(), std::getenv("OPENBLAS_CORETYPE") != nullptr, avx512,
                                  avx2_fma);
 #else
