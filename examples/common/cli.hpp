@@ -296,8 +296,7 @@ inline std::string rank_prefix(const char* message) {
 /// 0.3.21 on CPUs newer than it), saying what to set; printed by the first rank only.
 inline void note_blas_kernels() {
   const std::string better = kiln::backend::cpu::better_blas_coretype();
-  const auto launched = mpirun_rank();
-  if (better.empty() || (launched && launched->rank != "0")) return;
+  if (better.empty() || !printing_rank()) return;
   std::printf("note: %s on this CPU, which it did not recognise; OPENBLAS_CORETYPE=%s runs its GEMMs several "
               "times faster (README, Requirements)\n",
               kiln::backend::cpu::blas_description().c_str(), better.c_str());

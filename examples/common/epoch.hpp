@@ -249,8 +249,7 @@ void freeze_for_epoch(Trained& trained, const TrainOptions& o, int epoch) {
     trained.freeze(o.freeze);
   else
     trained.unfreeze();
-  const auto launched = mpirun_rank();
-  if (launched && launched->rank != "0") return;
+  if (!printing_rank()) return;
   if (frozen)
     std::printf("layers 0 to %d frozen (--freeze %d)%s\n", o.freeze - 1, o.freeze,
                 o.freeze_epochs == 0   ? ""

@@ -48,6 +48,12 @@ inline std::optional<LaunchedRank> mpirun_rank() {
   return std::nullopt;
 }
 
+/// Whether this process prints the job's one-off lines: not started by mpirun, or its rank 0.
+inline bool printing_rank() {
+  const auto launched = mpirun_rank();
+  return !launched || launched->rank == "0";
+}
+
 /// Whether standard output is a terminal a person watches: a terminal, and not one mpirun made (Open
 /// MPI hands every rank a pseudo-terminal, even when the job's output goes to a file). Progress bars
 /// and per-epoch lines on a terminal only.

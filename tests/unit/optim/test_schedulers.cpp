@@ -18,6 +18,7 @@
 #include <map>
 #include <numbers>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/parity.hpp"
@@ -712,21 +713,19 @@ BOOST_AUTO_TEST_CASE(reduce_lr_on_plateau_state_goes_through_checkpoint_metadata
   auto missing = meta;
   missing.erase("plateau.cooldown_counter");
   refused(missing, "no 'plateau.cooldown_counter' in the state; give what state(\"plateau.\") returned");
-  auto nan_best = meta;
-  nan_best["plateau.best"] = "nan";
-  refused(nan_best, "'plateau.best' is 'nan'; expected a number");
-  auto negative = meta;
-  negative["plateau.num_bad_epochs"] = "-1";
-  refused(negative, "'plateau.num_bad_epochs' is '-1'; expected an integer >= 0");
-  auto rounded = meta;
-  rounded["plateau.lr"] = "0.1 ";
-  refused(rounded, "'plateau.lr' is '0.1 '; expected a finite lr >= 0");
-  auto grouped = meta;
-  grouped["plateau.group_lrs"] = "0.01,0.02";
-  refused(grouped, "the state has the lrs of 3 parameter groups, the optimizer 1");
-  auto trailing = meta;
-  trailing["plateau.group_lrs"] = "0.01,";
-  refused(trailing, "expected finite lrs >= 0 joined by ','");
+  // One value changed each: key, value, what the refusal says.
+  const std::tuple<std::string, std::string, std::string> bad_values[] = {
+      {"plateau.best", "nan", "'plateau.best' is 'nan'; expected a number"},
+      {"plateau.num_bad_epochs", "-1", "'plateau.num_bad_epochs' is '-1'; expected an integer >= 0"},
+      {"plateau.lr", "0.1 ", "'plateau.lr' is '0.1 '; expected a finite lr >= 0"},
+      {"plateau.group_lrs", "0.01,0.02", "the state has the lrs of 3 parameter groups, the optimizer 1"},
+      {"plateau.group_lrs", "0.01,", "expected finite lrs >= 0 joined by ','"},
+  };
+  for (const auto& [key, value, text] : bad_values) {
+    auto changed = meta;
+    changed[key] = value;
+    refused(changed, text);
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_lr_on_plateau_counts_nan_resumes_and_reads_a_hand_set_lr, D, kiln::test::devices) {
