@@ -113,11 +113,20 @@ inline CLI::Validator non_negative_float() {
   return float_flag([](float v) { return v >= 0; }, "a number >= 0", "REAL>=0");
 }
 
+/// A file or folder flag: an empty name (`--weights ""`, a shell variable left unset) is refused, not
+/// taken as the flag left out: `--weights: expected a file name, got ''`.
+inline CLI::Validator path_flag(const char* what = "a file name") {
+  const std::string expected = std::string("expected ") + what + ", got ''";
+  return CLI::Validator([expected](std::string& text) { return text.empty() ? expected : std::string(); }, "PATH");
+}
+
 /// Adds the shared flags to `app` with the example's defaults already in `o`.
 inline void add_train_options(CLI::App& app, TrainOptions& o) {
   // A flag given twice takes its last value (scripts/demo passes defaults first, then the user's flags).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--data", o.data, "dataset directory or file")->capture_default_str();
+  app.add_option("--data", o.data, "dataset directory or file")
+      ->capture_default_str()
+      ->check(path_flag("a dataset directory or file"));
   app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(integer_at_least(1));
   app.add_option("--batch-size", o.batch_size, "samples per step")->capture_default_str()->check(integer_at_least(1));
   app.add_option("--lr", o.lr, "learning rate (with --resume: replaces the checkpoint's)")
@@ -156,15 +165,18 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->check(integer_at_least<std::uint64_t>(0));
   app.add_option("--limit", o.limit, "use only the first N training samples")->check(integer_at_least<long long>(1));
-  app.add_option("--checkpoint", o.checkpoint, "safetensors file written (atomically) after every epoch");
+  app.add_option("--checkpoint", o.checkpoint, "safetensors file written (atomically) after every epoch")
+      ->check(path_flag());
   auto* resume = app.add_flag("--resume", o.resume, "continue from --checkpoint (parameters, optimizer state, epoch)");
   app.add_option("--weights", o.weights,
                  "start from the parameters in FILE (a --checkpoint of this example, or a model's weights alone: "
                  "torch's state_dict through scripts/safetensors_torch.py), with a fresh optimizer at epoch 1")
+      ->check(path_flag())
       ->excludes(resume);
   app.add_option("--metrics", o.metrics,
                  "one JSON line per epoch in this file (a fresh run starts it; --resume keeps the checkpoint's "
-                 "epochs)");
+                 "epochs)")
+      ->check(path_flag());
 }
 
 /// CLI11's parse, its errors in the examples' form: --help as CLI11 prints it (exit status 0); a flag it

@@ -239,12 +239,14 @@ auto& eval_model(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& d
 template <class Trained>
 void freeze_for_epoch(Trained& trained, const TrainOptions& o, int epoch) {
   if (o.freeze == 0) return;
-  const bool frozen = o.freeze_epochs == 0 || epoch < o.freeze_epochs;
-  if (trained.frozen_layers() == (frozen ? static_cast<std::size_t>(o.freeze) : 0u)) return;
+  // (checked every epoch, so that a run resumed past --freeze-epochs refuses a K it could not have
+  // trained with; the model's own message offers 0 and negative counts)
   constexpr std::size_t layers = std::remove_cvref_t<decltype(eval_model(trained))>::layer_count;
-  if (static_cast<std::size_t>(o.freeze) > layers)  // (the model's own message offers 0 and negative counts)
+  if (static_cast<std::size_t>(o.freeze) > layers)
     throw kiln::ValueError("--freeze " + std::to_string(o.freeze) + ": the network has " + std::to_string(layers) +
                            " layers; give 1 to " + std::to_string(layers));
+  const bool frozen = o.freeze_epochs == 0 || epoch < o.freeze_epochs;
+  if (trained.frozen_layers() == (frozen ? static_cast<std::size_t>(o.freeze) : 0u)) return;
   if (frozen)
     trained.freeze(o.freeze);
   else
