@@ -47,8 +47,13 @@ inline void require_regular_file(const std::string& path, const std::string& exp
 }
 
 /// The whole file, decompressed when it ends in .gz. Positions in later errors count decompressed bytes.
-inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+/// `needed(bytes)`: how many bytes the reader can use, given those read so far (SIZE_MAX while it cannot
+/// tell); decompression stops past that, and `*cut` says it did, so that a small .gz whose header says
+/// 784 bytes and whose stream inflates to gigabytes (a "zip bomb") costs no more memory than it says.
+template <class Needed>
+std::vector<std::uint8_t> read_file_bytes(const std::string& path, Needed needed, bool* cut) {
   std::vector<std::uint8_t> bytes;
+  *cut = false;
   if (ends_with(path, ".gz")) {
 #if KILN_WITH_ZLIB
     require_regular_file(path, "a readable gzip file");
@@ -74,6 +79,11 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
       }
       if (n == 0) break;
       bytes.insert(bytes.end(), buf, buf + n);
+      if (bytes.size() > needed(bytes)) {  // (the stream's end unread: gzclose_r's status says nothing here)
+        gzclose_r(f);
+        *cut = true;
+        return bytes;
+      }
     }
     // gzread stops quietly at a truncated stream; gzclose_r then reports Z_BUF_ERROR.
     const int status = gzclose_r(f);
@@ -101,6 +111,10 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
   }
   return bytes;
 }
+inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+  bool cut = false;
+  return read_file_bytes(path, [](const std::vector<std::uint8_t>&) { return SIZE_MAX; }, &cut);
+}
 
 inline std::uint32_t big_endian_u32(const std::uint8_t* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
@@ -115,8 +129,20 @@ inline IdxArray read_idx(const std::string& path, int rank) {
   if (rank < 0 || rank > 255)  // -1 wrapped the header size; 256 and up ran into the type byte
     throw ValueError("kiln::data::read_idx: rank is " + std::to_string(rank) +
                      "; it must be 0 to 255 (the magic number's last byte)");
-  const auto bytes = detail::read_file_bytes(path);
   const std::size_t header = 4 + 4 * static_cast<std::size_t>(rank);
+  // What the header says the file holds (the product saturating at SIZE_MAX), once it is read.
+  const auto needed = [&](const std::vector<std::uint8_t>& b) -> std::size_t {
+    if (b.size() < header) return SIZE_MAX;
+    std::size_t total = 1;
+    for (int d = 0; d < rank; ++d) {
+      const std::size_t v = detail::big_endian_u32(b.data() + 4 + 4 * d);
+      if (v == 0) return header;
+      total = total > (SIZE_MAX - header) / v ? SIZE_MAX - header : total * v;
+    }
+    return header + total;
+  };
+  bool cut = false;
+  const auto bytes = detail::read_file_bytes(path, needed, &cut);
   if (bytes.empty()) throw DataError(path, "byte 0", "the file is empty", "an IDX header of " + std::to_string(header) + " bytes");
   if (bytes.size() < 4)
     throw DataError(path, "byte " + std::to_string(bytes.size()), "the file ends inside the magic number",
@@ -175,7 +201,7 @@ inline IdxArray read_idx(const std::string& path, int rank) {
     // Truncated: where the file ends; too long: where the first extra byte is.
     throw DataError(path, "byte " + std::to_string(data < total ? bytes.size() : header + total),
                     (data < total ? "the data ends early (truncated file): " : "extra bytes: ") +
-                        std::to_string(data) + " data bytes",
+                        (cut ? "more than " + std::to_string(total) : std::to_string(data)) + " data bytes",
                     (overflow && !zero ? std::string(claimed) : std::to_string(total)) + " data bytes for dimensions " + dims);
   }
   a.values.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());

@@ -65,7 +65,8 @@ struct Batch : TensorBatch<Tensor<sample_type_t<Ds>, batched_t<typename Ds::samp
 /// The samplers a loader can switch between (set_sampler): sequential, shuffled, or one rank's share.
 using AnySampler = std::variant<SequentialSampler, RandomSampler, DistributedSampler>;
 
-/// Batches of `dataset` (kept by reference: it must outlive the loader), in the order of a sampler
+/// Batches of `dataset` (kept by reference: it must outlive the loader and its epochs in flight; an
+/// epoch does not need the loader once begun), in the order of a sampler
 /// (sequential, or RandomSampler{seed} when shuffle is on; a DistributedSampler may be given), with
 /// `transform` applied to every sample. Each `for (auto& batch : loader)` is one epoch; epochs count up
 /// from 0 (set_epoch changes the next one). For a seed and an epoch, the batches are the same whatever
@@ -92,13 +93,13 @@ class DataLoader {
   /// your own, pass the sampler.
   DataLoader(const Ds& ds, LoaderOptions o = {}, Transform t = {})
     requires std::is_same_v<Sampler, AnySampler>
-      : ds_(&ds), o_(o), t_(std::move(t)) {
+      : ds_(&ds), o_(o), t_(std::make_shared<const Transform>(std::move(t))) {
     if (o_.shuffle) sampler_ = RandomSampler{o_.seed};
     else sampler_ = SequentialSampler{};
     check();
   }
   DataLoader(const Ds& ds, Sampler sampler, LoaderOptions o, Transform t = {})
-      : ds_(&ds), o_(o), t_(std::move(t)), sampler_(std::move(sampler)) {
+      : ds_(&ds), o_(o), t_(std::make_shared<const Transform>(std::move(t))), sampler_(std::move(sampler)) {
     if (o_.shuffle)  // as torch: the sampler decides the order
       throw ValueError("kiln::data::DataLoader: a sampler and shuffle = true were both given; the sampler "
                        "decides the order (shuffle it: RandomSampler, DistributedSampler{.shuffle = true})");
@@ -132,26 +133,42 @@ class DataLoader {
   void set_epoch(std::uint64_t e) { epoch_ = e; }
   std::uint64_t epoch() const { return epoch_; }
 
+  /// What collating a batch reads, copied out of the loader for each epoch: its workers keep collating
+  /// ahead while the program runs, so a loader moved or destroyed meanwhile (a std::vector of loaders
+  /// that grows) leaves them what they read; only the dataset must outlive the epoch, as the loader.
+  struct Collator {
+    const Ds* ds;
+    LoaderOptions o;
+    std::shared_ptr<const Transform> t;
+    bool pin;
+    /// Batch k of the given order: samples order[k B, (k + 1) B), transformed; `places` says where the
+    /// order's entries sit in the epoch over all ranks (their random streams).
+    batch_type operator()(const std::vector<index_t>& order, index_t k, std::uint64_t epoch, SamplePlaces places) const {
+      const index_t begin = k * o.batch_size;
+      const index_t b = std::min<index_t>(o.batch_size, static_cast<index_t>(order.size()) - begin);
+      batch_type out;
+      out.x = decltype(out.x)(Extents<batched_t<sample_shape>>(b));
+      out.y = decltype(out.y)(Extents<batched_t<typename Ds::target_shape>>(b));
+      out.index = k;
+      for (index_t i = 0; i < b; ++i) {
+        const std::span<sample_type> x(out.x.data() + i * sample_numel, static_cast<std::size_t>(sample_numel));
+        const std::span<target_type> y(out.y.data() + i * target_numel, static_cast<std::size_t>(target_numel));
+        ds->read(order[static_cast<std::size_t>(begin + i)], x, y);
+        const std::uint64_t place = static_cast<std::uint64_t>(begin + i) * places.stride + places.offset;
+        SampleRng rng(detail::mix(detail::mix(o.seed, epoch), place));
+        t->template apply<sample_shape>(x, rng);
+      }
+      if (pin) DataLoader::pin(out);
+      return out;
+    }
+  };
+  Collator collator() const { return {ds_, o_, t_, pin_}; }
+
   /// Collates batch k of the given order: samples order[k B, (k + 1) B), transformed; `places` says where
   /// the order's entries sit in the epoch over all ranks (their random streams).
   batch_type collate(const std::vector<index_t>& order, index_t k, std::uint64_t epoch,
                      SamplePlaces places = {}) const {
-    const index_t begin = k * o_.batch_size;
-    const index_t b = std::min<index_t>(o_.batch_size, static_cast<index_t>(order.size()) - begin);
-    batch_type out;
-    out.x = decltype(out.x)(Extents<batched_t<sample_shape>>(b));
-    out.y = decltype(out.y)(Extents<batched_t<typename Ds::target_shape>>(b));
-    out.index = k;
-    for (index_t i = 0; i < b; ++i) {
-      const std::span<sample_type> x(out.x.data() + i * sample_numel, static_cast<std::size_t>(sample_numel));
-      const std::span<target_type> y(out.y.data() + i * target_numel, static_cast<std::size_t>(target_numel));
-      ds_->read(order[static_cast<std::size_t>(begin + i)], x, y);
-      const std::uint64_t place = static_cast<std::uint64_t>(begin + i) * places.stride + places.offset;
-      SampleRng rng(detail::mix(detail::mix(o_.seed, epoch), place));
-      t_.template apply<sample_shape>(x, rng);
-    }
-    if (pin_) pin(out);
-    return out;
+    return collator()(order, k, epoch, places);
   }
 
   class iterator;
@@ -170,16 +187,16 @@ class DataLoader {
   class Epoch {
    public:
     Epoch(const DataLoader* l, std::uint64_t epoch)
-        : l_(l), epoch_(epoch), order_(l->indices(epoch)), places_(l->places()) {
-      batches_ = DataLoader::batch_count(static_cast<index_t>(order_.size()), l_->o_);
+        : c_(l->collator()), epoch_(epoch), order_(l->indices(epoch)), places_(l->places()) {
+      batches_ = DataLoader::batch_count(static_cast<index_t>(order_.size()), c_.o);
       // No more workers and slots than the epoch has batches: a large prefetch_factor allocates no more
       // (none when there are no batches). The batches do not depend on either.
-      const int workers = static_cast<int>(std::min<index_t>(l_->o_.num_workers, batches_));
+      const int workers = static_cast<int>(std::min<index_t>(c_.o.num_workers, batches_));
       if (workers > 0) {
-        window_ = std::min(static_cast<index_t>(workers) * l_->o_.prefetch_factor, batches_);
+        window_ = std::min(static_cast<index_t>(workers) * c_.o.prefetch_factor, batches_);
         slots_.resize(static_cast<std::size_t>(window_));
 #if KILN_WITH_CUDA
-        if (l_->pin_) device_ = kiln::cuda::current_device();  // pinning workers call CUDA: on this GPU
+        if (c_.pin) device_ = kiln::cuda::current_device();  // pinning workers call CUDA: on this GPU
 #endif
         try {
           for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { work(); });
@@ -197,7 +214,7 @@ class DataLoader {
     /// Batch k (in order; k = the number taken so far). Rethrows what its collation threw (a worker's
     /// exception, in its turn: batch k fails whatever num_workers is, and batch k + 1 comes next).
     batch_type take(index_t k) {
-      if (threads_.empty()) return l_->collate(order_, k, epoch_, places_);
+      if (threads_.empty()) return c_(order_, k, epoch_, places_);
       std::unique_lock lock(m_);
       Slot& s = slots_[static_cast<std::size_t>(k % window_)];
       cv_.wait(lock, [&] { return (s.ready && s.index == k) || fatal_; });
@@ -253,7 +270,7 @@ class DataLoader {
         batch_type b;
         std::exception_ptr error;
         try {
-          b = l_->collate(order_, k, epoch_, places_);
+          b = c_(order_, k, epoch_, places_);
         } catch (...) {  // handed to the reader in batch k's turn, as collating it there would throw
           error = std::current_exception();
         }
@@ -269,7 +286,7 @@ class DataLoader {
       }
     }
 
-    const DataLoader* l_;
+    const Collator c_;  // (not the loader: it may be moved or gone while the workers collate)
     std::uint64_t epoch_;
     std::vector<index_t> order_;
     SamplePlaces places_;
@@ -388,7 +405,7 @@ class DataLoader {
 
   const Ds* ds_;
   LoaderOptions o_;
-  Transform t_;
+  std::shared_ptr<const Transform> t_;  // shared with the epochs in flight (Collator)
   Sampler sampler_;
   std::uint64_t epoch_ = 0;
   bool pin_ = false;

@@ -15,7 +15,9 @@ namespace kiln::data {
 /// Per-feature mean and scale of a set of rows, and the map x -> (x - mean) / scale applied in place.
 /// Like sklearn.preprocessing.StandardScaler: the scale is the population standard deviation (ddof = 0,
 /// divide by N), and a constant feature (all values equal) gets scale 1, so it maps to 0. Statistics are
-/// accumulated in double (two passes: the mean, then the squared deviations from it).
+/// accumulated in double (two passes: the mean, then the squared deviations from it). NaN is a missing
+/// value, as sklearn takes it: fit leaves it out of its feature's statistics and transform keeps it
+/// NaN; an infinity is a ValueError naming its row and feature (sklearn: "Input contains infinity").
 ///
 /// Fit on the training rows only, then apply the same map to every split:
 /// ```cpp
@@ -56,19 +58,30 @@ class Standardizer {
     Standardizer s;
     s.mean_.assign(f, 0.0);
     s.scale_.assign(f, 0.0);
+    std::vector<std::size_t> count(f, 0);  // the values that are not NaN
     for (index_t r : which)
-      for (std::size_t j = 0; j < f; ++j) s.mean_[j] += at(r, j);
-    for (std::size_t j = 0; j < f; ++j) s.mean_[j] /= static_cast<double>(which.size());
-    for (std::size_t j = 0; j < f; ++j) {
-      const double first = at(which[0], j);
-      bool constant = true;
-      double squares = 0;
-      for (index_t r : which) {
-        const double d = at(r, j) - s.mean_[j];
-        squares += d * d;
-        constant = constant && at(r, j) == first;
+      for (std::size_t j = 0; j < f; ++j) {
+        const double v = at(r, j);
+        if (std::isinf(v)) throw ValueError(where("fit", static_cast<std::size_t>(r), j, v));
+        if (std::isnan(v)) continue;
+        s.mean_[j] += v;
+        ++count[j];
       }
-      s.scale_[j] = constant ? 1.0 : std::sqrt(squares / static_cast<double>(which.size()));
+    for (std::size_t j = 0; j < f; ++j) {
+      if (count[j] == 0)
+        throw ValueError("kiln::data::Standardizer::fit: feature " + std::to_string(j) +
+                         " is NaN in every row fitted on; expected at least one value (NaN is missing)");
+      s.mean_[j] /= static_cast<double>(count[j]);
+      double squares = 0, first = std::nan("");
+      bool constant = true;
+      for (index_t r : which) {
+        const double v = at(r, j);
+        if (std::isnan(v)) continue;
+        if (std::isnan(first)) first = v;
+        squares += (v - s.mean_[j]) * (v - s.mean_[j]);
+        constant = constant && v == first;
+      }
+      s.scale_[j] = constant ? 1.0 : std::sqrt(squares / static_cast<double>(count[j]));
     }
     return s;
   }
@@ -92,8 +105,10 @@ class Standardizer {
   void transform(std::span<float> rows) const {
     check_fitted("transform", rows.size());
     const std::size_t f = mean_.size();
-    for (std::size_t k = 0; k < rows.size(); ++k)
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      if (std::isinf(rows[k])) throw ValueError(where("transform", k / f, k % f, rows[k]));
       rows[k] = static_cast<float>((static_cast<double>(rows[k]) - mean_[k % f]) / scale_[k % f]);
+    }
   }
 
   /// The inverse map: rows[i, j] = rows[i, j] * scale[j] + mean[j].
@@ -122,6 +137,12 @@ class Standardizer {
       throw ValueError(std::string("kiln::data::Standardizer::") + function + ": " + std::to_string(values) +
                        " values are not whole rows of " + std::to_string(features) +
                        " features; pass row-major rows of `features` values each");
+  }
+  /// "kiln::data::Standardizer::fit: row 3, feature 0 is inf; ...".
+  static std::string where(const char* function, std::size_t row, std::size_t feature, double v) {
+    return std::string("kiln::data::Standardizer::") + function + ": row " + std::to_string(row) + ", feature " +
+           std::to_string(feature) + " is " + (v > 0 ? "inf" : "-inf") +
+           "; expected finite values (NaN is taken as missing: fit leaves it out, transform keeps it)";
   }
   void check_fitted(const char* function, std::size_t values) const {
     if (!fitted())

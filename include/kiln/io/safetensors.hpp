@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <new>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -75,11 +76,9 @@ struct JsonScan {
   std::size_t at = std::string_view::npos;
   bool too_deep = false;
 };
-/// One linear scan of `text` (JSON) outside strings, so that a header that would cost far more memory
-/// parsed than its size is refused before the parser builds it: nesting deeper than `depth` (nlohmann's
-/// parser takes any depth, at about 70 bytes a level; its callback parser, which could stop it, is
-/// quadratic in a container's size) or an array of more than `items` items (a shape of ten million zeros
-/// is 20 MB of text and half a gigabyte parsed).
+/// One linear scan of `text` (JSON) outside strings, so that a header is refused with the byte where it
+/// goes past what a header is, before it is parsed: nesting deeper than `depth`, or an array of more
+/// than `items` items (a shape of ten million zeros is 20 MB of text and half a gigabyte parsed).
 inline JsonScan json_scan(std::string_view text, int depth, std::size_t items) {
   constexpr int deepest = 64;  // the containers tracked (depth is at most this)
   bool is_array[deepest + 1] = {};
@@ -176,67 +175,141 @@ inline std::string name_shown(std::string_view name) {
   return text;
 }
 
-/// The first key a header's JSON gives twice in one object (nlohmann's parser keeps the last, and so
-/// would take the second of two entries for one tensor): a SAX pass over text that parsed, with the
-/// keys of the objects that enclose it.
-class DuplicateKeys {
+/// The header's JSON, built by a SAX pass only as far as a safetensors header goes, so that what it
+/// costs in memory follows what it holds (nlohmann's parser builds any JSON, at up to 27 times its
+/// text: 100 MB of `{},` would take 2.7 GB):
+/// - the object of entries; each entry's "dtype", "shape" and "data_offsets" (its other fields are
+///   skipped unbuilt, as the reference reader ignores them); "__metadata__"'s strings;
+/// - of the first container where a header has none (a shape's entry, a metadata value, an entry that
+///   is an array: "junk"), what an error message shows of it (json_shown's 40 characters: at most 48
+///   values), with `junk_entry`, its top-level key, so that the reader reports it first; later junk is
+///   skipped (the header is refused at the first);
+/// - of a key an object gives twice, the first value, and `twice` says which key and where (nlohmann's
+///   parser keeps the last, and so would take the second of two entries for one tensor).
+/// A JSON error leaves `error_byte` (from 0) and `error`.
+class HeaderBuilder {
  public:
   using json = nlohmann::json;
-  /// "" when every object's keys are unique, else what is repeated and where.
-  static std::string in(std::string_view text) {
-    DuplicateKeys d;
-    (void)json::sax_parse(text, &d);
-    return d.found_;
-  }
-  bool null() { return true; }
-  bool boolean(bool) { return true; }
-  bool number_integer(json::number_integer_t) { return true; }
-  bool number_unsigned(json::number_unsigned_t) { return true; }
-  bool number_float(json::number_float_t, const json::string_t&) { return true; }
-  bool string(json::string_t&) { return true; }
-  bool binary(json::binary_t&) { return true; }
-  bool start_object(std::size_t) {
-    open_.push_back({true, {}, {}});
-    return true;
-  }
-  bool end_object() {
-    open_.pop_back();
-    return true;
-  }
-  bool start_array(std::size_t) {
-    open_.push_back({false, {}, {}});
-    return true;
-  }
-  bool end_array() {
-    open_.pop_back();
-    return true;
-  }
+  json root;
+  std::string twice;                      ///< the first key repeated, and where ("": none)
+  std::optional<std::string> junk_entry;  ///< the top-level key of the first junk ("" for the root)
+  std::size_t error_byte = 0;
+  std::string error;
+
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool b) { return value(json(b)); }
+  bool number_integer(json::number_integer_t v) { return value(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return value(json(v)); }
+  bool string(json::string_t& s) { return value(json(std::move(s))); }
+  bool binary(json::binary_t&) { return true; }  // (not in JSON text)
+  bool start_object(std::size_t) { return open(true); }
+  bool start_array(std::size_t) { return open(false); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
   bool key(json::string_t& k) {
-    Open& o = open_.back();
-    o.key = k;
-    if (o.keys.insert(k).second) return true;
-    const std::string shown = "\"" + name_shown(k) + "\"";
-    if (open_.size() == 1)
-      found_ = k == "__metadata__" ? "two \"__metadata__\" entries"
-                                   : "two entries for tensor '" + name_shown(k) + "'; a name must be unique";
-    else if (open_.size() == 2 && open_[0].is_object)
-      found_ = (open_[0].key == "__metadata__" ? std::string("\"__metadata__\"")
-                                               : "tensor '" + name_shown(open_[0].key) + "'") +
-               " has " + shown + " twice";
-    else
-      found_ = "the key " + shown + " twice in one object";
-    return false;  // stop here
+    if (skipping_ > 0) return true;
+    Frame& f = open_.back();
+    if (f.value == nullptr) return true;  // (junk not built)
+    const bool unknown = f.kind == Kind::entry && k != "dtype" && k != "shape" && k != "data_offsets";
+    const bool repeated = !unknown && f.value->contains(k);
+    if (repeated && twice.empty()) twice = twice_text(k);
+    if (unknown || repeated) {
+      skip_next_ = true;  // a field the format does not have, or a repeated key (the first stays)
+      return true;
+    }
+    f.key = std::move(k);
+    return true;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    const auto* p = dynamic_cast<const json::parse_error*>(&e);
+    error_byte = p != nullptr && p->byte > 0 ? p->byte - 1 : position;
+    error = e.what();
+    return false;
+  }
 
  private:
-  struct Open {
-    bool is_object;
-    std::set<std::string> keys;
-    std::string key;  // the last key read: the one whose value is open
+  enum class Kind { root, entry, metadata, field, junk };
+  struct Frame {
+    json* value;  // null: not built (junk past what is shown)
+    Kind kind;
+    std::string key;  // an object's last key: the one whose value is open
   };
-  std::vector<Open> open_;
-  std::string found_;
+  static constexpr int junk_shown = 48;
+
+  /// What a container opened here is: the part of a header this place holds, or junk.
+  Kind kind_here(bool object) const {
+    if (open_.empty()) return object ? Kind::root : Kind::junk;
+    const Frame& f = open_.back();
+    if (f.kind == Kind::root) return !object ? Kind::junk : f.key == "__metadata__" ? Kind::metadata : Kind::entry;
+    if (f.kind == Kind::entry) return !object && f.key != "dtype" ? Kind::field : Kind::junk;
+    return Kind::junk;
+  }
+  bool in_junk() const { return !open_.empty() && open_.back().kind == Kind::junk; }
+  /// Whether a value inside junk is built: its container is, and values are left to show.
+  bool built_in_junk() { return open_.back().value != nullptr && junk_left_-- > 0; }
+  /// The value's place in the open container (its last key's, or the array's next), or the root.
+  json* slot(json v) {
+    if (open_.empty()) return &(root = std::move(v));
+    json& c = *open_.back().value;
+    if (c.is_object()) return &(c[open_.back().key] = std::move(v));
+    c.push_back(std::move(v));
+    return &c.back();
+  }
+  bool value(json v) {
+    if (skipping_ > 0) return true;
+    if (skip_next_) {
+      skip_next_ = false;
+      return true;
+    }
+    if (!in_junk() || built_in_junk()) (void)slot(std::move(v));
+    return true;
+  }
+  bool open(bool object) {
+    if (skipping_ > 0 || skip_next_) {
+      skip_next_ = false;
+      ++skipping_;
+      return true;
+    }
+    const Kind kind = kind_here(object);
+    json* v = nullptr;
+    if (kind != Kind::junk || (in_junk() && built_in_junk())) {
+      v = slot(object ? json::object() : json::array());
+    } else if (!in_junk()) {  // junk starts here
+      if (junk_entry) {       // not the first: skipped
+        ++skipping_;
+        return true;
+      }
+      junk_entry = open_.empty() ? std::string() : open_.front().key;
+      junk_left_ = junk_shown - 1;
+      v = slot(object ? json::object() : json::array());
+    }
+    open_.push_back({v, kind, {}});
+    return true;
+  }
+  bool close() {
+    if (skipping_ > 0)
+      --skipping_;
+    else
+      open_.pop_back();
+    return true;
+  }
+  std::string twice_text(const std::string& k) const {
+    const std::string shown = "\"" + name_shown(k) + "\"";
+    if (open_.size() == 1 && open_[0].kind == Kind::root)
+      return k == "__metadata__" ? "two \"__metadata__\" entries"
+                                 : "two entries for tensor '" + name_shown(k) + "'; a name must be unique";
+    if (open_.size() == 2 && open_[0].kind == Kind::root)
+      return (open_[0].key == "__metadata__" ? std::string("\"__metadata__\"")
+                                             : "tensor '" + name_shown(open_[0].key) + "'") +
+             " has " + shown + " twice";
+    return "the key " + shown + " twice in one object";
+  }
+
+  std::vector<Frame> open_;
+  int skipping_ = 0;        // the depth inside a skipped container
+  bool skip_next_ = false;  // the next value is skipped (its key was)
+  int junk_left_ = 0;
 };
 
 /// A JSON value as an error message shows it: its text, cut after 40 characters.
@@ -383,7 +456,6 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
     throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + nul) +
                           ": a NUL byte; the header is UTF-8 JSON padded with spaces");
-  json header;
   // A header nests three deep (the object, an entry, its shape); a deeper one is refused before it is
   // parsed, as it would cost memory (100 MB of '[' would build gigabytes of nested arrays).
   if (const auto scan = detail::json_scan(text, detail::max_header_depth, detail::max_header_array);
@@ -394,21 +466,21 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
                                      " levels; a safetensors header is an object of tensor entries"
                                : ": an array of more than " + std::to_string(detail::max_header_array) +
                                      " items; a header's arrays are shapes and data_offsets"));
+  // Built as far as a header goes (detail::HeaderBuilder): fields the format does not have cost nothing.
+  detail::HeaderBuilder built;
   try {
-    header = json::parse(text);
+    if (!json::sax_parse(text, &built))
+      throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + built.error_byte) + ": " + built.error);
   } catch (const std::bad_alloc&) {
     throw CheckpointError(where + ": the " + std::to_string(hsize) + "-byte header JSON does not fit in memory");
-  } catch (const json::parse_error& e) {
-    // (e.byte counts from 1: the byte where parsing stopped)
-    throw CheckpointError(where + ": header JSON at byte " +
-                          std::to_string(8 + e.byte - (e.byte > 0 ? 1 : 0)) + ": " + e.what());
-  } catch (const json::exception& e) {  // a number too large for any JSON type, say
+  } catch (const json::exception& e) {
     throw CheckpointError(where + ": header JSON (bytes 8 to " + std::to_string(8 + hsize) + "): " + e.what());
   }
+  const json& header = built.root;
   if (!header.is_object())
     throw CheckpointError(where + ": the header at offset 8 must be a JSON object, got " + detail::json_shown(header));
-  if (const std::string twice = detail::DuplicateKeys::in(text); !twice.empty())
-    throw CheckpointError(where + ": header JSON (bytes 8 to " + std::to_string(8 + hsize) + "): " + twice);
+  if (!built.twice.empty())
+    throw CheckpointError(where + ": header JSON (bytes 8 to " + std::to_string(8 + hsize) + "): " + built.twice);
   // The reference reader (safetensors >= 0.4) takes nothing before the object: no spaces, no byte-order
   // mark (which nlohmann's parser skips).
   if (text[0] != '{')
@@ -431,7 +503,14 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   };
   std::vector<Read> reads;
   std::map<std::string, std::string> read_metadata;
-  for (const auto& item : header.items()) {
+  // The entry that holds the first junk first (detail::HeaderBuilder: it is refused, as it shows).
+  std::vector<json::const_iterator> order;
+  order.reserve(header.size());
+  const auto junk = built.junk_entry ? header.find(*built.junk_entry) : header.end();
+  if (junk != header.end()) order.push_back(junk);
+  for (auto it = header.begin(); it != header.end(); ++it)
+    if (it != junk) order.push_back(it);
+  for (const auto& item : order) {
     const std::string& name = item.key();
     const json& v = item.value();  // a reference, not a structured binding: lambdas below capture it
     if (name == "__metadata__") {
@@ -734,7 +813,9 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   }
   std::string unexpected;
   std::vector<std::string> unexpected_names;
-  for (const auto& [name, e] : entries) {
+  for (const auto& item : entries) {
+    const std::string& name = item.first;  // (not a structured binding: clang before 16 cannot capture one)
+    const SafetensorsEntry& e = item.second;
     const auto ends_with = [&](std::string_view s) { return name.size() > s.size() && name.ends_with(s); };
     const bool extra = extras.contains(name);
     if (extra || name.starts_with("optimizer.") || !(ends_with(".weight") || ends_with(".bias") || ends_with(".running_mean") ||

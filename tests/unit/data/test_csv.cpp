@@ -420,6 +420,31 @@ BOOST_AUTO_TEST_CASE(standardizer_fits_on_the_listed_rows_only) {
   BOOST_TEST(t.scale() == (std::vector<double>{2.0, 20.0}), boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(standardizer_takes_nan_for_missing_and_refuses_infinity_as_sklearn) {
+  // Feature 0: 1, NaN, 3 -> statistics of 1 and 3 (sklearn's nanmean / nanstd), the NaN stays NaN;
+  // feature 1: 5, 5, NaN is constant.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> rows{1, 5, nan, 5, 3, nan};
+  const auto s = Standardizer::fit(rows, 2);
+  BOOST_TEST(s.mean() == (std::vector<double>{2.0, 5.0}), boost::test_tools::per_element());
+  BOOST_TEST(s.scale() == (std::vector<double>{1.0, 1.0}), boost::test_tools::per_element());
+  s.transform(rows);
+  BOOST_TEST(rows[0] == -1.0f);
+  BOOST_TEST(std::isnan(rows[2]));
+  BOOST_TEST(rows[4] == 1.0f);
+  BOOST_TEST(rows[1] == 0.0f);
+  BOOST_TEST(std::isnan(rows[5]));
+  // An infinity is refused where it is, in fit and in transform; a feature with no value at all too.
+  std::vector<float> with_inf{1, 2, 3, -inf};
+  BOOST_CHECK_EXCEPTION(Standardizer::fit(with_inf, 2), kiln::ValueError,
+                        value_error_says({"Standardizer::fit: row 1, feature 1 is -inf; expected finite values"}));
+  BOOST_CHECK_EXCEPTION(s.transform(with_inf), kiln::ValueError,
+                        value_error_says({"Standardizer::transform: row 1, feature 1 is -inf"}));
+  std::vector<float> empty_feature{1, nan, 2, nan};
+  BOOST_CHECK_EXCEPTION(Standardizer::fit(empty_feature, 2), kiln::ValueError,
+                        value_error_says({"feature 1 is NaN in every row fitted on"}));
+}
+
 BOOST_AUTO_TEST_CASE(standardizer_rejects_misuse) {
   std::vector<float> rows{1, 2, 3};
   BOOST_CHECK_EXCEPTION(Standardizer{}.transform(rows), kiln::ValueError, value_error_says({"not fitted"}));

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/peak_memory.hpp"
 #include "support/reference.hpp"
 #include "support/temp_dir.hpp"
 
@@ -228,6 +229,29 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_the_offset_and_the_expectation) {
   dir.write("t10k-labels-idx1-ubyte", labels({}));
   BOOST_CHECK_EXCEPTION(kiln::data::Mnist(root, false), DataError,
                         says({"t10k-images-idx3-ubyte: byte 4: 0 images; expected at least one image"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_gz_that_inflates_past_its_header_stops_where_the_data_should_end) {
+  // A 256 KiB .gz whose header says one 28 x 28 image and whose stream inflates to 256 MiB: the reader
+  // stops decompressing past the 800 bytes the header says (it held all 256 MiB before saying "extra").
+  TempDir dir;
+  const std::string path = dir.file("bomb-idx3-ubyte.gz");
+  {
+    gzFile f = gzopen(path.c_str(), "wb9");
+    BOOST_REQUIRE(f != nullptr);
+    const auto header = images(1);
+    BOOST_REQUIRE(gzwrite(f, header.data(), static_cast<unsigned>(header.size())) == static_cast<int>(header.size()));
+    const std::vector<std::uint8_t> zeros(1 << 20, 0);
+    for (int k = 0; k < 256; ++k) BOOST_REQUIRE(gzwrite(f, zeros.data(), 1u << 20) == 1 << 20);
+    gzclose(f);
+  }
+  BOOST_REQUIRE(kiln::test::reset_peak());
+  const long before = kiln::test::peak_mib();
+  BOOST_CHECK_EXCEPTION(kiln::data::read_idx(path, 3), DataError,
+                        says({path + ": byte 800: extra bytes: more than 784 data bytes; expected 784 data bytes"}));
+  BOOST_TEST(kiln::test::peak_mib() - before < 64, "peak memory grew by " << kiln::test::peak_mib() - before << " MiB");
+  // A .gz that holds what its header says reads whole.
+  BOOST_TEST(kiln::data::read_idx(write_gz(dir, "one-idx3-ubyte.gz", images(1)), 3).values.size() == 784u);
 }
 
 BOOST_AUTO_TEST_CASE(dimensions_whose_product_wraps_around_64_bits_are_a_truncated_file) {

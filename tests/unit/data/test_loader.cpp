@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <kiln/data/data.hpp>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <span>
 #include <stdexcept>
@@ -322,6 +323,32 @@ BOOST_AUTO_TEST_CASE(batches_do_not_depend_on_the_worker_count) {
   BOOST_TEST(runs[0].first == runs[2].first);
   BOOST_TEST(runs[0].second == runs[1].second);
   BOOST_TEST(runs[0].second == runs[2].second);
+}
+
+BOOST_AUTO_TEST_CASE(an_epoch_in_flight_outlives_its_loader) {
+  // The workers collate ahead while the program runs: a loader replaced meanwhile (here by another in the
+  // same storage, as a std::vector of loaders that grows) leaves them what they read, as torch's
+  // iterator keeps its loader; only the dataset must outlive the epoch. They read the new one's dataset
+  // and batch size before (the batches past the first window were another dataset's).
+  const auto ds = images(40), other = images(80);
+  kd::DataLoader reference(ds, {.batch_size = 2});
+  const auto want = epoch(reference);
+  std::optional<kd::DataLoader<decltype(ds)>> loader(std::in_place, ds,
+                                                     kd::LoaderOptions{.batch_size = 2, .num_workers = 2});
+  std::vector<std::int64_t> labels;
+  std::vector<float> inputs;
+  auto it = loader->begin();
+  loader.emplace(other, kd::LoaderOptions{.batch_size = 3, .num_workers = 2});
+  for (; it != std::default_sentinel; ++it) {
+    const auto y = it->y.to_vector();
+    const auto x = it->x.to_vector();
+    labels.insert(labels.end(), y.begin(), y.end());
+    inputs.insert(inputs.end(), x.begin(), x.end());
+  }
+  BOOST_TEST(labels == want.first, boost::test_tools::per_element());
+  BOOST_TEST(inputs == want.second, boost::test_tools::per_element());
+  auto next = loader->begin();  // and the new loader is the new one
+  BOOST_TEST(next->y.to_vector() == (std::vector<std::int64_t>{0, 1, 2}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(a_huge_prefetch_window_over_a_few_batches_allocates_only_what_they_need) {

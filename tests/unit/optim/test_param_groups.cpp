@@ -276,6 +276,50 @@ BOOST_AUTO_TEST_CASE(a_group_added_later_goes_on_from_its_lr) {
        {0.03520365877844011, 0.43575150157917864}});
 }
 
+// Where kiln's late group differs from torch 1.13's (docs/models.md, Parameter groups): it moves as the
+// groups the scheduler was built with do, from the base that put it at its lr, everywhere. torch's
+// CosineAnnealingLR holds it at eta_min past T_max (its restart branch pairs base_lrs with the groups
+// and skips it), and torch's SequentialLR keeps its lr at a milestone (step(0)'s closed form skips it)
+// and scales the next schedule from there.
+BOOST_AUTO_TEST_CASE(a_late_group_moves_as_the_others_past_t_max_and_across_milestones) {
+  Small<kiln::Cpu> m(/*seed=*/2);
+  const auto added_at = [&](auto& opt, auto& sched, int e) {
+    for (int s = 0; s < e; ++s) {
+      opt.step();
+      sched.step();
+    }
+    opt.add_param_group({.params = {"2.weight"}, .lr = 0.05});
+  };
+  {  // CosineAnnealingLR(T_max = 6, eta_min = 1e-3), the group added at epoch 2: its distance to
+     // eta_min keeps group 0's proportion through epoch 19 (torch 1.13: 1e-3 from epoch 7 on)
+    kiln::optim::SGD opt(m, {.lr = 0.1});
+    kiln::optim::CosineAnnealingLR sched(opt, 6, 1e-3);
+    added_at(opt, sched, 2);
+    const double ratio = (opt.group_lr(1) - 1e-3) / (opt.group_lr(0) - 1e-3);
+    for (int e = 3; e < 20; ++e) {
+      opt.step();
+      sched.step();
+      if (e % 6 == 0) continue;  // (both at eta_min)
+      BOOST_TEST((opt.group_lr(1) - 1e-3) / (opt.group_lr(0) - 1e-3) == ratio, boost::test_tools::tolerance(1e-9));
+    }
+    BOOST_TEST(opt.group_lr(1) > 2e-3);  // epoch 19: rising again (torch 1.13: 1e-3)
+  }
+  {  // SequentialLR([ExponentialLR(0.8), StepLR(2, 0.5)], [5]): the group keeps group 0's proportion
+     // across the milestone (torch 1.13: 2.44 times it from epoch 5 on)
+    kiln::optim::SGD opt(m, {.lr = 0.1});
+    kiln::optim::ExponentialLR decay(opt, 0.8);
+    kiln::optim::StepLR steps(opt, 2, 0.5);
+    kiln::optim::SequentialLR sched({5}, decay, steps);
+    added_at(opt, sched, 2);
+    const double ratio = opt.group_lr(1) / opt.group_lr(0);
+    for (int e = 3; e < 10; ++e) {
+      opt.step();
+      sched.step();
+      BOOST_TEST(opt.group_lr(1) / opt.group_lr(0) == ratio, boost::test_tools::tolerance(1e-12));
+    }
+  }
+}
+
 // A late group that no base puts at its lr (a schedule at a factor of 0), or under a schedule torch's
 // does not chain (LambdaLR; OneCycleLR's cycle has no base), keeps its lr.
 BOOST_AUTO_TEST_CASE(a_late_group_keeps_its_lr_where_no_base_gets_there) {
