@@ -1,4 +1,4 @@
-// expect: error: static assertion failed: kiln::optim::LinearWarmup: a schedule that sets the momentum \(OneCycleLR\) cannot be wrapped
+// expect: error: static assertion failed: kiln::optim::LinearWarmup: a schedule that sets the momentum \(OneCycleLR, CyclicLR\) cannot be
 // errors: 1
 // OneCycleLR inside LinearWarmup: its momentum would stop cycling after the warm-up; its own first
 // phase is the warm-up.

@@ -90,6 +90,11 @@ schedulers.json
                      [float], momentum: [float] (SGD's momentum or Adam's beta1)} ]
                   OneCycleLR from lr 0.1: lr[k] and momentum[k] after k scheduler steps, k = 0 ..
                   total_steps
+  cyclic          [ {name, torch, base_lr, max_lr, step_size_up, steps, the options given
+                     (step_size_down, mode, gamma, scale_fn (its text), scale_mode, cycle_momentum,
+                     base_momentum, max_momentum), lr: [float], momentum: [float] (SGD's)} ]
+                  CyclicLR on SGD (momentum 0.9, or none): lr[k] and momentum[k] after k scheduler
+                  steps, k = 0 .. steps
 
 clip.json
   torch_version   str
@@ -784,8 +789,53 @@ def schedulers_fixture():
             lrs.append(group["lr"])
             momenta.append(group["betas"][0] if "betas" in group else group["momentum"])
         one_cycle.append({**spec, "lr": lrs, "momentum": momenta})
+    # CyclicLR: the lr and momentum at steps 0..steps (torch 1.13 cycles only a `momentum`: SGD's).
+    cyclic = []
+    for spec, make_opt, make in (
+            ({"name": "cyclic_triangular", "torch": "CyclicLR(base_lr=0.01, max_lr=0.1, step_size_up=4, "
+                                                    "step_size_down=2)",
+              "base_lr": 0.01, "max_lr": 0.1, "step_size_up": 4, "step_size_down": 2, "steps": 20},
+             lambda ps: torch.optim.SGD(ps, lr=base_lr, momentum=0.9),
+             lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=4, step_size_down=2)),
+            ({"name": "cyclic_triangular2", "torch": "CyclicLR(base_lr=0.001, max_lr=0.01, step_size_up=3, "
+                                                     "mode='triangular2', base_momentum=0.85, max_momentum=0.95)",
+              "base_lr": 0.001, "max_lr": 0.01, "step_size_up": 3, "mode": "triangular2", "base_momentum": 0.85,
+              "max_momentum": 0.95, "steps": 25},
+             lambda ps: torch.optim.SGD(ps, lr=base_lr, momentum=0.9),
+             lambda o: S.CyclicLR(o, base_lr=0.001, max_lr=0.01, step_size_up=3, mode="triangular2",
+                                  base_momentum=0.85, max_momentum=0.95)),
+            ({"name": "cyclic_exp_range", "torch": "CyclicLR(base_lr=0.01, max_lr=0.05, step_size_up=5, "
+                                                   "mode='exp_range', gamma=0.95)",
+              "base_lr": 0.01, "max_lr": 0.05, "step_size_up": 5, "mode": "exp_range", "gamma": 0.95, "steps": 30},
+             lambda ps: torch.optim.SGD(ps, lr=base_lr, momentum=0.9),
+             lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.05, step_size_up=5, mode="exp_range", gamma=0.95)),
+            ({"name": "cyclic_scale_fn_iterations",
+              "torch": "CyclicLR(base_lr=0.01, max_lr=0.1, step_size_up=2, scale_fn=lambda x: 1 / (1 + x), "
+                       "scale_mode='iterations', cycle_momentum=False)",
+              "base_lr": 0.01, "max_lr": 0.1, "step_size_up": 2, "scale_fn": "1 / (1 + x)",
+              "scale_mode": "iterations", "cycle_momentum": False, "steps": 12},
+             lambda ps: torch.optim.SGD(ps, lr=base_lr),
+             lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=2, scale_fn=lambda x: 1 / (1 + x),
+                                  scale_mode="iterations", cycle_momentum=False)),
+            ({"name": "cyclic_sawtooth", "torch": "CyclicLR(base_lr=0.02, max_lr=0.2, step_size_up=3, "
+                                                  "step_size_down=0)",
+              "base_lr": 0.02, "max_lr": 0.2, "step_size_up": 3, "step_size_down": 0, "steps": 10},
+             lambda ps: torch.optim.SGD(ps, lr=base_lr, momentum=0.9),
+             lambda o: S.CyclicLR(o, base_lr=0.02, max_lr=0.2, step_size_up=3, step_size_down=0))):
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = make_opt([p])
+        sched = make(opt)
+        group = opt.param_groups[0]
+        lrs, momenta = [], []
+        for step in range(spec["steps"] + 1):
+            if step > 0:
+                opt.step()
+                sched.step()
+            lrs.append(group["lr"])
+            momenta.append(group["momentum"])
+        cyclic.append({**spec, "lr": lrs, "momentum": momenta})
     return {"torch_version": torch.__version__, "base_lr": base_lr, "epochs": epochs, "schedules": schedules,
-            "plateaus": plateaus, "one_cycle": one_cycle}
+            "plateaus": plateaus, "one_cycle": one_cycle, "cyclic": cyclic}
 
 
 def clip_fixture():

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numbers>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -272,6 +274,19 @@ struct Rebase {
 template <class S>
 void rebase(S& s, double lr) {
   Rebase::to(s, lr);
+}
+
+/// Sets a cycling schedule's momentum: SGD's and RMSprop's momentum, or Adam's (AdamW's, ...) beta1;
+/// nothing for an optimizer without (whose schedule refused cycle_momentum when built).
+template <class Opt>
+void set_momentum(Opt& opt, double m) {
+  if constexpr (requires { opt.set_momentum(m); }) {
+    opt.set_momentum(m);
+  } else if constexpr (momentum_optimizer<Opt>) {
+    auto betas = opt.betas();
+    betas.beta1 = m;
+    opt.set_betas(betas);
+  }
 }
 
 inline void require_positive(std::int64_t v, const char* who, const char* what) {
@@ -542,10 +557,10 @@ class LinearWarmup : public detail::LRScheduler<Opt, LinearWarmup<Opt, Then>> {
   static constexpr bool wraps = !std::is_void_v<Then>;
   struct Nothing {};
   using then_type = std::conditional_t<wraps, Then, Nothing>;
-  // >>> Stopped here? OneCycleLR warms up by itself (pct_start, div_factor), and sets the momentum too. <<<
+  // >>> Stopped here? OneCycleLR warms up by itself (pct_start, div_factor); it and CyclicLR set the momentum too. <<<
   static_assert(!requires(then_type& t) { t.apply_momentum(std::int64_t{}); },
-                "kiln::optim::LinearWarmup: a schedule that sets the momentum (OneCycleLR) cannot be wrapped; "
-                "OneCycleLR's first phase is its warm-up");
+                "kiln::optim::LinearWarmup: a schedule that sets the momentum (OneCycleLR, CyclicLR) cannot be "
+                "wrapped; OneCycleLR's first phase is its warm-up, CyclicLR starts at its base_lr");
 
  public:
   /// Warm-up, then constant base_lr.
@@ -659,18 +674,7 @@ class OneCycleLR : public detail::LRScheduler<Opt, OneCycleLR<Opt>> {
   /// Sets the optimizer's momentum (or beta1) of `step` where cycle_momentum is on (the scheduler's
   /// steps call it).
   void apply_momentum(std::int64_t step) {
-    if constexpr (momentum_optimizer<Opt>) {
-      if (!o_.cycle_momentum) return;
-      const double m = momentum_at(step);
-      Opt& opt = this->optimizer();
-      if constexpr (requires { opt.set_momentum(m); }) {
-        opt.set_momentum(m);  // SGD's and RMSprop's momentum
-      } else {
-        auto betas = opt.betas();
-        betas.beta1 = m;
-        opt.set_betas(betas);
-      }
-    }
+    if (o_.cycle_momentum) detail::set_momentum(this->optimizer(), momentum_at(step));
   }
   double max_lr() const { return max_lr_; }
   std::int64_t total_steps() const { return total_; }
@@ -713,6 +717,103 @@ class OneCycleLR : public detail::LRScheduler<Opt, OneCycleLR<Opt>> {
   std::int64_t total_;
   OneCycleOptions o_;
   std::vector<Phase> phases_;
+};
+
+/// CyclicLR's built-in policies (torch's `mode`): the amplitude per cycle stays (triangular), halves each
+/// cycle (triangular2), or is gamma^iterations (exp_range).
+enum class CyclicMode { triangular, triangular2, exp_range };
+/// What a scale function of CyclicLR is given: the cycle number (from 1) or the iterations so far.
+enum class CyclicScaleMode { cycle, iterations };
+
+/// CyclicLR's options: torch's keyword arguments after max_lr and their defaults, in its order (torch's
+/// `step_size_down=None`: unset, the same as up). A `scale_fn` replaces `mode` (and `gamma`), with
+/// `scale_mode` saying what it is given, as torch's.
+struct CyclicOptions {
+  double step_size_up = 2000;  ///< steps from base_lr up to max_lr
+  std::optional<double> step_size_down = std::nullopt;  ///< steps back down (unset: step_size_up)
+  CyclicMode mode = CyclicMode::triangular;
+  double gamma = 1.0;  ///< exp_range's factor per iteration
+  std::function<double(double)> scale_fn = {};
+  CyclicScaleMode scale_mode = CyclicScaleMode::cycle;
+  bool cycle_momentum = true;  ///< the momentum (Adam: beta1) moves against the lr, max -> base -> max
+  double base_momentum = 0.8;
+  double max_momentum = 0.9;
+};
+
+/// torch.optim.lr_scheduler.CyclicLR (torch 1.13; Smith's cyclical learning rates), stepped once per
+/// batch: the lr goes from base_lr up to max_lr over step_size_up steps and back down over
+/// step_size_down, again and again, its amplitude scaled by the mode (or scale_fn); with cycle_momentum
+/// the momentum goes the other way, from max_momentum down to base_momentum and back. The constructor
+/// sets the optimizer's lr to base_lr (the optimizer's own is not used) and the momentum of step 0. Every
+/// parameter group gets the same lr (torch's with one base_lr and max_lr); a group added later keeps
+/// its lr, as torch's. cycle_momentum cycles SGD's or RMSprop's momentum, or Adam's beta1 (AdamW's,
+/// NAdam's, ...), as torch 2's does: torch 1.13's refuses optimizers without `momentum`.
+/// Example:
+///   kiln::optim::CyclicLR sched(opt, /*base_lr=*/1e-3, /*max_lr=*/0.1, {.step_size_up = 4 * batches_per_epoch});
+///   for (auto& batch : loader) { train_step(batch); sched.step(); }
+template <lr_optimizer Opt>
+class CyclicLR : public detail::LRScheduler<Opt, CyclicLR<Opt>> {
+  using base = detail::LRScheduler<Opt, CyclicLR<Opt>>;
+
+ public:
+  /// A parameter group added after the scheduler was built keeps its lr (torch's base_lrs has no entry for it).
+  static constexpr bool leaves_late_groups = true;
+  CyclicLR(Opt& opt, double base_lr, double max_lr, CyclicOptions options = {})
+      : base(opt, base_lr), max_lr_(max_lr), o_(std::move(options)) {
+    const double down = o_.step_size_down.value_or(o_.step_size_up);
+    if (!(o_.step_size_up > 0.0) || !(down >= 0.0) || !std::isfinite(o_.step_size_up + down)) {
+      std::ostringstream text;
+      text << "kiln::optim::CyclicLR: step_size_up is " << o_.step_size_up << " and step_size_down " << down
+           << "; expected step_size_up > 0 and step_size_down >= 0 (torch divides by zero at the cycle's "
+              "start with step_size_up 0)";
+      throw ValueError(text.str());
+    }
+    if (o_.cycle_momentum && !momentum_optimizer<Opt>)
+      throw ValueError("kiln::optim::CyclicLR: optimizer must support momentum with `cycle_momentum` option "
+                       "enabled (SGD's momentum, Adam's betas); give {.cycle_momentum = false}");
+    total_ = o_.step_size_up + down;
+    ratio_ = o_.step_size_up / total_;
+    this->apply();
+  }
+  double lr_at(std::int64_t step) const {
+    const auto [scale, height] = at(step);
+    return this->base_lr() + (max_lr_ - this->base_lr()) * height * scale;
+  }
+  /// The momentum (Adam: beta1) of a step: max_momentum where the lr is base_lr, base_momentum at its peak.
+  double momentum_at(std::int64_t step) const {
+    const auto [scale, height] = at(step);
+    return o_.max_momentum - (o_.max_momentum - o_.base_momentum) * height * scale;
+  }
+  /// Sets the optimizer's momentum (or beta1) of `step` where cycle_momentum is on (the scheduler's
+  /// steps call it).
+  void apply_momentum(std::int64_t step) {
+    if (o_.cycle_momentum) detail::set_momentum(this->optimizer(), momentum_at(step));
+  }
+  double max_lr() const { return max_lr_; }
+  const CyclicOptions& options() const { return o_; }
+
+ private:
+  /// A step's (scale, height): the mode's (or scale_fn's) factor, and where the step is on the cycle's
+  /// triangle (0 at base_lr, 1 at max_lr), as torch's get_lr.
+  std::pair<double, double> at(std::int64_t step) const {
+    const double t = static_cast<double>(step);
+    const double cycle = std::floor(1.0 + t / total_);
+    const double x = 1.0 + t / total_ - cycle;
+    const double height = x <= ratio_ ? x / ratio_ : (x - 1.0) / (ratio_ - 1.0);
+    double scale = 1.0;
+    if (o_.scale_fn) {
+      scale = o_.scale_fn(o_.scale_mode == CyclicScaleMode::cycle ? cycle : t);
+    } else if (o_.mode == CyclicMode::triangular2) {
+      scale = 1.0 / std::pow(2.0, cycle - 1.0);
+    } else if (o_.mode == CyclicMode::exp_range) {
+      scale = std::pow(o_.gamma, t);
+    }
+    return {scale, height};
+  }
+
+  double max_lr_;
+  CyclicOptions o_;
+  double total_ = 0.0, ratio_ = 0.0;
 };
 
 /// Whether a ReduceLROnPlateau metric improves downwards (a loss) or upwards (an accuracy).
@@ -968,6 +1069,10 @@ inline constexpr bool is_one_cycle = false;
 template <class O>
 inline constexpr bool is_one_cycle<OneCycleLR<O>> = true;
 template <class S>
+inline constexpr bool is_cyclic = false;
+template <class O>
+inline constexpr bool is_cyclic<CyclicLR<O>> = true;
+template <class S>
 inline constexpr bool is_plateau = false;
 template <class O>
 inline constexpr bool is_plateau<ReduceLROnPlateau<O>> = true;
@@ -986,7 +1091,7 @@ inline constexpr bool is_sequential<SequentialLR<First, Rest...>> = true;
 
 /// Refused with a message of its own (the others, not schedules at all, get the general one).
 template <class S>
-inline constexpr bool named_refusal = is_lambda_lr<S> || is_warm_restarts<S> || is_one_cycle<S> ||
+inline constexpr bool named_refusal = is_lambda_lr<S> || is_warm_restarts<S> || is_one_cycle<S> || is_cyclic<S> ||
                                       is_plateau<S> || is_wrapping_warmup<S> || is_sequential<S>;
 
 /// Stands in for the optimizer of an argument that is not a schedule, so that only the
@@ -1122,6 +1227,10 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
       "kiln::optim::ChainedScheduler: OneCycleLR cannot be chained: torch's sets its lr from max_lr "
       "at each step (and the momentum), overriding the other schedules (not a product)");
   static_assert(
+      !(detail::is_cyclic<First> || ... || detail::is_cyclic<Rest>),
+      "kiln::optim::ChainedScheduler: CyclicLR cannot be chained: torch's sets its lr from base_lr and "
+      "max_lr at each step (and the momentum), overriding the other schedules (not a product)");
+  static_assert(
       !(detail::is_wrapping_warmup<First> || ... || detail::is_wrapping_warmup<Rest>),
       "kiln::optim::ChainedScheduler: LinearWarmup around a schedule (torch's SequentialLR) cannot be "
       "chained: torch's resets the lr to the base lr when built and at the hand-over (not a product); "
@@ -1248,6 +1357,10 @@ class SequentialLR : public detail::LRScheduler<typename detail::chained_optimiz
       "kiln::optim::SequentialLR: OneCycleLR cannot be in a SequentialLR: it sets the momentum as well "
       "as the lr, and the momentum would stay where a hand-over leaves it; step OneCycleLR alone (its "
       "first phase is its warm-up)");
+  static_assert(
+      !(detail::is_cyclic<First> || ... || detail::is_cyclic<Rest>),
+      "kiln::optim::SequentialLR: CyclicLR cannot be in a SequentialLR: it sets the momentum as well as "
+      "the lr, and the momentum would stay where a hand-over leaves it; step CyclicLR alone");
   static_assert(
       !(detail::is_plateau<First> || ... || detail::is_plateau<Rest>),
       "kiln::optim::SequentialLR: ReduceLROnPlateau steps on a metric, not an epoch: step it beside "

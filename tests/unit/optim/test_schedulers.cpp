@@ -4,7 +4,8 @@
 // 0.1, within 1e-13 relative; the optimizer holds each lr as the scheduler computed it (a double).
 // ReduceLROnPlateau over a metric curve (min/rel and max/abs with cooldown and min_lr), NaN metrics,
 // resuming from its state, a hand-set lr, and bad options. OneCycleLR's lr and momentum (SGD's, Adam's beta1; cosine and
-// three-phase linear) step by step, its momentum turned on in an SGD without, and its errors.
+// three-phase linear) step by step, its momentum turned on in an SGD without, and its errors. CyclicLR's
+// (triangular, triangular2, exp_range, a scale_fn over iterations, a sawtooth; Adam's beta1) likewise.
 // ChainedScheduler against torch's (products of two and three schedules), whatever order its schedules
 // are built in, resumed at an epoch, and what it refuses at run time. ConstantLR, LinearLR and
 // PolynomialLR past their total_iters, alone and chained; SequentialLR against torch's (three schedules,
@@ -96,6 +97,57 @@ void check_one_cycle(Opt& opt, const json& want) {
     }
   }
   BOOST_TEST_MESSAGE("parity schedulers: " << want.at("name").get<std::string>() << " max rel " << worst);
+}
+
+const json& cyclic(const std::string& name) {
+  static const json j = parity::load("schedulers.json");
+  for (const auto& s : j.at("cyclic"))
+    if (s.at("name") == name) return s;
+  throw std::runtime_error("schedulers.json has no cyclic " + name);
+}
+
+/// CyclicLR's options as the fixture gives torch's keywords.
+kiln::optim::CyclicOptions cyclic_options(const json& want) {
+  kiln::optim::CyclicOptions o;
+  o.step_size_up = want.at("step_size_up").get<double>();
+  if (want.contains("step_size_down")) o.step_size_down = want.at("step_size_down").get<double>();
+  const std::string mode = want.value("mode", std::string("triangular"));
+  o.mode = mode == "triangular2" ? kiln::optim::CyclicMode::triangular2
+           : mode == "exp_range" ? kiln::optim::CyclicMode::exp_range
+                                 : kiln::optim::CyclicMode::triangular;
+  o.gamma = want.value("gamma", o.gamma);
+  if (want.contains("scale_fn")) {
+    BOOST_REQUIRE(want.at("scale_fn") == "1 / (1 + x)");
+    o.scale_fn = [](double x) { return 1.0 / (1.0 + x); };
+  }
+  if (want.value("scale_mode", std::string("cycle")) == "iterations") o.scale_mode = kiln::optim::CyclicScaleMode::iterations;
+  o.cycle_momentum = want.value("cycle_momentum", o.cycle_momentum);
+  o.base_momentum = want.value("base_momentum", o.base_momentum);
+  o.max_momentum = want.value("max_momentum", o.max_momentum);
+  return o;
+}
+
+/// CyclicLR on `opt` built as the fixture says, stepped `steps` times: its lr and the optimizer's
+/// momentum (or Adam's beta1) against torch's (SGD's momentum) at every step.
+template <class Opt>
+void check_cyclic(Opt& opt, const json& want) {
+  const auto o = cyclic_options(want);
+  kiln::optim::CyclicLR sched(opt, want.at("base_lr").get<double>(), want.at("max_lr").get<double>(), o);
+  const auto lr = want.at("lr").get<std::vector<double>>(), momentum = want.at("momentum").get<std::vector<double>>();
+  for (std::size_t k = 0; k < lr.size(); ++k) {
+    if (k > 0) {
+      opt.step();
+      sched.step();
+    }
+    BOOST_TEST_CONTEXT(want.at("name").get<std::string>() << " step " << k) {
+      BOOST_TEST(sched.get_last_lr() == lr[k], boost::test_tools::tolerance(rtol));
+      BOOST_TEST(opt.lr() == sched.get_last_lr());
+      if (!o.cycle_momentum) continue;
+      if constexpr (requires { opt.momentum(); })
+        BOOST_TEST(opt.momentum() == momentum[k], boost::test_tools::tolerance(rtol));
+      else BOOST_TEST(opt.betas().beta1 == momentum[k], boost::test_tools::tolerance(rtol));
+    }
+  }
 }
 
 /// An optimizer with a learning rate and no momentum.
@@ -840,6 +892,52 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_cycle_lr_turns_on_sgd_momentum_and_refuses_wha
   for (int k = 0; k < 20; ++k) past.step();
   BOOST_TEST(adamw.betas().beta1 == past.momentum_at(20));
   BOOST_TEST(past.momentum_at(20) > 0.99);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cyclic_lr_matches_pytorch, D, kiln::test::devices) {
+  for (const char* name : {"cyclic_triangular", "cyclic_triangular2", "cyclic_exp_range", "cyclic_sawtooth"}) {
+    OneParameter<D> o;
+    kiln::optim::SGD<float, D> sgd(o.p, o.g, {.lr = 0.1, .momentum = 0.9});
+    check_cyclic(sgd, cyclic(name));
+  }
+  {
+    OneParameter<D> o;  // no momentum, cycle_momentum off
+    check_cyclic(o.opt, cyclic("cyclic_scale_fn_iterations"));
+  }
+  // Adam's beta1 cycles as SGD's momentum does (torch 2's; torch 1.13's CyclicLR refuses Adam).
+  Tensor<float, Shape<dyn>, D> p(Extents<Shape<dyn>>(1)), g(Extents<Shape<dyn>>(1));
+  p.fill(1.0f);
+  g.fill(0.0f);
+  kiln::optim::Adam adam(p, g, {.lr = 0.1});
+  check_cyclic(adam, cyclic("cyclic_triangular2"));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cyclic_lr_resumes_at_its_step_and_refuses_what_cannot_cycle, D, kiln::test::devices) {
+  // set_last_epoch (a resumed run) sets the lr and momentum of that step.
+  const auto& want = cyclic("cyclic_triangular");
+  OneParameter<D> o;
+  kiln::optim::SGD<float, D> sgd(o.p, o.g, {.lr = 0.1, .momentum = 0.9});
+  kiln::optim::CyclicLR sched(sgd, 0.01, 0.1, cyclic_options(want));
+  sched.set_last_epoch(13);
+  BOOST_TEST(sgd.lr() == want.at("lr")[13].get<double>(), boost::test_tools::tolerance(rtol));
+  BOOST_TEST(sgd.momentum() == want.at("momentum")[13].get<double>(), boost::test_tools::tolerance(rtol));
+  // A step_size_up of 0 (torch divides by zero at the cycle's start), a negative step_size_down.
+  BOOST_CHECK_EXCEPTION(kiln::optim::CyclicLR(sgd, 0.01, 0.1, {.step_size_up = 0}), kiln::ValueError,
+                        [](const kiln::ValueError& e) {
+                          return std::string(e.what()).starts_with(
+                              "kiln::optim::CyclicLR: step_size_up is 0 and step_size_down 0; expected step_size_up > 0");
+                        });
+  BOOST_CHECK_THROW(kiln::optim::CyclicLR(sgd, 0.01, 0.1, {.step_size_up = 2, .step_size_down = -1.0}), kiln::ValueError);
+  // An optimizer without a momentum: cycle_momentum must be off, as torch requires.
+  LrOnly plain;
+  BOOST_CHECK_EXCEPTION(kiln::optim::CyclicLR(plain, 0.01, 0.1), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("optimizer must support momentum with `cycle_momentum` option enabled") !=
+           std::string::npos;
+  });
+  kiln::optim::CyclicLR lr_only(plain, 0.25, 1.0, {.step_size_up = 2, .cycle_momentum = false});
+  BOOST_TEST(plain.lr() == 0.25f);  // base_lr: the optimizer's own is not used
+  lr_only.step();
+  BOOST_TEST(plain.lr() == 0.625f);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_turned_on_after_steps_without_one_starts_from_the_gradient, D,
