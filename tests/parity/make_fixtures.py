@@ -637,6 +637,23 @@ def lr_sequence(make_scheduler, base_lr, epochs):
     return lrs
 
 
+def cycled(make_opt, make, steps):
+    """A per-batch schedule that cycles the momentum (OneCycleLR, CyclicLR) on one parameter: the lr and
+    the momentum (SGD's, or Adam's beta1) after k scheduler steps, k = 0 .. steps."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = make_opt([p])
+    sched = make(opt)
+    group = opt.param_groups[0]
+    lrs, momenta = [], []
+    for step in range(steps + 1):
+        if step > 0:
+            opt.step()
+            sched.step()
+        lrs.append(group["lr"])
+        momenta.append(group["betas"][0] if "betas" in group else group["momentum"])
+    return {"lr": lrs, "momentum": momenta}
+
+
 def schedulers_fixture():
     S = torch.optim.lr_scheduler
     base_lr, epochs = 0.1, 30
@@ -777,18 +794,7 @@ def schedulers_fixture():
               "optimizer": "SGD", "max_lr": 0.5, "total_steps": 17, "pct_start": 0.4, "cycle_momentum": False},
              lambda ps: torch.optim.SGD(ps, lr=base_lr),
              lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=17, pct_start=0.4, cycle_momentum=False))):
-        p = torch.nn.Parameter(torch.zeros(1))
-        opt = make_opt([p])
-        sched = make(opt)
-        group = opt.param_groups[0]
-        lrs, momenta = [], []
-        for step in range(spec["total_steps"] + 1):
-            if step > 0:
-                opt.step()
-                sched.step()
-            lrs.append(group["lr"])
-            momenta.append(group["betas"][0] if "betas" in group else group["momentum"])
-        one_cycle.append({**spec, "lr": lrs, "momentum": momenta})
+        one_cycle.append({**spec, **cycled(make_opt, make, spec["total_steps"])})
     # CyclicLR: the lr and momentum at steps 0..steps (torch 1.13 cycles only a `momentum`: SGD's).
     cyclic = []
     for spec, make_opt, make in (
@@ -822,18 +828,7 @@ def schedulers_fixture():
               "base_lr": 0.02, "max_lr": 0.2, "step_size_up": 3, "step_size_down": 0, "steps": 10},
              lambda ps: torch.optim.SGD(ps, lr=base_lr, momentum=0.9),
              lambda o: S.CyclicLR(o, base_lr=0.02, max_lr=0.2, step_size_up=3, step_size_down=0))):
-        p = torch.nn.Parameter(torch.zeros(1))
-        opt = make_opt([p])
-        sched = make(opt)
-        group = opt.param_groups[0]
-        lrs, momenta = [], []
-        for step in range(spec["steps"] + 1):
-            if step > 0:
-                opt.step()
-                sched.step()
-            lrs.append(group["lr"])
-            momenta.append(group["momentum"])
-        cyclic.append({**spec, "lr": lrs, "momentum": momenta})
+        cyclic.append({**spec, **cycled(make_opt, make, spec["steps"])})
     return {"torch_version": torch.__version__, "base_lr": base_lr, "epochs": epochs, "schedules": schedules,
             "plateaus": plateaus, "one_cycle": one_cycle, "cyclic": cyclic}
 
