@@ -72,8 +72,8 @@ schedulers.json
   schedules       [ {name: str, torch: str (the PyTorch construction), plus its arguments
                      (StepLR: step_size, gamma; MultiStepLR: milestones, gamma; CosineAnnealingLR:
                      T_max, eta_min; linear warm-up: warmup_steps, start_factor and, when it hands over
-                     to a cosine schedule, T_max, eta_min; ExponentialLR: gamma; LambdaLR: none, the
-                     function is in `torch`; CosineAnnealingWarmRestarts: T_0, T_mult, eta_min;
+                     to a cosine schedule, T_max, eta_min; ExponentialLR: gamma; LambdaLR, MultiplicativeLR:
+                     none, the function is in `torch`; CosineAnnealingWarmRestarts: T_0, T_mult, eta_min;
                      ConstantLR: factor, total_iters; LinearLR: start_factor, end_factor, total_iters;
                      PolynomialLR: total_iters, power; ChainedScheduler: chain, [{scheduler: str (the
                      torch class), its arguments}] in the order built; SequentialLR: sequence (as
@@ -680,6 +680,8 @@ def schedulers_fixture():
                   lambda o: S.ExponentialLR(o, gamma=0.9)))
     specs.append(({"name": "lambda_lr", "torch": "LambdaLR(lambda e: 1 / (1 + 0.1 * e))"},
                   lambda o: S.LambdaLR(o, lambda e: 1 / (1 + 0.1 * e))))
+    specs.append(({"name": "multiplicative_lr", "torch": "MultiplicativeLR(lambda e: 0.8 if e % 3 == 0 else 0.95)"},
+                  lambda o: S.MultiplicativeLR(o, lambda e: 0.8 if e % 3 == 0 else 0.95)))
     specs.append(({"name": "cosine_warm_restarts", "torch": "CosineAnnealingWarmRestarts(T_0=4, T_mult=2, eta_min=1e-3)",
                    "T_0": 4, "T_mult": 2, "eta_min": 1e-3},
                   lambda o: S.CosineAnnealingWarmRestarts(o, T_0=4, T_mult=2, eta_min=1e-3)))

@@ -454,6 +454,31 @@ class LambdaLR : public detail::LRScheduler<Opt, LambdaLR<Opt, F>> {
   F f_;
 };
 
+/// lr = base_lr * lr_lambda(1) * ... * lr_lambda(epoch), torch.optim.lr_scheduler.MultiplicativeLR (each
+/// step multiplies the lr by lr_lambda of the new epoch), in closed form from the products: each
+/// epoch's factor is asked for once (a step asks for its epoch's, set_last_epoch for those not asked
+/// yet), as torch's steps ask.
+/// Example: `kiln::optim::MultiplicativeLR sched(opt, [](std::int64_t) { return 0.95; });`
+template <lr_optimizer Opt, class F>
+  requires std::is_invocable_r_v<double, const F&, std::int64_t>
+class MultiplicativeLR : public detail::LRScheduler<Opt, MultiplicativeLR<Opt, F>> {
+  using base = detail::LRScheduler<Opt, MultiplicativeLR<Opt, F>>;
+
+ public:
+  MultiplicativeLR(Opt& opt, F lr_lambda) : base(opt), f_(std::move(lr_lambda)) { this->apply(); }
+  double lr_at(std::int64_t epoch) const {
+    while (static_cast<std::int64_t>(products_.size()) <= epoch) {
+      const auto e = static_cast<std::int64_t>(products_.size());
+      products_.push_back(products_.back() * static_cast<double>(f_(e)));
+    }
+    return this->base_lr() * products_[static_cast<std::size_t>(epoch)];
+  }
+
+ private:
+  F f_;
+  mutable std::vector<double> products_{1.0};  // products_[e] = lr_lambda(1) * ... * lr_lambda(e)
+};
+
 /// lr = base_lr * factor for epoch < total_iters, then base_lr, torch.optim.lr_scheduler.ConstantLR.
 /// total_iters must be positive (torch's step() with 0 keeps the factor for ever, its closed form never
 /// applies it; factor 1 is the schedule that changes nothing).
@@ -1043,6 +1068,8 @@ template <class O>
 inline constexpr bool chainable_schedule<MultiStepLR<O>> = true;
 template <class O>
 inline constexpr bool chainable_schedule<ExponentialLR<O>> = true;
+template <class O, class F>
+inline constexpr bool chainable_schedule<MultiplicativeLR<O, F>> = true;
 template <class O>
 inline constexpr bool chainable_schedule<CosineAnnealingLR<O>> = true;
 template <class O>
@@ -1245,8 +1272,8 @@ class ChainedScheduler : public detail::LRScheduler<typename detail::chained_opt
   static_assert(((detail::chainable_schedule<First> || detail::named_refusal<First>)&&... &&
                  (detail::chainable_schedule<Rest> || detail::named_refusal<Rest>)),
                 "kiln::optim::ChainedScheduler: every argument must be a chainable epoch schedule: StepLR, "
-                "MultiStepLR, ExponentialLR, CosineAnnealingLR, ConstantLR, LinearLR, PolynomialLR, "
-                "LinearWarmup(opt, N) or ChainedScheduler");
+                "MultiStepLR, ExponentialLR, MultiplicativeLR, CosineAnnealingLR, ConstantLR, LinearLR, "
+                "PolynomialLR, LinearWarmup(opt, N) or ChainedScheduler");
   static constexpr bool chainable =
       (detail::chainable_schedule<First> && ... && detail::chainable_schedule<Rest>);
   static_assert(
@@ -1369,7 +1396,7 @@ class SequentialLR : public detail::LRScheduler<typename detail::chained_optimiz
       ((lr_schedule<First> || detail::is_plateau<First>)&&... &&
        (lr_schedule<Rest> || detail::is_plateau<Rest>)),
       "kiln::optim::SequentialLR: every argument after the milestones must be an epoch schedule: "
-      "StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, "
+      "StepLR, MultiStepLR, ExponentialLR, LambdaLR, MultiplicativeLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, "
       "ConstantLR, LinearLR, PolynomialLR, LinearWarmup, ChainedScheduler or SequentialLR");
   static constexpr bool schedules = (lr_schedule<First> && ... && lr_schedule<Rest>);
   static_assert(!schedules || (std::is_same_v<typename detail::chained_optimizer<Rest>::type, Opt> && ...),

@@ -1,5 +1,5 @@
 // Learning-rate schedulers against torch 1.13's sequences (tests/parity/fixtures/schedulers.json):
-// StepLR, MultiStepLR, ExponentialLR, LambdaLR, CosineAnnealingLR, CosineAnnealingWarmRestarts (T_mult 2
+// StepLR, MultiStepLR, ExponentialLR, LambdaLR, MultiplicativeLR, CosineAnnealingLR, CosineAnnealingWarmRestarts (T_mult 2
 // and 1), LinearWarmup alone (LinearLR) and before a cosine schedule (SequentialLR), 30 epochs from lr
 // 0.1, within 1e-13 relative; the optimizer holds each lr as the scheduler computed it (a double).
 // ReduceLROnPlateau over a metric curve (min/rel and max/abs with cooldown and min_lr), NaN metrics,
@@ -258,6 +258,33 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lambda_lr_matches_pytorch, D, kiln::test::devices)
   BOOST_TEST(warm.lr_at(0) == 0.5 * warm.base_lr());
   BOOST_TEST(warm.lr_at(7) == warm.base_lr());
   BOOST_TEST(warm.lr_at(8) == 0.5 * warm.base_lr());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(multiplicative_lr_matches_pytorch, D, kiln::test::devices) {
+  OneParameter<D> o;
+  const auto& s = schedule("multiplicative_lr");  // torch: MultiplicativeLR(lambda e: 0.8 if e % 3 == 0 else 0.95)
+  std::vector<std::int64_t> asked;
+  const auto factor = [&asked](std::int64_t e) {
+    asked.push_back(e);
+    return e % 3 == 0 ? 0.8 : 0.95;
+  };
+  kiln::optim::MultiplicativeLR sched(o.opt, factor);
+  check_sequence(sched, o.opt, s);
+  // Each epoch's factor asked for once, in order, as torch's steps ask (a jump asks for the epochs
+  // between; going back asks for none).
+  const auto epochs = static_cast<std::int64_t>(asked.size());
+  for (std::int64_t e = 0; e < epochs; ++e) BOOST_TEST(asked[static_cast<std::size_t>(e)] == e + 1);
+  sched.set_last_epoch(epochs + 3);
+  BOOST_TEST(asked.size() == static_cast<std::size_t>(epochs + 3));
+  sched.set_last_epoch(2);
+  BOOST_TEST(o.opt.lr() == 0.1 * 0.95 * 0.95, boost::test_tools::tolerance(1e-13));
+  BOOST_TEST(asked.size() == static_cast<std::size_t>(epochs + 3));
+  // Chained, it multiplies as torch's ChainedScheduler does: here by StepLR's 0.5 every 4 epochs.
+  OneParameter<D> c;
+  kiln::optim::ChainedScheduler chain(kiln::optim::MultiplicativeLR(c.opt, [](std::int64_t) { return 0.9; }),
+                                      kiln::optim::StepLR(c.opt, 4, 0.5));
+  for (int e = 0; e < 9; ++e) chain.step();
+  BOOST_TEST(c.opt.lr() == 0.1 * std::pow(0.9, 9) * 0.25, boost::test_tools::tolerance(1e-13));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(constant_linear_and_polynomial_lr_match_pytorch, D, kiln::test::devices) {
