@@ -831,8 +831,30 @@ def schedulers_fixture():
              lambda ps: torch.optim.SGD(ps, lr=base_lr, momentum=0.9),
              lambda o: S.CyclicLR(o, base_lr=0.02, max_lr=0.2, step_size_up=3, step_size_down=0))):
         cyclic.append({**spec, **cycled(make_opt, make, spec["steps"])})
+    # CosineAnnealingWarmRestarts stepped at fractional epochs (torch's documented per-batch use,
+    # step(epoch + i / iters)), then on without an epoch from a fractional one, then back to an earlier
+    # epoch: the lr and last_epoch after each call (null: step()).
+    fractional = []
+    for spec, make in (
+            ({"name": "warm_restarts_fractional", "torch": "CosineAnnealingWarmRestarts(T_0=3, T_mult=2, eta_min=1e-3)",
+              "T_0": 3, "T_mult": 2, "eta_min": 1e-3},
+             lambda o: S.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2, eta_min=1e-3)),
+            ({"name": "warm_restarts_fractional_fixed", "torch": "CosineAnnealingWarmRestarts(T_0=2)",
+              "T_0": 2, "T_mult": 1, "eta_min": 0.0},
+             lambda o: S.CosineAnnealingWarmRestarts(o, T_0=2))):
+        calls = [epoch + i / 4 for epoch in range(10) for i in range(4)] + [2.75, None, None, None, 8.5, None, 0.5, 4]
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([p], lr=base_lr)
+        sched = make(opt)
+        lrs, last_epochs = [opt.param_groups[0]["lr"]], [sched.last_epoch]
+        for c in calls:
+            opt.step()
+            sched.step() if c is None else sched.step(c)
+            lrs.append(opt.param_groups[0]["lr"])
+            last_epochs.append(sched.last_epoch)
+        fractional.append({**spec, "calls": calls, "lr": lrs, "last_epoch": last_epochs})
     return {"torch_version": torch.__version__, "base_lr": base_lr, "epochs": epochs, "schedules": schedules,
-            "plateaus": plateaus, "one_cycle": one_cycle, "cyclic": cyclic}
+            "plateaus": plateaus, "one_cycle": one_cycle, "cyclic": cyclic, "warm_restarts_fractional": fractional}
 
 
 def clip_fixture():

@@ -117,7 +117,7 @@ class LRScheduler {
   /// warns (kiln::warn) when the optimizer has not stepped since the scheduler was built, as torch
   /// does: step the optimizer first, or the schedule's first lr is never used.
   void step() {
-    if (!order_checked_) warn_if_before_optimizer();
+    check_order();
     apply(epoch_ + 1);
   }
   /// The lr set by the last step (a double, as the optimizer holds it), like torch's get_last_lr()[0].
@@ -170,6 +170,10 @@ class LRScheduler {
     if constexpr (requires { schedule.apply_momentum(epoch_); }) schedule.apply_momentum(epoch_);
   }
   void apply() { apply(epoch_); }
+  /// The first step's check that the optimizer stepped first (warn_if_before_optimizer).
+  void check_order() {
+    if (!order_checked_) warn_if_before_optimizer();
+  }
 
  private:
   /// The schedule's lr at `epoch` for groups 1, 2, ...: lr_at with each group's base lr in place of
@@ -391,6 +395,8 @@ class CosineAnnealingLR : public detail::LRScheduler<Opt, CosineAnnealingLR<Opt>
 /// (SGDR): the cosine restarts after T_0 epochs, then after T_0 T_mult, T_0 T_mult^2, ...; T_cur counts
 /// the epochs since the last restart and T_i is the current period (as torch's step() advances them).
 /// Example: `kiln::optim::CosineAnnealingWarmRestarts sched(opt, /*T_0=*/10, /*T_mult=*/2, /*eta_min=*/1e-5);`
+/// Per batch, as torch documents it: `sched.step(epoch + double(i) / iters)` after each opt.step() (the
+/// fraction is kept: a later step() goes on from 2.75 to 3.75).
 template <lr_optimizer Opt>
 class CosineAnnealingWarmRestarts : public detail::LRScheduler<Opt, CosineAnnealingWarmRestarts<Opt>> {
   using base = detail::LRScheduler<Opt, CosineAnnealingWarmRestarts<Opt>>;
@@ -406,8 +412,37 @@ class CosineAnnealingWarmRestarts : public detail::LRScheduler<Opt, CosineAnneal
                        std::to_string(T_mult));
     this->apply();
   }
+  using base::step;
+  /// Moves to a fractional epoch, torch's step(epoch): T_cur is epoch's place in its period, fraction
+  /// included, and last_epoch() its whole part. The fraction stays until the next step(epoch) or
+  /// set_last_epoch: step() adds 1 to it, as torch's T_cur += 1. A negative or non-finite epoch throws
+  /// ValueError and changes nothing.
+  void step(double epoch) {
+    if (!(epoch >= 0.0) || !std::isfinite(epoch))
+      throw ValueError("kiln::optim::CosineAnnealingWarmRestarts::step: Expected non-negative epoch, but got " +
+                       kiln::detail::shortest_text(epoch));
+    const double whole = std::floor(epoch);
+    if (whole >= 0x1p63)
+      throw ValueError("kiln::optim::CosineAnnealingWarmRestarts::step: epoch " + kiln::detail::shortest_text(epoch) +
+                       " is past int64's range");
+    step_to(static_cast<std::int64_t>(whole), epoch - whole);
+  }
+  /// Jumps to a whole epoch (the fraction a step(epoch) kept goes), as the base's set_last_epoch.
+  void set_last_epoch(std::int64_t epoch) {
+    const double kept = fraction_;
+    fraction_ = 0.0;
+    try {
+      base::set_last_epoch(epoch);
+    } catch (...) {
+      fraction_ = kept;  // a refused epoch changes nothing
+      throw;
+    }
+  }
+  /// The fraction of an epoch a step(epoch) left (0 otherwise): T_cur is that much past last_epoch()'s.
+  double epoch_fraction() const { return fraction_; }
   /// O(1) for T_mult 1 (a remainder), O(log epoch) otherwise (one period per restart); a period past
-  /// int64's range ends the walk (it outlasts any epoch) instead of overflowing.
+  /// int64's range ends the walk (it outlasts any epoch) instead of overflowing. The fraction a
+  /// step(epoch) kept is added within the period (it is below 1, every period a whole number of epochs).
   double lr_at(std::int64_t epoch) const {
     std::int64_t t_cur = epoch < 0 ? 0 : epoch;
     double t_i = static_cast<double>(t0_);
@@ -424,7 +459,7 @@ class CosineAnnealingWarmRestarts : public detail::LRScheduler<Opt, CosineAnneal
         t_i = static_cast<double>(period);
       }
     }
-    const double c = std::cos(std::numbers::pi * static_cast<double>(t_cur) / t_i);
+    const double c = std::cos(std::numbers::pi * (static_cast<double>(t_cur) + fraction_) / t_i);
     return eta_min_ + (this->base_lr() - eta_min_) * (1.0 + c) / 2.0;
   }
   std::int64_t T_0() const { return t0_; }
@@ -432,8 +467,14 @@ class CosineAnnealingWarmRestarts : public detail::LRScheduler<Opt, CosineAnneal
   double eta_min() const { return eta_min_; }
 
  private:
+  void step_to(std::int64_t epoch, double fraction) {
+    this->check_order();
+    fraction_ = fraction;
+    this->apply(epoch);
+  }
   std::int64_t t0_, t_mult_;
   double eta_min_;
+  double fraction_ = 0.0;
 };
 
 /// lr = base_lr * lr_lambda(epoch), torch.optim.lr_scheduler.LambdaLR: any schedule as a function of

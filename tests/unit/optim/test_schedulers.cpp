@@ -488,6 +488,56 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cosine_annealing_warm_restarts_matches_pytorch, D,
   BOOST_TEST(sched.lr_at(27) < sched.lr_at(26));
 }
 
+// torch's per-batch use, step(epoch + i / iters), then step() from a fractional epoch (T_cur goes on
+// from 2.75 to 3.75, across a restart), a jump forward, one back: lr and last_epoch against torch's.
+BOOST_AUTO_TEST_CASE_TEMPLATE(cosine_annealing_warm_restarts_steps_to_fractional_epochs_as_pytorch, D,
+                              kiln::test::devices) {
+  static const json j = parity::load("schedulers.json");
+  for (const auto& want : j.at("warm_restarts_fractional")) {
+    BOOST_TEST_CONTEXT(want.at("name").get<std::string>()) {
+      OneParameter<D> o;
+      kiln::optim::CosineAnnealingWarmRestarts sched(o.opt, want.at("T_0").get<std::int64_t>(),
+                                                     want.at("T_mult").get<std::int64_t>(),
+                                                     want.at("eta_min").get<double>());
+      const auto& calls = want.at("calls");
+      const auto lr = want.at("lr").get<std::vector<double>>();
+      const auto last_epoch = want.at("last_epoch").get<std::vector<std::int64_t>>();
+      BOOST_REQUIRE_EQUAL(lr.size(), calls.size() + 1);
+      BOOST_TEST(sched.get_last_lr() == lr[0], boost::test_tools::tolerance(rtol));
+      for (std::size_t k = 0; k < calls.size(); ++k) {
+        o.opt.step();
+        if (calls[k].is_null()) sched.step();
+        else sched.step(calls[k].get<double>());
+        BOOST_TEST_CONTEXT("call " << k << ": step(" << calls[k].dump() << ")") {
+          BOOST_TEST(sched.get_last_lr() == lr[k + 1], boost::test_tools::tolerance(rtol));
+          BOOST_TEST(o.opt.lr() == sched.get_last_lr());
+          BOOST_TEST(sched.last_epoch() == last_epoch[k + 1]);
+        }
+      }
+    }
+  }
+  // A refused epoch changes nothing; set_last_epoch drops the fraction.
+  OneParameter<D> o;
+  kiln::optim::CosineAnnealingWarmRestarts sched(o.opt, 4, 2);
+  o.opt.step();
+  sched.step(2.5);
+  const double at = sched.get_last_lr();
+  const auto says = [](const std::string& part) {
+    return [part](const kiln::ValueError& e) { return std::string(e.what()).find(part) != std::string::npos; };
+  };
+  for (const double bad : {-0.25, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(), 1e19})
+    BOOST_CHECK_EXCEPTION(sched.step(bad), kiln::ValueError, says("kiln::optim::CosineAnnealingWarmRestarts::step: "));
+  BOOST_CHECK_EXCEPTION(sched.step(-1.0), kiln::ValueError, says("Expected non-negative epoch, but got -1"));
+  BOOST_CHECK_THROW(sched.set_last_epoch(-1), kiln::ValueError);
+  BOOST_TEST(sched.get_last_lr() == at);
+  BOOST_TEST(sched.epoch_fraction() == 0.5);
+  BOOST_TEST(sched.last_epoch() == 2);
+  sched.set_last_epoch(2);
+  BOOST_TEST(sched.epoch_fraction() == 0.0);
+  BOOST_TEST(sched.get_last_lr() == sched.lr_at(2));
+  BOOST_TEST(sched.get_last_lr() > at);
+}
+
 // Far epochs: T_mult 1 takes the remainder (the walk was one step per period: 3e9 steps here), and a
 // period that would pass int64 ends the walk (T_0 1000, T_mult 1e16: the second period is 1e19).
 BOOST_AUTO_TEST_CASE_TEMPLATE(cosine_annealing_warm_restarts_reaches_far_epochs, D, kiln::test::devices) {
