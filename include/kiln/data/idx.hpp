@@ -111,10 +111,6 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path, Needed needed
   }
   return bytes;
 }
-inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
-  bool cut = false;
-  return read_file_bytes(path, [](const std::vector<std::uint8_t>&) { return SIZE_MAX; }, &cut);
-}
 
 inline std::uint32_t big_endian_u32(const std::uint8_t* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
