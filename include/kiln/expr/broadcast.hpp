@@ -84,7 +84,8 @@ auto broadcast_to(const E& e, const Extents<Out>& out) {
     // Same static shape: the node reads e at the output's index, so run-time extents must be equal.
     if (!(e.extents() == out))
       throw ShapeError("kiln: shape mismatch: extents " + to_string(e.extents()) + " and " + to_string(out) +
-                       " must be equal (an operand of the same static shape is not broadcast at run time)");
+                       " must be equal (an operand of the same static shape is not broadcast at run time: "
+                       "give a dimension to broadcast a static 1, Shape<dyn, 1> rather than Shape<dyn, dyn>)");
     return e;
   } else {
     return Broadcast<E, Out>(e, out);

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "kiln/expr/binary.hpp"
 #include "kiln/expr/broadcast.hpp"
@@ -132,6 +133,10 @@ KILN_UNARY_FUNCTION(abs, Abs)
 template <operand C, operand_or_number A, operand_or_number B>
 auto where(const C& c, const A& a, const B& b) {
   auto cc = as_expr(c);
+  // >>> Stopped here? The condition is a comparison (x > 0) or a bool tensor, as torch.where's. <<<
+  static_assert(std::is_same_v<typename decltype(cc)::value_type, bool>,
+                "kiln::where: the condition must be bool-valued (x > 0.0f, a Tensor<bool, ...>), as torch.where's; "
+                "for a number tensor m, where(m != 0, a, b)");
   // Two numbers: float if either is floating, else int64 (bool for two bools), as torch.where.
   using Integers = std::conditional_t<std::is_same_v<A, bool> && std::is_same_v<B, bool>, bool, std::int64_t>;
   using Numbers =
@@ -205,6 +210,27 @@ Tensor<T, S, D>& operator*=(Tensor<T, S, D>& t, const Y& y) {
 template <class T, class S, class D, operand_or_number Y>
 Tensor<T, S, D>& operator/=(Tensor<T, S, D>& t, const Y& y) {
   return detail::assign_in_place(t, t / y);
+}
+// A temporary view is written in place too, as torch's `x[:, 1:3] += 1`: `x.slice(1, 3) += 1.0f;`.
+template <class T, class S, class D, operand_or_number Y>
+Tensor<T, S, D> operator+=(Tensor<T, S, D>&& t, const Y& y) {
+  detail::assign_in_place(t, t + y);
+  return std::move(t);
+}
+template <class T, class S, class D, operand_or_number Y>
+Tensor<T, S, D> operator-=(Tensor<T, S, D>&& t, const Y& y) {
+  detail::assign_in_place(t, t - y);
+  return std::move(t);
+}
+template <class T, class S, class D, operand_or_number Y>
+Tensor<T, S, D> operator*=(Tensor<T, S, D>&& t, const Y& y) {
+  detail::assign_in_place(t, t * y);
+  return std::move(t);
+}
+template <class T, class S, class D, operand_or_number Y>
+Tensor<T, S, D> operator/=(Tensor<T, S, D>&& t, const Y& y) {
+  detail::assign_in_place(t, t / y);
+  return std::move(t);
 }
 
 }  // namespace kiln

@@ -94,9 +94,10 @@ class TensorPrinter {
 
   /// The bracketed values (no `tensor(` prefix); `indent` is the prefix's length.
   std::string body(int indent) const { return v_.extents.empty() ? element(0) : tensor_str(0, 0, indent); }
-  /// A sci_mode the options force, once the widths are measured in the mode chosen (as torch does).
+  /// A sci_mode the options force, once the widths are measured in the mode chosen (as torch does);
+  /// not where no value is finite and nonzero (torch's _Formatter returns before it looks: `[0., nan, inf]`).
   void force_sci_mode(std::optional<bool> sci) {
-    if (sci) sci_mode_ = *sci;
+    if (sci && measured_) sci_mode_ = *sci;
   }
 
  private:
@@ -142,6 +143,7 @@ class TensorPrinter {
       if (x != std::ceil(x)) int_mode_ = false;
     }
     if (!any) return;
+    measured_ = true;
     sci_mode_ = hi / lo > 1000.0 || hi > 1.0e8 || (!int_mode_ && lo < 1.0e-4);
     for (index_t i : kept) {
       const double x = v_.real[static_cast<std::size_t>(i)];
@@ -201,6 +203,7 @@ class TensorPrinter {
   const int line_width_, precision_;
   std::vector<index_t> strides_;
   bool summarize_ = false, int_mode_ = true, sci_mode_ = false;
+  bool measured_ = false;  // a finite nonzero value was seen: the formats were chosen from the values
   std::size_t width_ = 1;
 };
 

@@ -199,4 +199,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_dynamic_extent_of_one_broadcasts_against_a_stati
   BOOST_CHECK_EXCEPTION(wrong + m, kiln::ShapeError, kt::message_contains({"[2, 3]", "[4, 3]"}));
 }
 
+// An operand whose static shape is the result's is not broadcast at run time (design.md): a column
+// [3, 1] typed Shape<dyn, dyn> against a bias [4] is a ShapeError that says how to type it (torch: [3, 4]);
+// typed Shape<dyn, 1>, it broadcasts.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_dynamic_extent_of_one_in_the_results_own_shape_says_to_make_it_static, D,
+                              kiln::test::devices) {
+  const auto column = kt::make_tensor<D>(std::vector<float>{1, 2, 3}, Extents<Shape<dyn, dyn>>(3, 1));
+  const auto bias = kt::make_tensor<D>(std::vector<float>{10, 20, 30, 40}, Extents<Shape<dyn>>(4));
+  BOOST_CHECK_EXCEPTION(column + bias, kiln::ShapeError,
+                        kt::message_contains({"[3, 1]", "[3, 4]", "a static 1, Shape<dyn, 1>"}));
+  const auto typed = kt::make_tensor<D>(std::vector<float>{1, 2, 3}, Extents<Shape<dyn, 1>>(3));
+  BOOST_TEST(kt::all_equal(kiln::eval(typed + bias).to_vector(),
+                           std::vector<float>{11, 21, 31, 41, 12, 22, 32, 42, 13, 23, 33, 43}));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

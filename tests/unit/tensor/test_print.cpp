@@ -267,6 +267,10 @@ BOOST_AUTO_TEST_CASE(set_printoptions_changes_what_later_prints_show_as_torchs_d
              "tensor([1.5000e+00, 2.2500e+00, 1.0000e+03])");
   kiln::set_printoptions({.precision = 1, .sci_mode = true});
   BOOST_TEST(kiln::to_string(cpu<float, Shape<3>>({1.0f, 2.0f, 3.0f})) == "tensor([1.0e+00, 2.0e+00, 3.0e+00])");
+  // No finite nonzero value: torch's formatter stops before the forced mode (sci_mode=True).
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  BOOST_TEST(kiln::to_string(cpu<float, Shape<3>>({0.0f, nan, inf})) == "tensor([0., nan, inf])");
+  BOOST_TEST(kiln::to_string(cpu<float, Shape<2>>({0.0f, -0.0f})) == "tensor([0., -0.])");
   // Forced off, the widths are still those of the mode torch would have chosen (scientific here).
   kiln::set_printoptions({.sci_mode = false});
   BOOST_TEST(kiln::to_string(cpu<float, Shape<3>>({1e-5f, 1.0f, 2000.0f})) ==

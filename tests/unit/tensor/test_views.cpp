@@ -54,6 +54,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(copy_assignment_writes_values_and_move_assignment_
   Tensor<float, Shape<2, 3>, D> self = c;
   self = self;  // self-assignment is a no-op
   BOOST_TEST(kiln::test::all_equal(self.to_vector(), iota(6)));
+
+  // A temporary view on the right is moved in too: t becomes a view of x (torch's t = x[0:2]), and
+  // writing t writes x (docs/tensors.md); clone() copies.
+  auto x = kiln::test::make_tensor<D>(iota(12), Extents<Shape<dyn, 3>>(4));
+  Tensor<float, Shape<dyn, 3>, D> t(4), copied(2);
+  t = x.slice(0, 2);
+  copied = x.slice(0, 2).clone();
+  BOOST_TEST(t.size(0) == 2);
+  BOOST_TEST(t.shares_storage_with(x));
+  BOOST_TEST(!copied.shares_storage_with(x));
+  t = 0.0f;
+  BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{0, 0, 0, 0, 0, 0, 6, 7, 8, 9, 10, 11}));
+  BOOST_TEST(kiln::test::all_equal(copied.to_vector(), std::vector<float>{0, 1, 2, 3, 4, 5}));
 }
 
 // libtorch's rule: a temporary view on the left (a slice, a reshape) is written into, whatever the right
@@ -75,6 +88,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_temporary_view_is_written_into_by_a_temporary_te
   named = kiln::eval(x * 10.0f);
   BOOST_TEST(!named.shares_storage_with(x));
   BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{4, 6, 2, 4, 6}));
+  // Compound assignment writes a temporary view in place (torch: x[1:3] += 1), with broadcasting.
+  x.slice(1, 3) += 1.0f;
+  x.slice(0, 2) *= kiln::test::make_tensor<D>(std::vector<float>{2, 3}, Extents<Shape<dyn>>(2));
+  (x.slice(3, 5) -= 1.0f) /= 2.0f;
+  BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{8, 21, 3, 1.5f, 2.5f}));
+  auto rows = kiln::test::make_tensor<D>(iota(6), Extents<Shape<dyn, 3>>(2));
+  rows.slice(1, 2) += kiln::Tensor<float, Shape<3>, D>::from({10, 20, 30});
+  BOOST_TEST(kiln::test::all_equal(rows.to_vector(), std::vector<float>{0, 1, 2, 13, 24, 35}));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(reshape_views_the_same_storage, D, kiln::test::devices) {
