@@ -57,8 +57,10 @@
 #endif
 
 // The half-precision types come from CUDA's headers when they are on the include path (they work in
-// plain host code), so a Tensor<__half> means the same type in .cpp and .cu translation units.
-#if defined(__has_include)
+// plain host code), so a Tensor<__half> means the same type in .cpp and .cu translation units. Without
+// them, kiln's own stand-ins (core/half.hpp). -DKILN_HAS_CUDA_HALF=0 takes the stand-ins anyway, in a
+// program without CUDA translation units (tests/unit/halfless checks them on a machine with the toolkit).
+#if !defined(KILN_HAS_CUDA_HALF) && defined(__has_include)
 #if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
 #define KILN_HAS_CUDA_HALF 1
 #endif

@@ -22,8 +22,9 @@ inline std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) {
   const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
   return (a & m) | (b & ~m);
 }
-/// binary16 bits -> float, exact for every value (subnormals, inf, NaN): the exponent is rebased with one
-/// integer add, and a subnormal is renormalised by one float subtraction (no loop). Branch-free: all
+/// binary16 bits -> float, exact for every value (subnormals, inf; a NaN keeps its sign and payload and
+/// comes out quiet, as torch's loads): the exponent is rebased with one integer add, and a subnormal is
+/// renormalised by one float subtraction (no loop). Branch-free: all
 /// three cases are computed and one is selected, so a loop that loads half vectorises. The host path of
 /// to_compute (CUDA's host __half2float is several times slower, and it is on every load on a CPU).
 inline float half_bits_to_float(std::uint16_t h) {
@@ -31,7 +32,8 @@ inline float half_bits_to_float(std::uint16_t h) {
   const std::uint32_t magnitude = static_cast<std::uint32_t>(h & 0x7fffu) << 13;
   const std::uint32_t e = magnitude & exponent;
   const std::uint32_t normal = magnitude + ((127u - 15u) << 23);      // rebias
-  const std::uint32_t special = normal + ((128u - 16u) << 23);        // inf or NaN: exponent all ones too
+  const std::uint32_t special = (normal + ((128u - 16u) << 23))       // inf or NaN: exponent all ones too,
+                               | (static_cast<std::uint32_t>((magnitude & 0x007fe000u) != 0) << 22);  // quiet
   const std::uint32_t shifted = normal + (1u << 23);                  // zero or subnormal 2^-14 0.m as
   float f;                                                            // 2^-14 1.m ...
   std::memcpy(&f, &shifted, 4);
@@ -122,17 +124,22 @@ using half = __half;              ///< IEEE binary16; CUDA's type, usable in hos
 using bfloat16 = __nv_bfloat16;  ///< bfloat16; CUDA's type, usable in host code too.
 #else
 namespace detail {
-/// Storage-only stand-ins used when no CUDA headers exist: round-to-nearest-even conversions.
+/// Storage-only stand-ins used when no CUDA headers exist: round-to-nearest-even conversions, from any
+/// number rounded once (a double is not rounded to float first), as CUDA's __half(double).
 struct half_bits {
   std::uint16_t bits;
   half_bits() = default;
-  half_bits(float f) : bits(float_to_half_bits(f)) {}
+  template <class V>
+    requires std::is_arithmetic_v<V>
+  half_bits(V v) : bits(float_to_half_bits(narrow_to_odd(v))) {}  // NOLINT: implicit, as __half's
   operator float() const { return half_bits_to_float(bits); }
 };
 struct bfloat16_bits {
   std::uint16_t bits;
   bfloat16_bits() = default;
-  bfloat16_bits(float f) : bits(float_to_bfloat16_bits(f)) {}
+  template <class V>
+    requires std::is_arithmetic_v<V>
+  bfloat16_bits(V v) : bits(float_to_bfloat16_bits(narrow_to_odd(v))) {}  // NOLINT
   operator float() const { return bfloat16_bits_to_float(bits); }
 };
 }  // namespace detail

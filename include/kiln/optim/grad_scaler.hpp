@@ -272,18 +272,17 @@ class GradScaler {
     } else {
       if (!o_.enabled) return true;
       if (capturable()) check_steps_on_device(opt);  // as step() would, before the gradients change
-      PerOptimizer& s = state_of(&opt);
-      if (s.stepped)
-        throw Error(
-            "kiln::optim::GradScaler::unscale_: called after step(); unscale before step(), and call "
-            "update() to end the iteration");
-      if (s.unscaled)
-        throw Error(
-            "kiln::optim::GradScaler::unscale_: already called for this optimizer since the last "
-            "update(); call it once per iteration (step() uses its result)");
-      s.found_inf = unscale_and_check_all(opt);
-      s.unscaled = true;
-      return !s.found_inf;
+      if (const PerOptimizer* known = find_state(&opt)) {
+        if (known->stepped)
+          throw Error(
+              "kiln::optim::GradScaler::unscale_: called after step(); unscale before step(), and call "
+              "update() to end the iteration");
+        if (known->unscaled)
+          throw Error(
+              "kiln::optim::GradScaler::unscale_: already called for this optimizer since the last "
+              "update(); call it once per iteration (step() uses its result)");
+      }
+      return !record_unscale(opt).found_inf;
     }
   }
 
@@ -301,27 +300,27 @@ class GradScaler {
         return true;
       }
       if (capturable()) check_steps_on_device(opt);  // before the gradients change
-      PerOptimizer& s = state_of(&opt);
-      if (s.stepped)
+      const PerOptimizer* known = find_state(&opt);
+      if (known && known->stepped)
         throw Error(
             "kiln::optim::GradScaler::step: already called for this optimizer since the last update(); "
             "call update() once per iteration, after step()");
-      if (!s.unscaled) {
-        s.found_inf = unscale_and_check_all(opt);
-        s.unscaled = true;
-      }
+      const bool found_inf = known && known->unscaled ? known->found_inf : record_unscale(opt).found_inf;
+      // Marked stepped once the step (or the skip) is done: a step that throws can be called again, as
+      // torch's stage turns STEPPED only after optimizer.step() returns.
       if (capturable()) {
         step_on_device(opt);
-        s.stepped = true;
+        state_of(&opt).stepped = true;
         return true;
       }
-      s.stepped = true;
-      if (s.found_inf) {
+      if (found_inf) {
+        state_of(&opt).stepped = true;
         ++skipped_;
         if constexpr (requires { opt.count_skipped_step(); }) opt.count_skipped_step();  // a scheduler may follow
         return false;
       }
       opt.step();
+      state_of(&opt).stepped = true;
       return true;
     }
   }
@@ -548,9 +547,23 @@ class GradScaler {
     Flag& operator=(Flag&&) = default;
   };
   PerOptimizer& state_of(const void* opt) {
-    for (PerOptimizer& s : per_optimizer_)
-      if (s.optimizer == opt) return s;
+    if (PerOptimizer* s = find_state(opt)) return *s;
     return per_optimizer_.emplace_back(PerOptimizer{opt});
+  }
+  PerOptimizer* find_state(const void* opt) {
+    for (PerOptimizer& s : per_optimizer_)
+      if (s.optimizer == opt) return &s;
+    return nullptr;
+  }
+  /// Unscales and checks opt's gradients, then records the result: an unscale that throws (a scale whose
+  /// inverse is no float32) records nothing, so update() does not count it as a finite step.
+  template <class Opt>
+  PerOptimizer& record_unscale(Opt& opt) {
+    const bool found = unscale_and_check_all(opt);
+    PerOptimizer& s = state_of(&opt);
+    s.found_inf = found;
+    s.unscaled = true;
+    return s;
   }
 
   /// unscale_and_check over the optimizer's arena, or over every replica's of a bundle (whether any had

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -641,6 +642,43 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_scale_without_a_float_inverse_is_refused_or_skip
   captured.update();
   BOOST_TEST(captured.skipped_steps() == 1);
   BOOST_TEST(model.parameters().to_vector() == weights, boost::test_tools::per_element());
+}
+
+/// An optimizer whose first step() throws (out of memory, say), then steps as `inner`.
+template <class Opt>
+struct FailsOnce {
+  Opt& inner;
+  int failures = 1;
+  auto& gradients() { return inner.gradients(); }
+  void step() {
+    if (failures-- > 0) throw std::runtime_error("out of memory");
+    inner.step();
+  }
+};
+
+// A step that throws is no step: the scaler's step() may be called again (torch marks the optimizer
+// stepped only after its step() returns), the gradients unscaled once. An unscale that throws records
+// nothing: update() then refuses as after no check (it counted a finite step and could grow the scale).
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_step_or_an_unscale_that_throws_records_no_step, D, kt::devices) {
+  const Batch<D> b;
+  Mlp<D> model(/*seed=*/5), twin(/*seed=*/5);
+  kiln::optim::SGD sgd(model, {.lr = 0.1}), twin_sgd(twin, {.lr = 0.1});
+  FailsOnce<decltype(sgd)> opt{sgd};
+  GradScaler<D> scaler({.init_scale = 4.0, .growth_interval = 1});
+  backward(model, b, scaler.scale());
+  BOOST_TEST(throws_with<std::runtime_error>([&] { scaler.step(opt); }, "out of memory"));
+  BOOST_TEST(scaler.step(opt));  // called again, it steps
+  backward(twin, b, kiln::nn::LossScale(1.0));
+  twin_sgd.step();
+  BOOST_TEST(model.parameters().to_vector() == twin.parameters().to_vector(), boost::test_tools::per_element());
+  scaler.update();
+  BOOST_TEST(scaler.scale() == 8.0);  // one finite step at growth_interval 1
+
+  GradScaler<D> tiny({.init_scale = 2e-39, .growth_interval = 1});  // 1 / 2e-39 is no float32
+  BOOST_TEST(throws_with<kiln::Error>([&] { tiny.unscale_(sgd); }, "whose inverse is not a float32"));
+  BOOST_TEST(throws_with<kiln::Error>([&] { tiny.update(); }, "no inf/NaN check since the last update()"));
+  BOOST_TEST(tiny.scale() == static_cast<double>(2e-39f));
+  BOOST_TEST(tiny.growth_tracker() == 0);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_loss_gradient_scaled_on_the_device_equals_the_host_scaled_one, D, kt::devices) {

@@ -61,6 +61,12 @@ BOOST_AUTO_TEST_CASE(every_half_loads_exactly_and_stores_back_to_itself) {
     const double want = half_value(bits);
     if (std::isnan(want)) {
       wrong += !std::isnan(f) || !std::isnan(kiln::to_compute(kiln::from_compute<kiln::half>(f)));
+      // A quiet float NaN with the sign and payload, signalling ones quietened, as torch's loads
+      // (0x7c01 -> 0x7fc02000).
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      wrong += u != ((static_cast<std::uint32_t>(bits & 0x8000u) << 16) | 0x7fc00000u |
+                     (static_cast<std::uint32_t>(bits & 0x3ffu) << 13));
     } else {
       wrong += static_cast<double>(f) != want || std::signbit(f) != std::signbit(want);
       wrong += bits_of(kiln::from_compute<kiln::half>(f)) != bits;
@@ -129,6 +135,12 @@ BOOST_AUTO_TEST_CASE(doubles_and_wide_integers_round_once) {
   BOOST_TEST(kiln::to_compute(kiln::from_compute<kiln::half>(std::int32_t{2051})) == 2052.0f);
   // long double, compared in its own type: 1 + 2^-11 + 2^-60 is past the tie (a double would drop 2^-60).
   BOOST_TEST(kiln::to_compute(kiln::from_compute<kiln::half>(1.0L + 0x1p-11L + 0x1p-60L)) == 1.0f + 0x1p-10f);
+  // Constructed from a double (`kiln::half h = x;`), also once: CUDA's types and kiln's stand-ins
+  // (tests/unit/halfless) alike.
+  const kiln::half direct = 1 + 0x1p-11 + 0x1p-40;
+  BOOST_TEST(bits_of(direct) == 0x3c01);
+  const kiln::bfloat16 direct_bf = 1 + 0x1p-8 + 0x1p-40;
+  BOOST_TEST(kiln::to_compute(direct_bf) == 1.0078125f);
   // Past float's range: inf, as the value itself rounds to in both types.
   BOOST_TEST(std::isinf(bf(1e39)));
   BOOST_TEST(bf(3.39e38) == 0x1.fep127f);  // bfloat16's largest finite value, 3.3895e38
