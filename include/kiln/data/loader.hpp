@@ -127,6 +127,7 @@ class DataLoader {
   void set_sampler(Sampler s) {
     check_sampler(s);
     sampler_ = std::move(s);
+    warn_if_every_epoch_is_empty();  // a rank's share may be smaller than the batch
   }
   const Sampler& sampler() const { return sampler_; }
   /// The epoch the next iteration runs (DistributedSampler.set_epoch).
@@ -372,12 +373,17 @@ class DataLoader {
       throw ValueError("kiln::data::DataLoader: prefetch_factor " + std::to_string(o_.prefetch_factor) +
                        " needs worker threads (num_workers > 0); without them batches are made when asked for");
     pin_ = o_.pin_memory && pinning_available();
-    if (o_.drop_last && samples() > 0 && size() == 0)  // allowed, as in torch, but never what was meant
+    warn_if_every_epoch_is_empty();
+  }
+  /// drop_last with a batch larger than an epoch's samples: allowed, as in torch, but never what was meant.
+  void warn_if_every_epoch_is_empty() const {
+    if (o_.drop_last && samples() > 0 && size() == 0)
       kiln::warn("kiln::data::DataLoader: drop_last with batch_size " + std::to_string(o_.batch_size) + " over " +
                  std::to_string(samples()) + " samples an epoch drops them all: every epoch is empty");
   }
   /// A DistributedSampler without world_size and rank (or with a rank outside it), or a RandomSampler with
-  /// a negative num_samples or over an empty dataset, throws here, not at the first epoch.
+  /// a negative num_samples or over an empty dataset without num_samples, throws here, not at the first
+  /// epoch (with num_samples, at the first epoch, as torch's).
   void check_sampler(const Sampler& s) const {
     const auto check = [n = ds_->size()](const auto& one) {
       if constexpr (requires { one.check(); }) one.check();

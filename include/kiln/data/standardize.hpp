@@ -101,14 +101,15 @@ class Standardizer {
     return fit(rows, features);
   }
 
-  /// rows[i, j] = (rows[i, j] - mean[j]) / scale[j] for every row (row-major, features() per row).
+  /// rows[i, j] = (rows[i, j] - mean[j]) / scale[j] for every row (row-major, features() per row). An
+  /// infinite value throws ValueError naming it before any is changed (sklearn checks first too).
   void transform(std::span<float> rows) const {
     check_fitted("transform", rows.size());
     const std::size_t f = mean_.size();
-    for (std::size_t k = 0; k < rows.size(); ++k) {
+    for (std::size_t k = 0; k < rows.size(); ++k)
       if (std::isinf(rows[k])) throw ValueError(where("transform", k / f, k % f, rows[k]));
+    for (std::size_t k = 0; k < rows.size(); ++k)
       rows[k] = static_cast<float>((static_cast<double>(rows[k]) - mean_[k % f]) / scale_[k % f]);
-    }
   }
 
   /// The inverse map: rows[i, j] = rows[i, j] * scale[j] + mean[j].

@@ -17,6 +17,7 @@
 #include "kiln/core/number_text.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/core/warning.hpp"
 #include "kiln/data/dataset.hpp"
 
 namespace kiln::data {
@@ -118,6 +119,10 @@ inline std::vector<index_t> split_lengths(index_t n, std::span<const double> fra
     taken += lengths.back();
   }
   for (index_t i = 0; i < n - taken; ++i) ++lengths[static_cast<std::size_t>(i) % lengths.size()];
+  for (std::size_t k = 0; k < lengths.size(); ++k)  // as torch warns
+    if (lengths[k] == 0)
+      kiln::warn("kiln::data::random_split: part " + std::to_string(k) + " (fraction " + fraction_text(fractions[k]) +
+                 ") gets none of the " + std::to_string(n) + " samples: an empty Subset");
   return lengths;
 }
 }  // namespace detail
@@ -175,7 +180,17 @@ std::vector<Subset<D>> random_split(const D& d, std::initializer_list<T> parts, 
   static_assert(std::is_arithmetic_v<T>,
                 "kiln::data::random_split: parts must be numbers: fractions such as "
                 "{0.8, 0.2} or lengths such as {400, 106}");
-  if constexpr (std::is_floating_point_v<T>)
+  if constexpr (std::is_same_v<T, float>) {
+    // Each float as the decimal it was written as ({0.8f, 0.2f} is {0.8, 0.2}; widened, 0.800000011920929
+    // and 0.200000002980232 sum past 1 and are refused).
+    std::vector<double> fractions;
+    for (const float v : parts) {
+      double exact = v;
+      kiln::detail::parse_whole(kiln::detail::shortest_text(v), exact);
+      fractions.push_back(exact);
+    }
+    return random_split(d, fractions, seed);
+  } else if constexpr (std::is_floating_point_v<T>)
     return random_split(d, std::vector<double>(parts.begin(), parts.end()), seed);
   else
     return random_split(d, std::vector<index_t>(parts.begin(), parts.end()), seed);

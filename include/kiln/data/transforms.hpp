@@ -35,6 +35,17 @@ class SampleRng {
 /// work alike and Normalize moves to the device: DeviceLoader's ScaleNormalize). Compose them with
 /// Compose<...>.
 
+namespace detail {
+/// A transform called by hand on a span that is not one sample of S throws ValueError (it would read and
+/// write past the span); the loader always gives one.
+template <class S>
+void require_one_sample(std::size_t size, const char* who) {
+  if (size != static_cast<std::size_t>(S::static_numel()))
+    throw ValueError(std::string("kiln::data::") + who + ": the span holds " + std::to_string(size) +
+                     " values; expected one sample of " + std::to_string(S::static_numel()));
+}
+}  // namespace detail
+
 /// Does nothing (the loader's default).
 struct Identity {
   template <class S, class E>
@@ -52,6 +63,7 @@ struct Normalize {
     static_assert(std::is_same_v<E, float>,
                   "kiln::data::Normalize works on float samples; a Bytes<...> dataset's batches are scaled and "
                   "normalised where they land: DeviceLoader(loader, ScaleNormalize{255, mean, std})");
+    detail::require_one_sample<S>(x.size(), "Normalize");
     const index_t channels = S::extents[0];
     const auto n = static_cast<index_t>(x.size()), plane = n / channels;
     const auto fits = [&](const std::vector<float>& v) {
@@ -80,6 +92,7 @@ struct RandomHorizontalFlip {
   template <class S, class E>
   void apply(std::span<E> x, SampleRng& rng) const {
     static_assert(S::rank == 3, "kiln::data::RandomHorizontalFlip: samples must be images [C, H, W]");
+    detail::require_one_sample<S>(x.size(), "RandomHorizontalFlip");
     if (rng.uniform() >= p) return;
     constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
     for (index_t r = 0; r < C * H; ++r) {
@@ -110,6 +123,7 @@ struct RandomCrop {
   void apply(std::span<E> x, SampleRng& rng) const {
     static_assert(S::rank == 3, "kiln::data::RandomCrop: samples must be images [C, H, W]");
     constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
+    detail::require_one_sample<S>(x.size(), "RandomCrop");
     check<E>(H, W);
     const index_t dy = rng.below(2 * padding + 1) - padding, dx = rng.below(2 * padding + 1) - padding;
     if (dy == 0 && dx == 0) return;

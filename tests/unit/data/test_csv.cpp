@@ -27,6 +27,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/warnings.hpp"
+
 namespace {
 namespace fs = std::filesystem;
 using kiln::index_t;
@@ -440,6 +442,7 @@ BOOST_AUTO_TEST_CASE(standardizer_takes_nan_for_missing_and_refuses_infinity_as_
                         value_error_says({"Standardizer::fit: row 1, feature 1 is -inf; expected finite values"}));
   BOOST_CHECK_EXCEPTION(s.transform(with_inf), kiln::ValueError,
                         value_error_says({"Standardizer::transform: row 1, feature 1 is -inf"}));
+  BOOST_TEST(with_inf == (std::vector<float>{1, 2, 3, -inf}), boost::test_tools::per_element());  // untouched
   std::vector<float> empty_feature{1, nan, 2, nan};
   BOOST_CHECK_EXCEPTION(Standardizer::fit(empty_feature, 2), kiln::ValueError,
                         value_error_says({"feature 1 is NaN in every row fitted on"}));
@@ -518,6 +521,20 @@ BOOST_AUTO_TEST_CASE(random_split_lengths_follow_pytorch) {
   BOOST_TEST(quarters[1].size() == 3);
   BOOST_TEST(quarters[2].size() == 3);
   BOOST_TEST(quarters[3].size() == 2);
+  // Float fractions as written: {0.8f, 0.2f} widened sum to 1.0000000149 (refused), read as 0.8 and 0.2.
+  const auto floats = kiln::data::random_split(d, {0.8f, 0.2f}, 0);
+  BOOST_TEST(floats[0].indices() == parts[0].indices(), boost::test_tools::per_element());
+  BOOST_TEST(floats[1].indices() == parts[1].indices(), boost::test_tools::per_element());
+  BOOST_CHECK_THROW(kiln::data::random_split(d, {0.8f, 0.3f}, 0), kiln::ValueError);
+  {  // A fraction that gets no sample: torch's warning ("Length of split at index 1 is 0").
+    const kiln::test::CollectWarnings w;
+    auto three = numbered(3);
+    const auto empty = kiln::data::random_split(three, {0.9, 0.1}, 0);  // floors 2, 0; the 1 left to part 0
+    BOOST_TEST(empty[1].size() == 0);
+    BOOST_TEST(w.count() == 1u);
+    BOOST_TEST(w.messages().at(0) ==
+               "kiln::data::random_split: part 1 (fraction 0.1) gets none of the 3 samples: an empty Subset");
+  }
   const auto by_length = kiln::data::random_split(eleven, {4, 0, 7}, 1);
   BOOST_TEST(by_length[0].size() == 4);
   BOOST_TEST(by_length[1].size() == 0);

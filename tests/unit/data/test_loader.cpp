@@ -187,6 +187,11 @@ BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
   BOOST_TEST(epoch(none).first.empty());
   kd::DataLoader dropping_some(ds, {.batch_size = 10, .drop_last = true});
   BOOST_TEST(w.count() == 1u);  // one whole batch: nothing to say
+  dropping_some.set_sampler(kd::DistributedSampler{.world_size = 2, .rank = 0});  // 5 samples a rank
+  BOOST_TEST(w.count() == 2u);
+  BOOST_TEST(w.messages().at(1) ==
+             "kiln::data::DataLoader: drop_last with batch_size 10 over 5 samples an epoch drops them all: every "
+             "epoch is empty");
 }
 
 BOOST_AUTO_TEST_CASE(a_batch_binds_as_x_and_y_like_torchs_for_x_y_in_loader) {
@@ -649,6 +654,18 @@ BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
     BOOST_TEST(found == 1);
   }
   BOOST_TEST(shifts.size() == 9u);
+  // Called by hand on a span that is not one sample: refused before anything is read or written.
+  std::vector<float> short_span(x.begin(), x.end() - 1);
+  const auto one_sample = [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("the span holds 23 values; expected one sample of 24") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION(kd::RandomCrop{.padding = 1}.apply<S>(std::span<float>(short_span), rng), kiln::ValueError,
+                        one_sample);
+  BOOST_CHECK_EXCEPTION(kd::RandomHorizontalFlip{.p = 1.0}.apply<S>(std::span<float>(short_span), rng),
+                        kiln::ValueError, one_sample);
+  BOOST_CHECK_EXCEPTION((kd::Normalize{{1.0f}, {2.0f}}.apply<S>(std::span<float>(short_span), rng)),
+                        kiln::ValueError, one_sample);
+  BOOST_TEST(short_span == std::vector<float>(x.begin(), x.end() - 1), boost::test_tools::per_element());
 }
 
 // RandomCrop's padding modes against numpy.pad(np.arange(12).reshape(3, 4), 2, mode) (the padded
