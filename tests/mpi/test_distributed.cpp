@@ -7,6 +7,7 @@
 // ranks that disagree (world size, model, a failed checkpoint write) all end with an error instead of
 // hanging.
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -183,6 +184,16 @@ BOOST_AUTO_TEST_CASE(frozen_layers_train_like_one_device_and_stay_where_they_wer
   ddp.unfreeze();
   dopt.zero_grad();
   const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(16 * 13, -1, 1, 70), Extents<Row>(16));
+  ddp.backward(knn::MSELoss{}.backward(ddp.forward(share(x, group.rank(), group.size())),
+                                       share(y, group.rank(), group.size())));
+  BOOST_TEST(ddp.buckets_skipped_as_frozen() == 0u);
+  dopt.step();
+  BOOST_TEST(ddp.in_sync());
+  // Frozen by ddp.freeze, unfrozen through ddp.module() (on both ranks): its buckets are averaged again
+  // (they were skipped, and the ranks drifted apart, each stepping its own share's gradient).
+  ddp.freeze(2);
+  ddp.module().unfreeze();
+  dopt.zero_grad();
   ddp.backward(knn::MSELoss{}.backward(ddp.forward(share(x, group.rank(), group.size())),
                                        share(y, group.rank(), group.size())));
   BOOST_TEST(ddp.buckets_skipped_as_frozen() == 0u);
@@ -544,6 +555,24 @@ BOOST_AUTO_TEST_CASE(ranks_that_freeze_different_layers_all_fail) {
   BOOST_TEST(ddp.frozen_layers() == 2u);
   ddp.unfreeze();
   BOOST_TEST(ddp.module().frozen_layers() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(broadcast_parameters_sends_rank_0s_weights_to_every_rank) {
+  // Weights loaded on rank 0 alone (here: filled), BatchNorm's running statistics with them; the
+  // collective puts them on every rank (docs/parallel.md, Checkpoints).
+  Group group({.timeout = test_timeout});
+  Ddp<kiln::test::parallel_models::LeNetBn, Image> ddp(group, 0);
+  if (group.rank() == 0) {
+    ddp.module().parameters().fill(0.25f);
+    ddp.module().buffers().fill(3.0f);
+  }
+  BOOST_TEST(!ddp.in_sync());
+  ddp.broadcast_parameters();
+  BOOST_TEST(ddp.in_sync());
+  const auto p = ddp.module().parameters().to_vector();
+  const auto b = ddp.module().buffers().to_vector();
+  BOOST_TEST(std::all_of(p.begin(), p.end(), [](float v) { return v == 0.25f; }));
+  BOOST_TEST(std::all_of(b.begin(), b.end(), [](float v) { return v == 3.0f; }));
 }
 
 BOOST_AUTO_TEST_CASE(ranks_that_build_different_models_all_fail) {

@@ -2,6 +2,7 @@
 /// own share of the data; gradients averaged over the ranks in buckets while backward still runs, as
 /// torch.nn.parallel.DistributedDataParallel.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -88,9 +89,7 @@ class DistributedDataParallel {
         replicas_(group) {
     model_.set_replica_group(&replicas_);  // SyncBatchNorm layers reduce over the ranks
     check_same_model();
-    group_.broadcast(model_.parameters().data(), model_type::parameter_count, 0, "broadcasting rank 0's parameters");
-    if constexpr (model_type::buffer_count > 0)
-      group_.broadcast(model_.buffers().data(), model_type::buffer_count, 0, "broadcasting rank 0's buffers");
+    broadcast_parameters();
     for (std::size_t b = 0; b < buckets_.size(); ++b)  // what a timeout names; built once, not every step
       labels_.push_back("averaging gradient bucket " + std::to_string(b) + " (" + buckets_[b].parameters.back() + " .. " +
                         buckets_[b].parameters.front() + ")");
@@ -232,6 +231,14 @@ class DistributedDataParallel {
   void eval() { model_.eval(); }
   void zero_grad() { model_.zero_grad(); }
 
+  /// Rank 0's parameters and buffers to every rank, as the constructor does (torch's DDP when it wraps a
+  /// model): after weights were loaded on rank 0 alone (`ddp.module()`), before training. A collective.
+  void broadcast_parameters() {
+    group_.broadcast(model_.parameters().data(), model_type::parameter_count, 0, "broadcasting rank 0's parameters");
+    if constexpr (model_type::buffer_count > 0)
+      group_.broadcast(model_.buffers().data(), model_type::buffer_count, 0, "broadcasting rank 0's buffers");
+  }
+
   /// Whether every rank holds the same parameters, bit for bit (a collective: call it on every rank).
   bool in_sync() {
     const std::uint64_t h = parameter_fingerprint();
@@ -284,7 +291,9 @@ class DistributedDataParallel {
   }
   void start(std::size_t b) {
     const Bucket& k = buckets_[b];
-    if (k.end <= frozen_) {  // frozen layers' gradients only: 0 on every rank (freeze agreed on it)
+    // Frozen layers' gradients only: 0 on every rank (ddp.freeze agreed on it). Layers unfrozen since
+    // through ddp.module() (on every rank, as the same program does) have gradients again: averaged.
+    if (k.end <= std::min(frozen_, model_.frozen_parameter_count())) {
       ++skipped_frozen_;
       return;
     }
