@@ -1,6 +1,7 @@
 // One training epoch, as every training example runs it: forward, loss, backward with the loss gradient
-// scaled by the loss scale / accumulate, an optimizer step through the GradScaler every `accumulate`
-// micro-batches (and after the last), the progress bar.
+// scaled by the loss scale / accumulate (the epoch's last, shorter step: / its micro-batches), an
+// optimizer step through the GradScaler every `accumulate` micro-batches (and after the last), the
+// progress bar.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -47,9 +48,10 @@ std::string scaler_note(const Scaler& scaler) {
 }
 
 /// The epoch loop every trainer shares: `batch(b, weight)` runs forward and backward of batch b with its
-/// loss gradient times `weight` (1 / accumulate: the examples' losses are mean-reduced) and returns the
-/// batch's mean loss; `step()` runs every
-/// `accumulate` batches and after the last. Shows the progress bar.
+/// loss gradient times `weight` (1 / the batches in its step: the examples' losses are mean-reduced, so
+/// a step's gradient is the mean of its batches', also for the epoch's last step when the batches do not
+/// divide by `accumulate`) and returns the batch's mean loss; `step()` runs every `accumulate` batches
+/// and after the last. Shows the progress bar.
 template <class Loader, class Batch, class Step>
 EpochResult run_epoch(Loader& loader, int accumulate, int epoch, int epochs, Batch batch, Step step) {
   const auto t0 = Clock::now();
@@ -57,8 +59,10 @@ EpochResult run_epoch(Loader& loader, int accumulate, int epoch, int epochs, Bat
   Progress progress(epoch + 1, epochs, loader.size());
   double loss_sum = 0;
   long long samples = 0, batches = 0;
+  const long long in_whole_steps = loader.size() / accumulate * accumulate;  // the rest: the last step's
   for (const auto& b : loader) {
-    loss_sum += batch(b, 1.0 / accumulate) * static_cast<double>(b.size());
+    const long long in_step = batches < in_whole_steps ? accumulate : loader.size() - in_whole_steps;
+    loss_sum += batch(b, 1.0 / static_cast<double>(in_step)) * static_cast<double>(b.size());
     if (++batches % accumulate == 0 || batches == loader.size()) step();
     samples += b.size();
     progress.update(batches, loss_sum / static_cast<double>(samples), samples);

@@ -115,7 +115,7 @@ struct FitResult {
 
 /// Trains epochs [start, o.epochs) with MSELoss (start: the epochs `resumed` has done): each epoch shuffles
 /// afresh (set_epoch), steps the optimizer every o.accumulate micro-batches (and after the last batch; each
-/// micro-batch's loss gradient scaled by 1 / o.accumulate), evaluates on `test`, prints `epoch e/E: ...`
+/// micro-batch's loss gradient scaled by 1 / o.accumulate, by 1 / r in a last step of r), evaluates on `test`, prints `epoch e/E: ...`
 /// (see prints_epoch), steps the lr schedule (if any), appends a JSON line to o.metrics and writes
 /// o.checkpoint (when given). With no epoch left, it only evaluates.
 template <class Model, class Optimizer, class Scaler, class TrainLoader, class TestLoader>
