@@ -95,6 +95,12 @@ schedulers.json
                      base_momentum, max_momentum), lr: [float], momentum: [float] (SGD's)} ]
                   CyclicLR on SGD (momentum 0.9, or none): lr[k] and momentum[k] after k scheduler
                   steps, k = 0 .. steps
+  warm_restarts_fractional
+                  [ {name, torch, T_0, T_mult, eta_min, calls: [float or null], lr: [float],
+                     last_epoch: [int]} ]
+                  CosineAnnealingWarmRestarts on SGD from lr 0.1, stepped as calls says (a number:
+                  step(epoch), fractional epochs included; null: step()): lr[k] and last_epoch[k] after
+                  k calls, k = 0 .. len(calls)
 
 clip.json
   torch_version   str
