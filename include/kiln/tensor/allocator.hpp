@@ -27,6 +27,8 @@ struct MemoryStats {
   std::uint64_t num_device_frees = 0;    ///< calls that returned memory to it
   std::uint64_t num_requests = 0;        ///< allocate() calls
   std::uint64_t num_cache_hits = 0;      ///< requests served from the cache
+  std::uint64_t num_alloc_retries = 0;   ///< device allocations retried after freeing the cache (torch's name)
+  std::uint64_t num_ooms = 0;            ///< requests that threw OutOfMemoryError (torch's name)
 };
 
 /// "1.50 GiB"
@@ -69,7 +71,9 @@ using PoolId = std::uint64_t;
 /// 1 MiB; eighths of a power of two above), and a request takes the smallest cached block that fits
 /// within 25% of its size. On CUDA a block is reused only on the stream it was allocated on (each
 /// thread's default stream is its own); a block that another stream also used needs record_use(),
-/// like torch's Tensor.record_stream (kiln's asynchronous copies from and to pinned memory do it).
+/// like torch's Tensor.record_stream (kiln's asynchronous copies from and to pinned memory do it),
+/// unless that stream is the one it is freed on (a tensor handed to another thread and dropped there):
+/// then it waits for the work queued there so far without being asked.
 ///
 /// Private pools (for kiln::cuda::Graph, like the pools of torch.cuda.graph): between begin_pool() and
 /// end_pool(), the thread that began the pool allocates from it, and every block that thread frees then
@@ -101,19 +105,36 @@ class CachingAllocator {
       if (void* p = take_cached(pool->free, stream, size)) return p;
     }
     if (void* p = take_cached(free_, stream, size)) {
-      if (pool != nullptr) owner_[p] = capturing_;  // a block of the shared cache joins the pool
+      if (pool != nullptr) {  // a block of the shared cache joins the pool
+        try {
+          owner_[p] = capturing_;
+        } catch (...) {
+          untake_locked(p);
+          throw;
+        }
+      }
       return p;
     }
     void* p = nullptr;
     if (within_limit(size)) p = raw_.allocate(size, device_);
     if (p == nullptr && pool == nullptr) {  // release what is cached, then try once more (never while
       release_cache_locked();               // capturing: freeing device memory would end the capture)
+      ++stats_.num_alloc_retries;
       if (within_limit(size)) p = raw_.allocate(size, device_);
     }
-    if (p == nullptr) throw OutOfMemoryError(oom_message(bytes));
+    if (p == nullptr) {
+      ++stats_.num_ooms;
+      throw OutOfMemoryError(oom_message(bytes));
+    }
+    try {
+      live_.emplace(p, Block{size, stream});
+      if (pool != nullptr) owner_[p] = capturing_;
+    } catch (...) {  // no memory for the bookkeeping: the block goes back, not lost
+      live_.erase(p);
+      raw_.deallocate(p, device_);
+      throw;
+    }
     ++stats_.num_device_allocs;
-    live_.emplace(p, Block{size, stream});
-    if (pool != nullptr) owner_[p] = capturing_;
     stats_.allocated_bytes += size;
     stats_.reserved_bytes += size;
     update_peaks();
@@ -130,23 +151,28 @@ class CachingAllocator {
     const std::size_t size = b.size;
     stats_.allocated_bytes -= size;
     live_.erase(it);
-    if (!markers_.empty()) {
-      if (auto m = markers_.find(p); m != markers_.end()) {  // a stream may still use it: not before its markers
-        if (drop_reached(m->second)) {
-          markers_.erase(m);
-        } else {
-          // Freed during a capture: the capture's pool gets it when its uses are done, even after the
-          // capture has ended (cache_locked no longer knows it was freed then).
-          if (pool_of_this_thread() != nullptr) {
-            auto o = owner_.find(p);
-            if (o == owner_.end() || !pools_.contains(o->second)) owner_[p] = capturing_;
+    try {
+      if (b.stream != 0 && raw_.stream != nullptr) mark_other_stream_locked(p, b.stream);
+      if (!markers_.empty()) {
+        if (auto m = markers_.find(p); m != markers_.end()) {  // a stream may still use it: not before its markers
+          if (drop_reached(m->second)) {
+            markers_.erase(m);
+          } else {
+            // Freed during a capture: the capture's pool gets it when its uses are done, even after the
+            // capture has ended (cache_locked no longer knows it was freed then).
+            if (pool_of_this_thread() != nullptr) {
+              auto o = owner_.find(p);
+              if (o == owner_.end() || !pools_.contains(o->second)) owner_[p] = capturing_;
+            }
+            pending_.push_back({p, b});
+            return;
           }
-          pending_.push_back({p, b});
-          return;
         }
       }
+      cache_locked(p, b);
+    } catch (...) {  // no host memory for the bookkeeping; this runs in destructors: it must not throw
+      give_back_locked(p, size);
     }
-    cache_locked(p, b);
   }
 
   /// The work queued so far on `device`'s current stream uses the block that holds p (an asynchronous
@@ -287,6 +313,54 @@ class CachingAllocator {
     ++stats_.num_cache_hits;
     update_peaks();
     return p;
+  }
+  /// deallocate's last resort: the block goes back to the device once nothing uses it, or, while a graph
+  /// is captured (no cudaFree then), stays reserved and unused.
+  void give_back_locked(void* p, std::size_t size) noexcept {
+    owner_.erase(p);
+    if (capturing_ != 0) {
+      markers_.erase(p);
+      return;
+    }
+    if (raw_.synchronize != nullptr) raw_.synchronize(device_);
+    if (const auto m = markers_.find(p); m != markers_.end()) {
+      for (void* marker : m->second) {
+        if (raw_.synchronize == nullptr && raw_.wait_marker != nullptr) raw_.wait_marker(marker);
+        (void)raw_.marker_reached(marker);  // (destroys it)
+      }
+      markers_.erase(m);
+    }
+    raw_.deallocate(p, device_);
+    stats_.reserved_bytes -= size;
+    ++stats_.num_device_frees;
+  }
+  /// Undoes take_cached (the block goes back to the shared cache).
+  void untake_locked(void* p) {
+    const auto l = live_.find(p);
+    const Block b = l->second;
+    live_.erase(l);
+    stats_.allocated_bytes -= b.size;
+    --stats_.num_cache_hits;
+    free_.emplace(Key{b.stream, b.size}, p);
+  }
+  /// A block freed on another stream than its own (the calling thread's default stream, when another
+  /// thread allocated it) may still be in use by the work queued there: it waits for a marker of that
+  /// work before its own stream gets it again, as a torch user's record_stream would make it (torch's
+  /// threads share one default stream; kiln's each have their own). Not during this thread's capture
+  /// (the pool keeps the block; a marker there would be a node of the graph). If no marker can be
+  /// recorded, the device is synchronised instead.
+  void mark_other_stream_locked(void* p, std::uintptr_t own) {
+    if (raw_.record_marker == nullptr || raw_.marker_reached == nullptr || pool_of_this_thread() != nullptr)
+      return;
+    if (raw_.stream(device_) == own) return;
+    try {
+      std::vector<void*>& m = markers_[p];
+      m.reserve(m.size() + 1);
+      m.push_back(raw_.record_marker(device_));
+    } catch (...) {
+      if (const auto m = markers_.find(p); m != markers_.end() && m->second.empty()) markers_.erase(m);
+      if (raw_.synchronize != nullptr) raw_.synchronize(device_);
+    }
   }
   void update_peaks() {
     if (stats_.allocated_bytes > stats_.peak_allocated_bytes) stats_.peak_allocated_bytes = stats_.allocated_bytes;

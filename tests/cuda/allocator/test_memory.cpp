@@ -239,6 +239,26 @@ BOOST_AUTO_TEST_CASE(a_block_freed_by_one_thread_is_not_handed_to_another_thread
   kc::synchronize_stream();
 }
 
+BOOST_AUTO_TEST_CASE(a_block_freed_on_another_threads_stream_waits_for_the_work_queued_there) {
+  // The other way round: a tensor made here is used and dropped on another thread (its own default
+  // stream) with a kernel still queued there; this thread's stream does not wait for that kernel.
+  const index_t n = 1 << 18;
+  kc::synchronize_stream();
+  kc::empty_cache();
+  std::optional<Tensor<float, Vec, Cuda>> t(std::in_place, n);
+  const void* freed = t->data();
+  std::thread([&] {
+    keep_stream_busy(50);
+    t->fill(1.0f);  // queued behind the spin, on that thread's stream
+    t.reset();
+  }).join();
+  const Tensor<float, Vec, Cuda> now(n);
+  BOOST_TEST(static_cast<const void*>(now.data()) != freed, "handed out while the other stream may use it");
+  KILN_CUDA_CHECK(cudaDeviceSynchronize());
+  const Tensor<float, Vec, Cuda> later(n);  // that stream's work is done: the block is this stream's again
+  BOOST_TEST(static_cast<const void*>(later.data()) == freed);
+}
+
 BOOST_AUTO_TEST_CASE(memory_fraction_caps_reservations) {
   kiln::CachingAllocator& a = kiln::caching_allocator<Cuda>();
   LimitGuard guard{a};

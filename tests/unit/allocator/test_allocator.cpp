@@ -237,9 +237,12 @@ BOOST_AUTO_TEST_CASE(cache_is_released_and_retried_when_the_device_is_full) {
     BOOST_TEST(CountingRaw::frees == 2, "both cached blocks were released before giving up");
     BOOST_TEST(a.stats().reserved_bytes == 0u);
     BOOST_TEST(a.stats().num_device_frees == 2u);
+    BOOST_TEST(a.stats().num_alloc_retries == 1u);  // torch's memory_stats names
+    BOOST_TEST(a.stats().num_ooms == 1u);
 
     CountingRaw::full = false;
     void* r = a.allocate(MiB);
+    BOOST_TEST(a.stats().num_ooms == 1u);
     BOOST_TEST(r != nullptr);
     a.deallocate(r);
 
@@ -385,6 +388,8 @@ BOOST_AUTO_TEST_CASE(one_pool_at_a_time_and_no_cache_release_while_capturing) {
     CountingRaw::full = true;
     BOOST_CHECK_THROW((void)a.allocate(MiB), kiln::OutOfMemoryError);  // freeing would end a capture
     BOOST_TEST(CountingRaw::frees == 0);
+    BOOST_TEST(a.stats().num_alloc_retries == 0u);  // nothing was freed to retry with
+    BOOST_TEST(a.stats().num_ooms == 1u);
     CountingRaw::full = false;
     a.empty_cache();  // also asked for: nothing is freed until the capture ends
     BOOST_TEST(CountingRaw::frees == 0);
@@ -428,8 +433,11 @@ struct FakeStreams {
   static inline std::uintptr_t current = 1;
   static inline int recorded = 0;
   static inline std::vector<bool> reached;  // by marker number - 1
+  static inline bool fail_record = false;     // record() throws, as a failed cudaEventRecord
+  static inline int synchronized = 0;         // synchronize() calls
   static std::uintptr_t stream(int) { return current; }
   static void* record(int) {
+    if (fail_record) throw kiln::BackendError("kiln: CUDA error: cudaEventRecord (test)");
     reached.push_back(false);
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(++recorded));
   }
@@ -439,10 +447,12 @@ struct FakeStreams {
     r.stream = &stream;
     r.record_marker = &record;
     r.marker_reached = &is_reached;
+    r.synchronize = [](int) { ++synchronized; };
     return r;
   }
   static void reset() {
-    current = 1, recorded = 0;
+    current = 1, recorded = 0, synchronized = 0;
+    fail_record = false;
     reached.clear();
     CountingRaw::reset();
   }
@@ -463,12 +473,57 @@ BOOST_AUTO_TEST_CASE(a_freed_block_is_reused_only_on_the_stream_it_was_allocated
     void* r = a.allocate(64 * KiB);
     BOOST_TEST(r == p);
     BOOST_TEST(CountingRaw::allocs == 2);
-    a.deallocate(q);
     a.deallocate(r);
+    FakeStreams::current = 2;
+    a.deallocate(q);
+    BOOST_TEST(FakeStreams::recorded == 0);  // each freed on its own stream: nothing to wait for
     CountingRaw::full = true;  // a full device: the other stream's cached blocks are freed, then retried
     FakeStreams::current = 3;
     BOOST_CHECK_THROW((void)a.allocate(64 * KiB), kiln::OutOfMemoryError);
     BOOST_TEST(CountingRaw::frees == 2);
+  }
+  FakeStreams::reset();
+}
+
+BOOST_AUTO_TEST_CASE(a_block_freed_on_another_stream_waits_for_the_work_queued_there) {
+  // A tensor made on one thread (stream 1) is used and dropped on another (stream 2, that thread's
+  // default stream): stream 2 may still be reading it when stream 1 asks for a block again.
+  FakeStreams::reset();
+  {
+    CachingAllocator a(FakeStreams::raw(), 0);
+    void* p = a.allocate(64 * KiB);
+    FakeStreams::current = 2;
+    a.deallocate(p);
+    BOOST_TEST(FakeStreams::recorded == 1);  // a marker of stream 2's work so far
+    FakeStreams::current = 1;
+    void* q = a.allocate(64 * KiB);
+    BOOST_TEST(q != p);  // stream 2 has not got there yet
+    FakeStreams::reached[0] = true;
+    void* r = a.allocate(64 * KiB);
+    BOOST_TEST(r == p);  // it has: p is stream 1's again
+    BOOST_TEST(CountingRaw::allocs == 2);
+    // If no marker can be recorded, the device is synchronised instead and the block is cached at once.
+    FakeStreams::fail_record = true;
+    FakeStreams::current = 2;
+    a.deallocate(r);
+    BOOST_TEST(FakeStreams::synchronized == 1);
+    FakeStreams::fail_record = false;
+    FakeStreams::current = 1;
+    BOOST_TEST(a.allocate(64 * KiB) == p);
+    a.deallocate(p);
+    a.deallocate(q);
+    BOOST_TEST(FakeStreams::recorded == 1);  // freed on their own stream
+    // During a capture the capturing thread's frees go to the pool without a marker (it would be a node
+    // of the graph): the capture's side stream is ordered after the stream the pool was begun on.
+    const kiln::PoolId pool = a.begin_pool();
+    void* in_capture = a.allocate(64 * KiB);
+    FakeStreams::current = 7;
+    a.deallocate(in_capture);
+    BOOST_TEST(FakeStreams::recorded == 1);
+    a.end_pool();
+    a.release_pool(pool);
+    a.empty_cache();
+    BOOST_TEST(CountingRaw::frees == CountingRaw::allocs);
   }
   FakeStreams::reset();
 }

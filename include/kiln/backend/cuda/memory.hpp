@@ -20,19 +20,21 @@
 
 namespace kiln::cuda::detail {
 
-/// Switches to `device` without throwing (allocator callbacks run under the allocator's lock).
+/// Switches to `device` without throwing (allocator callbacks run under the allocator's lock); ok() says
+/// whether `device` is current now (a call made without it would run on another device).
 class QuietDeviceGuard {
  public:
   explicit QuietDeviceGuard(int device) {
     // Only this guard's own errors are cleared: an error of the program's (a bad launch) that is still
     // pending stays for its own cudaGetLastError, or for kiln's next checked call.
     if (device < 0) return;
-    if (cudaGetDevice(&prev_) != cudaSuccess) {
+    if (error_ = cudaGetDevice(&prev_); error_ != cudaSuccess) {
       (void)cudaGetLastError();
       return;
     }
     if (prev_ != device) {
-      changed_ = cudaSetDevice(device) == cudaSuccess;
+      error_ = cudaSetDevice(device);
+      changed_ = error_ == cudaSuccess;
       if (!changed_) (void)cudaGetLastError();
     }
   }
@@ -41,10 +43,13 @@ class QuietDeviceGuard {
   ~QuietDeviceGuard() {
     if (changed_) (void)cudaSetDevice(prev_);
   }
+  bool ok() const { return error_ == cudaSuccess; }
+  cudaError_t error() const { return error_; }
 
  private:
   int prev_ = -1;
   bool changed_ = false;
+  cudaError_t error_ = cudaSuccess;
 };
 
 /// The calling thread's capture mode relaxed for a scope: the allocator's cudaMalloc and event calls may
@@ -74,6 +79,7 @@ class RelaxedCaptureMode {
 /// mode is relaxed for the call (as PyTorch's allocator does).
 inline void* raw_device_allocate(std::size_t bytes, int device) {
   QuietDeviceGuard g(device);
+  if (!g.ok()) throw_allocation_error("cudaSetDevice", g.error(), bytes, device);  // never on another GPU
   void* p = nullptr;
   cudaError_t e;
   {
@@ -91,7 +97,7 @@ inline void* raw_device_allocate(std::size_t bytes, int device) {
 /// cudaFree; the caching allocator has synchronised the device first (raw_device_synchronize), so no
 /// queued kernel still uses the block.
 inline void raw_device_deallocate(void* p, int device) {
-  QuietDeviceGuard g(device);
+  QuietDeviceGuard g(device);  // (cudaFree finds the device of p by itself; its context may be made current)
   if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
@@ -99,12 +105,14 @@ inline void raw_device_deallocate(void* p, int device) {
 /// retry after out of memory): cudaFree "may" synchronise, but is not documented to.
 inline void raw_device_synchronize(int device) {
   QuietDeviceGuard g(device);
+  if (!g.ok()) return;  // (another device's work is none of this; the next checked call reports the error)
   (void)cudaDeviceSynchronize();  // an error here is a kernel's, sticky: the next checked call reports it
 }
 
 /// cudaMemGetInfo (relaxed as raw_device_allocate: a ConvPlan built during a capture asks it).
 inline bool raw_device_memory(int device, std::size_t* free, std::size_t* total) {
   QuietDeviceGuard g(device);
+  if (!g.ok()) return false;  // (it would be another device's)
   const RelaxedCaptureMode relaxed;
   const bool ok = cudaMemGetInfo(free, total) == cudaSuccess;
   if (!ok) (void)cudaGetLastError();
