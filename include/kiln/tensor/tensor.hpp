@@ -302,10 +302,12 @@ class Tensor {
     return Tensor(storage_, data_ + begin * row, e);
   }
 
-  /// A copy in page-locked host memory (needs kiln::cuda), the source of asynchronous device copies.
+  /// A copy in page-locked host memory (needs kiln::cuda), the source of asynchronous device copies;
+  /// a tensor already there is returned as it is (torch's pin_memory), not copied.
   Tensor pin_memory() const
     requires std::is_same_v<D, Cpu>
   {
+    if (is_pinned()) return *this;
     Tensor t;
     t.ext_ = ext_;
     t.storage_ = Storage::allocate(detail::pinned_host_memory<D>::allocator(), nbytes(), true);

@@ -137,6 +137,7 @@ BOOST_AUTO_TEST_CASE(pinned_memory_and_non_blocking_copies_round_trip) {
   BOOST_TEST(!host.is_pinned());
   BOOST_TEST(std::string(kiln::detail::pinned_host_memory<kiln::Cpu>::allocator().name()) == "pinned");
   BOOST_TEST(pinned.to_vector() == v);
+  BOOST_TEST(pinned.pin_memory().shares_storage_with(pinned), "already pinned: returned as it is, as torch's");
 
   auto dev = pinned.to<Cuda>(-1, /*non_blocking=*/true);  // stream-ordered before the kernel below
   Tensor<float, Vec, Cuda> twice(n);

@@ -96,10 +96,10 @@ inline int resolve_device(int index, const char* what) {
 }
 }  // namespace detail
 
-/// Makes `index` the calling thread's current device (torch.cuda.set_device).
+/// Makes `index` the calling thread's current device (torch.cuda.set_device); a negative index changes
+/// nothing (torch's no-op; kiln's -1 is "the current device" everywhere).
 inline void set_device(int index) {
-  if (index < 0)
-    throw ValueError("kiln::cuda::set_device: device index " + std::to_string(index) + " is negative");
+  if (index < 0) return;
   index = detail::resolve_device(index, "kiln::cuda::set_device");
   KILN_CUDA_CHECK(cudaSetDevice(index));
 }
@@ -348,15 +348,15 @@ class StreamGuard {
   cudaStream_t prev_ = cudaStreamPerThread;
 };
 
-/// A point in a stream, for timing and cross-stream waits (torch.cuda.Event). Created on the current
-/// device at the first record().
+/// A point in a stream, for cross-stream waits and, made with Event(true), timing (torch.cuda.Event, and
+/// its default: enable_timing false). Created on the current device at the first record().
 /// Example:
-///   kiln::cuda::Event start, stop;
+///   kiln::cuda::Event start(true), stop(true);
 ///   start.record();  y = relu(x);  stop.record();
 ///   stop.synchronize();  float ms = start.elapsed_ms(stop);
 class Event {
  public:
-  Event() = default;
+  Event() = default;  ///< no timing (torch's enable_timing=False): a cheaper event, for waits
   explicit Event(bool enable_timing) : timing_(enable_timing) {}
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -418,7 +418,7 @@ class Event {
       throw ValueError(std::string("kiln::cuda::Event::") + what + ": the event was never recorded; call record() first");
   }
   cudaEvent_t event_ = nullptr;
-  bool timing_ = true;
+  bool timing_ = false;
 };
 
 inline void Stream::wait(const Event& e) const {
