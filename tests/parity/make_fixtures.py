@@ -259,6 +259,15 @@ elementwise_losses.json
                   kl_div_log_target_batchmean, kl_div_log_target_none
                                                       ... with log_target=True against log_softmax rows
 
+elementwise_pow.json
+  torch_version   str
+  input_bits      [int]   float32 inputs as their bit patterns (JSON has no NaN, inf or -0.): 500 drawn
+                          from N(0, 3^2), then -inf, -0., 0., inf, NaN, -1, 1, 1e20, -1e20, 1e-20, 1e-40
+                          (subnormal), -2, 4
+  cases           [{exponent: float, bits: [int]}]   torch.pow(input, exponent) as bit patterns, for the
+                          exponents torch computes another way (2, 3, 0.5, -0.5, -1, -2: products,
+                          sqrt, quotients) and some it does not (0, 1, 1.5, -3, 2.5)
+
 lenet.json
   torch_version   str
   layers          str     the seeds' LeNet on [N, 3, 32, 32]
@@ -1493,6 +1502,16 @@ def elementwise_losses_fixture():
     return {"torch_version": torch.__version__, **cases}
 
 
+def elementwise_pow_fixture():
+    torch.manual_seed(SEED + 8)
+    special = [-math.inf, -0.0, 0.0, math.inf, math.nan, -1.0, 1.0, 1e20, -1e20, 1e-20, 1e-40, -2.0, 4.0]
+    x = torch.cat([torch.randn(500) * 3.0, torch.tensor(special, dtype=torch.float32)])
+    bits = lambda t: t.contiguous().view(torch.int32).numpy().astype(np.int64).astype(np.uint32).tolist()
+    cases = [{"exponent": e, "bits": bits(torch.pow(x, e))} for e in (2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 0.0, 1.0,
+                                                                          1.5, -3.0, 2.5)]
+    return {"torch_version": torch.__version__, "input_bits": bits(x), "cases": cases}
+
+
 def make_lenet():
     nn = torch.nn
     return nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
@@ -1555,6 +1574,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_branches.json": lambda: layers_branches_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
+            "elementwise_pow.json": lambda: elementwise_pow_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}
 
 

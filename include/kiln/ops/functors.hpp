@@ -243,7 +243,10 @@ struct Relu {
     return (a < A(0) && !kiln::detail::is_nan(a)) ? A(0) : a;
   }
 };
-/// x^p for a fixed exponent.
+/// x^p for a fixed exponent. Floating x: the exponents torch's pow(Tensor, Scalar) computes another way
+/// are computed that way (2, 3: products; -1, -2: a quotient; 0.5: sqrt; -0.5: 1 / sqrt), so the bits
+/// are torch's (a correctly rounded pow differs from x * x * x in the last bit for a quarter of floats)
+/// and so are the special values (pow(-0., 0.5) is -0., pow(-inf, 0.5) NaN, as sqrt's).
 template <class P>
 struct PowScalar {
   P p;
@@ -251,7 +254,20 @@ struct PowScalar {
   /// bool ** 2 int64.
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
-    return detail::pow_in<detail::number_type_t<P, A>>(a, p);
+    using R = detail::number_type_t<P, A>;
+    if constexpr (std::is_floating_point_v<R>) {
+      const R x = static_cast<R>(a);
+      const double e = static_cast<double>(p);
+      if (e == 2.0) return static_cast<R>(x * x);
+      if (e == 3.0) return static_cast<R>(x * x * x);
+      if (e == 0.5) return detail::sqrt_(x);
+      if (e == -0.5) return static_cast<R>(R(1) / detail::sqrt_(x));
+      if (e == -1.0) return static_cast<R>(R(1) / x);
+      if (e == -2.0) return static_cast<R>(R(1) / (x * x));
+      return detail::pow_(x, static_cast<R>(p));
+    } else {
+      return detail::pow_in<R>(a, p);
+    }
   }
 };
 
