@@ -266,8 +266,13 @@ class Model {
   /// frozen parameter counts (torchinfo's "Trainable params" and "Non-trainable params").
   [[nodiscard]] std::string summary(index_t batch = 1) const {
     std::string s;
-    if constexpr (requires { net_.summary(batch, frozen_layers_); }) s = net_.summary(batch, frozen_layers_);
-    else s = net_.summary(batch);
+    if constexpr (requires { net_.summary(batch, frozen_layers_); }) {
+      s = net_.summary(batch, frozen_layers_);
+    } else {  // one layer (a Linear, a Residual) as the whole network: a table of one row
+      s = detail::summary_table<M, input_shape, output_shape>(
+          {{net_.name(), detail::shape_string<output_shape>(batch), std::to_string(parameter_count)}},
+          frozen_layers_, batch, parameter_count, buffer_count);
+    }
     if (frozen_layers_ > 0)
       s += "trainable parameters: " + std::to_string(parameter_count - frozen_parameter_count()) + " (frozen: " +
            std::to_string(frozen_parameter_count()) + ", in layers 0 to " + std::to_string(frozen_layers_ - 1) + ")\n";

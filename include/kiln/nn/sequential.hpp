@@ -294,6 +294,34 @@ std::string shape_string(index_t batch) {
   os << ']';
   return os.str();
 }
+
+/// A table like torchinfo's: layer, output shape, parameters (one row each); totals and bytes. The layer
+/// column is as wide as its longest name (52 at least), so the columns line up. `frozen`: the first rows
+/// Model::freeze froze, marked "[frozen]". In and Out: the network's input and output shapes.
+template <class M, class In, class Out>
+std::string summary_table(std::vector<std::array<std::string, 3>> rows, std::size_t frozen, index_t batch,
+                          index_t parameter_count, index_t buffer_count) {
+  for (std::size_t i = 0; i < frozen && i < rows.size(); ++i) rows[i][0] += " [frozen]";
+  std::size_t width = 52;
+  for (const auto& r : rows) width = std::max(width, r[0].size());
+  std::ostringstream os;
+  const auto row = [&](const std::string& index, const std::array<std::string, 3>& r) {
+    os << std::left << std::setw(4) << index << ' ' << std::setw(static_cast<int>(width)) << r[0] << ' '
+       << std::setw(22) << r[1] << ' ' << std::right << std::setw(12) << r[2] << '\n';
+  };
+  const std::string rule(width + 41, '-');  // 4 + 1 + width + 1 + 22 + 1 + 12
+  row("#", {"layer", "output shape", "parameters"});
+  os << rule << '\n';
+  for (std::size_t i = 0; i < rows.size(); ++i) row(std::to_string(i), rows[i]);
+  os << rule << '\n';
+  os << "total parameters: " << parameter_count << " (" << parameter_count * static_cast<index_t>(sizeof(M))
+     << " bytes as " << dtype_name<M>() << ")\n";
+  if (buffer_count > 0)
+    os << "buffers: " << buffer_count << " (" << buffer_count * static_cast<index_t>(sizeof(M)) << " bytes as "
+       << dtype_name<M>() << "; running statistics, not trained)\n";
+  os << "input " << shape_string<In>(batch) << " -> output " << shape_string<Out>(batch) << '\n';
+  return os.str();
+}
 }  // namespace detail
 
 /// Layers applied in order: `Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>`.
@@ -387,33 +415,12 @@ struct Sequential {
       else return fused_with_next<I - 1>;
     }();
 
-    /// A table like torchinfo's: layer, output shape, parameters; totals and bytes. The layer column is
-    /// as wide as its longest name (52 at least), so the columns line up.
+    /// A table like torchinfo's (detail::summary_table): a row per layer.
     /// `frozen`: the first layers Model::freeze froze, marked "[frozen]".
     std::string summary(index_t batch = 1, std::size_t frozen = 0) const {
       std::vector<std::array<std::string, 3>> rows;  // name, output shape, parameters
       summary_rows<0>(rows, batch);
-      for (std::size_t i = 0; i < frozen && i < rows.size(); ++i) rows[i][0] += " [frozen]";
-      std::size_t width = 52;
-      for (const auto& r : rows) width = std::max(width, r[0].size());
-      std::ostringstream os;
-      const auto row = [&](const std::string& index, const std::array<std::string, 3>& r) {
-        os << std::left << std::setw(4) << index << ' ' << std::setw(static_cast<int>(width)) << r[0] << ' '
-           << std::setw(22) << r[1] << ' ' << std::right << std::setw(12) << r[2] << '\n';
-      };
-      const std::string rule(width + 41, '-');  // 4 + 1 + width + 1 + 22 + 1 + 12
-      row("#", {"layer", "output shape", "parameters"});
-      os << rule << '\n';
-      for (std::size_t i = 0; i < rows.size(); ++i) row(std::to_string(i), rows[i]);
-      os << rule << '\n';
-      os << "total parameters: " << parameter_count << " (" << parameter_count * static_cast<index_t>(sizeof(M))
-         << " bytes as " << dtype_name<M>() << ")\n";
-      if constexpr (buffer_count > 0)
-        os << "buffers: " << buffer_count << " (" << buffer_count * static_cast<index_t>(sizeof(M)) << " bytes as "
-           << dtype_name<M>() << "; running statistics, not trained)\n";
-      os << "input " << detail::shape_string<S>(batch) << " -> output " << detail::shape_string<output_shape>(batch)
-         << '\n';
-      return os.str();
+      return detail::summary_table<M, S, output_shape>(std::move(rows), frozen, batch, parameter_count, buffer_count);
     }
 
     template <std::size_t I>

@@ -137,6 +137,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_model_of_one_layer_runs_backward, D, kiln::test:
   m.forward(x);
   BOOST_TEST(m.backward_input(dy).to_vector() == (std::vector<float>{0, 1, 0, 0}),
              boost::test_tools::per_element());
+  // Its summary is a table of one row (it did not compile: only Sequential had one).
+  const std::string s = m.summary(3);
+  BOOST_TEST(s.find("0    MaxPool2d(") != std::string::npos, s);
+  BOOST_TEST(s.find("input [3, 1, 2, 2] -> output [3, 1, 1, 1]") != std::string::npos, s);
+  knn::Model<knn::Linear<4, 2>, Shape<dyn, 4>, kiln::Policy<kiln::Fp32, D>> linear(0);
+  const std::string l = linear.summary(5);
+  BOOST_TEST(l.find("[5, 2]") != std::string::npos, l);
+  BOOST_TEST(l.find("total parameters: 10 (40 bytes as float32)") != std::string::npos, l);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(same_seed_same_parameters_different_seed_different, D, kiln::test::devices) {
