@@ -76,7 +76,9 @@ def read_header(path):
         raise ValueError(f"{path}: the header is not JSON ({e})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: the header is a JSON {type(header).__name__}, expected an object")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:  # absent, or null (kiln's reader and safetensors' take both as none)
+        metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise ValueError(f"{path}: __metadata__ must map names to strings")
     data = data[8 + n:]

@@ -100,6 +100,9 @@ with tempfile.TemporaryDirectory() as tmp:
         ("trailing", {"x": f32([0, 8], (2,))}, "the tensors end at byte 8 of the data, which has 16"),
         ("not_an_object", ["x"], "the header is a JSON list, expected an object"),
         ("bad_dtype", {"x": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, "dtype 'F128' is not one of"),
+        ("metadata_list", {"__metadata__": [], "x": f32([0, 16])}, "__metadata__ must map names to strings"),
+        ("metadata_zero", {"__metadata__": 0, "x": f32([0, 16])}, "__metadata__ must map names to strings"),
+        ("metadata_null", {"__metadata__": None, "x": f32([0, 16])}, "loaded"),
     ]:
         message = damaged(name, header)
         check(says in message, f"{name}: {message}")

@@ -166,7 +166,8 @@ V hyper_value(const std::map<std::string, std::string>& meta, const std::string&
     if constexpr (std::is_floating_point_v<V>) ok = ok && !kiln::detail::is_inf_or_nan(v);  // (bits: -ffast-math)
   }
   if (!ok)
-    throw CheckpointError("kiln: " + path + ": metadata 'optimizer." + name + "' is '" + t + "'; expected " +
+    throw CheckpointError("kiln: " + path + ": metadata 'optimizer." + name + "' is '" +
+                          detail::name_shown(t.substr(0, 80)) + "'; expected " +
                           (std::is_same_v<V, bool> ? "0 or 1" : "a finite number"));
   return v;
 }
@@ -229,7 +230,8 @@ std::vector<double> restored_group_lrs(const Opt& opt, const std::map<std::strin
     const std::string mine = joined_names(opt.group_parameter_names(k));
     if (names == meta.end() || names->second != mine)
       throw CheckpointError("kiln: " + path + ": the checkpoint's parameter group " + std::to_string(k) + " holds " +
-                            (names == meta.end() ? std::string("no parameter names") : "'" + names->second + "'") +
+                            (names == meta.end() ? std::string("no parameter names")
+                                                 : "'" + detail::name_shown(names->second.substr(0, 200)) + "'") +
                             ", this one '" + mine + "'; add the checkpoint's groups in its order before loading");
     if (!meta.contains("optimizer." + group + "lr"))
       throw CheckpointError("kiln: " + path + ": no metadata 'optimizer." + group + "lr'");
@@ -265,7 +267,7 @@ std::optional<std::vector<optim::StepRun>> restored_step_runs(const Opt& opt,
   std::string why;
   auto runs = optim::StepCounts::parse(it->second, opt.gradients().numel(), nadam_like<Opt>, why);
   if (runs.empty())
-    throw CheckpointError("kiln: " + path + ": metadata 'optimizer.step_runs': " + why);
+    throw CheckpointError("kiln: " + path + ": metadata 'optimizer.step_runs': " + detail::name_shown(why));
   const std::int64_t step = metadata_count(meta, "optimizer.step", path);
   if (runs.back().steps != step)
     throw CheckpointError("kiln: " + path + ": metadata 'optimizer.step_runs' ends at " +

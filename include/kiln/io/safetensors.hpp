@@ -52,6 +52,7 @@ constexpr const char* safetensors_dtype() {
   else if constexpr (std::is_same_v<T, std::int64_t>) return "I64";
   else if constexpr (std::is_same_v<T, std::int32_t>) return "I32";
   else if constexpr (std::is_same_v<T, std::uint8_t>) return "U8";
+  else if constexpr (std::is_same_v<T, bool>) return "BOOL";
   else return "?";
 }
 
@@ -120,6 +121,8 @@ inline int dtype_rank(const std::string& d) {
 /// Bytes per element of a safetensors dtype; 0 for one kiln does not know. Every whole-byte dtype of the
 /// format reads (a PyTorch checkpoint may carry int8 or bool buffers next to the parameters); kiln's
 /// parameters themselves are F32, F64, F16 or BF16.
+/// The dtypes dtype_size knows, for error messages.
+inline constexpr const char* known_dtypes = "F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2";
 inline std::size_t dtype_size(const std::string& d) {
   if (d == "F64" || d == "I64" || d == "U64") return 8;
   if (d == "F32" || d == "I32" || d == "U32") return 4;
@@ -481,12 +484,14 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     throw CheckpointError(where + ": the header at offset 8 must be a JSON object, got " + detail::json_shown(header));
   if (!built.twice.empty())
     throw CheckpointError(where + ": header JSON (bytes 8 to " + std::to_string(8 + hsize) + "): " + built.twice);
-  // The reference reader (safetensors >= 0.4) takes nothing before the object: no spaces, no byte-order
-  // mark (which nlohmann's parser skips).
-  if (text[0] != '{')
-    throw CheckpointError(
-        where + ": header JSON at byte 8: " + detail::byte_shown(text[0]) +
-        "; expected '{', the start of the header object (no spaces or byte-order mark before it)");
+  // The reference reader (serde_json) takes JSON's whitespace before the object, and nothing else: no
+  // byte-order mark (which nlohmann's parser skips).
+  const std::size_t start = text.find_first_not_of(" \t\n\r");
+  if (start == std::string::npos || text[start] != '{')
+    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + std::min(start, text.size() - 1)) +
+                          ": " + detail::byte_shown(text[std::min(start, text.size() - 1)]) +
+                          "; expected '{', the start of the header object (only spaces, tabs and line breaks "
+                          "before it; no byte-order mark)");
   const std::uint64_t data_size = file_size - 8 - hsize;
   // Every entry is checked, and the spans together, before any data is read: a header that claims the
   // same bytes many times costs no memory.
@@ -538,7 +543,9 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     if (!dtype.is_string()) throw CheckpointError(t + ": dtype must be a string such as \"F32\", got " + detail::json_shown(dtype));
     e.dtype = dtype.get<std::string>();
     const std::size_t element = detail::dtype_size(e.dtype);
-    if (element == 0) throw CheckpointError(t + ": unsupported dtype \"" + e.dtype + "\"");
+    if (element == 0)
+      throw CheckpointError(t + ": unsupported dtype \"" + detail::name_shown(e.dtype.substr(0, 40)) + "\" (kiln reads " +
+                            detail::known_dtypes + ")");
     // Shape: integers >= 0 whose product times the element size fits the data (no overflow on the way).
     if (!shape.is_array()) throw CheckpointError(t + ": shape must be an array of integers >= 0, got " + detail::json_shown(shape));
     bool empty = false;
@@ -776,7 +783,8 @@ std::string take_entry(std::map<std::string, SafetensorsEntry>& entries, const s
 /// Nothing is written before everything is checked: an error leaves the model as it was. `check`, where
 /// given, is called as check(other_entries, metadata) after the model's entries are checked and before
 /// they are written, so that a resume checks the rest of the checkpoint (check_optimizer_state,
-/// GradScaler::check_state, its own metadata) before it changes anything; what it throws propagates.
+/// GradScaler::check_state, its own metadata) before it changes anything; a ValueError it throws (a
+/// bad value of the file's) comes back as a CheckpointError naming the file, anything else as it is.
 template <class Model, class Check = detail::CheckNothing>
 std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::path& path, Model& model,
                                                         std::map<std::string, std::string>* metadata = nullptr,
@@ -794,7 +802,7 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
     });
     if (!listed)
       throw CheckpointError("kiln: " + path.string() + ": metadata \"" + detail::extra_entries_key +
-                            "\" must be a JSON array of entry names, got " + it->second.substr(0, 80));
+                            "\" must be a JSON array of entry names, got " + detail::name_shown(it->second.substr(0, 80)));
     for (const auto& n : names) extras.insert(n.get<std::string>());
   }
   // Every difference, as torch's load_state_dict lists them all (the first ten here).
@@ -855,7 +863,13 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
     if (problems.size() > shown) text += "; and " + std::to_string(problems.size() - shown) + " more";
     throw CheckpointError("kiln: " + path.string() + ": " + text);
   }
-  check(std::as_const(entries), std::as_const(meta));
+  try {
+    check(std::as_const(entries), std::as_const(meta));
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const ValueError& e) {  // a value of the file's (GradScaler::check_state's, a scheduler's)
+    throw CheckpointError("kiln: " + path.string() + ": " + e.what());
+  }
   if (metadata) *metadata = meta;
   model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
   if constexpr (requires { model.named_buffers(); })

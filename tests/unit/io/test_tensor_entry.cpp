@@ -45,6 +45,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_tensor_goes_through_a_file_and_comes_back_as_it_
   BOOST_TEST(x3.to_vector() == xs, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_bool_mask_goes_through_a_file_as_torchs_bool_entries, D, kiln::test::devices) {
+  // torch writes a bool tensor as BOOL, a byte each (0 or 1); any other byte reads as true.
+  const kiln::test::TempDir dir;
+  const auto mask = kiln::Tensor<bool, Shape<2, 3>, D>::from({true, false, false, true, true, false});
+  const auto e = kiln::to_entry(mask);
+  BOOST_TEST(e.dtype == "BOOL");
+  const std::vector<std::uint8_t> bytes{1, 0, 0, 1, 1, 0};
+  BOOST_TEST(e.bytes == bytes, boost::test_tools::per_element());
+  kiln::write_safetensors(dir.file("mask.safetensors"), {{"mask", e}});
+  const auto back = kiln::tensor_from_entry<bool, Shape<dyn, 3>, D>(
+      kiln::read_safetensors(dir.file("mask.safetensors")).at("mask"), "mask");
+  BOOST_TEST(back.to_vector() == mask.to_vector(), boost::test_tools::per_element());
+  auto odd = e;
+  odd.bytes[1] = 7;
+  const auto seven = kiln::tensor_from_entry<bool, Shape<2, 3>, D>(odd).to_vector();
+  BOOST_TEST(seven[1]);
+  BOOST_CHECK_EXCEPTION((void)(kiln::tensor_from_entry<bool, Shape<2, 3>>(kiln::make_entry<std::uint8_t>(bytes, {2, 3}),
+                                                                        "m")),
+                        kiln::ValueError, says("'m' is U8, expected BOOL"));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_floating_point_entry_converts_into_the_tensors_type, D, kiln::test::devices) {
   // torch saves float64 or float16 as often as float32; as its copy_ between dtypes, the values are
   // converted (rounded once, to nearest even).
