@@ -8,11 +8,14 @@
 // (32 x 32, row-major), exactly as https://www.cs.toronto.edu/~kriz/cifar.html describes. Labels cycle
 // through the 10 classes; each class has its own mean colour (below) and every pixel gets independent
 // uniform noise of +-64 per channel, so the class is learnable from colour alone and a few epochs of LeNet
-// beat chance (10 %) by far. The same seed gives the same bytes. Exit status 0, or 1 with a one-line error.
+// beat chance (10 %) by far. The same seed gives the same bytes. Exit status 0 (--help too), 1 with a
+// one-line error, 2 for bad arguments.
 #include <array>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -71,6 +74,20 @@ int positive(const char* flag, const char* value) {
   return static_cast<int>(v);
 }
 
+unsigned seed_of(const char* value) {
+  unsigned v = 0;
+  const char* end = value + std::strlen(value);
+  const auto [ptr, ec] = std::from_chars(value, end, v);
+  if (*value == '\0' || ec != std::errc() || ptr != end) {
+    std::fprintf(stderr, "make_cifar10_fixture: error: --seed %s: expected a whole number in [0, 4294967295]\n",
+                 value);
+    std::exit(2);
+  }
+  return v;
+}
+
+constexpr const char* usage = "usage: make_cifar10_fixture DIR [--train-per-file N] [--test N] [--seed S]\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,17 +100,20 @@ int main(int argc, char** argv) {
       const int v = a == "--seed" ? 0 : positive(argv[i], argv[i + 1]);
       if (a == "--train-per-file") train_per_file = v;
       else if (a == "--test") test_images = v;
-      else seed = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
+      else seed = seed_of(argv[i + 1]);
       ++i;
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
     } else if (a.empty() || a[0] == '-' || !dir.empty()) {
-      std::fprintf(stderr, "usage: make_cifar10_fixture DIR [--train-per-file N] [--test N] [--seed S]\n");
+      std::fputs(usage, stderr);
       return 2;
     } else {
       dir = a;
     }
   }
   if (dir.empty()) {
-    std::fprintf(stderr, "usage: make_cifar10_fixture DIR [--train-per-file N] [--test N] [--seed S]\n");
+    std::fputs(usage, stderr);
     return 2;
   }
   std::error_code ec;

@@ -128,7 +128,8 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->check(path_flag("a dataset directory or file"));
   app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(integer_at_least(1));
-  app.add_option("--batch-size", o.batch_size, "samples per step")->capture_default_str()->check(integer_at_least(1));
+  app.add_option("--batch-size", o.batch_size,
+                 "samples per forward/backward (per micro-batch with --accumulate, per rank with ddp)")->capture_default_str()->check(integer_at_least(1));
   app.add_option("--lr", o.lr, "learning rate (with --resume: replaces the checkpoint's)")
       ->capture_default_str()
       ->check(positive_float())
@@ -148,8 +149,8 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--precision", o.precision, "fp32, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--parallel", o.parallel, "single, dp or ddp")->capture_default_str()->check(CLI::IsMember({"single", "dp", "ddp"}));
   app.add_option("--devices", o.devices,
-                 "--parallel dp: CPU replicas (default 2); --parallel ddp: the number of ranks mpirun must start "
-                 "(default: any)")
+                 "--parallel dp: replicas (default: 2 on the CPU, every GPU on cuda); --parallel ddp: the number "
+                 "of ranks mpirun must start (default: any)")
       ->check(integer_at_least(1));
   app.add_option("--workers", o.workers, "loader worker threads (0: load on the training thread)")->capture_default_str()->check(integer_at_least(0));
   app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->capture_default_str()->check(integer_at_least(1));
@@ -234,6 +235,9 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   if (same_file(o.checkpoint, o.weights))
     return fail("--weights and --checkpoint name the same file, " + o.weights +
                 ": the first epoch would overwrite the weights; give --checkpoint another file");
+  if (same_file(o.metrics, o.weights))
+    return fail("--weights and --metrics name the same file, " + o.weights +
+                ": the first epoch would overwrite the weights; give --metrics another file");
   if (!o.weights.empty()) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(o.weights, ec))
@@ -241,10 +245,17 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
                   (std::filesystem::exists(o.weights, ec) ? "not a file" : "no such file") +
                   "; expected a safetensors file (a --checkpoint of this example, or a model's weights)");
   }
-  for (const auto* output : {&o.checkpoint, &o.metrics})
-    if (same_file(*output, o.data))
-      return fail(std::string(output == &o.checkpoint ? "--checkpoint" : "--metrics") + " " + *output +
-                  " is the --data file");
+  for (const auto* output : {&o.checkpoint, &o.metrics}) {
+    const std::string flag = output == &o.checkpoint ? "--checkpoint" : "--metrics";
+    if (same_file(*output, o.data)) return fail(flag + " " + *output + " is the --data file");
+    // A dataset folder's files (CIFAR-10's test_batch.bin, MNIST's) are not named here: an output
+    // straight in that folder could be one of them.
+    std::error_code ec;
+    if (!output->empty() && !o.data.empty() && std::filesystem::is_directory(o.data, ec) &&
+        same_file(std::filesystem::absolute(*output, ec).parent_path().string(), o.data))
+      return fail(flag + " " + *output + " is in the --data folder " + o.data +
+                  ": it could overwrite the dataset's files; write it to another folder");
+  }
   // An output that cannot be written fails now, not after the first epoch: an existing --metrics file
   // (or /dev/stdout) must be writable, else its folder, and neither output may be a directory
   // (kiln::why_unwritable); a checkpoint is written through a temporary file in its folder. A

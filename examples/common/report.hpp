@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -134,10 +135,28 @@ inline void keep_metrics(const std::string& path, int epochs) {
   kiln::write_file_atomically(target, kept);
 }
 
+/// The stream of a metrics path that is not a regular file (a FIFO, a terminal, /dev/stdout), opened once
+/// and held for the run: reopened every epoch, a FIFO's reader would see its end after the first line,
+/// and the next open would wait for a reader for ever. Null for a regular file (or none yet).
+inline std::ofstream* held_metrics_stream(const std::string& path) {
+  static std::map<std::string, std::ofstream> held;
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);  // through links
+  if (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status)) return nullptr;
+  std::ofstream& out = held[path];
+  if (!out.is_open()) out.open(path, std::ios::app);
+  return &out;
+}
+
 /// Appends one JSON object per line to `path` (nothing when path is empty); `first` (a fresh run's first
 /// epoch) replaces the file with the line instead, atomically.
 inline void append_metrics(const std::string& path, const nlohmann::json& line, bool first = false) {
   if (path.empty()) return;
+  if (std::ofstream* held = held_metrics_stream(path)) {
+    if (*held) *held << line.dump() << '\n' << std::flush;
+    if (!*held) throw kiln::Error("cannot write the metrics file " + path);
+    return;
+  }
   if (first) {
     kiln::write_file_atomically(path, line.dump() + '\n');
     return;

@@ -62,10 +62,15 @@ class Cifar10 {
     std::error_code ec;
     fs::path dir(root);
     const auto first = std::string(file_names(train).front());
-    if (!fs::is_directory(dir, ec))
-      throw DataError(
-          root, "directory", fs::exists(dir, ec) ? "not a directory" : "no such directory",
-          "a directory holding the CIFAR-10 binary batches (" + first + ", ...); " + how_to_get(root));
+    if (const auto status = fs::status(dir, ec); !fs::is_directory(status)) {
+      // One of the batch files itself (--data .../test_batch.bin): its folder is what is meant.
+      const fs::path folder = dir.parent_path();
+      throw DataError(root, "directory", fs::exists(status) ? "not a directory" : "no such directory",
+                      "a directory holding the CIFAR-10 binary batches (" + first + ", ...); " +
+                          (fs::is_regular_file(status)
+                               ? "pass its folder, " + (folder.empty() ? std::string(".") : folder.string())
+                               : how_to_get(root)));
+    }
     // The folder the archive was extracted into: use its cifar-10-batches-bin/.
     if (!fs::exists(dir / first, ec) && fs::is_directory(dir / "cifar-10-batches-bin", ec))
       dir /= "cifar-10-batches-bin";

@@ -233,6 +233,11 @@ BOOST_AUTO_TEST_CASE(a_missing_directory_says_how_to_get_the_data) {
   BOOST_CHECK_EXCEPTION(
       Cifar10(root.string(), true), kiln::data::DataError,
       names(root, {"directory: no such directory", "data_batch_1.bin", "scripts/get-cifar10"}));
+  // One of the batch files given for the folder: its folder is named, not a download into a file.
+  CifarFiles files("file_for_folder");
+  const auto test_batch = files.file(false, 0);
+  BOOST_CHECK_EXCEPTION(Cifar10(test_batch.string(), false), kiln::data::DataError,
+                        names(test_batch, {"directory: not a directory", "pass its folder, " + files.dir.string()}));
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_batch_file_is_named_with_how_to_get_it) {
