@@ -257,6 +257,13 @@ class Harness {
     if (auto it = extra_.find(name); it != extra_.end()) return it->second;
     return std::nullopt;
   }
+  /// An extra yes/no option (anything else exits 2 naming it), or `fallback` when it was not given.
+  bool yes_no_option(const std::string& name, bool fallback) const {
+    const auto v = option(name);
+    if (!v) return fallback;
+    if (*v != "yes" && *v != "no") fail(name + ": give yes or no, got " + *v);
+    return *v == "yes";
+  }
   /// An extra option as a count in [least, most] ("1000", "2^24"; anything else exits 2 naming it), or
   /// `fallback` when it was not given.
   std::int64_t size_option(const std::string& name, std::int64_t fallback, std::int64_t least = 1,

@@ -285,7 +285,8 @@ class Suite {
 
   /// The command line: --models a,b --batches 32,128 --precisions fp32,bf16 --device cpu|cuda
   /// --repeat N --warmup N --json FILE --plot DIR. Returns the exit status (1 when fused and unfused
-  /// disagree beyond the precision's tolerance, 2 on a bad option).
+  /// disagree beyond the precision's tolerance, PyTorch's side fails, or an output cannot be written;
+  /// 2 on a bad option).
   int main(int argc, char** argv);
 
  private:
@@ -403,7 +404,12 @@ inline bool noisy(const Stats& fused, const Stats& unfused) {
 /// PyTorch's bytes are not counted), one SVG each, drawn with gnuplot when it is installed (Debian:
 /// gnuplot-nox); the data and the script are written either way.
 inline int write_plots(const nlohmann::json& out, const std::string& dir, const char* program) {
-  std::filesystem::create_directories(dir);
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);  // (checked before the run: this fails only if that changed)
+  if (made) {
+    std::fprintf(stderr, "%s: --plot %s: %s\n", program, dir.c_str(), made.message().c_str());
+    return 1;
+  }
   // "model.prec.mode" -> batch -> {kiln fused ms, kiln unfused ms, torch eager ms, torch compile ms,
   // kiln fused fraction, kiln unfused fraction} (NaN: none)
   constexpr std::size_t columns = 6;
@@ -694,6 +700,19 @@ inline int Suite::main(int argc, char** argv) {
     std::fprintf(stderr, "%s: --models names no model\n", argv[0]);
     return 2;
   }
+  if (precisions.empty()) {
+    std::fprintf(stderr, "%s: --precisions names no precision (fp32, fp16, bf16)\n", argv[0]);
+    return 2;
+  }
+  if (!plot_dir.empty()) {  // a folder, made now: an error after the whole run would lose it
+    std::error_code made;
+    std::filesystem::create_directories(plot_dir, made);
+    const auto why = made ? made.message() : kiln::why_unwritable(std::filesystem::path(plot_dir) / "kiln-bench.gp");
+    if (!why.empty()) {
+      std::fprintf(stderr, "%s: --plot %s: %s\n", argv[0], plot_dir.c_str(), why.c_str());
+      return 2;
+    }
+  }
   if (const auto why = json_path.empty() ? "" : kiln::why_unwritable(json_path); !why.empty()) {
     std::fprintf(stderr, "%s: --json %s: %s\n", argv[0], json_path.c_str(), why.c_str());
     return 2;
@@ -790,6 +809,7 @@ inline int Suite::main(int argc, char** argv) {
                 100 * f.fraction_of_bw_limit(bw), 100 * u.fraction_of_bw_limit(bw), tail.c_str());
   };
   int status = 0;
+  bool disagree = false;  // a DISAGREE row (status 1 has other causes too)
   struct Pair {
     StepResult fused, unfused;
     std::string tail;                   // the agreement column
@@ -802,7 +822,7 @@ inline int Suite::main(int argc, char** argv) {
         std::fprintf(stderr, "kiln-bench: %s %s batch %lld\n", e->name.c_str(), p.c_str(), static_cast<long long>(b));
         const double agree = e->agreement(device, p, b);
         const bool ok = agree <= detail::tolerance_of(p);
-        if (!ok) status = 1;
+        if (!ok) status = 1, disagree = true;
         char tail[64];
         std::snprintf(tail, sizeof tail, " %9.1e%s", agree, ok ? "" : " DISAGREE");
         for (const std::string mode : {"train", "infer"}) {
@@ -890,7 +910,7 @@ inline int Suite::main(int argc, char** argv) {
     }
   }
   if (!plot_dir.empty()) status = std::max(status, write_plots(out, plot_dir, argv[0]));
-  if (status == 1) std::fprintf(stderr, "%s: fused and unfused training disagree beyond the tolerance (DISAGREE rows)\n", argv[0]);
+  if (disagree) std::fprintf(stderr, "%s: fused and unfused training disagree beyond the tolerance (DISAGREE rows)\n", argv[0]);
   return status;
 }
 

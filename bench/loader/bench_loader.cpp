@@ -108,14 +108,14 @@ int main(int argc, char** argv) {
   h.add("train_steps", 0, "10 LeNet steps (batch 128), data in memory", [&] {
     for (int i = 0; i < steps; ++i) step(fixed.x, fixed.y);
   });
-  const bool epoch = h.option("--epoch").value_or("yes") != "no";
+  const bool epoch = h.yes_no_option("--epoch", true);
   kiln::data::DataLoader epoch_loader(train, {.batch_size = batch, .shuffle = true, .num_workers = 2, .seed = 2}, normalize);
   if (epoch)
     h.add("train_epoch", 0, "a training epoch: loader (2 workers) + steps", [&] {
       for (const auto& b : epoch_loader) step(b.x, b.y);
     });
   std::optional<kiln::bench::Reference> torch;
-  if (epoch && h.option("--torch").value_or("yes") != "no") {
+  if (epoch && h.yes_no_option("--torch", true)) {
     torch.emplace(start_torch(root, limit, batch, samples));
     if (torch->available())
       h.add_timed("torch_epoch", 0, "PyTorch " + torch->hello()["torch"].get<std::string>() + ": an epoch, tensors gathered by index",

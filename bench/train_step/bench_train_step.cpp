@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   h.add("kiln_lenet_step_bf16", 0, "the same in mixed bf16", [&] { bf16.step(); });
   // PyTorch's samples in the same rounds.
   std::optional<kiln::bench::Reference> torch;
-  if (h.option("--torch").value_or("yes") != "no") {
+  if (h.yes_no_option("--torch", true)) {
     torch.emplace(start_torch(batch));
     if (torch->available()) {
       const std::string eager = "PyTorch " + torch->hello()["torch"].get<std::string>() + " eager";

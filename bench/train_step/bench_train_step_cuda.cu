@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
           "fp32 step / bf16 step");
   h.ratio("lenet_fp32_over_fp16_activation_mem", act32 / act16, 1.0 / 0.55, "fp16 activations <= 0.55 x fp32's");
   h.ratio("wide_mlp_fp32_over_fp16_activation_mem", wact32 / wact16, 1.0 / 0.55, "fp16 activations <= 0.55 x fp32's");
-  if (h.option("--torch").value_or("yes") != "no") {
+  if (h.yes_no_option("--torch", true)) {
     const auto t = run_torch(h.n(), h.repeat(), h.warmup(), inner);
     if (t.contains("error") || (!t.contains("skipped") && !t.contains("lenet_step_s")) ||
         (t.contains("batch") && t["batch"] != h.n())) {

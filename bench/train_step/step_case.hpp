@@ -25,7 +25,7 @@ struct StepCase {
   kiln::optim::Adam<float, D, T> opt;
   kiln::optim::GradScaler<D> scaler;
   kiln::Tensor<T, In, D> x;
-  kiln::Tensor<YT, SY, D> y;  // shares the caller's targets unless they are converted
+  kiln::Tensor<YT, SY, D> y;  // a copy of the caller's targets (converted to fp32 for a regression)
   Loss loss{};
 
   /// capturable: Adam and the GradScaler keep their state on the device, so a kiln::cuda::Graph can
