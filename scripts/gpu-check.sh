@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     --prebuilt)
       [ $# -ge 2 ] || { echo "gpu-check: --prebuilt needs a folder (scripts/gpu-stage's stage)" >&2; exit 2; }
       prebuilt=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -56,10 +56,10 @@ if [ -n "$prebuilt" ]; then
   # PyTorch (the benches start python3) keeps its own CUDA libraries: the staged ones must not shadow them.
   export KILN_TORCH_PYTHON=${KILN_TORCH_PYTHON:-"env -u LD_LIBRARY_PATH python3"}
 else
-  deadline=$(( deadline + 3600 ))  # the budget is for the rows, not the build
   cmake --preset cuda -DKILN_BUILD_BENCH=ON >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   cmake --build build/cuda -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -m20 -A5 error "$out/build.log"; exit 1; }
   bin=$root/build/cuda
+  deadline=$(( $(date +%s) + ${GPU_CHECK_BUDGET:-450} ))  # the budget is for the rows, from here
 fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>/dev/null | tee "$out/nvidia-smi.csv"
@@ -67,10 +67,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 rows=()
 failed=0
 row() {  # row NAME STATUS SECONDS SUMMARY: a table row, printed now as well
-  rows+=("$(printf '%-40s %-12s %6ss  %s' "$1" "$2" "$3" "$4")")
+  rows+=("$(printf '%-40s %-13s %6ss  %s' "$1" "$2" "$3" "$4")")
   echo "${rows[-1]}"
 }
-last_rc=0
+last_rc=0 last_secs=0.0
 run() {  # run NAME TIMEOUT CMD...: record passed / failed / skipped (exit 77) within the budget
   local name=$1 limit=$2; shift 2
   local left=$(( deadline - $(date +%s) )) t0 rc
@@ -86,9 +86,16 @@ run() {  # run NAME TIMEOUT CMD...: record passed / failed / skipped (exit 77) w
   last_rc=$rc
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   local secs="$((ms / 1000)).$(( (ms % 1000) / 100 ))"
+  last_secs=$secs
   local status=passed
   if [ $rc -eq 77 ]; then status=skipped; elif [ $rc -ne 0 ]; then status="FAILED($rc)"; failed=1; fi
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="FAILED(time)"; fi
+  # timeout's 124 (or 137 after -k) only where the limit was reached: a program that exits 124 itself,
+  # or a kill -9 from elsewhere (the OOM killer), is a failure with its own code.
+  if { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && [ "$ms" -ge $(( limit * 1000 )) ]; then
+    status="FAILED(time)"
+  else
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && last_rc=1
+  fi
   local summary=$(grep -E -m1 "test cases? out of|No errors detected|skipping|CUDA available|result:" "$out/$name.log" ||
                   grep -E -m1 "error|failure" "$out/$name.log")
   summary=$(echo "$summary" | sed 's/^ *//' | cut -c1-70)
@@ -109,9 +116,9 @@ if [ -z "$(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' -print -quit)" ]; 
 fi
 kinfo=$(find "$bin" -type f -name kiln-info -perm -u+x -not -path '*/consumer/*' | head -1)
 [ -n "$kinfo" ] && run kiln-info 30 "$kinfo"
-for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' | sort); do
+while IFS= read -r -d '' exe; do  # (NUL-separated: a path with spaces stays one)
   run "$(basename "$exe")" 180 "$exe" --color_output=no --report_level=short --log_level=test_suite
-done
+done < <(find "$bin" -type f -perm -u+x -name 'kiln_cuda_*' -print0 | sort -z)
 # Distributed<Nccl> (issue #6): one rank per GPU under mpiexec (one GPU: world size 1).
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # only the visible ones get a rank
@@ -136,12 +143,12 @@ mpi_run() {  # mpi_run NAME TIMEOUT CMD...: run, or skip once an MPI row has run
   local name=$1
   if [ "$mpi" != yes ]; then skip "$name" "$mpi"; return; fi
   run "$@"
-  if [ "$last_rc" -eq 124 ] || [ "$last_rc" -eq 137 ]; then mpi="an earlier MPI row ran out of time ($name)"; fi
+  if [ "$last_rc" -eq 124 ] || [ "$last_rc" -eq 137 ]; then mpi="an earlier MPI row ran out of time ($name)"; fi  # (run: only a real timeout leaves 124/137)
 }
-for exe in $(find "$bin" -type f -perm -u+x -name 'kiln_nccl_test_*' | sort); do
+while IFS= read -r -d '' exe; do
   mpi_run "$(basename "$exe")_np$gpus" 120 "${launch[@]}" "$exe" \
     --color_output=no --report_level=short --log_level=test_suite
-done
+done < <(find "$bin" -type f -perm -u+x -name 'kiln_nccl_test_*' -print0 | sort -z)
 job_ddp=$(find "$bin" -type f -perm -u+x -name mlp_boston | head -1)
 boston=$(find "$bin" -name boston_fixture.csv | head -1)
 if [ -n "$job_ddp" ] && [ -n "$boston" ]; then
@@ -162,12 +169,12 @@ if [ -n "$job" ] && [ -d "$data" ]; then
       --metrics "$out/lenet_fashion_mnist_$p.jsonl"
   done
 fi
-for exe in $(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' ! -name 'bench_distributed_cuda' | sort); do
+while IFS= read -r -d '' exe; do
   extra=()
   # bench_loader_cuda skips itself without Fashion-MNIST; a --data that names a missing folder is an error.
   [ "$(basename "$exe")" = bench_loader_cuda ] && [ -d "$data" ] && extra=(--data "$data")
   run "$(basename "$exe")" 150 "$exe" --json "$out/$(basename "$exe").json" "${extra[@]}"
-done
+done < <(find "$bin" -type f -perm -u+x -name 'bench_*_cuda' ! -name 'bench_distributed_cuda' -print0 | sort -z)
 kb=$(find "$bin" -type f -perm -u+x -name kiln-bench | head -1)  # issue #7: fused vs unfused on the GPU
 if [ -n "$kb" ]; then
   run kiln-bench 200 "$kb" --device cuda --precisions fp32,fp16,bf16 --batches 128,1024 \
@@ -176,7 +183,7 @@ if [ -n "$kb" ]; then
   # (not a failure: cuDNN's legacy calls may refuse capture; the cross entropy's label count is a CUB
   # reduction inside the captured steps since the ninth session).
   if [ "$last_rc" -eq 0 ] && grep -q "CUDA graph capture failed" "$out/kiln-bench.log" 2>/dev/null; then
-    rows[-1]="$(printf '%-40s %-12s %6ss  %s' kiln-bench "WARN(graph)" - \
+    rows[-1]="$(printf '%-40s %-13s %6ss  %s' kiln-bench "WARN(graph)" "$last_secs" \
       "$(grep -c 'CUDA graph capture failed' "$out/kiln-bench.log") steps not captured: see kiln-bench.log")"
     echo "${rows[-1]}"
   fi
@@ -199,8 +206,8 @@ if [ -n "$kb" ]; then
   run kiln-bench-vs-torch 300 "$kb" --device cuda --models lenet,mlp --precisions fp32,fp16 --batches 128 \
     --repeat 10 --elements 0 --json "$out/kiln-bench-vs-torch.json"
   # A comparison that measured no PyTorch is a failed row, not a quiet pass.
-  if grep -q "PyTorch: not measured" "$out/kiln-bench-vs-torch.log" 2>/dev/null; then
-    rows[-1]="$(printf '%-40s %-12s %6ss  %s' kiln-bench-vs-torch "FAILED(torch)" - \
+  if [ "$last_rc" -eq 0 ] && grep -q "PyTorch: not measured" "$out/kiln-bench-vs-torch.log" 2>/dev/null; then
+    rows[-1]="$(printf '%-40s %-13s %6ss  %s' kiln-bench-vs-torch "FAILED(torch)" "$last_secs" \
       "PyTorch not measured: see kiln-bench-vs-torch.log")"
     echo "${rows[-1]}"
     failed=1
@@ -221,7 +228,7 @@ for j in "$out"/*.json; do
 done
 {
   echo "== kiln gpu-check $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - start ))s =="
-  printf '%-40s %-12s %7s  %s\n' target status time summary
+  printf '%-40s %-13s %7s  %s\n' target status time summary
   printf '%s\n' "${rows[@]}"
 } >"$out/table.txt"
 if [ -n "${OUT:-}" ]; then  # three files back: the table, the benchmark tables, every log in one archive

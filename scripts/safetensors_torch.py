@@ -146,6 +146,9 @@ def state_dict_of(obj, path):
 
 
 def main(argv):
+    if argv in (["--help"], ["-h"]):
+        print(__doc__.split("\n\n")[-1])
+        return 0
     if len(argv) == 2 and argv[0] == "--list":
         _, header, metadata = read_header(argv[1])
         for name, e in sorted(header.items()):
@@ -168,4 +171,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (OSError, ValueError) as e:  # a missing or malformed file: one line, not a traceback
+        print(f"safetensors_torch.py: {e}", file=sys.stderr)
+        sys.exit(1)
