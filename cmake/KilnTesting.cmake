@@ -151,7 +151,9 @@ endfunction()
 
 # add_executable(<target>) of the sources, compiled by nvcc through generated .cu files: one that
 # includes them all (KILN_TEST_UNITY), else a wrapper for each.
-# KILN_TEST_CUDA_OWN_TU: sources (paths under tests/) that keep a TU of their own in a unity build.
+# KILN_TEST_CUDA_OWN_TU: sources (paths under tests/) that keep a TU of their own in a unity build;
+# KILN_TEST_OWN_TU: such sources for both compilers (a replacement of the global operator new, which a
+# unity build's namespaces cannot hold).
 function(_kiln_cuda_executable target)
   set(dir "${CMAKE_CURRENT_BINARY_DIR}/generated/${target}")
   set(unity "")
@@ -160,7 +162,7 @@ function(_kiln_cuda_executable target)
     set(own "")
     foreach(src IN LISTS ARGN)
       _kiln_test_include_path(rel "${src}")
-      if(rel IN_LIST KILN_TEST_CUDA_OWN_TU)
+      if(rel IN_LIST KILN_TEST_CUDA_OWN_TU OR rel IN_LIST KILN_TEST_OWN_TU)
         list(APPEND own "${src}")
       else()
         list(APPEND unity "${src}")
@@ -184,12 +186,23 @@ function(_kiln_cuda_executable target)
   add_executable(${target} ${cu_sources})
 endfunction()
 
-# add_executable(<target>) of the C++ sources: as one TU (KILN_TEST_UNITY), else as they are.
+# add_executable(<target>) of the C++ sources: as one TU (KILN_TEST_UNITY; but KILN_TEST_OWN_TU's), else
+# as they are.
 function(_kiln_cpu_executable target)
-  list(LENGTH ARGN count)
+  set(unity "")
+  set(own "")
+  foreach(src IN LISTS ARGN)
+    _kiln_test_include_path(rel "${src}")
+    if(rel IN_LIST KILN_TEST_OWN_TU)
+      list(APPEND own "${src}")
+    else()
+      list(APPEND unity "${src}")
+    endif()
+  endforeach()
+  list(LENGTH unity count)
   if(KILN_TEST_UNITY AND count GREATER 1)
-    _kiln_unity_source(cpp "${CMAKE_CURRENT_BINARY_DIR}/generated/${target}/unity.cpp" ${ARGN})
-    add_executable(${target} "${cpp}")
+    _kiln_unity_source(cpp "${CMAKE_CURRENT_BINARY_DIR}/generated/${target}/unity.cpp" ${unity})
+    add_executable(${target} "${cpp}" ${own})
   else()
     add_executable(${target} ${ARGN})
   endif()
