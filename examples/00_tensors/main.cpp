@@ -240,7 +240,8 @@ int main(int argc, char** argv) {
     }
     return tour<kiln::Cpu>(o.batch);
   } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "00_tensors: %s\n", e.what());
+    const char* m = e.what();  // (without the "kiln: " of kiln's messages: the line names the program)
+    std::fprintf(stderr, "00_tensors: error: %s\n", std::strncmp(m, "kiln: ", 6) == 0 ? m + 6 : m);
     return 1;
   }
 }

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -220,7 +221,8 @@ int main(int argc, char** argv) {
     }
     return run<kiln::Cpu>(o.rows, o.cols, o.repeat);
   } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "01_fused_expressions: %s\n", e.what());
+    const char* m = e.what();  // (without the "kiln: " of kiln's messages: the line names the program)
+    std::fprintf(stderr, "01_fused_expressions: error: %s\n", std::strncmp(m, "kiln: ", 6) == 0 ? m + 6 : m);
     return 1;
   }
 }

@@ -123,7 +123,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
     r.samples_per_s = static_cast<double>(e.samples) / train_seconds;
     ++r.trained;
     std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s%s\n",
-                epoch + 1, o.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.samples_per_s,
+                epoch + 1, o.epochs, shown(r.train_loss), shown(r.test_loss), 100.0 * r.test_accuracy, r.samples_per_s,
                 train_seconds, scaler_note(scaler).c_str());
     std::fflush(stdout);
     const double lr = opt.lr();  // this epoch's
@@ -157,7 +157,7 @@ inline int report_result(const FitResult& r, Clock::time_point t_start, const st
     std::fprintf(stderr, "ok=0: %s\n", why.c_str());
   }
   std::printf("result: test_accuracy=%.4f test_loss=%.4f%s epochs=%d seconds=%.1f%s device=%s precision=%s ok=%d\n",
-              r.test_accuracy, r.test_loss, trained_key("train_loss", 4, r.trained, r.train_loss).c_str(),
+              r.test_accuracy, shown(r.test_loss), trained_key("train_loss", 4, r.trained, r.train_loss).c_str(),
               r.epochs, seconds_since(t_start), trained_key("samples_per_s", 0, r.trained, r.samples_per_s).c_str(),
               device.c_str(), precision.c_str(), ok ? 1 : 0);
   return ok ? 0 : 1;

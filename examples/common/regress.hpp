@@ -140,7 +140,8 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
     ++r.trained;
     if (prints_epoch(epoch + 1, o.epochs, terminal)) {
       std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test RMSE %.4f, %.0f samples/s, %.2f ms%s\n",
-                  epoch + 1, o.epochs, r.train_loss, r.test_loss, r.test_rmse, r.samples_per_s, 1e3 * train_seconds,
+                  epoch + 1, o.epochs, shown(r.train_loss), shown(r.test_loss), shown(r.test_rmse), r.samples_per_s,
+                  1e3 * train_seconds,
                   scaler_note(scaler).c_str());
       std::fflush(stdout);
     }
@@ -178,7 +179,7 @@ inline int report_result(const FitResult& r, double baseline_rmse, Clock::time_p
   }
   std::printf("result: test_rmse=%.4f baseline_rmse=%.4f test_loss=%.4f%s epochs=%d seconds=%.2f%s device=%s "
               "precision=%s ok=%d\n",
-              r.test_rmse, baseline_rmse, r.test_loss, trained_key("train_loss", 4, r.trained, r.train_loss).c_str(),
+              shown(r.test_rmse), baseline_rmse, shown(r.test_loss), trained_key("train_loss", 4, r.trained, r.train_loss).c_str(),
               r.epochs, seconds_since(t_start), trained_key("samples_per_s", 0, r.trained, r.samples_per_s).c_str(),
               device.c_str(), precision.c_str(), ok ? 1 : 0);
   return ok ? 0 : 1;

@@ -28,12 +28,16 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+/// v for printf: a NaN without its sign bit, which printf shows as "-nan" (a diverged loss: torch and
+/// Python print nan, and the metrics file has null).
+inline double shown(double v) { return std::isnan(v) ? std::fabs(v) : v; }
+
 /// " key=value" (`digits` after the point) for the `result:` line, or "" when the run trained no epoch:
 /// a resumed run with nothing left to train measured no train loss and no speed.
 inline std::string trained_key(const char* key, int digits, int trained, double value) {
   if (trained == 0) return {};
   char text[64];
-  std::snprintf(text, sizeof text, " %s=%.*f", key, digits, value);
+  std::snprintf(text, sizeof text, " %s=%.*f", key, digits, shown(value));
   return text;
 }
 
@@ -81,7 +85,7 @@ class Progress {
     if (filled < width) bar += '>' + std::string(static_cast<std::size_t>(width - filled - 1), ' ');
     char line[256];
     std::snprintf(line, sizeof line, "epoch %d/%d [%s] %lld/%lld loss %.4f %.0f samples/s ETA %.0fs", epoch_, epochs_,
-                  bar.c_str(), done, batches_, mean_loss, rate, eta);
+                  bar.c_str(), done, batches_, shown(mean_loss), rate, eta);
     std::string text = line;
     const auto fits = static_cast<std::size_t>(std::max(terminal_columns() - 1, 1));
     if (text.size() > fits) text.resize(fits);
