@@ -398,7 +398,7 @@ class Harness {
     if (ratios_.empty()) return;
     std::fprintf(f, "\n  %-22s %10s %10s  %-5s %s\n", "ratio", "value", "target", "", "");
     for (const auto& r : ratios_)
-      std::fprintf(f, "  %-22s %10.3f %8s%.2f  %-5s %s\n", r.name.c_str(), r.value, ">= ", r.target,
+      std::fprintf(f, "  %-22s %10.3f %8s%-6.4g %-5s %s\n", r.name.c_str(), r.value, ">= ", r.target,
                    r.pass() ? "PASS" : "MISS", r.note.c_str());
     std::fprintf(f, "  (a MISS is reported, not fatal: timings on shared machines are noisy)\n");
   }

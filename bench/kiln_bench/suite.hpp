@@ -653,16 +653,21 @@ inline int Suite::main(int argc, char** argv) {
       {"--copy-mib", "a whole number >= 1 (MiB copied to measure the bandwidth)"},
       {"--batches", "batch sizes >= 1, comma-separated (32,128,512)"}};
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+    std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;
     }
-    if (i + 1 >= argc) {
+    std::string v;
+    if (const auto eq = a.find('='); a.starts_with("--") && eq != std::string::npos) {  // --option=value too
+      v = a.substr(eq + 1);
+      a.resize(eq);
+    } else if (i + 1 >= argc) {
       std::fprintf(stderr, "%s: %s needs a value\n", argv[0], a.c_str());
       return 2;
+    } else {
+      v = argv[++i];
     }
-    const std::string v = argv[++i];
     try {
       if (a == "--models") models = detail::split_list(v);
       else if (a == "--precisions") precisions = detail::split_list(v);
