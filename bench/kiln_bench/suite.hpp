@@ -215,6 +215,47 @@ StepResult measure_elementwise(const std::string& workload, index_t n, bool fuse
   return r;
 }
 
+/// measure_elementwise's work done once fused and once unfused from the same start: the largest
+/// difference of the results (chain: y; adam: the parameters after one step) relative to the largest
+/// value, so that a broken kernel shows as DISAGREE rather than as fast.
+template <class Prec, class D>
+double elementwise_agreement(const std::string& workload, index_t n) {
+  const auto once = [&](bool fused) -> std::vector<double> {
+    std::optional<Unfused> off;
+    if (!fused) off.emplace();
+    if (workload == "adam") {
+      Tensor<float, Shape<dyn>, D> p(n), g(n);
+      std::vector<float> hp(static_cast<std::size_t>(n)), hg(hp.size());
+      for (index_t i = 0; i < n; ++i) {
+        hp[static_cast<std::size_t>(i)] = static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f;
+        hg[static_cast<std::size_t>(i)] = static_cast<float>((i * 104729) % 1999) / 1e5f - 0.01f;
+      }
+      p.copy_from(std::span<const float>(hp));
+      g.copy_from(std::span<const float>(hg));
+      optim::Adam<float, D> adam(p, g, {.lr = 1e-3});
+      adam.step();
+      const auto v = p.to_vector();
+      return {v.begin(), v.end()};
+    }
+    using T = typename Prec::storage;
+    Tensor<T, Shape<dyn>, D> x(n), y(n);
+    std::vector<T> h(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) h[static_cast<std::size_t>(i)] = static_cast<T>(static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f);
+    x.copy_from(std::span<const T>(h));
+    kiln::assign(y, kiln::relu(x * 1.5f - 0.25f) * 2.0f + 0.5f);
+    std::vector<double> out;
+    for (const T v : y.to_vector()) out.push_back(static_cast<double>(static_cast<float>(v)));
+    return out;
+  };
+  const auto a = once(true), b = once(false);
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(a[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
 /// StepCase (bench/train_step/step_case.hpp) on kiln-bench's fixed inputs (a deterministic ramp in
 /// [-1, 1]) and the registered targets.
 template <class Net, class In, class Prec, class D, class Loss, class Y, class SY>
@@ -856,7 +897,16 @@ inline int Suite::main(int argc, char** argv) {
           return detail::abba([&](bool fused, int n) { return detail::measure_elementwise<Prec, D>(w, elements, fused, warmup, n); },
                               repeat);
         });
-        pairs.push_back({std::move(f), std::move(u), "", std::nullopt});
+        // The results fused and unfused (on at most 2^16 elements: the same kernels as the timed ones).
+        const std::string prec = w == "adam" ? "fp32" : p;
+        const double agree = dispatch(device, p, [&]<class Prec, class D>() {
+          return detail::elementwise_agreement<Prec, D>(w, std::min<index_t>(elements, index_t(1) << 16));
+        });
+        const bool ok = agree <= detail::tolerance_of(prec);
+        if (!ok) status = 1, disagree = true;
+        char tail[64];
+        std::snprintf(tail, sizeof tail, " %9.1e%s", agree, ok ? "" : " DISAGREE");
+        pairs.push_back({std::move(f), std::move(u), tail, std::nullopt});
       }
   const double bw_after = measure_bandwidth();
   bw = std::max(bw_before, bw_after);
