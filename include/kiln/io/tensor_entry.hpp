@@ -29,8 +29,7 @@ SafetensorsEntry to_entry(const Tensor<T, S, D>& t) {
   for (std::size_t d = 0; d != S::rank; ++d) shape[d] = t.size(static_cast<int>(d));
   if constexpr (std::is_same_v<T, bool>) {  // (std::vector<bool> packs bits) a byte each, 0 or 1, as torch's
     SafetensorsEntry e{"BOOL", std::move(shape), {}};
-    e.bytes.reserve(values.size());
-    for (const bool b : values) e.bytes.push_back(static_cast<char>(b ? 1 : 0));
+    e.bytes.assign(values.begin(), values.end());
     return e;
   } else {
     return make_entry<T>(values, std::move(shape));
@@ -68,7 +67,7 @@ Tensor<T, S, D> tensor_from_entry(const SafetensorsEntry& e, const std::string& 
     throw ValueError(who + "holds " + std::to_string(e.bytes.size()) + " bytes for shape " +
                      detail::shape_text(e.shape) + " of " + e.dtype);
   if constexpr (std::is_same_v<T, bool>) {  // any byte but 0 is true (a bool of another value is UB)
-    std::unique_ptr<bool[]> flags(new bool[n == 0 ? 1 : n]);
+    const auto flags = std::make_unique<bool[]>(n);
     for (std::size_t i = 0; i != n; ++i) flags[i] = e.bytes[i] != 0;
     return Tensor<T, S, D>::from(std::span<const bool>(flags.get(), n), ext, device);
   } else {
