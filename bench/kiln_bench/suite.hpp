@@ -187,6 +187,14 @@ StepResult measure_pass(F&& f, bool fused, int warmup, int repeat) {
   return r;
 }
 
+/// n values spread over [-1, 1] (the elementwise rows' input).
+template <class T>
+std::vector<T> ramp(index_t n) {
+  std::vector<T> h(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) h[static_cast<std::size_t>(i)] = static_cast<T>(static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f);
+  return h;
+}
+
 /// Elementwise work alone, where memory is the only limit: `chain` is y = relu(1.5 x - 0.25) 2 + 0.5
 /// over n values of the precision's storage type (one pass fused, five unfused: bench_fusion's
 /// chain); `adam` is an Adam step over n fp32 parameters (one pass fused; torch's single-tensor order
@@ -203,9 +211,7 @@ StepResult measure_elementwise(const std::string& workload, index_t n, bool fuse
   } else {
     using T = typename Prec::storage;
     Tensor<T, Shape<dyn>, D> x(n), y(n);
-    std::vector<T> h(static_cast<std::size_t>(n));
-    for (index_t i = 0; i < n; ++i) h[static_cast<std::size_t>(i)] = static_cast<T>(static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f);
-    x.copy_from(std::span<const T>(h));
+    x.copy_from(std::span<const T>(ramp<T>(n)));
     r = measure_pass<D>([&] { kiln::assign(y, kiln::relu(x * 1.5f - 0.25f) * 2.0f + 0.5f); }, fused, warmup, repeat);
   }
   r.model = workload;
@@ -225,11 +231,9 @@ double elementwise_agreement(const std::string& workload, index_t n) {
     if (!fused) off.emplace();
     if (workload == "adam") {
       Tensor<float, Shape<dyn>, D> p(n), g(n);
-      std::vector<float> hp(static_cast<std::size_t>(n)), hg(hp.size());
-      for (index_t i = 0; i < n; ++i) {
-        hp[static_cast<std::size_t>(i)] = static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f;
-        hg[static_cast<std::size_t>(i)] = static_cast<float>((i * 104729) % 1999) / 1e5f - 0.01f;
-      }
+      const std::vector<float> hp = ramp<float>(n);
+      std::vector<float> hg(hp.size());
+      for (index_t i = 0; i < n; ++i) hg[static_cast<std::size_t>(i)] = static_cast<float>((i * 104729) % 1999) / 1e5f - 0.01f;
       p.copy_from(std::span<const float>(hp));
       g.copy_from(std::span<const float>(hg));
       optim::Adam<float, D> adam(p, g, {.lr = 1e-3});
@@ -239,9 +243,7 @@ double elementwise_agreement(const std::string& workload, index_t n) {
     }
     using T = typename Prec::storage;
     Tensor<T, Shape<dyn>, D> x(n), y(n);
-    std::vector<T> h(static_cast<std::size_t>(n));
-    for (index_t i = 0; i < n; ++i) h[static_cast<std::size_t>(i)] = static_cast<T>(static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f);
-    x.copy_from(std::span<const T>(h));
+    x.copy_from(std::span<const T>(ramp<T>(n)));
     kiln::assign(y, kiln::relu(x * 1.5f - 0.25f) * 2.0f + 0.5f);
     std::vector<double> out;
     for (const T v : y.to_vector()) out.push_back(static_cast<double>(static_cast<float>(v)));
