@@ -118,17 +118,27 @@ inline int dtype_rank(const std::string& d) {
     if (d == order[k]) return k;
   return -1;
 }
-/// Bytes per element of a safetensors dtype; 0 for one kiln does not know. Every whole-byte dtype of the
-/// format reads (a PyTorch checkpoint may carry int8 or bool buffers next to the parameters); kiln's
-/// parameters themselves are F32, F64, F16 or BF16.
-/// The dtypes dtype_size knows, for error messages.
-inline constexpr const char* known_dtypes = "F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2";
+/// The safetensors dtypes kiln reads, with their bytes per element: every whole-byte dtype of the format
+/// (a PyTorch checkpoint may carry int8 or bool buffers next to the parameters); kiln's parameters
+/// themselves are F32, F64, F16 or BF16.
+struct DtypeSize {
+  const char* name;
+  std::size_t bytes;
+};
+inline constexpr DtypeSize dtype_sizes[] = {{"F64", 8},  {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+                                            {"I32", 4},  {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+                                            {"U16", 2},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+/// Bytes per element of a safetensors dtype; 0 for one kiln does not know.
 inline std::size_t dtype_size(const std::string& d) {
-  if (d == "F64" || d == "I64" || d == "U64") return 8;
-  if (d == "F32" || d == "I32" || d == "U32") return 4;
-  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
-  if (d == "U8" || d == "I8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
+  for (const DtypeSize& t : dtype_sizes)
+    if (d == t.name) return t.bytes;
   return 0;
+}
+/// The dtypes dtype_size knows, for error messages: "F64, F32, ...".
+inline std::string known_dtypes() {
+  std::string text;
+  for (const DtypeSize& t : dtype_sizes) text += (text.empty() ? "" : ", ") + std::string(t.name);
+  return text;
 }
 /// x as an int64, the range's end where x is past it (a float count of 2^63 from a loaded checkpoint:
 /// the plain conversion is undefined there).
@@ -487,11 +497,12 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
   // The reference reader (serde_json) takes JSON's whitespace before the object, and nothing else: no
   // byte-order mark (which nlohmann's parser skips).
   const std::size_t start = text.find_first_not_of(" \t\n\r");
-  if (start == std::string::npos || text[start] != '{')
-    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + std::min(start, text.size() - 1)) +
-                          ": " + detail::byte_shown(text[std::min(start, text.size() - 1)]) +
+  if (start == std::string::npos || text[start] != '{') {
+    const std::size_t at = std::min(start, text.size() - 1);  // (text is not empty: the JSON parsed)
+    throw CheckpointError(where + ": header JSON at byte " + std::to_string(8 + at) + ": " + detail::byte_shown(text[at]) +
                           "; expected '{', the start of the header object (only spaces, tabs and line breaks "
                           "before it; no byte-order mark)");
+  }
   const std::uint64_t data_size = file_size - 8 - hsize;
   // Every entry is checked, and the spans together, before any data is read: a header that claims the
   // same bytes many times costs no memory.
@@ -545,7 +556,7 @@ inline std::map<std::string, SafetensorsEntry> read_safetensors(const std::files
     const std::size_t element = detail::dtype_size(e.dtype);
     if (element == 0)
       throw CheckpointError(t + ": unsupported dtype \"" + detail::name_shown(e.dtype.substr(0, 40)) + "\" (kiln reads " +
-                            detail::known_dtypes + ")");
+                            detail::known_dtypes() + ")");
     // Shape: integers >= 0 whose product times the element size fits the data (no overflow on the way).
     if (!shape.is_array()) throw CheckpointError(t + ": shape must be an array of integers >= 0, got " + detail::json_shown(shape));
     bool empty = false;
