@@ -4,7 +4,8 @@
 # Runs 20 epochs in one go, then 10 epochs with --checkpoint and --metrics and 10 more with --resume, and
 # fails unless the resumed run says where it resumed, ends ok=1 with the same test RMSE and train loss as the
 # run in one go (the parameters, Adam's moments and step count and the epoch's shuffle are all restored),
-# and the metrics file holds one JSON line per epoch, 1 to 20, each with a test_rmse. With PRECISION (fp16,
+# and the metrics file holds one JSON line per epoch, 1 to 20, each with a test_rmse; a third resume, with
+# nothing left to train, makes no empty --metrics file. With PRECISION (fp16,
 # bf16) every run trains in that precision: under fp16 the loss scaler's state goes through the checkpoint.
 # With PARALLEL (a replica count) every run is --parallel dp --devices PARALLEL: the checkpoint holds the
 # first replica and is loaded into all of them. With PARALLEL=ddp every run is `MPIEXEC -n 2 ...
@@ -88,4 +89,18 @@ foreach(_line IN LISTS _lines)
     message(FATAL_ERROR "FAILED: metrics line ${_epoch} is not epoch ${_epoch} with a test_rmse: ${_line}")
   endif()
 endforeach()
+
+# Resumed again at --epochs 20: nothing to train, the checkpoint's model evaluated; a --metrics file that
+# is not there stays so (no empty file: the run wrote no epoch).
+if(NOT DEFINED PARALLEL AND NOT DEFINED PRECISION)
+  set(_absent "${DIR}/mlp_boston_resume_absent.jsonl")
+  file(REMOVE "${_absent}")
+  _run(done TRUE --epochs 20 --checkpoint "${_checkpoint}" --metrics "${_absent}" --resume)
+  if(NOT done_out MATCHES "nothing to train")
+    message(FATAL_ERROR "FAILED: the run resumed at --epochs 20 does not say `nothing to train`")
+  endif()
+  if(EXISTS "${_absent}")
+    message(FATAL_ERROR "FAILED: the run with nothing to train made ${_absent}")
+  endif()
+endif()
 message("resume check passed: ${resumed_result}")

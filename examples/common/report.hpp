@@ -113,16 +113,18 @@ inline void keep_metrics(const std::string& path, int epochs) {
   namespace fs = std::filesystem;
   if (path.empty()) return;
   std::error_code ec;
-  if (epochs == 0 || fs::is_directory(path, ec)) {
+  const auto status = fs::status(path, ec);  // through links
+  // A fresh run, or a resumed one whose file is not there (its first line makes it: a run with nothing
+  // left to train leaves no empty file behind).
+  if (epochs == 0 || fs::is_directory(status) || !fs::exists(status)) {
     if (const auto why = kiln::why_unwritable(path); !why.empty())
       throw kiln::Error("cannot write the metrics file " + path + ": " + why);
     return;
   }
-  const auto status = fs::status(path, ec);  // through links
-  if (fs::exists(status) && !fs::is_regular_file(status)) return;
-  const std::string target = fs::exists(status) ? fs::canonical(path).string() : path;
+  if (!fs::is_regular_file(status)) return;
+  const std::string target = fs::canonical(path).string();
   std::string kept;
-  if (epochs > 0 && fs::exists(status)) {
+  {
     std::ifstream in(target);
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line, nullptr, false);
@@ -131,7 +133,7 @@ inline void keep_metrics(const std::string& path, int epochs) {
         kept += line + '\n';
     }
   }
-  if (kept.empty()) {  // a fresh run (or nothing to keep): empty it in place
+  if (kept.empty()) {  // nothing to keep: empty it in place
     std::ofstream out(target, std::ios::trunc);
     if (!out) throw kiln::Error("cannot write the metrics file " + path);
     return;
