@@ -180,6 +180,25 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_nan_input_stays_nan_through_linear_and_relu_as_i
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_nan_row_stays_nan_through_a_large_linear_and_relu, D, kiln::test::devices) {
+  // The same at a layer's size: on CUDA the device is asked once, with a small matmul, whether the RELU_BIAS
+  // epilogue keeps NaN; cuBLASLt's heuristic picks other kernels (split-K, Hopper's) for large shapes,
+  // whose epilogue must keep it too.
+  constexpr kiln::index_t n = 512, width = 1024;
+  using Row = Shape<dyn, width>;
+  knn::Model<knn::Sequential<knn::Linear<width, width>, knn::ReLU>, Row, kiln::Policy<kiln::Fp32, D>> model(5);
+  auto xv = kt::random_values<float>(static_cast<std::size_t>(n * width), -1, 1, 71);
+  constexpr kiln::index_t bad = 300;
+  xv[static_cast<std::size_t>(bad * width + 7)] = std::numeric_limits<float>::quiet_NaN();
+  const auto y = model.forward(kt::make_tensor<D>(xv, Extents<Row>(n))).to_vector();
+  std::size_t nan_in_bad = 0, nan_elsewhere = 0;
+  for (kiln::index_t r = 0; r < n; ++r)
+    for (kiln::index_t o = 0; o < width; ++o)
+      if (std::isnan(y[static_cast<std::size_t>(r * width + o)])) ++(r == bad ? nan_in_bad : nan_elsewhere);
+  BOOST_TEST(nan_in_bad == static_cast<std::size_t>(width));
+  BOOST_TEST(nan_elsewhere == 0u);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(linear_relu_step_pass_count, D, kiln::test::devices) {
   // Forward: the GEMM and one epilogue pass (bias + ReLU) on the CPU; on CUDA one cuBLASLt call with the
   // RELU_BIAS epilogue. Backward: one pass for ReLU's derivative and the bias gradient, the weight-gradient

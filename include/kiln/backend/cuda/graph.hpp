@@ -186,8 +186,9 @@ class Graph {
   }
 
  private:
+  /// Ends and releases this capture's pool: release_pool() ends the routing only while the active pool
+  /// is this one (end_pool() here would end another thread's capture, begun since this one's ended).
   void abandon(CachingAllocator& alloc) noexcept {
-    alloc.end_pool();
     alloc.release_pool(pool_);
     pool_ = 0;
   }

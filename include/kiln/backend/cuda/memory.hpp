@@ -340,20 +340,20 @@ struct device_copy<Cpu, Cuda> {
   }
 };
 
-/// GPU -> GPU. Same device: on its current stream. Across devices: a peer copy on the destination's
-/// current stream, ordered after the work queued on the source's current stream (and, when
-/// non_blocking, the source's later work waits for the copy).
+/// GPU -> GPU, never waited for on the host (torch's copies between GPUs are not, non_blocking or not;
+/// a host wait would also end a graph capture). Same device: on its current stream, ordered with the
+/// work on both blocks. Across devices: a peer copy on the destination's current stream, after the work
+/// queued on the source's current stream, and the source's later work waits for the copy (the source's
+/// block may be freed and reused there).
 template <>
 struct device_copy<Cuda, Cuda> {
-  static void run(void* dst, int dst_dev, const void* src, int src_dev, std::size_t bytes, bool non_blocking) {
+  static void run(void* dst, int dst_dev, const void* src, int src_dev, std::size_t bytes, bool /*non_blocking*/) {
     if (bytes == 0) return;
     if (dst_dev < 0) dst_dev = cuda::current_device();
     if (src_dev < 0) src_dev = cuda::current_device();
     if (dst_dev == src_dev) {
       cuda::DeviceGuard g(dst_dev);
-      const cudaStream_t s = cuda::current_stream(dst_dev);
-      KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-      if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+      KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda::current_stream(dst_dev)));
       return;
     }
     cuda::Event src_ready(false);
@@ -365,10 +365,6 @@ struct device_copy<Cuda, Cuda> {
     const cudaStream_t s = cuda::current_stream(dst_dev);
     KILN_CUDA_CHECK(cudaStreamWaitEvent(s, src_ready.get(), 0));
     KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, s));
-    if (!non_blocking) {
-      KILN_CUDA_CHECK(cudaStreamSynchronize(s));
-      return;
-    }
     cuda::Event copied(false);
     copied.record(s);
     cuda::DeviceGuard back(src_dev);
