@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/backend/cpu/blas.hpp"
 #include "kiln/backend/cpu/threads.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
@@ -597,6 +598,9 @@ class DataParallel {
   /// abandons the others' (they return, and its exception is the one rethrown).
   template <class F>
   void run_replicas(F&& f) {
+    // CPU replicas call their GEMMs at once from their threads: a pthreads OpenBLAS would serve them one
+    // at a time from its one pool (backend/cpu/blas.hpp); each runs on its replica's thread instead.
+    const backend::cpu::SerialBlas serial_blas(std::is_same_v<D, Cpu> && size() > 1);
     const auto part = [&](int r) {
       if (r == 0) {
         const backend::cpu::ScopedThreads share(threads_per_replica_);  // the calling thread: a replica's share

@@ -19,6 +19,16 @@
 
 namespace kiln::backend::cpu {
 
+#if KILN_WITH_BLAS
+/// The CBLAS integer: OpenBLAS's blasint (32 bits in Debian's, 64 in an INTERFACE64 build); int in
+/// another CBLAS (the reference one, BLIS's).
+#if defined(OPENBLAS_VERSION)
+using blas_int = blasint;
+#else
+using blas_int = int;
+#endif
+#endif
+
 /// While one is alive (and `active`), OpenBLAS runs each GEMM on the thread that calls it: for GEMMs called
 /// from inside an OpenMP parallel region, one per thread (a convolution's per-image GEMMs). Debian's
 /// default OpenBLAS, built with pthreads, would hand each of them to its one thread pool, which serves one
@@ -92,20 +102,20 @@ void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, double al
 #if KILN_WITH_BLAS
   // >>> Stopped here? A dimension exceeds the CBLAS integer (32 bits in Debian's OpenBLAS). <<<
   for (const index_t d : {m, n, k, lda, ldb, ldc})
-    if (d > std::numeric_limits<blasint>::max())
+    if (d > std::numeric_limits<blas_int>::max())
       throw ValueError("kiln::matmul (CPU): a dimension of " + std::to_string(d) + " exceeds this BLAS's integer (" +
-                       std::to_string(std::numeric_limits<blasint>::max()) + "); split the product");
+                       std::to_string(std::numeric_limits<blas_int>::max()) + "); split the product");
   const auto ta = trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;
   // CBLAS wants ld >= max(1, ...); an operand with no elements (k or n == 0) has ld 0 in row-major.
-  const auto ld = [](index_t v) { return static_cast<blasint>(std::max<index_t>(v, 1)); };
+  const auto ld = [](index_t v) { return static_cast<blas_int>(std::max<index_t>(v, 1)); };
   if constexpr (std::is_same_v<T, float> && std::is_same_v<TC, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-                static_cast<blasint>(k), static_cast<float>(alpha), a, ld(lda), b, ld(ldb),
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blas_int>(m), static_cast<blas_int>(n),
+                static_cast<blas_int>(k), static_cast<float>(alpha), a, ld(lda), b, ld(ldb),
                 static_cast<float>(beta), c, ld(ldc));
   } else if constexpr (std::is_same_v<T, double> && std::is_same_v<TC, double>) {
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-                static_cast<blasint>(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
+    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blas_int>(m), static_cast<blas_int>(n),
+                static_cast<blas_int>(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
   } else if constexpr ((std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) &&
                        (std::is_same_v<TC, T> || std::is_same_v<TC, float>)) {
     // Low precision on the CPU: widen to float (exact), one sgemm (fp32 accumulation), round C back

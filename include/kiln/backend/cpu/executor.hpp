@@ -35,6 +35,15 @@ template <class V>
 using accumulator_t = std::conditional_t<std::is_same_v<V, float>, double,
                                          std::conditional_t<std::is_integral_v<V>, std::int64_t, V>>;
 
+/// a + b, wrapping for an integer accumulator as torch's int64 sums do (signed overflow is undefined).
+template <class A>
+A accumulate(A a, A b) {
+  if constexpr (std::is_integral_v<A>)
+    return static_cast<A>(static_cast<std::make_unsigned_t<A>>(a) + static_cast<std::make_unsigned_t<A>>(b));
+  else
+    return a + b;
+}
+
 template <ReduceKind K, class V>
 struct Reducer {
   using Acc = std::conditional_t<K == ReduceKind::argmax || K == ReduceKind::max || K == ReduceKind::min, V,
@@ -45,7 +54,7 @@ struct Reducer {
   void add(V v, index_t k) {
     if constexpr (K == ReduceKind::sum || K == ReduceKind::mean) {
       if (!started) acc = Acc(0), started = true;
-      acc += static_cast<Acc>(v);
+      acc = accumulate(acc, static_cast<Acc>(v));
     } else {
       // max/min/argmax: the first NaN wins and sticks (torch semantics); ties keep the first index.
       // is_nan, not v != v: a user's -ffast-math folds the latter to false (kiln/core/nan.hpp).
@@ -58,7 +67,7 @@ struct Reducer {
     if (!o.started) return;
     if constexpr (K == ReduceKind::sum || K == ReduceKind::mean) {
       if (!started) *this = o;
-      else acc += o.acc;
+      else acc = accumulate(acc, o.acc);
     } else {
       add(o.acc, o.arg);  // o covers later indices, so ties keep ours
     }
