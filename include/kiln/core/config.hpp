@@ -1,6 +1,12 @@
 /// The one place that looks at the compiler: host/device markers, OpenMP pragmas, build facts.
 #pragma once
 
+// One line instead of pages of errors about concepts and std::bit_cast: kiln is C++20. (A .cu file of a
+// CMake < 3.26 project gets no -std=c++20 unless cmake/KilnCudaCxx20.cmake is included: README.md.)
+#if __cplusplus < 202002L
+#error "kiln needs C++20: compile with -std=c++20 (nvcc: -std=c++20)"
+#endif
+
 // KILN_CUDA_COMPILER: nvcc (or clang-cuda) is compiling this translation unit.
 #if defined(__CUDACC__)
 #define KILN_CUDA_COMPILER 1
