@@ -420,6 +420,15 @@ function(kiln_add_consumer_tests)
     if(mode STREQUAL "install" AND TARGET kiln::cuda)
       list(APPEND args -DCOMPONENTS=cuda)  # also check find_package(kiln COMPONENTS cuda) + linking it
     endif()
+    if(mode STREQUAL "subdir" AND KILN_TEST_CUDA_ENABLED)
+      # The parent enables CUDA itself and compiles a .cu file against kiln (one small nvcc compile).
+      list(JOIN CMAKE_CUDA_ARCHITECTURES "," archs)
+      list(APPEND args -DCUDA=ON -DCUDA_COMPILER=${CMAKE_CUDA_COMPILER} -DCUDA_ARCHITECTURES=${archs})
+      if(CMAKE_CUDA_COMPILER_LAUNCHER)
+        list(GET CMAKE_CUDA_COMPILER_LAUNCHER 0 launcher)
+        list(APPEND args -DCUDA_LAUNCHER=${launcher})
+      endif()
+    endif()
     add_test(NAME kiln.consumer.${mode}
              COMMAND ${CMAKE_COMMAND} ${args} -P ${_KILN_CMAKE_DIR}/RunConsumerTest.cmake)
     # (kiln_consumer_mpi starts a singleton Open MPI job, which refuses root without these)
