@@ -1,7 +1,8 @@
 // Distributed<Mpi> on 2 ranks (mpiexec -n 2): rank 0's parameters reach every rank; 20 Adam steps with
 // each rank on its half of the global batch give the parameters of one device on the whole batch
 // (within 1e-5); the averaged gradients equal the single-device ones for every bucket size; no_sync
-// accumulation, decided by the forward as in torch; GroupNorm and LayerNorm training like one device; rank 0's BatchNorm buffers broadcast
+// accumulation (and set_require_sync(false / true) as no_sync and back), decided by the forward as in
+// torch; GroupNorm and LayerNorm training like one device; rank 0's BatchNorm buffers broadcast
 // before training forwards; SyncBatchNorm training like one device on the whole batch (uneven and empty
 // shares, one value per channel an error on every rank); rank-0 checkpoints that every rank loads; and
 // ranks that disagree (world size, model, a failed checkpoint write) all end with an error instead of
@@ -271,8 +272,29 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulates_locally_and_the_last_backward_averages_
   const auto local = ddp.module().gradients().to_vector();
   ddp.backward(mse.backward(ddp.forward(second_x), second_y, 0.5f));
   BOOST_TEST(max_abs_diff(ddp.module().gradients().to_vector(), want) <= 1e-6);
-  // The first micro-batch's gradients were this rank's alone (they differ from the average).
+  // The first micro-batch's gradients were this rank's alone: one device's on its micro-batch (they
+  // differ from the average).
+  knn::Model<Mlp, Row> one(6);
+  one.backward(mse.backward(one.forward(first_x), first_y, 0.5f));
+  const auto own = one.gradients().to_vector();
+  BOOST_TEST(max_abs_diff(local, own) <= 1e-6);
   BOOST_TEST(max_abs_diff(local, want) > 1e-4);
+
+  // set_require_sync(false) (torch's require_backward_grad_sync = False) skips the averaging as no_sync()
+  // does, and set_require_sync(true) brings it back: the same micro-batches end on the same gradients.
+  Ddp<Mlp, Row> flag(group, 6);
+  flag.set_require_sync(false);
+  BOOST_TEST(!flag.require_sync());
+  flag.backward(mse.backward(flag.forward(first_x), first_y, 0.5f));
+  const auto flag_local = flag.module().gradients().to_vector();
+  BOOST_TEST(max_abs_diff(flag_local, own) <= 1e-6);
+  BOOST_TEST(flag_local == local, boost::test_tools::per_element());
+  flag.set_require_sync(true);
+  BOOST_TEST(flag.require_sync());
+  flag.backward(mse.backward(flag.forward(second_x), second_y, 0.5f));
+  BOOST_TEST(max_abs_diff(flag.module().gradients().to_vector(), want) <= 1e-6);
+  BOOST_TEST(flag.module().gradients().to_vector() == ddp.module().gradients().to_vector(),
+             boost::test_tools::per_element());
 }
 
 // torch prepares its reducer in forward: a forward under no_sync() makes the backward after it local

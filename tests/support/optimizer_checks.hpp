@@ -103,7 +103,9 @@ void the_working_copy_follows_the_masters(const Options& o) {
 }
 
 /// GradScaler drives Opt(model, o) as it drives SGD and Adam: three steps on gradients scaled by 2^k
-/// land exactly where the unscaled ones do (1 / 2^k is exact); a step on a gradient holding an inf is
+/// land exactly where the unscaled ones do (1 / 2^k is exact), parameters and state alike (the state
+/// shows an unscale skipped where a step without weight decay, Adagrad's or RMSprop's, is scale
+/// invariant); a step on a gradient holding an inf is
 /// skipped (parameters, state, step count and NAdam's mu_product untouched) and halves the scale.
 template <template <class, class, class> class Opt, class D, class Options>
 void a_grad_scaler_drives_it(const Options& o) {
@@ -124,6 +126,12 @@ void a_grad_scaler_drives_it(const Options& o) {
   }
   BOOST_TEST(scaled.parameters().to_vector() == plain.parameters().to_vector(),
              boost::test_tools::per_element());
+  {
+    const auto want = state_of(a), got = state_of(b);
+    BOOST_REQUIRE_EQUAL(got.size(), want.size());
+    for (std::size_t k = 0; k < want.size(); ++k)
+      BOOST_TEST(got[k] == want[k], boost::test_tools::per_element());
+  }
   std::vector<float> inf(n, 1.0f);
   inf[3] = INFINITY;
   scaled.gradients().copy_from(std::span<const float>(inf));

@@ -1,6 +1,7 @@
 // DataParallel with CUDA replicas (one per GPU, ncclCommInitAll, grouped ncclAllReduce): on as many GPUs
 // as the machine has (at most 4; one GPU: one replica), 20 Adam steps of the seeds' MLP and a small LeNet
-// on the same global batches as one GPU end within 1e-5 of its parameters, with the replicas identical;
+// on the same global batches as one GPU end within 1e-5 of its parameters, with the replicas identical
+// and every replica's first gradients within 1e-4 of the largest (a gradient scale Adam hides breaks it);
 // BatchNorm's buffers start every step from replica 0's; train_steps without zero_grad accumulate like one
 // GPU; SyncBatchNorm replicas train like one GPU; the
 // grouped all-reduce itself, called directly (also on one GPU).
@@ -32,6 +33,18 @@ using kiln::test::parallel_models::Row;
 
 int gpus() { return std::min(4, kiln::cuda::device_count()); }
 
+/// The largest element of |a - b| over the largest of |b|: a gradient off by a factor (a sum-reduced
+/// loss averaged over the replicas instead of summed: x0.5 on 2 replicas) is off by |factor - 1|.
+double relative_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+  for (float v : b) scale = std::max(scale, std::abs(static_cast<double>(v)));
+  return scale > 0 ? d / scale : d;
+}
+
+/// `steps` Adam steps on one GPU and on gpus() replicas, the same global batches; returns the largest
+/// parameter or buffer difference. Each step's loss, and every replica's gradients after the first step's
+/// backward (within 1e-4 of the largest; Adam's step hides a uniform scale of the gradient), are checked.
 template <class Net, class In, class Y, class SY, class Loss>
 double train_both(int steps, const Extents<In>& ext, const std::vector<Y>& targets, const Extents<SY>& target_ext, Loss loss) {
   using P = kiln::Policy<kiln::Fp32, kiln::Cuda>;
@@ -47,9 +60,13 @@ double train_both(int steps, const Extents<In>& ext, const std::vector<Y>& targe
     const auto pred = single.forward(x.template to<kiln::Cuda>(0));
     const double want = loss(pred, y).item();
     single.backward(loss.backward(pred, y));
+    const auto want_grad = single.gradients().to_vector();
     opt.step();
     opts.zero_grad();
     const double got = dp.train_step(x, y_host, loss);
+    if (s == 0)
+      for (int r = 0; r < dp.size(); ++r)
+        BOOST_TEST(relative_diff(dp.replica(r).gradients().to_vector(), want_grad) <= 1e-4, "replica " << r);
     opts.step();
     BOOST_TEST(got == want, boost::test_tools::tolerance(1e-5));
   }

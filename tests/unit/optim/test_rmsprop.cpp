@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_working_copy_is_rewritten_under_mixed_precisio
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_grad_scaler_drives_rmsprop, D, kiln::test::devices) {
-  kt::a_grad_scaler_drives_it<kiln::optim::RMSprop, D>(kiln::optim::RMSpropOptions{.momentum = 0.9});
+  kt::a_grad_scaler_drives_it<kiln::optim::RMSprop, D>(kiln::optim::RMSpropOptions{.weight_decay = 1e-2, .momentum = 0.9});
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_momentum_set_before_the_first_step_is_one_built_in, D, kiln::test::devices) {

@@ -1,5 +1,6 @@
 // DataParallel with CPU replicas: torch.chunk's split; replicas stay identical; 2 replicas train like one
-// device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5); an
+// device on the same global batch (20 Adam steps of the seeds' MLP and a small LeNet, within 1e-5; and
+// every replica's first gradients within 1e-4 of the largest, which a gradient scale Adam hides breaks); an
 // uneven split (7 samples on 3 replicas, 2 on 3) is weighted so the summed gradient is the batch's; bf16
 // replicas follow one bf16 device; CrossEntropyLoss's (and NLLLoss's) ignored labels weigh each replica
 // by the rows that count; sum-reduced and label-smoothed losses, probability targets and KLDivLoss's
@@ -42,9 +43,19 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
+/// The largest element of |a - b| over the largest of |b|: a gradient off by a factor (a sum-reduced
+/// loss averaged over the replicas instead of summed: x0.5 on 2 replicas) is off by |factor - 1|.
+double relative_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 0;
+  for (float v : b) scale = std::max(scale, std::abs(static_cast<double>(v)));
+  return scale > 0 ? max_abs_diff(a, b) / scale : max_abs_diff(a, b);
+}
+
 /// `steps` Adam steps on one device and on `replicas` replicas, the same global batches; returns the
 /// largest parameter or buffer (running statistics) difference. A Net with SyncBatchNorm is BatchNorm
-/// on the one device. Each step's loss is checked too unless `same_loss` is false.
+/// on the one device. Each step's loss, and every replica's gradients after the first step's backward
+/// (within 1e-4 of the largest; Adam's step hides a uniform scale of the gradient), are checked too
+/// unless `same_loss` is false.
 template <class Net, class In, class Y, class SY, class Loss>
 double train_both(int replicas, int steps, const Extents<In>& ext, const std::vector<Y>& targets,
                   const Extents<SY>& target_ext, Loss loss, bool same_loss = true) {
@@ -61,10 +72,14 @@ double train_both(int replicas, int steps, const Extents<In>& ext, const std::ve
     const auto pred = single.forward(x);
     const double want = loss(pred, y).item();
     single.backward(loss.backward(pred, y));
+    const auto want_grad = single.gradients().to_vector();
     opt.step();
 
     opts.zero_grad();
     const double got = dp.train_step(x, y, loss);
+    if (same_loss && s == 0)
+      for (int r = 0; r < dp.size(); ++r)
+        BOOST_TEST(relative_diff(dp.replica(r).gradients().to_vector(), want_grad) <= 1e-4, "replica " << r);
     opts.step();
     if (same_loss) BOOST_TEST(got == want, boost::test_tools::tolerance(1e-5));
   }
