@@ -36,6 +36,15 @@ Tensor<std::int64_t, Shape<dyn>, Cuda> labels_on_gpu(kiln::index_t n, int classe
   const auto v = kiln::test::random_integers<std::int64_t>(static_cast<std::size_t>(n), 0, classes - 1, stream);
   return Tensor<std::int64_t, Shape<dyn>, Cuda>::from(std::span<const std::int64_t>(v), Extents<Shape<dyn>>(n));
 }
+
+/// Precondition of the cases that read Fashion-MNIST: Boost.Test reports them skipped, with this reason,
+/// where it is not installed (scripts/install-deps installs it).
+boost::test_tools::assertion_result fashion_mnist_installed(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result installed(std::filesystem::exists("/usr/share/datasets/fashion-mnist"));
+  installed.message() << "no /usr/share/datasets/fashion-mnist "
+                         "(Debian: apt-get install dataset-fashion-mnist)";
+  return installed;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(docs_cuda)
@@ -82,11 +91,7 @@ BOOST_AUTO_TEST_CASE(precision_cuda_graph_replays_a_training_step) {
 }
 
 // Needs Fashion-MNIST (Debian: dataset-fashion-mnist); one epoch through a DeviceLoader.
-BOOST_AUTO_TEST_CASE(data_device_loader_epoch) {
-  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
-    BOOST_TEST_MESSAGE("skipped: no /usr/share/datasets/fashion-mnist (Debian: dataset-fashion-mnist)");
-    return;
-  }
+BOOST_AUTO_TEST_CASE(data_device_loader_epoch, *boost::unit_test::precondition(fashion_mnist_installed)) {
   const kiln::data::FashionMnist train("/usr/share/datasets/fashion-mnist", /*train=*/true);
   struct CountingModel {  // the page's `model`: counts the samples it sees
     std::int64_t samples = 0;

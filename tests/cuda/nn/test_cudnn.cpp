@@ -1,7 +1,8 @@
 // cuDNN takes the convolutions: a ConvPlan finds an algorithm for every direction in float, double,
 // half and bfloat16 for the seeds' LeNet shapes, a padded, strided one, a dilated one and grouped ones
 // (depthwise among them). Without this the Conv2d tests
-// would pass on the im2col + cuBLAS fallback and hide a plan that is never usable.
+// would pass on the im2col + cuBLAS fallback and hide a plan that is never usable. A build without cuDNN
+// compiles these cases to nothing: one case stands for them there and is reported skipped, with the reason.
 #include <kiln/cuda.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -57,6 +58,28 @@ BOOST_AUTO_TEST_CASE(deterministic_algorithms_exist_for_float) {
     return std::make_unique<kiln::cuda::ConvPlan<float>>(128, 3, 32, 32, 6, 5, 1, 0, 1, 1, 0);
   }();
   BOOST_TEST(plan->usable());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE_END()
+#else
+namespace {
+/// Never holds in this build: Boost.Test reports the case below skipped, with this reason.
+boost::test_tools::assertion_result built_with_cudnn(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result without(false);
+  without.message() << "built without cuDNN (KILN_WITH_CUDNN is not set: CMake found no cudnn.h and "
+                       "libcudnn next to the CUDA toolkit), so the cuDNN plan cases are not compiled; the "
+                       "convolutions run on the im2col + cuBLAS fallback, which the Conv2d tests cover";
+  return without;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn)
+BOOST_AUTO_TEST_SUITE(cudnn)
+
+BOOST_AUTO_TEST_CASE(cudnn_plans_are_checked_in_a_build_with_cudnn,
+                     *boost::unit_test::precondition(built_with_cudnn)) {
+  BOOST_FAIL("not reached: the precondition never holds without cuDNN");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -22,11 +22,13 @@
 #include <kiln/parallel/distributed.hpp>
 #include <kiln/parallel/mpi.hpp>
 #endif
+#include <limits>
 #include <map>
 #include <numbers>
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -93,6 +95,14 @@ std::vector<kiln::data::TensorBatch<X, Y>> two_batches(const X& x, const Y& y) {
   return out;
 }
 
+/// Precondition of the cases that read Fashion-MNIST: Boost.Test reports them skipped, with this reason,
+/// where it is not installed (scripts/install-deps installs it).
+boost::test_tools::assertion_result fashion_mnist_installed(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result installed(std::filesystem::exists("/usr/share/datasets/fashion-mnist"));
+  installed.message() << "no /usr/share/datasets/fashion-mnist "
+                         "(Debian: apt-get install dataset-fashion-mnist)";
+  return installed;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(docs)
@@ -199,13 +209,30 @@ BOOST_AUTO_TEST_CASE(models_train_loop_accumulation_and_schedule) {
   const int k = 2, b = 2;
   const auto& x = x0;
   const auto& y = y0;
+  // What the page says the k micro-batches equal: one batch of k b, from the same parameters (a model
+  // with the trained ones), whose gradients then take the same Adam step.
+  kiln::nn::Model<LeNetNet, Image> whole(1);
+  kiln::assign(whole.parameters(), model.parameters());
+  kiln::optim::Adam whole_opt(whole, {.lr = 1e-3});
+  whole_opt.zero_grad();
+  whole.backward(ce.backward(whole.forward(x0), y0));
+  whole_opt.step();
   {
 #include "models.accumulation.inc"
   }
-  const auto accumulated = model.gradients().to_vector();
-  model.zero_grad();
-  model.backward(ce.backward(model.forward(x), y));  // (after the step: only the shapes are compared)
-  BOOST_TEST(accumulated.size() == model.gradients().to_vector().size());
+  const auto accumulated = model.gradients().to_vector(), want = whole.gradients().to_vector();
+  BOOST_TEST(accumulated.size() == want.size());
+  double largest = 0, worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    largest = std::max(largest, std::abs(static_cast<double>(want[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(accumulated[i]) - want[i]));
+  }
+  BOOST_TEST(largest > 1e-3, "the whole batch's gradients are not all 0: " << largest);
+  BOOST_TEST(worst <= 1e-5 * largest, "largest gradient difference " << worst << " of " << largest);
+  BOOST_TEST(opt.step_count() == 1, "one step for the k micro-batches");
+  // The same Adam step (a step missed or taken twice differs by about lr = 1e-3; a gradient near Adam's
+  // eps may move its parameter's step by a little of that).
+  BOOST_TEST(param_change(whole.parameters().to_vector(), model.parameters().to_vector()) <= 1e-4);
 }
 
 BOOST_AUTO_TEST_CASE(models_loss_options_are_torchs_reduction_and_label_smoothing) {
@@ -600,11 +627,8 @@ BOOST_AUTO_TEST_CASE(models_one_cycle_ends_at_its_floor_with_the_momentum_back_u
   BOOST_TEST(low_momentum == 0.85);
 }
 
-BOOST_AUTO_TEST_CASE(data_fashion_mnist_five_epochs) {
-  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
-    BOOST_TEST_MESSAGE("skipped: no /usr/share/datasets/fashion-mnist (Debian: dataset-fashion-mnist)");
-    return;
-  }
+BOOST_AUTO_TEST_CASE(data_fashion_mnist_five_epochs,
+                     *boost::unit_test::precondition(fashion_mnist_installed)) {
   struct CountingModel {  // the page's `model`: counts the samples it sees
     std::int64_t samples = 0;
     int forward(const Tensor<float, Shape<dyn, 1, 28, 28>>& x) {
@@ -715,15 +739,43 @@ BOOST_AUTO_TEST_CASE(precision_scaler_state_in_a_checkpoint) {
   kiln::test::TempDir dir;
   using Net = kiln::nn::Sequential<kiln::nn::Linear<4, 3>>;
   kiln::nn::Model<Net, Shape<dyn, 4>> model(0);
-  kiln::optim::GradScaler<kiln::Cpu> scaler({.init_scale = 1024.0});
+  using Scaler = kiln::optim::GradScaler<kiln::Cpu>;
+  // A trained scaler whose three numbers all differ from a new one's: a step skipped for an inf gradient
+  // (scale 1024 -> 512, one skipped step), then a finite step (growth tracker 1).
+  Scaler trained({.init_scale = 1024.0});
+  kiln::optim::SGD sgd(model, {.lr = 0.1});
+  model.gradients().fill(std::numeric_limits<float>::infinity());
+  BOOST_TEST(!trained.step(sgd));
+  trained.update();
+  model.gradients().fill(1.0f);
+  BOOST_TEST(trained.step(sgd));
+  trained.update();
+  BOOST_TEST(trained.scale() == 512.0);
+  BOOST_TEST(trained.growth_tracker() == 1);
+  BOOST_TEST(trained.skipped_steps() == 1);
+  // The page saves and resumes in one block: here `scaler` saves `trained`'s state and loads into
+  // `resumed`, built anew with another scale (as a resumed run builds its own), so that a load that
+  // restored nothing leaves scale 1, growth tracker 0 and no skipped steps.
+  Scaler resumed({.init_scale = 1.0});
+  struct SaveOneLoadAnother {
+    Scaler& saves;
+    Scaler& loads;
+    auto state(std::string_view prefix) const { return saves.state(prefix); }
+    void load_state(const std::map<std::string, std::string>& state, std::string_view prefix) {
+      loads.load_state(state, prefix);
+    }
+  } scaler{trained, resumed};
   const int epoch = 3;
   const std::string path = dir.file("run.safetensors");
   std::map<std::string, kiln::SafetensorsEntry> extra;
   {
 #include "precision.scaler_state.inc"
     BOOST_TEST(read.at("epoch") == "3");
-    BOOST_TEST(scaler.scale() == 1024.0);
+    BOOST_TEST(read.at("grad_scaler.scale") == "512");
   }
+  BOOST_TEST(resumed.scale() == 512.0);
+  BOOST_TEST(resumed.growth_tracker() == 1);
+  BOOST_TEST(resumed.skipped_steps() == 1);
 }
 
 BOOST_AUTO_TEST_CASE(benchmarks_counters_of_a_forward) {

@@ -51,6 +51,36 @@ std::string message_of_a_write_past_4096_bytes(const fs::path& file) {
   std::signal(SIGXFSZ, previous);
   return message;
 }
+
+/// Precondition of the cases that make another user's file (chown): Boost.Test reports them skipped,
+/// with this reason, for anyone but root.
+boost::test_tools::assertion_result running_as_root(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result root(::geteuid() == 0);
+  root.message() << "not root (euid " << ::geteuid() << "): another user's file cannot be made here";
+  return root;
+}
+
+/// running_as_root, and `nobody` (65534) can reach the temporary folder (a case checks a file there as
+/// nobody; a TMPDIR under a private folder, such as root's home, keeps nobody out): asked of a child
+/// process that becomes nobody. A child that cannot become nobody lets the case run, which then fails
+/// saying so.
+boost::test_tools::assertion_result root_and_nobody_reaches_the_temporary_folder(
+    boost::unit_test::test_unit_id id) {
+  boost::test_tools::assertion_result root = running_as_root(id);
+  if (!root) return root;
+  const fs::path tmp = fs::temp_directory_path();
+  const ::pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(0);
+    ::_exit(::access(tmp.c_str(), X_OK) == 0 ? 0 : 4);
+  }
+  int status = 0;
+  const bool kept_out =
+      child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 4;
+  boost::test_tools::assertion_result reaches(!kept_out);
+  reaches.message() << "nobody (65534) cannot reach " << tmp << " (TMPDIR under a private folder)";
+  return reaches;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(atomic_file)
@@ -117,8 +147,8 @@ BOOST_AUTO_TEST_CASE(a_replaced_file_keeps_its_permission_bits) {
 
 // Only the permission bits (a setuid file rewritten is not setuid: an in-place write would clear the
 // bit too), and only from this user's file: another user's mode would apply to this user's new file
-// (that user could lose access to the path); the new file then has a new file's mode.
-BOOST_AUTO_TEST_CASE(a_replaced_file_keeps_its_permission_bits_but_not_setuid_or_another_users_mode) {
+// (that user could lose access to the path); the new file then has a new file's mode (the next case).
+BOOST_AUTO_TEST_CASE(a_replaced_file_keeps_its_permission_bits_but_not_setuid) {
   const kiln::test::TempDir scratch;
   const auto file = scratch.path() / "tool.bin";
   kiln::write_file_atomically(file, "old");
@@ -127,10 +157,16 @@ BOOST_AUTO_TEST_CASE(a_replaced_file_keeps_its_permission_bits_but_not_setuid_or
   struct ::stat st;
   BOOST_REQUIRE(::stat(file.c_str(), &st) == 0);
   BOOST_TEST((st.st_mode & 07777) == 0750u);
-  if (::geteuid() != 0) {
-    BOOST_TEST_MESSAGE("not root: another user's file cannot be made here, that part is not checked");
-    return;
-  }
+}
+
+// As root (reported skipped otherwise): root's new file replacing another user's 0600 file is root's,
+// with a new file's mode, not 0600.
+BOOST_AUTO_TEST_CASE(a_replaced_file_of_another_user_gets_a_new_files_mode,
+                     *boost::unit_test::precondition(running_as_root)) {
+  const kiln::test::TempDir scratch;
+  const auto file = scratch.path() / "tool.bin";
+  kiln::write_file_atomically(file, "old");
+  struct ::stat st;
   const ::mode_t mask = ::umask(0);
   ::umask(mask);
   BOOST_REQUIRE(::chown(file.c_str(), 1000, 1000) == 0);
@@ -282,8 +318,8 @@ BOOST_AUTO_TEST_CASE(why_unwritable_knows_a_file_that_takes_no_write_also_for_ro
 
 // In a sticky folder (/tmp's 1777) only the file's owner, the folder's and root may rename over a file:
 // a checkpoint there of another user's cannot be replaced, though the folder takes new files. Said
-// before the run, not at the end of its first epoch.
-BOOST_AUTO_TEST_CASE(why_unwritable_knows_another_users_file_in_a_sticky_folder) {
+// before the run, not at the end of its first epoch. The rule here; a real folder in the next case.
+BOOST_AUTO_TEST_CASE(only_the_owners_and_root_may_replace_a_file_in_a_sticky_folder) {
   struct ::stat folder {}, file {};
   folder.st_mode = S_IFDIR | 01777;
   folder.st_uid = 0;
@@ -295,11 +331,12 @@ BOOST_AUTO_TEST_CASE(why_unwritable_knows_another_users_file_in_a_sticky_folder)
   BOOST_TEST(!kiln::detail::sticky_keeps_out(folder, file, 1001));  // the folder's owner
   folder.st_mode = S_IFDIR | 0777;
   BOOST_TEST(!kiln::detail::sticky_keeps_out(folder, file, 1002));  // not sticky
-  if (::geteuid() != 0) {
-    BOOST_TEST_MESSAGE("not root: another user's file cannot be made here, the real folder is not checked");
-    return;
-  }
-  // As root: a sticky folder holding root's checkpoint, checked by `nobody` (65534) in a child process.
+}
+
+// As root, where nobody can reach the temporary folder (reported skipped otherwise): a sticky folder
+// holding root's checkpoint, checked by `nobody` (65534) in a child process.
+BOOST_AUTO_TEST_CASE(why_unwritable_knows_another_users_file_in_a_sticky_folder,
+                     *boost::unit_test::precondition(root_and_nobody_reaches_the_temporary_folder)) {
   const kiln::test::TempDir scratch;
   const auto dir = scratch.path() / "shared";
   fs::create_directory(dir);
@@ -329,12 +366,9 @@ BOOST_AUTO_TEST_CASE(why_unwritable_knows_another_users_file_in_a_sticky_folder)
   int status = 0;
   BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
   BOOST_TEST(WIFEXITED(status));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 4) {
-    BOOST_TEST_MESSAGE("nobody cannot reach " << dir << " (TMPDIR under a private folder): not checked as nobody");
-    return;
-  }
   BOOST_TEST(WEXITSTATUS(status) == 0, "child's code " << WEXITSTATUS(status)
-                                                       << " (3: no setuid; +10: message, +20: new file, +40: wrote)");
+                                                       << " (3: no setuid; 4: nobody cannot reach " << dir
+                                                       << "; +10: message, +20: new file, +40: wrote)");
   BOOST_TEST(contents(ckpt) == "root's");
 }
 

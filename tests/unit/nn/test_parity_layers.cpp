@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -43,10 +44,28 @@ const json& fixture(const std::string& file) {
   if (it == cache.end()) it = cache.emplace(file, parity::load(file)).first;
   return it->second;
 }
+/// The case names layer_case has handed out, by file: a test clears its file's, checks its cases, then
+/// names the fixture's cases it did not check (unchecked_cases).
+std::map<std::string, std::set<std::string>>& handed_out() {
+  static std::map<std::string, std::set<std::string>> names;
+  return names;
+}
 const json& layer_case(const std::string& name, const std::string& file = "layers.json") {
   for (const auto& c : fixture(file).at("cases"))
-    if (c.at("name") == name) return c;
+    if (c.at("name") == name) {
+      handed_out()[file].insert(name);
+      return c;
+    }
   throw std::runtime_error(file + ": no case " + name);
+}
+/// The names of `file`'s cases that layer_case has not handed out since handed_out().erase(file), in
+/// the fixture's order, one string ("" when every case was checked).
+std::string unchecked_cases(const std::string& file) {
+  std::string names;
+  for (const auto& c : fixture(file).at("cases"))
+    if (!handed_out()[file].contains(c.at("name").get<std::string>()))
+      names += (names.empty() ? "" : ", ") + c.at("name").get<std::string>();
+  return names;
 }
 
 /// got against the fixture tensor want, within rtol relative to each element, floored at `floor` times
@@ -145,6 +164,7 @@ BOOST_AUTO_TEST_SUITE(nn)
 BOOST_AUTO_TEST_SUITE(torch_parity)
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, D, kiln::test::devices) {
+  handed_out().erase("layers.json");
   check_layer<knn::Linear<5, 4>, Shape<dyn, 5>, D>("linear");
   check_layer<knn::Linear<5, 4, false>, Shape<dyn, 5>, D>("linear_no_bias");
   check_layer<knn::Conv2d<2, 3, 5>, Shape<dyn, 2, 9, 9>, D>("conv2d");
@@ -180,6 +200,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
   check_layer<knn::AdaptiveAvgPool2d<1>, Shape<dyn, 3, 5, 6>, D>("adaptive_avg_pool2d_global");
   check_layer<knn::AdaptiveAvgPool2d<3, 2>, Shape<dyn, 2, 7, 5>, D>("adaptive_avg_pool2d_overlapping");
   check_layer<knn::AdaptiveAvgPool2d<4>, Shape<dyn, 2, 3, 3>, D>("adaptive_avg_pool2d_upsampling");
+  BOOST_TEST(fixture("layers.json").at("cases").size() == 35u);  // every case of the file is checked
+  const std::string unchecked = unchecked_cases("layers.json");
+  BOOST_TEST(unchecked.empty(), "cases of layers.json not checked here: " << unchecked);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(strides_larger_than_the_kernel_match_pytorch, D, kiln::test::devices) {
