@@ -204,7 +204,8 @@ layers_pool_modes.json
                   max_pool2d_dilation3_ceil          MaxPool2d(2, 2, 0, dilation=3, ceil_mode=True), 8x9
                   max_pool2d_dilation2_s2_p1_ceil    MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True), 9x8
 
-losses.json
+losses.json (each case, here and in elementwise_losses.json, also has options: the torch loss's settings,
+  {reduction, ignore_index, label_smoothing, weight: bool, ...}, which the C++ tests check against kiln's)
   torch_version   str
   mse             {input: tensor, target: tensor, loss: float, grad: tensor}    MSELoss(), mean
   cross_entropy   {input: tensor [N, C] (logits, one row of large ones), target: [int] (labels),
@@ -238,7 +239,8 @@ losses.json
   nll_sum         the same keys and input                                        NLLLoss(reduction='sum')
   nll_none        the same input, plus grad_output: tensor [N]; loss: tensor [N] NLLLoss(reduction='none')
 
-elementwise_losses.json
+elementwise_losses.json (each case, here and in elementwise_losses.json, also has options: the torch loss's settings,
+  {reduction, ignore_index, label_smoothing, weight: bool, ...}, which the C++ tests check against kiln's)
   torch_version   str
   <case>          {input: tensor [6, 3], target: tensor [6, 3], loss: float (a tensor for 'none'), grad:
                    tensor, and grad_output: tensor for 'none'}; the inputs mix differences inside and
@@ -306,13 +308,25 @@ def tensor(t):
     return {"shape": list(t.shape), "values": f32(t.numpy())}
 
 
+def loss_options(loss_fn):
+    """The settings of a torch loss module, written into its case as "options": the C++ tests check that
+    the kiln loss they build has the same (tests/support/loss_options.hpp, kiln::test::check_loss_options), so a case changed
+    here without the test fails there instead of comparing two different losses."""
+    options = {k: getattr(loss_fn, k) for k in ("reduction", "ignore_index", "label_smoothing", "beta", "delta",
+                                                "log_target") if hasattr(loss_fn, k)}
+    for k in ("weight", "pos_weight"):
+        if hasattr(loss_fn, k):
+            options[k] = getattr(loss_fn, k) is not None  # (the values are the case's own "weight"/"pos_weight")
+    return options
+
+
 def loss_case(loss_fn, source, target, reduction, **extra):
     """One case of a loss: loss_fn(x, target) of a fresh copy x of source, and the gradient of the loss
     itself, or for reduction 'none' of a random upstream gradient (drawn here, after the loss)."""
     x = source.detach().clone().requires_grad_(True)
     loss = loss_fn(x, target)
     case = {"input": tensor(x), "target": target.tolist() if target.dtype == torch.int64 else tensor(target),
-            **extra}
+            "options": loss_options(loss_fn), **extra}
     if reduction == "none":
         upstream = torch.randn(loss.shape)
         loss.backward(upstream)
@@ -1368,20 +1382,23 @@ def losses_fixture():
     torch.manual_seed(SEED + 2)
     pred = torch.randn(5, 3, requires_grad=True)
     target = torch.randn(5, 3)
-    mse = torch.nn.MSELoss()(pred, target)
+    mse_fn = torch.nn.MSELoss()
+    mse = mse_fn(pred, target)
     mse.backward()
     logits = torch.randn(6, 10)
     logits[2] *= 40.0  # a row of large logits: the log-softmax must stay finite
     logits.requires_grad_(True)
     labels = torch.tensor([3, 0, 9, 9, 1, 5])
-    ce = torch.nn.CrossEntropyLoss()(logits, labels)
+    ce_fn = torch.nn.CrossEntropyLoss()
+    ce = ce_fn(logits, labels)
     ce.backward()
     ignoring = torch.randn(6, 10, requires_grad=True)
     ignored_labels = torch.tensor([7, -100, 2, -100, -100, 4])
-    ce_ignoring = torch.nn.CrossEntropyLoss()(ignoring, ignored_labels)  # ignore_index=-100
+    ce_ignoring = ce_fn(ignoring, ignored_labels)  # ignore_index=-100
     ce_ignoring.backward()
     pred_sum = pred.detach().clone().requires_grad_(True)
-    mse_sum = torch.nn.MSELoss(reduction="sum")(pred_sum, target)
+    mse_sum_fn = torch.nn.MSELoss(reduction="sum")
+    mse_sum = mse_sum_fn(pred_sum, target)
     mse_sum.backward()
     smoothing_in = torch.randn(6, 10)
     smoothing_in[2] *= 40.0
@@ -1389,33 +1406,39 @@ def losses_fixture():
     smoothed = {}
     for key, reduction in (("cross_entropy_label_smoothing", "mean"), ("cross_entropy_sum", "sum")):
         logits_s = smoothing_in.clone().requires_grad_(True)
-        loss_s = torch.nn.CrossEntropyLoss(reduction=reduction, label_smoothing=0.1)(logits_s, smoothing_labels)
+        loss_fn = torch.nn.CrossEntropyLoss(reduction=reduction, label_smoothing=0.1)
+        loss_s = loss_fn(logits_s, smoothing_labels)
         loss_s.backward()
         smoothed[key] = {"input": tensor(logits_s), "target": smoothing_labels.tolist(),
-                         "loss": f32([loss_s.item()])[0], "grad": tensor(logits_s.grad)}
+                         "options": loss_options(loss_fn), "loss": f32([loss_s.item()])[0],
+                         "grad": tensor(logits_s.grad)}
     # reduction='none' (drawn after everything above, so that the other cases keep their values)
     unreduced = {}
     pred_none = pred.detach().clone().requires_grad_(True)
-    mse_none = torch.nn.MSELoss(reduction="none")(pred_none, target)
+    mse_none_fn = torch.nn.MSELoss(reduction="none")
+    mse_none = mse_none_fn(pred_none, target)
     upstream = torch.randn(mse_none.shape)
     mse_none.backward(upstream)
     unreduced["mse_none"] = {"input": tensor(pred_none), "target": tensor(target), "grad_output": tensor(upstream),
-                             "loss": tensor(mse_none), "grad": tensor(pred_none.grad)}
+                             "options": loss_options(mse_none_fn), "loss": tensor(mse_none),
+                             "grad": tensor(pred_none.grad)}
     for key, source, source_labels, eps in (("cross_entropy_none", logits, labels, 0.0),
                                             ("cross_entropy_none_smoothing", smoothing_in, smoothing_labels, 0.1)):
         logits_n = source.detach().clone().requires_grad_(True)
-        loss_n = torch.nn.CrossEntropyLoss(reduction="none", label_smoothing=eps)(logits_n, source_labels)
+        loss_fn = torch.nn.CrossEntropyLoss(reduction="none", label_smoothing=eps)
+        loss_n = loss_fn(logits_n, source_labels)
         upstream = torch.randn(loss_n.shape)
         loss_n.backward(upstream)
         unreduced[key] = {"input": tensor(logits_n), "target": source_labels.tolist(), "grad_output": tensor(upstream),
-                          "loss": tensor(loss_n), "grad": tensor(logits_n.grad)}
+                          "options": loss_options(loss_fn), "loss": tensor(loss_n), "grad": tensor(logits_n.grad)}
     weight = torch.rand(10) + 0.5
     logits_w = ignoring.detach().clone().requires_grad_(True)
-    loss_w = torch.nn.CrossEntropyLoss(weight=weight)(logits_w, ignored_labels)
+    loss_w_fn = torch.nn.CrossEntropyLoss(weight=weight)
+    loss_w = loss_w_fn(logits_w, ignored_labels)
     loss_w.backward()
     unreduced["cross_entropy_weight"] = {"input": tensor(logits_w), "target": ignored_labels.tolist(),
-                                         "weight": f32(weight), "loss": f32([loss_w.item()])[0],
-                                         "grad": tensor(logits_w.grad)}
+                                         "options": loss_options(loss_w_fn), "weight": f32(weight),
+                                         "loss": f32([loss_w.item()])[0], "grad": tensor(logits_w.grad)}
     log_probs = torch.log_softmax(torch.randn(6, 10), dim=1)
     nll_labels = torch.tensor([4, -100, 0, 9, -100, 2])
     for key, reduction in (("nll", "mean"), ("nll_sum", "sum"), ("nll_none", "none")):
@@ -1443,15 +1466,16 @@ def losses_fixture():
         extra = {"weight": f32(w)} if w is not None else {}
         unreduced[key] = loss_case(ce_p, smoothing_in, soft, reduction, **extra)
     return {"torch_version": torch.__version__,
-            "mse_sum": {"input": tensor(pred_sum), "target": tensor(target), "loss": f32([mse_sum.item()])[0],
-                        "grad": tensor(pred_sum.grad)},
+            "mse_sum": {"input": tensor(pred_sum), "target": tensor(target), "options": loss_options(mse_sum_fn),
+                        "loss": f32([mse_sum.item()])[0], "grad": tensor(pred_sum.grad)},
             **smoothed,
-            "mse": {"input": tensor(pred), "target": tensor(target), "loss": f32([mse.item()])[0],
-                    "grad": tensor(pred.grad)},
-            "cross_entropy": {"input": tensor(logits), "target": labels.tolist(), "loss": f32([ce.item()])[0],
-                              "grad": tensor(logits.grad)},
+            "mse": {"input": tensor(pred), "target": tensor(target), "options": loss_options(mse_fn),
+                    "loss": f32([mse.item()])[0], "grad": tensor(pred.grad)},
+            "cross_entropy": {"input": tensor(logits), "target": labels.tolist(), "options": loss_options(ce_fn),
+                              "loss": f32([ce.item()])[0], "grad": tensor(logits.grad)},
             "cross_entropy_ignore_index": {"input": tensor(ignoring), "target": ignored_labels.tolist(),
-                                           "loss": f32([ce_ignoring.item()])[0], "grad": tensor(ignoring.grad)},
+                                           "options": loss_options(ce_fn), "loss": f32([ce_ignoring.item()])[0],
+                                           "grad": tensor(ignoring.grad)},
             **unreduced}
 
 

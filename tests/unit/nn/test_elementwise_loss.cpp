@@ -2,7 +2,8 @@
 // KLDivLoss's batchmean and 'none' with an upstream gradient; tests/parity/fixtures/elementwise_losses.json,
 // written by tests/parity/make_fixtures.py with torch 1.13), float64 finite-difference gradients, torch's
 // values at the kinks, at BCELoss's ends and at KLDivLoss's zero targets, a device loss scale, 16-bit
-// operands computed in fp32, and the errors. Both devices.
+// operands computed in fp32, and the errors; each fixture case's recorded torch settings are the kiln
+// loss's (support/loss_options.hpp). Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <kiln/nn/nn.hpp>
 
 #include "support/gradcheck.hpp"
+#include "support/loss_options.hpp"
 #include "support/parity.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
@@ -61,6 +63,7 @@ void check_cases(const std::string& key, Loss loss) {
     const auto x = tensor_of<D>(c.at("input"));
     const auto y = tensor_of<D>(c.at("target"));
     loss.reduction = suffix == "_sum" ? knn::Reduction::sum : knn::Reduction::mean;
+    kiln::test::check_loss_options(c, loss, suffix == "_none", name);
     if (suffix == "_none") {
       const auto dloss = tensor_of<D>(c.at("grad_output"));
       check(loss.unreduced(x, y).to_vector(), c.at("loss"), name + " loss");
@@ -120,6 +123,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(kl_div_matches_pytorch, D, kiln::test::devices) {
     const json& c = cases().at(key);
     const auto x = tensor_of<D>(c.at("input"));
     const auto y = tensor_of<D>(c.at("target"));
+    kiln::test::check_loss_options(c, loss, c.contains("grad_output"), key);
     if (c.contains("grad_output")) {
       const auto dloss = tensor_of<D>(c.at("grad_output"));
       check(loss.unreduced(x, y).to_vector(), c.at("loss"), key + " loss");

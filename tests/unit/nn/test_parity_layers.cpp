@@ -7,7 +7,8 @@
 // tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs, input
 // gradients and parameter gradients, and LeNet the same parameters after three steps of SGD (momentum) and of
 // Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of its tensor's scale:
-// parity::scale_floor). Both devices.
+// parity::scale_floor). Each loss case's recorded torch settings are the kiln loss's
+// (support/loss_options.hpp). Both devices.
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <map>
@@ -24,6 +25,7 @@
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
 
+#include "support/loss_options.hpp"
 #include "support/parity.hpp"
 #include "support/policies.hpp"
 
@@ -426,6 +428,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test
     const Extents<Shape<dyn, 3>> ext(parity::shape(c.at("input"))[0]);
     const auto pred = tensor_of<Shape<dyn, 3>, D>(c.at("input"), ext);
     const auto target = tensor_of<Shape<dyn, 3>, D>(c.at("target"), ext);
+    kiln::test::check_loss_options(c, mse, false, key);
     check({mse(pred, target).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
     check(mse.backward(pred, target).to_vector(), c.at("grad"), std::string(key) + " grad");
   }
@@ -439,6 +442,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels = labels_of<D>(c.at("target"));
+    kiln::test::check_loss_options(c, ce, false, key);
     check({ce(logits, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
     for (const bool fused : {true, false}) {  // unfused: log_softmax, nll_loss's backward, log_softmax's
       std::optional<kiln::Unfused> off;
@@ -457,6 +461,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mse_and_cross_entropy_match_pytorch, D, kiln::test
     const Extents<Shape<dyn, 10>> ext(parity::shape(c.at("input"))[0]);
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels = labels_of<D>(c.at("target"));
+    kiln::test::check_loss_options(c, ce, false, key);
     check({ce(logits, labels).item()}, json{{"shape", {1}}, {"values", {c.at("loss")}}}, std::string(key) + " loss");
     for (const bool fused : {true, false}) {
       std::optional<kiln::Unfused> off;
@@ -476,6 +481,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
     const auto target = tensor_of<Shape<dyn, 3>, D>(c.at("target"), ext);
     const auto dloss = tensor_of<Shape<dyn, 3>, D>(c.at("grad_output"), ext);
     const knn::MSELoss mse;
+    kiln::test::check_loss_options(c, mse, true, "mse_none");
     check(mse.unreduced(pred, target).to_vector(), c.at("loss"), "mse_none loss");
     check(mse.backward(pred, target, dloss).to_vector(), c.at("grad"), "mse_none grad");
   }
@@ -489,6 +495,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
     const auto labels = labels_of<D>(c.at("target"));
     const auto rows = labels.extents();
     const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), rows);
+    kiln::test::check_loss_options(c, ce, true, key);
     check(ce.unreduced(logits, labels).to_vector(), c.at("loss"), std::string(key) + " loss");
     for (const bool fused : {true, false}) {
       std::optional<kiln::Unfused> off;
@@ -505,6 +512,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_match_pytorch, D, kiln::test::dev
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto labels = labels_of<D>(c.at("target"));
     const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), labels.extents());
+    kiln::test::check_loss_options(c, ce, true, "cross_entropy_weight_none");
     check(ce.unreduced(logits, labels).to_vector(), c.at("loss"), "cross_entropy_weight_none loss");
     for (const bool fused : {true, false}) {
       std::optional<kiln::Unfused> off;
@@ -531,6 +539,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cross_entropy_with_probability_targets_matches_pyt
     const auto logits = tensor_of<Shape<dyn, 10>, D>(c.at("input"), ext);
     const auto target = tensor_of<Shape<dyn, 10>, D>(c.at("target"), ext);
     const bool none = c.contains("grad_output");
+    kiln::test::check_loss_options(c, ce, none, key);
     if (none)
       check(ce.unreduced(logits, target).to_vector(), c.at("loss"), std::string(key) + " loss");
     else
@@ -561,6 +570,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_matches_pytorch, D, kiln::test::devices) 
     const auto rows = labels.extents();
     const knn::NLLLoss nll{.weight = c.contains("weight") ? c.at("weight").get<std::vector<double>>() : std::vector<double>{},
                            .reduction = reduction};
+    kiln::test::check_loss_options(c, nll, c.contains("grad_output"), key);
     if (c.contains("grad_output")) {
       const auto dloss = tensor_of<Shape<dyn>, D>(c.at("grad_output"), rows);
       check(nll.unreduced(logp, labels).to_vector(), c.at("loss"), std::string(key) + " loss");
