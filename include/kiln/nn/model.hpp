@@ -32,6 +32,10 @@ namespace kiln::nn {
 ///   // or instead: auto dx = model.backward_input(dy);  // the same, and returns dL/dx
 template <class Net, class In, policy P = Policy<>>
 class Model {
+  // >>> Stopped here? Model<Net, InputShape, Policy>: the input shape second (torch's modules have none). <<<
+  static_assert(kiln::shape<In>,
+                "kiln::nn::Model<Net, In, P>: In is the input shape, e.g. kiln::Shape<kiln::dyn, 3, 32, 32> (the "
+                "batch dimension dyn); the Policy comes third: Model<Net, Shape<dyn, 13>, Policy<Fp32, Cpu>>");
   // >>> Stopped here? A Model is one device's network; data parallelism wraps it. <<<
   static_assert(std::is_same_v<typename P::parallel, SingleDevice>,
                 "kiln::nn::Model: the Policy's parallel axis must be SingleDevice (a Model is one device's "
