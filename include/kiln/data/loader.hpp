@@ -78,8 +78,14 @@ using AnySampler = std::variant<SequentialSampler, RandomSampler, DistributedSam
 ///
 ///   kiln::data::DataLoader loader(train, {.batch_size = 128, .shuffle = true, .num_workers = 2});
 ///   for (const auto& b : loader) { auto logits = model.forward(b.x); ... }
-template <dataset Ds, class Transform = Identity, class Sampler = AnySampler>
+template <class Ds, class Transform = Identity, class Sampler = AnySampler>
 class DataLoader {
+  // >>> Stopped here? The type given to DataLoader is not a kiln dataset. <<<
+  static_assert(dataset<Ds>,
+                "kiln::data::DataLoader: the dataset must be a kiln::data::dataset: sample_shape, target_shape, "
+                "target_type, index_t size() const and read(i, x, y) const, writing sample i into x and y "
+                "(torch's __len__ / __getitem__; there is no get(i)): see kiln/data/dataset.hpp");
+
  public:
   using batch_type = Batch<Ds>;
   using sample_shape = typename Ds::sample_shape;
