@@ -133,6 +133,15 @@ struct labels_must_be_int64 {
   static constexpr bool value = true;
   using type = R;  ///< what the overload that instantiates it returns (its return type: the error comes first)
 };
+/// Fails to compile when cross entropy's first argument, the logits, holds integers: the labels given first.
+template <class Logit, class R = void>
+struct logits_must_come_first {
+  // >>> Stopped here? CrossEntropyLoss was given the labels first. <<<
+  static_assert(!std::is_integral_v<Logit>,
+                "kiln::nn::CrossEntropyLoss: the first argument (the logits) holds integers: the order is "
+                "ce(logits, labels) and ce.backward(logits, labels), as torch's");
+  using type = R;  ///< what the overload that instantiates it returns (its return type: the error comes first)
+};
 
 /// Checks the input (`input`: what loss `who` calls it) and the target: one device, one shape. The
 /// target has the input's element type or its compute type: float targets for half or bfloat16
@@ -757,6 +766,21 @@ struct CrossEntropyLoss {
   typename detail::labels_must_be_int64<L, Tensor<T, S, D>>::type backward(const Tensor<T, S, D>&,
                                                                             const Tensor<L, SL, D>&,
                                                                             LossScale = {}) const {
+    return {};
+  }
+
+  // The labels first and the logits second (ce(labels, logits)): one error that says so.
+  template <class T, class S, detail::probability_element U, class ST, class D>
+    requires std::is_integral_v<T>
+  typename detail::logits_must_come_first<T, Tensor<compute_t<U>, Shape<>, D>>::type operator()(
+      const Tensor<T, S, D>&, const Tensor<U, ST, D>&) const {
+    return {};
+  }
+  template <class T, class S, detail::probability_element U, class ST, class D>
+    requires std::is_integral_v<T>
+  typename detail::logits_must_come_first<T, Tensor<U, ST, D>>::type backward(const Tensor<T, S, D>&,
+                                                                             const Tensor<U, ST, D>&,
+                                                                             LossScale = {}) const {
     return {};
   }
 
