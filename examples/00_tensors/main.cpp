@@ -27,11 +27,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "../common/message.hpp"
 #include "../common/whole_number.hpp"
 
 using kiln::dyn;
@@ -240,8 +240,7 @@ int main(int argc, char** argv) {
     }
     return tour<kiln::Cpu>(o.batch);
   } catch (const kiln::Error& e) {
-    const char* m = e.what();  // (without the "kiln: " of kiln's messages: the line names the program)
-    std::fprintf(stderr, "00_tensors: error: %s\n", std::strncmp(m, "kiln: ", 6) == 0 ? m + 6 : m);
+    std::fprintf(stderr, "00_tensors: error: %s\n", examples::message_of(e));
     return 1;
   }
 }

@@ -22,6 +22,7 @@
 #include <kiln/policy/device.hpp>
 #include <kiln/policy/precision.hpp>
 
+#include "message.hpp"
 #include "report.hpp"
 
 namespace examples {
@@ -295,13 +296,6 @@ int with_precision(const TrainOptions& o, Run&& run) {
   if (o.precision == "fp16") return run.template operator()<kiln::MixedFp16>();
   if (o.precision == "bf16") return run.template operator()<kiln::MixedBf16>();
   return run.template operator()<kiln::Fp32>();
-}
-
-/// An exception's message without the "kiln: " that kiln's own messages start with (the examples' error
-/// line names the program already).
-inline const char* message_of(const std::exception& e) {
-  const char* m = e.what();
-  return std::strncmp(m, "kiln: ", 6) == 0 ? m + 6 : m;
 }
 
 /// "[rank R] " for a process that mpirun started as one of several (each rank prints its own error, as

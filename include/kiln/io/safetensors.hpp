@@ -109,35 +109,33 @@ inline JsonScan json_scan(std::string_view text, int depth, std::size_t items) {
   }
   return {};
 }
-/// The reference writer's rank of a dtype (safetensors' Dtype enum order): its data goes highest rank
-/// first, so each tensor starts at a multiple of its element size. -1 for a dtype kiln does not know.
-inline int dtype_rank(const std::string& d) {
-  static constexpr const char* order[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
-                                          "BF16", "I32", "U32", "F32",     "F64",     "I64", "U64"};
-  for (int k = 0; k < static_cast<int>(std::size(order)); ++k)
-    if (d == order[k]) return k;
-  return -1;
-}
-/// The safetensors dtypes kiln reads, with their bytes per element: every whole-byte dtype of the format
-/// (a PyTorch checkpoint may carry int8 or bool buffers next to the parameters); kiln's parameters
-/// themselves are F32, F64, F16 or BF16.
+/// The safetensors dtypes kiln reads, with their bytes per element, in the reference writer's order of
+/// rank (safetensors' Dtype enum): every whole-byte dtype of the format (a PyTorch checkpoint may carry
+/// int8 or bool buffers next to the parameters); kiln's parameters themselves are F32, F64, F16 or BF16.
 struct DtypeSize {
   const char* name;
   std::size_t bytes;
 };
-inline constexpr DtypeSize dtype_sizes[] = {{"F64", 8},  {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
-                                            {"I32", 4},  {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
-                                            {"U16", 2},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+inline constexpr DtypeSize dtype_sizes[] = {{"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+                                            {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+                                            {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
+/// The reference writer's rank of a dtype: its data goes highest rank first, so each tensor starts at a
+/// multiple of its element size. -1 for a dtype kiln does not know.
+inline int dtype_rank(const std::string& d) {
+  for (int k = 0; k < static_cast<int>(std::size(dtype_sizes)); ++k)
+    if (d == dtype_sizes[k].name) return k;
+  return -1;
+}
 /// Bytes per element of a safetensors dtype; 0 for one kiln does not know.
 inline std::size_t dtype_size(const std::string& d) {
-  for (const DtypeSize& t : dtype_sizes)
-    if (d == t.name) return t.bytes;
-  return 0;
+  const int k = dtype_rank(d);
+  return k < 0 ? 0 : dtype_sizes[k].bytes;
 }
-/// The dtypes dtype_size knows, for error messages: "F64, F32, ...".
+/// The dtypes dtype_size knows, for error messages, widest first: "U64, I64, F64, F32, ...".
 inline std::string known_dtypes() {
   std::string text;
-  for (const DtypeSize& t : dtype_sizes) text += (text.empty() ? "" : ", ") + std::string(t.name);
+  for (auto t = std::rbegin(dtype_sizes); t != std::rend(dtype_sizes); ++t)
+    text += (text.empty() ? "" : ", ") + std::string(t->name);
   return text;
 }
 /// x as an int64, the range's end where x is past it (a float count of 2^63 from a loaded checkpoint:

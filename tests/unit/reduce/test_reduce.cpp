@@ -1,8 +1,10 @@
 // Reductions (sum mean max min argmax) against float64: full reductions on odd sizes, and over every
-// axis of rank-3 tensors with odd extents; a fused argument costs no extra pass; keepdim keeps the axis.
+// axis of rank-3 tensors with odd extents; a fused argument costs no extra pass; keepdim keeps the axis;
+// an int64 sum wraps as torch's.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -255,6 +257,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(integer_reductions_are_exact, D, kiln::test::devic
   BOOST_TEST(kiln::max(x).item() == *std::max_element(xv.begin(), xv.end()));
   BOOST_TEST(kiln::min(x).item() == *std::min_element(xv.begin(), xv.end()));
   BOOST_TEST(kiln::argmax(x).item() == std::max_element(xv.begin(), xv.end()) - xv.begin());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_int64_sum_wraps_as_torchs, D, kiln::test::devices) {
+  // torch.tensor([2**63 - 1, 1]).sum() is -2**63 (two's complement; signed overflow is undefined in C++).
+  constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+  const std::vector<std::int64_t> xv = {top, 1, top, 3};
+  const auto x = kt::make_tensor<D>(xv, Extents<Shape<dyn>>(4));
+  BOOST_TEST(kiln::sum(x).item() == std::numeric_limits<std::int64_t>::min() + top + 3);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(keepdim_keeps_the_axis_as_extent_1, D, kiln::test::devices) {

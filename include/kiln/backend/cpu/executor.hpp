@@ -13,6 +13,7 @@
 #include "kiln/expr/detail/row.hpp"
 #include "kiln/expr/detail/traffic.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/ops/functors.hpp"
 #include "kiln/policy/device.hpp"
 
 namespace kiln::backend::cpu {
@@ -35,13 +36,11 @@ template <class V>
 using accumulator_t = std::conditional_t<std::is_same_v<V, float>, double,
                                          std::conditional_t<std::is_integral_v<V>, std::int64_t, V>>;
 
-/// a + b, wrapping for an integer accumulator as torch's int64 sums do (signed overflow is undefined).
+/// a + b, wrapping for an integer accumulator as torch's int64 sums do (ops::detail::wrap_add).
 template <class A>
 A accumulate(A a, A b) {
-  if constexpr (std::is_integral_v<A>)
-    return static_cast<A>(static_cast<std::make_unsigned_t<A>>(a) + static_cast<std::make_unsigned_t<A>>(b));
-  else
-    return a + b;
+  if constexpr (std::is_integral_v<A>) return ops::detail::wrap_add(a, b);
+  else return a + b;
 }
 
 template <ReduceKind K, class V>
