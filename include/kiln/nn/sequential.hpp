@@ -37,18 +37,38 @@ constexpr bool is_layer() {
   return detail::has_module<Layer>::value;
 }
 
-/// Whether layer Layer accepts Input; true for what is no layer (is_layer's error is the one then).
+namespace detail {
+template <template <class> class>
+struct alias_template_exists : std::true_type {};
+template <class Layer, class = void>
+struct has_output : std::false_type {};
+template <class Layer>
+struct has_output<Layer, std::void_t<alias_template_exists<Layer::template output>>> : std::true_type {};
+template <class Layer, class Input>
+concept has_accepts = requires { Layer::template accepts<Input>; };
+}  // namespace detail
+
+/// Whether Layer, a layer, also declares the accepts<S> and output<S> every layer has (a layer of one's
+/// own may have been given its module<S, P> alone).
+template <class Layer, class Input>
+constexpr bool declares_shapes() {
+  if constexpr (is_layer<Layer, Input>())
+    return detail::has_accepts<Layer, Input> && detail::has_output<Layer>::value;
+  else
+    return false;
+}
+
+/// Whether layer Layer accepts Input; true for what is no layer or declares no shapes (is_layer's or
+/// declares_shapes' error is the one then).
 template <class Layer, class Input>
 constexpr bool accepts_input() {
-  if constexpr (is_layer<Layer, Input>())
+  if constexpr (declares_shapes<Layer, Input>())
     return Layer::template accepts<Input>;
   else
     return true;
 }
 
 namespace detail {
-template <template <class> class>
-struct alias_template_exists : std::true_type {};
 /// Layer::expects<Input>, or see_the_layers_accepts for a type without it (detected, as has_module, by
 /// the member template named without arguments).
 template <class Layer, class Input, class = void>
@@ -61,7 +81,9 @@ struct expects_of<Layer, Input, std::void_t<alias_template_exists<Layer::templat
 };
 /// What Layer expects where it is given Input, for the error that names both: Input itself when it is a
 /// layer that accepts it (nothing more is instantiated then), else its expects<Input> (kiln/nn/layer.hpp).
-template <class Layer, class Input, bool Accepted = is_layer<Layer, Input>() && accepts_input<Layer, Input>()>
+template <class Layer, class Input,
+          bool Accepted = is_layer<Layer, Input>() &&
+                          (!declares_shapes<Layer, Input>() || accepts_input<Layer, Input>())>
 struct expected_input {
   using type = Input;
 };
@@ -82,6 +104,14 @@ struct layer_input_mismatch {
                 "see the template arguments of kiln::nn::layer_input_mismatch<index, type, input shape, ...>. A "
                 "layer is a kiln::nn type such as Linear<In, Out> or ReLU, or one of your own with accepts<S>, "
                 "output<S> and module<S, P> (kiln/nn/layer.hpp)");
+  // >>> Stopped here? The layer at Index (from 0) is one of your own with module<S, P> but without
+  //     accepts<S> or output<S>. <<<
+  static_assert(!is_layer<Layer, Input>() || declares_shapes<Layer, Input>(),
+                "kiln::nn::Sequential: the layer at this index has a module<S, P> but no accepts<S> or no "
+                "output<S>; see the template arguments of kiln::nn::layer_input_mismatch<index, layer, input "
+                "shape, ...>. A layer of one's own declares both beside its module: template <class S> static "
+                "constexpr bool accepts = ...; and template <class S> using output = ...; (docs/models.md, "
+                "\"Layers of your own\"; kiln/nn/layer.hpp)");
   static constexpr bool accepted = accepts_input<Layer, Input>();
   // >>> Stopped here? Layer number Index (from 0) of your Sequential does not accept the shape the layers
   //     before it produce. The template arguments above name the index, the layer, that shape and the
@@ -96,7 +126,7 @@ struct layer_input_mismatch {
                 "channels dimension 1 of [N, C, H, W], a pooling window at most H and W; convolutions and 2-d "
                 "pooling take [N, C, H, W] with static H and W. A Model whose network is one bare layer checks it "
                 "the same way, as layer 0 given the model's input shape");
-  static constexpr bool ok = is_layer<Layer, Input>() && accepted;
+  static constexpr bool ok = declares_shapes<Layer, Input>() && accepted;
 };
 
 namespace detail {
@@ -139,8 +169,8 @@ struct prepend<X, type_list<Ts...>> {
 /// without an error of its own: one error, not a cascade.
 template <class L, class In>
 constexpr bool failed_inside() {
-  if constexpr (!is_layer<L, In>())
-    return true;  // (not a layer: layer_input_mismatch says so, and nothing is inferred past it)
+  if constexpr (!declares_shapes<L, In>())
+    return true;  // (not a layer, or no shapes: layer_input_mismatch says so, nothing is inferred past it)
   else if constexpr (requires { L::template failed<In>; })
     return L::template failed<In>;
   else

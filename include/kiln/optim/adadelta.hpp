@@ -14,6 +14,7 @@
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
+#include "kiln/optim/from_model.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -104,6 +105,12 @@ class Adadelta : public detail::ParameterArenas<M, D, W, Adadelta<M, D, W>>, pub
       : Adadelta(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit Adadelta(const X&, AdadeltaOptions o = {})
+      : Adadelta(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  Adadelta(Model& m, X) : Adadelta(m, detail::refuse_positional_option<X, AdadeltaOptions>()) {}
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
@@ -161,13 +168,19 @@ class Adadelta : public detail::ParameterArenas<M, D, W, Adadelta<M, D, W>>, pub
 
   arena_type v_, a_;
 };
-template <class Model>
+template <detail::trainable_model Model>
 Adadelta(Model&, AdadeltaOptions) -> Adadelta<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
+template <detail::trainable_model Model>
 Adadelta(Model&) -> Adadelta<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 Adadelta(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdadeltaOptions) -> Adadelta<M, D>;
 template <class M, class D>
 Adadelta(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> Adadelta<M, D>;
+template <detail::trainable_model Model, detail::positional_option X>
+Adadelta(Model&, X) -> Adadelta<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+Adadelta(const Tensor<T, S, D>&, AdadeltaOptions) -> Adadelta<float, D>;
+template <class T, class S, class D>
+Adadelta(const Tensor<T, S, D>&) -> Adadelta<float, D>;
 
 }  // namespace kiln::optim

@@ -16,6 +16,7 @@
 #include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
+#include "kiln/optim/from_model.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -99,6 +100,12 @@ class Adagrad : public detail::ParameterArenas<M, D, W, Adagrad<M, D, W>>, publi
       : Adagrad(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit Adagrad(const X&, AdagradOptions o = {})
+      : Adagrad(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  Adagrad(Model& m, X) : Adagrad(m, detail::refuse_positional_option<X, AdagradOptions>()) {}
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
@@ -147,13 +154,19 @@ class Adagrad : public detail::ParameterArenas<M, D, W, Adagrad<M, D, W>>, publi
 
   arena_type sum_;
 };
-template <class Model>
+template <detail::trainable_model Model>
 Adagrad(Model&, AdagradOptions) -> Adagrad<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
+template <detail::trainable_model Model>
 Adagrad(Model&) -> Adagrad<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 Adagrad(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdagradOptions) -> Adagrad<M, D>;
 template <class M, class D>
 Adagrad(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> Adagrad<M, D>;
+template <detail::trainable_model Model, detail::positional_option X>
+Adagrad(Model&, X) -> Adagrad<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+Adagrad(const Tensor<T, S, D>&, AdagradOptions) -> Adagrad<float, D>;
+template <class T, class S, class D>
+Adagrad(const Tensor<T, S, D>&) -> Adagrad<float, D>;
 
 }  // namespace kiln::optim

@@ -16,6 +16,7 @@
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
 #include "kiln/optim/device_scalars.hpp"
+#include "kiln/optim/from_model.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
@@ -392,11 +393,23 @@ class Adam : public detail::AdamBase<M, D, AdamOptions, false, W> {
       : Adam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit Adam(const X&, AdamOptions o = {})
+      : Adam(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  Adam(Model& m, X) : Adam(m, detail::refuse_positional_option<X, AdamOptions>()) {}
 };
-template <class Model>
+template <detail::trainable_model Model>
 Adam(Model&, AdamOptions) -> Adam<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
+template <detail::trainable_model Model>
 Adam(Model&) -> Adam<typename Model::M, typename Model::D, typename Model::T>;
+template <detail::trainable_model Model, detail::positional_option X>
+Adam(Model&, X) -> Adam<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+Adam(const Tensor<T, S, D>&, AdamOptions) -> Adam<float, D>;
+template <class T, class S, class D>
+Adam(const Tensor<T, S, D>&) -> Adam<float, D>;
 template <class M, class D>
 Adam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdamOptions) -> Adam<M, D>;
 template <class M, class D>
@@ -419,11 +432,23 @@ class AdamW : public detail::AdamBase<M, D, AdamWOptions, true, W> {
       : AdamW(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit AdamW(const X&, AdamWOptions o = {})
+      : AdamW(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  AdamW(Model& m, X) : AdamW(m, detail::refuse_positional_option<X, AdamWOptions>()) {}
 };
-template <class Model>
+template <detail::trainable_model Model>
 AdamW(Model&, AdamWOptions) -> AdamW<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
+template <detail::trainable_model Model>
 AdamW(Model&) -> AdamW<typename Model::M, typename Model::D, typename Model::T>;
+template <detail::trainable_model Model, detail::positional_option X>
+AdamW(Model&, X) -> AdamW<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+AdamW(const Tensor<T, S, D>&, AdamWOptions) -> AdamW<float, D>;
+template <class T, class S, class D>
+AdamW(const Tensor<T, S, D>&) -> AdamW<float, D>;
 template <class M, class D>
 AdamW(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdamWOptions) -> AdamW<M, D>;
 template <class M, class D>

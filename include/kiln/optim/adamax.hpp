@@ -18,6 +18,7 @@
 #include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
+#include "kiln/optim/from_model.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -104,6 +105,12 @@ class Adamax : public detail::ParameterArenas<M, D, W, Adamax<M, D, W>>, public 
       : Adamax(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit Adamax(const X&, AdamaxOptions o = {})
+      : Adamax(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  Adamax(Model& m, X) : Adamax(m, detail::refuse_positional_option<X, AdamaxOptions>()) {}
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
@@ -165,13 +172,19 @@ class Adamax : public detail::ParameterArenas<M, D, W, Adamax<M, D, W>>, public 
 
   arena_type m_, u_;
 };
-template <class Model>
+template <detail::trainable_model Model>
 Adamax(Model&, AdamaxOptions) -> Adamax<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
+template <detail::trainable_model Model>
 Adamax(Model&) -> Adamax<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 Adamax(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, AdamaxOptions) -> Adamax<M, D>;
 template <class M, class D>
 Adamax(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> Adamax<M, D>;
+template <detail::trainable_model Model, detail::positional_option X>
+Adamax(Model&, X) -> Adamax<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+Adamax(const Tensor<T, S, D>&, AdamaxOptions) -> Adamax<float, D>;
+template <class T, class S, class D>
+Adamax(const Tensor<T, S, D>&) -> Adamax<float, D>;
 
 }  // namespace kiln::optim

@@ -19,6 +19,7 @@
 #include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
+#include "kiln/optim/from_model.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -114,6 +115,12 @@ class NAdam : public detail::ParameterArenas<M, D, W, NAdam<M, D, W>>, public de
       : NAdam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit NAdam(const X&, NAdamOptions o = {})
+      : NAdam(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  NAdam(Model& m, X) : NAdam(m, detail::refuse_positional_option<X, NAdamOptions>()) {}
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
@@ -209,13 +216,19 @@ class NAdam : public detail::ParameterArenas<M, D, W, NAdam<M, D, W>>, public de
 
   arena_type m_, v_;
 };
-template <class Model>
+template <detail::trainable_model Model>
 NAdam(Model&, NAdamOptions) -> NAdam<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
+template <detail::trainable_model Model>
 NAdam(Model&) -> NAdam<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 NAdam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, NAdamOptions) -> NAdam<M, D>;
 template <class M, class D>
 NAdam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> NAdam<M, D>;
+template <detail::trainable_model Model, detail::positional_option X>
+NAdam(Model&, X) -> NAdam<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+NAdam(const Tensor<T, S, D>&, NAdamOptions) -> NAdam<float, D>;
+template <class T, class S, class D>
+NAdam(const Tensor<T, S, D>&) -> NAdam<float, D>;
 
 }  // namespace kiln::optim

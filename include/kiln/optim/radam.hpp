@@ -18,6 +18,7 @@
 #include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/step_counts.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
+#include "kiln/optim/from_model.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -116,6 +117,12 @@ class RAdam : public detail::ParameterArenas<M, D, W, RAdam<M, D, W>>, public de
       : RAdam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit RAdam(const X&, RAdamOptions o = {})
+      : RAdam(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  RAdam(Model& m, X) : RAdam(m, detail::refuse_positional_option<X, RAdamOptions>()) {}
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
@@ -212,13 +219,19 @@ class RAdam : public detail::ParameterArenas<M, D, W, RAdam<M, D, W>>, public de
 
   arena_type m_, v_;
 };
-template <class Model>
+template <detail::trainable_model Model>
 RAdam(Model&, RAdamOptions) -> RAdam<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
+template <detail::trainable_model Model>
 RAdam(Model&) -> RAdam<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 RAdam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, RAdamOptions) -> RAdam<M, D>;
 template <class M, class D>
 RAdam(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> RAdam<M, D>;
+template <detail::trainable_model Model, detail::positional_option X>
+RAdam(Model&, X) -> RAdam<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+RAdam(const Tensor<T, S, D>&, RAdamOptions) -> RAdam<float, D>;
+template <class T, class S, class D>
+RAdam(const Tensor<T, S, D>&) -> RAdam<float, D>;
 
 }  // namespace kiln::optim

@@ -15,6 +15,7 @@
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
+#include "kiln/optim/from_model.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -125,6 +126,12 @@ class RMSprop : public detail::ParameterArenas<M, D, W, RMSprop<M, D, W>>, publi
       : RMSprop(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit RMSprop(const X&, RMSpropOptions o = {})
+      : RMSprop(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  RMSprop(Model& m, X) : RMSprop(m, detail::refuse_positional_option<X, RMSpropOptions>()) {}
 
   /// One pass over every parameter (fusion off: one per operation, as torch's foreach=False).
   void step() {
@@ -209,13 +216,19 @@ class RMSprop : public detail::ParameterArenas<M, D, W, RMSprop<M, D, W>>, publi
 
   arena_type square_avg_, grad_avg_, buf_;
 };
-template <class Model>
+template <detail::trainable_model Model>
 RMSprop(Model&, RMSpropOptions) -> RMSprop<typename Model::M, typename Model::D, typename Model::T>;
-template <class Model>
+template <detail::trainable_model Model>
 RMSprop(Model&) -> RMSprop<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 RMSprop(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, RMSpropOptions) -> RMSprop<M, D>;
 template <class M, class D>
 RMSprop(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&) -> RMSprop<M, D>;
+template <detail::trainable_model Model, detail::positional_option X>
+RMSprop(Model&, X) -> RMSprop<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+RMSprop(const Tensor<T, S, D>&, RMSpropOptions) -> RMSprop<float, D>;
+template <class T, class S, class D>
+RMSprop(const Tensor<T, S, D>&) -> RMSprop<float, D>;
 
 }  // namespace kiln::optim

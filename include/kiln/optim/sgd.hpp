@@ -17,6 +17,7 @@
 #include "kiln/optim/device_scalars.hpp"
 #include "kiln/optim/parameter_arenas.hpp"
 #include "kiln/optim/unfused_gradient.hpp"
+#include "kiln/optim/from_model.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -162,6 +163,12 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
   SGD(Model& m, SGDOptions o) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
     this->name_parameters(m);
   }
+  /// Torch's habits, refused with one message each (from_model.hpp).
+  template <tensor X>
+  explicit SGD(const X&, SGDOptions o = {})
+      : SGD(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
+  template <detail::trainable_model Model, detail::positional_option X>
+  SGD(Model& m, X) : SGD(m, detail::refuse_positional_option<X, SGDOptions>()) {}
 
   /// One pass over every parameter; with fusion off (kiln::Unfused), one pass per operation in torch's
   /// single-tensor order. Capturable: a one-thread pass first (the first-step flag on the device).
@@ -328,9 +335,15 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
   index_t filled_from_;  // the momentum buffers at offsets from here on are filled (numel: none)
   detail::DeviceScalars<D> scalars_;  // capturable only: detail::SgdScalars
 };
-template <class Model>
+template <detail::trainable_model Model>
 SGD(Model&, SGDOptions) -> SGD<typename Model::M, typename Model::D, typename Model::T>;
 template <class M, class D>
 SGD(Tensor<M, Shape<dyn>, D>&, Tensor<M, Shape<dyn>, D>&, SGDOptions) -> SGD<M, D>;
+template <detail::trainable_model Model, detail::positional_option X>
+SGD(Model&, X) -> SGD<typename Model::M, typename Model::D, typename Model::T>;
+template <class T, class S, class D>
+SGD(const Tensor<T, S, D>&, SGDOptions) -> SGD<float, D>;
+template <class T, class S, class D>
+SGD(const Tensor<T, S, D>&) -> SGD<float, D>;
 
 }  // namespace kiln::optim
