@@ -1,6 +1,8 @@
 /// kiln's host umbrella: tensors, fused expressions, reductions, GEMM, devices. CUDA sources include
 /// <kiln/cuda.hpp> instead, which adds the GPU executor.
 #pragma once
+#include "kiln/backend/cpu/blas_kernels.hpp"  // blas_description(), better_blas_coretype()
+#include "kiln/backend/cpu/threads.hpp"       // threads(), ScopedThreads
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/errors.hpp"
@@ -26,4 +28,6 @@
 #include "kiln/backend/cuda/cublas.hpp"
 #include "kiln/backend/cuda/device.hpp"
 #include "kiln/backend/cuda/memory.hpp"
+#else
+#include "kiln/backend/no_cuda.hpp"  // is_available() false, device_count() 0, the reason
 #endif

@@ -45,9 +45,18 @@ boost::test_tools::assertion_result fashion_mnist_installed(boost::unit_test::te
                          "(Debian: apt-get install dataset-fashion-mnist)";
   return installed;
 }
+
+// (a template and a function, at namespace scope; tests/unit/docs runs its CPU branch)
+#include "tensors.pick_device.inc"
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(docs_cuda)
+
+BOOST_AUTO_TEST_CASE(tensors_pick_device_trains_on_the_gpu) {
+  BOOST_TEST(kiln::cuda::is_available());  // (the cases here run only where there is a device)
+  BOOST_TEST(fit_a_line_where_it_runs_best() < 1e-6f);  // the CUDA branch: this file is CUDA
+  BOOST_TEST(fit_a_line<kiln::Cuda>(0) < 1e-6f);
+}
 
 BOOST_AUTO_TEST_CASE(models_declare_the_same_lenet_on_both_devices) {
 #include "models.declare.inc"

@@ -103,6 +103,9 @@ boost::test_tools::assertion_result fashion_mnist_installed(boost::unit_test::te
                          "(Debian: apt-get install dataset-fashion-mnist)";
   return installed;
 }
+
+// (a template and a function, at namespace scope)
+#include "tensors.pick_device.inc"
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(docs)
@@ -122,6 +125,17 @@ BOOST_AUTO_TEST_CASE(tensors_basics_views_share_storage_and_clones_do_not) {
   BOOST_TEST(flat[0] == 7.0f);
   BOOST_TEST(z(0, 0) == 0.0f);
   BOOST_TEST((second_row.size(0) == 1 && second_row(0, 2) == 5.0f));
+}
+
+BOOST_AUTO_TEST_CASE(tensors_pick_device_trains_where_it_can) {
+  // A .cpp file: the CPU branch, in a build with CUDA or without (tests/cuda/docs runs the GPU's).
+  BOOST_TEST(fit_a_line_where_it_runs_best() < 1e-6f);  // y = 2x + 1 fitted
+#if !KILN_WITH_CUDA
+  // Without kiln::cuda the checks exist and say no (torch.cuda.is_available() of a CPU build).
+  BOOST_TEST(!kiln::cuda::is_available());
+  BOOST_TEST(kiln::cuda::device_count() == 0);
+  BOOST_TEST(kiln::cuda::unavailable_reason().find("built without CUDA") != std::string::npos);
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(tensors_layout_shapes_follow_the_permutation) {
