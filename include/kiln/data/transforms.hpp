@@ -1,6 +1,7 @@
 /// Transforms: per-sample augmentation and normalisation applied by the loader's workers, seeded per
 /// sample from (seed, epoch, position) so that batches do not depend on the worker count.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -17,14 +18,28 @@
 namespace kiln::data {
 
 /// The random stream of one sample (splitmix64): cheap to create per sample.
+/// A uniform random bit generator as the standard library's engines, so the <random> distributions take
+/// it (`std::normal_distribution<float>(m, s)(rng)`; their values differ between standard libraries,
+/// normal()'s do not).
 class SampleRng {
  public:
+  using result_type = std::uint64_t;
   explicit SampleRng(std::uint64_t seed) : state_(seed) {}
   std::uint64_t next() { return state_ = detail::mix(state_); }
   /// Uniform in [0, 1).
   double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
   /// Uniform in [0, n).
   index_t below(index_t n) { return static_cast<index_t>(next() % static_cast<std::uint64_t>(n)); }
+  /// Normal with this mean and standard deviation (Box-Muller on two uniform(): the same values on
+  /// every platform).
+  double normal(double mean = 0.0, double std = 1.0) {
+    const double u1 = 1.0 - uniform(), u2 = uniform();  // u1 in (0, 1]: log(u1) is finite
+    return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() { return std::numeric_limits<result_type>::max(); }
+  result_type operator()() { return next(); }
 
  private:
   std::uint64_t state_;
@@ -98,6 +113,27 @@ struct RandomHorizontalFlip {
     for (index_t r = 0; r < C * H; ++r) {
       E* row = x.data() + r * W;
       for (index_t i = 0, j = W - 1; i < j; ++i, --j) std::swap(row[i], row[j]);
+    }
+  }
+};
+
+/// Adds normal noise of mean `mean` and standard deviation `sigma` to every value, then clamps to [0, 1]
+/// unless `clip` is false (torchvision.transforms.v2.GaussianNoise(mean=0.0, sigma=0.1, clip=True), for
+/// images in [0, 1]; features of a table: `{.sigma = 0.05, .clip = false}`). Float samples only.
+struct GaussianNoise {
+  double mean = 0.0;
+  double sigma = 0.1;
+  bool clip = true;
+  template <class S, class E>
+  void apply(std::span<E> x, SampleRng& rng) const {
+    static_assert(std::is_floating_point_v<E>,
+                  "kiln::data::GaussianNoise works on float samples, not a Bytes<...> dataset's bytes");
+    detail::require_one_sample<S>(x.size(), "GaussianNoise");
+    if (!(sigma >= 0.0))
+      throw ValueError("kiln::data::GaussianNoise: sigma is " + std::to_string(sigma) + "; give sigma >= 0");
+    for (E& v : x) {
+      const double noisy = static_cast<double>(v) + rng.normal(mean, sigma);
+      v = static_cast<E>(clip ? std::fmin(std::fmax(noisy, 0.0), 1.0) : noisy);
     }
   }
 };

@@ -9,9 +9,12 @@
 #include <thread>
 #include <chrono>
 #include <algorithm>
+#include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <kiln/data/data.hpp>
 #include <numeric>
+#include <random>
 #include <optional>
 #include <set>
 #include <span>
@@ -606,6 +609,51 @@ BOOST_AUTO_TEST_CASE(normalize_is_torchvisions_bit_for_bit) {
     differ_from_reciprocal += (x[i] - mean[c]) * (1.0f / sd[c]) != torchvision;
   }
   BOOST_TEST(differ_from_reciprocal > 0);  // the check above tells the two apart
+}
+
+BOOST_AUTO_TEST_CASE(sample_rng_draws_normals_and_serves_the_standard_distributions) {
+  kd::SampleRng rng(7);
+  double sum = 0, sq = 0;
+  constexpr int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double v = rng.normal(1.5, 2.0);
+    sum += v, sq += v * v;
+  }
+  const double mean = sum / n, sd = std::sqrt(sq / n - mean * mean);
+  BOOST_TEST(std::abs(mean - 1.5) < 0.02);  // 5 standard errors (2 / sqrt(n) = 0.0045)
+  BOOST_TEST(std::abs(sd - 2.0) < 0.02);
+  // A uniform random bit generator: <random>'s distributions take it, and one seed gives one stream.
+  static_assert(std::uniform_random_bit_generator<kd::SampleRng>);
+  kd::SampleRng a(3), b(3);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const float first = d(a);
+  d.reset();
+  BOOST_TEST(first == d(b));
+  BOOST_TEST(std::isfinite(first));
+}
+
+BOOST_AUTO_TEST_CASE(gaussian_noise_adds_normal_noise_and_clips_as_torchvisions) {
+  using S = Shape<4096>;
+  std::vector<float> x(4096, 0.5f);
+  kd::SampleRng rng(11);
+  auto loose = x;
+  kd::GaussianNoise{.mean = 0.1, .sigma = 0.05, .clip = false}.apply<S>(std::span<float>(loose), rng);
+  double sum = 0, sq = 0;
+  for (float v : loose) sum += v - 0.5, sq += (v - 0.5) * (v - 0.5);
+  const double mean = sum / 4096, sd = std::sqrt(sq / 4096 - mean * mean);
+  BOOST_TEST(std::abs(mean - 0.1) < 0.004);  // 5 standard errors (0.05 / 64)
+  BOOST_TEST(std::abs(sd - 0.05) < 0.004);
+  // The default: sigma 0.1, clipped to [0, 1] (torchvision.transforms.v2.GaussianNoise's clip=True).
+  std::vector<float> edge(4096, 1.0f);
+  kd::GaussianNoise{}.apply<S>(std::span<float>(edge), rng);
+  int below_one = 0;
+  for (float v : edge) {
+    BOOST_TEST_REQUIRE((v >= 0.0f && v <= 1.0f));
+    below_one += v < 1.0f;
+  }
+  BOOST_TEST(below_one > 1500);  // about half the draws are negative
+  BOOST_TEST(below_one < 2600);
+  BOOST_CHECK_THROW((kd::GaussianNoise{.sigma = -1.0}.apply<S>(std::span<float>(edge), rng)), kiln::ValueError);
 }
 
 BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
