@@ -274,8 +274,9 @@ class Model {
       s = net_.summary(batch, frozen_layers_);
     } else {  // one layer (a Linear, a Residual) as the whole network: a table of one row
       s = detail::summary_table<M, input_shape, output_shape>(
-          {{net_.name(), detail::shape_string<output_shape>(batch), std::to_string(parameter_count)}},
-          frozen_layers_, batch, parameter_count, buffer_count);
+          {{"0", net_.name() + (frozen_layers_ > 0 ? " [frozen]" : ""), detail::shape_string<output_shape>(batch),
+            std::to_string(parameter_count)}},
+          batch, parameter_count, buffer_count);
     }
     if (frozen_layers_ > 0)
       s += "trainable parameters: " + std::to_string(parameter_count - frozen_parameter_count()) + " (frozen: " +

@@ -325,24 +325,27 @@ std::string shape_string(index_t batch) {
   return os.str();
 }
 
-/// A table like torchinfo's: layer, output shape, parameters (one row each); totals and bytes. The layer
-/// column is as wide as its longest name (52 at least), so the columns line up. `frozen`: the first rows
-/// Model::freeze froze, marked "[frozen]". In and Out: the network's input and output shapes.
+/// A row of the summary: index ("3", or "1.0" for layer 0 of a nested Sequential at 1), layer, output
+/// shape, parameters.
+using SummaryRow = std::array<std::string, 4>;
+
+/// A table like torchinfo's: index, layer, output shape, parameters (one row each; a nested Sequential's
+/// layers under it, indented); totals and bytes. The layer column is as wide as its longest name (52 at
+/// least), so the columns line up. In and Out: the network's input and output shapes.
 template <class M, class In, class Out>
-std::string summary_table(std::vector<std::array<std::string, 3>> rows, std::size_t frozen, index_t batch,
-                          index_t parameter_count, index_t buffer_count) {
-  for (std::size_t i = 0; i < frozen && i < rows.size(); ++i) rows[i][0] += " [frozen]";
-  std::size_t width = 52;
-  for (const auto& r : rows) width = std::max(width, r[0].size());
+std::string summary_table(const std::vector<SummaryRow>& rows, index_t batch, index_t parameter_count,
+                          index_t buffer_count) {
+  std::size_t index_width = 4, width = 52;
+  for (const auto& r : rows) index_width = std::max(index_width, r[0].size() + 1), width = std::max(width, r[1].size());
   std::ostringstream os;
-  const auto row = [&](const std::string& index, const std::array<std::string, 3>& r) {
-    os << std::left << std::setw(4) << index << ' ' << std::setw(static_cast<int>(width)) << r[0] << ' '
-       << std::setw(22) << r[1] << ' ' << std::right << std::setw(12) << r[2] << '\n';
+  const auto row = [&](const SummaryRow& r) {
+    os << std::left << std::setw(static_cast<int>(index_width)) << r[0] << ' ' << std::setw(static_cast<int>(width))
+       << r[1] << ' ' << std::setw(22) << r[2] << ' ' << std::right << std::setw(12) << r[3] << '\n';
   };
-  const std::string rule(width + 41, '-');  // 4 + 1 + width + 1 + 22 + 1 + 12
-  row("#", {"layer", "output shape", "parameters"});
+  const std::string rule(index_width + width + 37, '-');  // index + 1 + width + 1 + 22 + 1 + 12
+  row({"#", "layer", "output shape", "parameters"});
   os << rule << '\n';
-  for (std::size_t i = 0; i < rows.size(); ++i) row(std::to_string(i), rows[i]);
+  for (const auto& r : rows) row(r);
   os << rule << '\n';
   os << "total parameters: " << parameter_count << " (" << parameter_count * static_cast<index_t>(sizeof(M))
      << " bytes as " << dtype_name<M>() << ")\n";
@@ -435,7 +438,7 @@ struct Sequential {
     template <std::size_t I>
     static constexpr bool fused_with_next = [] {
       if constexpr (I + 1 >= n) return false;
-      else if constexpr (!fuses_epilogue<std::tuple_element_t<I, tuple_type>>) return false;
+      else if constexpr (!kiln::nn::fuses_epilogue<std::tuple_element_t<I, tuple_type>>) return false;
       else return !std::is_void_v<epilogue_at<I + 1>>;
     }();
     /// Whether layer I is an activation run by layer I - 1 (its own module then does no work).
@@ -445,12 +448,37 @@ struct Sequential {
       else return fused_with_next<I - 1>;
     }();
 
-    /// A table like torchinfo's (detail::summary_table): a row per layer.
-    /// `frozen`: the first layers Model::freeze froze, marked "[frozen]".
+    /// A Sequential whose last layer runs an epilogue runs one too: in an outer Sequential the activation
+    /// after it runs inside that last layer (torch's `self.layer1 = nn.Sequential(nn.Linear(13, 16))`
+    /// followed by `F.relu`, the seeds' Net1, written `Sequential<Sequential<Linear<13, 16>>, ReLU, ...>`).
+    static constexpr bool fuses_epilogue = kiln::nn::fuses_epilogue<std::tuple_element_t<n - 1, tuple_type>>;
+    /// The layers, the last one with epilogue E (its activation, from the Sequential holding this one).
+    template <class E>
+    Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
+      keep_from_ = 0;
+      return forward_from<0, E>(x, ctx);
+    }
+    /// Backward through the last layer's fused epilogue E, then the layers before it.
+    template <class E>
+    Tensor<T, S, D> backward_fused(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      first_ = 0;
+      auto dx = std::get<n - 1>(layers_).template backward_fused<E>(dy, wants_dx(n - 1, input_grad));
+      if constexpr (n == 1) return dx;
+      else return backward_from<n - 2>(dx, input_grad, nullptr);
+    }
+
+    /// A table like torchinfo's (detail::summary_table): a row per layer, a nested Sequential's layers
+    /// under it. `frozen`: the first layers Model::freeze froze, marked "[frozen]".
     std::string summary(index_t batch = 1, std::size_t frozen = 0) const {
-      std::vector<std::array<std::string, 3>> rows;  // name, output shape, parameters
-      summary_rows<0>(rows, batch);
-      return detail::summary_table<M, S, output_shape>(std::move(rows), frozen, batch, parameter_count, buffer_count);
+      std::vector<detail::SummaryRow> rows;
+      summary_rows(rows, batch, "", frozen);
+      return detail::summary_table<M, S, output_shape>(rows, batch, parameter_count, buffer_count);
+    }
+    /// The rows of summary(): this Sequential's layers numbered `prefix` + index (a nested one's layers
+    /// "1.0", "1.1" under its own row "1"), the first `frozen` marked "[frozen]".
+    void summary_rows(std::vector<detail::SummaryRow>& rows, index_t batch, const std::string& prefix,
+                      std::size_t frozen) const {
+      summary_rows_from<0>(rows, batch, prefix, frozen);
     }
 
     template <std::size_t I>
@@ -459,19 +487,23 @@ struct Sequential {
     }
 
    private:
-    template <std::size_t I, class X>
+    /// Layers I to the last; `Last`: the epilogue the last layer runs (forward_fused), or void.
+    template <std::size_t I, class Last = void, class X>
     auto forward_from(const X& x, Context ctx) {
       if constexpr (I == n) {
         return x;
       } else {
         Context own = ctx;  // layer I's: keeps nothing for backward before keep_from_
         if (I < keep_from_) own.grad = false;
-        if constexpr (fused_with_next<I>) {  // layer I + 1 runs inside layer I's epilogue
+        if constexpr (I == n - 1 && !std::is_void_v<Last>) {
+          return std::get<I>(layers_).template forward_fused<Last>(x, own);
+        } else if constexpr (fused_with_next<I>) {  // layer I + 1 runs inside layer I's epilogue
           ran_fused_[I] = fusion_enabled();  // unless fusion is off (kiln::Unfused): two layers
-          if (!ran_fused_[I]) return forward_from<I + 1>(std::get<I>(layers_).forward(x, own), ctx);
-          return forward_from<I + 2>(std::get<I>(layers_).template forward_fused<epilogue_at<I + 1>>(x, own), ctx);
+          if (!ran_fused_[I]) return forward_from<I + 1, Last>(std::get<I>(layers_).forward(x, own), ctx);
+          return forward_from<I + 2, Last>(std::get<I>(layers_).template forward_fused<epilogue_at<I + 1>>(x, own),
+                                           ctx);
         } else {
-          return forward_from<I + 1>(std::get<I>(layers_).forward(x, own), ctx);
+          return forward_from<I + 1, Last>(std::get<I>(layers_).forward(x, own), ctx);
         }
       }
     }
@@ -506,14 +538,20 @@ struct Sequential {
         if (ready && *ready) (*ready)(offset_of<I>);
     }
     template <std::size_t I>
-    void summary_rows(std::vector<std::array<std::string, 3>>& rows, index_t batch) const {
+    void summary_rows_from(std::vector<detail::SummaryRow>& rows, index_t batch, const std::string& prefix,
+                           std::size_t frozen) const {
       if constexpr (I < n) {
         using Mod = std::tuple_element_t<I, tuple_type>;
-        std::string layer = std::get<I>(layers_).name();
-        if constexpr (fused_into_previous<I>) layer += " [fused into " + std::to_string(I - 1) + "]";
-        rows.push_back({layer, detail::shape_string<typename Mod::output_shape>(batch),
+        const std::string index = prefix + std::to_string(I);
+        const std::string indent(2 * static_cast<std::size_t>(std::count(prefix.begin(), prefix.end(), '.')), ' ');
+        std::string layer = indent + std::get<I>(layers_).name();
+        if constexpr (fused_into_previous<I>) layer += " [fused into " + prefix + std::to_string(I - 1) + "]";
+        if (I < frozen) layer += " [frozen]";
+        rows.push_back({index, layer, detail::shape_string<typename Mod::output_shape>(batch),
                         std::to_string(Mod::parameter_count)});
-        summary_rows<I + 1>(rows, batch);
+        if constexpr (requires { std::get<I>(layers_).summary_rows(rows, batch, prefix, frozen); })
+          std::get<I>(layers_).summary_rows(rows, batch, index + ".", I < frozen ? Mod::layer_count : 0);
+        summary_rows_from<I + 1>(rows, batch, prefix, frozen);
       }
     }
 

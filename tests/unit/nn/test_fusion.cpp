@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -76,6 +78,57 @@ BOOST_AUTO_TEST_CASE(linear_and_conv_fuse_the_activation_that_follows) {
   knn::Model<More, Shape<dyn, 4>> more;
   const std::string t = more.summary(2);
   BOOST_TEST(t.find("LeakyReLU(negative_slope=0.2) [fused into 2]") != std::string::npos, t);
+}
+
+// torch's Net1 of the seeds: each Linear in an nn.Sequential of its own, F.relu after it. The activation
+// after a nested Sequential runs in its last layer's epilogue, as it would after the Linear itself.
+using NestedNet = knn::Sequential<knn::Sequential<knn::Linear<13, 16>>, knn::ReLU,
+                                  knn::Sequential<knn::Sequential<knn::Linear<16, 8>>>, knn::Tanh, knn::Linear<8, 1>>;
+using FlatNet = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 8>, knn::Tanh, knn::Linear<8, 1>>;
+
+BOOST_AUTO_TEST_CASE(a_nested_sequential_fuses_the_activation_after_it) {
+  using M = NestedNet::module<Shape<dyn, 13>, kiln::Policy<>>;
+  static_assert(M::fused_with_next<0> && M::fused_into_previous<1>);  // its Linear runs the ReLU
+  static_assert(M::fused_with_next<2> && M::fused_into_previous<3>);  // two levels down, the Tanh
+  static_assert(!knn::fuses_epilogue<knn::Sequential<knn::Linear<4, 4>, knn::ReLU>::module<Shape<dyn, 4>,
+                                                                                           kiln::Policy<>>>);
+  knn::Model<NestedNet, Shape<dyn, 13>> model;
+  const std::string s = model.summary(2);
+  // The nested layers are listed under their Sequential, numbered as their state_dict names.
+  BOOST_TEST(s.find("ReLU() [fused into 0]") != std::string::npos, s);
+  BOOST_TEST(s.find("Tanh() [fused into 2]") != std::string::npos, s);
+  const auto row = [&](const std::string& index, const std::string& layer) {
+    std::istringstream lines(s);
+    for (std::string line; std::getline(lines, line);)
+      if (line.starts_with(index + " ") && line.find(layer) != std::string::npos) return true;
+    return false;
+  };
+  BOOST_TEST(row("0.0", "  Linear(in_features=13, out_features=16, bias=True)"), s);  // indented under 0
+  BOOST_TEST(row("2.0", "  Sequential"), s);
+  BOOST_TEST(row("2.0.0", "    Linear(in_features=16, out_features=8, bias=True)"), s);
+  BOOST_TEST(row("4", "Linear(in_features=8, out_features=1, bias=True)"), s);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_nested_sequential_trains_as_the_flat_one, D, kiln::test::devices) {
+  kt::check_model_gradients<NestedNet, Shape<dyn, 13>, D>(Extents<Shape<dyn, 13>>(3), -2, 2, 0, 31);
+  // One seed, the same layers in the same order: the same weights, so the same outputs and gradients,
+  // fused and with fusion off, and with the first layer frozen.
+  for (const bool fuse : {true, false})
+    for (const int frozen : {0, 1}) {
+      std::optional<kiln::Unfused> off;
+      if (!fuse) off.emplace();
+      knn::Model<NestedNet, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>> nested(5);
+      knn::Model<FlatNet, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>> flat(5);
+      BOOST_TEST_REQUIRE(nested.parameters().to_vector() == flat.parameters().to_vector());
+      nested.freeze(frozen), flat.freeze(frozen);
+      const auto x = kt::make_tensor<D>(kt::random_values<float>(39, -2, 2, 32), Extents<Shape<dyn, 13>>(3));
+      const auto dy = kt::make_tensor<D>(kt::random_values<float>(3, -1, 1, 33), Extents<Shape<dyn, 1>>(3));
+      const auto y1 = nested.forward(x), y2 = flat.forward(x);
+      nested.zero_grad(), flat.zero_grad();
+      nested.backward(dy), flat.backward(dy);
+      BOOST_TEST(y1.to_vector() == y2.to_vector(), boost::test_tools::per_element());
+      BOOST_TEST(nested.gradients().to_vector() == flat.gradients().to_vector(), boost::test_tools::per_element());
+    }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(fused_linear_backward_matches_numeric, D, kiln::test::devices) {
