@@ -241,7 +241,9 @@ struct ScaledElu {
 inline constexpr double selu_alpha = 1.6732632423543772848170429916717;
 inline constexpr double selu_scale = 1.0507009873554804934193349852946;
 
-/// z / (1 + |z|) (torch.nn.Softsign); the gradient dy / (1 + |z|)^2.
+/// z / (1 + |z|) (torch.nn.Softsign); the gradient dy / (1 + |z|)^2, computed as torch's autograd
+/// does through z.div(z.abs() + 1): dy / d - dy ((z / d) / d) sgn(z), d = 1 + |z|, so NaN at z = ±inf as
+/// torch's (inf / inf), where the limit would be 0.
 struct Softsign {
   static constexpr bool saves_output = false;
   static constexpr bool identity = false;
@@ -252,7 +254,8 @@ struct Softsign {
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
     const A d = A(1) + ops::detail::abs_(z);
-    return dy / (d * d);
+    const A sgn = z > A(0) ? A(1) : (z < A(0) ? A(-1) : z);  // torch's sgn: 0 at ±0, NaN at NaN
+    return dy / d + (-dy * ((z / d) / d)) * sgn;
   }
 };
 

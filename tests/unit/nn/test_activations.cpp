@@ -152,6 +152,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(smooth_activations_at_the_ends_and_nan_as_torch, D
   BOOST_TEST((std::isnan(ss[0]) && std::isnan(gss[0]) && ss[1] == 0.0f && gss[1] == 1.0f));
   BOOST_TEST(ss[2] == -2.0f / 3.0f, boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(gss[2] == 1.0f / 9.0f, boost::test_tools::tolerance(1e-6f));
+  // At ±inf the output is NaN (inf / inf) and so is the gradient, as torch's autograd through
+  // x.div(x.abs() + 1) gives (the limit would be 0); at 100 the gradient is torch's float bits.
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto [ssi, gssi] = run<knn::Softsign, D>({inf, -inf, 100.0f});
+  BOOST_TEST((std::isnan(ssi[0]) && std::isnan(ssi[1]) && std::isnan(gssi[0]) && std::isnan(gssi[1])));
+  const float d = 101.0f;
+  BOOST_TEST(gssi[2] == 1.0f / d + (-1.0f * ((100.0f / d) / d)) * 1.0f);
   const auto [se, gse] = run<knn::SELU, D>(x);
   const float alpha = 1.6732632423543772f, scale = 1.0507009873554805f;
   BOOST_TEST((std::isnan(se[0]) && gse[0] == scale && se[1] == 0.0f && gse[3] == scale));
