@@ -100,10 +100,32 @@ auto min(const X& x, const Y& y) {
   return detail::make_binary<ops::Minimum>(x, y, "kiln::min");
 }
 
-/// x^y elementwise; y a number or an operand.
-template <operand X, operand_or_number Y>
+/// min(max(x, lo), hi) elementwise, one pass (torch.clamp(x, min, max)): NaN stays NaN, lo > hi gives hi
+/// everywhere, as torch's; the bounds are numbers or operands (broadcast), and a floating bound makes an
+/// integer x's result float, as torch's promotion.
+template <operand X, operand_or_number L, operand_or_number H>
+auto clamp(const X& x, const L& lo, const H& hi) {
+  return kiln::min(kiln::max(x, lo), hi);
+}
+/// max(x, lo) (torch.clamp(x, min=lo), clamp_min).
+template <operand X, operand_or_number L>
+auto clamp_min(const X& x, const L& lo) {
+  return kiln::max(x, lo);
+}
+/// min(x, hi) (torch.clamp(x, max=hi), clamp_max).
+template <operand X, operand_or_number H>
+auto clamp_max(const X& x, const H& hi) {
+  return kiln::min(x, hi);
+}
+
+/// x^y elementwise; x an operand and y a number or an operand, or x a number and y an operand
+/// (torch.pow(2.0, x)).
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
 auto pow(const X& x, const Y& y) {
-  if constexpr (std::is_arithmetic_v<Y>) {
+  if constexpr (std::is_arithmetic_v<X>) {
+    return detail::make_binary<ops::Pow>(x, y, "kiln::pow");
+  } else if constexpr (std::is_arithmetic_v<Y>) {
     if constexpr (std::is_signed_v<Y> && std::is_integral_v<Y> &&
                   std::is_integral_v<typename detail::node_t<X>::value_type>)
       if (y < 0)
@@ -127,6 +149,10 @@ KILN_UNARY_FUNCTION(sigmoid, Sigmoid)
 KILN_UNARY_FUNCTION(relu, Relu)
 KILN_UNARY_FUNCTION(sqrt, Sqrt)
 KILN_UNARY_FUNCTION(abs, Abs)
+KILN_UNARY_FUNCTION(log1p, Log1p)
+KILN_UNARY_FUNCTION(expm1, Expm1)
+KILN_UNARY_FUNCTION(sin, Sin)
+KILN_UNARY_FUNCTION(cos, Cos)
 #undef KILN_UNARY_FUNCTION
 
 /// c ? a : b elementwise (c a bool-valued operand, e.g. `x > 0`); all three broadcast together.

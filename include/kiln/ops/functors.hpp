@@ -52,6 +52,14 @@ KILN_HOST_DEVICE KILN_FORCEINLINE float pow_(float x, float y) { return ::powf(x
 KILN_HOST_DEVICE KILN_FORCEINLINE double pow_(double x, double y) { return ::pow(x, y); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float erf_(float x) { return ::erff(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double erf_(double x) { return ::erf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float log1p_(float x) { return ::log1pf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double log1p_(double x) { return ::log1p(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float expm1_(float x) { return ::expm1f(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double expm1_(double x) { return ::expm1(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float sin_(float x) { return ::sinf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double sin_(double x) { return ::sin(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float cos_(float x) { return ::cosf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double cos_(double x) { return ::cos(x); }
 template <class T>
   requires std::is_integral_v<T>
 KILN_HOST_DEVICE KILN_FORCEINLINE T abs_(T x) {
@@ -216,6 +224,32 @@ struct Tanh {
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
     return detail::tanh_(static_cast<detail::real_t<A>>(a));
+  }
+};
+/// log(1 + x), accurate near 0 (torch.log1p).
+struct Log1p {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::log1p_(static_cast<detail::real_t<A>>(a));
+  }
+};
+/// e^x - 1, accurate near 0 (torch.expm1).
+struct Expm1 {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::expm1_(static_cast<detail::real_t<A>>(a));
+  }
+};
+struct Sin {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::sin_(static_cast<detail::real_t<A>>(a));
+  }
+};
+struct Cos {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    return detail::cos_(static_cast<detail::real_t<A>>(a));
   }
 };
 struct Sqrt {

@@ -1,4 +1,4 @@
-// Elementwise functions (exp log tanh sigmoid relu sqrt abs pow min max) against float64 on odd sizes,
+// Elementwise functions (exp log tanh sigmoid relu sqrt abs pow min max log1p expm1 sin cos clamp) against float64 on odd sizes,
 // pow by a number against torch's bits (tests/parity/fixtures/elementwise_pow.json), and NaN rules.
 #include <bit>
 #include <boost/test/unit_test.hpp>
@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iomanip>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "support/parity.hpp"
@@ -88,6 +89,33 @@ void check_functions() {
   check_function<D, T>(
       "min(-0.25, x)", {-1, 1}, any, [](const auto& x, const auto&) { return kiln::min(-0.25, x); },
       [](double x, double) { return std::min(-0.25, x); });
+  check_function<D, T>(
+      "log1p", {-0.5, 100}, any, [](const auto& x, const auto&) { return kiln::log1p(x); },
+      [](double x, double) { return std::log1p(x); });
+  check_function<D, T>(
+      "log1p near 0", {-1e-6, 1e-6}, any, [](const auto& x, const auto&) { return kiln::log1p(x); },
+      [](double x, double) { return std::log1p(x); });  // log(1 + x) in float loses every digit here
+  check_function<D, T>(
+      "expm1", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::expm1(x); },
+      [](double x, double) { return std::expm1(x); });
+  check_function<D, T>(
+      "expm1 near 0", {-1e-6, 1e-6}, any, [](const auto& x, const auto&) { return kiln::expm1(x); },
+      [](double x, double) { return std::expm1(x); });
+  check_function<D, T>(
+      "sin", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::sin(x); },
+      [](double x, double) { return std::sin(x); });
+  check_function<D, T>(
+      "cos", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::cos(x); },
+      [](double x, double) { return std::cos(x); });
+  check_function<D, T>(
+      "clamp(x, -0.5, 0.25)", {-1, 1}, any, [](const auto& x, const auto&) { return kiln::clamp(x, -0.5, 0.25); },
+      [](double x, double) { return std::min(std::max(x, -0.5), 0.25); });
+  check_function<D, T>(
+      "clamp(x, z, 0.5)", {-1, 1}, {-1, 0}, [](const auto& x, const auto& z) { return kiln::clamp(x, z, 0.5); },
+      [](double x, double z) { return std::min(std::max(x, z), 0.5); });
+  check_function<D, T>(
+      "pow(2, z)", {-1, 1}, {-3, 3}, [](const auto&, const auto& z) { return kiln::pow(2.0, z); },
+      [](double, double z) { return std::pow(2.0, z); });
 }
 }  // namespace
 
@@ -171,6 +199,28 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(relu_max_and_min_propagate_nan, D, kiln::test::dev
   BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, 1.0f, nan, 0.0f, 2.0f}));
   y = kiln::min(0.0f, b);
   BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{0.0f, nan, nan, -2.0f, 0.0f}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(clamp_is_torchs, D, kiln::test::devices) {
+  // torch.clamp: NaN stays NaN; min > max gives max everywhere; clamp_min / clamp_max one side; a float
+  // bound makes integers float, an integer bound keeps them integers.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto x = kt::make_tensor<D>(std::vector<float>{nan, -2.0f, 0.5f, 3.0f}, Extents<Shape<4>>{});
+  Tensor<float, Shape<4>, D> y;
+  y = kiln::clamp(x, -1.0f, 1.0f);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, -1.0f, 0.5f, 1.0f}));
+  y = kiln::clamp(x, 1.0f, -1.0f);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, -1.0f, -1.0f, -1.0f}));
+  y = kiln::clamp_min(x, 0.0f);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, 0.0f, 0.5f, 3.0f}));
+  y = kiln::clamp_max(x, 0.0f);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, -2.0f, 0.0f, 0.0f}));
+  const auto i = kt::make_tensor<D>(std::vector<std::int64_t>{-5, 0, 5}, Extents<Shape<3>>{});
+  static_assert(std::is_same_v<typename decltype(kiln::clamp(i, 0.5, 2))::value_type, float>);  // torch's float32
+  static_assert(std::is_same_v<typename decltype(kiln::clamp(i, -1, 2))::value_type, std::int64_t>);
+  Tensor<std::int64_t, Shape<3>, D> yi;
+  yi = kiln::clamp(i, -1, 2);
+  BOOST_TEST(yi.to_vector() == (std::vector<std::int64_t>{-1, 0, 2}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(log_and_sqrt_follow_ieee_outside_their_domain, D, kiln::test::devices) {
