@@ -44,8 +44,16 @@ template <class Layer, class = void>
 struct has_output : std::false_type {};
 template <class Layer>
 struct has_output<Layer, std::void_t<alias_template_exists<Layer::template output>>> : std::true_type {};
+#if defined(__CUDACC__)
+// nvcc's front end writes a later `L::accepts<S>` back without its template argument once a
+// requires-expression has named it (tests/unit/nn/test_model.cpp failed so): there only output<S> is
+// checked, and a layer without accepts<S> gets the compiler's own errors.
+template <class Layer, class Input>
+concept has_accepts = true;
+#else
 template <class Layer, class Input>
 concept has_accepts = requires { Layer::template accepts<Input>; };
+#endif
 }  // namespace detail
 
 /// Whether Layer, a layer, also declares the accepts<S> and output<S> every layer has (a layer of one's
