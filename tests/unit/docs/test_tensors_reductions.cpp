@@ -3,6 +3,7 @@
 // checks the values the page's comments give, against a loop over the operand where one computes them.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <kiln/kiln.hpp>
@@ -38,6 +39,27 @@ BOOST_AUTO_TEST_CASE(tensors_print_writes_what_torch_prints) {
   const std::string torch_text = "tensor([[1., 2.],\n        [3., 4.]])";
   BOOST_TEST(text == torch_text);
   BOOST_TEST(capture.out.str() == torch_text + "\n");
+}
+
+BOOST_AUTO_TEST_CASE(tensors_more_reductions_give_the_values_the_page_shows) {
+#include "tensors.reductions.inc"
+#include "tensors.more_reductions.inc"
+  BOOST_TEST(total == over_rows_and_cols.item());  // over every axis as the whole sum
+  static_assert(std::is_same_v<decltype(over_rows_and_cols)::shape_type, Shape<>>);
+  static_assert(std::is_same_v<decltype(row_std)::shape_type, Shape<2, 1>>);
+  BOOST_TEST(over_rows_and_cols.item() == 21.0f);
+  BOOST_TEST(row_argmin.to_vector() == (std::vector<std::int64_t>{0, 1}), boost::test_tools::per_element());
+  BOOST_TEST(row_var.to_vector() == (std::vector<float>{4, 4}), boost::test_tools::per_element());
+  BOOST_TEST(col_var.to_vector() == (std::vector<float>{2.25f, 2.25f, 2.25f}), boost::test_tools::per_element());
+  BOOST_TEST(row_std.to_vector() == (std::vector<float>{2, 2}), boost::test_tools::per_element());
+  // log Σ e^x from x's values, in double.
+  const auto xv = x.to_vector();
+  const auto lse = row_lse.to_vector();
+  for (int r = 0; r != 2; ++r) {
+    double s = 0;
+    for (int c = 0; c != 3; ++c) s += std::exp(static_cast<double>(xv[static_cast<std::size_t>(r * 3 + c)]));
+    BOOST_TEST(lse[static_cast<std::size_t>(r)] == std::log(s), boost::test_tools::tolerance(1e-6));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(tensors_reductions_give_the_values_the_page_shows) {

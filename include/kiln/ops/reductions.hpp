@@ -1,0 +1,214 @@
+/// Reductions built from the one-pass ones of expr/reduce.hpp: sum and mean over several axes
+/// (x.sum((0, 2))), argmin, and torch's var, std and logsumexp. Each pass still fuses its argument.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <limits>
+#include <type_traits>
+
+#include "kiln/expr/reduce.hpp"
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/functors.hpp"
+
+namespace kiln {
+
+namespace ops {
+/// An order-reversing map, exact for every element type (-x for floats, ~x for integers, !x for bools):
+/// argmax of it is argmin, with argmax's rules (the first of equal values, the first NaN).
+struct OrderReversed {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {
+    if constexpr (std::is_same_v<A, bool>)
+      return !a;
+    else if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(~a);
+    else
+      return static_cast<A>(-a);
+  }
+};
+}  // namespace ops
+
+namespace detail {
+/// Fails to compile unless the axes of a reduction over several differ (as torch's "dim appears
+/// multiple times"), naming the shape and the axes.
+template <class S, int... Axes>
+struct reduction_axes_must_differ {
+  static constexpr bool value = [] {
+    constexpr int rank = static_cast<int>(S::rank);
+    const std::array<int, sizeof...(Axes)> a{(Axes < 0 ? Axes + rank : Axes)...};
+    for (std::size_t i = 0; i < a.size(); ++i)
+      for (std::size_t j = i + 1; j < a.size(); ++j)
+        if (a[i] == a[j]) return false;
+    return true;
+  }();
+  // >>> Stopped here? An axis is named twice (perhaps once from the end: 1 and -1 of a rank-2 shape). <<<
+  static_assert(value, "kiln: the axes of a reduction over several must differ, as torch's; see the shape and the "
+                       "axes in kiln::detail::reduction_axes_must_differ<Shape, Axes...>");
+};
+
+/// The axes from the last to the first, as indices in [0, rank): reduced one at a time in this order,
+/// each still names its dimension.
+template <std::size_t Rank, int... Axes>
+struct axes_from_the_last {
+  static constexpr std::array<int, sizeof...(Axes)> value = [] {
+    std::array<int, sizeof...(Axes)> a{(Axes < 0 ? Axes + static_cast<int>(Rank) : Axes)...};
+    std::sort(a.begin(), a.end(), std::greater<>{});
+    return a;
+  }();
+};
+
+template <ReduceKind K, bool Keep, class Order, std::size_t I = 0>
+struct reduce_in_order {
+  template <class X>
+  static auto run(const X& x) {
+    auto r = reduce_axis<K, Order::value[I], Keep>(x);
+    if constexpr (I + 1 == Order::value.size())
+      return r;
+    else
+      return reduce_in_order<K, Keep, Order, I + 1>::run(r);
+  }
+};
+
+/// Over the axes Axes (two or more; negative count from the end), one pass per axis, the last first.
+template <ReduceKind K, bool Keep, int... Axes, class X>
+auto reduce_axes(const X& x) {
+  using S = typename decltype(as_expr(x))::shape_type;
+  static_assert((reduction_axis_must_be_in_range<S, Axes>::value && ...));
+  static_assert(reduction_axes_must_differ<S, Axes...>::value);
+  return reduce_in_order<K, Keep, axes_from_the_last<S::rank, Axes...>>::run(x);
+}
+
+template <class X>
+using operand_value_t = typename decltype(as_expr(std::declval<const X&>()))::value_type;
+
+// >>> Stopped here? var, std and logsumexp take floating operands, as torch's. <<<
+template <class X>
+constexpr bool floating_operand() {
+  static_assert(std::is_floating_point_v<compute_t<operand_value_t<X>>>,
+                "kiln::var / std / logsumexp: the operand holds integers or bools; take it as floats: "
+                "var<1>(cast<float>(x))");
+  return true;
+}
+
+/// Σ (x - mean)² / (n - correction) over Axis (Keep: kept as extent 1), and over everything without one.
+template <int Axis, bool Keep, class X>
+auto variance_along(const X& x, double correction) {
+  static_assert(floating_operand<X>());
+  using S = typename decltype(as_expr(x))::shape_type;
+  static_assert(reduction_axis_must_be_in_range<S, Axis>::value);
+  constexpr std::size_t axis = static_cast<std::size_t>(Axis < 0 ? Axis + static_cast<int>(S::rank) : Axis);
+  const double n = static_cast<double>(as_expr(x).extents()[axis]);
+  const auto m = kiln::mean<Axis>(x, keepdim);  // a pass; then Σ (x - m)² in a second, fused
+  if constexpr (Keep)
+    return std::pair{kiln::sum<Axis>(kiln::pow(x - m, 2), keepdim), n - correction};
+  else
+    return std::pair{kiln::sum<Axis>(kiln::pow(x - m, 2)), n - correction};
+}
+template <class X>
+auto variance_all(const X& x, double correction) {
+  static_assert(floating_operand<X>());
+  const double n = static_cast<double>(as_expr(x).extents().numel());
+  const auto m = kiln::mean(x);
+  return std::pair{kiln::sum(kiln::pow(x - m, 2)), n - correction};
+}
+}  // namespace detail
+
+/// Sum over two or more axes (torch's x.sum((0, 2))): sum<0, 2>(x), one pass per axis.
+template <int A0, int A1, int... Axes, operand X>
+auto sum(const X& x) {
+  return detail::reduce_axes<ReduceKind::sum, false, A0, A1, Axes...>(x);
+}
+template <int A0, int A1, int... Axes, operand X>
+auto sum(const X& x, KeepDim) {
+  return detail::reduce_axes<ReduceKind::sum, true, A0, A1, Axes...>(x);
+}
+/// Mean over two or more axes (torch's x.mean((2, 3)): a global average over H and W).
+template <int A0, int A1, int... Axes, operand X>
+auto mean(const X& x) {
+  static_assert(detail::mean_defined<X>, "kiln::mean: the operand holds integers (torch refuses them too); "
+                                         "take mean<Axes...>(cast<float>(x))");
+  return detail::reduce_axes<ReduceKind::mean, false, A0, A1, Axes...>(x);
+}
+template <int A0, int A1, int... Axes, operand X>
+auto mean(const X& x, KeepDim) {
+  static_assert(detail::mean_defined<X>, "kiln::mean: the operand holds integers (torch refuses them too); "
+                                         "take mean<Axes...>(cast<float>(x), keepdim)");
+  return detail::reduce_axes<ReduceKind::mean, true, A0, A1, Axes...>(x);
+}
+
+/// Flat index of the smallest element (the first one on ties; the first NaN if any), as int64
+/// (torch.argmin).
+template <operand X>
+auto argmin(const X& x) {
+  return kiln::argmax(detail::make_unary<ops::OrderReversed>(x));
+}
+/// Index along Axis of the smallest element, as int64.
+template <int Axis, operand X>
+auto argmin(const X& x) {
+  return kiln::argmax<Axis>(detail::make_unary<ops::OrderReversed>(x));
+}
+template <int Axis, operand X>
+auto argmin(const X& x, KeepDim) {
+  return kiln::argmax<Axis>(detail::make_unary<ops::OrderReversed>(x), keepdim);
+}
+
+/// torch.var: Σ (x - mean)² / (n - correction), correction 1 (Bessel's, torch's unbiased default) or 0;
+/// over everything, or `var<Axis>(x)`, `var<Axis>(x, keepdim)`. Two passes (the mean, then the squares,
+/// in double). n - correction <= 0 gives inf or NaN, as torch's.
+template <operand X>
+auto var(const X& x, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_all(x, correction);
+  return kiln::eval(ss / dof);
+}
+template <int Axis, operand X>
+auto var(const X& x, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_along<Axis, false>(x, correction);
+  return kiln::eval(ss / dof);
+}
+template <int Axis, operand X>
+auto var(const X& x, KeepDim, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_along<Axis, true>(x, correction);
+  return kiln::eval(ss / dof);
+}
+/// torch.std: the square root of var, with var's arguments.
+template <operand X>
+auto std(const X& x, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_all(x, correction);
+  return kiln::eval(kiln::sqrt(ss / dof));
+}
+template <int Axis, operand X>
+auto std(const X& x, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_along<Axis, false>(x, correction);
+  return kiln::eval(kiln::sqrt(ss / dof));
+}
+template <int Axis, operand X>
+auto std(const X& x, KeepDim, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_along<Axis, true>(x, correction);
+  return kiln::eval(kiln::sqrt(ss / dof));
+}
+
+/// torch.logsumexp over Axis: log Σ e^x without overflow, as torch computes it: m = max (0 where it is
+/// infinite), log(Σ e^(x - m)) + m. A row of -inf gives -inf, one +inf +inf, a NaN NaN. Floating operands.
+template <int Axis, operand X>
+auto logsumexp(const X& x, KeepDim) {
+  static_assert(detail::floating_operand<X>());
+  const auto top = kiln::max<Axis>(x, keepdim);
+  const auto m = kiln::eval(kiln::where(kiln::eq(kiln::abs(top), std::numeric_limits<float>::infinity()), 0, top));
+  const auto s = kiln::sum<Axis>(kiln::exp(x - m), keepdim);
+  return kiln::eval(kiln::log(s) + m);
+}
+template <int Axis, operand X>
+auto logsumexp(const X& x) {
+  auto kept = kiln::logsumexp<Axis>(x, keepdim);
+  using S = typename decltype(as_expr(x))::shape_type;
+  constexpr std::size_t axis = static_cast<std::size_t>(Axis < 0 ? Axis + static_cast<int>(S::rank) : Axis);
+  using R = detail::remove_axis_t<S, axis>;
+  Extents<R> re;
+  for (std::size_t d = 0, k = 0; d != S::rank; ++d)
+    if (d != axis) re[k++] = kept.extents()[d];
+  return kept.template reshape<R>(re);  // the same layout without the axis of extent 1
+}
+
+}  // namespace kiln

@@ -1,0 +1,127 @@
+// Reductions built from the one-pass ones (ops/reductions.hpp): sum and mean over several axes against
+// float64 loops, argmin with argmax's rules (first of ties, first NaN, every integer type), and var, std
+// and logsumexp against their definitions in float64 and at the edges torch 1.13 was run on (noted).
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "support/policies.hpp"
+#include "support/reference.hpp"
+
+namespace {
+using kiln::dyn;
+using kiln::Extents;
+using kiln::Shape;
+using kiln::Tensor;
+namespace kt = kiln::test;
+constexpr float inf = std::numeric_limits<float>::infinity();
+constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
+
+/// x[a][b][c] of a [A, B, C] tensor's values.
+struct Cube {
+  std::vector<float> v;
+  int A, B, C;
+  double at(int a, int b, int c) const { return v[static_cast<std::size_t>((a * B + b) * C + c)]; }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(reduce)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sum_and_mean_over_several_axes, D, kiln::test::devices) {
+  const Cube c{kt::random_values<float>(3 * 5 * 7, -1, 1, 91), 3, 5, 7};
+  const auto x = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 5, 7>>(3));
+  const auto s02 = kiln::sum<0, 2>(x);  // torch's x.sum((0, 2)): [5]
+  static_assert(std::is_same_v<typename decltype(s02)::shape_type, Shape<5>>);
+  const auto m12 = kiln::mean<-1, 1>(x);  // the axes in any order, negative from the end: [3]
+  static_assert(std::is_same_v<typename decltype(m12)::shape_type, Shape<dyn>>);
+  const auto k = kiln::sum<2, 0>(x, kiln::keepdim);  // [1, 5, 1]
+  static_assert(std::is_same_v<typename decltype(k)::shape_type, Shape<1, 5, 1>>);
+  std::vector<double> want_s(5, 0.0), want_m(3, 0.0);
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 5; ++b)
+      for (int cc = 0; cc < 7; ++cc) want_s[b] += c.at(a, b, cc), want_m[a] += c.at(a, b, cc) / 35.0;
+  BOOST_TEST(kt::all_close(s02.to_vector(), want_s, 1e-6, 1e-6));
+  BOOST_TEST(kt::all_close(m12.to_vector(), want_m, 1e-6, 1e-6));
+  BOOST_TEST(kt::all_close(k.to_vector(), want_s, 1e-6, 1e-6));
+  const auto all = kiln::sum<0, 1, 2>(x);  // every axis: rank 0
+  BOOST_TEST(all.item() == kiln::sum(x).item(), boost::test_tools::tolerance(1e-5f));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(argmin_keeps_argmaxs_rules, D, kiln::test::devices) {
+  // torch.argmin: the first of equal minima, the first NaN (torch 1.13: [3, 1, 1, nan, nan] -> 3).
+  const auto f = kt::make_tensor<D>(std::vector<float>{3, 1, 1, nan_f, nan_f}, Extents<Shape<5>>{});
+  BOOST_TEST(kiln::argmin(f).item() == 3);
+  const auto g = kt::make_tensor<D>(std::vector<float>{3, 1, 1, 2, 5}, Extents<Shape<5>>{});
+  BOOST_TEST(kiln::argmin(g).item() == 1);
+  // Exact for every integer: INT64_MIN (which -x would wrap onto itself) and uint8 (torch: 1, 1).
+  const auto i = kt::make_tensor<D>(std::vector<std::int64_t>{2, std::numeric_limits<std::int64_t>::min(), 0},
+                                    Extents<Shape<3>>{});
+  BOOST_TEST(kiln::argmin(i).item() == 1);
+  const auto u = kt::make_tensor<D>(std::vector<std::uint8_t>{3, 0, 255}, Extents<Shape<3>>{});
+  BOOST_TEST(kiln::argmin(u).item() == 1);
+  // Over an axis, -0 and 0 equal (torch: [[0., -0.], [1., -1.]] -> [0, 1]); keepdim.
+  const auto r = kt::make_tensor<D>(std::vector<float>{0.0f, -0.0f, 1.0f, -1.0f}, Extents<Shape<dyn, 2>>(2));
+  BOOST_TEST(kiln::argmin<1>(r).to_vector() == (std::vector<std::int64_t>{0, 1}), boost::test_tools::per_element());
+  const auto rk = kiln::argmin<1>(r, kiln::keepdim);
+  static_assert(std::is_same_v<typename decltype(rk)::shape_type, Shape<dyn, 1>>);
+  BOOST_TEST(rk.to_vector() == (std::vector<std::int64_t>{0, 1}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(var_and_std_as_torchs, D, kiln::test::devices) {
+  const Cube c{kt::random_values<float>(4 * 6, -3, 3, 92), 4, 6, 1};
+  const auto x = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 6>>(4));
+  std::vector<double> var1(4), var0(6), std1(4);
+  for (int a = 0; a < 4; ++a) {
+    double m = 0, ss = 0;
+    for (int b = 0; b < 6; ++b) m += c.at(a, b, 0) / 6;
+    for (int b = 0; b < 6; ++b) ss += (c.at(a, b, 0) - m) * (c.at(a, b, 0) - m);
+    var1[a] = ss / 5, std1[a] = std::sqrt(ss / 5);  // unbiased, torch's default
+  }
+  for (int b = 0; b < 6; ++b) {
+    double m = 0, ss = 0;
+    for (int a = 0; a < 4; ++a) m += c.at(a, b, 0) / 4;
+    for (int a = 0; a < 4; ++a) ss += (c.at(a, b, 0) - m) * (c.at(a, b, 0) - m);
+    var0[b] = ss / 4;  // correction 0 (unbiased=False)
+  }
+  BOOST_TEST(kt::all_close(kiln::var<1>(x).to_vector(), var1, 1e-5, 1e-6));
+  BOOST_TEST(kt::all_close(kiln::std<-1>(x).to_vector(), std1, 1e-5, 1e-6));
+  BOOST_TEST(kt::all_close(kiln::var<0>(x, 0.0).to_vector(), var0, 1e-5, 1e-6));
+  const auto kept = kiln::var<1>(x, kiln::keepdim);
+  static_assert(std::is_same_v<typename decltype(kept)::shape_type, Shape<dyn, 1>>);
+  BOOST_TEST(kt::all_close(kept.to_vector(), var1, 1e-5, 1e-6));
+  // torch 1.13: std([1, 2, 3, 4]) = 1.29099440574646; var of one value (1 degree of freedom too few) NaN.
+  const auto v = kt::make_tensor<D>(std::vector<float>{1, 2, 3, 4}, Extents<Shape<4>>{});
+  BOOST_TEST(kiln::std(v).item() == 1.29099440574646f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(kiln::var(v, 0.0).item() == 1.25f);
+  const auto one = kt::make_tensor<D>(std::vector<float>{3}, Extents<Shape<dyn, 1>>(1));
+  BOOST_TEST(std::isnan(kiln::var<1>(one).to_vector()[0]));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(logsumexp_as_torchs, D, kiln::test::devices) {
+  // torch 1.13, over dim 1: [-inf, inf, nan, 1000.6931762695312] for these rows.
+  const auto x = kt::make_tensor<D>(std::vector<float>{-inf, -inf, -inf, 1, inf, 2, nan_f, 1, 2, 1000, 1000, -5},
+                                    Extents<Shape<dyn, 3>>(4));
+  const auto l = kiln::logsumexp<1>(x);
+  static_assert(std::is_same_v<typename decltype(l)::shape_type, Shape<dyn>>);
+  const auto got = l.to_vector();
+  BOOST_TEST((std::isinf(got[0]) && got[0] < 0));
+  BOOST_TEST((std::isinf(got[1]) && got[1] > 0));
+  BOOST_TEST(std::isnan(got[2]));
+  BOOST_TEST(got[3] == 1000.6931762695312f, boost::test_tools::tolerance(1e-7f));
+  // Against log Σ e^x in float64 on values where that does not overflow, kept as extent 1.
+  const Cube c{kt::random_values<float>(5 * 8, -4, 4, 93), 5, 8, 1};
+  const auto y = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 8>>(5));
+  std::vector<double> want(5, 0.0);
+  for (int a = 0; a < 5; ++a) {
+    for (int b = 0; b < 8; ++b) want[a] += std::exp(c.at(a, b, 0));
+    want[a] = std::log(want[a]);
+  }
+  const auto k = kiln::logsumexp<1>(y, kiln::keepdim);
+  static_assert(std::is_same_v<typename decltype(k)::shape_type, Shape<dyn, 1>>);
+  BOOST_TEST(kt::all_close(k.to_vector(), want, 1e-6, 1e-6));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
