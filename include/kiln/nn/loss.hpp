@@ -117,7 +117,8 @@ struct loss_shapes_must_match {
                 "kiln::nn: a loss's prediction and target must have the same shape (torch would broadcast [N, 1] "
                 "against [N] to [N, N], with a warning); see the template arguments of "
                 "kiln::nn::detail::loss_shapes_must_match<prediction shape, target shape> (in a Shape, -1 means "
-                "dyn). A target [N] for a prediction [N, 1]: target.reshape<kiln::Shape<kiln::dyn, 1>>()");
+                "dyn). A target [N] for a prediction [N, 1]: target.reshape<kiln::Shape<kiln::dyn, 1>>(); class "
+                "labels [N] (int64) for logits [N, C]: CrossEntropyLoss, whose target they are");
   static constexpr bool value = true;
   using type = R;  ///< what the overload that instantiates it returns (its return type: the error comes first)
 };
