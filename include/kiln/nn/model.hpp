@@ -351,10 +351,23 @@ class Model {
   Context ctx_{};
 };
 
+namespace detail {
+/// What `NoGrad guard;` (no model) deduces: its class then stops with a message.
+struct no_model {};
+}  // namespace detail
+
 /// Inference without gradients for a scope, like `with torch.no_grad():` — forward keeps no activations.
-template <class Model>
+template <class Model = detail::no_model>
 class NoGrad {
+  // >>> Stopped here? NoGrad was given no model: `kiln::nn::NoGrad guard;`. <<<
+  static_assert(!std::is_same_v<Model, detail::no_model>,
+                "kiln::nn::NoGrad guards one model: kiln::nn::NoGrad guard(model); (torch's torch.no_grad() is "
+                "global; in kiln each model has its own switch, so name the model whose forward keeps nothing: "
+                "under DataParallel or DistributedDataParallel, the wrapper's module())");
+
  public:
+  NoGrad()
+    requires std::is_same_v<Model, detail::no_model>;  // (declared only: the static_assert above says why)
   explicit NoGrad(Model& m) : m_(m), was_(m.grad_enabled()) { m_.set_grad_enabled(false); }
   ~NoGrad() { m_.set_grad_enabled(was_); }
   NoGrad(const NoGrad&) = delete;
