@@ -2,7 +2,7 @@
 /// in cache.
 ///
 /// In a Sequential, `Linear<...>, ReLU` (or a Linear, Conv2d or ConvTranspose2d followed by any pointwise
-/// activation: ReLU, Sigmoid, Tanh, GELU, SiLU, LeakyReLU, ELU, ReLU6, Hardtanh, Hardsigmoid, Hardswish,
+/// activation: ReLU, Sigmoid, Tanh, GELU, GELUTanh, SiLU, LeakyReLU, ELU, ReLU6, Hardtanh, Hardsigmoid, Hardswish,
 /// Softplus, Mish, SELU, CELU, Softsign, LogSigmoid) runs as one layer: GEMM, then one pass that adds the
 /// bias and applies the activation; backward is one pass that applies the activation's derivative and reduces
 /// the bias gradient, then the GEMMs. The activation's module stays in the graph (summary, indices and
@@ -72,6 +72,28 @@ struct Gelu {
   KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {  // Φ(z) + z φ(z)
     const A cdf = A(0.5) * (A(1) + ops::detail::erf_(z * A(0.70710678118654752440)));
     return dy * (cdf + z * A(0.39894228040143267794) * ops::detail::exp_(A(-0.5) * z * z));
+  }
+};
+
+/// 0.5 z (1 + tanh(√(2/π) (z + 0.044715 z³))), torch.nn.GELU(approximate='tanh'), with torch's
+/// derivative: 0.5 (1 + t) + 0.5 z (1 - t²) √(2/π) (1 + 3 · 0.044715 z²), t the tanh.
+struct GeluTanh {
+  static constexpr bool saves_output = false;
+  static constexpr bool identity = false;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A inner(A z) {
+    return A(0.79788456080286535588) * (z + A(0.044715) * z * z * z);  // √2 · (2/√π) · 0.5, torch's kBeta
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) {
+    return A(0.5) * z * (A(1) + ops::detail::tanh_(inner(z)));
+  }
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A z) {
+    const A t = ops::detail::tanh_(inner(z));
+    const A left = A(0.5) * z, right = A(1) + t;
+    const A inner_derivative = A(0.79788456080286535588) * (A(1) + A(3) * A(0.044715) * z * z);
+    return dy * (A(0.5) * right + left * (A(1) - t * t) * inner_derivative);
   }
 };
 

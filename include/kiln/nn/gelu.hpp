@@ -1,4 +1,5 @@
-/// GELU: x Φ(x) with the exact erf form (torch.nn.GELU(approximate='none')).
+/// GELU: x Φ(x) with the exact erf form (torch.nn.GELU(approximate='none')), and its tanh
+/// approximation (approximate='tanh').
 #pragma once
 #include <string>
 
@@ -12,6 +13,12 @@ namespace kiln::nn {
 /// ConvTranspose2d in a Sequential it runs inside that layer's epilogue. Shapes: any -> the same.
 struct GELU : detail::PointwiseActivation<epilogue::Gelu, GELU> {
   static std::string repr() { return "GELU(approximate='none')"; }
+};
+
+/// The tanh approximation, torch.nn.GELU(approximate='tanh') (GPT-2's and BERT's "gelu_new"): torch's
+/// formula and derivative (epilogue::GeluTanh). Fused after a Linear, Conv2d or ConvTranspose2d as GELU.
+struct GELUTanh : detail::PointwiseActivation<epilogue::GeluTanh, GELUTanh> {
+  static std::string repr() { return "GELU(approximate='tanh')"; }
 };
 
 }  // namespace kiln::nn

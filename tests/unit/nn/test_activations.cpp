@@ -73,6 +73,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(activations_backward_match_numeric_alone_and_fused
   check_activation<knn::CELU<0.5f>, D>(101);
   check_activation<knn::Softsign, D>(104);
   check_activation<knn::LogSigmoid, D>(107);
+  check_activation<knn::GELUTanh, D>(110);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(gelu_tanh_is_torchs, D, kt::devices) {
+  // torch 1.13, nn.GELU(approximate='tanh') at these x, dy = 1 (its printed floats).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto [y, g] = run<knn::GELUTanh, D>({-6, -3, -1, -0.5f, 0, 0.25f, 1, 2.5f, 6, nan});
+  const std::vector<float> torch_y = {-0.0f, -0.0036374330520629883f, -0.15880799293518066f, -0.1542859971523285f,
+                                      0.0f, 0.14967535436153412f, 0.8411920070648193f, 2.4849157333374023f, 6.0f};
+  const std::vector<float> torch_g = {0.0f, -0.011584296822547913f, -0.08296409249305725f, 0.1326301097869873f, 0.5f,
+                                      0.6953541040420532f, 1.0829640626907349f, 1.0379517078399658f, 1.0f};
+  for (std::size_t i = 0; i < torch_y.size(); ++i) {
+    BOOST_TEST(y[i] == torch_y[i], boost::test_tools::tolerance(2e-6f));
+    // (at -3 the gradient is a difference of nearly equal terms: torch's float and kiln's lie 1.1e-5 and
+    // 6.6e-6 from the float64 value, -0.011584166630969648)
+    BOOST_TEST(g[i] == torch_g[i], boost::test_tools::tolerance(2e-5f));
+  }
+  BOOST_TEST((std::isnan(y[9]) && std::isnan(g[9])));
+  // It differs from the exact GELU (by up to about 5e-4 near x = ±2): the two are not confused.
+  const auto [exact, unused] = run<knn::GELU, D>({-2.0f});
+  BOOST_TEST(std::abs(exact[0] - run<knn::GELUTanh, D>({-2.0f}).first[0]) > 1e-5f);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(hard_activations_at_their_bends_and_nan_as_torch, D, kt::devices) {
@@ -210,14 +231,14 @@ BOOST_AUTO_TEST_CASE(activations_are_named_as_torch_prints_them) {
   using Net =
       knn::Sequential<knn::ReLU6, knn::Hardtanh<>, knn::Hardtanh<-2.0f, 1.5f>, knn::Hardsigmoid,
                       knn::Hardswish, knn::Softplus<>, knn::Softplus<2.0f, 5.0f>, knn::Softplus<0.5f, 10.0f>,
-                      knn::Mish, knn::SELU, knn::CELU<>, knn::CELU<0.5f>, knn::Softsign, knn::LogSigmoid>;
+                      knn::Mish, knn::SELU, knn::CELU<>, knn::CELU<0.5f>, knn::Softsign, knn::LogSigmoid, knn::GELUTanh>;
   knn::Model<Net, Shape<dyn, 3>, P> all(0);
   const std::string s = all.summary(2);
   for (const char* name :
        {"ReLU6()", "Hardtanh(min_val=-1.0, max_val=1.0)", "Hardtanh(min_val=-2.0, max_val=1.5)",
         "Hardsigmoid()", "Hardswish()", "Softplus(beta=1, threshold=20)", "Softplus(beta=2, threshold=5)",
         "Softplus(beta=0.5, threshold=10)", "Mish()", "SELU()", "CELU(alpha=1.0)", "CELU(alpha=0.5)",
-        "Softsign()", "LogSigmoid()"})
+        "Softsign()", "LogSigmoid()", "GELU(approximate='tanh')"})
     BOOST_TEST(s.find(name) != std::string::npos, name << " in\n" << s);
 }
 
