@@ -9,7 +9,7 @@
 namespace kiln {
 
 /// What a reduction computes over its axis.
-enum class ReduceKind { sum, mean, max, min, argmax };
+enum class ReduceKind { sum, mean, max, min, argmax, prod };
 
 namespace detail {
 /// A functor for executor<D>::for_each: it says what n of its calls move and compute.

@@ -1,4 +1,4 @@
-/// Reductions: sum, mean, max, min, argmax, over one axis or everything. Each is one pass that also
+/// Reductions: sum, mean, max, min, argmax, prod, over one axis or everything. Each is one pass that also
 /// evaluates its (fused) argument expression; the result is a tensor. Over an axis, `keepdim` keeps it.
 #pragma once
 #include <cstdint>
@@ -29,12 +29,13 @@ auto keep_axis(std::index_sequence<I...>) -> Shape<(I == Axis ? index_t{1} : S::
 template <class S, std::size_t Axis>
 using keep_axis_t = decltype(keep_axis<S, Axis>(std::make_index_sequence<S::rank>{}));
 
-/// The element type of a reduction of values V: int64 for argmax (an index) and for a sum of integers
-/// or bools (as torch: a count does not overflow int32), float for a mean of bools (a fraction:
+/// The element type of a reduction of values V: int64 for argmax (an index) and for a sum or product of
+/// integers or bools (as torch: a count does not overflow int32), float for a mean of bools (a fraction:
 /// accuracy), else V. A mean of integers does not compile (see mean).
 template <ReduceKind K, class V>
 using reduce_result_t = std::conditional_t<
-    K == ReduceKind::argmax || (K == ReduceKind::sum && std::is_integral_v<V>), std::int64_t,
+    K == ReduceKind::argmax || ((K == ReduceKind::sum || K == ReduceKind::prod) && std::is_integral_v<V>),
+    std::int64_t,
     std::conditional_t<K == ReduceKind::mean && std::is_same_v<V, bool>, float, V>>;
 
 /// Whether mean is defined over values V: floating values, and bools (the fraction that are true).
@@ -172,6 +173,20 @@ auto min(const X& x) {
 template <int Axis, operand X>
 auto min(const X& x, KeepDim) {
   return detail::reduce_axis<ReduceKind::min, Axis, true>(x);
+}
+/// Product of all elements (torch.prod): floats multiply in double, integers and bools in int64 (wrapping,
+/// as torch's), which the result holds; 1 for an empty input.
+template <operand X>
+auto prod(const X& x) {
+  return detail::reduce_all<ReduceKind::prod>(x);
+}
+template <int Axis, operand X>
+auto prod(const X& x) {
+  return detail::reduce_axis<ReduceKind::prod, Axis>(x);
+}
+template <int Axis, operand X>
+auto prod(const X& x, KeepDim) {
+  return detail::reduce_axis<ReduceKind::prod, Axis, true>(x);
 }
 /// Flat index of the largest element (the first one on ties; the first NaN if any), as int64.
 template <operand X>

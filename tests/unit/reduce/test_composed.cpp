@@ -1,6 +1,7 @@
-// Reductions built from the one-pass ones (ops/reductions.hpp): sum and mean over several axes against
-// float64 loops, argmin with argmax's rules (first of ties, first NaN, every integer type), and var, std
-// and logsumexp against their definitions in float64 and at the edges torch 1.13 was run on (noted).
+// prod (expr/reduce.hpp), and the reductions built from the one-pass ones (ops/reductions.hpp): sum and
+// mean over several axes against float64 loops, argmin with argmax's rules (first of ties, first NaN,
+// every integer type), and var, std and logsumexp against their definitions in float64 and at the edges
+// torch 1.13 was run on (noted).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -48,6 +49,40 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sum_and_mean_over_several_axes, D, kiln::test::dev
   BOOST_TEST(kt::all_close(k.to_vector(), want_s, 1e-6, 1e-6));
   const auto all = kiln::sum<0, 1, 2>(x);  // every axis: rank 0
   BOOST_TEST(all.item() == kiln::sum(x).item(), boost::test_tools::tolerance(1e-5f));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(prod_as_torchs, D, kiln::test::devices) {
+  // Floats against a float64 loop, over everything and over an axis (kept too); a NaN stays.
+  const Cube c{kt::random_values<float>(6 * 9, 0.5, 1.5, 94), 6, 9, 1};
+  const auto x = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 9>>(6));
+  std::vector<double> rows(6, 1.0);
+  double all = 1.0;
+  for (int a = 0; a < 6; ++a)
+    for (int b = 0; b < 9; ++b) rows[a] *= c.at(a, b, 0), all *= c.at(a, b, 0);
+  BOOST_TEST(kt::all_close(kiln::prod<1>(x).to_vector(), rows, 1e-6, 1e-7));
+  const auto kept = kiln::prod<-1>(x, kiln::keepdim);
+  static_assert(std::is_same_v<typename decltype(kept)::shape_type, Shape<dyn, 1>>);
+  BOOST_TEST(kt::all_close(kept.to_vector(), rows, 1e-6, 1e-7));
+  BOOST_TEST(kiln::prod(x).item() == all, boost::test_tools::tolerance(1e-5));
+  // torch 1.13: prod([[1, 2, 3], [4, 5, nan]], 1) = [6, nan]; an empty product is 1.
+  const auto n = kt::make_tensor<D>(std::vector<float>{1, 2, 3, 4, 5, nan_f}, Extents<Shape<dyn, 3>>(2));
+  const auto pn = kiln::prod<1>(n).to_vector();
+  BOOST_TEST((pn[0] == 6.0f && std::isnan(pn[1])));
+  const Tensor<float, Shape<dyn>, D> empty(Extents<Shape<dyn>>(0));
+  BOOST_TEST(kiln::prod(empty).item() == 1.0f);
+  // Integers and bools in int64, wrapping as torch's: prod([2^62, 4]) = 0, prod([3, 2^62]) = -2^62;
+  // uint8 is int64 too (torch: prod([200, 2], dtype uint8) is int64 400).
+  const auto i = kt::make_tensor<D>(std::vector<std::int64_t>{std::int64_t{1} << 62, 4}, Extents<Shape<2>>{});
+  static_assert(std::is_same_v<typename decltype(kiln::prod(i))::element_type, std::int64_t>);
+  BOOST_TEST(kiln::prod(i).item() == 0);
+  const auto j = kt::make_tensor<D>(std::vector<std::int64_t>{3, std::int64_t{1} << 62}, Extents<Shape<2>>{});
+  BOOST_TEST(kiln::prod(j).item() == -(std::int64_t{1} << 62));
+  const auto u = kt::make_tensor<D>(std::vector<std::uint8_t>{200, 2}, Extents<Shape<2>>{});
+  BOOST_TEST(kiln::prod(u).item() == 400);
+  const auto mask = kiln::eval(kiln::eq(i, 4));  // [false, true]: bools, whose product is int64 0
+  static_assert(std::is_same_v<typename decltype(mask)::element_type, bool>);
+  BOOST_TEST(kiln::prod(mask).item() == 0);
+  BOOST_TEST(kiln::prod(kiln::eq(i, i)).item() == 1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(argmin_keeps_argmaxs_rules, D, kiln::test::devices) {

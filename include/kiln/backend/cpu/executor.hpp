@@ -42,18 +42,27 @@ A accumulate(A a, A b) {
   if constexpr (std::is_integral_v<A>) return ops::detail::wrap_add(a, b);
   else return a + b;
 }
+/// a * b, wrapping for an integer accumulator as torch's int64 products do.
+template <class A>
+A multiply(A a, A b) {
+  if constexpr (std::is_integral_v<A>) return ops::detail::wrap_mul(a, b);
+  else return a * b;
+}
 
 template <ReduceKind K, class V>
 struct Reducer {
   using Acc = std::conditional_t<K == ReduceKind::argmax || K == ReduceKind::max || K == ReduceKind::min, V,
                                  accumulator_t<V>>;
-  Acc acc{};
+  Acc acc = K == ReduceKind::prod ? Acc(1) : Acc{};  // a product of nothing is 1
   index_t arg = 0;
   bool started = false;
   void add(V v, index_t k) {
     if constexpr (K == ReduceKind::sum || K == ReduceKind::mean) {
       if (!started) acc = Acc(0), started = true;
       acc = accumulate(acc, static_cast<Acc>(v));
+    } else if constexpr (K == ReduceKind::prod) {
+      if (!started) acc = Acc(1), started = true;
+      acc = multiply(acc, static_cast<Acc>(v));
     } else {
       // max/min/argmax: the first NaN wins and sticks (torch semantics); ties keep the first index.
       // is_nan, not v != v: a user's -ffast-math folds the latter to false (kiln/core/nan.hpp).
@@ -67,6 +76,9 @@ struct Reducer {
     if constexpr (K == ReduceKind::sum || K == ReduceKind::mean) {
       if (!started) *this = o;
       else acc = accumulate(acc, o.acc);
+    } else if constexpr (K == ReduceKind::prod) {
+      if (!started) *this = o;
+      else acc = multiply(acc, o.acc);
     } else {
       add(o.acc, o.arg);  // o covers later indices, so ties keep ours
     }

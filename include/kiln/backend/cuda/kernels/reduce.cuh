@@ -23,8 +23,8 @@ struct ArgValue {
 };
 
 /// Reduction K over values V, with the semantics of the CPU's backend::cpu::Reducer:
-/// sum/mean accumulate in backend::cpu::accumulator_t<V> (double for float); max/min/argmax keep the
-/// first NaN if there is one, else the first index of the extreme value. The combine is commutative
+/// sum/mean/prod accumulate in backend::cpu::accumulator_t<V> (double for float; an integer product
+/// wraps); max/min/argmax keep the first NaN if there is one, else the first index of the extreme value. The combine is commutative
 /// and associative (a total order on (is NaN, value, -index)), as CUB requires, so any reduction
 /// order gives the CPU's answer.
 template <ReduceKind K, class V>
@@ -36,6 +36,7 @@ struct ReduceOp {
   /// The state of no element: the identity of the combine.
   KILN_HOST_DEVICE KILN_FORCEINLINE static State empty() {
     if constexpr (keeps_index) return State{-1, V{}};
+    else if constexpr (K == ReduceKind::prod) return State(1);
     else return State(0);
   }
   /// The state of one element v at index k.
@@ -57,6 +58,9 @@ struct ReduceOp {
   }
   KILN_HOST_DEVICE KILN_FORCEINLINE State operator()(const State& a, const State& b) const {
     if constexpr (keeps_index) return prefer(a, b) ? a : b;
+    else if constexpr (K == ReduceKind::prod && std::is_integral_v<State>)
+      return ::kiln::ops::detail::wrap_mul(a, b);
+    else if constexpr (K == ReduceKind::prod) return a * b;
     else return a + b;
   }
   /// The output value of a state over an axis of `len` elements (index = k, or o * len + k).
