@@ -23,8 +23,8 @@ struct ArgValue {
 };
 
 /// Reduction K over values V, with the semantics of the CPU's backend::cpu::Reducer:
-/// sum/mean/prod accumulate in backend::cpu::accumulator_t<V> (double for float; an integer product
-/// wraps); max/min/argmax keep the first NaN if there is one, else the first index of the extreme value. The combine is commutative
+/// sum/mean/prod accumulate in backend::cpu::accumulator_t<V> (double for float; an integer sum or
+/// product wraps); max/min/argmax keep the first NaN if there is one, else the first index of the extreme value. The combine is commutative
 /// and associative (a total order on (is NaN, value, -index)), as CUB requires, so any reduction
 /// order gives the CPU's answer.
 template <ReduceKind K, class V>
@@ -61,6 +61,7 @@ struct ReduceOp {
     else if constexpr (K == ReduceKind::prod && std::is_integral_v<State>)
       return ::kiln::ops::detail::wrap_mul(a, b);
     else if constexpr (K == ReduceKind::prod) return a * b;
+    else if constexpr (std::is_integral_v<State>) return ::kiln::ops::detail::wrap_add(a, b);
     else return a + b;
   }
   /// The output value of a state over an axis of `len` elements (index = k, or o * len + k).
