@@ -1,7 +1,9 @@
 /// Reductions: sum, mean, max, min, argmax, prod, over one axis or everything. Each is one pass that also
 /// evaluates its (fused) argument expression; the result is a tensor. Over an axis, `keepdim` keeps it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 #include <utility>
 
@@ -51,7 +53,9 @@ using device_of_t = std::conditional_t<std::is_void_v<typename node_t<X>::device
 /// any GPU is used. Operands on different GPUs are refused.
 template <ReduceKind K, class X, class E>
 int reduction_device(const X& x, const E& e) {
-  constexpr const char* names[] = {"kiln::sum", "kiln::mean", "kiln::max", "kiln::min", "kiln::argmax"};
+  // One name per ReduceKind, in its order (prod last): the size check keeps them in step.
+  constexpr const char* names[] = {"kiln::sum", "kiln::mean", "kiln::max", "kiln::min", "kiln::argmax", "kiln::prod"};
+  static_assert(static_cast<std::size_t>(ReduceKind::prod) + 1 == std::size(names));
   if constexpr (tensor<X>) return pass_device(x);
   else return operand_device<device_of_t<X>>(e, names[static_cast<int>(K)]);
 }

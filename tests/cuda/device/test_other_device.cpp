@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace {
@@ -155,6 +156,9 @@ BOOST_AUTO_TEST_CASE(operands_on_two_gpus_are_refused_and_reductions_follow_thei
   BOOST_CHECK_THROW(fresh = a + b, kiln::ValueError);
   BOOST_CHECK_THROW(b = a * 2.0f, kiln::ValueError);
   BOOST_CHECK_THROW((void)kiln::sum(a * b), kiln::ValueError);
+  BOOST_CHECK_EXCEPTION((void)kiln::prod(a * b), kiln::ValueError, [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("kiln::prod") != std::string::npos;  // names the reduction that refused
+  });
   BOOST_TEST(b.to_vector() == std::vector<float>(1000, 1.0f), boost::test_tools::per_element());  // untouched
 
   using Net = knn::Sequential<knn::Linear<4, 3>>;
