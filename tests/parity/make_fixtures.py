@@ -261,6 +261,15 @@ elementwise_losses.json (each case, here and in elementwise_losses.json, also ha
                   kl_div_log_target_batchmean, kl_div_log_target_none
                                                       ... with log_target=True against log_softmax rows
 
+layers_softmax_dims.json
+  torch_version   str
+  cases           as in layers.json: Softmax and LogSoftmax along other dimensions, inputs N(0, 9)
+                  softmax_channels                 Softmax(dim=1), [2, 3, 4, 5]
+                  log_softmax_channels             LogSoftmax(dim=1), [2, 3, 4, 5]
+                  softmax_last_of_three            Softmax(dim=-1), [2, 3, 5]
+                  log_softmax_middle_of_three      LogSoftmax(dim=-2), [2, 4, 3]
+                  softmax_batch                    Softmax(dim=0), [3, 4]
+
 elementwise_pow.json
   torch_version   str
   input_bits      [int]   float32 inputs as their bit patterns (JSON has no NaN, inf or -0.): 500 drawn
@@ -1139,6 +1148,20 @@ def layers_activations_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def layers_softmax_dims_fixture():
+    """Softmax and LogSoftmax along other dimensions than the features of [N, C]: the channels of
+    [N, C, H, W], the last and the middle of three (negative dims), and the batch."""
+    nn = torch.nn
+    cases = [
+        layer_case("softmax_channels", lambda: nn.Softmax(dim=1), (2, 3, 4, 5), 1201, 3.0),
+        layer_case("log_softmax_channels", lambda: nn.LogSoftmax(dim=1), (2, 3, 4, 5), 1202, 3.0),
+        layer_case("softmax_last_of_three", lambda: nn.Softmax(dim=-1), (2, 3, 5), 1203, 3.0),
+        layer_case("log_softmax_middle_of_three", lambda: nn.LogSoftmax(dim=-2), (2, 4, 3), 1204, 3.0),
+        layer_case("softmax_batch", lambda: nn.Softmax(dim=0), (3, 4), 1205, 3.0),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
 def layers_instance_norm_fixture():
     """InstanceNorm2d without and with drawn affine parameters (eps 1e-3), and InstanceNorm1d with them."""
     nn = torch.nn
@@ -1593,6 +1616,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_conv_transpose.json": lambda: layers_conv_transpose_fixture(),
             "layers_padding_same.json": lambda: layers_padding_same_fixture(),
             "layers_activations.json": lambda: layers_activations_fixture(),
+            "layers_softmax_dims.json": lambda: layers_softmax_dims_fixture(),
             "layers_instance_norm.json": lambda: layers_instance_norm_fixture(),
             "layers_pixel_shuffle.json": lambda: layers_pixel_shuffle_fixture(),
             "layers_branches.json": lambda: layers_branches_fixture(),

@@ -95,9 +95,12 @@ concept layer_for = requires {
 // What a layer expects, where no one shape says it: the last template argument of the errors
 // kiln::nn::layer_input_mismatch (nn/sequential.hpp) and branch_input_mismatch (nn/branches.hpp).
 
-/// Any shape of rank Rank (Softmax: [N, F]; Dropout1d: [N, C, L]; Dropout2d: [N, C, H, W]).
+/// Any shape of rank Rank (Dropout1d: [N, C, L]; Dropout2d: [N, C, H, W]).
 template <std::size_t Rank>
 struct any_shape_of_rank {};
+/// Any shape of rank Rank or more (Softmax<Dim>: one that has a dimension Dim).
+template <std::size_t Rank>
+struct any_shape_of_rank_at_least {};
 /// A shape of rank Rank whose extents past the batch are all static (adaptive pooling, Upsample; pooling
 /// and padding layers given another rank or a dyn extent past the batch).
 template <std::size_t Rank>

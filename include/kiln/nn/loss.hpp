@@ -996,7 +996,7 @@ struct CrossEntropyLoss {
 /// a non-finite one gives no NaN in it (as torch's). `weight` is torch's class weights, as
 /// CrossEntropyLoss's: -w[y[n]] x[n, y[n]], a mean divided by the weights of the rows that count.
 /// Example:
-///   kiln::nn::NLLLoss nll;                     // for a Sequential<..., kiln::nn::LogSoftmax>
+///   kiln::nn::NLLLoss nll;                     // for a Sequential<..., kiln::nn::LogSoftmax<>>
 ///   auto loss = nll(logp, labels);             // rank-0 tensor
 ///   auto dlogp = nll.backward(logp, labels);   // [N, C]
 struct NLLLoss {

@@ -335,7 +335,7 @@ BOOST_AUTO_TEST_CASE(models_kl_div_distils_a_teacher_per_sample) {
   // The page's lines on a student ending in LogSoftmax against a teacher's probability rows: the
   // divergence summed over each row and averaged over the rows, its gradient -teacher / N, which
   // reaches the parameters.
-  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Linear<13, 10>, kiln::nn::LogSoftmax>, Shape<dyn, 13>> model(0);
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Linear<13, 10>, kiln::nn::LogSoftmax<>>, Shape<dyn, 13>> model(0);
   const auto log_probs = model.forward(random_batch<Shape<dyn, 13>>(4, 13));
   auto t = kiln::test::random_values<float>(40, 0.05f, 1.0f, 14);
   for (std::size_t n = 0; n < 4; ++n) {

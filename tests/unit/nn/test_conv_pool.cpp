@@ -318,9 +318,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(layers_refuse_a_dy_with_other_rows_than_the_forwar
   l_grads.fill(0.0f);
   linear.bind(l_params.data(), l_grads.data(), l_params.data(), l_params.device_index());
   check_backward_rows<decltype(linear), D>(linear, 64);
-  typename kiln::nn::Softmax::template module<Rows, P> softmax;
+  typename kiln::nn::Softmax<>::template module<Rows, P> softmax;
   check_backward_rows<decltype(softmax), D>(softmax, 3);
-  typename kiln::nn::LogSoftmax::template module<Rows, P> log_softmax;
+  typename kiln::nn::LogSoftmax<>::template module<Rows, P> log_softmax;
   check_backward_rows<decltype(log_softmax), D>(log_softmax, 1);
   BOOST_TEST(l_grads.to_vector() == std::vector<float>(static_cast<std::size_t>(linear.parameter_count), 0.0f),
              boost::test_tools::per_element());  // the bias gradient's sum used to come first

@@ -2,7 +2,7 @@
 // entropy also with label smoothing, fused and unfused, class weights and probability targets)
 // and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, layers_pool_modes.json,
 // layers_conv_modes.json, layers_padding.json, layers_padding_same.json, layers_upsample.json,
-// layers_conv_transpose.json, layers_activations.json, layers_instance_norm.json,
+// layers_conv_transpose.json, layers_activations.json, layers_softmax_dims.json, layers_instance_norm.json,
 // layers_pixel_shuffle.json, layers_branches.json, losses.json, lenet.json, written by
 // tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs, input
 // gradients and parameter gradients, and LeNet the same parameters after three steps of SGD (momentum) and of
@@ -177,8 +177,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_layer_matches_pytorch_forward_and_backward, 
   check_layer<knn::Sigmoid, Shape<dyn, 6>, D>("sigmoid");
   check_layer<knn::Tanh, Shape<dyn, 6>, D>("tanh");
   check_layer<knn::GELU, Shape<dyn, 6>, D>("gelu");
-  check_layer<knn::Softmax, Shape<dyn, 6>, D>("softmax");
-  check_layer<knn::LogSoftmax, Shape<dyn, 6>, D>("log_softmax");
+  check_layer<knn::Softmax<>, Shape<dyn, 6>, D>("softmax");
+  check_layer<knn::LogSoftmax<>, Shape<dyn, 6>, D>("log_softmax");
   check_layer<knn::Flatten, Shape<dyn, 3, 2, 2>, D>("flatten");
   check_layer<knn::Dropout<0.5f>, Shape<dyn, 6>, D>("dropout_eval");
   check_layer<knn::SiLU, Shape<dyn, 6>, D>("silu");
@@ -317,6 +317,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(more_activations_match_pytorch, D, kiln::test::dev
   check_layer<knn::Softsign, In, D>("softsign", f);
   check_layer<knn::LogSigmoid, In, D>("log_sigmoid", f);
   BOOST_TEST(fixture(f).at("cases").size() == 13u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_along_other_dimensions_matches_pytorch, D, kiln::test::devices) {
+  // layers_softmax_dims.json, inputs N(0, 9): the channels of [2, 3, 4, 5], the last and the middle of
+  // three (negative dims, named as torch prints them), the batch. The floor is 10% of each tensor's
+  // scale: Softmax's dx = y (dy - Σ dy y) cancels, so both sides carry an error of an ulp of dy (1e-7,
+  // torch sums dy y in float, kiln in double) on entries near 0.
+  const std::string f = "layers_softmax_dims.json";
+  check_layer<knn::Softmax<1>, Shape<dyn, 3, 4, 5>, D>("softmax_channels", f, 10.0);
+  check_layer<knn::LogSoftmax<1>, Shape<dyn, 3, 4, 5>, D>("log_softmax_channels", f, 10.0);
+  check_layer<knn::Softmax<-1>, Shape<dyn, 3, 5>, D>("softmax_last_of_three", f, 10.0);
+  check_layer<knn::LogSoftmax<-2>, Shape<dyn, 4, 3>, D>("log_softmax_middle_of_three", f, 10.0);
+  check_layer<knn::Softmax<0>, Shape<dyn, 4>, D>("softmax_batch", f, 10.0);
+  BOOST_TEST(fixture(f).at("cases").size() == 5u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(padding_same_with_an_even_span_matches_pytorch, D, kiln::test::devices) {

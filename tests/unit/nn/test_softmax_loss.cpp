@@ -27,15 +27,21 @@ using kiln::dyn;
 using kiln::Shape;
 using Rows = Shape<dyn, 7>;  // [N, 7]
 
-/// L = Σ w ⊙ layer(x) for fixed weights w, so dL/dy = w.
-template <class Layer, class D>
+/// L = Σ w ⊙ layer(x) for fixed weights w, so dL/dy = w; on 5 samples of shape In.
+template <class Layer, class D, class In = Rows>
 void check_layer_gradient() {
   using Net = kiln::nn::Sequential<Layer>;
-  kiln::nn::Model<Net, Rows, kiln::Policy<Fp64Check, D>> model(0);
-  const kiln::Extents<Rows> ext(5);
-  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(35, -3.0, 3.0, 1), ext);
-  const auto w = kiln::test::make_tensor<D>(kiln::test::random_values<double>(35, -1.0, 1.0, 2), ext);
-  auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return kiln::sum(model.forward(in) * w).item(); };
+  kiln::nn::Model<Net, In, kiln::Policy<Fp64Check, D>> model(0);
+  const kiln::Extents<In> ext = [] {
+    kiln::Extents<In> e;
+    e[0] = 5;
+    for (std::size_t d = 1; d < In::rank; ++d) e[d] = In::extents[d];
+    return e;
+  }();
+  const auto n = static_cast<std::size_t>(ext.numel());
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(n, -3.0, 3.0, 1), ext);
+  const auto w = kiln::test::make_tensor<D>(kiln::test::random_values<double>(n, -1.0, 1.0, 2), ext);
+  auto f = [&](const kiln::Tensor<double, In, D>& in) { return kiln::sum(model.forward(in) * w).item(); };
   model.forward(x);
   const auto dx = model.backward_input(w);
   BOOST_TEST(kiln::test::gradcheck(f, x, dx));
@@ -46,15 +52,37 @@ BOOST_AUTO_TEST_SUITE(nn)
 BOOST_AUTO_TEST_SUITE(softmax_and_cross_entropy)
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_backward_matches_numeric, D, kiln::test::devices) {
-  check_layer_gradient<kiln::nn::Softmax, D>();
+  check_layer_gradient<kiln::nn::Softmax<>, D>();
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(log_softmax_backward_matches_numeric, D, kiln::test::devices) {
-  check_layer_gradient<kiln::nn::LogSoftmax, D>();
+  check_layer_gradient<kiln::nn::LogSoftmax<>, D>();
+}
+
+// Along the channels of [N, C, H, W], the last of three, the middle one and the batch: the sums run
+// along that dimension alone (a wrong axis makes the finite differences disagree).
+BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_along_any_dimension_backward_matches_numeric, D, kiln::test::devices) {
+  check_layer_gradient<kiln::nn::Softmax<1>, D, Shape<dyn, 3, 2, 2>>();
+  check_layer_gradient<kiln::nn::LogSoftmax<1>, D, Shape<dyn, 3, 2, 2>>();
+  check_layer_gradient<kiln::nn::Softmax<-1>, D, Shape<dyn, 2, 4>>();
+  check_layer_gradient<kiln::nn::LogSoftmax<-2>, D, Shape<dyn, 4, 2>>();
+  check_layer_gradient<kiln::nn::Softmax<0>, D, Shape<dyn, 3>>();
+}
+
+// Each slice along the dimension sums to one, whichever it is.
+BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_over_channels_sums_to_one_per_pixel, D, kiln::test::devices) {
+  using Image = Shape<dyn, 3, 2, 2>;
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Softmax<1>>, Image, kiln::Policy<kiln::Fp32, D>> model(0);
+  const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<float>(24, -5.0, 5.0, 3),
+                                            kiln::Extents<Image>(2));
+  const auto per_pixel = kiln::sum<1>(model.forward(x)).to_vector();  // [2, 2, 2]
+  BOOST_TEST(per_pixel.size() == 8u);
+  for (float v : per_pixel) BOOST_TEST(v == 1.0f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(model.net().template layer<0>().name() == "Softmax(dim=1)");
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_rows_sum_to_one_even_for_large_logits, D, kiln::test::devices) {
-  using Net = kiln::nn::Sequential<kiln::nn::Softmax>;
+  using Net = kiln::nn::Sequential<kiln::nn::Softmax<>>;
   kiln::nn::Model<Net, Shape<dyn, 3>, kiln::Policy<kiln::Fp32, D>> model(0);
   const std::vector<float> v{1e4f, 0.0f, -1e4f, 88.0f, 89.0f, 90.0f};
   const auto y = model.forward(kiln::test::make_tensor<D>(v, kiln::Extents<Shape<dyn, 3>>(2))).to_vector();
@@ -68,8 +96,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_rows_sum_to_one_even_for_large_logits, D, 
 // torch.softmax / log_softmax of a [2, 0] tensor is a [2, 0] tensor (max over no features would throw).
 BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_of_no_features_is_empty, D, kiln::test::devices) {
   using Wide = Shape<dyn, dyn>;
-  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Softmax>, Wide, kiln::Policy<kiln::Fp32, D>> soft(0);
-  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::LogSoftmax>, Wide, kiln::Policy<kiln::Fp32, D>> log_soft(0);
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Softmax<>>, Wide, kiln::Policy<kiln::Fp32, D>> soft(0);
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::LogSoftmax<>>, Wide, kiln::Policy<kiln::Fp32, D>> log_soft(0);
   const kiln::Tensor<float, Wide, D> x(kiln::Extents<Wide>(2, 0));
   const auto y = soft.forward(x);
   BOOST_TEST(y.size(0) == 2);
@@ -370,7 +398,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(nll_loss_after_log_softmax_is_cross_entropy, D, ki
   // LogSoftmax + NLLLoss = CrossEntropyLoss, value and input gradient (through the layer's backward),
   // mean and sum, with ignored rows; NLLLoss's own gradient is the finite difference of its value, summed
   // or unreduced. Passes: rows + sum forward, one backward (plus the count of a mean on the GPU).
-  using Net = kiln::nn::Sequential<kiln::nn::LogSoftmax>;
+  using Net = kiln::nn::Sequential<kiln::nn::LogSoftmax<>>;
   kiln::nn::Model<Net, Rows, kiln::Policy<Fp64Check, D>> model(0);
   const kiln::Extents<Rows> ext(6);
   const auto x = kiln::test::make_tensor<D>(kiln::test::random_values<double>(42, -4.0, 4.0, 14), ext);
@@ -506,7 +534,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(class_weighted_losses_match_numeric_fused_and_unfu
   auto f_rows = [&](const kiln::Tensor<double, Rows, D>& in) { return kiln::sum(rows.unreduced(in, y) * dloss).item(); };
   BOOST_TEST(kiln::test::gradcheck(f_rows, x, rows.backward(x, y, dloss)));
   // NLLLoss over log-probabilities: -w[y] logp[y], fused or not (it has one pass).
-  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::LogSoftmax>, Rows, kiln::Policy<Fp64Check, D>> log_softmax(0);
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::LogSoftmax<>>, Rows, kiln::Policy<Fp64Check, D>> log_softmax(0);
   for (const auto reduction : {R::mean, R::sum}) {
     const kiln::nn::NLLLoss nll{.weight = w, .reduction = reduction};
     auto f = [&](const kiln::Tensor<double, Rows, D>& in) { return nll(in, y).item(); };

@@ -169,7 +169,7 @@ BOOST_AUTO_TEST_CASE(ignored_labels_are_weighted_like_the_whole_batch) {
 BOOST_AUTO_TEST_CASE(nll_loss_after_log_softmax_is_weighted_like_cross_entropy) {
   // NLLLoss counts its rows as CrossEntropyLoss does (DataParallel asks the loss): replica 0 has three
   // ignored rows of five, and the mean is still over the batch's six that count.
-  using Classifier = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 5>, knn::LogSoftmax>;
+  using Classifier = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 5>, knn::LogSoftmax<>>;
   const std::vector<std::int64_t> labels{-100, -100, -100, 4, 1, 2, -100, 0, 3, 3};
   const double d = train_both<Classifier>(2, 10, Extents<Row>(10), labels, Extents<Shape<dyn>>(10), knn::NLLLoss{});
   BOOST_TEST_MESSAGE("13-16-5 classifier, 2 replicas, NLLLoss: largest parameter difference " << d);

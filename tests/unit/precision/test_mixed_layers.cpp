@@ -266,8 +266,8 @@ BOOST_AUTO_TEST_CASE(layer_and_group_norm_between_layers) {
 }
 
 BOOST_AUTO_TEST_CASE(softmax_and_log_softmax_compute_in_fp32) {
-  check_both<knn::Sequential<knn::Linear<24, 10>, knn::Softmax>, Shape<dyn, 24>, D>(batch<24>(9), 13);
-  check_both<knn::Sequential<knn::Linear<24, 10>, knn::LogSoftmax>, Shape<dyn, 24>, D>(batch<24>(9), 14);
+  check_both<knn::Sequential<knn::Linear<24, 10>, knn::Softmax<>>, Shape<dyn, 24>, D>(batch<24>(9), 13);
+  check_both<knn::Sequential<knn::Linear<24, 10>, knn::LogSoftmax<>>, Shape<dyn, 24>, D>(batch<24>(9), 14);
 }
 
 BOOST_AUTO_TEST_CASE(residual_block) {
