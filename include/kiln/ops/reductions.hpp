@@ -1,5 +1,5 @@
 /// Reductions built from the one-pass ones of expr/reduce.hpp: sum and mean over several axes
-/// (x.sum((0, 2))), argmin, and torch's var, std and logsumexp. Each pass still fuses its argument.
+/// (x.sum((0, 2))), amax and amin (over several too), argmin, and torch's var, std and logsumexp. Each pass still fuses its argument.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -136,6 +136,49 @@ auto mean(const X& x, KeepDim) {
   static_assert(detail::mean_defined<X>, "kiln::mean: the operand holds integers (torch refuses them too); "
                                          "take mean<Axes...>(cast<float>(x), keepdim)");
   return detail::reduce_axes<ReduceKind::mean, true, A0, A1, Axes...>(x);
+}
+
+/// torch.amax / amin: max and min over everything, one axis or several (amax<0, 2>(x), one pass per
+/// axis), keepdim as theirs. A NaN in what is reduced gives NaN; an empty axis a ValueError.
+template <operand X>
+auto amax(const X& x) {
+  return kiln::max(x);
+}
+template <int Axis, operand X>
+auto amax(const X& x) {
+  return kiln::max<Axis>(x);
+}
+template <int Axis, operand X>
+auto amax(const X& x, KeepDim) {
+  return kiln::max<Axis>(x, keepdim);
+}
+template <int A0, int A1, int... Axes, operand X>
+auto amax(const X& x) {
+  return detail::reduce_axes<ReduceKind::max, false, A0, A1, Axes...>(x);
+}
+template <int A0, int A1, int... Axes, operand X>
+auto amax(const X& x, KeepDim) {
+  return detail::reduce_axes<ReduceKind::max, true, A0, A1, Axes...>(x);
+}
+template <operand X>
+auto amin(const X& x) {
+  return kiln::min(x);
+}
+template <int Axis, operand X>
+auto amin(const X& x) {
+  return kiln::min<Axis>(x);
+}
+template <int Axis, operand X>
+auto amin(const X& x, KeepDim) {
+  return kiln::min<Axis>(x, keepdim);
+}
+template <int A0, int A1, int... Axes, operand X>
+auto amin(const X& x) {
+  return detail::reduce_axes<ReduceKind::min, false, A0, A1, Axes...>(x);
+}
+template <int A0, int A1, int... Axes, operand X>
+auto amin(const X& x, KeepDim) {
+  return detail::reduce_axes<ReduceKind::min, true, A0, A1, Axes...>(x);
 }
 
 /// Flat index of the smallest element (the first one on ties; the first NaN if any), as int64

@@ -49,6 +49,9 @@ BOOST_AUTO_TEST_CASE(tensors_more_reductions_give_the_values_the_page_shows) {
   static_assert(std::is_same_v<decltype(row_std)::shape_type, Shape<2, 1>>);
   BOOST_TEST(over_rows_and_cols.item() == 21.0f);
   BOOST_TEST(row_prod.to_vector() == (std::vector<float>{15, 48}), boost::test_tools::per_element());
+  BOOST_TEST(top.item() == 6.0f);
+  static_assert(std::is_same_v<decltype(row_min_kept)::shape_type, Shape<2, 1>>);
+  BOOST_TEST(row_min_kept.to_vector() == (std::vector<float>{1, 2}), boost::test_tools::per_element());
   BOOST_TEST(row_argmin.to_vector() == (std::vector<std::int64_t>{0, 1}), boost::test_tools::per_element());
   BOOST_TEST(row_var.to_vector() == (std::vector<float>{4, 4}), boost::test_tools::per_element());
   BOOST_TEST(col_var.to_vector() == (std::vector<float>{2.25f, 2.25f, 2.25f}), boost::test_tools::per_element());

@@ -1,7 +1,8 @@
 // prod (expr/reduce.hpp), and the reductions built from the one-pass ones (ops/reductions.hpp): sum and
-// mean over several axes against float64 loops, argmin with argmax's rules (first of ties, first NaN,
+// mean, amax and amin over several axes against float64 loops, argmin with argmax's rules (first of ties, first NaN,
 // every integer type), and var, std and logsumexp against their definitions in float64 and at the edges
 // torch 1.13 was run on (noted).
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -49,6 +50,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sum_and_mean_over_several_axes, D, kiln::test::dev
   BOOST_TEST(kt::all_close(k.to_vector(), want_s, 1e-6, 1e-6));
   const auto all = kiln::sum<0, 1, 2>(x);  // every axis: rank 0
   BOOST_TEST(all.item() == kiln::sum(x).item(), boost::test_tools::tolerance(1e-5f));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(amax_and_amin_over_several_axes, D, kiln::test::devices) {
+  const Cube c{kt::random_values<float>(3 * 5 * 7, -1, 1, 92), 3, 5, 7};
+  const auto x = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 5, 7>>(3));
+  const auto hi = kiln::amax<0, 2>(x);  // torch.amax(x, (0, 2)): [5]
+  static_assert(std::is_same_v<typename decltype(hi)::shape_type, Shape<5>>);
+  const auto lo = kiln::amin<-1, 1>(x, kiln::keepdim);  // [3, 1, 1]
+  static_assert(std::is_same_v<typename decltype(lo)::shape_type, Shape<dyn, 1, 1>>);
+  std::vector<double> want_hi(5, -1e9), want_lo(3, 1e9);
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 5; ++b)
+      for (int cc = 0; cc < 7; ++cc)
+        want_hi[b] = std::max(want_hi[b], c.at(a, b, cc)), want_lo[a] = std::min(want_lo[a], c.at(a, b, cc));
+  BOOST_TEST(kt::all_close(hi.to_vector(), want_hi, 0.0, 0.0));  // exact: one of x's values
+  BOOST_TEST(kt::all_close(lo.to_vector(), want_lo, 0.0, 0.0));
+  BOOST_TEST(kiln::amax<1>(x).to_vector() == kiln::max<1>(x).to_vector(), boost::test_tools::per_element());
+  BOOST_TEST(kiln::amin(x).item() == *std::min_element(c.v.begin(), c.v.end()));
+  // A NaN anywhere in what is reduced gives NaN (torch 1.13: amax([[1, nan], [3, 4]], (0, 1)) = nan);
+  // elsewhere it does not reach.
+  const auto n = kt::make_tensor<D>(std::vector<float>{1, nan_f, 3, 4, 5, 6, 7, 8}, Extents<Shape<2, 2, 2>>{});
+  const auto per_first = kiln::amax<1, 2>(n).to_vector();  // [nan, 8]
+  BOOST_TEST(std::isnan(per_first[0]));
+  BOOST_TEST(per_first[1] == 8.0f);
+  BOOST_TEST(std::isnan(kiln::amin<0, 1, 2>(n).item()));
+  // Integers stay integers, exact.
+  const auto i = kt::make_tensor<D>(std::vector<std::int64_t>{-5, 9, 3, -7}, Extents<Shape<2, 2>>{});
+  BOOST_TEST((kiln::amax<0, 1>(i).item() == 9));
+  BOOST_TEST((kiln::amin<1, 0>(i).item() == -7));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(prod_as_torchs, D, kiln::test::devices) {
