@@ -1,5 +1,6 @@
 /// Reductions built from the one-pass ones of expr/reduce.hpp: sum and mean over several axes
-/// (x.sum((0, 2))), amax and amin (over several too), argmin, and torch's var, std and logsumexp. Each pass still fuses its argument.
+/// (x.sum((0, 2))), amax and amin (over several too), argmin, and torch's var and std (over one axis or
+/// several) and logsumexp. Each pass still fuses its argument.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -92,19 +93,28 @@ constexpr bool floating_operand() {
   return true;
 }
 
-/// Σ (x - mean)² / (n - correction) over Axis (Keep: kept as extent 1), and over everything without one.
-template <int Axis, bool Keep, class X>
+/// Sum (K = sum) or mean over Axes, one or several (Keep: kept as extent 1).
+template <ReduceKind K, bool Keep, int... Axes, class X>
+auto reduce_over(const X& x) {
+  static_assert(sizeof...(Axes) >= 1);
+  if constexpr (sizeof...(Axes) == 1)
+    return reduce_axis<K, Axes..., Keep>(x);
+  else
+    return reduce_axes<K, Keep, Axes...>(x);
+}
+
+/// Σ (x - mean)² / (n - correction) over Axes, one or several (Keep: kept as extent 1; n: the product of
+/// their extents).
+template <bool Keep, int... Axes, class X>
 auto variance_along(const X& x, double correction) {
   static_assert(floating_operand<X>());
   using S = typename decltype(as_expr(x))::shape_type;
-  static_assert(reduction_axis_must_be_in_range<S, Axis>::value);
-  constexpr std::size_t axis = static_cast<std::size_t>(Axis < 0 ? Axis + static_cast<int>(S::rank) : Axis);
-  const double n = static_cast<double>(as_expr(x).extents()[axis]);
-  const auto m = kiln::mean<Axis>(x, keepdim);  // a pass; then Σ (x - m)² in a second, fused
-  if constexpr (Keep)
-    return std::pair{kiln::sum<Axis>(kiln::pow(x - m, 2), keepdim), n - correction};
-  else
-    return std::pair{kiln::sum<Axis>(kiln::pow(x - m, 2)), n - correction};
+  static_assert((reduction_axis_must_be_in_range<S, Axes>::value && ...));
+  constexpr int rank = static_cast<int>(S::rank);
+  const auto ext = as_expr(x).extents();
+  const double n = (1.0 * ... * static_cast<double>(ext[static_cast<std::size_t>(Axes < 0 ? Axes + rank : Axes)]));
+  const auto m = reduce_over<ReduceKind::mean, true, Axes...>(x);  // a pass per axis; then Σ (x - m)², fused
+  return std::pair{reduce_over<ReduceKind::sum, Keep, Axes...>(kiln::pow(x - m, 2)), n - correction};
 }
 template <class X>
 auto variance_all(const X& x, double correction) {
@@ -207,12 +217,12 @@ auto var(const X& x, double correction = 1.0) {
 }
 template <int Axis, operand X>
 auto var(const X& x, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<Axis, false>(x, correction);
+  const auto [ss, dof] = detail::variance_along<false, Axis>(x, correction);
   return kiln::eval(ss / dof);
 }
 template <int Axis, operand X>
 auto var(const X& x, KeepDim, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<Axis, true>(x, correction);
+  const auto [ss, dof] = detail::variance_along<true, Axis>(x, correction);
   return kiln::eval(ss / dof);
 }
 /// torch.std: the square root of var, with var's arguments.
@@ -223,12 +233,34 @@ auto std(const X& x, double correction = 1.0) {
 }
 template <int Axis, operand X>
 auto std(const X& x, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<Axis, false>(x, correction);
+  const auto [ss, dof] = detail::variance_along<false, Axis>(x, correction);
   return kiln::eval(kiln::sqrt(ss / dof));
 }
 template <int Axis, operand X>
 auto std(const X& x, KeepDim, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<Axis, true>(x, correction);
+  const auto [ss, dof] = detail::variance_along<true, Axis>(x, correction);
+  return kiln::eval(kiln::sqrt(ss / dof));
+}
+
+/// var and std over two or more axes (torch's x.var((0, 2))): n is the product of their extents.
+template <int A0, int A1, int... Axes, operand X>
+auto var(const X& x, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_along<false, A0, A1, Axes...>(x, correction);
+  return kiln::eval(ss / dof);
+}
+template <int A0, int A1, int... Axes, operand X>
+auto var(const X& x, KeepDim, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_along<true, A0, A1, Axes...>(x, correction);
+  return kiln::eval(ss / dof);
+}
+template <int A0, int A1, int... Axes, operand X>
+auto std(const X& x, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_along<false, A0, A1, Axes...>(x, correction);
+  return kiln::eval(kiln::sqrt(ss / dof));
+}
+template <int A0, int A1, int... Axes, operand X>
+auto std(const X& x, KeepDim, double correction = 1.0) {
+  const auto [ss, dof] = detail::variance_along<true, A0, A1, Axes...>(x, correction);
   return kiln::eval(kiln::sqrt(ss / dof));
 }
 

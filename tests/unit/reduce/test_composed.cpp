@@ -165,6 +165,40 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(var_and_std_as_torchs, D, kiln::test::devices) {
   BOOST_TEST(std::isnan(kiln::var<1>(one).to_vector()[0]));
 }
 
+// torch's x.var((0, 2)) and x.std((2, 0), keepdim=True): one variance over the elements of both axes
+// (n = A C), not the variance of variances.
+BOOST_AUTO_TEST_CASE_TEMPLATE(var_and_std_over_several_axes, D, kiln::test::devices) {
+  const Cube c{kt::random_values<float>(3 * 4 * 5, -2, 2, 93), 3, 4, 5};
+  const auto x = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 4, 5>>(3));
+  std::vector<double> var02(4), std02(4), var12_biased(3);
+  for (int b = 0; b < 4; ++b) {
+    double m = 0, ss = 0;
+    for (int a = 0; a < 3; ++a)
+      for (int cc = 0; cc < 5; ++cc) m += c.at(a, b, cc) / 15;
+    for (int a = 0; a < 3; ++a)
+      for (int cc = 0; cc < 5; ++cc) ss += (c.at(a, b, cc) - m) * (c.at(a, b, cc) - m);
+    var02[b] = ss / 14, std02[b] = std::sqrt(ss / 14);
+  }
+  for (int a = 0; a < 3; ++a) {
+    double m = 0, ss = 0;
+    for (int b = 0; b < 4; ++b)
+      for (int cc = 0; cc < 5; ++cc) m += c.at(a, b, cc) / 20;
+    for (int b = 0; b < 4; ++b)
+      for (int cc = 0; cc < 5; ++cc) ss += (c.at(a, b, cc) - m) * (c.at(a, b, cc) - m);
+    var12_biased[a] = ss / 20;
+  }
+  const auto v02 = kiln::var<0, 2>(x);
+  static_assert(std::is_same_v<typename decltype(v02)::shape_type, Shape<4>>);
+  BOOST_TEST(kt::all_close(v02.to_vector(), var02, 1e-5, 1e-6));
+  const auto s20 = kiln::std<2, 0>(x, kiln::keepdim);
+  static_assert(std::is_same_v<typename decltype(s20)::shape_type, Shape<1, 4, 1>>);
+  BOOST_TEST(kt::all_close(s20.to_vector(), std02, 1e-5, 1e-6));
+  BOOST_TEST(kt::all_close(kiln::var<-1, 1>(x, 0.0).to_vector(), var12_biased, 1e-5, 1e-6));
+  // Over every axis: var(x) itself.
+  const float every = kiln::var<0, 1, 2>(x).item();
+  BOOST_TEST(every == kiln::var(x).item(), boost::test_tools::tolerance(1e-5f));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(logsumexp_as_torchs, D, kiln::test::devices) {
   // torch 1.13, over dim 1: [-inf, inf, nan, 1000.6931762695312] for these rows.
   const auto x = kt::make_tensor<D>(std::vector<float>{-inf, -inf, -inf, 1, inf, 2, nan_f, 1, 2, 1000, 1000, -5},
