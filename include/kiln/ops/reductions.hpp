@@ -1,6 +1,6 @@
 /// Reductions built from the one-pass ones of expr/reduce.hpp: sum and mean over several axes
-/// (x.sum((0, 2))), amax and amin (over several too), argmin, and torch's var and std (over one axis or
-/// several) and logsumexp. Each pass still fuses its argument.
+/// (x.sum((0, 2))), amax and amin, argmin, and torch's var, std and logsumexp (all but argmin over one axis
+/// or several). Each pass still fuses its argument.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -264,26 +264,40 @@ auto std(const X& x, KeepDim, double correction = 1.0) {
   return kiln::eval(kiln::sqrt(ss / dof));
 }
 
-/// torch.logsumexp over Axis: log Σ e^x without overflow, as torch computes it: m = max (0 where it is
-/// infinite), log(Σ e^(x - m)) + m. A row of -inf gives -inf, one +inf +inf, a NaN NaN. Floating operands.
-template <int Axis, operand X>
-auto logsumexp(const X& x, KeepDim) {
-  static_assert(detail::floating_operand<X>());
-  const auto top = kiln::max<Axis>(x, keepdim);
+namespace detail {
+/// logsumexp over Axes (one or several), kept as extent 1 or dropped.
+template <bool Keep, int... Axes, class X>
+auto logsumexp_over(const X& x) {
+  static_assert(floating_operand<X>());
+  const auto top = reduce_over<ReduceKind::max, true, Axes...>(x);
   const auto m = kiln::eval(kiln::where(kiln::eq(kiln::abs(top), std::numeric_limits<float>::infinity()), 0, top));
-  const auto s = kiln::sum<Axis>(kiln::exp(x - m), keepdim);
-  return kiln::eval(kiln::log(s) + m);
+  const auto s = reduce_over<ReduceKind::sum, true, Axes...>(kiln::exp(x - m));
+  auto kept = kiln::eval(kiln::log(s) + m);
+  if constexpr (Keep) {
+    return kept;
+  } else {  // the same layout without the axes of extent 1
+    using S = typename decltype(as_expr(x))::shape_type;
+    using R = typename decltype(reduce_over<ReduceKind::sum, false, Axes...>(x))::shape_type;
+    constexpr int rank = static_cast<int>(S::rank);
+    constexpr std::array<int, sizeof...(Axes)> axes{(Axes < 0 ? Axes + rank : Axes)...};
+    Extents<R> re;
+    for (std::size_t d = 0, k = 0; d != S::rank; ++d)
+      if (std::find(axes.begin(), axes.end(), static_cast<int>(d)) == axes.end()) re[k++] = kept.extents()[d];
+    return kept.template reshape<R>(re);
+  }
 }
-template <int Axis, operand X>
+}  // namespace detail
+
+/// torch.logsumexp over Axis, or over several (logsumexp<1, 2>(x)): log Σ e^x without overflow, as torch
+/// computes it: m = max (0 where it is infinite), log(Σ e^(x - m)) + m. A row of -inf gives -inf, one
+/// +inf +inf, a NaN NaN. Floating operands.
+template <int Axis, int... Axes, operand X>
+auto logsumexp(const X& x, KeepDim) {
+  return detail::logsumexp_over<true, Axis, Axes...>(x);
+}
+template <int Axis, int... Axes, operand X>
 auto logsumexp(const X& x) {
-  auto kept = kiln::logsumexp<Axis>(x, keepdim);
-  using S = typename decltype(as_expr(x))::shape_type;
-  constexpr std::size_t axis = static_cast<std::size_t>(Axis < 0 ? Axis + static_cast<int>(S::rank) : Axis);
-  using R = detail::remove_axis_t<S, axis>;
-  Extents<R> re;
-  for (std::size_t d = 0, k = 0; d != S::rank; ++d)
-    if (d != axis) re[k++] = kept.extents()[d];
-  return kept.template reshape<R>(re);  // the same layout without the axis of extent 1
+  return detail::logsumexp_over<false, Axis, Axes...>(x);
 }
 
 }  // namespace kiln

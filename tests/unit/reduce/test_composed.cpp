@@ -223,4 +223,39 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(logsumexp_as_torchs, D, kiln::test::devices) {
   BOOST_TEST(kt::all_close(k.to_vector(), want, 1e-6, 1e-6));
 }
 
+// torch.logsumexp(x, (0, 2)) and (2, 1) with keepdim: one log Σ e^x over both axes' elements; a slice all
+// -inf gives -inf there, a large one does not overflow.
+BOOST_AUTO_TEST_CASE_TEMPLATE(logsumexp_over_several_axes, D, kiln::test::devices) {
+  Cube c{kt::random_values<float>(3 * 4 * 5, -4, 4, 94), 3, 4, 5};
+  for (int a = 0; a < 3; ++a)
+    for (int cc = 0; cc < 5; ++cc) c.v[static_cast<std::size_t>((a * 4 + 1) * 5 + cc)] = -inf;  // b = 1
+  for (int a = 0; a < 3; ++a) c.v[static_cast<std::size_t>((a * 4 + 2) * 5)] = 500.0f;         // b = 2
+  const auto x = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 4, 5>>(3));
+  std::vector<double> want02(4), want21(3);
+  for (int b = 0; b < 4; ++b) {
+    double m = -1e300, s = 0;
+    for (int a = 0; a < 3; ++a)
+      for (int cc = 0; cc < 5; ++cc) m = std::max(m, c.at(a, b, cc));
+    for (int a = 0; a < 3; ++a)
+      for (int cc = 0; cc < 5; ++cc) s += std::exp(c.at(a, b, cc) - m);
+    want02[b] = std::isinf(m) ? m : std::log(s) + m;
+  }
+  for (int a = 0; a < 3; ++a) {
+    double m = -1e300, s = 0;
+    for (int b = 0; b < 4; ++b)
+      for (int cc = 0; cc < 5; ++cc) m = std::max(m, c.at(a, b, cc));
+    for (int b = 0; b < 4; ++b)
+      for (int cc = 0; cc < 5; ++cc) s += std::exp(c.at(a, b, cc) - m);
+    want21[a] = std::log(s) + m;
+  }
+  const auto l02 = kiln::logsumexp<0, 2>(x);
+  static_assert(std::is_same_v<typename decltype(l02)::shape_type, Shape<4>>);
+  const auto got = l02.to_vector();
+  BOOST_TEST((std::isinf(got[1]) && got[1] < 0));
+  BOOST_TEST(kt::all_close(got, want02, 1e-6, 1e-6));
+  const auto k21 = kiln::logsumexp<2, 1>(x, kiln::keepdim);
+  static_assert(std::is_same_v<typename decltype(k21)::shape_type, Shape<dyn, 1, 1>>);
+  BOOST_TEST(kt::all_close(k21.to_vector(), want21, 1e-6, 1e-6));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
