@@ -156,7 +156,9 @@ constexpr bool static_past_the_batch() {
 
 /// What a layer over the C channels (features) at dimension 1 of a rank-Rank input expects where it is
 /// given S (its expects<S>): S with dimension 1 set to C and the dimensions past it raised to
-/// LeastSpatial when S has rank Rank, else [S's dimension 0, C, dyn, ...] of rank Rank.
+/// LeastSpatial when S has rank Rank, else [S's dimension 0, C, dyn, ...] of rank Rank. A LeastSpatial
+/// above 0 also stands for a static extent (convolutions): a dyn one, or one S lacks, shows as
+/// LeastSpatial, the least static extent taken (Conv2d<3, 6, 5> given [N, 3072]: [N, 3, 5, 5]).
 template <class S, std::size_t Rank, index_t C, index_t LeastSpatial = 0,
           class Index = std::make_index_sequence<Rank>>
 struct with_channels;
@@ -164,6 +166,7 @@ template <class S, std::size_t Rank, index_t C, index_t LeastSpatial, std::size_
 struct with_channels<S, Rank, C, LeastSpatial, std::index_sequence<I...>> {
   using type = Shape<(I == 1   ? C
                       : I == 0 ? extent_or_dyn<S>(0)
+                      : LeastSpatial > 0 && (S::rank != Rank || extent_or_dyn<S>(I) == dyn) ? LeastSpatial
                       : S::rank == Rank ? at_least(extent_or_dyn<S>(I), LeastSpatial)
                                         : dyn)...>;
 };
