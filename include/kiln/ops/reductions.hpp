@@ -1,6 +1,6 @@
 /// Reductions built from the one-pass ones of expr/reduce.hpp: sum and mean over several axes
 /// (x.sum((0, 2))), amax and amin, argmin, and torch's var, std and logsumexp (all but argmin over one axis
-/// or several). Each pass still fuses its argument.
+/// or several), softmax and log_softmax. Each pass still fuses its argument.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -84,12 +84,12 @@ auto reduce_axes(const X& x) {
 template <class X>
 using operand_value_t = typename decltype(as_expr(std::declval<const X&>()))::value_type;
 
-// >>> Stopped here? var, std and logsumexp take floating operands, as torch's. <<<
+// >>> Stopped here? var, std, logsumexp, softmax and log_softmax take floating operands, as torch's. <<<
 template <class X>
 constexpr bool floating_operand() {
   static_assert(std::is_floating_point_v<compute_t<operand_value_t<X>>>,
-                "kiln::var / std / logsumexp: the operand holds integers or bools; take it as floats: "
-                "var<1>(cast<float>(x))");
+                "kiln::var / std / logsumexp / softmax / log_softmax: the operand holds integers or bools; take it "
+                "as floats: var<1>(cast<float>(x))");
   return true;
 }
 
@@ -298,6 +298,37 @@ auto logsumexp(const X& x, KeepDim) {
 template <int Axis, int... Axes, operand X>
 auto logsumexp(const X& x) {
   return detail::logsumexp_over<false, Axis, Axes...>(x);
+}
+
+namespace detail {
+/// softmax's element type: a tensor's own (half stays half), an expression's as eval gives it.
+template <class X>
+using softmax_element_t =
+    typename std::conditional_t<tensor<X>, std::type_identity<X>,
+                                std::type_identity<decltype(kiln::eval(std::declval<const X&>()))>>::type::element_type;
+}  // namespace detail
+
+/// torch.softmax(x, Dim) and torch.log_softmax(x, Dim) of a tensor or an expression, as the Softmax<Dim>
+/// and LogSoftmax<Dim> layers compute them: m = max along Dim, e^(x - m) / Σ e^(x - m), or
+/// x - m - log Σ e^(x - m) (three passes). The result has x's element type for a tensor (half stays half,
+/// as torch's; an expression's as eval gives it); an empty x gives an empty result. Floating operands.
+template <int Dim, operand X>
+auto softmax(const X& x) {
+  static_assert(detail::floating_operand<X>());
+  using V = detail::softmax_element_t<X>;
+  if (as_expr(x).extents().numel() == 0) return kiln::eval(kiln::cast<V>(x));
+  const auto m = kiln::max<Dim>(x, keepdim);
+  const auto s = kiln::sum<Dim>(kiln::exp(x - m), keepdim);
+  return kiln::eval(kiln::cast<V>(kiln::exp(x - m) / s));
+}
+template <int Dim, operand X>
+auto log_softmax(const X& x) {
+  static_assert(detail::floating_operand<X>());
+  using V = detail::softmax_element_t<X>;
+  if (as_expr(x).extents().numel() == 0) return kiln::eval(kiln::cast<V>(x));
+  const auto m = kiln::max<Dim>(x, keepdim);
+  const auto s = kiln::sum<Dim>(kiln::exp(x - m), keepdim);
+  return kiln::eval(kiln::cast<V>(x - m - kiln::log(s)));
 }
 
 }  // namespace kiln

@@ -64,6 +64,10 @@ BOOST_AUTO_TEST_CASE(tensors_more_reductions_give_the_values_the_page_shows) {
     double s = 0;
     for (int c = 0; c != 3; ++c) s += std::exp(static_cast<double>(xv[static_cast<std::size_t>(r * 3 + c)]));
     BOOST_TEST(lse[static_cast<std::size_t>(r)] == std::log(s), boost::test_tools::tolerance(1e-6));
+    for (int c = 0; c != 3; ++c) {  // softmax: e^x / Σ e^x
+      const auto i = static_cast<std::size_t>(r * 3 + c);
+      BOOST_TEST(probs.to_vector()[i] == std::exp(static_cast<double>(xv[i])) / s, boost::test_tools::tolerance(1e-6));
+    }
   }
 }
 

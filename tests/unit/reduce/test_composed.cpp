@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <kiln/nn/nn.hpp>
+
 #include "support/policies.hpp"
 #include "support/reference.hpp"
 
@@ -256,6 +258,46 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(logsumexp_over_several_axes, D, kiln::test::device
   const auto k21 = kiln::logsumexp<2, 1>(x, kiln::keepdim);
   static_assert(std::is_same_v<typename decltype(k21)::shape_type, Shape<dyn, 1, 1>>);
   BOOST_TEST(kt::all_close(k21.to_vector(), want21, 1e-6, 1e-6));
+}
+
+// torch.softmax / log_softmax along the middle of three and the last: against float64, large logits,
+// the layer's values, half in and half out, an empty operand.
+BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_and_log_softmax_functions, D, kiln::test::devices) {
+  Cube c{kt::random_values<float>(2 * 4 * 3, -6, 6, 95), 2, 4, 3};
+  c.v[0] = 1000.0f;  // exp would overflow without the max taken out
+  const auto x = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 4, 3>>(2));
+  std::vector<double> want1(c.v.size()), want_log_last(c.v.size());
+  for (int a = 0; a < 2; ++a)
+    for (int cc = 0; cc < 3; ++cc) {
+      double m = -1e300, s = 0;
+      for (int b = 0; b < 4; ++b) m = std::max(m, c.at(a, b, cc));
+      for (int b = 0; b < 4; ++b) s += std::exp(c.at(a, b, cc) - m);
+      for (int b = 0; b < 4; ++b) want1[static_cast<std::size_t>((a * 4 + b) * 3 + cc)] = std::exp(c.at(a, b, cc) - m) / s;
+    }
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 4; ++b) {
+      double m = -1e300, s = 0;
+      for (int cc = 0; cc < 3; ++cc) m = std::max(m, c.at(a, b, cc));
+      for (int cc = 0; cc < 3; ++cc) s += std::exp(c.at(a, b, cc) - m);
+      for (int cc = 0; cc < 3; ++cc)
+        want_log_last[static_cast<std::size_t>((a * 4 + b) * 3 + cc)] = c.at(a, b, cc) - m - std::log(s);
+    }
+  const auto p = kiln::softmax<1>(x);
+  static_assert(std::is_same_v<typename decltype(p)::shape_type, Shape<dyn, 4, 3>>);
+  BOOST_TEST(kt::all_close(p.to_vector(), want1, 1e-6, 1e-7));
+  const auto lp = kiln::log_softmax<-1>(x * 1.0f);  // an expression operand
+  BOOST_TEST(kt::all_close(lp.to_vector(), want_log_last, 1e-6, 1e-6));
+  // The Softmax<1> layer's values.
+  kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Softmax<1>>, Shape<dyn, 4, 3>, kiln::Policy<kiln::Fp32, D>> layer(0);
+  BOOST_TEST(layer.forward(x).to_vector() == p.to_vector(), boost::test_tools::per_element());
+  // Half in, half out (torch's dtype), within half's rounding.
+  const auto h = kiln::softmax<1>(kiln::eval(kiln::cast<kiln::half>(x)));
+  static_assert(std::is_same_v<typename decltype(h)::element_type, kiln::half>);
+  BOOST_TEST(kt::all_close(kiln::eval(kiln::cast<float>(h)).to_vector(), want1, 4e-3, 1e-3));
+  // Empty along the dimension: an empty result, as torch's.
+  const auto none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn, dyn>>(2, 0));
+  BOOST_TEST(kiln::softmax<1>(none).numel() == 0);
+  BOOST_TEST(kiln::log_softmax<1>(none).size(0) == 2);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
