@@ -382,9 +382,10 @@ class DataLoader {
     warn_if_every_epoch_is_empty();
   }
   /// drop_last with a batch larger than an epoch's samples: allowed, as in torch, but never what was meant.
-  void warn_if_every_epoch_is_empty() const {
-    if (o_.drop_last && samples() > 0 && size() == 0)
-      kiln::warn("kiln::data::DataLoader: drop_last with batch_size " + std::to_string(o_.batch_size) + " over " +
+  /// Once per loader (set_sampler each epoch, as the DDP loop does, does not repeat it).
+  void warn_if_every_epoch_is_empty() {
+    if (o_.drop_last && samples() > 0 && size() == 0 && !warned_empty_epochs_)
+      warned_empty_epochs_ = true, kiln::warn("kiln::data::DataLoader: drop_last with batch_size " + std::to_string(o_.batch_size) + " over " +
                  std::to_string(samples()) + " samples an epoch drops them all: every epoch is empty");
   }
   /// A DistributedSampler without world_size and rank (or with a rank outside it), or a RandomSampler with
@@ -421,6 +422,7 @@ class DataLoader {
   Sampler sampler_;
   std::uint64_t epoch_ = 0;
   bool pin_ = false;
+  bool warned_empty_epochs_ = false;  // warn_if_every_epoch_is_empty's once
 };
 
 }  // namespace kiln::data

@@ -28,8 +28,13 @@ class SampleRng {
   std::uint64_t next() { return state_ = detail::mix(state_); }
   /// Uniform in [0, 1).
   double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
-  /// Uniform in [0, n).
-  index_t below(index_t n) { return static_cast<index_t>(next() % static_cast<std::uint64_t>(n)); }
+  /// Uniform in [0, n); n must be positive (ValueError otherwise, as torch.randint(0, 0)).
+  index_t below(index_t n) {
+    if (n <= 0)
+      throw ValueError("kiln::data::SampleRng::below: n is " + std::to_string(n) +
+                       "; it must be positive (a value in [0, n) is drawn)");
+    return static_cast<index_t>(next() % static_cast<std::uint64_t>(n));
+  }
   /// Normal with this mean and standard deviation (Box-Muller on two uniform(): the same values on
   /// every platform).
   double normal(double mean = 0.0, double std = 1.0) {
@@ -108,7 +113,7 @@ struct RandomHorizontalFlip {
   void apply(std::span<E> x, SampleRng& rng) const {
     static_assert(S::rank == 3, "kiln::data::RandomHorizontalFlip: samples must be images [C, H, W]");
     detail::require_one_sample<S>(x.size(), "RandomHorizontalFlip");
-    if (rng.uniform() >= p) return;
+    if (!(rng.uniform() < p)) return;  // flips where torchvision does: not for p NaN
     constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
     for (index_t r = 0; r < C * H; ++r) {
       E* row = x.data() + r * W;

@@ -195,6 +195,11 @@ BOOST_AUTO_TEST_CASE(sequential_batches_in_order_with_a_short_last_batch) {
   BOOST_TEST(w.messages().at(1) ==
              "kiln::data::DataLoader: drop_last with batch_size 10 over 5 samples an epoch drops them all: every "
              "epoch is empty");
+  // Once per loader: the DDP loop sets the sampler again each epoch (examples/common/epoch.hpp).
+  for (std::uint64_t e = 1; e <= 3; ++e)
+    dropping_some.set_sampler(kd::DistributedSampler{.world_size = 2, .rank = 0, .seed = e});
+  none.set_sampler(kd::SequentialSampler{});
+  BOOST_TEST(w.count() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(a_batch_binds_as_x_and_y_like_torchs_for_x_y_in_loader) {
@@ -669,6 +674,16 @@ BOOST_AUTO_TEST_CASE(transforms_normalize_flip_and_crop_like_torchvision) {
   kd::RandomHorizontalFlip{.p = 1.0}.apply<S>(std::span<float>(f), rng);
   BOOST_TEST(f[0] == 3.0f);
   BOOST_TEST(f[4 * 5 + 1] == 22.0f);  // row 5, column 1 <- column 2
+  // p NaN never flips, as torchvision's `torch.rand(1) < p`; p 0 never, p 1 always (above).
+  for (const double p : {std::numeric_limits<double>::quiet_NaN(), 0.0}) {
+    auto kept = x;
+    for (int k = 0; k < 50; ++k) kd::RandomHorizontalFlip{.p = p}.apply<S>(std::span<float>(kept), rng);
+    BOOST_TEST(kept == x, boost::test_tools::per_element());
+  }
+  // SampleRng::below(n) draws from [0, n): n <= 0 is refused (was a division by zero for 0).
+  BOOST_CHECK_THROW((void)rng.below(0), kiln::ValueError);
+  BOOST_CHECK_THROW((void)rng.below(-3), kiln::ValueError);
+  for (int k = 0; k < 100; ++k) BOOST_TEST(rng.below(1) == 0);
   BOOST_CHECK_THROW((kd::Normalize{{1, 2, 3}, {1, 1, 1}}.apply<S>(std::span<float>(n), rng)), kiln::ValueError);
   // A std of 0 would make the batch inf or NaN: torchvision's normalize raises, as ScaleNormalize does.
   BOOST_CHECK_EXCEPTION((kd::Normalize{{1, 2}, {2, 0}}.apply<S>(std::span<float>(n), rng)), kiln::ValueError,
