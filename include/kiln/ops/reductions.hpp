@@ -306,6 +306,20 @@ template <class X>
 using softmax_element_t =
     typename std::conditional_t<tensor<X>, std::type_identity<X>,
                                 std::type_identity<decltype(kiln::eval(std::declval<const X&>()))>>::type::element_type;
+
+/// softmax (Log: log_softmax) along Dim: the max and the exponentials' sum kept as extent 1.
+template <bool Log, int Dim, class X>
+auto softmax_along(const X& x) {
+  static_assert(floating_operand<X>());
+  using V = softmax_element_t<X>;
+  if (as_expr(x).extents().numel() == 0) return kiln::eval(kiln::cast<V>(x));
+  const auto m = kiln::max<Dim>(x, keepdim);
+  const auto s = kiln::sum<Dim>(kiln::exp(x - m), keepdim);
+  if constexpr (Log)
+    return kiln::eval(kiln::cast<V>(x - m - kiln::log(s)));
+  else
+    return kiln::eval(kiln::cast<V>(kiln::exp(x - m) / s));
+}
 }  // namespace detail
 
 /// torch.softmax(x, Dim) and torch.log_softmax(x, Dim) of a tensor or an expression, as the Softmax<Dim>
@@ -314,21 +328,11 @@ using softmax_element_t =
 /// as torch's; an expression's as eval gives it); an empty x gives an empty result. Floating operands.
 template <int Dim, operand X>
 auto softmax(const X& x) {
-  static_assert(detail::floating_operand<X>());
-  using V = detail::softmax_element_t<X>;
-  if (as_expr(x).extents().numel() == 0) return kiln::eval(kiln::cast<V>(x));
-  const auto m = kiln::max<Dim>(x, keepdim);
-  const auto s = kiln::sum<Dim>(kiln::exp(x - m), keepdim);
-  return kiln::eval(kiln::cast<V>(kiln::exp(x - m) / s));
+  return detail::softmax_along<false, Dim>(x);
 }
 template <int Dim, operand X>
 auto log_softmax(const X& x) {
-  static_assert(detail::floating_operand<X>());
-  using V = detail::softmax_element_t<X>;
-  if (as_expr(x).extents().numel() == 0) return kiln::eval(kiln::cast<V>(x));
-  const auto m = kiln::max<Dim>(x, keepdim);
-  const auto s = kiln::sum<Dim>(kiln::exp(x - m), keepdim);
-  return kiln::eval(kiln::cast<V>(x - m - kiln::log(s)));
+  return detail::softmax_along<true, Dim>(x);
 }
 
 }  // namespace kiln
