@@ -225,9 +225,11 @@ class GradScaler {
   explicit GradScaler(GradScalerOptions o = {}) : o_(o) {
     const auto bad = [](const std::string& what) { return ValueError("kiln::optim::GradScaler: " + what); };
     const float init = static_cast<float>(o.init_scale);
-    if (!(o.init_scale > 0.0) || detail::is_inf_or_nan(o.init_scale) || detail::is_inf_or_nan(init) || init == 0.0f)
+    // unscale_ multiplies by 1 / scale in float32 (torch's inv_scale): below ~2.9e-39 that is inf.
+    if (!(o.init_scale > 0.0) || detail::is_inf_or_nan(o.init_scale) || detail::is_inf_or_nan(init) ||
+        init == 0.0f || detail::is_inf_or_nan(static_cast<float>(1.0 / static_cast<double>(init))))
       throw bad("invalid init_scale " + format(o.init_scale) +
-                "; give a positive, finite float32 (default 65536)");
+                "; give a positive, finite float32 whose inverse is one too (from 3e-39; default 65536)");
     if (!(o.growth_factor > 1.0) || detail::is_inf_or_nan(o.growth_factor))
       throw bad("invalid growth_factor " + format(o.growth_factor) +
                 "; give a finite factor > 1 (default 2)");
@@ -329,7 +331,7 @@ class GradScaler {
   /// restarts at 0; otherwise the tracker counts one more finite step, and at growth_interval the scale
   /// is multiplied by growth_factor (unless that overflows float32) and the tracker restarts. (A tracker
   /// loaded past the interval, from a scaler with a longer one, grows at the next finite step; torch's
-  /// `==` would never grow again.) Throws
+  /// `==` leaves it growing past the interval, the scale fixed until an inf/NaN resets it.) Throws
   /// kiln::Error when no step() or unscale_() ran since the last update(). Disabled: does nothing.
   void update() {
     if (!o_.enabled) return;

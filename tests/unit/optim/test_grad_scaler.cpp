@@ -464,6 +464,9 @@ BOOST_AUTO_TEST_CASE(invalid_options_are_rejected) {
   BOOST_TEST(throws_with<ValueError>(make({.init_scale = std::nan("")}), "invalid init_scale"));
   BOOST_TEST(throws_with<ValueError>(make({.init_scale = 1e300}), "positive, finite float32"));
   BOOST_TEST(throws_with<ValueError>(make({.init_scale = 1e-300}), "positive, finite float32"));
+  // A float32 whose inverse is not one (1 / 1e-39 > 3.4e38): unscale_ could not use it.
+  BOOST_TEST(throws_with<ValueError>(make({.init_scale = 1e-39}), "whose inverse is one too"));
+  BOOST_CHECK_NO_THROW(make({.init_scale = 3e-39})());
   BOOST_TEST(throws_with<ValueError>(make({.growth_factor = 1.0}), "invalid growth_factor"));
   BOOST_TEST(throws_with<ValueError>(make({.growth_factor = 0.5}), "> 1"));
   BOOST_TEST(throws_with<ValueError>(make({.growth_factor = -2.0}), "invalid growth_factor"));
@@ -632,12 +635,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_scale_without_a_float_inverse_is_refused_or_skip
   Mlp<D> model(/*seed=*/3);
   kiln::optim::SGD opt(model, {.lr = 0.1, .capturable = true});
   const auto weights = model.parameters().to_vector();
-  GradScaler<D> host({.init_scale = 2e-39});  // a float32 subnormal: 1 / 2e-39 = 5e38 > FLT_MAX
+  // A scale fallen to a float32 subnormal (loaded: no scaler starts there): 1 / 2e-39 = 5e38 > FLT_MAX.
+  const std::map<std::string, std::string> fallen{{"scale", "2e-39"}, {"growth_tracker", "0"}, {"skipped_steps", "0"}};
+  GradScaler<D> host;
+  host.load_state(fallen);
   backward(model, b, host.scale());
   const auto grads = model.gradients().to_vector();
   BOOST_TEST(throws_with<kiln::Error>([&] { host.step(opt); }, "whose inverse is not a float32"));
   BOOST_TEST(model.gradients().to_vector() == grads, boost::test_tools::per_element());
-  GradScaler<D> captured({.init_scale = 2e-39, .capturable = true});
+  GradScaler<D> captured({.capturable = true});
+  captured.load_state(fallen);
   BOOST_TEST(captured.step(opt));  // decided on the device
   captured.update();
   BOOST_TEST(captured.skipped_steps() == 1);
@@ -674,7 +681,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_step_or_an_unscale_that_throws_records_no_step, 
   scaler.update();
   BOOST_TEST(scaler.scale() == 8.0);  // one finite step at growth_interval 1
 
-  GradScaler<D> tiny({.init_scale = 2e-39, .growth_interval = 1});  // 1 / 2e-39 is no float32
+  GradScaler<D> tiny({.growth_interval = 1});  // fallen to 2e-39, whose inverse is no float32
+  tiny.load_state({{"scale", "2e-39"}, {"growth_tracker", "0"}, {"skipped_steps", "0"}});
   BOOST_TEST(throws_with<kiln::Error>([&] { tiny.unscale_(sgd); }, "whose inverse is not a float32"));
   BOOST_TEST(throws_with<kiln::Error>([&] { tiny.update(); }, "no inf/NaN check since the last update()"));
   BOOST_TEST(tiny.scale() == static_cast<double>(2e-39f));
