@@ -101,21 +101,23 @@ auto min(const X& x, const Y& y) {
 }
 
 /// min(max(x, lo), hi) elementwise, one pass (torch.clamp(x, min, max)): NaN stays NaN, lo > hi gives hi
-/// everywhere, as torch's; the bounds are numbers or operands (broadcast), and a floating bound makes an
-/// integer x's result float, as torch's promotion.
+/// everywhere, x where it equals a bound (-0.0 stays -0.0), a NaN bound gives NaN, as torch's; the bounds
+/// are numbers or operands (broadcast), and a floating bound makes an integer x's result float, as
+/// torch's promotion.
 template <operand X, operand_or_number L, operand_or_number H>
 auto clamp(const X& x, const L& lo, const H& hi) {
-  return kiln::min(kiln::max(x, lo), hi);
+  return detail::make_binary<ops::ClampAbove>(detail::make_binary<ops::ClampBelow>(x, lo, "kiln::clamp"), hi,
+                                              "kiln::clamp");
 }
-/// max(x, lo) (torch.clamp(x, min=lo), clamp_min).
+/// max(x, lo) (torch.clamp(x, min=lo), clamp_min), with clamp's rules.
 template <operand X, operand_or_number L>
 auto clamp_min(const X& x, const L& lo) {
-  return kiln::max(x, lo);
+  return detail::make_binary<ops::ClampBelow>(x, lo, "kiln::clamp_min");
 }
-/// min(x, hi) (torch.clamp(x, max=hi), clamp_max).
+/// min(x, hi) (torch.clamp(x, max=hi), clamp_max), with clamp's rules.
 template <operand X, operand_or_number H>
 auto clamp_max(const X& x, const H& hi) {
-  return kiln::min(x, hi);
+  return detail::make_binary<ops::ClampAbove>(x, hi, "kiln::clamp_max");
 }
 
 /// x^y elementwise; x an operand and y a number or an operand, or x a number and y an operand

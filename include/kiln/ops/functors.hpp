@@ -173,6 +173,25 @@ struct Minimum {
     return (x < y || kiln::detail::is_nan(x)) ? x : y;
   }
 };
+/// clamp's lower bound, torch's max(x, lo) = x < lo ? lo : x: x where they are equal (clamp(-0.0, 0, 1)
+/// is -0.0), x's NaN stays, a NaN bound gives NaN.
+struct ClampBelow {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    using R = detail::promote_t<A, B>;
+    const R x = static_cast<R>(a), lo = static_cast<R>(b);
+    return (x < lo || kiln::detail::is_nan(lo)) ? lo : x;
+  }
+};
+/// clamp's upper bound, torch's min(x, hi) = hi < x ? hi : x, with ClampBelow's rules.
+struct ClampAbove {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    using R = detail::promote_t<A, B>;
+    const R x = static_cast<R>(a), hi = static_cast<R>(b);
+    return (hi < x || kiln::detail::is_nan(hi)) ? hi : x;
+  }
+};
 /// a^b in the promoted type (integers: exact, see detail::ipow_).
 struct Pow {
   template <class A, class B>

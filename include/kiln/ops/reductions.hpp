@@ -93,6 +93,10 @@ constexpr bool floating_operand() {
   return true;
 }
 
+/// torch's divisor of a variance, max(0, n - correction): 0 makes the quotient NaN (no spread, or no
+/// element: an empty input is NaN, not -0) or inf.
+inline double degrees_of_freedom(double n, double correction) { return std::max(0.0, n - correction); }
+
 /// Sum (K = sum) or mean over Axes, one or several (Keep: kept as extent 1).
 template <ReduceKind K, bool Keep, int... Axes, class X>
 auto reduce_over(const X& x) {
@@ -114,14 +118,15 @@ auto variance_along(const X& x, double correction) {
   const auto ext = as_expr(x).extents();
   const double n = (1.0 * ... * static_cast<double>(ext[static_cast<std::size_t>(Axes < 0 ? Axes + rank : Axes)]));
   const auto m = reduce_over<ReduceKind::mean, true, Axes...>(x);  // a pass per axis; then Σ (x - m)², fused
-  return std::pair{reduce_over<ReduceKind::sum, Keep, Axes...>(kiln::pow(x - m, 2)), n - correction};
+  return std::pair{reduce_over<ReduceKind::sum, Keep, Axes...>(kiln::pow(x - m, 2)),
+                   degrees_of_freedom(n, correction)};
 }
 template <class X>
 auto variance_all(const X& x, double correction) {
   static_assert(floating_operand<X>());
   const double n = static_cast<double>(as_expr(x).extents().numel());
   const auto m = kiln::mean(x);
-  return std::pair{kiln::sum(kiln::pow(x - m, 2)), n - correction};
+  return std::pair{kiln::sum(kiln::pow(x - m, 2)), degrees_of_freedom(n, correction)};
 }
 }  // namespace detail
 
@@ -209,7 +214,7 @@ auto argmin(const X& x, KeepDim) {
 
 /// torch.var: Σ (x - mean)² / (n - correction), correction 1 (Bessel's, torch's unbiased default) or 0;
 /// over everything, or `var<Axis>(x)`, `var<Axis>(x, keepdim)`. Two passes (the mean, then the squares,
-/// in double). n - correction <= 0 gives inf or NaN, as torch's.
+/// in double). n - correction <= 0 gives inf or NaN (an empty input NaN), as torch's max(0, n - correction).
 template <operand X>
 auto var(const X& x, double correction = 1.0) {
   const auto [ss, dof] = detail::variance_all(x, correction);
@@ -269,16 +274,20 @@ namespace detail {
 template <bool Keep, int... Axes, class X>
 auto logsumexp_over(const X& x) {
   static_assert(floating_operand<X>());
-  const auto top = reduce_over<ReduceKind::max, true, Axes...>(x);
+  using S = typename decltype(as_expr(x))::shape_type;
+  constexpr int rank = static_cast<int>(S::rank);
+  const auto ext = as_expr(x).extents();
+  const index_t count = (index_t{1} * ... * ext[static_cast<std::size_t>(Axes < 0 ? Axes + rank : Axes)]);
+  // Over no element the max would throw; torch gives log 0 = -inf: a max of 0 (the empty sum) makes it.
+  const auto top = count == 0 ? reduce_over<ReduceKind::sum, true, Axes...>(x)
+                              : reduce_over<ReduceKind::max, true, Axes...>(x);
   const auto m = kiln::eval(kiln::where(kiln::eq(kiln::abs(top), std::numeric_limits<float>::infinity()), 0, top));
   const auto s = reduce_over<ReduceKind::sum, true, Axes...>(kiln::exp(x - m));
   auto kept = kiln::eval(kiln::log(s) + m);
   if constexpr (Keep) {
     return kept;
   } else {  // the same layout without the axes of extent 1
-    using S = typename decltype(as_expr(x))::shape_type;
     using R = typename decltype(reduce_over<ReduceKind::sum, false, Axes...>(x))::shape_type;
-    constexpr int rank = static_cast<int>(S::rank);
     constexpr std::array<int, sizeof...(Axes)> axes{(Axes < 0 ? Axes + rank : Axes)...};
     Extents<R> re;
     for (std::size_t d = 0, k = 0; d != S::rank; ++d)
@@ -290,7 +299,7 @@ auto logsumexp_over(const X& x) {
 
 /// torch.logsumexp over Axis, or over several (logsumexp<1, 2>(x)): log Σ e^x without overflow, as torch
 /// computes it: m = max (0 where it is infinite), log(Σ e^(x - m)) + m. A row of -inf gives -inf, one
-/// +inf +inf, a NaN NaN. Floating operands.
+/// +inf +inf, a NaN NaN, no element -inf. Floating operands.
 template <int Axis, int... Axes, operand X>
 auto logsumexp(const X& x, KeepDim) {
   return detail::logsumexp_over<true, Axis, Axes...>(x);

@@ -221,6 +221,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(clamp_is_torchs, D, kiln::test::devices) {
   Tensor<std::int64_t, Shape<3>, D> yi;
   yi = kiln::clamp(i, -1, 2);
   BOOST_TEST(yi.to_vector() == (std::vector<std::int64_t>{-1, 0, 2}), boost::test_tools::per_element());
+  // x where it equals a bound (torch 1.13: clamp([-0.], 0, 1) and clamp([-0.], -1, 0) are -0.; clamp([0.],
+  // -0., 1) is 0.); a NaN bound gives NaN (torch.clamp_min(x, nan), and NaN tensor bounds).
+  const auto z = kt::make_tensor<D>(std::vector<float>{-0.0f, 0.0f}, Extents<Shape<2>>{});
+  Tensor<float, Shape<2>, D> yz;
+  yz = kiln::clamp(z, 0.0f, 1.0f);
+  BOOST_TEST(std::signbit(yz.to_vector()[0]));
+  yz = kiln::clamp(z, -1.0f, 0.0f);
+  BOOST_TEST(std::signbit(yz.to_vector()[0]));
+  yz = kiln::clamp(z, -0.0f, 1.0f);
+  BOOST_TEST(!std::signbit(yz.to_vector()[1]));
+  y = kiln::clamp_min(x, nan);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, nan, nan, nan}));
+  y = kiln::clamp(x, -1.0f, x);  // an operand bound: x above itself gives x (-2: lo > hi, so hi)
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, -2.0f, 0.5f, 3.0f}));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(log_and_sqrt_follow_ieee_outside_their_domain, D, kiln::test::devices) {

@@ -165,6 +165,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(var_and_std_as_torchs, D, kiln::test::devices) {
   BOOST_TEST(kiln::var(v, 0.0).item() == 1.25f);
   const auto one = kt::make_tensor<D>(std::vector<float>{3}, Extents<Shape<dyn, 1>>(1));
   BOOST_TEST(std::isnan(kiln::var<1>(one).to_vector()[0]));
+  // torch divides by max(0, n - correction): no element is NaN (not 0 / -1 = -0), whatever the
+  // correction; a spread over too few degrees of freedom inf (torch.var([[1., 2.]], (1,), correction=2)).
+  const auto none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn>>(0));
+  BOOST_TEST(std::isnan(kiln::var(none).item()));
+  BOOST_TEST(std::isnan(kiln::std(none, 0.0).item()));
+  const auto rows_of_none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn, dyn>>(2, 0));
+  const auto vn = kiln::var<1>(rows_of_none).to_vector();
+  BOOST_TEST(vn.size() == 2u);
+  BOOST_TEST((std::isnan(vn[0]) && std::isnan(vn[1])));
+  const auto pair = kt::make_tensor<D>(std::vector<float>{1, 2}, Extents<Shape<dyn, 2>>(1));
+  BOOST_TEST(std::isinf(kiln::var<1>(pair, 2.0).to_vector()[0]));
+  BOOST_TEST(std::isinf(kiln::std<1>(pair, 3.0).to_vector()[0]));
 }
 
 // torch's x.var((0, 2)) and x.std((2, 0), keepdim=True): one variance over the elements of both axes
@@ -255,6 +267,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(logsumexp_over_several_axes, D, kiln::test::device
   const auto got = l02.to_vector();
   BOOST_TEST((std::isinf(got[1]) && got[1] < 0));
   BOOST_TEST(kt::all_close(got, want02, 1e-6, 1e-6));
+  // Over no element: log 0 = -inf, as torch.logsumexp(torch.empty(2, 0), 1).
+  const auto rows_of_none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn, dyn>>(2, 0));
+  const auto ln = kiln::logsumexp<1>(rows_of_none).to_vector();
+  BOOST_TEST(ln.size() == 2u);
+  BOOST_TEST((std::isinf(ln[0]) && ln[0] < 0 && std::isinf(ln[1]) && ln[1] < 0));
   const auto k21 = kiln::logsumexp<2, 1>(x, kiln::keepdim);
   static_assert(std::is_same_v<typename decltype(k21)::shape_type, Shape<dyn, 1, 1>>);
   BOOST_TEST(kt::all_close(k21.to_vector(), want21, 1e-6, 1e-6));
