@@ -5,6 +5,7 @@
 
 #include "kiln/backend/cpu/executor.hpp"
 #include "kiln/core/fusion.hpp"
+#include "kiln/core/number_fits.hpp"
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/detail/operand_device.hpp"
@@ -23,7 +24,10 @@ void assign_expr(Tensor<T, S, D>& dst, const E& e);
 template <class T, class S, class D, class Src>
 void assign_valid(Tensor<T, S, D>& dst, const Src& src) {
   auto e = [&] {
-    if constexpr (std::is_arithmetic_v<Src>) return Scalar<compute_t<T>>{static_cast<compute_t<T>>(src)};
+    if constexpr (std::is_arithmetic_v<Src>) {  // a fill: checked as torch's fill_, stored as a cast stores it
+      check_number_fits<T>(src, "kiln::assign");
+      return Scalar<compute_t<T>>{to_compute(from_compute<T>(src))};
+    }
     else return as_expr(src);
   }();
   check_no_partial_overlap(dst.view(), e);  // before any pass, fused or not

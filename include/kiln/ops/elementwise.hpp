@@ -4,6 +4,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kiln/core/number_fits.hpp"
 #include "kiln/expr/binary.hpp"
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/cast.hpp"
@@ -45,6 +46,15 @@ auto make_binary(const X& x, const Y& y, const char* what, F f = {}) {
     auto bb = broadcast_to<Out>(b, out);
     return Binary<F, decltype(aa), decltype(bb)>{f, aa, bb, out};
   }
+}
+
+/// One bound of clamp: a number bound must fit the type it is taken in (clamp(u8, 0, 300) is a
+/// ValueError, as torch's, not a bound of 44).
+template <class F, class X, class B>
+auto clamp_side(const X& x, const B& bound, const char* who) {
+  if constexpr (std::is_arithmetic_v<B>)
+    check_number_fits<typename decltype(node_for<X>(bound))::value_type>(bound, who);
+  return make_binary<F>(x, bound, who);
 }
 
 template <class F, class X>
@@ -106,18 +116,18 @@ auto min(const X& x, const Y& y) {
 /// torch's promotion.
 template <operand X, operand_or_number L, operand_or_number H>
 auto clamp(const X& x, const L& lo, const H& hi) {
-  return detail::make_binary<ops::ClampAbove>(detail::make_binary<ops::ClampBelow>(x, lo, "kiln::clamp"), hi,
-                                              "kiln::clamp");
+  auto below = detail::clamp_side<ops::ClampBelow>(x, lo, "kiln::clamp");
+  return detail::clamp_side<ops::ClampAbove>(below, hi, "kiln::clamp");
 }
 /// max(x, lo) (torch.clamp(x, min=lo), clamp_min), with clamp's rules.
 template <operand X, operand_or_number L>
 auto clamp_min(const X& x, const L& lo) {
-  return detail::make_binary<ops::ClampBelow>(x, lo, "kiln::clamp_min");
+  return detail::clamp_side<ops::ClampBelow>(x, lo, "kiln::clamp_min");
 }
 /// min(x, hi) (torch.clamp(x, max=hi), clamp_max), with clamp's rules.
 template <operand X, operand_or_number H>
 auto clamp_max(const X& x, const H& hi) {
-  return detail::make_binary<ops::ClampAbove>(x, hi, "kiln::clamp_max");
+  return detail::clamp_side<ops::ClampAbove>(x, hi, "kiln::clamp_max");
 }
 
 /// x^y elementwise; x an operand and y a number or an operand, or x a number and y an operand
@@ -173,6 +183,11 @@ auto where(const C& c, const A& a, const B& b) {
       std::conditional_t<std::is_arithmetic_v<A>, std::conditional_t<std::is_arithmetic_v<B>, Numbers, B>, A>;
   auto aa = detail::node_for<Ref>(a);
   auto bb = detail::node_for<Ref>(b);
+  // A number must fit the type it is taken in (torch: where(m, u8, 300) raises; it would be 44).
+  if constexpr (std::is_arithmetic_v<A>)
+    detail::check_number_fits<typename decltype(aa)::value_type>(a, "kiln::where");
+  if constexpr (std::is_arithmetic_v<B>)
+    detail::check_number_fits<typename decltype(bb)::value_type>(b, "kiln::where");
   using SC = typename decltype(cc)::shape_type;
   using SA = typename decltype(aa)::shape_type;
   using SB = typename decltype(bb)::shape_type;

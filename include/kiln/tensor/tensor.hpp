@@ -316,8 +316,14 @@ class Tensor {
     return t;
   }
 
-  /// Sets every element to v (one pass).
+  /// Sets every element to v (one pass). A number that does not fit T (300 into uint8, 1e40 into float)
+  /// is a ValueError, as torch's fill_ raises.
   void fill(value_type v) { assign(*this, v); }
+  template <class N>
+    requires(std::is_arithmetic_v<N> && !std::is_same_v<N, value_type>)
+  void fill(N v) {
+    assign(*this, v);
+  }
 
   /// Wraps memory owned by someone else (row-major, device D); the tensor never frees it. On a GPU,
   /// `index` is the device the memory belongs to (kiln's passes over it run there); by default the
