@@ -34,15 +34,17 @@ constexpr bool number_fits(N v) {
   } else if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
     if constexpr (std::is_floating_point_v<N>)
       if (v != v || v == std::numeric_limits<N>::infinity() || v == -std::numeric_limits<N>::infinity()) return true;
-    const long double x = static_cast<long double>(v), m = largest_finite<T>();
+    const double x = static_cast<double>(v), m = largest_finite<T>();
     return x >= -m && x <= m;
   } else {
     static_assert(std::is_integral_v<T>);
     constexpr T hi = std::numeric_limits<T>::max(), lo = std::numeric_limits<T>::lowest();
     if constexpr (std::is_floating_point_v<N>) {
       if (!(v == v)) return false;  // NaN
-      const long double x = static_cast<long double>(v);
-      return x <= static_cast<long double>(hi) && x >= static_cast<long double>(lo);
+      // torch's f > max and f < lowest in double; for int64, max rounds up to 2^63, itself too large.
+      const double x = static_cast<double>(v);
+      constexpr double top = static_cast<double>(hi);
+      return x >= static_cast<double>(lo) && x <= top && (std::numeric_limits<T>::digits < 53 || x < top);
     } else if constexpr (std::is_same_v<N, bool>) {
       return true;
     } else if constexpr (std::is_unsigned_v<T>) {

@@ -53,13 +53,19 @@ bool throws_bad_alloc(long n, F f) {
 }
 }  // namespace host_oom
 
-// The replacement: libstdc++'s own operator new, malloc until it fails, but for the one call told to throw
-// (its operator delete, free, stays).
+// The replacement: libstdc++'s own operator new, malloc until it fails, but for the one call told to throw;
+// its operator delete, free, is replaced too, so that a sanitizer's own delete does not see malloc's
+// blocks (ASan: alloc-dealloc-mismatch). new[] and delete[] call these.
 void* operator new(std::size_t n) {
   if (host_oom::fail_after >= 0 && host_oom::fail_after-- == 0) throw std::bad_alloc();
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 BOOST_AUTO_TEST_SUITE(allocator)
 BOOST_AUTO_TEST_SUITE(host_out_of_memory)

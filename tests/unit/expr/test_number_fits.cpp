@@ -52,6 +52,10 @@ BOOST_AUTO_TEST_CASE(which_numbers_fit_as_torch_decides) {
   BOOST_TEST(!number_fits<std::int32_t>(3e9));
   BOOST_TEST(!number_fits<std::int32_t>(std::int64_t{1} << 40));
   BOOST_TEST(!number_fits<std::int32_t>(inf));
+  // int64: 2^63 as a double is past INT64_MAX (which rounds up to it); -2^63 is INT64_MIN.
+  BOOST_TEST(!number_fits<std::int64_t>(9223372036854775808.0));
+  BOOST_TEST(number_fits<std::int64_t>(-9223372036854775808.0));
+  BOOST_TEST(number_fits<std::int64_t>(std::numeric_limits<std::int64_t>::max()));
   // Floating types: NaN and inf fit; a finite number past the largest does not, even where it would round
   // to it (65504.5 in half, 3.4028235e38 in float).
   BOOST_TEST(number_fits<half>(65504.0));
