@@ -79,7 +79,7 @@ struct CubicTaps {
     if constexpr (std::is_same_v<C, float>)
       f = static_cast<index_t>(floorf(src));
     else
-      f = static_cast<index_t>(floor(src));
+      f = static_cast<index_t>(::floor(src));  // (kiln::floor is the expression)
     if (f > n - 1) f = n - 1;
     C t = src - static_cast<C>(f);
     t = t < C(0) ? C(0) : (t > C(1) ? C(1) : t);

@@ -165,7 +165,41 @@ KILN_UNARY_FUNCTION(log1p, Log1p)
 KILN_UNARY_FUNCTION(expm1, Expm1)
 KILN_UNARY_FUNCTION(sin, Sin)
 KILN_UNARY_FUNCTION(cos, Cos)
+KILN_UNARY_FUNCTION(tan, Tan)
+KILN_UNARY_FUNCTION(log2, Log2)
+KILN_UNARY_FUNCTION(log10, Log10)
+KILN_UNARY_FUNCTION(exp2, Exp2)
+KILN_UNARY_FUNCTION(erf, Erf)
+KILN_UNARY_FUNCTION(floor, Floor)
+KILN_UNARY_FUNCTION(ceil, Ceil)
+KILN_UNARY_FUNCTION(trunc, Trunc)
+KILN_UNARY_FUNCTION(round, Round)
+KILN_UNARY_FUNCTION(sign, Sign)
+KILN_UNARY_FUNCTION(reciprocal, Reciprocal)
+KILN_UNARY_FUNCTION(rsqrt, Rsqrt)
+KILN_UNARY_FUNCTION(isnan, IsNan)
+KILN_UNARY_FUNCTION(isinf, IsInf)
+KILN_UNARY_FUNCTION(isfinite, IsFinite)
+KILN_UNARY_FUNCTION(logical_not, LogicalNot)
 #undef KILN_UNARY_FUNCTION
+
+/// torch.logical_and / logical_or / logical_xor: bools, a value other than 0 (NaN too) true; operands or
+/// numbers, broadcast.
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto logical_and(const X& x, const Y& y) {
+  return detail::make_binary<ops::LogicalAnd>(x, y, "kiln::logical_and");
+}
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto logical_or(const X& x, const Y& y) {
+  return detail::make_binary<ops::LogicalOr>(x, y, "kiln::logical_or");
+}
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto logical_xor(const X& x, const Y& y) {
+  return detail::make_binary<ops::LogicalXor>(x, y, "kiln::logical_xor");
+}
 
 /// c ? a : b elementwise (c a bool-valued operand, e.g. `x > 0`); all three broadcast together.
 template <operand C, operand_or_number A, operand_or_number B>

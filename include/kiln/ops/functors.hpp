@@ -60,6 +60,23 @@ KILN_HOST_DEVICE KILN_FORCEINLINE float sin_(float x) { return ::sinf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double sin_(double x) { return ::sin(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float cos_(float x) { return ::cosf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double cos_(double x) { return ::cos(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float tan_(float x) { return ::tanf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double tan_(double x) { return ::tan(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float log2_(float x) { return ::log2f(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double log2_(double x) { return ::log2(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float log10_(float x) { return ::log10f(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double log10_(double x) { return ::log10(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float exp2_(float x) { return ::exp2f(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double exp2_(double x) { return ::exp2(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float floor_(float x) { return ::floorf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double floor_(double x) { return ::floor(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float ceil_(float x) { return ::ceilf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double ceil_(double x) { return ::ceil(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float trunc_(float x) { return ::truncf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double trunc_(double x) { return ::trunc(x); }
+// rint: to the nearest, ties to even (the default rounding mode), as torch.round.
+KILN_HOST_DEVICE KILN_FORCEINLINE float rint_(float x) { return ::rintf(x); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double rint_(double x) { return ::rint(x); }
 template <class T>
   requires std::is_integral_v<T>
 KILN_HOST_DEVICE KILN_FORCEINLINE T abs_(T x) {
@@ -173,6 +190,119 @@ struct Minimum {
     return (x < y || kiln::detail::is_nan(x)) ? x : y;
   }
 };
+/// A real function of one value (exp2, log2, tan, ...): integers as float, as torch's.
+#define KILN_REAL_FUNCTOR(Name, fn)                                 \
+  struct Name {                                                     \
+    template <class A>                                              \
+    KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {  \
+      return detail::fn(static_cast<detail::real_t<A>>(a));         \
+    }                                                               \
+  };
+KILN_REAL_FUNCTOR(Tan, tan_)
+KILN_REAL_FUNCTOR(Log2, log2_)
+KILN_REAL_FUNCTOR(Log10, log10_)
+KILN_REAL_FUNCTOR(Exp2, exp2_)
+KILN_REAL_FUNCTOR(Erf, erf_)
+#undef KILN_REAL_FUNCTOR
+
+/// Rounding to an integral value (torch.floor, ceil, trunc, round: ties to even); integers are their own
+/// (torch's floor of int64 is itself), bools do not compile (torch refuses them).
+#define KILN_ROUNDING_FUNCTOR(Name, fn)                                                         \
+  struct Name {                                                                                 \
+    template <class A>                                                                          \
+    KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {                                 \
+      static_assert(!std::is_same_v<A, bool>, "kiln::floor / ceil / trunc / round: bools (torch " \
+                                              "refuses them too); take cast<float>(m)");        \
+      if constexpr (std::is_integral_v<A>)                                                      \
+        return a;                                                                               \
+      else                                                                                      \
+        return detail::fn(a);                                                                   \
+    }                                                                                           \
+  };
+KILN_ROUNDING_FUNCTOR(Floor, floor_)
+KILN_ROUNDING_FUNCTOR(Ceil, ceil_)
+KILN_ROUNDING_FUNCTOR(Trunc, trunc_)
+KILN_ROUNDING_FUNCTOR(Round, rint_)
+#undef KILN_ROUNDING_FUNCTOR
+
+/// -1, 0 or 1 in a's type (torch.sign): 0 for ±0 and NaN; a bool is itself.
+struct Sign {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {
+    if constexpr (std::is_same_v<A, bool>)
+      return a;
+    else
+      return static_cast<A>(static_cast<int>(A(0) < a) - static_cast<int>(a < A(0)));
+  }
+};
+/// 1 / x (torch.reciprocal; integers as float).
+struct Reciprocal {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    using R = detail::real_t<A>;
+    return R(1) / static_cast<R>(a);
+  }
+};
+/// 1 / sqrt(x) (torch.rsqrt; integers as float), a division after the square root on both devices.
+struct Rsqrt {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a) const {
+    using R = detail::real_t<A>;
+    return R(1) / detail::sqrt_(static_cast<R>(a));
+  }
+};
+/// torch.isnan, isinf, isfinite: bools; an integer is never NaN or inf. Bit tests, which -ffast-math
+/// keeps (core/nan.hpp).
+struct IsNan {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE bool operator()(A a) const {
+    return kiln::detail::is_nan(a);
+  }
+};
+struct IsInf {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE bool operator()(A a) const {
+    if constexpr (std::is_integral_v<A>)
+      return false;
+    else
+      return kiln::detail::is_inf_or_nan(a) && !kiln::detail::is_nan(a);
+  }
+};
+struct IsFinite {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE bool operator()(A a) const {
+    if constexpr (std::is_integral_v<A>)
+      return true;
+    else
+      return !kiln::detail::is_inf_or_nan(a);
+  }
+};
+/// torch.logical_not, logical_and, logical_or, logical_xor: bools, any value other than 0 true (NaN too).
+struct LogicalNot {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE bool operator()(A a) const {
+    return a == A(0);
+  }
+};
+struct LogicalAnd {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE bool operator()(A a, B b) const {
+    return (a != A(0)) && (b != B(0));
+  }
+};
+struct LogicalOr {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE bool operator()(A a, B b) const {
+    return (a != A(0)) || (b != B(0));
+  }
+};
+struct LogicalXor {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE bool operator()(A a, B b) const {
+    return (a != A(0)) != (b != B(0));
+  }
+};
+
 /// clamp's lower bound, torch's max(x, lo) = x < lo ? lo : x: x where they are equal (clamp(-0.0, 0, 1)
 /// is -0.0), x's NaN stays, a NaN bound gives NaN.
 struct ClampBelow {

@@ -1,6 +1,6 @@
 /// Reductions built from the one-pass ones of expr/reduce.hpp: sum and mean over several axes
 /// (x.sum((0, 2))), amax and amin, argmin, and torch's var, std and logsumexp (all but argmin over one axis
-/// or several), softmax and log_softmax. Each pass still fuses its argument.
+/// or several), softmax and log_softmax, any, all and count_nonzero. Each pass still fuses its argument.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -307,6 +307,42 @@ auto logsumexp(const X& x, KeepDim) {
 template <int Axis, int... Axes, operand X>
 auto logsumexp(const X& x) {
   return detail::logsumexp_over<false, Axis, Axes...>(x);
+}
+
+/// torch.any / torch.all: whether any (every) element is nonzero (NaN counts as nonzero), over everything
+/// or along Axis (keepdim as theirs), as bools; over no element any is false and all true.
+/// torch.count_nonzero: how many are, as int64. One pass each (a count of x != 0).
+template <operand X>
+auto count_nonzero(const X& x) {
+  return kiln::sum(kiln::ne(x, 0));
+}
+template <int Axis, operand X>
+auto count_nonzero(const X& x) {
+  return kiln::sum<Axis>(kiln::ne(x, 0));
+}
+template <operand X>
+auto any(const X& x) {
+  return kiln::eval(kiln::sum(kiln::ne(x, 0)) > 0);
+}
+template <int Axis, operand X>
+auto any(const X& x) {
+  return kiln::eval(kiln::sum<Axis>(kiln::ne(x, 0)) > 0);
+}
+template <int Axis, operand X>
+auto any(const X& x, KeepDim) {
+  return kiln::eval(kiln::sum<Axis>(kiln::ne(x, 0), keepdim) > 0);
+}
+template <operand X>
+auto all(const X& x) {
+  return kiln::eval(kiln::eq(kiln::sum(kiln::eq(x, 0)), 0));
+}
+template <int Axis, operand X>
+auto all(const X& x) {
+  return kiln::eval(kiln::eq(kiln::sum<Axis>(kiln::eq(x, 0)), 0));
+}
+template <int Axis, operand X>
+auto all(const X& x, KeepDim) {
+  return kiln::eval(kiln::eq(kiln::sum<Axis>(kiln::eq(x, 0), keepdim), 0));
 }
 
 namespace detail {

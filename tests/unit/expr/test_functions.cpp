@@ -1,4 +1,5 @@
-// Elementwise functions (exp log tanh sigmoid relu sqrt abs pow min max log1p expm1 sin cos clamp) against float64 on odd sizes,
+// Elementwise functions (exp log tanh sigmoid relu sqrt abs pow min max log1p expm1 sin cos clamp tan log2
+// log10 exp2 erf reciprocal rsqrt floor ceil trunc round sign) against float64 on odd sizes,
 // pow by a number against torch's bits (tests/parity/fixtures/elementwise_pow.json), and NaN rules.
 #include <bit>
 #include <boost/test/unit_test.hpp>
@@ -116,6 +117,43 @@ void check_functions() {
   check_function<D, T>(
       "pow(2, z)", {-1, 1}, {-3, 3}, [](const auto&, const auto& z) { return kiln::pow(2.0, z); },
       [](double, double z) { return std::pow(2.0, z); });
+  check_function<D, T>(
+      "tan", {-1.4, 1.4}, any, [](const auto& x, const auto&) { return kiln::tan(x); },
+      [](double x, double) { return std::tan(x); });
+  check_function<D, T>(
+      "log2", {1e-3, 100}, any, [](const auto& x, const auto&) { return kiln::log2(x); },
+      [](double x, double) { return std::log2(x); });
+  check_function<D, T>(
+      "log10", {1e-3, 100}, any, [](const auto& x, const auto&) { return kiln::log10(x); },
+      [](double x, double) { return std::log10(x); });
+  check_function<D, T>(
+      "exp2", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::exp2(x); },
+      [](double x, double) { return std::exp2(x); });
+  check_function<D, T>(
+      "erf", {-3, 3}, any, [](const auto& x, const auto&) { return kiln::erf(x); },
+      [](double x, double) { return std::erf(x); });
+  check_function<D, T>(
+      "reciprocal", {0.1, 10}, any, [](const auto& x, const auto&) { return kiln::reciprocal(x); },
+      [](double x, double) { return 1.0 / x; });
+  check_function<D, T>(
+      "rsqrt", {1e-3, 100}, any, [](const auto& x, const auto&) { return kiln::rsqrt(x); },
+      [](double x, double) { return 1.0 / std::sqrt(x); });
+  // The rounding functions are exact: against the same rounding of x's value in double.
+  check_function<D, T>(
+      "floor", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::floor(x); },
+      [](double x, double) { return std::floor(x); });
+  check_function<D, T>(
+      "ceil", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::ceil(x); },
+      [](double x, double) { return std::ceil(x); });
+  check_function<D, T>(
+      "trunc", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::trunc(x); },
+      [](double x, double) { return std::trunc(x); });
+  check_function<D, T>(
+      "round", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::round(x); },
+      [](double x, double) { return std::nearbyint(x); });
+  check_function<D, T>(
+      "sign", {-10, 10}, any, [](const auto& x, const auto&) { return kiln::sign(x); },
+      [](double x, double) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; });
 }
 }  // namespace
 
@@ -235,6 +273,90 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(clamp_is_torchs, D, kiln::test::devices) {
   BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, nan, nan, nan}));
   y = kiln::clamp(x, -1.0f, x);  // an operand bound: x above itself gives x (-2: lo > hi, so hi)
   BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{nan, -2.0f, 0.5f, 3.0f}));
+}
+
+// The special values torch 1.13 gives (run on [-2.5, -1.5, -0.5, -0., 0., 0.5, 1.5, 2.5, nan, inf, -inf]):
+// round's ties to even, the signs of zero, sign(NaN) = 0; integers keep their type through the rounding
+// functions and sign, and become float through reciprocal and rsqrt.
+BOOST_AUTO_TEST_CASE_TEMPLATE(rounding_sign_and_reciprocal_are_torchs_at_the_edges, D, kiln::test::devices) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const auto x = kt::make_tensor<D>(std::vector<float>{-2.5f, -1.5f, -0.5f, -0.0f, 0.0f, 0.5f, 1.5f, 2.5f, nan, inf, -inf},
+                                    Extents<Shape<11>>{});
+  const auto same = [](const std::vector<float>& got, const std::vector<float>& want) {
+    bool ok = got.size() == want.size();
+    for (std::size_t k = 0; ok && k < got.size(); ++k)
+      ok = std::isnan(want[k]) ? std::isnan(got[k])
+                               : got[k] == want[k] && std::signbit(got[k]) == std::signbit(want[k]);
+    return ok;
+  };
+  Tensor<float, Shape<11>, D> y;
+  y = kiln::round(x);
+  BOOST_TEST(same(y.to_vector(), {-2, -2, -0.0f, -0.0f, 0, 0, 2, 2, nan, inf, -inf}));
+  y = kiln::floor(x);
+  BOOST_TEST(same(y.to_vector(), {-3, -2, -1, -0.0f, 0, 0, 1, 2, nan, inf, -inf}));
+  y = kiln::ceil(x);
+  BOOST_TEST(same(y.to_vector(), {-2, -1, -0.0f, -0.0f, 0, 1, 2, 3, nan, inf, -inf}));
+  y = kiln::trunc(x);
+  BOOST_TEST(same(y.to_vector(), {-2, -1, -0.0f, -0.0f, 0, 0, 1, 2, nan, inf, -inf}));
+  y = kiln::sign(x);
+  BOOST_TEST(same(y.to_vector(), {-1, -1, -1, 0, 0, 1, 1, 1, 0, 1, -1}));
+  y = kiln::reciprocal(x);
+  BOOST_TEST(same(y.to_vector(), {-0.4f, -1 / 1.5f, -2, -inf, inf, 2, 1 / 1.5f, 0.4f, nan, 0.0f, -0.0f}));
+  y = kiln::rsqrt(x);
+  const auto r = y.to_vector();
+  BOOST_TEST((std::isnan(r[0]) && std::isinf(r[3]) && r[3] < 0 && std::isinf(r[4]) && r[4] > 0));
+  BOOST_TEST(r[5] == 1.0f / std::sqrt(0.5f));
+  BOOST_TEST((r[9] == 0.0f && std::isnan(r[10])));
+  // Integers: rounding and sign keep int64; reciprocal, rsqrt, log2 and exp2 are float, as torch's.
+  const auto i = kt::make_tensor<D>(std::vector<std::int64_t>{-3, 0, 4}, Extents<Shape<3>>{});
+  static_assert(std::is_same_v<typename decltype(kiln::floor(i))::value_type, std::int64_t>);
+  static_assert(std::is_same_v<typename decltype(kiln::sign(i))::value_type, std::int64_t>);
+  static_assert(std::is_same_v<typename decltype(kiln::reciprocal(i))::value_type, float>);
+  Tensor<std::int64_t, Shape<3>, D> yi;
+  yi = kiln::round(i);
+  BOOST_TEST(yi.to_vector() == (std::vector<std::int64_t>{-3, 0, 4}), boost::test_tools::per_element());
+  yi = kiln::sign(i);
+  BOOST_TEST(yi.to_vector() == (std::vector<std::int64_t>{-1, 0, 1}), boost::test_tools::per_element());
+  Tensor<float, Shape<3>, D> yf;
+  yf = kiln::exp2(i);
+  BOOST_TEST(yf.to_vector() == (std::vector<float>{0.125f, 1, 16}), boost::test_tools::per_element());
+  yf = kiln::log2(i);
+  const auto l = yf.to_vector();
+  BOOST_TEST((std::isnan(l[0]) && std::isinf(l[1]) && l[1] < 0 && l[2] == 2.0f));
+}
+
+// torch.isnan / isinf / isfinite and the logical functions: bools, NaN counts as true, integers are never
+// NaN; any, all and count_nonzero over everything and along an axis (any of nothing false, all true).
+BOOST_AUTO_TEST_CASE_TEMPLATE(nan_tests_logic_and_any_all_are_torchs, D, kiln::test::devices) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const auto x = kt::make_tensor<D>(std::vector<float>{1, 0, nan, inf, -inf, -0.0f}, Extents<Shape<2, 3>>{});
+  using B = std::vector<bool>;
+  const auto bools = [](const auto& e) {
+    const auto v = kiln::eval(e).to_vector();
+    return B(v.begin(), v.end());
+  };
+  BOOST_TEST(bools(kiln::isnan(x)) == (B{false, false, true, false, false, false}), boost::test_tools::per_element());
+  BOOST_TEST(bools(kiln::isinf(x)) == (B{false, false, false, true, true, false}), boost::test_tools::per_element());
+  BOOST_TEST(bools(kiln::isfinite(x)) == (B{true, true, false, false, false, true}), boost::test_tools::per_element());
+  BOOST_TEST(bools(kiln::logical_not(x)) == (B{false, true, false, false, false, true}), boost::test_tools::per_element());
+  const auto i = kt::make_tensor<D>(std::vector<std::int64_t>{2, 2, 0, 0, 5, 0}, Extents<Shape<2, 3>>{});
+  BOOST_TEST(bools(kiln::isfinite(i)) == (B(6, true)), boost::test_tools::per_element());
+  // torch.logical_and([1., 0., nan], [2, 2, 0]) = [True, False, False]; xor([1, 0], [1, 1]) = [False, True].
+  BOOST_TEST(bools(kiln::logical_and(x, i)) == (B{true, false, false, false, true, false}), boost::test_tools::per_element());
+  BOOST_TEST(bools(kiln::logical_or(x, 0)) == (B{true, false, true, true, true, false}), boost::test_tools::per_element());
+  BOOST_TEST(bools(kiln::logical_xor(x, i)) == (B{false, true, true, true, false, false}), boost::test_tools::per_element());
+  BOOST_TEST(kiln::any(x).item());
+  BOOST_TEST(!kiln::all(x).item());
+  BOOST_TEST(kiln::count_nonzero(x).item() == 4);
+  const auto rows_any = kiln::any<1>(i).to_vector(), rows_all = kiln::all<1>(x).to_vector();
+  BOOST_TEST((rows_any[0] && rows_any[1]));
+  BOOST_TEST((!rows_all[0] && !rows_all[1]));
+  BOOST_TEST(kiln::count_nonzero<0>(i).to_vector() == (std::vector<std::int64_t>{1, 2, 0}), boost::test_tools::per_element());
+  const auto kept = kiln::all<0>(kiln::isfinite(x), kiln::keepdim);
+  static_assert(std::is_same_v<typename decltype(kept)::shape_type, Shape<1, 3>>);
+  const auto none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn>>(0));
+  BOOST_TEST(!kiln::any(none).item());
+  BOOST_TEST(kiln::all(none).item());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(log_and_sqrt_follow_ieee_outside_their_domain, D, kiln::test::devices) {
