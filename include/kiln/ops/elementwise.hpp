@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kiln/core/number_fits.hpp"
+#include "kiln/core/type_list.hpp"
 #include "kiln/expr/binary.hpp"
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/cast.hpp"
@@ -149,10 +150,19 @@ auto pow(const X& x, const Y& y) {
   }
 }
 
-#define KILN_UNARY_FUNCTION(name, Functor)        \
-  template <operand X>                            \
-  auto name(const X& x) {                         \
-    return detail::make_unary<ops::Functor>(x);   \
+// Each function of one operand; given a plain number it says so in one error (it would list every
+// overload of the name otherwise).
+#define KILN_UNARY_FUNCTION(name, Functor)                                                                \
+  template <operand X>                                                                                    \
+  auto name(const X& x) {                                                                                 \
+    return detail::make_unary<ops::Functor>(x);                                                           \
+  }                                                                                                       \
+  template <class N>                                                                                      \
+    requires std::is_arithmetic_v<N>                                                                      \
+  auto name(N) {                                                                                          \
+    static_assert(detail::dependent_false<N>, "kiln::" #name ": takes a tensor or an expression, not a number; "  \
+                                      "for a number use <cmath>'s (std::exp(2.0)) or wrap it in a tensor"); \
+    return 0;                                                                                             \
   }
 KILN_UNARY_FUNCTION(exp, Exp)
 KILN_UNARY_FUNCTION(log, Log)
