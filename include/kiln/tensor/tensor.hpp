@@ -83,6 +83,10 @@ class Tensor {
   template <class U, class D2>
     requires(!std::is_same_v<Tensor<U, S, D2>, Tensor>)
   Tensor(const Tensor<U, S, D2>&) = delete;  // another element type or device: kiln::eval(kiln::cast<T>(x)), x.to<Dev>(), or g = x; into an allocated g
+  // Nor is one made from an expression by conversion (`Tensor<...> r = x * 2.0f;`): the pass is asked for.
+  template <class E>
+    requires(expression<E> && !tensor<E>)
+  Tensor(const E&) = delete;  // from an expression: auto r = kiln::eval(x * 2.0f); or assign it, r = x * 2.0f;
   /// Moves leave the source empty (no storage, every extent 0), so a stale handle cannot write into
   /// memory it no longer owns.
   Tensor(Tensor&& o) noexcept : storage_(std::move(o.storage_)), data_(o.data_), ext_(o.ext_) { o.reset(); }
