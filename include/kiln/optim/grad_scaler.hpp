@@ -223,22 +223,13 @@ class GradScaler {
   using device_type = D;
 
   explicit GradScaler(GradScalerOptions o = {}) : o_(o) {
-    const auto bad = [](const std::string& what) { return ValueError("kiln::optim::GradScaler: " + what); };
+    check_factors(o);
     const float init = static_cast<float>(o.init_scale);
     // unscale_ multiplies by 1 / scale in float32 (torch's inv_scale): below ~2.9e-39 that is inf.
     if (!(o.init_scale > 0.0) || detail::is_inf_or_nan(o.init_scale) || detail::is_inf_or_nan(init) ||
         init == 0.0f || detail::is_inf_or_nan(static_cast<float>(1.0 / static_cast<double>(init))))
       throw bad("invalid init_scale " + format(o.init_scale) +
                 "; give a positive, finite float32 whose inverse is one too (from 3e-39; default 65536)");
-    if (!(o.growth_factor > 1.0) || detail::is_inf_or_nan(o.growth_factor))
-      throw bad("invalid growth_factor " + format(o.growth_factor) +
-                "; give a finite factor > 1 (default 2)");
-    if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0) || detail::is_inf_or_nan(o.backoff_factor))
-      throw bad("invalid backoff_factor " + format(o.backoff_factor) +
-                "; give 0 < backoff_factor < 1 (default 0.5)");
-    if (o.growth_interval < 1)
-      throw bad("invalid growth_interval " + std::to_string(o.growth_interval) +
-                "; give at least 1 step (default 2000)");
     scale_ = init;
     if (capturable()) {  // on the current device
       const double initial[detail::ScalerState::count] = {init, static_cast<float>(1.0 / static_cast<double>(init)),
@@ -248,6 +239,36 @@ class GradScaler {
     }
   }
 
+  /// torch's set_growth_factor, set_backoff_factor, set_growth_interval: from the next update() on, checked
+  /// as the constructor checks them (ValueError, nothing changed). A captured update() keeps the values
+  /// it was captured with, as torch's does.
+  void set_growth_factor(double f) { set_option(&GradScalerOptions::growth_factor, f); }
+  void set_backoff_factor(double f) { set_option(&GradScalerOptions::backoff_factor, f); }
+  void set_growth_interval(std::int64_t n) { set_option(&GradScalerOptions::growth_interval, n); }
+
+ private:
+  static ValueError bad(const std::string& what) { return ValueError("kiln::optim::GradScaler: " + what); }
+  template <class Field>
+  void set_option(Field GradScalerOptions::*field, Field v) {
+    GradScalerOptions o = o_;
+    o.*field = v;
+    check_factors(o);
+    o_ = o;
+  }
+  /// The growth and backoff factors and the interval of o (the constructor's checks, and the setters').
+  static void check_factors(const GradScalerOptions& o) {
+    if (!(o.growth_factor > 1.0) || detail::is_inf_or_nan(o.growth_factor))
+      throw bad("invalid growth_factor " + format(o.growth_factor) +
+                "; give a finite factor > 1 (default 2)");
+    if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0) || detail::is_inf_or_nan(o.backoff_factor))
+      throw bad("invalid backoff_factor " + format(o.backoff_factor) +
+                "; give 0 < backoff_factor < 1 (default 0.5)");
+    if (o.growth_interval < 1)
+      throw bad("invalid growth_interval " + std::to_string(o.growth_interval) +
+                "; give at least 1 step (default 2000)");
+  }
+
+ public:
   /// The factor to multiply the loss gradient by: `ce.backward(logits, y, scaler.scale())`. 1 when disabled.
   /// Kept as a float32 value, as torch keeps its scale tensor. Capturable: read from the device.
   double scale() const {

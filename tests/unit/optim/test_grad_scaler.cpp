@@ -220,6 +220,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_scale_grows_after_growth_interval_finite_steps
   other.update(4096.0);
   BOOST_TEST(other.scale() == 4096.0);
   BOOST_TEST(other.growth_tracker() == 0);
+  // torch's setters, from the next update() on; a bad value is refused and changes nothing.
+  other.set_growth_factor(4.0);
+  other.set_backoff_factor(0.5);
+  other.set_growth_interval(2);
+  BOOST_TEST(other.options().growth_interval == 2);
+  BOOST_TEST(throws_with<kiln::ValueError>([&] { other.set_growth_factor(0.5); }, "invalid growth_factor"));
+  BOOST_TEST(throws_with<kiln::ValueError>([&] { other.set_backoff_factor(1.5); }, "invalid backoff_factor"));
+  BOOST_TEST(throws_with<kiln::ValueError>([&] { other.set_growth_interval(0); }, "invalid growth_interval"));
+  BOOST_TEST(other.options().growth_factor == 4.0);
+  for (int k = 0; k < 2; ++k) {
+    other.step(opt);
+    other.update();
+  }
+  BOOST_TEST(other.scale() == 16384.0);  // grown by 4 after 2 finite steps
+  g.fill(infinity);
+  other.step(opt);
+  other.update();
+  BOOST_TEST(other.scale() == 8192.0);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(unscale_before_clipping_shows_the_true_gradients, D, kt::devices) {
