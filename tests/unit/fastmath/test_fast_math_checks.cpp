@@ -15,22 +15,13 @@
 #include <string>
 
 #include "support/temp_dir.hpp"
+#include "support/throws.hpp"
 
 namespace {
 const double inf_d = std::numeric_limits<double>::infinity();
 const double nan_d = std::numeric_limits<double>::quiet_NaN();
 
-/// f() throws E whose message holds `part`.
-template <class E, class F>
-bool throws_with(F f, const std::string& part) {
-  try {
-    f();
-  } catch (const E& e) {
-    BOOST_TEST_MESSAGE(e.what());
-    return std::string(e.what()).find(part) != std::string::npos;
-  }
-  return false;
-}
+using kiln::test::throws_with;
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(fast_math)

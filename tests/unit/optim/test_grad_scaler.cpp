@@ -22,6 +22,7 @@
 #include "support/policies.hpp"
 #include "support/reference.hpp"
 #include "support/temp_dir.hpp"
+#include "support/throws.hpp"
 
 namespace {
 namespace kt = kiln::test;
@@ -71,20 +72,7 @@ void poison(Tensor<float, Shape<dyn>, D>& grads, std::size_t i, float v) {
   grads.copy_from(std::span<const float>(g));
 }
 
-/// Whether f throws E with a message containing `text`.
-template <class E>
-bool throws_with(const std::function<void()>& f, const std::string& text) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    BOOST_TEST_MESSAGE(what);
-    return what.find(text) != std::string::npos;
-  } catch (...) {
-    return false;
-  }
-  return false;
-}
+using kiln::test::throws_with;
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(optim)
