@@ -7,6 +7,7 @@
 #include "kiln/expr/reduce.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/reductions.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::nn {
@@ -36,19 +37,16 @@ struct SoftmaxLayer {
       return std::string(Log ? "LogSoftmax" : "Softmax") + "(dim=" + std::to_string(Dim) + ")";
     }
 
-    /// y = exp(x - max) / Σ exp(x - max) along Dim, or its log: the max and the sum are kept as extent 1
-    /// and broadcast back. Three passes (max, exp-sum, output).
+    /// y = exp(x - max) / Σ exp(x - max) along Dim, or its log, as kiln::softmax / log_softmax compute
+    /// it: the max and the sum kept as extent 1 and broadcast back. Three passes (max, exp-sum, output).
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       if (x.numel() == 0) {  // no rows, or no features (Shape<dyn, dyn>): an empty output, as torch's
         Tensor<T, S, D> y(x.extents(), x.device_index());
         y_ = ctx.grad ? y : Tensor<T, S, D>();
         return y;
       }
-      const auto m = max<Dim>(x, keepdim);           // [.., 1, ..]
-      const auto s = sum<Dim>(exp(x - m), keepdim);  // [.., 1, ..]
       Tensor<T, S, D> y(x.extents(), x.device_index());
-      if constexpr (Log) y = x - m - log(s);
-      else y = exp(x - m) / s;
+      kiln::detail::softmax_into<Log, Dim>(y, x);  // kiln::softmax's arithmetic (ops/reductions.hpp)
       y_ = ctx.grad ? y : Tensor<T, S, D>();
       return y;
     }

@@ -159,41 +159,25 @@ template <operand X>
 auto amax(const X& x) {
   return kiln::max(x);
 }
-template <int Axis, operand X>
+template <int Axis, int... Axes, operand X>
 auto amax(const X& x) {
-  return kiln::max<Axis>(x);
+  return detail::reduce_over<ReduceKind::max, false, Axis, Axes...>(x);
 }
-template <int Axis, operand X>
+template <int Axis, int... Axes, operand X>
 auto amax(const X& x, KeepDim) {
-  return kiln::max<Axis>(x, keepdim);
-}
-template <int A0, int A1, int... Axes, operand X>
-auto amax(const X& x) {
-  return detail::reduce_axes<ReduceKind::max, false, A0, A1, Axes...>(x);
-}
-template <int A0, int A1, int... Axes, operand X>
-auto amax(const X& x, KeepDim) {
-  return detail::reduce_axes<ReduceKind::max, true, A0, A1, Axes...>(x);
+  return detail::reduce_over<ReduceKind::max, true, Axis, Axes...>(x);
 }
 template <operand X>
 auto amin(const X& x) {
   return kiln::min(x);
 }
-template <int Axis, operand X>
+template <int Axis, int... Axes, operand X>
 auto amin(const X& x) {
-  return kiln::min<Axis>(x);
+  return detail::reduce_over<ReduceKind::min, false, Axis, Axes...>(x);
 }
-template <int Axis, operand X>
+template <int Axis, int... Axes, operand X>
 auto amin(const X& x, KeepDim) {
-  return kiln::min<Axis>(x, keepdim);
-}
-template <int A0, int A1, int... Axes, operand X>
-auto amin(const X& x) {
-  return detail::reduce_axes<ReduceKind::min, false, A0, A1, Axes...>(x);
-}
-template <int A0, int A1, int... Axes, operand X>
-auto amin(const X& x, KeepDim) {
-  return detail::reduce_axes<ReduceKind::min, true, A0, A1, Axes...>(x);
+  return detail::reduce_over<ReduceKind::min, true, Axis, Axes...>(x);
 }
 
 /// Flat index of the smallest element (the first one on ties; the first NaN if any), as int64
@@ -213,21 +197,22 @@ auto argmin(const X& x, KeepDim) {
 }
 
 /// torch.var: Σ (x - mean)² / (n - correction), correction 1 (Bessel's, torch's unbiased default) or 0;
-/// over everything, or `var<Axis>(x)`, `var<Axis>(x, keepdim)`. Two passes (the mean, then the squares,
-/// in double). n - correction <= 0 gives inf or NaN (an empty input NaN), as torch's max(0, n - correction).
+/// over everything, or one axis or several (`var<1>(x)`, `var<0, 2>(x, keepdim)`: one variance over their
+/// elements, n the product of their extents). Two passes (the mean, then the squares, in double).
+/// n - correction <= 0 gives inf or NaN (an empty input NaN), as torch's max(0, n - correction).
 template <operand X>
 auto var(const X& x, double correction = 1.0) {
   const auto [ss, dof] = detail::variance_all(x, correction);
   return kiln::eval(ss / dof);
 }
-template <int Axis, operand X>
+template <int Axis, int... Axes, operand X>
 auto var(const X& x, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<false, Axis>(x, correction);
+  const auto [ss, dof] = detail::variance_along<false, Axis, Axes...>(x, correction);
   return kiln::eval(ss / dof);
 }
-template <int Axis, operand X>
+template <int Axis, int... Axes, operand X>
 auto var(const X& x, KeepDim, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<true, Axis>(x, correction);
+  const auto [ss, dof] = detail::variance_along<true, Axis, Axes...>(x, correction);
   return kiln::eval(ss / dof);
 }
 /// torch.std: the square root of var, with var's arguments.
@@ -236,36 +221,14 @@ auto std(const X& x, double correction = 1.0) {
   const auto [ss, dof] = detail::variance_all(x, correction);
   return kiln::eval(kiln::sqrt(ss / dof));
 }
-template <int Axis, operand X>
+template <int Axis, int... Axes, operand X>
 auto std(const X& x, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<false, Axis>(x, correction);
+  const auto [ss, dof] = detail::variance_along<false, Axis, Axes...>(x, correction);
   return kiln::eval(kiln::sqrt(ss / dof));
 }
-template <int Axis, operand X>
+template <int Axis, int... Axes, operand X>
 auto std(const X& x, KeepDim, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<true, Axis>(x, correction);
-  return kiln::eval(kiln::sqrt(ss / dof));
-}
-
-/// var and std over two or more axes (torch's x.var((0, 2))): n is the product of their extents.
-template <int A0, int A1, int... Axes, operand X>
-auto var(const X& x, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<false, A0, A1, Axes...>(x, correction);
-  return kiln::eval(ss / dof);
-}
-template <int A0, int A1, int... Axes, operand X>
-auto var(const X& x, KeepDim, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<true, A0, A1, Axes...>(x, correction);
-  return kiln::eval(ss / dof);
-}
-template <int A0, int A1, int... Axes, operand X>
-auto std(const X& x, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<false, A0, A1, Axes...>(x, correction);
-  return kiln::eval(kiln::sqrt(ss / dof));
-}
-template <int A0, int A1, int... Axes, operand X>
-auto std(const X& x, KeepDim, double correction = 1.0) {
-  const auto [ss, dof] = detail::variance_along<true, A0, A1, Axes...>(x, correction);
+  const auto [ss, dof] = detail::variance_along<true, Axis, Axes...>(x, correction);
   return kiln::eval(kiln::sqrt(ss / dof));
 }
 
@@ -311,7 +274,8 @@ auto logsumexp(const X& x) {
 
 /// torch.any / torch.all: whether any (every) element is nonzero (NaN counts as nonzero), over everything
 /// or along Axis (keepdim as theirs), as bools; over no element any is false and all true.
-/// torch.count_nonzero: how many are, as int64. One pass each (a count of x != 0).
+/// torch.count_nonzero: how many are, as int64: one pass (a count of x != 0); any and all compare the
+/// counts in a second, over the (reduced) result only.
 template <operand X>
 auto count_nonzero(const X& x) {
   return kiln::sum(kiln::ne(x, 0));
@@ -352,18 +316,30 @@ using softmax_element_t =
     typename std::conditional_t<tensor<X>, std::type_identity<X>,
                                 std::type_identity<decltype(kiln::eval(std::declval<const X&>()))>>::type::element_type;
 
-/// softmax (Log: log_softmax) along Dim: the max and the exponentials' sum kept as extent 1.
-template <bool Log, int Dim, class X>
-auto softmax_along(const X& x) {
+/// dst = softmax (Log: log_softmax) of x along Dim, x not empty: the max and the exponentials' sum kept as
+/// extent 1, then one pass into dst (made on x's device if it has no storage). The Softmax<Dim> and
+/// LogSoftmax<Dim> layers write their output with it.
+template <bool Log, int Dim, class Dst, class X>
+void softmax_into(Dst& dst, const X& x) {
   static_assert(floating_operand<X>());
-  using V = softmax_element_t<X>;
-  if (as_expr(x).extents().numel() == 0) return kiln::eval(kiln::cast<V>(x));
   const auto m = kiln::max<Dim>(x, keepdim);
   const auto s = kiln::sum<Dim>(kiln::exp(x - m), keepdim);
   if constexpr (Log)
-    return kiln::eval(kiln::cast<V>(x - m - kiln::log(s)));
+    dst = x - m - kiln::log(s);
   else
-    return kiln::eval(kiln::cast<V>(kiln::exp(x - m) / s));
+    dst = kiln::exp(x - m) / s;
+}
+
+/// softmax (Log: log_softmax) of x along Dim as a new tensor of x's element type, on x's device (as eval
+/// makes one); empty for an empty x.
+template <bool Log, int Dim, class X>
+auto softmax_along(const X& x) {
+  const auto e = as_expr(x);
+  using D = device_of_t<X>;
+  Tensor<softmax_element_t<X>, typename decltype(e)::shape_type, D> y(e.extents(),
+                                                                      operand_device<D>(e, "kiln::softmax"));
+  if (y.numel() != 0) softmax_into<Log, Dim>(y, x);
+  return y;
 }
 }  // namespace detail
 
