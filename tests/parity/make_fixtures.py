@@ -279,6 +279,16 @@ elementwise_pow.json
                           exponents torch computes another way (2, 3, 0.5, -0.5, -1, -2: products,
                           sqrt, quotients) and some it does not (0, 1, 1.5, -3, 2.5)
 
+elementwise_division.json
+  torch_version   str
+  x_bits, y_bits  [int]   float32 dividends and divisors as bit patterns: 400 pairs drawn (x from N(0, 10^2),
+                          y from N(0, 3^2), a quarter of y integral), then every pair of the special values
+                          -inf, -3, -0., 0., 2.5, inf, NaN, 1e-30, 1e30
+  fmod_bits, remainder_bits, floor_divide_bits   [int]   torch.fmod / remainder / floor_divide(x, y)
+  i, j            [int]   int64 dividends and divisors (no zero divisor: torch raises there), drawn and at
+                          the edges (-2^63 + 1, 2^63 - 1, +-1)
+  i_fmod, i_remainder, i_floor_divide   [int]   the same of i and j, int64
+
 lenet.json
   torch_version   str
   layers          str     the seeds' LeNet on [N, 3, 32, 32]
@@ -1559,6 +1569,24 @@ def elementwise_pow_fixture():
     return {"torch_version": torch.__version__, "input_bits": bits(x), "cases": cases}
 
 
+def elementwise_division_fixture():
+    torch.manual_seed(SEED + 9)
+    special = [-math.inf, -3.0, -0.0, 0.0, 2.5, math.inf, math.nan, 1e-30, 1e30]
+    y = torch.randn(400) * 3.0
+    y[::4] = torch.round(y[::4]) + 1.0
+    x = torch.cat([torch.randn(400) * 10.0, torch.tensor([a for a in special for _ in special])])
+    y = torch.cat([y, torch.tensor([b for _ in special for b in special])])
+    bits = lambda t: t.contiguous().view(torch.int32).numpy().astype(np.int64).astype(np.uint32).tolist()
+    i = torch.cat([torch.randint(-1000, 1000, (300,)), torch.tensor([-2**63 + 1, 2**63 - 1, 7, -7, 7, -7])])
+    j = torch.cat([torch.randint(1, 40, (300,)) * (torch.randint(0, 2, (300,)) * 2 - 1),
+                   torch.tensor([-1, -1, 1, 1, -1, -1])])
+    return {"torch_version": torch.__version__, "x_bits": bits(x), "y_bits": bits(y),
+            "fmod_bits": bits(torch.fmod(x, y)), "remainder_bits": bits(torch.remainder(x, y)),
+            "floor_divide_bits": bits(torch.floor_divide(x, y)), "i": i.tolist(), "j": j.tolist(),
+            "i_fmod": torch.fmod(i, j).tolist(), "i_remainder": torch.remainder(i, j).tolist(),
+            "i_floor_divide": torch.floor_divide(i, j).tolist()}
+
+
 def make_lenet():
     nn = torch.nn
     return nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
@@ -1623,6 +1651,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "elementwise_pow.json": lambda: elementwise_pow_fixture(),
+            "elementwise_division.json": lambda: elementwise_division_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}
 
 

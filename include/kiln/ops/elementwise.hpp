@@ -1,6 +1,9 @@
 /// The elementwise vocabulary: operators, math functions, where, cast. Each builds a node; nothing runs.
 #pragma once
 #include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -211,6 +214,99 @@ auto logical_xor(const X& x, const Y& y) {
   return detail::make_binary<ops::LogicalXor>(x, y, "kiln::logical_xor");
 }
 
+namespace detail {
+/// x op y of the division family; an integer division by the number 0 is refused here, as torch's
+/// ZeroDivisionError (a zero inside an integer divisor tensor gives 0: see ops::detail::int_fmod).
+template <class F, class X, class Y>
+auto make_division(const X& x, const Y& y, const char* what) {
+  if constexpr (std::is_arithmetic_v<Y>) {
+    using R = typename decltype(make_binary<F>(x, y, what))::value_type;
+    if (std::is_integral_v<R> && y == Y(0))
+      throw ValueError(std::string(what) + ": integer division by zero (torch's ZeroDivisionError)");
+  }
+  return make_binary<F>(x, y, what);
+}
+}  // namespace detail
+
+/// torch.fmod(x, y): x - trunc(x / y) * y, with x's sign; C's fmod for floats. Operands or numbers,
+/// broadcast, promoted as torch's; bools refused.
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto fmod(const X& x, const Y& y) {
+  return detail::make_division<ops::Fmod>(x, y, "kiln::fmod");
+}
+/// torch.remainder(x, y), also x % y (as libtorch's operator% and Python's): x - floor(x / y) * y,
+/// with y's sign.
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto remainder(const X& x, const Y& y) {
+  return detail::make_division<ops::Remainder>(x, y, "kiln::remainder");
+}
+/// torch.floor_divide(x, y) (Python's //): floor(x / y) in the promoted type (int // int stays int).
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto floor_divide(const X& x, const Y& y) {
+  return detail::make_division<ops::FloorDivides>(x, y, "kiln::floor_divide");
+}
+template <operand_or_number X, operand_or_number Y>
+  requires(operand<X> || operand<Y>)
+auto operator%(const X& x, const Y& y) {
+  return detail::make_division<ops::Remainder>(x, y, "operator%");
+}
+
+/// torch.bitwise_and / bitwise_or / bitwise_xor / bitwise_not, also &, |, ^ and ~ (as libtorch's):
+/// integers and bools, promoted as torch's (bool & int64 is int64).
+#define KILN_BITWISE(name, op, Functor)                                                   \
+  template <operand_or_number X, operand_or_number Y>                                     \
+    requires(operand<X> || operand<Y>)                                                    \
+  auto name(const X& x, const Y& y) {                                                     \
+    return detail::make_binary<ops::Functor>(x, y, "kiln::" #name);                       \
+  }                                                                                       \
+  template <operand_or_number X, operand_or_number Y>                                     \
+    requires(operand<X> || operand<Y>)                                                    \
+  auto operator op(const X& x, const Y& y) {                                              \
+    return detail::make_binary<ops::Functor>(x, y, "operator" #op);                       \
+  }
+KILN_BITWISE(bitwise_and, &, BitAnd)
+KILN_BITWISE(bitwise_or, |, BitOr)
+KILN_BITWISE(bitwise_xor, ^, BitXor)
+#undef KILN_BITWISE
+template <operand X>
+auto bitwise_not(const X& x) {
+  return detail::make_unary<ops::BitNot>(x);
+}
+template <operand X>
+auto operator~(const X& x) {
+  return detail::make_unary<ops::BitNot>(x);
+}
+
+namespace detail {
+/// v in R, a double beyond R's range as the infinity of its sign (a plain conversion is undefined there).
+template <class R>
+R saturating(double v) {
+  const double top = static_cast<double>(std::numeric_limits<R>::max());
+  if (v > top) return std::numeric_limits<R>::infinity();
+  if (v < -top) return -std::numeric_limits<R>::infinity();
+  return static_cast<R>(v);
+}
+}  // namespace detail
+
+/// torch.nan_to_num(x, nan, posinf, neginf): NaN as `nan` (0), +inf as `posinf`, -inf as `neginf` (the
+/// largest and lowest finite values of x's element type when not given; a tensor's own type, so ±65504
+/// for half, as torch's); integers and bools are themselves.
+template <operand X>
+auto nan_to_num(const X& x, double nan = 0.0, std::optional<double> posinf = std::nullopt,
+                std::optional<double> neginf = std::nullopt) {
+  using V = typename decltype(as_expr(x))::value_type;
+  using R = std::conditional_t<std::is_floating_point_v<V>, V, float>;
+  double top = detail::largest_finite<R>();
+  if constexpr (tensor<X>)
+    if constexpr (std::is_floating_point_v<compute_t<typename X::element_type>>)
+      top = detail::largest_finite<typename X::element_type>();
+  return detail::make_unary(x, ops::NanToNum<R>{detail::saturating<R>(nan), detail::saturating<R>(posinf.value_or(top)),
+                                                 detail::saturating<R>(neginf.value_or(-top))});
+}
+
 /// c ? a : b elementwise (c a bool-valued operand, e.g. `x > 0`); all three broadcast together.
 template <operand C, operand_or_number A, operand_or_number B>
 auto where(const C& c, const A& a, const B& b) {
@@ -282,42 +378,26 @@ Tensor<T, S, D>& assign_in_place(Tensor<T, S, D>& t, const E& e) {
 }
 }  // namespace detail
 
-template <class T, class S, class D, operand_or_number Y>
-Tensor<T, S, D>& operator+=(Tensor<T, S, D>& t, const Y& y) {
-  return detail::assign_in_place(t, t + y);
-}
-template <class T, class S, class D, operand_or_number Y>
-Tensor<T, S, D>& operator-=(Tensor<T, S, D>& t, const Y& y) {
-  return detail::assign_in_place(t, t - y);
-}
-template <class T, class S, class D, operand_or_number Y>
-Tensor<T, S, D>& operator*=(Tensor<T, S, D>& t, const Y& y) {
-  return detail::assign_in_place(t, t * y);
-}
-template <class T, class S, class D, operand_or_number Y>
-Tensor<T, S, D>& operator/=(Tensor<T, S, D>& t, const Y& y) {
-  return detail::assign_in_place(t, t / y);
-}
-// A temporary view is written in place too, as torch's `x[:, 1:3] += 1`: `x.slice(1, 3) += 1.0f;`.
-template <class T, class S, class D, operand_or_number Y>
-Tensor<T, S, D> operator+=(Tensor<T, S, D>&& t, const Y& y) {
-  detail::assign_in_place(t, t + y);
-  return std::move(t);
-}
-template <class T, class S, class D, operand_or_number Y>
-Tensor<T, S, D> operator-=(Tensor<T, S, D>&& t, const Y& y) {
-  detail::assign_in_place(t, t - y);
-  return std::move(t);
-}
-template <class T, class S, class D, operand_or_number Y>
-Tensor<T, S, D> operator*=(Tensor<T, S, D>&& t, const Y& y) {
-  detail::assign_in_place(t, t * y);
-  return std::move(t);
-}
-template <class T, class S, class D, operand_or_number Y>
-Tensor<T, S, D> operator/=(Tensor<T, S, D>&& t, const Y& y) {
-  detail::assign_in_place(t, t / y);
-  return std::move(t);
-}
+// t op= y for + - * / % & | ^. A temporary view is written in place too, as torch's
+// `x[:, 1:3] += 1`: `x.slice(1, 3) += 1.0f;`.
+#define KILN_COMPOUND_ASSIGNMENT(op)                                        \
+  template <class T, class S, class D, operand_or_number Y>                 \
+  Tensor<T, S, D>& operator op##=(Tensor<T, S, D>& t, const Y& y) {         \
+    return detail::assign_in_place(t, t op y);                              \
+  }                                                                         \
+  template <class T, class S, class D, operand_or_number Y>                 \
+  Tensor<T, S, D> operator op##=(Tensor<T, S, D>&& t, const Y& y) {         \
+    detail::assign_in_place(t, t op y);                                     \
+    return std::move(t);                                                    \
+  }
+KILN_COMPOUND_ASSIGNMENT(+)
+KILN_COMPOUND_ASSIGNMENT(-)
+KILN_COMPOUND_ASSIGNMENT(*)
+KILN_COMPOUND_ASSIGNMENT(/)
+KILN_COMPOUND_ASSIGNMENT(%)
+KILN_COMPOUND_ASSIGNMENT(&)
+KILN_COMPOUND_ASSIGNMENT(|)
+KILN_COMPOUND_ASSIGNMENT(^)
+#undef KILN_COMPOUND_ASSIGNMENT
 
 }  // namespace kiln

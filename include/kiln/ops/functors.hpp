@@ -454,6 +454,156 @@ struct PowScalar {
   }
 };
 
+// ---- the division family and bitwise operations (torch.fmod, remainder, floor_divide, bitwise_*) ----
+namespace detail {
+KILN_HOST_DEVICE KILN_FORCEINLINE float fmod_(float x, float y) { return ::fmodf(x, y); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double fmod_(double x, double y) { return ::fmod(x, y); }
+KILN_HOST_DEVICE KILN_FORCEINLINE float copysign_(float x, float y) { return ::copysignf(x, y); }
+KILN_HOST_DEVICE KILN_FORCEINLINE double copysign_(double x, double y) { return ::copysign(x, y); }
+/// a % b of integers without C's traps: a zero divisor gives 0 (torch's CPU raises ZeroDivisionError;
+/// a divisor given as the number 0 is refused before any kernel runs) and b = -1 gives 0 (INT_MIN % -1
+/// traps in C: torch 1.13's CPU dies of SIGFPE there).
+template <class R>
+KILN_HOST_DEVICE KILN_FORCEINLINE R int_fmod(R a, R b) {
+  if (b == R(0)) return R(0);
+  if constexpr (std::is_signed_v<R>)
+    if (b == R(-1)) return R(0);
+  return static_cast<R>(a % b);
+}
+/// a / b of integers rounded towards -inf (torch's div_floor_integer), with int_fmod's rules: 0 for a
+/// zero divisor, INT_MIN / -1 wraps to INT_MIN.
+template <class R>
+KILN_HOST_DEVICE KILN_FORCEINLINE R int_floor_divide(R a, R b) {
+  if (b == R(0)) return R(0);
+  if constexpr (std::is_signed_v<R>) {
+    if (b == R(-1)) return wrap_sub(R(0), a);
+    const R q = static_cast<R>(a / b);
+    return ((a < R(0)) != (b < R(0)) && static_cast<R>(a % b) != R(0)) ? static_cast<R>(q - 1) : q;
+  } else {
+    return static_cast<R>(a / b);
+  }
+}
+/// The promoted type of a division-family operation; two bools are refused, as torch's.
+template <class A, class B>
+constexpr bool division_of_numbers() {
+  static_assert(!std::is_same_v<promote_t<A, B>, bool>,
+                "kiln::fmod / remainder / floor_divide: bools (torch refuses them too); take cast<int64_t>(m)");
+  return true;
+}
+/// The promoted type of a bitwise operation: integers or bools, as torch's.
+template <class A, class B>
+constexpr bool bitwise_of_integers() {
+  static_assert(std::is_integral_v<A> && std::is_integral_v<B>,
+                "kiln: bitwise &, |, ^, ~ take integers or bools (torch refuses floating point too); for masks "
+                "of comparisons they are and, or, xor, not");
+  return true;
+}
+}  // namespace detail
+
+/// a - trunc(a / b) * b, the dividend's sign (torch.fmod: C's fmod for floats, % for integers).
+struct Fmod {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    static_assert(detail::division_of_numbers<A, B>());
+    using R = detail::promote_t<A, B>;
+    if constexpr (std::is_integral_v<R>) return detail::int_fmod(static_cast<R>(a), static_cast<R>(b));
+    else return detail::fmod_(static_cast<R>(a), static_cast<R>(b));
+  }
+};
+/// a - floor(a / b) * b, the divisor's sign (torch.remainder, Python's %, libtorch's operator%): fmod
+/// moved by b when the signs differ, as torch computes it.
+struct Remainder {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    static_assert(detail::division_of_numbers<A, B>());
+    using R = detail::promote_t<A, B>;
+    const R y = static_cast<R>(b);
+    R r;
+    if constexpr (std::is_integral_v<R>) r = detail::int_fmod(static_cast<R>(a), y);
+    else r = detail::fmod_(static_cast<R>(a), y);
+    if constexpr (std::is_signed_v<R>)  // (unsigned: the signs agree; floats are signed)
+      if (r != R(0) && (r < R(0)) != (y < R(0))) r = static_cast<R>(r + y);
+    return r;
+  }
+};
+/// floor(a / b) (torch.floor_divide, Python's //; 1.13 rounds down). Floats as torch's div_floor_floating:
+/// (a - fmod(a, b)) / b, corrected to the floor and to the nearest integer; a / b for b = 0.
+struct FloorDivides {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    static_assert(detail::division_of_numbers<A, B>());
+    using R = detail::promote_t<A, B>;
+    const R x = static_cast<R>(a), y = static_cast<R>(b);
+    if constexpr (std::is_integral_v<R>) {
+      return detail::int_floor_divide(x, y);
+    } else {
+      if (y == R(0)) return static_cast<R>(x / y);
+      const R mod = detail::fmod_(x, y);
+      R div = static_cast<R>((x - mod) / y);
+      if (mod != R(0) && (y < R(0)) != (mod < R(0))) div = static_cast<R>(div - R(1));
+      if (div == R(0)) return detail::copysign_(R(0), static_cast<R>(x / y));
+      R floordiv = detail::floor_(div);
+      if (div - floordiv > R(0.5)) floordiv = static_cast<R>(floordiv + R(1));
+      return floordiv;
+    }
+  }
+};
+/// torch.bitwise_and / or / xor / not (libtorch's &, |, ^, ~): integers in the promoted type, bools as
+/// bools (~ of a bool is its not).
+struct BitAnd {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    static_assert(detail::bitwise_of_integers<A, B>());
+    using R = detail::promote_t<A, B>;
+    if constexpr (std::is_integral_v<R>) return static_cast<R>(static_cast<R>(a) & static_cast<R>(b));
+    else return R{};  // (refused above)
+  }
+};
+struct BitOr {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    static_assert(detail::bitwise_of_integers<A, B>());
+    using R = detail::promote_t<A, B>;
+    if constexpr (std::is_integral_v<R>) return static_cast<R>(static_cast<R>(a) | static_cast<R>(b));
+    else return R{};  // (refused above)
+  }
+};
+struct BitXor {
+  template <class A, class B>
+  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
+    static_assert(detail::bitwise_of_integers<A, B>());
+    using R = detail::promote_t<A, B>;
+    if constexpr (std::is_integral_v<R>) return static_cast<R>(static_cast<R>(a) ^ static_cast<R>(b));
+    else return R{};  // (refused above)
+  }
+};
+struct BitNot {
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {
+    static_assert(detail::bitwise_of_integers<A, A>());
+    if constexpr (std::is_same_v<A, bool>) return !a;
+    else if constexpr (std::is_integral_v<A>) return static_cast<A>(~a);
+    else return a;  // (refused above)
+  }
+};
+
+/// torch.nan_to_num: NaN, +inf and -inf replaced by the given values (R: the computed type); integers
+/// and bools are their own.
+template <class R>
+struct NanToNum {
+  R nan, posinf, neginf;
+  template <class A>
+  KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {
+    if constexpr (std::is_integral_v<A>) {
+      return a;
+    } else {
+      if (kiln::detail::is_nan(a)) return static_cast<A>(nan);
+      if (kiln::detail::is_inf_or_nan(a)) return static_cast<A>(a > A(0) ? posinf : neginf);
+      return a;
+    }
+  }
+};
+
 /// c ? a : b
 struct Select {
   template <class A>

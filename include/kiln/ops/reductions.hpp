@@ -1,14 +1,16 @@
 /// Reductions built from the one-pass ones of expr/reduce.hpp: sum and mean over several axes
-/// (x.sum((0, 2))), amax and amin, argmin, and torch's var, std and logsumexp (all but argmin over one axis
-/// or several), softmax and log_softmax, any, all and count_nonzero. Each pass still fuses its argument.
+/// (x.sum((0, 2))), amax and amin, argmin, and torch's var, std, logsumexp and vector_norm (all but argmin
+/// over one axis or several), softmax and log_softmax, any, all and count_nonzero. Each pass still fuses its argument.
 #pragma once
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <functional>
 #include <limits>
+#include <string>
 #include <type_traits>
 
+#include "kiln/core/number_text.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
@@ -84,18 +86,39 @@ auto reduce_axes(const X& x) {
 template <class X>
 using operand_value_t = typename decltype(as_expr(std::declval<const X&>()))::value_type;
 
-// >>> Stopped here? var, std, logsumexp, softmax and log_softmax take floating operands, as torch's. <<<
+// >>> Stopped here? var, std, logsumexp, softmax, log_softmax and vector_norm take floating operands, as
+// torch's. <<<
 template <class X>
 constexpr bool floating_operand() {
   static_assert(std::is_floating_point_v<compute_t<operand_value_t<X>>>,
-                "kiln::var / std / logsumexp / softmax / log_softmax: the operand holds integers or bools; take it "
-                "as floats: var<1>(cast<float>(x))");
+                "kiln::var / std / logsumexp / softmax / log_softmax / vector_norm: the operand holds integers or "
+                "bools; take it as floats: var<1>(cast<float>(x))");
   return true;
 }
+
+/// The element type of softmax's and vector_norm's results: a tensor's own (half stays half, as torch's),
+/// an expression's as eval gives it.
+template <class X>
+using result_element_t =
+    typename std::conditional_t<tensor<X>, std::type_identity<X>,
+                                std::type_identity<decltype(kiln::eval(std::declval<const X&>()))>>::type::element_type;
 
 /// torch's divisor of a variance, max(0, n - correction): 0 makes the quotient NaN (no spread, or no
 /// element: an empty input is NaN, not -0) or inf.
 inline double degrees_of_freedom(double n, double correction) { return std::max(0.0, n - correction); }
+
+/// How many elements of x a reduction over Axes takes together: the product of their extents (no axes:
+/// every element).
+template <int... Axes, class X>
+index_t reduced_count(const X& x) {
+  const auto ext = as_expr(x).extents();
+  if constexpr (sizeof...(Axes) == 0) {
+    return ext.numel();
+  } else {
+    constexpr int rank = static_cast<int>(decltype(as_expr(x))::shape_type::rank);
+    return (index_t{1} * ... * ext[static_cast<std::size_t>(Axes < 0 ? Axes + rank : Axes)]);
+  }
+}
 
 /// Sum (K = sum) or mean over Axes, one or several (Keep: kept as extent 1).
 template <ReduceKind K, bool Keep, int... Axes, class X>
@@ -114,9 +137,7 @@ auto variance_along(const X& x, double correction) {
   static_assert(floating_operand<X>());
   using S = typename decltype(as_expr(x))::shape_type;
   static_assert((reduction_axis_must_be_in_range<S, Axes>::value && ...));
-  constexpr int rank = static_cast<int>(S::rank);
-  const auto ext = as_expr(x).extents();
-  const double n = (1.0 * ... * static_cast<double>(ext[static_cast<std::size_t>(Axes < 0 ? Axes + rank : Axes)]));
+  const double n = static_cast<double>(reduced_count<Axes...>(x));
   const auto m = reduce_over<ReduceKind::mean, true, Axes...>(x);  // a pass per axis; then Σ (x - m)², fused
   return std::pair{reduce_over<ReduceKind::sum, Keep, Axes...>(kiln::pow(x - m, 2)),
                    degrees_of_freedom(n, correction)};
@@ -124,7 +145,7 @@ auto variance_along(const X& x, double correction) {
 template <class X>
 auto variance_all(const X& x, double correction) {
   static_assert(floating_operand<X>());
-  const double n = static_cast<double>(as_expr(x).extents().numel());
+  const double n = static_cast<double>(reduced_count<>(x));
   const auto m = kiln::mean(x);
   return std::pair{kiln::sum(kiln::pow(x - m, 2)), degrees_of_freedom(n, correction)};
 }
@@ -239,8 +260,7 @@ auto logsumexp_over(const X& x) {
   static_assert(floating_operand<X>());
   using S = typename decltype(as_expr(x))::shape_type;
   constexpr int rank = static_cast<int>(S::rank);
-  const auto ext = as_expr(x).extents();
-  const index_t count = (index_t{1} * ... * ext[static_cast<std::size_t>(Axes < 0 ? Axes + rank : Axes)]);
+  const index_t count = reduced_count<Axes...>(x);
   // Over no element the max would throw; torch gives log 0 = -inf: a max of 0 (the empty sum) makes it.
   const auto top = count == 0 ? reduce_over<ReduceKind::sum, true, Axes...>(x)
                               : reduce_over<ReduceKind::max, true, Axes...>(x);
@@ -270,6 +290,56 @@ auto logsumexp(const X& x, KeepDim) {
 template <int Axis, int... Axes, operand X>
 auto logsumexp(const X& x) {
   return detail::logsumexp_over<false, Axis, Axes...>(x);
+}
+
+namespace detail {
+/// Over everything (no Axes) or over Axes, one or several, kept as extent 1 or dropped.
+template <ReduceKind K, bool Keep, int... Axes, class X>
+auto reduce_all_or_over(const X& x) {
+  if constexpr (sizeof...(Axes) == 0)
+    return reduce_all<K>(x);
+  else
+    return reduce_over<K, Keep, Axes...>(x);
+}
+
+/// torch.linalg.vector_norm(x, ord, Axes, keepdim) as a tensor of result_element_t<X>.
+template <bool Keep, int... Axes, class X>
+auto vector_norm_over(const X& x, double ord) {
+  static_assert(floating_operand<X>());
+  using E = result_element_t<X>;
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (ord < 0 && reduced_count<Axes...>(x) == 0)
+    throw ValueError("kiln::vector_norm: the " + shortest_text(ord) + " norm of no element (the reduced " +
+                     std::string(sizeof...(Axes) == 0 ? "tensor" : "dimensions") +
+                     " are empty) has no identity, as torch says; a norm of order >= 0 over nothing is 0");
+  const auto a = kiln::abs(x);
+  if (ord == inf) return kiln::eval(kiln::cast<E>(reduce_all_or_over<ReduceKind::max, Keep, Axes...>(a)));
+  if (ord == -inf) return kiln::eval(kiln::cast<E>(reduce_all_or_over<ReduceKind::min, Keep, Axes...>(a)));
+  if (ord == 0) return kiln::eval(kiln::cast<E>(reduce_all_or_over<ReduceKind::sum, Keep, Axes...>(kiln::ne(x, 0))));
+  if (ord == 1) return kiln::eval(kiln::cast<E>(reduce_all_or_over<ReduceKind::sum, Keep, Axes...>(a)));
+  if (ord == 2) return kiln::eval(kiln::cast<E>(kiln::sqrt(reduce_all_or_over<ReduceKind::sum, Keep, Axes...>(a * a))));
+  return kiln::eval(
+      kiln::cast<E>(kiln::pow(reduce_all_or_over<ReduceKind::sum, Keep, Axes...>(kiln::pow(a, ord)), 1.0 / ord)));
+}
+}  // namespace detail
+
+/// torch.linalg.vector_norm(x, ord): (Σ |x|^ord)^(1/ord) over everything, over Axis or several
+/// (vector_norm<1>(x), vector_norm<0, 2>(x, keepdim, 1.0)), keepdim as theirs. ord 2 (the default) is
+/// sqrt(Σ x²), 1 Σ |x|, inf max |x|, -inf min |x|, 0 the count of nonzeros (NaN counts); a negative ord
+/// over no element is a ValueError, as torch's (0 for ord >= 0). The result has x's element type for a
+/// tensor (half stays half: computed in float, so [300, 300] is 424.3 where torch's CPU gives inf);
+/// floating operands.
+template <operand X>
+auto vector_norm(const X& x, double ord = 2.0) {
+  return detail::vector_norm_over<false>(x, ord);
+}
+template <int Axis, int... Axes, operand X>
+auto vector_norm(const X& x, double ord = 2.0) {
+  return detail::vector_norm_over<false, Axis, Axes...>(x, ord);
+}
+template <int Axis, int... Axes, operand X>
+auto vector_norm(const X& x, KeepDim, double ord = 2.0) {
+  return detail::vector_norm_over<true, Axis, Axes...>(x, ord);
 }
 
 /// torch.any / torch.all: whether any (every) element is nonzero (NaN counts as nonzero), over everything
@@ -310,12 +380,6 @@ auto all(const X& x, KeepDim) {
 }
 
 namespace detail {
-/// softmax's element type: a tensor's own (half stays half), an expression's as eval gives it.
-template <class X>
-using softmax_element_t =
-    typename std::conditional_t<tensor<X>, std::type_identity<X>,
-                                std::type_identity<decltype(kiln::eval(std::declval<const X&>()))>>::type::element_type;
-
 /// dst = softmax (Log: log_softmax) of x along Dim, x not empty: the max and the exponentials' sum kept as
 /// extent 1, then one pass into dst (made on x's device if it has no storage). The Softmax<Dim> and
 /// LogSoftmax<Dim> layers write their output with it.
@@ -336,7 +400,7 @@ template <bool Log, int Dim, class X>
 auto softmax_along(const X& x) {
   const auto e = as_expr(x);
   using D = device_of_t<X>;
-  Tensor<softmax_element_t<X>, typename decltype(e)::shape_type, D> y(e.extents(),
+  Tensor<result_element_t<X>, typename decltype(e)::shape_type, D> y(e.extents(),
                                                                       operand_device<D>(e, "kiln::softmax"));
   if (y.numel() != 0) softmax_into<Log, Dim>(y, x);
   return y;

@@ -1,6 +1,6 @@
 // prod (expr/reduce.hpp), and the reductions built from the one-pass ones (ops/reductions.hpp): sum and
 // mean, amax and amin over several axes against float64 loops, argmin with argmax's rules (first of ties, first NaN,
-// every integer type), and var, std and logsumexp against their definitions in float64 and at the edges
+// every integer type), and var, std, logsumexp and vector_norm against their definitions in float64 and at the edges
 // torch 1.13 was run on (noted).
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
@@ -315,6 +315,64 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_and_log_softmax_functions, D, kiln::test::
   const auto none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn, dyn>>(2, 0));
   BOOST_TEST(kiln::softmax<1>(none).numel() == 0);
   BOOST_TEST(kiln::log_softmax<1>(none).size(0) == 2);
+}
+
+// torch.linalg.vector_norm against (Σ |x|^ord)^(1/ord) in float64 over everything, one axis and two (keepdim),
+// for the orders torch computes another way (2, 1, inf, -inf, 0) and others (3, 0.5, -1); torch 1.13's
+// edges: NaN with ord inf is NaN and with ord 0 counts, a zero makes a negative order 0, a negative order
+// over no element raises and a non-negative one is 0; half stays half.
+BOOST_AUTO_TEST_CASE_TEMPLATE(vector_norm_as_torchs, D, kiln::test::devices) {
+  Cube c{kt::random_values<float>(3 * 4 * 5, -2, 2, 96), 3, 4, 5};
+  c.v[7] = 0.0f;
+  const auto x = kt::make_tensor<D>(c.v, Extents<Shape<dyn, 4, 5>>(3));
+  const auto norm_of = [](const std::vector<double>& v, double ord) {
+    double r = 0;
+    if (std::isinf(ord)) {
+      r = ord > 0 ? 0.0 : inf;
+      for (double e : v) r = ord > 0 ? std::max(r, std::abs(e)) : std::min(r, std::abs(e));
+      return r;
+    }
+    for (double e : v) r += ord == 0 ? (e != 0) : std::pow(std::abs(e), ord);
+    return ord == 0 ? r : std::pow(r, 1 / ord);
+  };
+  for (double ord : {2.0, 1.0, double(inf), -double(inf), 0.0, 3.0, 0.5, -1.0}) {
+    BOOST_TEST_CONTEXT("ord " << ord) {
+      const auto all = kiln::vector_norm(x, ord);
+      static_assert(std::is_same_v<typename decltype(all)::shape_type, Shape<>>);
+      BOOST_TEST(kt::all_close(all.to_vector(), std::vector<double>{norm_of(kt::to_doubles(c.v), ord)}, 1e-6, 0.0));
+      std::vector<double> want1, want02;  // over axis 1: [3, 5]; over 0 and 2 kept: [1, 4, 1]
+      for (int a = 0; a < 3; ++a)
+        for (int cc = 0; cc < 5; ++cc) {
+          std::vector<double> v;
+          for (int b = 0; b < 4; ++b) v.push_back(c.at(a, b, cc));
+          want1.push_back(norm_of(v, ord));
+        }
+      for (int b = 0; b < 4; ++b) {
+        std::vector<double> v;
+        for (int a = 0; a < 3; ++a)
+          for (int cc = 0; cc < 5; ++cc) v.push_back(c.at(a, b, cc));
+        want02.push_back(norm_of(v, ord));
+      }
+      BOOST_TEST(kt::all_close(kiln::vector_norm<1>(x, ord).to_vector(), want1, 1e-6, 0.0));
+      const auto k = kiln::vector_norm<0, 2>(x, kiln::keepdim, ord);
+      static_assert(std::is_same_v<typename decltype(k)::shape_type, Shape<1, 4, 1>>);
+      BOOST_TEST(kt::all_close(k.to_vector(), want02, 1e-6, 0.0));
+    }
+  }
+  const auto n = kt::make_tensor<D>(std::vector<float>{nan_f, 1.0f}, Extents<Shape<2>>{});
+  BOOST_TEST(std::isnan(kiln::vector_norm(n, inf).item()));
+  BOOST_TEST(kiln::vector_norm(n, 0.0).item() == 2.0f);
+  const auto z = kt::make_tensor<D>(std::vector<float>{0.0f, 1.0f}, Extents<Shape<2>>{});
+  BOOST_TEST(kiln::vector_norm(z, -1.0).item() == 0.0f);
+  const auto none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn, 3>>(0));
+  BOOST_TEST(kiln::vector_norm(none).item() == 0.0f);
+  BOOST_TEST(kiln::vector_norm<1>(none, inf).numel() == 0);  // the rows are empty, not the reduced axis
+  BOOST_CHECK_THROW(kiln::vector_norm(none, inf), kiln::ValueError);
+  BOOST_CHECK_THROW(kiln::vector_norm<0>(none, -1.0), kiln::ValueError);
+  std::vector<kiln::half> hv{kt::from_double<kiln::half>(300.0), kt::from_double<kiln::half>(300.0)};
+  const auto h = kiln::vector_norm(kt::make_tensor<D>(hv, Extents<Shape<2>>{}));
+  static_assert(std::is_same_v<typename decltype(h)::element_type, kiln::half>);
+  BOOST_TEST(kt::to_double(h.item()) == 424.25, boost::test_tools::tolerance(1e-3));  // torch's CPU: inf
 }
 
 BOOST_AUTO_TEST_SUITE_END()
