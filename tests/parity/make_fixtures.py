@@ -73,7 +73,7 @@ schedulers.json
                      (StepLR: step_size, gamma; MultiStepLR: milestones, gamma; CosineAnnealingLR:
                      T_max, eta_min; linear warm-up: warmup_steps, start_factor and, when it hands over
                      to a cosine schedule, T_max, eta_min; ExponentialLR: gamma; LambdaLR, MultiplicativeLR:
-                     none, the function is in `torch`; CosineAnnealingWarmRestarts: T_0, T_mult, eta_min;
+                     none, the function is in `torch` (in a sequence: factor, what it returns); CosineAnnealingWarmRestarts: T_0, T_mult, eta_min;
                      ConstantLR: factor, total_iters; LinearLR: start_factor, end_factor, total_iters;
                      PolynomialLR: total_iters, power; ChainedScheduler: chain, [{scheduler: str (the
                      torch class), its arguments}] in the order built; SequentialLR: sequence (as
@@ -785,6 +785,18 @@ def schedulers_fixture():
           {"scheduler": "StepLR", "step_size": 2, "gamma": 0.5}], [3, 6], 12,
          lambda o: [S.ConstantLR(o, factor=0.5, total_iters=2), S.ExponentialLR(o, gamma=0.9),
                     S.StepLR(o, step_size=2, gamma=0.5)]),
+        # A MultiplicativeLR handed over to (step(0): no closed form) keeps the lr it finds, twice in a row.
+        ("sequential_multiplicative",
+         [{"scheduler": "ExponentialLR", "gamma": 0.5}, {"scheduler": "MultiplicativeLR", "factor": 0.9},
+          {"scheduler": "MultiplicativeLR", "factor": 0.8}], [3, 6], 10,
+         lambda o: [S.ExponentialLR(o, gamma=0.5), S.MultiplicativeLR(o, lambda e: 0.9),
+                    S.MultiplicativeLR(o, lambda e: 0.8)]),
+        # kiln's LinearWarmup(MultiplicativeLR(...), 4, 0.25) in torch's words.
+        ("linear_warmup_multiplicative",
+         [{"scheduler": "LinearLR", "start_factor": 0.25, "end_factor": 1.0, "total_iters": 4},
+          {"scheduler": "MultiplicativeLR", "factor": 0.9}], [4], 10,
+         lambda o: [S.LinearLR(o, start_factor=0.25, end_factor=1.0, total_iters=4),
+                    S.MultiplicativeLR(o, lambda e: 0.9)]),
     ]
     for name, sequence, milestones, length, make in sequences:
         built = ", ".join(c["scheduler"] + "(" + ", ".join(f"{k}={v}" for k, v in c.items() if k != "scheduler") + ")"

@@ -280,6 +280,12 @@ void rebase(S& s, double lr) {
   Rebase::to(s, lr);
 }
 
+/// Whether schedule S, taking over at a SequentialLR's milestone or after a LinearWarmup's warm-up, goes on
+/// from the lr the schedule before it set: torch's hand-over calls step(0), where a MultiplicativeLR (it
+/// has no closed form) keeps the lr in the group; every other schedule restarts from initial_lr.
+template <class S>
+constexpr bool continues_from_the_lr_set = requires { S::continues_from_the_lr_set; };
+
 /// Sets a cycling schedule's momentum: SGD's and RMSprop's momentum, or Adam's (AdamW's, ...) beta1;
 /// nothing for an optimizer without (whose schedule refused cycle_momentum when built).
 template <class Opt>
@@ -507,12 +513,16 @@ class MultiplicativeLR : public detail::LRScheduler<Opt, MultiplicativeLR<Opt, F
 
  public:
   MultiplicativeLR(Opt& opt, F lr_lambda) : base(opt), f_(std::move(lr_lambda)) { this->apply(); }
+  /// Handed over to (detail::continues_from_the_lr_set), it multiplies the lr it finds.
+  static constexpr bool continues_from_the_lr_set = true;
   double lr_at(std::int64_t epoch) const {
-    while (static_cast<std::int64_t>(products_.size()) <= epoch) {
-      const auto e = static_cast<std::int64_t>(products_.size());
-      products_.push_back(products_.back() * static_cast<double>(f_(e)));
+    const auto upto = static_cast<std::size_t>(epoch);
+    if (upto >= products_.size()) {
+      products_.reserve(upto + 1);
+      for (std::size_t e = products_.size(); e <= upto; ++e)
+        products_.push_back(products_[e - 1] * static_cast<double>(f_(static_cast<std::int64_t>(e))));
     }
-    return this->base_lr() * products_[static_cast<std::size_t>(epoch)];
+    return this->base_lr() * products_[upto];
   }
 
  private:
@@ -642,6 +652,7 @@ class LinearWarmup : public detail::LRScheduler<Opt, LinearWarmup<Opt, Then>> {
       : base(then.optimizer(), then.base_lr(), then.group_base_lrs()), then_(std::move(then)), steps_(warmup_steps),
         start_(start_factor) {
     check();
+    rebase_held(this->base_lr());
     this->apply();
   }
   double lr_at(std::int64_t epoch) const {
@@ -655,8 +666,13 @@ class LinearWarmup : public detail::LRScheduler<Opt, LinearWarmup<Opt, Then>> {
 
  private:
   friend struct detail::Rebase;
+  /// The wrapped schedule starts from `lr`, or one that goes on from the lr set (MultiplicativeLR) from
+  /// the warm-up's last, as torch's SequentialLR([LinearLR, MultiplicativeLR]) hands over.
   void rebase_held(double lr) {
-    if constexpr (wraps) detail::Rebase::to(then_, lr);
+    if constexpr (wraps) {
+      detail::Rebase::to(then_, lr);
+      if constexpr (detail::continues_from_the_lr_set<Then>) detail::Rebase::to(then_, lr_at(steps_ - 1));
+    }
   }
   void check() const {
     detail::require_positive(steps_, "LinearWarmup", "warmup_steps");
@@ -1484,9 +1500,23 @@ class SequentialLR : public detail::LRScheduler<typename detail::chained_optimiz
 
  private:
   friend struct detail::Rebase;
-  /// Every schedule starts from `lr` (torch's initial_lr).
+  /// Every schedule starts from `lr` (torch's initial_lr), but one taking over at a milestone that goes on
+  /// from the lr set (MultiplicativeLR) from the lr of the epoch before its milestone, as torch's step(0)
+  /// leaves it; in order, so that each sees the one before it rebased.
   void rebase_held(double lr) {
-    if constexpr (valid) std::apply([&](auto&... s) { (detail::Rebase::to(s, lr), ...); }, schedules_);
+    if constexpr (valid) {
+      std::apply([&](auto&... s) { (detail::Rebase::to(s, lr), ...); }, schedules_);
+      continue_where_handed_over(std::make_index_sequence<count>{});
+    }
+  }
+  template <std::size_t... I>
+  void continue_where_handed_over(std::index_sequence<I...>) {
+    (continue_from_milestone<I>(), ...);
+  }
+  template <std::size_t I>
+  void continue_from_milestone() {
+    if constexpr (I > 0 && detail::continues_from_the_lr_set<std::tuple_element_t<I, std::tuple<First, Rest...>>>)
+      detail::Rebase::to(std::get<I>(schedules_), lr_at(milestones_[I - 1] - 1));
   }
   /// The groups' lrs before the first schedule was built (that schedule's group_base_lrs()).
   static std::vector<double> group_base_lrs_of(const First& first, const Rest&... rest) {

@@ -318,6 +318,19 @@ BOOST_AUTO_TEST_CASE(a_late_group_moves_as_the_others_past_t_max_and_across_mile
       BOOST_TEST(opt.group_lr(1) / opt.group_lr(0) == ratio, boost::test_tools::tolerance(1e-12));
     }
   }
+  {  // SequentialLR([ExponentialLR(0.5), MultiplicativeLR(0.9)], [2]) with a group there from the start at
+     // a third of group 0's lr: the MultiplicativeLR goes on from each group's own lr (torch 1.13's step(0)).
+    kiln::optim::SGD opt(m, {.lr = 0.3});
+    opt.add_param_group({.params = parameters_where(m, [](const auto& p) { return p.name == "2.weight"; }), .lr = 0.1});
+    const auto factor = [](std::int64_t) { return 0.9; };
+    kiln::optim::SequentialLR sched({2}, kiln::optim::ExponentialLR(opt, 0.5), kiln::optim::MultiplicativeLR(opt, factor));
+    for (int e = 0; e < 4; ++e) {
+      opt.step();
+      sched.step();
+    }
+    BOOST_TEST(opt.group_lr(0) == 0.3 * 0.5 * 0.9 * 0.9, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(opt.group_lr(1) == 0.1 * 0.5 * 0.9 * 0.9, boost::test_tools::tolerance(1e-12));
+  }
 }
 
 // A late group that no base puts at its lr (a schedule at a factor of 0), or under a schedule torch's

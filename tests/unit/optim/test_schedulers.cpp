@@ -417,6 +417,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_lr_starts_every_schedule_from_its_initi
                boost::test_tools::tolerance(1e-15));
 }
 
+// torch's hand-over calls step(0); a MultiplicativeLR has no closed form, so it goes on from the lr it finds
+// (the schedule before it at the epoch before its milestone) where every other schedule restarts from
+// initial_lr: so in a SequentialLR, twice in a row, and after a LinearWarmup (a second parameter group:
+// test_param_groups.cpp).
+BOOST_AUTO_TEST_CASE_TEMPLATE(multiplicative_lr_handed_over_goes_on_from_the_lr_it_finds, D, kiln::test::devices) {
+  namespace ko = kiln::optim;
+  const auto constant = [](double f) { return [f](std::int64_t) { return f; }; };
+  {
+    OneParameter<D> o;  // torch: SequentialLR([ExponentialLR(0.5), MultiplicativeLR(0.9), MultiplicativeLR(0.8)], [3, 6])
+    const std::string name = "sequential_multiplicative";
+    ko::SequentialLR sched(schedule(name).at("milestones").get<std::vector<std::int64_t>>(),
+                           ko::ExponentialLR(o.opt, sequence_arg(name, 0, "gamma").get<double>()),
+                           ko::MultiplicativeLR(o.opt, constant(sequence_arg(name, 1, "factor").get<double>())),
+                           ko::MultiplicativeLR(o.opt, constant(sequence_arg(name, 2, "factor").get<double>())));
+    check_sequence(sched, o.opt, schedule(name));
+    sched.set_last_epoch(7);  // resumed past both hand-overs
+    const auto want = schedule(name).at("lr").get<std::vector<double>>();
+    BOOST_TEST(std::abs(o.opt.lr() - want[7]) / want[7] <= rtol);
+  }
+  {
+    OneParameter<D> o;  // torch: SequentialLR([LinearLR(0.25, 1.0, 4), MultiplicativeLR(0.9)], [4])
+    const std::string name = "linear_warmup_multiplicative";
+    ko::LinearWarmup sched(ko::MultiplicativeLR(o.opt, constant(sequence_arg(name, 1, "factor").get<double>())),
+                           sequence_arg(name, 0, "total_iters").get<std::int64_t>(),
+                           sequence_arg(name, 0, "start_factor").get<double>());
+    check_sequence(sched, o.opt, schedule(name));
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(new_schedulers_and_sequential_lr_refuse_with_torchs_words, D,
                               kiln::test::devices) {
   namespace ko = kiln::optim;
