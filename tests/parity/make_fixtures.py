@@ -289,6 +289,16 @@ elementwise_division.json
                           the edges (-2^63 + 1, 2^63 - 1, +-1)
   i_fmod, i_remainder, i_floor_divide   [int]   the same of i and j, int64
 
+losses_k_dim.json
+  torch_version   str
+  cases           {name: {loss_class ("CrossEntropyLoss"/"NLLLoss"), options (as losses.json's), weight
+                  ([float], when options.weight), input (tensor [N, C, d1, ..., dk]: logits, or log_softmax
+                  along 1 for NLLLoss), target (labels {"shape", "values": [int]}, or a probability tensor
+                  of the input's shape), grad_output (tensor of the labels' shape, reduction 'none' only),
+                  loss (a float, or a tensor for 'none'), grad (tensor: the input's gradient)}}
+                  torch's K-dimensional losses: images [2, 4, 3, 5] and sequences [3, 5, 4], with
+                  ignore_index, class weights, label smoothing, sum and 'none', probability targets
+
 lenet.json
   torch_version   str
   layers          str     the seeds' LeNet on [N, 3, 32, 32]
@@ -1599,6 +1609,54 @@ def elementwise_division_fixture():
             "i_floor_divide": torch.floor_divide(i, j).tolist()}
 
 
+def losses_k_dim_fixture():
+    torch.manual_seed(SEED + 10)
+    image = torch.randn(2, 4, 3, 5) * 2.0
+    image_labels = torch.randint(0, 4, (2, 3, 5))
+    image_labels[0, 1, 2] = image_labels[1, 2, 4] = -100
+    sequence = torch.randn(3, 5, 4) * 2.0
+    sequence_labels = torch.randint(0, 5, (3, 4))
+    sequence_labels[2, 0] = 2  # the ignore_index of one case
+    weight4, weight5 = torch.rand(4) + 0.5, torch.rand(5) + 0.5
+    probs = torch.softmax(torch.randn(2, 4, 3, 5), dim=1)
+    specs = [
+        ("image", "CrossEntropyLoss", {}, None, image, image_labels),
+        ("image_sum_smoothing", "CrossEntropyLoss", {"reduction": "sum", "label_smoothing": 0.1}, None, image,
+         image_labels),
+        ("image_weight_smoothing", "CrossEntropyLoss", {"label_smoothing": 0.2}, weight4, image, image_labels),
+        ("image_none", "CrossEntropyLoss", {"reduction": "none"}, None, image, image_labels),
+        ("sequence_ignore_2_weight", "CrossEntropyLoss", {"ignore_index": 2}, weight5, sequence, sequence_labels),
+        ("sequence_none_smoothing", "CrossEntropyLoss", {"reduction": "none", "label_smoothing": 0.1}, None, sequence,
+         sequence_labels),
+        ("image_probabilities", "CrossEntropyLoss", {"label_smoothing": 0.1}, weight4, image, probs),
+        ("image_probabilities_none", "CrossEntropyLoss", {"reduction": "none"}, None, image, probs),
+        ("image_nll", "NLLLoss", {}, weight4, torch.log_softmax(image, dim=1), image_labels),
+        ("sequence_nll_none", "NLLLoss", {"reduction": "none"}, None, torch.log_softmax(sequence, dim=1),
+         sequence_labels),
+    ]
+    cases = {}
+    for name, kind, options, weight, source, target in specs:
+        x = source.detach().clone().requires_grad_(True)
+        loss_fn = getattr(torch.nn, kind)(weight=weight, **options)
+        loss = loss_fn(x, target)
+        case = {"loss_class": kind, "options": loss_options(loss_fn), "input": tensor(x)}
+        if weight is not None:
+            case["weight"] = f32(weight)
+        case["target"] = ({"shape": list(target.shape), "values": target.flatten().tolist()}
+                          if target.dtype == torch.int64 else tensor(target))
+        if loss.dim() == 0:
+            loss.backward()
+            case["loss"] = f32([loss.item()])[0]
+        else:
+            upstream = torch.randn(loss.shape)
+            loss.backward(upstream)
+            case["grad_output"] = tensor(upstream)
+            case["loss"] = tensor(loss)
+        case["grad"] = tensor(x.grad)
+        cases[name] = case
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
 def make_lenet():
     nn = torch.nn
     return nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
@@ -1661,6 +1719,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_pixel_shuffle.json": lambda: layers_pixel_shuffle_fixture(),
             "layers_branches.json": lambda: layers_branches_fixture(),
             "losses.json": lambda: losses_fixture(), "lenet.json": lambda: lenet_fixture(),
+            "losses_k_dim.json": lambda: losses_k_dim_fixture(),
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "elementwise_pow.json": lambda: elementwise_pow_fixture(),
             "elementwise_division.json": lambda: elementwise_division_fixture(),

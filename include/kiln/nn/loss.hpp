@@ -18,6 +18,7 @@
 #include "kiln/expr/reduce.hpp"
 #include "kiln/ops/functors.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/layout.hpp"
 #include "kiln/tensor/tensor.hpp"
 
 namespace kiln::nn {
@@ -671,11 +672,95 @@ double count_kept(const Tensor<std::int64_t, SL, Cpu>& labels, std::int64_t igno
 template <class T, class S, class SL, class D>
 void check_label_rows(const char* who, const char* scores, const Tensor<T, S, D>& x,
                       const Tensor<std::int64_t, SL, D>& labels) {
-  static_assert(S::rank == 2, "kiln::nn: a loss over class labels takes scores [N, C] (logits or log-probabilities)");
+  static_assert(S::rank == 2, "kiln::nn: a loss over class labels takes scores [N, C] or [N, C, d1, ..., dk] "
+                              "(logits or log-probabilities)");
   static_assert(SL::rank == 1, "kiln::nn: a loss over class labels takes labels [N]: class indices (int64)");
   if (labels.size(0) != x.size(0))
     throw ShapeError(std::string(who) + ": " + std::to_string(x.size(0)) + " rows of " + scores + " " +
                      to_string(x.extents()) + " but " + std::to_string(labels.size(0)) + " labels");
+}
+
+// ---- torch's K-dimensional class losses: scores [N, C, d1, ..., dk], labels [N, d1, ..., dk] ----
+
+/// Fails to compile unless labels of shape SL go with scores of shape S [N, C, d1, ..., dk]: [N, d1, ...,
+/// dk], static extents equal.
+template <class S, class SL>
+struct labels_must_drop_the_class_dimension {
+  static constexpr bool value = [] {
+    if constexpr (SL::rank + 1 != S::rank) {
+      return false;
+    } else {
+      for (std::size_t d = 0; d < SL::rank; ++d) {
+        const index_t a = SL::extents[d], b = S::extents[d == 0 ? 0 : d + 1];
+        if (a != dyn && b != dyn && a != b) return false;
+      }
+      return true;
+    }
+  }();
+  // >>> Stopped here? Labels (or a per-element dloss) of class scores [N, C, d1, ..., dk] are [N, d1, ..., dk]. <<<
+  static_assert(value, "kiln::nn: the labels of class scores [N, C, d1, ..., dk] are [N, d1, ..., dk] (the scores' "
+                       "shape without the class dimension), as torch's; see both shapes in "
+                       "kiln::nn::detail::labels_must_drop_the_class_dimension<Scores, Labels>");
+};
+
+/// Checks labels (or an upstream gradient) `l` against scores x [N, C, d1, ..., dk] when run.
+template <class T, class S, class L, class SL, class D>
+void check_label_map(const char* who, const char* what, const Tensor<T, S, D>& x, const Tensor<L, SL, D>& l) {
+  [[maybe_unused]] constexpr bool fits = labels_must_drop_the_class_dimension<S, SL>::value;  // (its own error)
+  kiln::detail::check_same_device(who, x, l);
+  bool same = l.rank == x.rank - 1;
+  for (std::size_t d = 0; same && d < l.rank; ++d) same = l.size(static_cast<int>(d)) == x.size(static_cast<int>(d == 0 ? 0 : d + 1));
+  if (!same)
+    throw ShapeError(std::string(who) + ": scores " + to_string(x.extents()) + " but " + what + " " +
+                     to_string(l.extents()) + "; expected the scores' shape without dimension 1 (the classes)");
+}
+
+/// The layout [N, d1, ..., dk, C] of scores S [N, C, d1, ..., dk] (the class dimension last), and the
+/// permutations there and back.
+template <class S, class I = std::make_index_sequence<S::rank - 2>>
+struct class_last;
+template <class S, std::size_t... I>
+struct class_last<S, std::index_sequence<I...>> {
+  using shape = Shape<S::extents[0], S::extents[I + 2]..., S::extents[1]>;
+  template <class X>
+  static auto from_scores(const X& x) {
+    return kiln::permute<0, static_cast<int>(I + 2)..., 1>(x);
+  }
+  template <class X>
+  static auto to_scores(const X& x) {
+    return kiln::permute<0, static_cast<int>(S::rank) - 1, static_cast<int>(I + 1)...>(x);
+  }
+};
+
+/// Scores x [N, C, d1, ..., dk] as rows [N d1 ... dk, C], the class dimension last (one pass).
+template <class T, class S, class D>
+auto class_last_rows(const Tensor<T, S, D>& x) {
+  using R = Shape<dyn, S::extents[1]>;
+  Extents<R> e;
+  e[0] = 1;
+  for (std::size_t d = 0; d < S::rank; ++d)
+    if (d != 1) e[0] *= x.size(static_cast<int>(d));
+  e[1] = x.size(1);
+  return kiln::eval(class_last<S>::from_scores(x)).template reshape<R>(e);
+}
+
+/// A tensor of labels' (or per-element values') shape [N, d1, ..., dk] as one row each, [N d1 ... dk] (a view).
+template <class L, class SL, class D>
+Tensor<L, Shape<dyn>, D> flat_rows(const Tensor<L, SL, D>& l) {
+  return l.template reshape<Shape<dyn>>(Extents<Shape<dyn>>(l.numel()));
+}
+
+/// Rows [N d1 ... dk, C] back in the scores' layout [N, C, d1, ..., dk] of extents `ext` (one pass).
+template <class T, class S, class SR, class D>
+Tensor<T, S, D> scores_layout(const Tensor<T, SR, D>& rows, const Extents<S>& ext) {
+  using Moved = typename class_last<S>::shape;
+  Extents<Moved> m;
+  m[0] = ext[0];
+  for (std::size_t d = 2; d < S::rank; ++d) m[d - 1] = ext[d];
+  m[S::rank - 1] = ext[1];
+  Tensor<T, S, D> out(ext, kiln::detail::pass_device(rows));
+  out = class_last<S>::to_scores(rows.template reshape<Moved>(m));
+  return out;
 }
 
 /// Checks the class weights and the labels of x for loss `who` (one weight per class, if any; on the
@@ -825,6 +910,76 @@ struct CrossEntropyLoss {
     return gradient(logits, labels, scale, Reduction::sum, dloss.data());
   }
 
+  /// torch's K-dimensional cross entropy: logits [N, C, d1, ..., dk] against labels [N, d1, ..., dk] (a
+  /// class per pixel, as segmentation's), every option as above over the N d1 ... dk positions as rows (a
+  /// mean divides by the positions counted); `unreduced` has the labels' shape, and so has `dloss`. The
+  /// logits are copied once with the classes last, the gradient once back.
+  template <class T, class S, class SL, class D>
+    requires(S::rank > 2)
+  Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) const {
+    detail::check_label_map("kiln::nn::CrossEntropyLoss", "labels", logits, labels);
+    return (*this)(detail::class_last_rows(logits), detail::flat_rows(labels));
+  }
+  template <class T, class S, class SL, class D>
+    requires(S::rank > 2)
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
+                           LossScale scale = {}) const {
+    detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", "labels", logits, labels);
+    return detail::scores_layout(backward(detail::class_last_rows(logits), detail::flat_rows(labels), scale),
+                                 logits.extents());
+  }
+  template <class T, class S, class SL, class D>
+    requires(S::rank > 2)
+  Tensor<compute_t<T>, SL, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) const {
+    detail::check_label_map("kiln::nn::CrossEntropyLoss::unreduced", "labels", logits, labels);
+    return unreduced(detail::class_last_rows(logits), detail::flat_rows(labels)).template reshape<SL>(labels.extents());
+  }
+  template <class T, class S, class SL, class SG, class D>
+    requires(S::rank > 2)
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", "labels", logits, labels);
+    detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", "dloss", logits, dloss);
+    return detail::scores_layout(
+        backward(detail::class_last_rows(logits), detail::flat_rows(labels), detail::flat_rows(dloss), scale),
+        logits.extents());
+  }
+  /// Probability targets of logits [N, C, d1, ..., dk]: the target has the logits' shape (a distribution over
+  /// the classes at each position); as above, the positions as rows (a mean divides by N d1 ... dk).
+  template <class T, class S, detail::probability_element U, class ST, class D>
+    requires(S::rank > 2)
+  Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target) const {
+    check_target_map("kiln::nn::CrossEntropyLoss", logits, target);
+    return (*this)(detail::class_last_rows(logits), detail::class_last_rows(target));
+  }
+  template <class T, class S, detail::probability_element U, class ST, class D>
+    requires(S::rank > 2)
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target, LossScale scale = {}) const {
+    check_target_map("kiln::nn::CrossEntropyLoss::backward", logits, target);
+    return detail::scores_layout(backward(detail::class_last_rows(logits), detail::class_last_rows(target), scale),
+                                 logits.extents());
+  }
+  template <class T, class S, detail::probability_element U, class ST, class D>
+    requires(S::rank > 2)
+  Tensor<compute_t<T>, kiln::detail::remove_axis_t<S, 1>, D> unreduced(const Tensor<T, S, D>& logits,
+                                                                       const Tensor<U, ST, D>& target) const {
+    check_target_map("kiln::nn::CrossEntropyLoss::unreduced", logits, target);
+    using SO = kiln::detail::remove_axis_t<S, 1>;
+    Extents<SO> e;
+    for (std::size_t d = 0; d < SO::rank; ++d) e[d] = logits.size(static_cast<int>(d == 0 ? 0 : d + 1));
+    return unreduced(detail::class_last_rows(logits), detail::class_last_rows(target)).template reshape<SO>(e);
+  }
+  template <class T, class S, detail::probability_element U, class ST, class SG, class D>
+    requires(S::rank > 2)
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    check_target_map("kiln::nn::CrossEntropyLoss::backward", logits, target);
+    detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", "dloss", logits, dloss);
+    return detail::scores_layout(
+        backward(detail::class_last_rows(logits), detail::class_last_rows(target), detail::flat_rows(dloss), scale),
+        logits.extents());
+  }
+
   /// What a mean divides by: the labels [N] (on the host) that are not ignore_index (the sum of their
   /// classes' weights, with weights). DataParallel weighs each replica's share of a batch by it.
   template <class SL>
@@ -873,6 +1028,19 @@ struct CrossEntropyLoss {
  private:
   template <class T>
   compute_t<T> eps() const { return static_cast<compute_t<T>>(label_smoothing); }
+
+  /// Probability targets of K-dimensional logits: the logits' shape, in the type and when run.
+  template <class T, class S, class U, class ST, class D>
+  static void check_target_map(const char* who, const Tensor<T, S, D>& logits, const Tensor<U, ST, D>& target) {
+    static_assert(std::is_same_v<ST, S>,
+                  "kiln::nn::CrossEntropyLoss: a probability target has the logits' shape [N, C, d1, ..., dk] "
+                  "(class labels are int64 [N, d1, ..., dk])");
+    kiln::detail::check_same_device(who, logits, target);
+    if constexpr (std::is_same_v<ST, S>)
+      if (!(target.extents() == logits.extents()))
+        throw ShapeError(std::string(who) + ": logits " + to_string(logits.extents()) + " but target " +
+                         to_string(target.extents()) + "; expected a probability target of the logits' shape");
+  }
 
   void check_smoothing() const {
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // (torch 1.13 checks only > 1)
@@ -1050,6 +1218,39 @@ struct NLLLoss {
     kiln::detail::check_same_device("kiln::nn::NLLLoss::backward", logp, labels);
     detail::check_row_gradient("kiln::nn::NLLLoss::backward", "log-probabilities", logp, dloss);
     return gradient(logp, labels, scale, Reduction::sum, dloss.data());
+  }
+
+  /// torch's K-dimensional NLL: log-probabilities [N, C, d1, ..., dk] against labels [N, d1, ..., dk], the
+  /// positions as rows (CrossEntropyLoss's K-dimensional form has the details).
+  template <class T, class S, class SL, class D>
+    requires(S::rank > 2)
+  Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
+    detail::check_label_map("kiln::nn::NLLLoss", "labels", logp, labels);
+    return (*this)(detail::class_last_rows(logp), detail::flat_rows(labels));
+  }
+  template <class T, class S, class SL, class D>
+    requires(S::rank > 2)
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
+                           LossScale scale = {}) const {
+    detail::check_label_map("kiln::nn::NLLLoss::backward", "labels", logp, labels);
+    return detail::scores_layout(backward(detail::class_last_rows(logp), detail::flat_rows(labels), scale),
+                                 logp.extents());
+  }
+  template <class T, class S, class SL, class D>
+    requires(S::rank > 2)
+  Tensor<compute_t<T>, SL, D> unreduced(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
+    detail::check_label_map("kiln::nn::NLLLoss::unreduced", "labels", logp, labels);
+    return unreduced(detail::class_last_rows(logp), detail::flat_rows(labels)).template reshape<SL>(labels.extents());
+  }
+  template <class T, class S, class SL, class SG, class D>
+    requires(S::rank > 2)
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
+                           const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
+    detail::check_label_map("kiln::nn::NLLLoss::backward", "labels", logp, labels);
+    detail::check_label_map("kiln::nn::NLLLoss::backward", "dloss", logp, dloss);
+    return detail::scores_layout(
+        backward(detail::class_last_rows(logp), detail::flat_rows(labels), detail::flat_rows(dloss), scale),
+        logp.extents());
   }
 
   /// What a mean divides by: the labels [N] (on the host) that are not ignore_index, or their classes'

@@ -274,6 +274,30 @@ BOOST_AUTO_TEST_CASE(models_loss_options_are_torchs_reduction_and_label_smoothin
   BOOST_TEST(any);  // the smoothed gradient reached the parameters
 }
 
+BOOST_AUTO_TEST_CASE(models_segmentation_loss_is_the_rows_loss_of_every_pixel) {
+  // The page's lines on logits [2, 3, 4, 5] and masks [2, 4, 5]: the mean of the pixels' cross entropy,
+  // and its gradient in the logits' layout.
+  const auto pixel_logits = random_batch<Shape<dyn, 3, 4, 5>>(2, 21);
+  std::vector<std::int64_t> m(2 * 4 * 5);
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] = static_cast<std::int64_t>((i * 7) % 3);
+  const auto masks = kiln::test::make_tensor<kiln::Cpu>(m, Extents<Shape<dyn, 4, 5>>(2));
+#include "models.segmentation_loss.inc"
+  const auto l = pixel_logits.to_vector();
+  double want = 0;
+  for (std::size_t n = 0; n < 2; ++n)
+    for (std::size_t p = 0; p < 20; ++p) {
+      const auto at = [&](std::size_t c) { return static_cast<double>(l[(n * 3 + c) * 20 + p]); };
+      double s = 0;
+      for (std::size_t c = 0; c < 3; ++c) s += std::exp(at(c));
+      want += std::log(s) - at(static_cast<std::size_t>(m[n * 20 + p]));
+    }
+  BOOST_TEST(static_cast<double>(loss) == want / 40.0, boost::test_tools::tolerance(1e-5));
+  static_assert(std::is_same_v<decltype(dlogits)::shape_type, Shape<dyn, 3, 4, 5>>);
+  double total = 0;  // each pixel's softmax minus its one-hot sums to 0 over the classes
+  for (float g : dlogits.to_vector()) total += g;
+  BOOST_TEST(total == 0.0, boost::test_tools::tolerance(1e-6));
+}
+
 BOOST_AUTO_TEST_CASE(models_soft_targets_are_the_mean_of_the_rows_cross_entropy) {
   // The page's mixup lines on LeNet: the loss is the mean over the rows of -Σ_j t_j log_softmax_j, and
   // its gradient reaches the parameters.
