@@ -59,6 +59,7 @@ BOOST_AUTO_TEST_CASE(tensors_more_reductions_give_the_values_the_page_shows) {
   BOOST_TEST(both_var.item() == 3.5f, boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(length.item() == std::sqrt(91.0f), boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(row_l1.to_vector() == (std::vector<float>{9, 12}), boost::test_tools::per_element());
+  BOOST_TEST(running.to_vector() == (std::vector<float>{1, 6, 9, 4, 6, 12}), boost::test_tools::per_element());
   // log Σ e^x from x's values, in double.
   const auto xv = x.to_vector();
   const auto lse = row_lse.to_vector();
