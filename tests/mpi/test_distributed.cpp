@@ -492,15 +492,19 @@ BOOST_AUTO_TEST_CASE(rank_zero_writes_the_checkpoint_and_every_rank_loads_it) {
   group.barrier("before removing the checkpoint");
   if (group.is_main()) std::filesystem::remove(path);
 
-  // A write that fails on rank 0 is an error on every rank, naming rank 0 and the cause on rank 0.
+  // A write that fails on rank 0 is an error on every rank, naming rank 0 and the cause (sent from rank 0).
   try {
     ddp.on_main_rank([&] { throw kiln::ValueError("disk full"); }, "writing the checkpoint");
     BOOST_ERROR("no rank may return from a failed checkpoint write");
   } catch (const kiln::parallel::DistributedError& e) {
     const std::string what = e.what();
-    BOOST_TEST(what.find("writing the checkpoint failed on rank 0") != std::string::npos, what);
-    if (group.is_main()) BOOST_TEST(what.find("disk full") != std::string::npos, what);
+    BOOST_TEST(what.find("writing the checkpoint failed on rank 0: ") != std::string::npos, what);
+    BOOST_TEST(what.find("disk full") != std::string::npos, what);
   }
+  // A count below 0 is refused on every rank before any MPI call, as torch's sizes are.
+  float v = 1.0f;
+  BOOST_CHECK_THROW(group.all_reduce_sum(&v, -1, "summing nothing"), kiln::ValueError);
+  BOOST_CHECK_THROW(group.broadcast(&v, -1, 0, "sending nothing"), kiln::ValueError);
   // An exception without a message, or one that is not a std::exception, fails the write too: no rank
   // takes it for a whole file.
   BOOST_CHECK_THROW(ddp.on_main_rank([] { throw std::runtime_error(""); }, "writing the checkpoint"),

@@ -187,10 +187,14 @@ class DistributedDataParallel {
       model_.backward(dy, ready_);  // ready_ starts each bucket's average as its gradients are done
     } catch (...) {
       // Averages already started write into the gradients when they complete: finish them before the
-      // caller (who may zero the gradients and go on) gets the error. Their own failure is secondary.
-      try {
-        group_.wait_all();
-      } catch (...) {
+      // caller (who may zero the gradients and go on) gets the error. Their own failure is secondary;
+      // after a collective failed (a timeout: a peer stopped) the job ends, and waiting again would only
+      // add another whole timeout before the error is seen.
+      if (!group_.failed()) {
+        try {
+          group_.wait_all();
+        } catch (...) {
+        }
       }
       throw;
     }

@@ -200,7 +200,7 @@ class ProcessGroup<Mpi> {
   void broadcast(E* data, index_t count, int root, const std::string& what) {
     main_thread_only(what);
     std::vector<MPI_Request> reqs;
-    for_chunks<E>(count, [&](index_t off, int n) {
+    for_chunks<E>(count, what, [&](index_t off, int n) {
       reqs.push_back(MPI_REQUEST_NULL);
       check(MPI_Ibcast(data + off, n, detail::mpi_type<E>(), root, comm_, &reqs.back()), what);
     });
@@ -235,24 +235,33 @@ class ProcessGroup<Mpi> {
   void all_reduce_sum(E* data, index_t count, const std::string& what) {
     main_thread_only(what);
     std::vector<MPI_Request> reqs;
-    for_chunks<E>(count, [&](index_t off, int n) {
+    for_chunks<E>(count, what, [&](index_t off, int n) {
       reqs.push_back(MPI_REQUEST_NULL);
       check(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, detail::mpi_type<E>(), MPI_SUM, comm_, &reqs.back()), what);
     });
     wait(reqs.data(), static_cast<int>(reqs.size()), what);
   }
   /// Every rank says whether its part of `what` went well ("" or what went wrong); if any rank failed,
-  /// every rank throws DistributedError naming the ranks that failed (and the reason, on those).
+  /// every rank throws DistributedError naming the ranks that failed and the reason: its own on a rank
+  /// that failed, the first failing rank's on the others (broadcast from there).
   void agree(const std::string& problem, const std::string& what) {
     const auto ok = all_gather(std::int64_t{problem.empty() ? 1 : 0}, what);
     std::string bad;
+    int first = -1;
     for (int r = 0; r < size_; ++r)
-      if (!ok[static_cast<std::size_t>(r)]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+      if (!ok[static_cast<std::size_t>(r)]) {
+        bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+        if (first < 0) first = r;
+      }
     if (bad.empty()) return;
+    std::int64_t length = rank_ == first ? static_cast<std::int64_t>(problem.size()) : 0;
+    broadcast(&length, 1, first, what);
+    std::string reason = rank_ == first ? problem : std::string(static_cast<std::size_t>(length), '\0');
+    broadcast(reason.data(), length, first, what);
     agreed_unwinding_ = std::uncaught_exceptions() + 1;  // every rank throws this one: no abort for it
+    const std::string& why = problem.empty() ? reason : problem;
     throw DistributedError(detail::rank_prefix(rank_, size_) + what + " failed on rank" +
-                           (bad.find(',') == std::string::npos ? " " : "s ") + bad +
-                           (problem.empty() ? "" : ": " + problem));
+                           (bad.find(',') == std::string::npos ? " " : "s ") + bad + (why.empty() ? "" : ": " + why));
   }
 
   /// Starts averaging `count` elements at `data` (host memory) over the ranks, in place: scaled by
@@ -267,7 +276,7 @@ class ProcessGroup<Mpi> {
       auto bucket = Tensor<E, Shape<dyn>, Cpu>::from_blob(data, Extents<Shape<dyn>>(count));
       kiln::assign(bucket, bucket * (E(1) / static_cast<E>(size_)));
     }
-    for_chunks<E>(count, [&](index_t off, int n) {
+    for_chunks<E>(count, what, [&](index_t off, int n) {
       pending_.push_back(MPI_REQUEST_NULL);
       pending_what_.push_back(what);
       check(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, detail::mpi_type<E>(), MPI_SUM, comm_, &pending_.back()), what);
@@ -336,7 +345,10 @@ class ProcessGroup<Mpi> {
   /// MPI counts are int: calls f(offset, n) for chunks of at most 2^30 bytes of E (Open MPI before 4.1.3
   /// computed count x extent in an int in its non-blocking reductions: chunks under 2^31 bytes are safe).
   template <class E, class F>
-  static void for_chunks(index_t count, F&& f) {
+  void for_chunks(index_t count, const std::string& what, F&& f) const {
+    if (count < 0)
+      throw ValueError(detail::rank_prefix(rank_, size_) + what + ": a count of " + std::to_string(count) +
+                       " elements; expected 0 or more");
     constexpr index_t chunk = (index_t{1} << 30) / static_cast<index_t>(sizeof(E));
     for (index_t off = 0; off < count; off += chunk) f(off, static_cast<int>(std::min(chunk, count - off)));
   }

@@ -9,6 +9,9 @@
 // launch check's error at once (rank 0 does not wait for rank 1 until its timeout).
 // `different_counts`: at step 3 the ranks sum a metric vector of different lengths (4 values on rank 0,
 // 1000 on rank 1): rank 0's request fails with MPI_ERR_TRUNCATE, which it names, and the job ends at once.
+// `hang_in_backward`: a net with SyncBatchNorm and a bucket per parameter; at step 3 rank 1 runs the forward
+// and stops before the backward: rank 0's SyncBatchNorm backward times out while the last layer's average
+// is in flight, and rank 0 ends after one timeout, not two (it does not wait for that average again).
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -30,9 +33,9 @@ using Row = kiln::Shape<kiln::dyn, 13>;
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "kill" && mode != "hang" && mode != "throw" && mode != "throw_after_agreed" &&
-      mode != "bad_env_on_one_rank" && mode != "different_counts") {
+      mode != "bad_env_on_one_rank" && mode != "different_counts" && mode != "hang_in_backward") {
     std::fprintf(stderr,
-                 "usage: %s kill|hang|throw|throw_after_agreed|bad_env_on_one_rank|different_counts "
+                 "usage: %s kill|hang|throw|throw_after_agreed|bad_env_on_one_rank|different_counts|hang_in_backward "
                  "[group timeout in s]\n",
                  argv[0]);
     return 2;
@@ -43,6 +46,34 @@ int main(int argc, char** argv) {
   try {
     const int timeout_s = argc > 2 ? std::stoi(argv[2]) : 2;
     kiln::parallel::ProcessGroup<kiln::Mpi> group({.timeout = std::chrono::seconds(timeout_s)});
+    if (mode == "hang_in_backward") {
+      using SyncMlp = knn::Sequential<knn::Linear<13, 16>, knn::SyncBatchNorm<16>, knn::ReLU, knn::Linear<16, 1>>;
+      kiln::parallel::DistributedDataParallel<SyncMlp, Row, kiln::Mpi> ddp(
+          group, 0, {.bucket_cap_mb = 1e-6, .first_bucket_mb = 1e-6});
+      kiln::Tensor<float, Row> x(kiln::Extents<Row>(8));
+      kiln::Tensor<float, kiln::Shape<kiln::dyn, 1>> y(kiln::Extents<kiln::Shape<kiln::dyn, 1>>(8));
+      x.fill(0.5f);
+      y.fill(1.0f);
+      knn::MSELoss mse;
+      for (int step = 0; step < 100; ++step) {
+        const auto out = ddp.forward(x);
+        if (group.rank() == 1 && step == 3) {
+          std::printf("rank 1: stopping before the backward of step 3\n");
+          std::fflush(stdout);
+          std::this_thread::sleep_for(std::chrono::minutes(10));
+        }
+        const auto started = std::chrono::steady_clock::now();
+        try {
+          ddp.backward(mse.backward(out, y));
+        } catch (const std::exception& e) {
+          const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+          std::fprintf(stderr, "rank %d: the backward failed after %.1f s of a %d s timeout: %s\n", group.rank(),
+                       waited, timeout_s, e.what());
+          throw;
+        }
+      }
+      return 0;
+    }
     kiln::parallel::DistributedDataParallel<Mlp, Row, kiln::Mpi> ddp(group, 0);
     if (mode == "throw_after_agreed") {
       try {
