@@ -36,7 +36,9 @@ struct DropoutApply {
   KILN_HOST_DEVICE void operator()(index_t i) const {
     const index_t draw = PerChannel ? i / plane : i;
     const bool keep = uniform_at(seed, call, static_cast<std::uint64_t>(draw)) >= p;
-    out[i] = from_compute<T>(keep ? to_compute(in[i]) * static_cast<compute_t<T>>(1.0f / (1.0f - p)) : compute_t<T>(0));
+    // The scale 1 / (1 - p) in double, then in the compute type: a float64 model gets its float64 value.
+    const auto scale = static_cast<compute_t<T>>(1.0 / (1.0 - static_cast<double>(p)));
+    out[i] = from_compute<T>(keep ? to_compute(in[i]) * scale : compute_t<T>(0));
   }
   /// in read, out written; the draw (a few integer mixes, counted as one), the comparison and the scale.
   Traffic traffic(index_t n) const { return {2 * kiln::detail::bytes_of<T>(n), 3 * static_cast<std::uint64_t>(n)}; }
