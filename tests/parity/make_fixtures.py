@@ -270,6 +270,12 @@ layers_softmax_dims.json
                   log_softmax_middle_of_three      LogSoftmax(dim=-2), [2, 4, 3]
                   softmax_batch                    Softmax(dim=0), [3, 4]
 
+layers_sequence.json
+  torch_version   str
+  cases           as in layers.json: Linear over the last dimension of a rank-3 and a rank-4 input
+                  linear_sequence          Linear(6, 4), [2, 5, 6]
+                  linear_rank4_no_bias     Linear(6, 3, bias=False), [3, 2, 4, 6]
+
 elementwise_pow.json
   torch_version   str
   input_bits      [int]   float32 inputs as their bit patterns (JSON has no NaN, inf or -0.): 500 drawn
@@ -1194,6 +1200,16 @@ def layers_softmax_dims_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def layers_sequence_fixture():
+    """Linear over the last dimension of inputs of rank 3 and 4 (torch's [N, *, in_features])."""
+    nn = torch.nn
+    cases = [
+        layer_case("linear_sequence", lambda: nn.Linear(6, 4), (2, 5, 6), 1301),
+        layer_case("linear_rank4_no_bias", lambda: nn.Linear(6, 3, bias=False), (3, 2, 4, 6), 1302),
+    ]
+    return {"torch_version": torch.__version__, "cases": cases}
+
+
 def layers_instance_norm_fixture():
     """InstanceNorm2d without and with drawn affine parameters (eps 1e-3), and InstanceNorm1d with them."""
     nn = torch.nn
@@ -1715,6 +1731,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "layers_padding_same.json": lambda: layers_padding_same_fixture(),
             "layers_activations.json": lambda: layers_activations_fixture(),
             "layers_softmax_dims.json": lambda: layers_softmax_dims_fixture(),
+            "layers_sequence.json": lambda: layers_sequence_fixture(),
             "layers_instance_norm.json": lambda: layers_instance_norm_fixture(),
             "layers_pixel_shuffle.json": lambda: layers_pixel_shuffle_fixture(),
             "layers_branches.json": lambda: layers_branches_fixture(),

@@ -14,6 +14,7 @@
 #include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/layout.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -26,7 +27,9 @@
 namespace kiln::nn {
 
 /// A fully connected layer with In inputs and Out outputs (bias optional).
-/// Shapes: [N, In] -> [N, Out]. Parameters: weight [Out, In], bias [Out] (PyTorch's names and layout).
+/// Shapes: [N, In] -> [N, Out], and as torch's over the last dimension of any rank: [N, *, In] -> [N, *,
+/// Out] (a sequence [N, L, In]: each position's features; the leading dimensions are the GEMM's rows).
+/// Parameters: weight [Out, In], bias [Out] (PyTorch's names and layout).
 /// Initialisation: PyTorch's (weight and bias U(-1/sqrt(In), 1/sqrt(In))).
 /// Example:
 ///   using Net = kiln::nn::Sequential<kiln::nn::Linear<13, 16>, kiln::nn::ReLU, kiln::nn::Linear<16, 1>>;
@@ -35,15 +38,25 @@ struct Linear {
   static_assert(In > 0 && Out > 0, "kiln::nn::Linear<In, Out>: feature counts must be positive");
 
   template <class S>
-  static constexpr bool accepts = S::rank == 2 && (S::extents[1] == In || S::extents[1] == dyn);
+  static constexpr bool accepts = S::rank >= 2 && (S::extents[S::rank - 1] == In || S::extents[S::rank - 1] == dyn);
   template <class S>
-  using output = Shape<S::extents[0], Out>;
-  /// What it takes where it is given S (for the error): [N, In].
+  using output = typename kiln::detail::with_extent<S, S::rank - 1, Out>::type;
+  /// What it takes where it is given S (for the error): S with In features last, [N, In] below rank 2.
   template <class S>
-  using expects = typename detail::with_channels<S, 2, In>::type;
+  using expects = typename std::conditional_t<(S::rank >= 2), kiln::detail::with_extent<S, S::rank - 1, In>,
+                                              detail::with_channels<S, 2, In>>::type;
+
+  /// The layer over rows [N, In] (S of rank 2).
+  template <class S, class P>
+  class rows_module;
+  /// The layer over [N, *, In]: the rows module on the leading dimensions' product (views, no copies).
+  template <class S, class P>
+  class leading_module;
+  template <class S, class P>
+  using module = std::conditional_t<S::rank == 2, rows_module<S, P>, leading_module<S, P>>;
 
   template <class S, class P>
-  class module : public detail::WeightAndBias<P, Out, In, Out, Bias> {
+  class rows_module : public detail::WeightAndBias<P, Out, In, Out, Bias> {
     using base = detail::WeightAndBias<P, Out, In, Out, Bias>;
 
    public:
@@ -213,6 +226,67 @@ struct Linear {
 #endif
     Tensor<T, S, D> x_;                 // saved input (training only)
     Tensor<T, output_shape, D> saved_;  // the fused activation's output or input (training only)
+  };
+
+  template <class S, class P>
+  class leading_module : public rows_module<Shape<dyn, S::extents[S::rank - 1]>, P> {
+    using Rows = Shape<dyn, S::extents[S::rank - 1]>;
+    using base = rows_module<Rows, P>;
+
+   public:
+    using typename base::D;
+    using typename base::T;
+    using input_shape = S;
+    using output_shape = output<S>;
+    static constexpr bool fuses_epilogue = true;
+
+    /// y = x Wᵀ + b over the last dimension  // [N, *, In] -> [N, *, Out]
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      return forward_fused<epilogue::Identity>(x, ctx);
+    }
+    /// The rows' backward, in x's shape  // [N, *, Out] -> [N, *, In]
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      return backward_fused<epilogue::Identity>(dy, input_grad);
+    }
+    template <class E>
+    Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
+      if constexpr (S::extents[S::rank - 1] == dyn)
+        if (x.size(-1) != In)
+          throw ShapeError("kiln::nn::Linear<" + std::to_string(In) + ", " + std::to_string(Out) + ">: input " +
+                           to_string(x.extents()) + " has " + std::to_string(x.size(-1)) + " features last, expected " +
+                           std::to_string(In));
+      const auto y = base::template forward_fused<E>(as_rows(x), ctx);
+      return y.template reshape<output_shape>(with_last<output_shape>(x.extents(), Out));
+    }
+    template <class E>
+    Tensor<T, S, D> backward_fused(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      auto dx = base::template backward_fused<E>(as_rows(dy), input_grad);
+      if (!input_grad) return Tensor<T, S, D>();
+      return dx.template reshape<S>(with_last<S>(dy.extents(), In));
+    }
+
+   private:
+    /// x [N, *, F] as rows [N * ..., F] (a view).
+    template <class X>
+    static auto as_rows(const X& x) {
+      using R = Shape<dyn, X::shape_type::extents[X::shape_type::rank - 1]>;
+      Extents<R> e;
+      e[1] = x.size(-1);
+      e[0] = e[1] == 0 ? 0 : x.numel() / e[1];
+      if (e[1] == 0) {  // (no features: the rows are the leading extents' product)
+        e[0] = 1;
+        for (int d = 0; d + 1 < static_cast<int>(X::shape_type::rank); ++d) e[0] *= x.size(d);
+      }
+      return x.template reshape<R>(e);
+    }
+    /// ext's leading extents with `last` features, as Extents of R.
+    template <class R, class From>
+    static Extents<R> with_last(const From& ext, index_t last) {
+      Extents<R> e;
+      for (std::size_t d = 0; d + 1 < R::rank; ++d) e[d] = ext[d];
+      e[R::rank - 1] = last;
+      return e;
+    }
   };
 };
 

@@ -1,4 +1,4 @@
-// Layer gradients: every backward (Linear with and without bias, ReLU, Sigmoid, Tanh, SiLU, LeakyReLU,
+// Layer gradients: every backward (Linear with and without bias, on rows and over leading dimensions, ReLU, Sigmoid, Tanh, SiLU, LeakyReLU,
 // ELU, Flatten, a whole Sequential, MSELoss mean, sum and unreduced) matches central finite differences
 // in float64, w.r.t. the input and every parameter of the model's arena (perturbed through a host copy).
 // torch's values at 0 and NaN for ReLU, LeakyReLU and ELU; the names in a summary.
@@ -15,6 +15,7 @@
 #include "support/model_gradcheck.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
+#include "support/throws.hpp"
 
 namespace {
 using kiln::dyn;
@@ -293,6 +294,39 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unreduced_losses_of_16_bit_operands_are_fp32, D, k
   // As autocast runs mse_loss and cross_entropy in fp32: the terms are float, the gradients the operands' type.
   check_unreduced_16_bit<kiln::half, D>();
   check_unreduced_16_bit<kiln::bfloat16, D>();
+}
+
+// Linear over the last dimension of [N, L, F] and [N, A, B, F] (torch's [N, *, in_features]), fused with the
+// activation after it as on rows: float64 finite differences, and the same values as the rows' model on
+// the input reshaped to [N L, F] (the same parameters, the leading dimensions are rows).
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_over_leading_dimensions_is_the_rows_linear, D, kt::devices) {
+  using Seq = knn::Sequential<knn::Linear<6, 5>, knn::ReLU, knn::Linear<5, 4, false>, knn::Tanh, knn::Linear<4, 3>>;
+  static_assert(std::is_same_v<Seq::output<Shape<dyn, 7, 6>>, Shape<dyn, 7, 3>>);
+  static_assert(std::is_same_v<knn::Linear<6, 5>::output<Shape<2, dyn, 3, 6>>, Shape<2, dyn, 3, 5>>);
+  check_model_gradients<Seq, Shape<dyn, 4, 6>, D>(Extents<Shape<dyn, 4, 6>>(3), -2, 2, 0.05, 91);
+  check_model_gradients<Seq, Shape<dyn, 2, 3, 6>, D>(Extents<Shape<dyn, 2, 3, 6>>(2), -2, 2, 0.05, 92);
+
+  knn::Model<Seq, Shape<dyn, 4, 6>, kiln::Policy<kiln::Fp32, D>> seq(5);
+  knn::Model<Seq, Shape<dyn, 6>, kiln::Policy<kiln::Fp32, D>> rows(5);
+  BOOST_TEST(seq.parameters().to_vector() == rows.parameters().to_vector(), boost::test_tools::per_element());
+  const auto xv = kt::random_values<float>(3 * 4 * 6, -1, 1, 93);
+  const auto y = seq.forward(kt::make_tensor<D>(xv, Extents<Shape<dyn, 4, 6>>(3)));
+  const auto yr = rows.forward(kt::make_tensor<D>(xv, Extents<Shape<dyn, 6>>(12)));
+  BOOST_TEST(y.size(0) == 3);
+  BOOST_TEST(y.size(1) == 4);
+  BOOST_TEST(y.to_vector() == yr.to_vector(), boost::test_tools::per_element());
+  const auto dyv = kt::random_values<float>(3 * 4 * 3, -1, 1, 94);
+  const auto dx = seq.backward_input(kt::make_tensor<D>(dyv, Extents<Shape<dyn, 4, 3>>(3)));
+  const auto dxr = rows.backward_input(kt::make_tensor<D>(dyv, Extents<Shape<dyn, 3>>(12)));
+  static_assert(std::is_same_v<typename decltype(dx)::shape_type, Shape<dyn, 4, 6>>);
+  BOOST_TEST(dx.to_vector() == dxr.to_vector(), boost::test_tools::per_element());
+  BOOST_TEST(seq.gradients().to_vector() == rows.gradients().to_vector(), boost::test_tools::per_element());
+  // A dynamic feature count that is not In: a ShapeError naming the input's shape.
+  knn::Model<knn::Sequential<knn::Linear<6, 2>>, Shape<dyn, 4, dyn>, kiln::Policy<kiln::Fp32, D>> loose(1);
+  Tensor<float, Shape<dyn, 4, dyn>, D> wrong(Extents<Shape<dyn, 4, dyn>>(2, 5));
+  wrong.fill(0.0f);
+  BOOST_TEST(kt::throws_with<kiln::ShapeError>([&] { (void)loose.forward(wrong); },
+                                                "kiln::nn::Linear<6, 2>: input [2, 4, 5] has 5 features last, expected 6"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

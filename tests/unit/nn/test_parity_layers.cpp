@@ -3,7 +3,7 @@
 // and a whole LeNet (tests/parity/fixtures/layers.json, layers_strided.json, layers_pool_modes.json,
 // layers_conv_modes.json, layers_padding.json, layers_padding_same.json, layers_upsample.json,
 // layers_conv_transpose.json, layers_activations.json, layers_softmax_dims.json, layers_instance_norm.json,
-// layers_pixel_shuffle.json, layers_branches.json, losses.json, lenet.json, written by
+// layers_pixel_shuffle.json, layers_branches.json, layers_sequence.json, losses.json, lenet.json, written by
 // tests/parity/make_fixtures.py with torch 1.13): the same weights and inputs give the same outputs, input
 // gradients and parameter gradients, and LeNet the same parameters after three steps of SGD (momentum) and of
 // Adam, within 1e-5 relative in fp32 (relative to each element, floored at 1% of its tensor's scale:
@@ -331,6 +331,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_along_other_dimensions_matches_pytorch, D,
   check_layer<knn::LogSoftmax<-2>, Shape<dyn, 4, 3>, D>("log_softmax_middle_of_three", f, 10.0);
   check_layer<knn::Softmax<0>, Shape<dyn, 4>, D>("softmax_batch", f, 10.0);
   BOOST_TEST(fixture(f).at("cases").size() == 5u);  // every case of the file is checked
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_over_the_last_dimension_matches_pytorch, D, kiln::test::devices) {
+  // layers_sequence.json: torch's Linear on [N, *, in_features], a sequence [2, 5, 6] and a rank-4 input
+  // without bias: output, input gradient, weight and bias gradients.
+  const std::string f = "layers_sequence.json";
+  check_layer<knn::Linear<6, 4>, Shape<dyn, 5, 6>, D>("linear_sequence", f);
+  check_layer<knn::Linear<6, 3, false>, Shape<dyn, 2, 4, 6>, D>("linear_rank4_no_bias", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 2u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(padding_same_with_an_even_span_matches_pytorch, D, kiln::test::devices) {
