@@ -272,9 +272,12 @@ layers_softmax_dims.json
 
 layers_sequence.json
   torch_version   str
-  cases           as in layers.json: Linear over the last dimension of a rank-3 and a rank-4 input
+  cases           as in layers.json: Linear over the last dimension of a rank-3 and a rank-4 input; PReLU
                   linear_sequence          Linear(6, 4), [2, 5, 6]
                   linear_rank4_no_bias     Linear(6, 3, bias=False), [3, 2, 4, 6]
+                  prelu                    PReLU(), [4, 5]
+                  prelu_channels           PReLU(3) with slopes [0.1, -0.5, 2], [2, 3, 4, 5]
+                  prelu_features           PReLU(4) with slopes [0.3, 0, 1, -1.5], [5, 4]
 
 elementwise_pow.json
   torch_version   str
@@ -1200,12 +1203,23 @@ def layers_softmax_dims_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def with_weight(module, values):
+    """module with its weight set to values (a PReLU's slopes other than its init)."""
+    with torch.no_grad():
+        module.weight.copy_(torch.tensor(values))
+    return module
+
+
 def layers_sequence_fixture():
-    """Linear over the last dimension of inputs of rank 3 and 4 (torch's [N, *, in_features])."""
+    """Linear over the last dimension of inputs of rank 3 and 4 (torch's [N, *, in_features]), and PReLU
+    with one slope, a slope per channel of [N, C, H, W] and per feature of [N, F]."""
     nn = torch.nn
     cases = [
         layer_case("linear_sequence", lambda: nn.Linear(6, 4), (2, 5, 6), 1301),
         layer_case("linear_rank4_no_bias", lambda: nn.Linear(6, 3, bias=False), (3, 2, 4, 6), 1302),
+        layer_case("prelu", lambda: nn.PReLU(), (4, 5), 1303),
+        layer_case("prelu_channels", lambda: with_weight(nn.PReLU(3), [0.1, -0.5, 2.0]), (2, 3, 4, 5), 1304),
+        layer_case("prelu_features", lambda: with_weight(nn.PReLU(4), [0.3, 0.0, 1.0, -1.5]), (5, 4), 1305),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

@@ -21,6 +21,7 @@
 #include "kiln/nn/padding.hpp"
 #include "kiln/nn/pixel_shuffle.hpp"
 #include "kiln/nn/pool.hpp"
+#include "kiln/nn/prelu.hpp"
 #include "kiln/nn/residual.hpp"
 #include "kiln/nn/sequential.hpp"
 #include "kiln/nn/softmax.hpp"

@@ -1,4 +1,4 @@
-// Layer gradients: every backward (Linear with and without bias, on rows and over leading dimensions, ReLU, Sigmoid, Tanh, SiLU, LeakyReLU,
+// Layer gradients: every backward (Linear with and without bias, on rows and over leading dimensions, PReLU, ReLU, Sigmoid, Tanh, SiLU, LeakyReLU,
 // ELU, Flatten, a whole Sequential, MSELoss mean, sum and unreduced) matches central finite differences
 // in float64, w.r.t. the input and every parameter of the model's arena (perturbed through a host copy).
 // torch's values at 0 and NaN for ReLU, LeakyReLU and ELU; the names in a summary.
@@ -327,6 +327,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(linear_over_leading_dimensions_is_the_rows_linear,
   wrong.fill(0.0f);
   BOOST_TEST(kt::throws_with<kiln::ShapeError>([&] { (void)loose.forward(wrong); },
                                                 "kiln::nn::Linear<6, 2>: input [2, 4, 5] has 5 features last, expected 6"));
+}
+
+// PReLU: one slope and a slope per channel of [N, C, H, W] and per feature, drawn in [-1.5, 1.5): float64
+// finite differences for the input and the slopes (inputs away from the kink at 0).
+BOOST_AUTO_TEST_CASE_TEMPLATE(prelu_backward_matches_numeric, D, kt::devices) {
+  check_model_gradients<knn::Sequential<knn::Linear<4, 5>, knn::PReLU<>, knn::Linear<5, 3>>, Shape<dyn, 4>, D>(
+      Extents<Shape<dyn, 4>>(3), -2, 2, 0.05, 95, /*drawn_parameters=*/true);
+  check_model_gradients<knn::Sequential<knn::PReLU<3>>, Shape<dyn, 3, 2, 2>, D>(Extents<Shape<dyn, 3, 2, 2>>(2), -2, 2,
+                                                                                 0.05, 96, /*drawn_parameters=*/true);
+  check_model_gradients<knn::Sequential<knn::Linear<3, 4>, knn::PReLU<4>>, Shape<dyn, 3>, D>(
+      Extents<Shape<dyn, 3>>(5), -2, 2, 0.05, 97, /*drawn_parameters=*/true);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -333,13 +333,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_along_other_dimensions_matches_pytorch, D,
   BOOST_TEST(fixture(f).at("cases").size() == 5u);  // every case of the file is checked
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(linear_over_the_last_dimension_matches_pytorch, D, kiln::test::devices) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(linear_over_the_last_dimension_and_prelu_match_pytorch, D, kiln::test::devices) {
   // layers_sequence.json: torch's Linear on [N, *, in_features], a sequence [2, 5, 6] and a rank-4 input
   // without bias: output, input gradient, weight and bias gradients.
   const std::string f = "layers_sequence.json";
   check_layer<knn::Linear<6, 4>, Shape<dyn, 5, 6>, D>("linear_sequence", f);
   check_layer<knn::Linear<6, 3, false>, Shape<dyn, 2, 4, 6>, D>("linear_rank4_no_bias", f);
-  BOOST_TEST(fixture(f).at("cases").size() == 2u);  // every case of the file is checked
+  // PReLU: one slope (torch's init 0.25), a slope per channel of [N, C, H, W] and per feature of [N, F]
+  // (slopes of both signs and 0), output, input gradient and the slopes' gradients.
+  check_layer<knn::PReLU<>, Shape<dyn, 5>, D>("prelu", f);
+  check_layer<knn::PReLU<3>, Shape<dyn, 3, 4, 5>, D>("prelu_channels", f);
+  check_layer<knn::PReLU<4>, Shape<dyn, 4>, D>("prelu_features", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 5u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(padding_same_with_an_even_span_matches_pytorch, D, kiln::test::devices) {

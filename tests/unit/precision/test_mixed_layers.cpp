@@ -176,6 +176,13 @@ BOOST_AUTO_TEST_CASE(linear_with_the_later_activations) {
       batch<24>(9), 64);
 }
 
+BOOST_AUTO_TEST_CASE(linear_over_a_sequence_and_prelu) {
+  // Linear over [N, L, F] (the rows' GEMM on views) and PReLU, one slope and one per channel.
+  check_both<knn::Sequential<knn::Linear<24, 16>, knn::PReLU<>, knn::Linear<16, 8>>, Shape<dyn, 5, 24>, D>(
+      batch<5, 24>(3), 65);
+  check_both<knn::Sequential<knn::Conv2d<2, 3, 3>, knn::PReLU<3>>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 66);
+}
+
 BOOST_AUTO_TEST_CASE(conv2d_with_stride_padding_and_activation) {
   check_both<knn::Sequential<knn::Conv2d<2, 3, 3>>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 7);
   check_both<knn::Sequential<knn::Conv2d<2, 3, 3, 2, 1>, knn::ReLU>, Shape<dyn, 2, 9, 9>, D>(batch<2, 9, 9>(3), 8);
