@@ -279,6 +279,12 @@ layers_sequence.json
                   prelu_channels           PReLU(3) with slopes [0.1, -0.5, 2], [2, 3, 4, 5]
                   prelu_features           PReLU(4) with slopes [0.3, 0, 1, -1.5], [5, 4]
 
+init.json
+  torch_version   str
+  gains           [{nonlinearity: str, param: float or null, gain: float}]   torch.nn.init.calculate_gain
+  fans            [{shape: [int], fan_in: int, fan_out: int}]   torch.nn.init._calculate_fan_in_and_fan_out
+                  (Linear's and Conv2d's weight shapes, a grouped and a transposed convolution's)
+
 elementwise_pow.json
   torch_version   str
   input_bits      [int]   float32 inputs as their bit patterns (JSON has no NaN, inf or -0.): 500 drawn
@@ -1687,6 +1693,21 @@ def losses_k_dim_fixture():
     return {"torch_version": torch.__version__, "cases": cases}
 
 
+def init_fixture():
+    init = torch.nn.init
+    names = ["linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+             "sigmoid", "tanh", "relu", "leaky_relu", "selu"]
+    gains = [{"nonlinearity": n, "param": None, "gain": init.calculate_gain(n)} for n in names]
+    gains += [{"nonlinearity": "leaky_relu", "param": p, "gain": init.calculate_gain("leaky_relu", p)}
+              for p in (0.2, 0.0, 5.0 ** 0.5)]
+    shapes = [[120, 400], [10, 84], [6, 3, 5, 5], [16, 6, 5, 5], [8, 2, 3, 3], [4, 6, 3, 3]]
+    fans = []
+    for shape in shapes:
+        fan_in, fan_out = init._calculate_fan_in_and_fan_out(torch.empty(*shape))
+        fans.append({"shape": shape, "fan_in": fan_in, "fan_out": fan_out})
+    return {"torch_version": torch.__version__, "gains": gains, "fans": fans}
+
+
 def make_lenet():
     nn = torch.nn
     return nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
@@ -1754,6 +1775,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "elementwise_pow.json": lambda: elementwise_pow_fixture(),
             "elementwise_division.json": lambda: elementwise_division_fixture(),
+            "init.json": lambda: init_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}
 
 

@@ -12,6 +12,7 @@
 #include "kiln/nn/gelu.hpp"
 #include "kiln/nn/groupnorm.hpp"
 #include "kiln/nn/identity.hpp"
+#include "kiln/nn/init.hpp"
 #include "kiln/nn/instancenorm.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/layernorm.hpp"

@@ -274,6 +274,30 @@ BOOST_AUTO_TEST_CASE(models_loss_options_are_torchs_reduction_and_label_smoothin
   BOOST_TEST(any);  // the smoothed gradient reached the parameters
 }
 
+BOOST_AUTO_TEST_CASE(models_init_loop_draws_every_weight_and_zeros_every_bias) {
+  kiln::nn::Model<LeNetNet, Image> model(0);
+  const auto before = model.parameters().to_vector();
+#include "models.init.inc"
+  const auto after = model.parameters().to_vector();
+  for (const auto& p : model.named_parameters()) {
+    double sq = 0;
+    bool changed = false;
+    for (kiln::index_t i = p.offset; i < p.offset + p.count; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      sq += static_cast<double>(after[k]) * after[k];
+      changed = changed || after[k] != before[k];
+    }
+    if (p.shape.size() >= 2) {  // He's std sqrt(2 / fan_out), fan_out = out · k...
+      double fan_out = static_cast<double>(p.shape[0]);
+      for (std::size_t d = 2; d < p.shape.size(); ++d) fan_out *= static_cast<double>(p.shape[d]);
+      BOOST_TEST(changed, p.name);
+      BOOST_TEST(std::sqrt(sq / static_cast<double>(p.count)) == std::sqrt(2.0 / fan_out), boost::test_tools::tolerance(0.2));
+    } else {
+      BOOST_TEST(sq == 0.0, p.name);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(models_segmentation_loss_is_the_rows_loss_of_every_pixel) {
   // The page's lines on logits [2, 3, 4, 5] and masks [2, 4, 5]: the mean of the pixels' cross entropy,
   // and its gradient in the logits' layout.
