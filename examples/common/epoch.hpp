@@ -3,6 +3,7 @@
 // optimizer step through the GradScaler every `accumulate` micro-batches (and after the last), the
 // progress bar.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -195,14 +196,29 @@ void start_outputs(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>&
 }
 #endif
 
+/// Whether every loss in an epoch's `fields` (the keys ending in "_loss") is a finite number.
+inline bool losses_finite(const nlohmann::json& fields) {
+  for (const auto& [key, value] : fields.items())
+    if (key.size() >= 5 && key.compare(key.size() - 5, 5, "_loss") == 0 &&
+        (!value.is_number() || !std::isfinite(value.get<double>())))
+      return false;
+  return true;
+}
+
 /// What every epoch ends with: one JSON line in o.metrics (`fields` — the epoch's losses and test metric,
 /// and the lr it trained with where a schedule has moved the optimizer's on since — plus epoch, lr,
 /// samples/s, seconds, loss scale and skipped steps; a fresh run's first line replaces the file) and, with
 /// o.checkpoint, the training state written atomically with `extra` metadata (also when the metrics line
-/// could not be written: the error comes after, and the epoch's training is kept).
+/// could not be written: the error comes after, and the epoch's training is kept). An epoch whose loss is
+/// not finite (the run diverged) writes no checkpoint: the last finite epoch's file stays, and a line on
+/// stderr says so.
 template <class Trained, class Optimizer, class Scaler>
 void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const Scaler& scaler, int epoch,
                   const EpochResult& e, nlohmann::json fields, const ExtraMetadata& extra = {}) {
+  const bool keep = !o.checkpoint.empty() && losses_finite(fields);
+  if (!o.checkpoint.empty() && !keep)
+    std::fprintf(stderr, "epoch %d: a loss is not finite: %s is not overwritten (it keeps the last finite epoch)\n",
+                 epoch + 1, o.checkpoint.c_str());
   fields["epoch"] = epoch + 1;
   if (!fields.contains("lr")) fields["lr"] = opt.lr();
   fields["samples_per_s"] = static_cast<double>(e.samples) / e.seconds;
@@ -212,12 +228,10 @@ void finish_epoch(const TrainOptions& o, Trained& trained, Optimizer& opt, const
   try {
     write_metrics(trained, o.metrics, fields, epoch == 0);  // --parallel ddp: rank 0's line for the job
   } catch (...) {
-    if (!o.checkpoint.empty())
-      save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained), extra);
+    if (keep) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained), extra);
     throw;
   }
-  if (!o.checkpoint.empty())
-    save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained), extra);
+  if (keep) save_training_state(o.checkpoint, trained, opt, scaler, epoch + 1, run_settings(o, trained), extra);
 }
 
 /// The model a trainer evaluates and checkpoints: the model itself, or DataParallel's first replica.

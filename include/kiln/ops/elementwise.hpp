@@ -83,7 +83,14 @@ KILN_BINARY_OPERATOR(<, Less, "operator<")
 KILN_BINARY_OPERATOR(<=, LessEqual, "operator<=")
 KILN_BINARY_OPERATOR(>, Greater, "operator>")
 KILN_BINARY_OPERATOR(>=, GreaterEqual, "operator>=")
-#undef KILN_BINARY_OPERATOR
+
+// ---- functions of two operands (or an operand and a number), broadcast ----
+#define KILN_BINARY_FUNCTION(name, Functor)                                                \
+  template <operand_or_number X, operand_or_number Y>                                      \
+    requires(operand<X> || operand<Y>)                                                     \
+  auto name(const X& x, const Y& y) {                                                      \
+    return detail::make_binary<ops::Functor>(x, y, "kiln::" #name);                        \
+  }
 
 template <operand X>
 auto operator-(const X& x) {
@@ -91,28 +98,11 @@ auto operator-(const X& x) {
 }
 
 /// Elementwise x == y and x != y, as bool (operators are left to mean identity for tensors).
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto eq(const X& x, const Y& y) {
-  return detail::make_binary<ops::EqualTo>(x, y, "kiln::eq");
-}
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto ne(const X& x, const Y& y) {
-  return detail::make_binary<ops::NotEqualTo>(x, y, "kiln::ne");
-}
-
+KILN_BINARY_FUNCTION(eq, EqualTo)
+KILN_BINARY_FUNCTION(ne, NotEqualTo)
 /// Elementwise maximum / minimum of two operands (NaN propagates), like torch.maximum / minimum.
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto max(const X& x, const Y& y) {
-  return detail::make_binary<ops::Maximum>(x, y, "kiln::max");
-}
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto min(const X& x, const Y& y) {
-  return detail::make_binary<ops::Minimum>(x, y, "kiln::min");
-}
+KILN_BINARY_FUNCTION(max, Maximum)
+KILN_BINARY_FUNCTION(min, Minimum)
 
 /// min(max(x, lo), hi) elementwise, one pass (torch.clamp(x, min, max)): NaN stays NaN, lo > hi gives hi
 /// everywhere, x where it equals a bound (-0.0 stays -0.0), a NaN bound gives NaN, as torch's; the bounds
@@ -198,21 +188,9 @@ KILN_UNARY_FUNCTION(logical_not, LogicalNot)
 
 /// torch.logical_and / logical_or / logical_xor: bools, a value other than 0 (NaN too) true; operands or
 /// numbers, broadcast.
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto logical_and(const X& x, const Y& y) {
-  return detail::make_binary<ops::LogicalAnd>(x, y, "kiln::logical_and");
-}
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto logical_or(const X& x, const Y& y) {
-  return detail::make_binary<ops::LogicalOr>(x, y, "kiln::logical_or");
-}
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto logical_xor(const X& x, const Y& y) {
-  return detail::make_binary<ops::LogicalXor>(x, y, "kiln::logical_xor");
-}
+KILN_BINARY_FUNCTION(logical_and, LogicalAnd)
+KILN_BINARY_FUNCTION(logical_or, LogicalOr)
+KILN_BINARY_FUNCTION(logical_xor, LogicalXor)
 
 namespace detail {
 /// x op y of the division family; an integer division by the number 0 is refused here, as torch's
@@ -228,49 +206,32 @@ auto make_division(const X& x, const Y& y, const char* what) {
 }
 }  // namespace detail
 
-/// torch.fmod(x, y): x - trunc(x / y) * y, with x's sign; C's fmod for floats. Operands or numbers,
+/// torch.fmod(x, y): x - trunc(x / y) * y, with x's sign (C's fmod for floats); torch.remainder(x, y), also
+/// x % y (as libtorch's operator% and Python's): x - floor(x / y) * y, with y's sign; torch.floor_divide
+/// (Python's //): floor(x / y) in the promoted type (int // int stays int). Operands or numbers,
 /// broadcast, promoted as torch's; bools refused.
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto fmod(const X& x, const Y& y) {
-  return detail::make_division<ops::Fmod>(x, y, "kiln::fmod");
-}
-/// torch.remainder(x, y), also x % y (as libtorch's operator% and Python's): x - floor(x / y) * y,
-/// with y's sign.
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto remainder(const X& x, const Y& y) {
-  return detail::make_division<ops::Remainder>(x, y, "kiln::remainder");
-}
-/// torch.floor_divide(x, y) (Python's //): floor(x / y) in the promoted type (int // int stays int).
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto floor_divide(const X& x, const Y& y) {
-  return detail::make_division<ops::FloorDivides>(x, y, "kiln::floor_divide");
-}
-template <operand_or_number X, operand_or_number Y>
-  requires(operand<X> || operand<Y>)
-auto operator%(const X& x, const Y& y) {
-  return detail::make_division<ops::Remainder>(x, y, "operator%");
-}
+#define KILN_DIVISION(name, Functor, what)                                                 \
+  template <operand_or_number X, operand_or_number Y>                                      \
+    requires(operand<X> || operand<Y>)                                                     \
+  auto name(const X& x, const Y& y) {                                                      \
+    return detail::make_division<ops::Functor>(x, y, what);                                \
+  }
+KILN_DIVISION(fmod, Fmod, "kiln::fmod")
+KILN_DIVISION(remainder, Remainder, "kiln::remainder")
+KILN_DIVISION(floor_divide, FloorDivides, "kiln::floor_divide")
+KILN_DIVISION(operator%, Remainder, "operator%")
+#undef KILN_DIVISION
 
 /// torch.bitwise_and / bitwise_or / bitwise_xor / bitwise_not, also &, |, ^ and ~ (as libtorch's):
 /// integers and bools, promoted as torch's (bool & int64 is int64).
-#define KILN_BITWISE(name, op, Functor)                                                   \
-  template <operand_or_number X, operand_or_number Y>                                     \
-    requires(operand<X> || operand<Y>)                                                    \
-  auto name(const X& x, const Y& y) {                                                     \
-    return detail::make_binary<ops::Functor>(x, y, "kiln::" #name);                       \
-  }                                                                                       \
-  template <operand_or_number X, operand_or_number Y>                                     \
-    requires(operand<X> || operand<Y>)                                                    \
-  auto operator op(const X& x, const Y& y) {                                              \
-    return detail::make_binary<ops::Functor>(x, y, "operator" #op);                       \
-  }
-KILN_BITWISE(bitwise_and, &, BitAnd)
-KILN_BITWISE(bitwise_or, |, BitOr)
-KILN_BITWISE(bitwise_xor, ^, BitXor)
-#undef KILN_BITWISE
+KILN_BINARY_FUNCTION(bitwise_and, BitAnd)
+KILN_BINARY_FUNCTION(bitwise_or, BitOr)
+KILN_BINARY_FUNCTION(bitwise_xor, BitXor)
+KILN_BINARY_OPERATOR(&, BitAnd, "operator&")
+KILN_BINARY_OPERATOR(|, BitOr, "operator|")
+KILN_BINARY_OPERATOR(^, BitXor, "operator^")
+#undef KILN_BINARY_OPERATOR
+#undef KILN_BINARY_FUNCTION
 template <operand X>
 auto bitwise_not(const X& x) {
   return detail::make_unary<ops::BitNot>(x);

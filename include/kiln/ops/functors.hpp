@@ -550,33 +550,20 @@ struct FloorDivides {
 };
 /// torch.bitwise_and / or / xor / not (libtorch's &, |, ^, ~): integers in the promoted type, bools as
 /// bools (~ of a bool is its not).
-struct BitAnd {
-  template <class A, class B>
-  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
-    static_assert(detail::bitwise_of_integers<A, B>());
-    using R = detail::promote_t<A, B>;
-    if constexpr (std::is_integral_v<R>) return static_cast<R>(static_cast<R>(a) & static_cast<R>(b));
-    else return R{};  // (refused above)
-  }
-};
-struct BitOr {
-  template <class A, class B>
-  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
-    static_assert(detail::bitwise_of_integers<A, B>());
-    using R = detail::promote_t<A, B>;
-    if constexpr (std::is_integral_v<R>) return static_cast<R>(static_cast<R>(a) | static_cast<R>(b));
-    else return R{};  // (refused above)
-  }
-};
-struct BitXor {
-  template <class A, class B>
-  KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {
-    static_assert(detail::bitwise_of_integers<A, B>());
-    using R = detail::promote_t<A, B>;
-    if constexpr (std::is_integral_v<R>) return static_cast<R>(static_cast<R>(a) ^ static_cast<R>(b));
-    else return R{};  // (refused above)
-  }
-};
+#define KILN_BITWISE_FUNCTOR(Name, op)                                                                         \
+  struct Name {                                                                                                \
+    template <class A, class B>                                                                                \
+    KILN_HOST_DEVICE KILN_FORCEINLINE auto operator()(A a, B b) const {                                        \
+      static_assert(detail::bitwise_of_integers<A, B>());                                                      \
+      using R = detail::promote_t<A, B>;                                                                       \
+      if constexpr (std::is_integral_v<R>) return static_cast<R>(static_cast<R>(a) op static_cast<R>(b));      \
+      else return R{};  /* (refused above) */                                                                  \
+    }                                                                                                          \
+  };
+KILN_BITWISE_FUNCTOR(BitAnd, &)
+KILN_BITWISE_FUNCTOR(BitOr, |)
+KILN_BITWISE_FUNCTOR(BitXor, ^)
+#undef KILN_BITWISE_FUNCTOR
 struct BitNot {
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE A operator()(A a) const {

@@ -410,9 +410,11 @@ class Tensor {
   Extents<S> ext_{};
 };
 
-/// A new tensor of shape S on device D filled with v.
-template <class T, class S, class D = Cpu>
-Tensor<T, S, D> full(const Extents<S>& ext, compute_t<T> v, int index = -1) {
+/// A new tensor of shape S on device D filled with v (torch.full): a number that does not fit T is a
+/// ValueError, as fill's (torch's "value cannot be converted to type uint8_t without overflow").
+template <class T, class S, class D = Cpu, class N>
+  requires std::is_arithmetic_v<N>
+Tensor<T, S, D> full(const Extents<S>& ext, N v, int index = -1) {
   Tensor<T, S, D> t(ext, index);
   t.fill(v);
   return t;

@@ -30,6 +30,16 @@ namespace knn = kiln::nn;
 using Mlp = knn::Sequential<knn::Linear<13, 16>, knn::ReLU, knn::Linear<16, 32>, knn::ReLU, knn::Linear<32, 1>>;
 using Row = kiln::Shape<kiln::dyn, 13>;
 
+/// Every rank's batch: 8 rows of 0.5, targets 1.
+struct Batch {
+  kiln::Tensor<float, Row> x{kiln::Extents<Row>(8)};
+  kiln::Tensor<float, kiln::Shape<kiln::dyn, 1>> y{kiln::Extents<kiln::Shape<kiln::dyn, 1>>(8)};
+  Batch() {
+    x.fill(0.5f);
+    y.fill(1.0f);
+  }
+};
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "kill" && mode != "hang" && mode != "throw" && mode != "throw_after_agreed" &&
@@ -50,13 +60,10 @@ int main(int argc, char** argv) {
       using SyncMlp = knn::Sequential<knn::Linear<13, 16>, knn::SyncBatchNorm<16>, knn::ReLU, knn::Linear<16, 1>>;
       kiln::parallel::DistributedDataParallel<SyncMlp, Row, kiln::Mpi> ddp(
           group, 0, {.bucket_cap_mb = 1e-6, .first_bucket_mb = 1e-6});
-      kiln::Tensor<float, Row> x(kiln::Extents<Row>(8));
-      kiln::Tensor<float, kiln::Shape<kiln::dyn, 1>> y(kiln::Extents<kiln::Shape<kiln::dyn, 1>>(8));
-      x.fill(0.5f);
-      y.fill(1.0f);
+      const Batch b;
       knn::MSELoss mse;
       for (int step = 0; step < 100; ++step) {
-        const auto out = ddp.forward(x);
+        const auto out = ddp.forward(b.x);
         if (group.rank() == 1 && step == 3) {
           std::printf("rank 1: stopping before the backward of step 3\n");
           std::fflush(stdout);
@@ -64,7 +71,7 @@ int main(int argc, char** argv) {
         }
         const auto started = std::chrono::steady_clock::now();
         try {
-          ddp.backward(mse.backward(out, y));
+          ddp.backward(mse.backward(out, b.y));
         } catch (const std::exception& e) {
           const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
           std::fprintf(stderr, "rank %d: the backward failed after %.1f s of a %d s timeout: %s\n", group.rank(),
@@ -83,10 +90,7 @@ int main(int argc, char** argv) {
       }
     }
     kiln::optim::SGD opt(ddp.module(), {.lr = 0.01});
-    kiln::Tensor<float, Row> x(kiln::Extents<Row>(8));
-    kiln::Tensor<float, kiln::Shape<kiln::dyn, 1>> y(kiln::Extents<kiln::Shape<kiln::dyn, 1>>(8));
-    x.fill(0.5f);
-    y.fill(1.0f);
+    const Batch b;
     knn::MSELoss mse;
     for (int step = 0; step < 100; ++step) {
       if (mode == "different_counts" && step == 3) {
@@ -100,7 +104,7 @@ int main(int argc, char** argv) {
         throw std::runtime_error("rank 1 gave up");
       }
       opt.zero_grad();
-      ddp.backward(mse.backward(ddp.forward(x), y));
+      ddp.backward(mse.backward(ddp.forward(b.x), b.y));
       opt.step();
     }
     std::printf("rank %d: finished 100 steps\n", group.rank());

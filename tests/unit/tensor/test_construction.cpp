@@ -202,6 +202,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(full_and_zeros_make_filled_tensors, D, kiln::test:
   BOOST_TEST(kiln::test::all_equal(z.to_vector(), std::vector<float>(15, 0.0f)));
   auto f = kiln::full<std::int32_t, Shape<4>, D>(Extents<Shape<4>>{}, 7);
   BOOST_TEST(kiln::test::all_equal(f.to_vector(), std::vector<std::int32_t>(4, 7)));
+  // A number that does not fit is refused as fill refuses it (torch.full(..., 300, dtype=uint8) raises),
+  // read at run time so that no narrowing happens before the check.
+  volatile int big = 300;
+  volatile double huge = 1e39;
+  BOOST_CHECK_THROW((kiln::full<std::uint8_t, Shape<2>, D>(Extents<Shape<2>>{}, big)), kiln::ValueError);
+  BOOST_CHECK_THROW((kiln::full<float, Shape<2>, D>(Extents<Shape<2>>{}, huge)), kiln::ValueError);
+  BOOST_TEST((kiln::full<std::uint8_t, Shape<2>, D>(Extents<Shape<2>>{}, 255.0).to_vector()[0] == 255));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(item_reads_a_single_element, D, kiln::test::devices) {
