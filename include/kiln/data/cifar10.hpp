@@ -79,6 +79,16 @@ class Cifar10 {
     // Sizes first: the whole split is checked before anything is allocated or decoded.
     std::vector<std::uintmax_t> records;
     for (const std::string_view name : file_names(train)) records.push_back(check_size(dir / name, root));
+    // The five train batches hold as many records each (10,000 in the real files): one that holds fewer
+    // was cut at a record boundary, which its size alone does not show.
+    const auto names_checked = file_names(train);
+    for (std::size_t f = 1; f < records.size(); ++f)
+      if (records[f] != records[0])
+        throw DataError((dir / names_checked[f]).string(), detail::byte_position(records[f] * record_bytes),
+                        "holds " + std::to_string(records[f]) + " records where " +
+                            std::string(names_checked[0]) + " holds " + std::to_string(records[0]) +
+                            " (a file cut short?)",
+                        "as many records in each train batch (10,000 in CIFAR-10's); " + how_to_get(root));
     std::uintmax_t total = 0;
     for (auto r : records) total += r;
     labels_.resize(static_cast<std::size_t>(total));

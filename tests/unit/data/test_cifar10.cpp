@@ -303,6 +303,23 @@ BOOST_AUTO_TEST_CASE(a_partial_record_is_rejected_at_its_byte_offset) {
             {"byte 0: file size 3072 bytes ends in a partial record of 3072", "3073 bytes"}));
 }
 
+BOOST_AUTO_TEST_CASE(a_train_batch_cut_at_a_record_boundary_is_rejected) {
+  // Whole records, one fewer than the other batches: its size alone looks fine.
+  CifarFiles files("short");
+  std::vector<char> bytes;
+  for (int r = 0; r + 1 < train_per_file; ++r) {
+    const auto rec = record(true, train_per_file + r, label_of(true, train_per_file + r));
+    bytes.insert(bytes.end(), rec.begin(), rec.end());
+  }
+  write_bytes(files.file(true, 1), bytes);
+  BOOST_CHECK_EXCEPTION(
+      Cifar10(files.dir.string(), true), kiln::data::DataError,
+      names(files.file(true, 1),
+            {"holds " + std::to_string(train_per_file - 1) + " records where data_batch_1.bin holds " +
+                 std::to_string(train_per_file) + " (a file cut short?)",
+             "as many records in each train batch"}));
+}
+
 BOOST_AUTO_TEST_CASE(a_label_above_9_is_rejected_at_its_record) {
   CifarFiles files("label");
   std::vector<char> bytes;
