@@ -198,6 +198,10 @@ Options parse(int argc, char** argv) {
         o.device = v;
     } else {
       const bool help = a == "--help" || a == "-h";
+      if (!help) {  // which argument, then the usage
+        const bool known = a.rfind("--", 0) == 0 && std::string("--batch --device ").find(a + " ") != std::string::npos;
+        std::fprintf(stderr, known ? "00_tensors: %s needs a value\n" : "00_tensors: unknown argument '%s'\n", a.c_str());
+      }
       std::fprintf(help ? stdout : stderr, "usage: %s [--batch N] [--device cpu|cuda|auto]\n", argv[0]);
       std::exit(help ? 0 : 2);
     }

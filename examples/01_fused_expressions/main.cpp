@@ -176,6 +176,10 @@ Options parse(int argc, char** argv) {
         o.device = v;
     } else {
       const bool help = a == "--help" || a == "-h";
+      if (!help) {  // which argument, then the usage
+        const bool known = a.rfind("--", 0) == 0 && std::string("--rows --cols --repeat --device ").find(a + " ") != std::string::npos;
+        std::fprintf(stderr, known ? "01_fused_expressions: %s needs a value\n" : "01_fused_expressions: unknown argument '%s'\n", a.c_str());
+      }
       std::fprintf(help ? stdout : stderr,
                    "usage: %s [--rows N] [--cols F] [--repeat R] [--device cpu|cuda|auto]\n", argv[0]);
       std::exit(help ? 0 : 2);

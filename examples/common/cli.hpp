@@ -97,7 +97,8 @@ CLI::Validator float_flag(Ok ok, const std::string& what, const std::string& nam
       [ok, what](std::string& text) -> std::string {
         float v = 0;
         const char* end = text.data() + text.size();
-        const auto [at, ec] = std::from_chars(text.data(), end, v);
+        const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);  // +0.1, as strtod reads it
+        const auto [at, ec] = std::from_chars(begin, end, v);
         if (ec != std::errc{} || at != end || !std::isfinite(v) || !ok(v))
           return "expected " + what + " that fits in a float, got '" + text + "'";
         return {};
