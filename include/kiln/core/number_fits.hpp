@@ -41,7 +41,9 @@ constexpr bool number_fits(N v) {
     constexpr T hi = std::numeric_limits<T>::max(), lo = std::numeric_limits<T>::lowest();
     if constexpr (std::is_floating_point_v<N>) {
       if (!(v == v)) return false;  // NaN
-      // torch's f > max and f < lowest in double; for int64, max rounds up to 2^63, itself too large.
+      // torch's f > max and f < lowest in double. For int64, max rounds up to 2^63 in double, which torch
+      // 1.13 lets through (fill_(2.0 ** 63) stores INT64_MIN): kiln refuses 2^63 itself, a deliberate
+      // difference (the conversion would be undefined in C++).
       const double x = static_cast<double>(v);
       constexpr double top = static_cast<double>(hi);
       return x >= static_cast<double>(lo) && x <= top && (std::numeric_limits<T>::digits < 53 || x < top);
