@@ -43,7 +43,9 @@ static_assert(std::is_same_v<knn::Sequential<knn::Sigmoid>::output<Shape<dyn, 3,
 static_assert(knn::Model<Mlp, Shape<dyn, 13>>::parameter_count == 801, "PyTorch: 13*16+16 + 16*32+32 + 32*1+1");
 static_assert(knn::Model<knn::Sequential<knn::Linear<13, 16, false>>, Shape<dyn, 13>>::parameter_count == 208);
 static_assert(knn::Linear<13, 16>::accepts<Shape<dyn, 13>> && !knn::Linear<13, 16>::accepts<Shape<dyn, 12>> &&
-              !knn::Linear<13, 16>::accepts<Shape<dyn, 1, 13>>);
+              knn::Linear<13, 16>::accepts<Shape<dyn, 1, 13>> && !knn::Linear<13, 16>::accepts<Shape<dyn, 13, 1>> &&
+              !knn::Linear<13, 16>::accepts<Shape<13>>,
+              "features last, as torch's [N, *, in_features]; at least rank 2");
 static_assert(knn::Flatten::accepts<Shape<dyn, 2, 3>> && !knn::Flatten::accepts<Shape<dyn>> &&
               !knn::Flatten::accepts<Shape<dyn, dyn>>);
 static_assert(knn::MaxPool2d<2>::accepts<Shape<dyn, 3, 8, 8>> && !knn::MaxPool2d<2>::accepts<Shape<dyn, dyn, 8, 8>> &&
