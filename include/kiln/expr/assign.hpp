@@ -105,4 +105,13 @@ auto eval(const X& x) {
   return t;
 }
 
+namespace detail {
+/// The element type of a result computed from x, as torch keeps a tensor's dtype: a tensor's own (half
+/// stays half), an expression's as eval gives it (softmax, vector_norm, cumsum, nan_to_num's limits).
+template <class X>
+using result_element_t =
+    typename std::conditional_t<tensor<X>, std::type_identity<X>,
+                                std::type_identity<decltype(kiln::eval(std::declval<const X&>()))>>::type::element_type;
+}  // namespace detail
+
 }  // namespace kiln

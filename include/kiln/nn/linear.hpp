@@ -266,17 +266,13 @@ struct Linear {
     }
 
    private:
-    /// x [N, *, F] as rows [N * ..., F] (a view).
+    /// x [N, *, F] as rows [N * ..., F] (a view; F is In or Out, never 0).
     template <class X>
     static auto as_rows(const X& x) {
       using R = Shape<dyn, X::shape_type::extents[X::shape_type::rank - 1]>;
       Extents<R> e;
       e[1] = x.size(-1);
-      e[0] = e[1] == 0 ? 0 : x.numel() / e[1];
-      if (e[1] == 0) {  // (no features: the rows are the leading extents' product)
-        e[0] = 1;
-        for (int d = 0; d + 1 < static_cast<int>(X::shape_type::rank); ++d) e[0] *= x.size(d);
-      }
+      e[0] = x.numel() / e[1];
       return x.template reshape<R>(e);
     }
     /// ext's leading extents with `last` features, as Extents of R.

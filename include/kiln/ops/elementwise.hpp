@@ -9,6 +9,7 @@
 
 #include "kiln/core/number_fits.hpp"
 #include "kiln/core/type_list.hpp"
+#include "kiln/expr/assign.hpp"
 #include "kiln/expr/binary.hpp"
 #include "kiln/expr/broadcast.hpp"
 #include "kiln/expr/cast.hpp"
@@ -260,10 +261,8 @@ auto nan_to_num(const X& x, double nan = 0.0, std::optional<double> posinf = std
                 std::optional<double> neginf = std::nullopt) {
   using V = typename decltype(as_expr(x))::value_type;
   using R = std::conditional_t<std::is_floating_point_v<V>, V, float>;
-  double top = detail::largest_finite<R>();
-  if constexpr (tensor<X>)
-    if constexpr (std::is_floating_point_v<compute_t<typename X::element_type>>)
-      top = detail::largest_finite<typename X::element_type>();
+  using L = detail::result_element_t<X>;  // (integers are their own: any limits do)
+  const double top = detail::largest_finite<std::conditional_t<std::is_floating_point_v<compute_t<L>>, L, R>>();
   return detail::make_unary(x, ops::NanToNum<R>{detail::saturating<R>(nan), detail::saturating<R>(posinf.value_or(top)),
                                                  detail::saturating<R>(neginf.value_or(-top))});
 }

@@ -96,13 +96,6 @@ constexpr bool floating_operand() {
   return true;
 }
 
-/// The element type of softmax's and vector_norm's results: a tensor's own (half stays half, as torch's),
-/// an expression's as eval gives it.
-template <class X>
-using result_element_t =
-    typename std::conditional_t<tensor<X>, std::type_identity<X>,
-                                std::type_identity<decltype(kiln::eval(std::declval<const X&>()))>>::type::element_type;
-
 /// torch's divisor of a variance, max(0, n - correction): 0 makes the quotient NaN (no spread, or no
 /// element: an empty input is NaN, not -0) or inf.
 inline double degrees_of_freedom(double n, double correction) { return std::max(0.0, n - correction); }

@@ -8,6 +8,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/half.hpp"
+#include "kiln/expr/assign.hpp"
 #include "kiln/expr/detail/traffic.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
@@ -17,13 +18,11 @@
 namespace kiln {
 
 namespace detail {
-/// The element type of a scan of x: int64 for integers and bools (as torch's), else a tensor's own (half
-/// stays half) or an expression's as eval gives it.
+/// The element type of a scan of x: int64 for integers and bools (as torch's), else result_element_t's.
 template <class X>
-using scan_element_t = std::conditional_t<
-    std::is_integral_v<typename decltype(as_expr(std::declval<const X&>()))::value_type>, std::int64_t,
-    typename std::conditional_t<tensor<X>, std::type_identity<X>,
-                                std::type_identity<decltype(kiln::eval(std::declval<const X&>()))>>::type::element_type>;
+using scan_element_t =
+    std::conditional_t<std::is_integral_v<typename decltype(as_expr(std::declval<const X&>()))::value_type>,
+                       std::int64_t, result_element_t<X>>;
 
 /// out = the running sums (Product: products) of e along lines of `len` elements `inner` apart, one line
 /// per call (line = o * inner + j). Floats accumulate in double and round each prefix once (torch's CPU
