@@ -715,6 +715,26 @@ void check_label_map(const char* who, const char* what, const Tensor<T, S, D>& x
                      to_string(l.extents()) + "; expected the scores' shape without dimension 1 (the classes)");
 }
 
+/// check_label_map for class labels l [N, d1, ..., dk], and on the CPU (which counts them on the host)
+/// each label in [0, C) or `ignore`, a bad one named by its position [n, i1, ..., ik] (the passes see the
+/// positions as rows of one flat list; the GPU makes the loss NaN instead, as for labels [N]).
+template <class T, class S, class SL, class D>
+void check_label_map(const char* who, const Tensor<T, S, D>& x, const Tensor<std::int64_t, SL, D>& l, std::int64_t ignore) {
+  check_label_map(who, "labels", x, l);
+  if constexpr (std::is_same_v<D, Cpu>) {
+    for (index_t at = 0; at < l.numel(); ++at) {
+      if (label_kind(l[at], ignore, x.size(1)) != LabelKind::bad) continue;
+      std::string where;
+      for (index_t d = static_cast<index_t>(l.rank), rest = at; d-- > 0; rest /= l.size(static_cast<int>(d)))
+        where = std::to_string(rest % l.size(static_cast<int>(d))) + (where.empty() ? "" : ", ") + where;
+      throw ValueError(std::string(who) + ": label " + std::to_string(l[at]) + " at [" + where + "] of labels " +
+                       to_string(l.extents()) + " is outside [0, " + std::to_string(x.size(1)) +
+                       ") and is not ignore_index (" + std::to_string(ignore) +
+                       "): labels are class indices from 0, one per position of the scores' dimension 1");
+    }
+  }
+}
+
 /// The layout [N, d1, ..., dk, C] of scores S [N, C, d1, ..., dk] (the class dimension last), and the
 /// permutations there and back.
 template <class S, class I = std::make_index_sequence<S::rank - 2>>
@@ -917,28 +937,28 @@ struct CrossEntropyLoss {
   template <class T, class S, class SL, class D>
     requires(S::rank > 2)
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) const {
-    detail::check_label_map("kiln::nn::CrossEntropyLoss", "labels", logits, labels);
+    detail::check_label_map("kiln::nn::CrossEntropyLoss", logits, labels, ignore_index);
     return (*this)(detail::class_last_rows(logits), detail::flat_rows(labels));
   }
   template <class T, class S, class SL, class D>
     requires(S::rank > 2)
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                            LossScale scale = {}) const {
-    detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", "labels", logits, labels);
+    detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", logits, labels, ignore_index);
     return detail::scores_layout(backward(detail::class_last_rows(logits), detail::flat_rows(labels), scale),
                                  logits.extents());
   }
   template <class T, class S, class SL, class D>
     requires(S::rank > 2)
   Tensor<compute_t<T>, SL, D> unreduced(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels) const {
-    detail::check_label_map("kiln::nn::CrossEntropyLoss::unreduced", "labels", logits, labels);
+    detail::check_label_map("kiln::nn::CrossEntropyLoss::unreduced", logits, labels, ignore_index);
     return unreduced(detail::class_last_rows(logits), detail::flat_rows(labels)).template reshape<SL>(labels.extents());
   }
   template <class T, class S, class SL, class SG, class D>
     requires(S::rank > 2)
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
-    detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", "labels", logits, labels);
+    detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", logits, labels, ignore_index);
     detail::check_label_map("kiln::nn::CrossEntropyLoss::backward", "dloss", logits, dloss);
     return detail::scores_layout(
         backward(detail::class_last_rows(logits), detail::flat_rows(labels), detail::flat_rows(dloss), scale),
@@ -1225,28 +1245,28 @@ struct NLLLoss {
   template <class T, class S, class SL, class D>
     requires(S::rank > 2)
   Tensor<compute_t<T>, Shape<>, D> operator()(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
-    detail::check_label_map("kiln::nn::NLLLoss", "labels", logp, labels);
+    detail::check_label_map("kiln::nn::NLLLoss", logp, labels, ignore_index);
     return (*this)(detail::class_last_rows(logp), detail::flat_rows(labels));
   }
   template <class T, class S, class SL, class D>
     requires(S::rank > 2)
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
                            LossScale scale = {}) const {
-    detail::check_label_map("kiln::nn::NLLLoss::backward", "labels", logp, labels);
+    detail::check_label_map("kiln::nn::NLLLoss::backward", logp, labels, ignore_index);
     return detail::scores_layout(backward(detail::class_last_rows(logp), detail::flat_rows(labels), scale),
                                  logp.extents());
   }
   template <class T, class S, class SL, class D>
     requires(S::rank > 2)
   Tensor<compute_t<T>, SL, D> unreduced(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels) const {
-    detail::check_label_map("kiln::nn::NLLLoss::unreduced", "labels", logp, labels);
+    detail::check_label_map("kiln::nn::NLLLoss::unreduced", logp, labels, ignore_index);
     return unreduced(detail::class_last_rows(logp), detail::flat_rows(labels)).template reshape<SL>(labels.extents());
   }
   template <class T, class S, class SL, class SG, class D>
     requires(S::rank > 2)
   Tensor<T, S, D> backward(const Tensor<T, S, D>& logp, const Tensor<std::int64_t, SL, D>& labels,
                            const Tensor<compute_t<T>, SG, D>& dloss, LossScale scale = {}) const {
-    detail::check_label_map("kiln::nn::NLLLoss::backward", "labels", logp, labels);
+    detail::check_label_map("kiln::nn::NLLLoss::backward", logp, labels, ignore_index);
     detail::check_label_map("kiln::nn::NLLLoss::backward", "dloss", logp, dloss);
     return detail::scores_layout(
         backward(detail::class_last_rows(logp), detail::flat_rows(labels), detail::flat_rows(dloss), scale),

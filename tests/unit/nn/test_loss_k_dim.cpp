@@ -4,6 +4,7 @@
 // the scores' shape: the loss and the input gradient within 1e-5 (relative, floored at 1% of the tensor's
 // scale), fused and unfused, on every device; labels of the wrong shape are a ShapeError naming both.
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -131,11 +132,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(k_dimensional_labels_of_another_shape_are_refused,
       [&] { (void)ce(x, y); }, "kiln::nn::CrossEntropyLoss: scores [2, 4, 3, 5] but labels [2, 5, 3]; expected the "
                                "scores' shape without dimension 1 (the classes)"));
   BOOST_TEST(kiln::test::throws_with<kiln::ShapeError>([&] { (void)knn::NLLLoss{}.backward(x, y); }, "NLLLoss::backward"));
-  // A label outside [0, C): the CPU names it, as for rows (the GPU gives NaN there).
+  // A label outside [0, C): the CPU names it by its position in the labels (the GPU gives NaN there).
   if constexpr (std::is_same_v<D, kiln::Cpu>) {
     Tensor<std::int64_t, Shape<dyn, dyn, dyn>, D> bad(Extents<Shape<dyn, dyn, dyn>>(2, 3, 5));
-    bad.fill(4);
-    BOOST_TEST(kiln::test::throws_with<kiln::ValueError>([&] { (void)ce(x, bad); }, "label 4 in row 0"));
+    bad.fill(1);
+    bad[1 * 15 + 2 * 5 + 3] = 4;  // [1, 2, 3]
+    BOOST_TEST(kiln::test::throws_with<kiln::ValueError>(
+        [&] { (void)ce(x, bad); }, "kiln::nn::CrossEntropyLoss: label 4 at [1, 2, 3] of labels [2, 3, 5] is outside [0, 4)"));
+    bad[1 * 15 + 2 * 5 + 3] = -100;  // ignore_index counts
+    BOOST_TEST(std::isfinite(static_cast<double>(ce(x, bad).item())));
+    bad[4] = -1;  // [0, 0, 4]
+    BOOST_TEST(kiln::test::throws_with<kiln::ValueError>([&] { (void)knn::NLLLoss{}.unreduced(x, bad); },
+                                                         "NLLLoss::unreduced: label -1 at [0, 0, 4] of labels [2, 3, 5]"));
   }
 }
 
