@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Trains LeNet on Fashion-MNIST (kiln's main job)", program};
   examples::TrainOptions o;
   o.data = "/usr/share/datasets/fashion-mnist";
-  examples::add_train_options(app, o);
+  examples::add_train_options(app, o, LeNet::layer_count);
   if (const int status = examples::parse_options(app, argc, argv, program); status >= 0) return status;
   return examples::run_training(
       program, o, [&]<class D, class Precision>(const std::string& device) { return run<D, Precision>(o, device); });

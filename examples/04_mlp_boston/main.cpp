@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   o.epochs = 100;
   o.lr = 0.01;
   o.workers = 0;  // 405 rows in memory: collating on the training thread is cheapest
-  examples::add_train_options(app, o);
+  examples::add_train_options(app, o, Mlp::layer_count);
   examples::regression::add_regression_options(app, o);
   if (const int status = examples::parse_options(app, argc, argv, program); status >= 0) return status;
   return examples::run_training(

@@ -64,7 +64,7 @@ int main(const Program& program, const char* description, int argc, char** argv)
   TrainOptions o;
   o.data = default_data;
   o.epochs = 10;
-  add_train_options(app, o);
+  add_train_options(app, o, Net::layer_count);
   if (const int status = parse_options(app, argc, argv, program.name); status >= 0) return status;
   return run_training(program.name, o, [&]<class D, class Precision>(const std::string& device) {
     return run<Net, D, Precision>(program, o, device);

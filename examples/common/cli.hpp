@@ -72,22 +72,27 @@ struct TrainOptions {
 /// A flag's number checked before CLI11 converts it into a T, with a message that says what it expects
 /// (CLI11's PositiveNumber says "Value 0 not in range 0.000000 to 1797...", and nothing about integers):
 ///   --epochs: expected an integer from 1 to 2147483647, got 'abc'
-/// Decimal digits only (CLI11 would read a leading 0 as octal: 010 epochs would be 8).
+/// `why`, if given, follows the range: "--freeze: expected an integer from 1 to 12 (the network's
+/// layers), got '13'". Decimal digits only (CLI11 would read a leading 0 as octal: 010 epochs would be 8).
 template <class T>
-CLI::Validator integer_at_least(T least) {
-  const std::string expected = "an integer from " + std::to_string(least) + " to " +
-                               std::to_string(std::numeric_limits<T>::max());
+CLI::Validator integer_in(T least, T most, const std::string& why = {}) {
+  const std::string expected = "an integer from " + std::to_string(least) + " to " + std::to_string(most) +
+                               (why.empty() ? "" : " (" + why + ")");
   return CLI::Validator(
-      [least, expected](std::string& text) -> std::string {
+      [least, most, expected](std::string& text) -> std::string {
         T v{};
         const char* end = text.data() + text.size();
         const auto [at, ec] = std::from_chars(text.data(), end, v);
         const bool octal_looking = text.size() > 1 && text[0] == '0';
-        if (ec != std::errc{} || at != end || v < least || octal_looking)
+        if (ec != std::errc{} || at != end || v < least || v > most || octal_looking)
           return "expected " + expected + ", got '" + text + "'";
         return {};
       },
-      "INT>=" + std::to_string(least));
+      "INT in [" + std::to_string(least) + ", " + std::to_string(most) + "]");
+}
+template <class T>
+CLI::Validator integer_at_least(T least) {
+  return integer_in(least, std::numeric_limits<T>::max()).description("INT>=" + std::to_string(least));
 }
 /// A number that is finite once rounded to float (fp32 and mixed precision step in float) and passes
 /// `ok`; else "expected <what> that fits in a float, got '<text>'".
@@ -122,8 +127,9 @@ inline CLI::Validator path_flag(const char* what = "a file name") {
   return CLI::Validator([expected](std::string& text) { return text.empty() ? expected : std::string(); }, "PATH");
 }
 
-/// Adds the shared flags to `app` with the example's defaults already in `o`.
-inline void add_train_options(CLI::App& app, TrainOptions& o) {
+/// Adds the shared flags to `app` with the example's defaults already in `o`; `layers`, the network's
+/// (its Sequential's layer_count), bounds --freeze.
+inline void add_train_options(CLI::App& app, TrainOptions& o, std::size_t layers) {
   // A flag given twice takes its last value (scripts/demo passes defaults first, then the user's flags).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", o.data, "dataset directory or file")
@@ -159,7 +165,7 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   auto* freeze = app.add_option("--freeze", o.freeze,
                                 "keep the network's first K layers as they are (torch's "
                                 "model[:K].requires_grad_(False)): fine-tuning a trained network's head")
-                     ->check(integer_at_least(1));
+                     ->check(integer_in(1, static_cast<int>(layers), "the network's layers"));
   app.add_option("--freeze-epochs", o.freeze_epochs,
                  "--freeze for the first E epochs only, then every layer trains (default: every epoch)")
       ->check(integer_at_least(1))

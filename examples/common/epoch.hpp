@@ -256,13 +256,7 @@ auto& eval_model(kiln::parallel::DistributedDataParallel<Net, In, B, Prec, D>& d
 /// steps, so the unfrozen layers' Adam starts afresh as torch's. A line where it changes (rank 0's).
 template <class Trained>
 void freeze_for_epoch(Trained& trained, const TrainOptions& o, int epoch) {
-  if (o.freeze == 0) return;
-  // (checked every epoch, so that a run resumed past --freeze-epochs refuses a K it could not have
-  // trained with; the model's own message offers 0 and negative counts)
-  constexpr std::size_t layers = std::remove_cvref_t<decltype(eval_model(trained))>::layer_count;
-  if (static_cast<std::size_t>(o.freeze) > layers)
-    throw kiln::ValueError("--freeze " + std::to_string(o.freeze) + ": the network has " + std::to_string(layers) +
-                           " layers; give 1 to " + std::to_string(layers));
+  if (o.freeze == 0) return;  // (1 to the network's layers: add_train_options checks it)
   const bool frozen = o.freeze_epochs == 0 || epoch < o.freeze_epochs;
   if (trained.frozen_layers() == (frozen ? static_cast<std::size_t>(o.freeze) : 0u)) return;
   if (frozen)

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -103,6 +105,14 @@ class Progress {
   Clock::time_point t0_;
 };
 
+/// "cannot <what> the metrics file <path>: <the system's reason>" after a stream operation failed (errno,
+/// cleared before it, as the failed call left it: "No space left on device" for /dev/full).
+inline kiln::Error metrics_error(const char* what, const std::string& path) {
+  const int error = errno;
+  return kiln::Error(std::string("cannot ") + what + " the metrics file " + path +
+                     (error != 0 ? std::string(": ") + std::strerror(error) : std::string()));
+}
+
 /// Starts the metrics file of a run: keeps the lines of its first `epochs` epochs (the checkpoint's when
 /// resuming, so a line written past the checkpoint just before a kill goes), rewritten through a
 /// temporary file and a rename (kiln::write_file_atomically). A fresh run (`epochs` 0) leaves the file as
@@ -134,8 +144,9 @@ inline void keep_metrics(const std::string& path, int epochs) {
     }
   }
   if (kept.empty()) {  // nothing to keep: empty it in place
+    errno = 0;
     std::ofstream out(target, std::ios::trunc);
-    if (!out) throw kiln::Error("cannot write the metrics file " + path);
+    if (!out) throw metrics_error("write", path);
     return;
   }
   kiln::write_file_atomically(target, kept);
@@ -158,9 +169,10 @@ inline std::ofstream* held_metrics_stream(const std::string& path) {
 /// epoch) replaces the file with the line instead, atomically.
 inline void append_metrics(const std::string& path, const nlohmann::json& line, bool first = false) {
   if (path.empty()) return;
+  errno = 0;  // (for metrics_error's reason; a successful call leaves it)
   if (std::ofstream* held = held_metrics_stream(path)) {
     if (*held) *held << line.dump() << '\n' << std::flush;
-    if (!*held) throw kiln::Error("cannot write the metrics file " + path);
+    if (!*held) throw metrics_error("write", path);
     return;
   }
   if (first) {
@@ -168,9 +180,9 @@ inline void append_metrics(const std::string& path, const nlohmann::json& line, 
     return;
   }
   std::ofstream out(path, std::ios::app);
-  if (!out) throw kiln::Error("cannot open the metrics file " + path + " for appending");
-  out << line.dump() << '\n';
-  if (!out) throw kiln::Error("cannot write the metrics file " + path);
+  if (!out) throw metrics_error("open for appending", path);
+  out << line.dump() << '\n' << std::flush;  // (flushed here, so that a full disk is an error, not lost)
+  if (!out) throw metrics_error("write", path);
 }
 
 }  // namespace examples

@@ -372,6 +372,8 @@ std::string summary_table(const std::vector<SummaryRow>& rows, index_t batch, in
 template <class... Layers>
 struct Sequential {
   static_assert(sizeof...(Layers) > 0, "kiln::nn::Sequential: give at least one layer");
+  /// The number of layers (torch's len(model); what Model::freeze counts).
+  static constexpr std::size_t layer_count = sizeof...(Layers);
 
   template <class S>
   static constexpr bool accepts = true;  // each layer checks its own input, with its index
