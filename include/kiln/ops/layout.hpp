@@ -149,11 +149,14 @@ auto narrowed(const X& x, index_t start, index_t length) {
     const E e = as_expr(x);
     const auto in = e.extents();
     const index_t size = in[d];
-    const index_t first = start < 0 ? start + size : start;  // torch: a negative start counts from the end
+    // torch: a negative start counts from the end; an empty dimension wraps as one of extent 1 (torch's
+    // maybe_wrap_dim), so there -1 is 0 as well.
+    const index_t wrap = size == 0 ? 1 : size;
+    const index_t first = start < 0 ? start + wrap : start;
     if (first < 0 || first > size || length < 0 || length > size - first)
       throw ShapeError("kiln::narrow: dimension " + std::to_string(Dim) + " of " + to_string(in) + " has extent " +
                        std::to_string(size) + "; start " + std::to_string(start) + " and length " +
-                       std::to_string(length) + " do not fit in it (expected -" + std::to_string(size) +
+                       std::to_string(length) + " do not fit in it (expected -" + std::to_string(wrap) +
                        " <= start <= " + std::to_string(size) + " and start + length <= " + std::to_string(size) +
                        " once a negative start has the extent added)");
     Strided<E, Out> r{{}, e, Extents<Out>{}, {}, 0};

@@ -118,6 +118,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_range_outside_the_extent_is_a_shape_error, D, ki
   BOOST_CHECK_EXCEPTION(kiln::narrow<0>(x, -5, 1), kiln::ShapeError, kt::message_contains({"start -5"}));
   BOOST_CHECK_EXCEPTION(kiln::narrow<0>(x, 0, -1), kiln::ShapeError, kt::message_contains({"length -1"}));
   BOOST_CHECK_EXCEPTION(kiln::narrow<0>(x, 5, 0), kiln::ShapeError, kt::message_contains({"start 5"}));
+  // An empty dimension wraps as torch's maybe_wrap_dim does, as one of extent 1: start -1 or 0 (length 0).
+  const auto none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn, 5>>(0));
+  BOOST_TEST(kiln::eval(kiln::narrow<0>(none, -1, 0)).numel() == 0);
+  BOOST_TEST(kiln::eval(kiln::narrow<0>(none, 0, 0)).numel() == 0);
+  BOOST_CHECK_EXCEPTION(kiln::narrow<0>(none, -2, 0), kiln::ShapeError,
+                        kt::message_contains({"start -2", "expected -1 <= start <= 0"}));
+  BOOST_CHECK_EXCEPTION(kiln::narrow<0>(none, 1, 0), kiln::ShapeError, kt::message_contains({"start 1"}));
 }
 
 // Inside a chain a permute is read in the chain's pass: one pass fused, one per operation unfused, the
