@@ -1243,12 +1243,15 @@ def layers_instance_norm_fixture():
 
 
 def layers_pixel_shuffle_fixture():
-    """PixelShuffle (factors 2 and 3) and PixelUnshuffle (2)."""
+    """The layers that move elements: PixelShuffle (factors 2 and 3) and PixelUnshuffle (2); Unflatten of
+    the features into an image, and of the last dimension with an inferred size."""
     nn = torch.nn
     cases = [
         layer_case("pixel_shuffle2", lambda: nn.PixelShuffle(2), (2, 8, 3, 4), 1001),
         layer_case("pixel_shuffle3", lambda: nn.PixelShuffle(3), (2, 9, 2, 3), 1002),
         layer_case("pixel_unshuffle2", lambda: nn.PixelUnshuffle(2), (2, 3, 4, 6), 1003),
+        layer_case("unflatten", lambda: nn.Unflatten(1, (2, 3, 2)), (4, 12), 1004),
+        layer_case("unflatten_last_inferred", lambda: nn.Unflatten(-1, (2, -1)), (2, 3, 8), 1005),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

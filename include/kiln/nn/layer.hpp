@@ -135,6 +135,14 @@ std::vector<BufferInfo> buffers_of(const Mod& m) {
   else return {};
 }
 
+/// The least rank with a dimension Dim (negative: from the end, as torch's dim=-1): Softmax<Dim>,
+/// Unflatten<Dim, ...>.
+template <int Dim>
+inline constexpr std::size_t rank_with_dim = Dim >= 0 ? static_cast<std::size_t>(Dim) + 1 : static_cast<std::size_t>(-Dim);
+/// Dim as a dimension of a rank-Rank shape that has it (rank_with_dim<Dim> <= Rank).
+template <int Dim, std::size_t Rank>
+inline constexpr std::size_t dim_of_rank = Dim >= 0 ? static_cast<std::size_t>(Dim) : Rank - static_cast<std::size_t>(-Dim);
+
 /// Extent i of S, or dyn past its rank.
 template <class S>
 constexpr index_t extent_or_dyn(std::size_t i) {

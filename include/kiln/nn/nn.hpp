@@ -27,5 +27,6 @@
 #include "kiln/nn/sequential.hpp"
 #include "kiln/nn/softmax.hpp"
 #include "kiln/nn/sync_batchnorm.hpp"
+#include "kiln/nn/unflatten.hpp"
 #include "kiln/nn/upsample.hpp"
 #include "kiln/optim/sgd.hpp"

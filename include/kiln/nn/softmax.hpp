@@ -13,10 +13,6 @@
 namespace kiln::nn {
 
 namespace detail {
-/// The least rank with a dimension Dim (negative: from the end, as torch's dim=-1).
-template <int Dim>
-inline constexpr std::size_t rank_with_dim = Dim >= 0 ? static_cast<std::size_t>(Dim) + 1 : static_cast<std::size_t>(-Dim);
-
 /// Shared by Softmax and LogSoftmax: over dimension Dim of any shape that has one.
 template <bool Log, int Dim>
 struct SoftmaxLayer {
