@@ -14,6 +14,7 @@
 #include "kiln/expr/reduce.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/functors.hpp"
+#include "kiln/ops/joins.hpp"
 #include "kiln/ops/layout.hpp"
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/reductions.hpp"

@@ -149,6 +149,18 @@ BOOST_AUTO_TEST_CASE(tensors_layout_shapes_follow_the_permutation) {
   BOOST_TEST(kiln::sum(y).item() == 3.0f * 2 * 4 * 5 * 3);
 }
 
+BOOST_AUTO_TEST_CASE(tensors_joins_shapes_and_values) {
+#include "tensors.joins.inc"
+  static_assert(std::is_same_v<decltype(ab)::shape_type, kiln::Shape<kiln::dyn, 8>>);
+  static_assert(std::is_same_v<decltype(rows)::shape_type, kiln::Shape<kiln::dyn, 3>>);
+  static_assert(std::is_same_v<decltype(pair)::shape_type, kiln::Shape<2, kiln::dyn, 3>>);
+  static_assert(std::is_same_v<decltype(last)::shape_type, kiln::Shape<kiln::dyn, 3, 2>>);
+  BOOST_TEST((ab.size(0) == 2 && rows.size(0) == 6 && pair.size(1) == 2));
+  BOOST_TEST(kiln::sum(ab).item() == 2.0f * (3 * 1.0f + 5 * 2.0f));
+  BOOST_TEST(kiln::sum(rows).item() == 2.0f * 3 * (1.0f + 3.0f + 1.0f));
+  BOOST_TEST(kiln::sum(last).item() == 2.0f * 3 * 2);
+}
+
 BOOST_AUTO_TEST_CASE(readme_lenet_steps_once) {
   const auto x = random_batch<Image>(4, 1);
   const auto labels = random_labels(4, 10, 2);
