@@ -194,14 +194,19 @@ KILN_BINARY_FUNCTION(logical_or, LogicalOr)
 KILN_BINARY_FUNCTION(logical_xor, LogicalXor)
 
 namespace detail {
-/// x op y of the division family; an integer division by the number 0 is refused here, as torch's
-/// ZeroDivisionError (a zero inside an integer divisor tensor gives 0: see ops::detail::int_fmod).
+/// x op y of the division family; an integer division by a number that is 0 in the operation's type
+/// (0, or 256 next to uint8, which wraps to it) is refused here, as torch's ZeroDivisionError (a zero
+/// inside an integer divisor tensor gives 0: see ops::detail::int_fmod).
 template <class F, class X, class Y>
 auto make_division(const X& x, const Y& y, const char* what) {
   if constexpr (std::is_arithmetic_v<Y>) {
     using R = typename decltype(make_binary<F>(x, y, what))::value_type;
-    if (std::is_integral_v<R> && y == Y(0))
-      throw ValueError(std::string(what) + ": integer division by zero (torch's ZeroDivisionError)");
+    if constexpr (std::is_integral_v<R>)
+      if (static_cast<R>(y) == R(0))
+        throw ValueError(std::string(what) + ": integer division by zero (torch's ZeroDivisionError)" +
+                         (y == Y(0) ? std::string()
+                                    : ": the divisor " + std::to_string(y) + " is 0 in the operands' " +
+                                          std::to_string(sizeof(R) * 8) + "-bit integer type, as it wraps"));
   }
   return make_binary<F>(x, y, what);
 }

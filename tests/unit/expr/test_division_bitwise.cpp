@@ -111,6 +111,22 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(integer_division_never_traps, D, kiln::test::devic
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { q = i % 0; }, "operator%: integer division by zero"));
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { q = kiln::floor_divide(i, 0); }, "floor_divide"));
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { q = kiln::fmod(i, false); }, "fmod"));
+  // A number that wraps to 0 in the operands' type is a division by zero too (torch: u8 % 256 raises
+  // ZeroDivisionError); as a dividend it is just 0 (256 % u8 is 0).
+  const auto u8 = kt::make_tensor<D>(std::vector<std::uint8_t>{7, 200, 255, 1}, Extents<Shape<4>>{});
+  Tensor<std::uint8_t, Shape<4>, D> r;
+  BOOST_TEST(kt::throws_with<kiln::ValueError>(
+      [&] { r = u8 % 256; }, "operator%: integer division by zero (torch's ZeroDivisionError): the divisor 256 is 0 in "
+                            "the operands' 8-bit integer type, as it wraps"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { r = kiln::floor_divide(u8, -256); }, "the divisor -256 is 0"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { r = kiln::fmod(u8, 512); }, "kiln::fmod: integer division by zero"));
+  r = u8 % 257;  // 257 is 1 in uint8
+  BOOST_TEST(r.to_vector() == (std::vector<std::uint8_t>{0, 0, 0, 0}), boost::test_tools::per_element());
+  r = 256 % u8;
+  BOOST_TEST(r.to_vector() == (std::vector<std::uint8_t>{0, 0, 0, 0}), boost::test_tools::per_element());
+  const auto w = kt::make_tensor<D>(std::vector<std::int32_t>{7, -7, 1, 2}, Extents<Shape<4>>{});
+  Tensor<std::int32_t, Shape<4>, D> wq;
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { wq = kiln::floor_divide(w, 4294967296LL); }, "32-bit"));
   Tensor<float, Shape<4>, D> y;
   y = kiln::fmod(i, 0.0);  // a float divisor: NaN, as torch's
   BOOST_TEST(std::isnan(y.to_vector()[0]));
