@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/core/errors.hpp"
+#include "kiln/core/number_text.hpp"
 #include "kiln/nn/layer.hpp"
 
 namespace kiln::nn::init {
@@ -64,21 +65,41 @@ void fill(Model& m, const ParameterInfo& p, Draw draw) {
   for (auto& x : v) x = static_cast<M>(draw());
   m.parameters().slice(p.offset, p.offset + p.count).copy_from(std::span<const M>(v));
 }
+
+/// Fills parameter p with U(a, b) draws from g, as torch's uniform_ checks its range: finite, a <= b
+/// (a == b: every element a); a ValueError naming `who` otherwise.
+template <class Model>
+void fill_uniform(Model& m, const ParameterInfo& p, Generator& g, double a, double b, const char* who) {
+  if (!std::isfinite(a) || !std::isfinite(b))
+    throw ValueError(std::string("kiln::nn::init::") + who + ": the range [" + kiln::detail::shortest_text(a) + ", " +
+                     kiln::detail::shortest_text(b) + ") is not finite (torch: from/to is out of bounds)");
+  if (a > b)
+    throw ValueError(std::string("kiln::nn::init::") + who + ": expects a [from, to) range, but found from=" +
+                     kiln::detail::shortest_text(a) + " > to=" + kiln::detail::shortest_text(b) + " (a negative gain gives one)");
+  std::uniform_real_distribution<double> u(a, b);
+  fill(m, p, [&] { return a == b ? a : u(g); });
+}
+/// Fills parameter p with N(mean, std²) draws from g, as torch's normal_ checks them: std >= 0 (0: every
+/// element the mean); a ValueError naming `who` otherwise (a negative or NaN std).
+template <class Model>
+void fill_normal(Model& m, const ParameterInfo& p, Generator& g, double mean, double std, const char* who) {
+  if (!(std >= 0.0))
+    throw ValueError(std::string("kiln::nn::init::") + who + ": expects std >= 0.0, but found std " +
+                     kiln::detail::shortest_text(std) + " (a negative gain gives one)");
+  std::normal_distribution<double> n(mean, std > 0.0 ? std : 1.0);  // (std::normal_distribution needs std > 0)
+  fill(m, p, [&] { return std > 0.0 ? n(g) : mean; });
+}
 }  // namespace detail
 
-/// U(a, b) (torch.nn.init.uniform_).
+/// U(a, b) (torch.nn.init.uniform_); a > b or a bound not finite is a ValueError, as torch's.
 template <class Model>
 void uniform_(Model& m, const std::string& name, Generator& g, double a = 0.0, double b = 1.0) {
-  const auto p = detail::find(m, name, "uniform_");
-  std::uniform_real_distribution<double> u(a, b);
-  detail::fill(m, p, [&] { return u(g); });
+  detail::fill_uniform(m, detail::find(m, name, "uniform_"), g, a, b, "uniform_");
 }
-/// N(mean, std²) (torch.nn.init.normal_).
+/// N(mean, std²) (torch.nn.init.normal_): std 0 gives the mean everywhere; a negative std is a ValueError.
 template <class Model>
 void normal_(Model& m, const std::string& name, Generator& g, double mean = 0.0, double std = 1.0) {
-  const auto p = detail::find(m, name, "normal_");
-  std::normal_distribution<double> n(mean, std);
-  detail::fill(m, p, [&] { return n(g); });
+  detail::fill_normal(m, detail::find(m, name, "normal_"), g, mean, std, "normal_");
 }
 /// Every element `value` (torch.nn.init.constant_); zeros_ and ones_.
 template <class Model>
@@ -100,16 +121,14 @@ void xavier_uniform_(Model& m, const std::string& name, Generator& g, double gai
   const auto p = detail::find(m, name, "xavier_uniform_");
   const auto [in, out] = fans(p.shape, "parameter \"" + name + "\"");
   const double bound = gain * std::sqrt(6.0 / (in + out));
-  std::uniform_real_distribution<double> u(-bound, bound);
-  detail::fill(m, p, [&] { return u(g); });
+  detail::fill_uniform(m, p, g, -bound, bound, "xavier_uniform_");
 }
 /// Glorot's N(0, std²), std = gain sqrt(2 / (fan_in + fan_out)) (torch.nn.init.xavier_normal_).
 template <class Model>
 void xavier_normal_(Model& m, const std::string& name, Generator& g, double gain = 1.0) {
   const auto p = detail::find(m, name, "xavier_normal_");
   const auto [in, out] = fans(p.shape, "parameter \"" + name + "\"");
-  std::normal_distribution<double> n(0.0, gain * std::sqrt(2.0 / (in + out)));
-  detail::fill(m, p, [&] { return n(g); });
+  detail::fill_normal(m, p, g, 0.0, gain * std::sqrt(2.0 / (in + out)), "xavier_normal_");
 }
 
 /// kaiming_*'s arguments in torch's order and with its defaults: a (the negative slope for leaky_relu),
@@ -132,16 +151,14 @@ template <class Model>
 void kaiming_uniform_(Model& m, const std::string& name, Generator& g, const KaimingOptions& o = {}) {
   const auto p = detail::find(m, name, "kaiming_uniform_");
   const double bound = std::sqrt(3.0) * detail::kaiming_std(p, o, name);
-  std::uniform_real_distribution<double> u(-bound, bound);
-  detail::fill(m, p, [&] { return u(g); });
+  detail::fill_uniform(m, p, g, -bound, bound, "kaiming_uniform_");
 }
 /// He's N(0, std²), std = gain / sqrt(fan) (torch.nn.init.kaiming_normal_): for ReLU networks,
 /// `{.mode = FanMode::fan_out, .nonlinearity = Nonlinearity::relu}` as torchvision's ResNets.
 template <class Model>
 void kaiming_normal_(Model& m, const std::string& name, Generator& g, const KaimingOptions& o = {}) {
   const auto p = detail::find(m, name, "kaiming_normal_");
-  std::normal_distribution<double> n(0.0, detail::kaiming_std(p, o, name));
-  detail::fill(m, p, [&] { return n(g); });
+  detail::fill_normal(m, p, g, 0.0, detail::kaiming_std(p, o, name), "kaiming_normal_");
 }
 
 }  // namespace kiln::nn::init

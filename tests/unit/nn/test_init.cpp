@@ -123,6 +123,33 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(each_initialiser_draws_torchs_distribution, D, kil
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::xavier_uniform_(m, "0.bias", g); }, "fewer than 2 dimensions"));
 }
 
+BOOST_AUTO_TEST_CASE(degenerate_and_bad_ranges_are_torchs) {
+  // torch: normal_(mean, 0) and uniform_(a, a) fill with the one value; a range with from > to, a
+  // negative or NaN std (a negative gain makes them) and a bound that is not finite raise. std::'s
+  // distributions take none of these (their preconditions: std > 0, a <= b).
+  knn::Model<Net, Shape<dyn, 400>> m(0);
+  knn::Generator g(3);
+  init::normal_(m, "2.bias", g, 1.5, 0.0);
+  BOOST_TEST(values_of(m, "2.bias") == std::vector<double>(10, 1.5), boost::test_tools::per_element());
+  init::uniform_(m, "2.bias", g, -0.25, -0.25);
+  BOOST_TEST(values_of(m, "2.bias") == std::vector<double>(10, -0.25), boost::test_tools::per_element());
+  init::xavier_normal_(m, "2.weight", g, 0.0);  // gain 0: zeros, as torch's
+  BOOST_TEST(values_of(m, "2.weight") == std::vector<double>(1200, 0.0), boost::test_tools::per_element());
+  const auto w = values_of(m, "0.weight");
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::uniform_(m, "0.weight", g, 1.0, 0.0); },
+                                               "kiln::nn::init::uniform_: expects a [from, to) range, but found from=1 > to=0"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::normal_(m, "0.weight", g, 0.0, -1.0); },
+                                               "kiln::nn::init::normal_: expects std >= 0.0, but found std -1"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::normal_(m, "0.weight", g, 0.0, NAN); }, "found std nan"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::uniform_(m, "0.weight", g, 0.0, INFINITY); },
+                                               "the range [0, inf) is not finite"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::xavier_uniform_(m, "0.weight", g, -1.0); },
+                                               "xavier_uniform_: expects a [from, to) range"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::xavier_normal_(m, "0.weight", g, -1.0); },
+                                               "xavier_normal_: expects std >= 0.0"));
+  BOOST_TEST(values_of(m, "0.weight") == w, boost::test_tools::per_element());  // refused before any draw
+}
+
 BOOST_AUTO_TEST_CASE(a_mixed_precision_model_reads_the_new_weights) {
   // The GEMMs of a MixedFp16 model read a half working copy: after zeros_ on both weights and ones_ on the
   // last bias, every output is 1 (a stale copy would keep the drawn weights).
