@@ -319,7 +319,7 @@ auto vector_norm_over(const X& x, double ord) {
 /// torch.linalg.vector_norm(x, ord): (Σ |x|^ord)^(1/ord) over everything, over Axis or several
 /// (vector_norm<1>(x), vector_norm<0, 2>(x, keepdim, 1.0)), keepdim as theirs. ord 2 (the default) is
 /// sqrt(Σ x²), 1 Σ |x|, inf max |x|, -inf min |x|, 0 the count of nonzeros (NaN counts); a negative ord
-/// over no element is a ValueError, as torch's (0 for ord >= 0). The result has x's element type for a
+/// or inf over no element is a ValueError, as torch's (0 for the other ord >= 0). The result has x's element type for a
 /// tensor (half stays half: computed in float, so [300, 300] is 424.3 where torch's CPU gives inf);
 /// floating operands.
 template <operand X>
