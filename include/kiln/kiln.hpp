@@ -19,6 +19,7 @@
 #include "kiln/ops/matmul.hpp"
 #include "kiln/ops/reductions.hpp"
 #include "kiln/ops/scans.hpp"
+#include "kiln/ops/views.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/allocator.hpp"
 #include "kiln/tensor/print.hpp"

@@ -139,9 +139,6 @@ std::vector<BufferInfo> buffers_of(const Mod& m) {
 /// Unflatten<Dim, ...>.
 template <int Dim>
 inline constexpr std::size_t rank_with_dim = Dim >= 0 ? static_cast<std::size_t>(Dim) + 1 : static_cast<std::size_t>(-Dim);
-/// Dim as a dimension of a rank-Rank shape that has it (rank_with_dim<Dim> <= Rank).
-template <int Dim, std::size_t Rank>
-inline constexpr std::size_t dim_of_rank = Dim >= 0 ? static_cast<std::size_t>(Dim) : Rank - static_cast<std::size_t>(-Dim);
 
 /// Extent i of S, or dyn past its rank.
 template <class S>

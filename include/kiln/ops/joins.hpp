@@ -85,17 +85,12 @@ constexpr auto joined_extents() {
   if (Stack && Axis == rank) out[rank] = static_cast<index_t>(sizeof...(S));
   return out;
 }
-template <bool Stack, std::size_t Axis, class I, class... S>
-struct joined_shape_of;
-template <bool Stack, std::size_t Axis, std::size_t... I, class... S>
-struct joined_shape_of<Stack, Axis, std::index_sequence<I...>, S...> {
-  static constexpr auto e = joined_extents<Stack, Axis, S...>();
-  using type = Shape<e[I]...>;
+template <bool Stack, std::size_t Axis, class... S>
+struct joined {
+  static constexpr auto extents() { return joined_extents<Stack, Axis, S...>(); }
 };
 template <bool Stack, std::size_t Axis, class... S>
-using joined_shape_t = typename joined_shape_of<
-    Stack, Axis,
-    std::make_index_sequence<std::tuple_element_t<0, std::tuple<S...>>::rank + (Stack ? 1 : 0)>, S...>::type;
+using joined_shape_t = shape_from_t<joined<Stack, Axis, S...>>;
 
 /// The device the operands agree on (void: numbers only, which join never sees).
 template <class A, class... B>
@@ -186,7 +181,7 @@ auto join(const char* who, const X&... xs) {
   const device_scope<Dev> on(device);
   Tensor<T, Out, Dev> y(out_ext, device);
   index_t outer = 1, inner = 1;
-  for (std::size_t d = 0; d < axis; ++d) outer *= first[d];
+  for (std::size_t d = 0; d != axis; ++d) outer *= first[d];
   for (std::size_t d = Stack ? axis : axis + 1; d < rank; ++d) inner *= first[d];
   index_t at = 0;
   std::apply(

@@ -1,6 +1,7 @@
 /// Shapes: static extents in the type (`Shape<dyn, 3, 32, 32>`), run-time extents beside them.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -48,6 +49,26 @@ template <index_t... E>
 struct is_shape<Shape<E...>> : std::true_type {};
 template <class S>
 concept shape = is_shape<S>::value;
+
+namespace detail {
+template <class F, class I = std::make_index_sequence<F::extents().size()>>
+struct shape_from;
+template <class F, std::size_t... I>
+struct shape_from<F, std::index_sequence<I...>> {
+  static constexpr auto e = F::extents();
+  using type = Shape<e[I]...>;
+};
+}  // namespace detail
+/// The Shape whose extents F::extents() gives, a constexpr std::array<index_t, R>: a shape computed by a
+/// constexpr function (joined, unflattened, squeezed). (A type, not the array itself as a template
+/// argument: nvcc's host pass does not take class-type template arguments.)
+template <class F>
+using shape_from_t = typename detail::shape_from<F>::type;
+/// F for shape_from_t with the extents E...
+template <index_t... E>
+struct extents_list {
+  static constexpr std::array<index_t, sizeof...(E)> extents() { return {E...}; }
+};
 
 namespace detail {
 /// Extent I of S, 0 where dynamic, as a scalar constant (usable in device code, unlike S::extents).

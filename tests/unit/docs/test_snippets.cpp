@@ -149,6 +149,17 @@ BOOST_AUTO_TEST_CASE(tensors_layout_shapes_follow_the_permutation) {
   BOOST_TEST(kiln::sum(y).item() == 3.0f * 2 * 4 * 5 * 3);
 }
 
+BOOST_AUTO_TEST_CASE(tensors_views_share_the_storage) {
+#include "tensors.views.inc"
+  static_assert(std::is_same_v<decltype(features)::shape_type, kiln::Shape<kiln::dyn, 60>>);
+  static_assert(std::is_same_v<decltype(planes)::shape_type, kiln::Shape<kiln::dyn, 3, 20>>);
+  static_assert(std::is_same_v<decltype(column)::shape_type, kiln::Shape<kiln::dyn, 60, 1>>);
+  static_assert(std::is_same_v<decltype(again)::shape_type, kiln::Shape<kiln::dyn, 60>>);
+  again = 2.0f;  // written through, into images
+  BOOST_TEST(kiln::sum(images).item() == 2.0f * 2 * 60);
+  BOOST_TEST((planes.size(0) == 2 && planes.data() == images.data()));
+}
+
 BOOST_AUTO_TEST_CASE(tensors_joins_shapes_and_values) {
 #include "tensors.joins.inc"
   static_assert(std::is_same_v<decltype(ab)::shape_type, kiln::Shape<kiln::dyn, 8>>);
