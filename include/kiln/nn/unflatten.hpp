@@ -22,7 +22,11 @@ struct unflatten_output {
 };
 }  // namespace detail
 
-/// Dimension Dim (negative: from the end) of the input, of static extent, viewed as the dimensions Sizes,
+/// What Unflatten<0, ...> expects (the compile error's last argument): a model's dimension 0 is its
+/// batch, which every layer keeps.
+struct unflatten_keeps_the_batch {};
+
+/// Dimension Dim (negative: from the end; not the batch) of the input, of static extent, viewed as the dimensions Sizes,
 /// as torch.nn.Unflatten(Dim, (Sizes...)): their product must be the extent, and one of them may be -1
 /// (inferred). The inverse of Flatten; a decoder's way from features to images.
 /// Shapes: [N, 256] -> [N, 16, 4, 4] for Unflatten<1, 16, 4, 4>; [N, L, 12] -> [N, L, 3, 4] for
@@ -30,29 +34,33 @@ struct unflatten_output {
 /// Example: `Sequential<Linear<32, 256>, ReLU, Unflatten<1, 16, 4, 4>, ConvTranspose2d<16, 8, 2, 2>, ...>`.
 template <int Dim, index_t... Sizes>
 struct Unflatten {
-  static_assert(kiln::detail::unflattened_sizes<Sizes...>::valid,
+  static constexpr bool valid_sizes = kiln::detail::unflattened_sizes<Sizes...>::valid;
+  static_assert(valid_sizes,
                 "kiln::nn::Unflatten<Dim, Sizes...>: give at least one size, each positive, or one of them -1 "
                 "(inferred from the extent), as torch.nn.Unflatten's unflattened_size");
 
-  // >>> Stopped here? Unflatten<Dim, Sizes...> takes a shape with a dimension Dim of static extent equal
-  //     to the product of Sizes (a multiple of the others' product where one is -1). <<<
+  // >>> Stopped here? Unflatten<Dim, Sizes...> takes a shape with a dimension Dim, not the batch (0), of
+  //     static extent equal to the product of Sizes (a multiple of the others' product where one is -1). <<<
   template <class S>
   static constexpr bool accepts =
-      S::rank >= detail::rank_with_dim<Dim> &&
-      S::extents[kiln::detail::normalized_dim<S::rank>(Dim)] != dyn &&
-      kiln::detail::unflattened_sizes<Sizes...>::fit(S::extents[kiln::detail::normalized_dim<S::rank>(Dim)]);
+      !valid_sizes ||  // (the sizes' own error alone)
+      (S::rank >= detail::rank_with_dim<Dim> && kiln::detail::normalized_dim<S::rank>(Dim) != 0 &&
+       S::extents[kiln::detail::normalized_dim<S::rank>(Dim)] != dyn &&
+       kiln::detail::unflattened_sizes<Sizes...>::fit(S::extents[kiln::detail::normalized_dim<S::rank>(Dim)]));
   /// (S itself where it is not accepted: nothing past the error is inferred from it.)
   template <class S>
-  using output =
-      typename std::conditional_t<accepts<S>, detail::unflatten_output<S, Dim, Sizes...>, std::type_identity<S>>::type;
+  using output = typename std::conditional_t<valid_sizes && accepts<S>, detail::unflatten_output<S, Dim, Sizes...>,
+                                             std::type_identity<S>>::type;
   /// What it takes (for the error): S with dimension Dim the sizes' product (the least multiple where one
-  /// is -1), or a shape that has a dimension Dim.
+  /// is -1); a shape that has a dimension Dim; for the batch dimension, unflatten_keeps_the_batch (a
+  /// model's dimension 0 is its batch, which every layer keeps: torch's Unflatten(0, ...) has no kiln
+  /// layer; kiln::unflatten<0, ...> views a tensor so).
   template <class S>
   using expects = typename std::conditional_t<
-      S::rank >= detail::rank_with_dim<Dim>,
-      kiln::detail::with_extent<S, static_cast<std::size_t>(kiln::detail::normalized_dim<S::rank>(Dim)),
-                                kiln::detail::unflattened_sizes<Sizes...>::known>,
-      std::type_identity<any_shape_of_rank_at_least<detail::rank_with_dim<Dim>>>>::type;
+      (S::rank < detail::rank_with_dim<Dim>), std::type_identity<any_shape_of_rank_at_least<detail::rank_with_dim<Dim>>>,
+      std::conditional_t<kiln::detail::normalized_dim<S::rank>(Dim) == 0, std::type_identity<unflatten_keeps_the_batch>,
+                         kiln::detail::with_extent<S, static_cast<std::size_t>(kiln::detail::normalized_dim<S::rank>(Dim)),
+                                                   kiln::detail::unflattened_sizes<Sizes...>::known>>>::type;
 
   template <class S, class P>
   class module : public detail::parameter_free<S, output<S>, P> {

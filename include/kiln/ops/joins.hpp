@@ -25,18 +25,20 @@ namespace kiln {
 
 /// Fails to compile, naming the operands' shapes, unless they can be joined along dimension Dim: cat<Dim>
 /// (Stack false) takes shapes of one rank >= 1 whose static extents agree in every other dimension
-/// (torch: "Sizes of tensors must match except in dimension Dim"), stack<Dim> (Stack true) shapes that
-/// agree in every dimension, Dim in [-(rank + 1), rank] for the new one. A dyn extent is checked when
-/// the join runs.
+/// (torch: "Sizes of tensors must match except in dimension Dim"), Dim in [-rank, rank); stack<Dim>
+/// (Stack true) shapes of one rank (0 too) that agree in every dimension, Dim in [-(rank + 1), rank] for
+/// the new one. A dyn extent is checked when the join runs. One error for the first rule broken.
 template <bool Stack, int Dim, class... S>
 struct join_shapes_must_agree {
   static constexpr std::size_t rank = std::tuple_element_t<0, std::tuple<S...>>::rank;
   static constexpr int joined_rank = static_cast<int>(rank) + (Stack ? 1 : 0);
-  static constexpr bool dim_ok = rank > 0 && Dim >= -joined_rank && Dim < joined_rank;
+  static constexpr bool ranks_ok = ((S::rank == rank) && ...);
+  static constexpr bool rank_ok = ranks_ok && (Stack || rank > 0);
+  static constexpr bool dim_ok = rank_ok && Dim >= -joined_rank && Dim < joined_rank;
   static constexpr std::size_t axis = dim_ok ? static_cast<std::size_t>(Dim < 0 ? Dim + joined_rank : Dim) : 0;
   static constexpr bool extents_agree() {
-    if (!((S::rank == rank) && ...)) return true;  // (the rank's own error)
-    for (std::size_t d = 0; d < rank; ++d) {
+    if (!dim_ok) return true;  // (an earlier rule's error)
+    for (std::size_t d = 0; d != rank; ++d) {
       if (!Stack && d == axis) continue;
       index_t seen = dyn;
       for (const index_t e : {S::extents[d]...}) {
@@ -47,15 +49,19 @@ struct join_shapes_must_agree {
     }
     return true;
   }
-  // >>> Stopped here? The operands of cat<Dim>/stack<Dim> have different ranks, rank 0, a Dim out of
-  //     range, or static extents that differ where they must agree. <<<
-  static_assert(((S::rank == rank) && ...),
+  /// Whether every rule holds (the join goes on only then, so that a broken one is its only error).
+  static constexpr bool ok = dim_ok && extents_agree();
+  // >>> Stopped here? The operands of cat<Dim>/stack<Dim> have different ranks, rank 0 (cat), a Dim out
+  //     of range, or static extents that differ where they must agree. <<<
+  static_assert(ranks_ok,
                 "kiln::cat / kiln::stack: the operands must have one rank; see their Shape<...>s in "
                 "kiln::join_shapes_must_agree<stack, Dim, Shapes...> in this message");
-  static_assert(rank > 0, "kiln::cat / kiln::stack: a tensor of rank 0 cannot be joined (torch: zero-dimensional "
-                          "tensor cannot be concatenated); view it as Shape<1> first");
-  static_assert(dim_ok, "kiln::cat / kiln::stack: Dim out of range: cat takes 0 .. rank-1 (or -rank .. -1), stack "
-                        "0 .. rank (or -(rank+1) .. -1), as torch");
+  static_assert(!ranks_ok || rank_ok,
+                "kiln::cat: a tensor of rank 0 cannot be concatenated (torch: zero-dimensional tensor cannot be "
+                "concatenated); kiln::stack joins them into [N], or view each as Shape<1> first");
+  static_assert(!rank_ok || dim_ok,
+                "kiln::cat / kiln::stack: Dim out of range: cat takes 0 .. rank-1 (or -rank .. -1), stack 0 .. rank "
+                "(or -(rank+1) .. -1), as torch");
   static_assert(extents_agree(),
                 "kiln::cat / kiln::stack: the operands' static extents differ in a dimension where they must "
                 "agree (cat: every dimension but Dim; stack: every one); see their Shape<...>s (-1 is dyn) in "
@@ -70,7 +76,7 @@ template <bool Stack, std::size_t Axis, class... S>
 constexpr auto joined_extents() {
   constexpr std::size_t rank = std::tuple_element_t<0, std::tuple<S...>>::rank;
   std::array<index_t, rank + (Stack ? 1 : 0)> out{};
-  for (std::size_t d = 0, o = 0; d < rank; ++d) {
+  for (std::size_t d = 0, o = 0; d != rank; ++d) {
     if (Stack && d == Axis) out[o++] = static_cast<index_t>(sizeof...(S));
     index_t e = dyn;
     if (!Stack && d == Axis) {
@@ -100,20 +106,32 @@ struct devices_agree {
 template <class A, class B, class... C>
 struct devices_agree<A, B, C...> : devices_agree<common_device_t<A, B>, C...> {};
 
-/// The element type of a join: the operands' one, or torch's promotion of them (int32 and float: float);
-/// half or bfloat16 next to another type does not compile (cast first).
+/// torch's promotion of two element types for a join: the same type stays; half or bfloat16 next to
+/// float or double gives that one, next to integers itself, and half next to bfloat16 float; the rest
+/// ops::detail::promote_t's (int32 and float: float; int32 and int64: int64).
+template <class A, class B>
+struct standard_promotion {
+  using type = ops::detail::promote_t<A, B>;
+};
+template <class A, class B>
+struct join_promotion {
+  static constexpr bool reduced_a = !std::is_same_v<compute_t<A>, A>, reduced_b = !std::is_same_v<compute_t<B>, B>;
+  using type = typename std::conditional_t<
+      std::is_same_v<A, B>, std::type_identity<A>,
+      std::conditional_t<
+          reduced_a && reduced_b, std::type_identity<float>,
+          std::conditional_t<reduced_a, std::type_identity<std::conditional_t<std::is_floating_point_v<B>, B, A>>,
+                             std::conditional_t<reduced_b,
+                                                std::type_identity<std::conditional_t<std::is_floating_point_v<A>, A, B>>,
+                                                standard_promotion<A, B>>>>>::type;
+};
+/// The element type of a join: the operands' types promoted in turn.
 template <class A, class... B>
 struct joined_element {
   using type = A;
 };
 template <class A, class B, class... C>
-struct joined_element<A, B, C...> {
-  static_assert(std::is_same_v<A, B> || (std::is_same_v<compute_t<A>, A> && std::is_same_v<compute_t<B>, B>),
-                "kiln::cat / kiln::stack: half or bfloat16 operands join only with their own type; cast the "
-                "others first (kiln::cast<kiln::half>(x))");
-  using type = typename joined_element<std::conditional_t<std::is_same_v<A, B>, A, ops::detail::promote_t<A, B>>,
-                                       C...>::type;
-};
+struct joined_element<A, B, C...> : joined_element<typename join_promotion<A, B>::type, C...> {};
 
 /// Operand e's elements into their place in out: e is outer x [len] x inner, out outer x [out_len] x
 /// inner, e's block at offset `at` of out's joined dimension (stack: len 1, and inner the operand's
@@ -135,10 +153,9 @@ struct JoinSlab {
   }
 };
 
+/// join, its shapes agreeing.
 template <bool Stack, int Dim, class... X>
-auto join(const char* who, const X&... xs) {
-  static_assert(sizeof...(X) > 0, "kiln::cat / kiln::stack: give at least one operand");
-  static_assert(join_shapes_must_agree<Stack, Dim, typename node_t<X>::shape_type...>::value);
+auto join_checked(const char* who, const X&... xs) {
   using D = typename devices_agree<typename node_t<X>::device...>::type;
   using Dev = std::conditional_t<std::is_void_v<D>, Cpu, D>;
   using Check = join_shapes_must_agree<Stack, Dim, typename node_t<X>::shape_type...>;
@@ -156,13 +173,18 @@ auto join(const char* who, const X&... xs) {
         (
             [&] {
               const auto ext = e.extents();
-              for (std::size_t d = 0; d < rank; ++d)
-                if ((Stack || d != axis) && ext[d] != first[d])
-                  throw ShapeError(std::string(who) + ": sizes of tensors must match" +
-                                   (Stack ? std::string() : " except in dimension " + std::to_string(axis)) +
-                                   ": expected size " + std::to_string(first[d]) + " but got size " +
-                                   std::to_string(ext[d]) + " for tensor number " + std::to_string(k) +
-                                   " in the list (" + to_string(ext) + " against " + to_string(first) + ")");
+              for (std::size_t d = 0; d != rank; ++d) {
+                if ((!Stack && d == axis) || ext[d] == first[d]) continue;
+                if (Stack)
+                  throw ShapeError(std::string(who) + ": stack expects each tensor to be equal size, but got " +
+                                   to_string(first) + " at entry 0 and " + to_string(ext) + " at entry " +
+                                   std::to_string(k));
+                throw ShapeError(std::string(who) + ": sizes of tensors must match except in dimension " +
+                                 std::to_string(axis) + ": expected size " + std::to_string(first[d]) +
+                                 " but got size " + std::to_string(ext[d]) + " for tensor number " +
+                                 std::to_string(k) + " in the list (" + to_string(ext) + " against " +
+                                 to_string(first) + ")");
+              }
               joined += Stack ? 1 : ext[axis];
               const int at = operand_device<Dev>(e, who);
               check_same_device(who, device, at);
@@ -173,7 +195,7 @@ auto join(const char* who, const X&... xs) {
       },
       es);
   Extents<Out> out_ext;
-  for (std::size_t d = 0, o = 0; d < rank; ++d) {
+  for (std::size_t d = 0, o = 0; d != rank; ++d) {
     if (Stack && d == axis) out_ext[o++] = joined;
     out_ext[o++] = (!Stack && d == axis) ? joined : first[d];
   }
@@ -182,7 +204,7 @@ auto join(const char* who, const X&... xs) {
   Tensor<T, Out, Dev> y(out_ext, device);
   index_t outer = 1, inner = 1;
   for (std::size_t d = 0; d != axis; ++d) outer *= first[d];
-  for (std::size_t d = Stack ? axis : axis + 1; d < rank; ++d) inner *= first[d];
+  for (std::size_t d = rank; d > (Stack ? axis : axis + 1);) inner *= first[--d];  // the dimensions past the joined one
   index_t at = 0;
   std::apply(
       [&](const auto&... e) {
@@ -200,6 +222,23 @@ auto join(const char* who, const X&... xs) {
       es);
   return y;
 }
+
+template <bool Stack, int Dim, class... X>
+auto join(const char* who, const X&... xs) {
+  // >>> Stopped here? cat<Dim>() / stack<Dim>() without an operand (torch: expected a non-empty list). <<<
+  static_assert(sizeof...(X) > 0, "kiln::cat / kiln::stack: give at least one operand (torch: expected a non-empty "
+                                  "list of Tensors)");
+  if constexpr (sizeof...(X) == 0) {
+    return 0;  // (the error above alone)
+  } else {
+    static_assert(join_shapes_must_agree<Stack, Dim, typename node_t<X>::shape_type...>::value);
+    if constexpr (!join_shapes_must_agree<Stack, Dim, typename node_t<X>::shape_type...>::ok)
+      return 0;  // (that rule's error alone)
+    else
+      return join_checked<Stack, Dim>(who, xs...);
+  }
+}
+
 }  // namespace detail
 
 /// torch.cat((x, y, ...), Dim): the operands one after the other along dimension Dim (negative counts

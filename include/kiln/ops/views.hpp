@@ -86,7 +86,9 @@ struct unflatten_sizes_must_fit {
   static_assert(detail::unflattened_sizes<Sizes...>::valid,
                 "kiln::unflatten<Dim, Sizes...>: give at least one size, each positive, or one of them -1 "
                 "(inferred)");
-  static_assert(!dim_ok || detail::unflattened_sizes<Sizes...>::fit(S::extents[detail::normalized_dim<S::rank>(Dim)]),
+  static constexpr bool ok = dim_ok && detail::unflattened_sizes<Sizes...>::valid &&
+                            detail::unflattened_sizes<Sizes...>::fit(S::extents[detail::normalized_dim<S::rank>(Dim)]);
+  static_assert(!dim_ok || !detail::unflattened_sizes<Sizes...>::valid || ok,
                 "kiln::unflatten<Dim, Sizes...>: the sizes do not multiply to dimension Dim's extent (torch: "
                 "sizes don't multiply up to the size of dim); see kiln::unflatten_sizes_must_fit<Shape, Dim, "
                 "Sizes...> (-1 in the Shape is dyn)");
@@ -147,17 +149,21 @@ auto flatten(const Tensor<T, S, D>& x) {
 template <int Dim, index_t... Sizes, class T, class S, class D>
 auto unflatten(const Tensor<T, S, D>& x) {
   static_assert(unflatten_sizes_must_fit<S, Dim, Sizes...>::value);
-  using U = detail::unflattened_sizes<Sizes...>;
-  constexpr std::size_t d = static_cast<std::size_t>(detail::normalized_dim<S::rank>(Dim));
-  using Out = detail::replaced_shape_t<S, d, 1, detail::unflattened_for<S::extents[d], Sizes...>>;
-  const index_t n = x.size(static_cast<int>(d));
-  if (!(U::inferred ? n % U::known == 0 : n == U::known)) {
-    std::string sizes;
-    for (const index_t s : {Sizes...}) sizes += (sizes.empty() ? "" : ", ") + std::to_string(s);
-    throw ShapeError("kiln::unflatten: provided sizes [" + sizes + "] don't multiply up to the size of dim " +
-                     std::to_string(Dim) + " (" + std::to_string(n) + ") in the input tensor " + to_string(x.extents()));
+  if constexpr (!unflatten_sizes_must_fit<S, Dim, Sizes...>::ok) {
+    return x;  // (the error above alone)
+  } else {
+    using U = detail::unflattened_sizes<Sizes...>;
+    constexpr std::size_t d = static_cast<std::size_t>(detail::normalized_dim<S::rank>(Dim));
+    using Out = detail::replaced_shape_t<S, d, 1, detail::unflattened_for<S::extents[d], Sizes...>>;
+    const index_t n = x.size(static_cast<int>(d));
+    if (!(U::inferred ? n % U::known == 0 : n == U::known)) {
+      std::string sizes;
+      for (const index_t s : {Sizes...}) sizes += (sizes.empty() ? "" : ", ") + std::to_string(s);
+      throw ShapeError("kiln::unflatten: provided sizes [" + sizes + "] don't multiply up to the size of dim " +
+                       std::to_string(Dim) + " (" + std::to_string(n) + ") in the input tensor " + to_string(x.extents()));
+    }
+    return detail::view_as<Out>(x, detail::replaced<S::rank, d, 1>(x.extents(), U::for_extent(n)));
   }
-  return detail::view_as<Out>(x, detail::replaced<S::rank, d, 1>(x.extents(), U::for_extent(n)));
 }
 
 /// torch's x.unsqueeze(Dim): a new dimension of extent 1 at Dim (0 .. rank; negative from the end of the

@@ -99,6 +99,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(stack_adds_a_dimension_anywhere, D, kt::devices) {
   BOOST_TEST(s2.to_vector() == w2, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(stack_joins_numbers_into_a_vector, D, kt::devices) {
+  // torch.stack([loss1, loss2]): rank-0 tensors into [2] (cat refuses them, as torch's).
+  Tensor<float, Shape<>, D> a, b;
+  a = 1.5f;
+  b = -2.0f;
+  const auto ab = kiln::stack<0>(a, b, a);
+  static_assert(std::is_same_v<typename decltype(ab)::shape_type, Shape<3>>);
+  BOOST_TEST(ab.to_vector() == (std::vector<float>{1.5f, -2.0f, 1.5f}), boost::test_tools::per_element());
+  static_assert(std::is_same_v<typename decltype(kiln::stack<-1>(a, b))::shape_type, Shape<2>>);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(expression_operands_are_read_in_one_pass_each, D, kt::devices) {
   const auto v = kt::random_values<float>(8, -1, 1, 321);
   const auto x = kt::make_tensor<D>(v, Extents<Shape<dyn, 4>>(2));
@@ -129,6 +140,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(element_types_promote_as_torchs, D, kt::devices) {
   static_assert(std::is_same_v<typename decltype(hh)::element_type, kiln::half>);
   BOOST_TEST(kiln::eval(kiln::cast<float>(hh)).to_vector() == (std::vector<float>{0.5f, 1.5f, 0.5f, 1.5f}),
              boost::test_tools::per_element());
+  // torch: half and float32 give float32, half and int32 half, half and bfloat16 float32. An expression
+  // over half is float in kiln (it computes in float), so it joins a half tensor as float.
+  static_assert(std::is_same_v<typename decltype(kiln::cat<0>(h, f))::element_type, float>);
+  static_assert(std::is_same_v<typename decltype(kiln::cat<0>(i, h))::element_type, kiln::half>);
+  const auto hb = kiln::eval(kiln::cast<kiln::bfloat16>(f));
+  static_assert(std::is_same_v<typename decltype(kiln::cat<0>(h, hb))::element_type, float>);
+  const auto mixed = kiln::cat<0>(h * 2.0f, h);
+  static_assert(std::is_same_v<typename decltype(mixed)::element_type, float>);
+  BOOST_TEST(mixed.to_vector() == (std::vector<float>{1.0f, 3.0f, 0.5f, 1.5f}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(dyn_extents_that_differ_are_refused_in_torchs_words, D, kt::devices) {
@@ -144,7 +164,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dyn_extents_that_differ_are_refused_in_torchs_word
                                                 "except in dimension 1: expected size 2 but got size 3 for tensor number 1"));
   BOOST_TEST(kt::throws_with<kiln::ShapeError>(
       [&] { (void)kiln::stack<0>(a, a, b); },
-      "kiln::stack: sizes of tensors must match: expected size 3 but got size 4 for tensor number 2"));
+      "kiln::stack: stack expects each tensor to be equal size, but got [2, 3] at entry 0 and [2, 4] at entry 2"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

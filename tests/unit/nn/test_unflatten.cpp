@@ -30,7 +30,10 @@ BOOST_AUTO_TEST_CASE(unflatten_has_torchs_shapes_refusals_and_names) {
   static_assert(std::is_same_v<knn::Unflatten<-1, 3, -1>::output<Shape<dyn, dyn, 12>>, Shape<dyn, dyn, 3, 4>>);
   static_assert(std::is_same_v<knn::Unflatten<1, -1, 2>::output<Shape<dyn, 12, 5>>, Shape<dyn, 6, 2, 5>>);
   static_assert(std::is_same_v<knn::Unflatten<-2, 12>::output<Shape<dyn, 12, 5>>, Shape<dyn, 12, 5>>);
-  static_assert(std::is_same_v<knn::Unflatten<0, 2, 3>::output<Shape<6, 4>>, Shape<2, 3, 4>>);
+  // The batch (dimension 0) stays: a model's backward counts its rows there (kiln::unflatten<0, ...>
+  // views a tensor so).
+  static_assert(!knn::Unflatten<0, 2, 3>::accepts<Shape<6, 4>> && !knn::Unflatten<-2, 2, 3>::accepts<Shape<6, 4>>);
+  static_assert(std::is_same_v<knn::Unflatten<0, 2, 3>::expects<Shape<6, 4>>, knn::unflatten_keeps_the_batch>);
   // torch: "Provided sizes [5, 2] don't multiply up to the size of dim 1 (12)"; kiln: a compile error.
   static_assert(!knn::Unflatten<1, 5, 2>::accepts<Shape<dyn, 12>>);
   static_assert(!knn::Unflatten<1, 5, -1>::accepts<Shape<dyn, 12>>);  // 12 is no multiple of 5
