@@ -3,6 +3,7 @@
 /// xavier_normal_, kaiming_uniform_, kaiming_normal_, with torch's calculate_gain and fans.
 #pragma once
 #include <cmath>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kiln/core/errors.hpp"
+#include "kiln/core/number_fits.hpp"
 #include "kiln/core/number_text.hpp"
 #include "kiln/nn/layer.hpp"
 
@@ -57,27 +59,50 @@ ParameterInfo find(const Model& m, const std::string& name, const char* who) {
   throw ValueError(std::string("kiln::nn::init::") + who + ": the model has no parameter \"" + name +
                    "\"; it has " + (names.empty() ? std::string("none") : names));
 }
+/// The element type of m's parameters (float, or double).
+template <class Model>
+using parameter_element_t = typename std::remove_cvref_t<decltype(std::declval<Model&>().parameters())>::element_type;
+
+/// A draw v as parameter type M, rounded as the hardware rounds (a float past float's range is ±inf, as
+/// torch's normal_ of a huge mean gives, not the undefined conversion).
+template <class M>
+M to_parameter(double v) {
+  if constexpr (std::is_same_v<M, float>) {
+    constexpr double past = 3.4028235677973366e38;  // FLT_MAX + half an ulp: from here on, inf
+    if (v >= past || v <= -past) return v > 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  }
+  return static_cast<M>(v);
+}
+
 /// Writes `count` values from draw() into parameter p of m (its working copy refreshed at the next forward).
 template <class Model, class Draw>
 void fill(Model& m, const ParameterInfo& p, Draw draw) {
-  using M = typename std::remove_cvref_t<decltype(m.parameters())>::element_type;
+  using M = parameter_element_t<Model>;
   std::vector<M> v(static_cast<std::size_t>(p.count));
-  for (auto& x : v) x = static_cast<M>(draw());
+  for (auto& x : v) x = to_parameter<M>(draw());
   m.parameters().slice(p.offset, p.offset + p.count).copy_from(std::span<const M>(v));
 }
 
-/// Fills parameter p with U(a, b) draws from g, as torch's uniform_ checks its range: finite, a <= b
-/// (a == b: every element a); a ValueError naming `who` otherwise.
+/// Fills parameter p with U(a, b) draws from g, as torch's uniform_ checks its range: a and b finite in
+/// the parameters' type, a <= b, b - a within that type's range (a == b: every element a, -0.0 as +0.0);
+/// a ValueError naming `who` otherwise.
 template <class Model>
 void fill_uniform(Model& m, const ParameterInfo& p, Generator& g, double a, double b, const char* who) {
-  if (!std::isfinite(a) || !std::isfinite(b))
-    throw ValueError(std::string("kiln::nn::init::") + who + ": the range [" + kiln::detail::shortest_text(a) + ", " +
-                     kiln::detail::shortest_text(b) + ") is not finite (torch: from/to is out of bounds)");
+  using M = parameter_element_t<Model>;
+  const std::string name = std::string("kiln::nn::init::") + who;
+  const char* type = std::is_same_v<M, float> ? "float" : "double";
+  for (const auto& [what, v] : {std::pair{"from", a}, std::pair{"to", b}})
+    if (!std::isfinite(v) || !kiln::detail::number_fits<M>(v))
+      throw ValueError(name + ": " + what + " is out of bounds for " + type + " (" + kiln::detail::shortest_text(v) +
+                       ")");
   if (a > b)
-    throw ValueError(std::string("kiln::nn::init::") + who + ": expects a [from, to) range, but found from=" +
-                     kiln::detail::shortest_text(a) + " > to=" + kiln::detail::shortest_text(b) + " (a negative gain gives one)");
+    throw ValueError(name + ": expects a [from, to) range, but found from=" + kiln::detail::shortest_text(a) +
+                     " > to=" + kiln::detail::shortest_text(b) + " (a negative gain gives one)");
+  if (!(b - a <= kiln::detail::largest_finite<M>()))
+    throw ValueError(name + ": expects to - from <= the largest " + type + ", but found to=" +
+                     kiln::detail::shortest_text(b) + " and from=" + kiln::detail::shortest_text(a));
   std::uniform_real_distribution<double> u(a, b);
-  fill(m, p, [&] { return a == b ? a : u(g); });
+  fill(m, p, [&] { return a == b ? a + 0.0 : u(g); });
 }
 /// Fills parameter p with N(mean, std²) draws from g, as torch's normal_ checks them: std >= 0 (0: every
 /// element the mean); a ValueError naming `who` otherwise (a negative or NaN std).
@@ -104,7 +129,9 @@ void normal_(Model& m, const std::string& name, Generator& g, double mean = 0.0,
 /// Every element `value` (torch.nn.init.constant_); zeros_ and ones_.
 template <class Model>
 void constant_(Model& m, const std::string& name, double value) {
-  detail::fill(m, detail::find(m, name, "constant_"), [&] { return value; });
+  const auto p = detail::find(m, name, "constant_");
+  kiln::detail::check_number_fits<detail::parameter_element_t<Model>>(value, "kiln::nn::init::constant_");
+  detail::fill(m, p, [&] { return value; });
 }
 template <class Model>
 void zeros_(Model& m, const std::string& name) {

@@ -135,6 +135,10 @@ BOOST_AUTO_TEST_CASE(degenerate_and_bad_ranges_are_torchs) {
   BOOST_TEST(values_of(m, "2.bias") == std::vector<double>(10, -0.25), boost::test_tools::per_element());
   init::xavier_normal_(m, "2.weight", g, 0.0);  // gain 0: zeros, as torch's
   BOOST_TEST(values_of(m, "2.weight") == std::vector<double>(1200, 0.0), boost::test_tools::per_element());
+  init::uniform_(m, "2.bias", g, -0.0, 0.0);  // torch: from + (to - from) U is +0.0
+  for (const double b : values_of(m, "2.bias")) BOOST_TEST(!std::signbit(b));
+  init::normal_(m, "2.bias", g, 1e39, 1.0);  // a mean past float's range: inf, as torch's (no error)
+  BOOST_TEST(values_of(m, "2.bias") == std::vector<double>(10, INFINITY), boost::test_tools::per_element());
   const auto w = values_of(m, "0.weight");
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::uniform_(m, "0.weight", g, 1.0, 0.0); },
                                                "kiln::nn::init::uniform_: expects a [from, to) range, but found from=1 > to=0"));
@@ -142,7 +146,15 @@ BOOST_AUTO_TEST_CASE(degenerate_and_bad_ranges_are_torchs) {
                                                "kiln::nn::init::normal_: expects std >= 0.0, but found std -1"));
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::normal_(m, "0.weight", g, 0.0, NAN); }, "found std nan"));
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::uniform_(m, "0.weight", g, 0.0, INFINITY); },
-                                               "the range [0, inf) is not finite"));
+                                               "uniform_: to is out of bounds for float (inf)"));
+  // Bounds and values the float parameters cannot hold (torch: "from is out of bounds for float", "to-from
+  // ... exceed the limit", "value cannot be converted to type float without overflow").
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::uniform_(m, "0.weight", g, -1e39, 1.0); },
+                                               "from is out of bounds for float (-1e+39)"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::uniform_(m, "0.weight", g, -3e38, 3e38); },
+                                               "expects to - from <= the largest float, but found to=3e+38 and from=-3e+38"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::xavier_uniform_(m, "0.weight", g, 1e40); }, "out of bounds"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::constant_(m, "0.weight", 1e39); }, "constant_"));
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::xavier_uniform_(m, "0.weight", g, -1.0); },
                                                "xavier_uniform_: expects a [from, to) range"));
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { init::xavier_normal_(m, "0.weight", g, -1.0); },
