@@ -67,8 +67,9 @@ Tensor<T, Out, D> view_as(const Tensor<T, S, D>& t, const std::array<index_t, R>
 template <class S, int Start, int End>
 struct flatten_dims_must_be_in_order {
   // >>> Stopped here? flatten<Start, End> names a dimension the tensor lacks, or Start after End. <<<
-  static_assert(S::rank == 0 || (detail::valid_dim<S::rank>(Start) && detail::valid_dim<S::rank>(End) &&
-                                 detail::normalized_dim<S::rank>(Start) <= detail::normalized_dim<S::rank>(End)),
+  static_assert(S::rank == 0 ? (Start == 0 || Start == -1) && (End == 0 || End == -1)  // (torch: a 0-d tensor as [1])
+                             : detail::valid_dim<S::rank>(Start) && detail::valid_dim<S::rank>(End) &&
+                                   detail::normalized_dim<S::rank>(Start) <= detail::normalized_dim<S::rank>(End),
                 "kiln::flatten<Start, End>: both must be dimensions of the tensor (0 .. rank-1, or -rank .. -1) "
                 "and Start must not come after End (torch: start_dim cannot come after end_dim); see the "
                 "Shape<...> and the dimensions in kiln::flatten_dims_must_be_in_order<Shape, Start, End>");
