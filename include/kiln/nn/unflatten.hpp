@@ -1,11 +1,8 @@
 /// Unflatten: one dimension viewed as several, a view (no copy), as torch.nn.Unflatten(dim, unflattened_size).
 #pragma once
-#include <array>
 #include <cstddef>
-#include <initializer_list>
 #include <string>
 #include <type_traits>
-#include <utility>
 
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/views.hpp"
@@ -70,9 +67,8 @@ struct Unflatten {
     using typename detail::parameter_free<S, output<S>, P>::output_shape;
     /// torch's repr: "Unflatten(dim=1, unflattened_size=(16, 4, 4))" (a lone size as "(12,)").
     std::string name() const {
-      std::string sizes;
-      for (const index_t s : {Sizes...}) sizes += (sizes.empty() ? "" : ", ") + std::to_string(s);
-      return "Unflatten(dim=" + std::to_string(Dim) + ", unflattened_size=(" + sizes +
+      return "Unflatten(dim=" + std::to_string(Dim) + ", unflattened_size=(" +
+             kiln::detail::unflattened_sizes<Sizes...>::text() +
              (sizeof...(Sizes) == 1 ? ",))" : "))");
     }
 

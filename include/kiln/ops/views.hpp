@@ -23,6 +23,12 @@ struct unflattened_sizes {
   static constexpr index_t known = (index_t{1} * ... * (Sizes == -1 ? 1 : Sizes));
   /// Whether an extent n splits into them (a multiple of `known` where one is inferred); dyn may.
   static constexpr bool fit(index_t n) { return n == dyn || (inferred ? n % known == 0 : n == known); }
+  /// "16, 4, 4": the sizes as torch's messages and reprs write them.
+  static std::string text() {
+    std::string t;
+    ((t += (t.empty() ? "" : ", ") + std::to_string(Sizes)), ...);
+    return t;
+  }
   /// The sizes for extent n (dyn: the inferred one dyn).
   static constexpr std::array<index_t, sizeof...(Sizes)> for_extent(index_t n) {
     return {(Sizes != -1 ? Sizes : n == dyn ? dyn : n / known)...};
@@ -157,12 +163,9 @@ auto unflatten(const Tensor<T, S, D>& x) {
     constexpr std::size_t d = static_cast<std::size_t>(detail::normalized_dim<S::rank>(Dim));
     using Out = detail::replaced_shape_t<S, d, 1, detail::unflattened_for<S::extents[d], Sizes...>>;
     const index_t n = x.size(static_cast<int>(d));
-    if (!(U::inferred ? n % U::known == 0 : n == U::known)) {
-      std::string sizes;
-      for (const index_t s : {Sizes...}) sizes += (sizes.empty() ? "" : ", ") + std::to_string(s);
-      throw ShapeError("kiln::unflatten: provided sizes [" + sizes + "] don't multiply up to the size of dim " +
+    if (!U::fit(n))
+      throw ShapeError("kiln::unflatten: provided sizes [" + U::text() + "] don't multiply up to the size of dim " +
                        std::to_string(Dim) + " (" + std::to_string(n) + ") in the input tensor " + to_string(x.extents()));
-    }
     return detail::view_as<Out>(x, detail::replaced<S::rank, d, 1>(x.extents(), U::for_extent(n)));
   }
 }
