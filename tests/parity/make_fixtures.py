@@ -1244,7 +1244,8 @@ def layers_instance_norm_fixture():
 
 def layers_pixel_shuffle_fixture():
     """The layers that move elements: PixelShuffle (factors 2 and 3) and PixelUnshuffle (2); Unflatten of
-    the features into an image, and of the last dimension with an inferred size."""
+    the features into an image, and of the last dimension with an inferred size; Flatten of the last two
+    dimensions (start_dim=2) and of the middle two (-3, -2)."""
     nn = torch.nn
     cases = [
         layer_case("pixel_shuffle2", lambda: nn.PixelShuffle(2), (2, 8, 3, 4), 1001),
@@ -1252,6 +1253,8 @@ def layers_pixel_shuffle_fixture():
         layer_case("pixel_unshuffle2", lambda: nn.PixelUnshuffle(2), (2, 3, 4, 6), 1003),
         layer_case("unflatten", lambda: nn.Unflatten(1, (2, 3, 2)), (4, 12), 1004),
         layer_case("unflatten_last_inferred", lambda: nn.Unflatten(-1, (2, -1)), (2, 3, 8), 1005),
+        layer_case("flatten_start2", lambda: nn.Flatten(2), (2, 3, 4, 5), 1006),
+        layer_case("flatten_middle", lambda: nn.Flatten(-3, -2), (2, 3, 4, 5), 1007),
     ]
     return {"torch_version": torch.__version__, "cases": cases}
 

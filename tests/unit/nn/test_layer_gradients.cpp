@@ -165,6 +165,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(flatten_backward_matches_numeric_for_rank_4_input,
   check_model_gradients<knn::Sequential<knn::Flatten>, In, D>(Extents<In>(3), -1, 1, 0, 16);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(flatten_dims_backward_matches_numeric_with_dims_kept_around_them, D,
+                              kiln::test::devices) {
+  // torch's Flatten(2) before a Linear over the last dimension: [N, 3, 5, 7] -> [N, 3, 35] -> [N, 3, 4];
+  // Flatten(-3, -2) with a dyn dimension before those flattened: [N, L, 5, 7, 2] -> [N, L, 35, 2].
+  using In = Shape<dyn, 3, 5, 7>;
+  using Net = knn::Sequential<knn::FlattenDims<2>, knn::Linear<35, 4>>;
+  static_assert(std::is_same_v<knn::Model<Net, In>::output_shape, Shape<dyn, 3, 4>>);
+  check_model_gradients<Net, In, D>(Extents<In>(2), -1, 1, 0, 18);
+  using Seq = Shape<dyn, dyn, 5, 7, 2>;
+  using Middle = knn::Sequential<knn::FlattenDims<-3, -2>, knn::Tanh>;
+  static_assert(std::is_same_v<knn::Model<Middle, Seq>::output_shape, Shape<dyn, dyn, 35, 2>>);
+  check_model_gradients<Middle, Seq, D>(Extents<Seq>(2, 3), -1, 1, 0, 19);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_backward_matches_numeric_for_input_and_every_parameter, D,
                               kiln::test::devices) {
   using Net = knn::Sequential<knn::Linear<5, 7>, knn::Tanh, knn::Linear<7, 3>, knn::Sigmoid, knn::Linear<3, 2>>;

@@ -269,15 +269,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(instance_norms_match_pytorch, D, kiln::test::devic
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(pixel_shuffles_and_unflatten_match_pytorch, D, kiln::test::devices) {
   // layers_pixel_shuffle.json: PixelShuffle 2 on [2, 8, 3, 4] and 3 on [2, 9, 2, 3], PixelUnshuffle 2
-  // on [2, 3, 4, 6]; Unflatten(1, (2, 3, 2)) on [4, 12], Unflatten(-1, (2, -1)) on [2, 3, 8]:
-  // permutations and views, so exact.
+  // on [2, 3, 4, 6]; Unflatten(1, (2, 3, 2)) on [4, 12], Unflatten(-1, (2, -1)) on [2, 3, 8];
+  // Flatten(2) and Flatten(-3, -2) on [2, 3, 4, 5]: permutations and views, so exact.
   const std::string f = "layers_pixel_shuffle.json";
   check_layer<knn::PixelShuffle<2>, Shape<dyn, 8, 3, 4>, D>("pixel_shuffle2", f);
   check_layer<knn::PixelShuffle<3>, Shape<dyn, 9, 2, 3>, D>("pixel_shuffle3", f);
   check_layer<knn::PixelUnshuffle<2>, Shape<dyn, 3, 4, 6>, D>("pixel_unshuffle2", f);
   check_layer<knn::Unflatten<1, 2, 3, 2>, Shape<dyn, 12>, D>("unflatten", f);
   check_layer<knn::Unflatten<-1, 2, -1>, Shape<dyn, 3, 8>, D>("unflatten_last_inferred", f);
-  BOOST_TEST(fixture(f).at("cases").size() == 5u);  // every case of the file is checked
+  check_layer<knn::FlattenDims<2>, Shape<dyn, 3, 4, 5>, D>("flatten_start2", f);
+  check_layer<knn::FlattenDims<-3, -2>, Shape<dyn, 3, 4, 5>, D>("flatten_middle", f);
+  BOOST_TEST(fixture(f).at("cases").size() == 7u);  // every case of the file is checked
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(blocks_of_branches_match_pytorch, D, kiln::test::devices) {
