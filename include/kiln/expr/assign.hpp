@@ -17,12 +17,13 @@ namespace kiln {
 
 namespace detail {
 template <class T, class S, class D, class E>
-void assign_expr(Tensor<T, S, D>& dst, const E& e);
+void assign_expr(Tensor<T, S, D>& dst, const E& e, bool allocate = true);
 
 /// The body of assign(), instantiated only for a valid right-hand side (no error cascade). With fusion
-/// off (kiln::Unfused), an expression of several operations runs one pass per operation.
+/// off (kiln::Unfused), an expression of several operations runs one pass per operation. allocate: an
+/// empty dst without storage takes the expression's extents (false for a temporary view).
 template <class T, class S, class D, class Src>
-void assign_valid(Tensor<T, S, D>& dst, const Src& src) {
+void assign_valid(Tensor<T, S, D>& dst, const Src& src, bool allocate = true) {
   auto e = [&] {
     if constexpr (std::is_arithmetic_v<Src>) {  // a fill: checked as torch's fill_, stored as a cast stores it
       check_number_fits<T>(src, "kiln::assign");
@@ -40,16 +41,27 @@ void assign_valid(Tensor<T, S, D>& dst, const Src& src) {
   if constexpr (op_count<decltype(e)>::value > 1) {
     if (!fusion_enabled()) {
       Temporaries keep;
-      assign_expr(dst, split_below_root<D>(e, keep, device));
+      assign_expr(dst, split_below_root<D>(e, keep, device), allocate);
       return;
     }
   }
-  assign_expr(dst, e);
+  assign_expr(dst, e, allocate);
+}
+
+/// Whether Src can be assigned (a kiln tensor, expression or number); one compile error if not.
+template <class Src>
+constexpr bool assignable_source() {
+  constexpr bool valid = tensor<Src> || expression<Src> || std::is_arithmetic_v<Src>;
+  // >>> Stopped here? The right-hand side is not a kiln tensor, expression or number. <<<
+  static_assert(valid,
+                "kiln::assign: right-hand side must be a kiln tensor or expression (value_type, shape(), "
+                "operator[]) or a number; wrap raw buffers with kiln::Tensor<...>::from_blob()");
+  return valid;
 }
 
 /// Checks e against dst (device, shape, broadcasting) and runs it: one pass.
 template <class T, class S, class D, class E>
-void assign_expr(Tensor<T, S, D>& dst, const E& e) {
+void assign_expr(Tensor<T, S, D>& dst, const E& e, bool allocate) {
   using SE = typename E::shape_type;
   // >>> Stopped here? The expression lives on another device than the destination tensor. <<<
   static_assert(std::is_void_v<typename E::device> || std::is_same_v<typename E::device, D>,
@@ -66,7 +78,7 @@ void assign_expr(Tensor<T, S, D>& dst, const E& e) {
     detail::executor<D>::run(dst.view(), Broadcast<E, S>(e, dst.extents()));
   } else {
     static_assert(shapes_must_match<S, SE>::value);
-    if (dst.storage() == nullptr && dst.numel() == 0) dst = Tensor<T, S, D>(extents_cast<S>(e.extents()));
+    if (allocate && dst.storage() == nullptr && dst.numel() == 0) dst = Tensor<T, S, D>(extents_cast<S>(e.extents()));
     if (!(extents_cast<S>(e.extents()) == dst.extents()))
       throw ShapeError("kiln::assign: shape mismatch: destination " + to_string(dst.extents()) + " (" +
                        shape_name<S>() + ") but expression " + to_string(e.extents()) + " (" + shape_name<SE>() + ")");
@@ -83,13 +95,17 @@ void assign_expr(Tensor<T, S, D>& dst, const E& e) {
 /// dst: no elements, as torch's fill_ of an empty tensor).
 template <class T, class S, class D, class Src>
 void assign(Tensor<T, S, D>& dst, const Src& src) {
-  constexpr bool valid = tensor<Src> || expression<Src> || std::is_arithmetic_v<Src>;
-  // >>> Stopped here? The right-hand side is not a kiln tensor, expression or number. <<<
-  static_assert(valid,
-                "kiln::assign: right-hand side must be a kiln tensor or expression (value_type, shape(), "
-                "operator[]) or a number; wrap raw buffers with kiln::Tensor<...>::from_blob()");
-  if constexpr (valid) detail::assign_valid(dst, src);
+  if constexpr (detail::assignable_source<Src>()) detail::assign_valid(dst, src);
 }
+
+namespace detail {
+/// assign() into a temporary view (Tensor's operator= &&): never allocates, as a view of a tensor with
+/// no storage yet would hold the values nowhere (another shape than its own is a ShapeError).
+template <class T, class S, class D, class Src>
+void assign_into_view(Tensor<T, S, D>& dst, const Src& src) {
+  if constexpr (assignable_source<Src>()) assign_valid(dst, src, false);
+}
+}  // namespace detail
 
 /// Evaluates an expression into a new tensor of its element type (float for half operands; a cast's
 /// type where the expression is a cast, as x.half() is a half tensor) and shape.

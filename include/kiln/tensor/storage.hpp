@@ -88,7 +88,7 @@ struct device_copy {
 template <>
 struct device_copy<Cpu, Cpu> {
   static void run(void* dst, int, const void* src, int, std::size_t bytes, bool) {
-    if (bytes) std::memcpy(dst, src, bytes);
+    if (bytes) std::memmove(dst, src, bytes);  // (copy_from a span of the tensor's own storage may overlap)
   }
 };
 }  // namespace detail

@@ -33,6 +33,10 @@ concept tensor = is_tensor<std::remove_cvref_t<X>>::value;
 
 template <class T, class S, class D, class Src>
 void assign(Tensor<T, S, D>& dst, const Src& src);
+namespace detail {
+template <class T, class S, class D, class Src>
+void assign_into_view(Tensor<T, S, D>& dst, const Src& src);
+}  // namespace detail
 
 /// A kiln tensor or expression (not a plain number).
 template <class X>
@@ -103,20 +107,34 @@ class Tensor {
   /// A temporary view (`x.slice(1, 5) = eval(e);`) is written into, as libtorch's Tensor::operator= &&:
   /// rebinding a temporary would write nothing.
   Tensor& operator=(Tensor&& o) && {
-    if (this != &o) assign(*this, o);
+    if (this != &o) detail::assign_into_view(*this, o);
     return *this;
   }
   /// Writes other's values into this tensor's storage (allocating when it has none): libtorch's
   /// b.copy_(a), where libtorch's b = a rebinds b (docs/design.md).
-  Tensor& operator=(const Tensor& other) {
+  Tensor& operator=(const Tensor& other) & {
     if (this != &other) assign(*this, other);
+    return *this;
+  }
+  /// Into a temporary view, never allocating: a view of a tensor with no storage yet (`flatten(t) = x`
+  /// for a default-constructed t) has no elements to write, so another shape is a ShapeError (torch's
+  /// copy_ into an empty view: a size mismatch), where an allocation would hold the values nowhere.
+  Tensor& operator=(const Tensor& other) && {
+    if (this != &other) detail::assign_into_view(*this, other);
     return *this;
   }
   /// Evaluates an expression (or fills with a number) into this tensor, in one pass.
   template <class E>
     requires(!std::is_same_v<std::remove_cvref_t<E>, Tensor>)
-  Tensor& operator=(const E& e) {
+  Tensor& operator=(const E& e) & {
     assign(*this, e);
+    return *this;
+  }
+  /// The same into a temporary view, never allocating (above).
+  template <class E>
+    requires(!std::is_same_v<std::remove_cvref_t<E>, Tensor>)
+  Tensor& operator=(const E& e) && {
+    detail::assign_into_view(*this, e);
     return *this;
   }
 

@@ -1,5 +1,6 @@
 // Tensors that share storage: copies, reshapes and slices; clone and copy-assignment copy the data.
 #include <boost/test/unit_test.hpp>
+#include <span>
 #include <vector>
 
 #include "support/policies.hpp"
@@ -96,6 +97,36 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_temporary_view_is_written_into_by_a_temporary_te
   auto rows = kiln::test::make_tensor<D>(iota(6), Extents<Shape<dyn, 3>>(2));
   rows.slice(1, 2) += kiln::Tensor<float, Shape<3>, D>::from({10, 20, 30});
   BOOST_TEST(kiln::test::all_equal(rows.to_vector(), std::vector<float>{0, 1, 2, 13, 24, 35}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_view_of_a_tensor_without_storage_is_not_given_one, D, kiln::test::devices) {
+  // A default-constructed tensor has no storage and no elements; so has any view of it. Assigning to
+  // the view used to allocate the temporary view and write there, so the values were lost without a
+  // word; now, as torch's copy_ into an empty view, another shape is a ShapeError.
+  const auto x = kiln::test::make_tensor<D>(iota(6), Extents<Shape<dyn, 3>>(2));
+  Tensor<float, Shape<dyn, 3>, D> t;
+  BOOST_CHECK_THROW(kiln::flatten(t) = kiln::flatten(x), kiln::ShapeError);
+  BOOST_CHECK_THROW(t.reshape(Extents<Shape<dyn>>(0)) = kiln::eval(kiln::flatten(x) * 2.0f), kiln::ShapeError);
+  BOOST_CHECK_THROW(t.slice(0, 0) = x, kiln::ShapeError);
+  BOOST_CHECK_THROW(kiln::flatten(t) = kiln::flatten(x) * 2.0f, kiln::ShapeError);
+  BOOST_TEST(t.storage() == nullptr);
+  BOOST_TEST(t.numel() == 0);
+  kiln::flatten(t) = 1.0f;  // a fill of nothing, as torch's fill_ of an empty tensor
+  kiln::flatten(t) = kiln::Tensor<float, Shape<dyn>, D>();  // nothing into nothing
+  BOOST_TEST(t.storage() == nullptr);
+  // The named tensor itself still takes the expression's extents (kiln's `Tensor t; t = e;`).
+  t = x * 2.0f;
+  BOOST_TEST(kiln::test::all_equal(t.to_vector(), std::vector<float>{0, 2, 4, 6, 8, 10}));
+}
+
+BOOST_AUTO_TEST_CASE(copy_from_a_span_of_the_tensors_own_storage_is_a_memmove) {
+  // x[0:6].copy_from(x[2:8]): overlapping bytes (memcpy's undefined behaviour; ASan's
+  // memcpy-param-overlap), copied as memmove does.
+  auto x = kiln::test::make_tensor<kiln::Cpu>(iota(8), Extents<Shape<dyn>>(8));
+  x.slice(0, 6).copy_from(std::span<const float>(x.data() + 2, 6));
+  BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{2, 3, 4, 5, 6, 7, 6, 7}));
+  x.slice(2, 8).copy_from(std::span<const float>(x.data(), 6));
+  BOOST_TEST(kiln::test::all_equal(x.to_vector(), std::vector<float>{2, 3, 2, 3, 4, 5, 6, 7}));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(reshape_views_the_same_storage, D, kiln::test::devices) {
