@@ -62,7 +62,8 @@ struct matmul_inner_extents_must_match {
 };
 
 /// Throws ValueError when C's memory intersects X's: the GEMM writes C while it reads A and B, so
-/// `matmul_into(a, a, b)` would read what it already wrote (torch refuses an out= that overlaps an input).
+/// `matmul_into(a, a, b)` would read what it already wrote (torch's out= copies through a temporary there;
+/// kiln asks for one: `a = kiln::matmul(a, b);`).
 template <class C, class X>
 void check_matmul_disjoint(const C& c, const X& x, const char* which) {
   const auto c0 = reinterpret_cast<std::uintptr_t>(c.data()), x0 = reinterpret_cast<std::uintptr_t>(x.data());
