@@ -252,10 +252,18 @@ class Tensor {
     return from(std::span<const T>(values.begin(), values.size()), Extents<S>{});
   }
 
-  /// A copy on device D2 (index: which GPU). With non_blocking and pinned host memory the copy is
-  /// asynchronous on the current stream, like torch's `.to(device, non_blocking=True)`.
+  /// A copy on device D2 (index: which GPU; < 0: the current one). With non_blocking and pinned host
+  /// memory the copy is asynchronous on the current stream, like torch's `.to(device, non_blocking=True)`.
+  /// A tensor already there (on the CPU, or on that GPU) is returned as it is, sharing its storage, as
+  /// torch's `.to` returns self (clone() copies).
   template <class D2>
   Tensor<T, S, D2> to(int index = -1, bool non_blocking = false) const {
+    if constexpr (std::is_same_v<D2, D>) {
+      if constexpr (!detail::device_memory<D>::indexed)
+        return *this;
+      else if (storage_ && (index < 0 ? detail::device_memory<D>::allocator(-1).device() : index) == device_index())
+        return *this;
+    }
     Tensor<T, S, D2> t(ext_, index);
     detail::device_copy<D2, D>::run(t.data(), t.device_index(), data_, device_index(), nbytes(), non_blocking);
     return t;

@@ -250,19 +250,31 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(from_blob_wraps_memory_without_owning_it, D, kiln:
   }
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(to_cpu_copies_into_new_host_storage, D, kiln::test::devices) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(to_another_device_copies_and_to_its_own_is_the_tensor_itself, D, kiln::test::devices) {
   const auto values = kiln::test::random_values<double>(1023, -5, 5, 12);
   auto t = kiln::test::make_tensor<D>(values, Extents<Shape<dyn, 3>>(341));
+  // torch: x.to(device) of a tensor already on that device is x itself (no copy, the same storage).
+  auto same = t.template to<D>();
+  BOOST_TEST(same.shares_storage_with(t));
+  BOOST_TEST(t.to(D{}, t.device_index()).shares_storage_with(t));
   Tensor<double, Shape<dyn, 3>, kiln::Cpu> h = t.template to<kiln::Cpu>();
   BOOST_TEST(kiln::to_string(h.extents()) == "[341, 3]");
   BOOST_TEST(kiln::test::all_equal(h.to_vector(), values));
-  BOOST_TEST(static_cast<const void*>(h.data()) != static_cast<const void*>(t.data()));
+  if constexpr (std::is_same_v<D, kiln::Cpu>) {
+    BOOST_TEST(h.shares_storage_with(t));  // x.to("cpu") of a CPU tensor: x; a copy is clone()
+    BOOST_TEST(!t.clone().shares_storage_with(t));
+    h = t.clone();  // from here h is a copy, as a GPU tensor's .to<kiln::Cpu>() is
+  } else {
+    BOOST_TEST(static_cast<const void*>(h.data()) != static_cast<const void*>(t.data()));
+  }
   h.fill(0.0);  // the copy is independent of the original
   BOOST_TEST(kiln::test::all_equal(t.to_vector(), values));
 
   auto back = h.to(D{});  // the tag overload
   static_assert(std::is_same_v<decltype(back), Tensor<double, Shape<dyn, 3>, D>>);
   BOOST_TEST(kiln::test::all_equal(back.to_vector(), std::vector<double>(1023, 0.0)));
+  if constexpr (std::is_same_v<D, kiln::Cpu>) BOOST_TEST(back.shares_storage_with(h));
+  else BOOST_TEST(!back.shares_storage_with(t));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(assigning_a_tensor_of_other_extents_names_both_shapes, D, kiln::test::devices) {
