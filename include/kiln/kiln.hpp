@@ -33,5 +33,5 @@
 #include "kiln/backend/cuda/device.hpp"
 #include "kiln/backend/cuda/memory.hpp"
 #else
-#include "kiln/backend/no_cuda.hpp"  // is_available() false, device_count() 0, the reason
+#include "kiln/backend/no_cuda.hpp"  // is_available() false, device_count() 0, the reason; memory 0
 #endif

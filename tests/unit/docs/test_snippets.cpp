@@ -135,6 +135,14 @@ BOOST_AUTO_TEST_CASE(tensors_pick_device_trains_where_it_can) {
   BOOST_TEST(!kiln::cuda::is_available());
   BOOST_TEST(kiln::cuda::device_count() == 0);
   BOOST_TEST(kiln::cuda::unavailable_reason().find("built without CUDA") != std::string::npos);
+  // and no GPU memory, as torch.cuda.memory_allocated() of a CPU build (empty_cache: nothing to do).
+  const auto cpu_bytes = kiln::memory_stats<kiln::Cpu>().reserved_bytes;
+  kiln::cuda::empty_cache();
+  BOOST_TEST(kiln::memory_stats<kiln::Cpu>().reserved_bytes == cpu_bytes);  // the CPU's cache kept
+  BOOST_TEST(kiln::cuda::memory_allocated() == 0u);
+  BOOST_TEST(kiln::cuda::memory_reserved(0) == 0u);
+  BOOST_TEST(kiln::cuda::max_memory_allocated() == 0u);
+  BOOST_TEST(kiln::cuda::max_memory_reserved() == 0u);
 #endif
 }
 
