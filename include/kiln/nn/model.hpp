@@ -72,6 +72,7 @@ class Model {
     } else {
       net_.bind(params_.data(), grads_.data(), params_.data(), params_.device_index());
     }
+    if (params_.storage()) params_.storage()->model_parameters = true;  // (clip_grad_norm refuses it)
     Generator g(seed);
     net_.reset_parameters(g);
     zero_grad();

@@ -52,6 +52,18 @@ double total_norm(const Tensor<M, Shape<dyn>, D>& grads, double p, const std::ve
   return static_cast<double>(static_cast<C>(std::pow(s, 1.0 / p)));
 }
 
+/// Throws ValueError when `grads` is a Model's parameter arena (its weights): torch's
+/// clip_grad_norm_(model.parameters(), ...) clips the parameters' gradients, and the same words in kiln
+/// would scale the weights themselves.
+template <class M, class D>
+void check_not_parameters(const Tensor<M, Shape<dyn>, D>& grads, const char* who) {
+  if (grads.storage() && grads.storage()->model_parameters)
+    throw ValueError(std::string("kiln::optim::") + who +
+                     ": given a model's parameters (model.parameters(): its weights), which it would change; "
+                     "torch's " + who + "_(model.parameters(), ...) changes their gradients: pass the model (or "
+                     "the optimizer), " + who + "(model, ...), or model.gradients()");
+}
+
 template <class M, class D>
 double clip(Tensor<M, Shape<dyn>, D>& grads, double max_norm, double norm_type, bool error_if_nonfinite,
             const std::vector<nn::ParameterInfo>& parts) {
@@ -172,6 +184,7 @@ Tensor<compute_t<M>, Shape<>, D> clip_on_device(Tensor<M, Shape<dyn>, D>& grads,
 template <class M, class D>
 double clip_grad_norm(Tensor<M, Shape<dyn>, D>& grads, double max_norm, double norm_type = 2.0,
                       bool error_if_nonfinite = false) {
+  detail::check_not_parameters(grads, "clip_grad_norm");
   return detail::clip(grads, max_norm, norm_type, error_if_nonfinite, {});
 }
 
@@ -200,6 +213,7 @@ double clip_grad_norm(Model& m, double max_norm, double norm_type = 2.0, bool er
 template <class M, class D>
 Tensor<compute_t<M>, Shape<>, D> clip_grad_norm_capturable(Tensor<M, Shape<dyn>, D>& grads, double max_norm,
                                                           double norm_type = 2.0) {
+  detail::check_not_parameters(grads, "clip_grad_norm");
   return detail::clip_on_device(grads, max_norm, norm_type);
 }
 /// The same for a model or an optimizer: the global norm of `m.gradients()`.
@@ -215,6 +229,7 @@ auto clip_grad_norm_capturable(Model& m, double max_norm, double norm_type = 2.0
 /// Example: `kiln::optim::clip_grad_value(model, 0.5);  // before opt.step()`
 template <class M, class D>
 void clip_grad_value(Tensor<M, Shape<dyn>, D>& grads, double clip_value) {
+  detail::check_not_parameters(grads, "clip_grad_value");
   using C = compute_t<M>;
   const kiln::detail::device_scope<D> on(grads.device_index());
   const C v = static_cast<C>(clip_value);

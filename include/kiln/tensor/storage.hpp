@@ -100,6 +100,9 @@ struct Storage {
   CachingAllocator* owner = nullptr;  ///< null: memory owned by someone else (from_blob)
   int device = 0;                     ///< device index (cuda:N); 0 on the CPU
   bool pinned = false;                ///< page-locked host memory (for asynchronous copies)
+  /// A Model's parameter arena: the functions that take gradients (clip_grad_norm, clip_grad_value) refuse
+  /// it, as torch's spelling clip_grad_norm_(model.parameters(), ...) would otherwise scale the weights.
+  bool model_parameters = false;
 
   Storage() = default;
   Storage(const Storage&) = delete;

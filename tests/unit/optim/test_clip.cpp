@@ -118,6 +118,28 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_of_a_model_is_the_global_norm, D, k
   BOOST_TEST(m.gradients().to_vector() == kept, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(torchs_spelling_with_the_parameters_is_refused_not_a_clip_of_the_weights, D,
+                              kiln::test::devices) {
+  // torch: clip_grad_norm_(model.parameters(), 1.0) clips the gradients. model.parameters() in kiln is
+  // the weights' arena, of the gradients' type: it used to be clipped as if it were gradients.
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<3, 4>, kiln::nn::ReLU, kiln::nn::Linear<4, 2>>;
+  kiln::nn::Model<Net, Shape<dyn, 3>, kiln::Policy<kiln::Fp32, D>> m(/*seed=*/3);
+  const auto weights = m.parameters().to_vector();
+  const auto says = kiln::test::message_contains({"clip_grad_norm", "model's parameters", "clip_grad_norm(model, ...)"});
+  BOOST_CHECK_EXCEPTION(kiln::optim::clip_grad_norm(m.parameters(), 1e-3), kiln::ValueError, says);
+  BOOST_CHECK_EXCEPTION(kiln::optim::clip_grad_norm_capturable(m.parameters(), 1e-3), kiln::ValueError, says);
+  BOOST_CHECK_EXCEPTION(kiln::optim::clip_grad_value(m.parameters(), 1e-3), kiln::ValueError,
+                        kiln::test::message_contains({"clip_grad_value(model, ...)"}));
+  auto view = m.parameters().template reshape<Shape<dyn>>();  // a handle of the same arena
+  BOOST_CHECK_THROW(kiln::optim::clip_grad_norm(view, 1e-3), kiln::ValueError);
+  BOOST_TEST(m.parameters().to_vector() == weights, boost::test_tools::per_element());
+  // The gradients, by the model or by their arena, are clipped as before.
+  m.gradients().fill(1.0f);
+  BOOST_TEST(kiln::optim::clip_grad_norm(m.gradients(), 100.0) > 0.0);
+  kiln::optim::clip_grad_value(m.gradients(), 0.5);
+  BOOST_TEST(m.gradients().to_vector()[0] == 0.5f);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_of_order_zero_counts_parameters_like_pytorch, D, kiln::test::devices) {
   const json& oz = fixture().at("order_zero");
   // One tensor is one parameter: torch's norm 0 of [its count of nonzeros] is 1.
