@@ -83,6 +83,12 @@ struct Normalize {
     static_assert(std::is_same_v<E, float>,
                   "kiln::data::Normalize works on float samples; a Bytes<...> dataset's batches are scaled and "
                   "normalised where they land: DeviceLoader(loader, ScaleNormalize{255, mean, std})");
+    if constexpr (std::is_same_v<E, float>) run<S>(x);  // (the assertion's error alone otherwise)
+  }
+
+ private:
+  template <class S>
+  void run(std::span<float> x) const {
     detail::require_one_sample<S>(x.size(), "Normalize");
     const index_t channels = S::extents[0];
     const auto n = static_cast<index_t>(x.size()), plane = n / channels;
@@ -112,12 +118,14 @@ struct RandomHorizontalFlip {
   template <class S, class E>
   void apply(std::span<E> x, SampleRng& rng) const {
     static_assert(S::rank == 3, "kiln::data::RandomHorizontalFlip: samples must be images [C, H, W]");
-    detail::require_one_sample<S>(x.size(), "RandomHorizontalFlip");
-    if (!(rng.uniform() < p)) return;  // flips where torchvision does: not for p NaN
-    constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
-    for (index_t r = 0; r < C * H; ++r) {
-      E* row = x.data() + r * W;
-      for (index_t i = 0, j = W - 1; i < j; ++i, --j) std::swap(row[i], row[j]);
+    if constexpr (S::rank == 3) {  // (the assertion's error alone otherwise)
+      detail::require_one_sample<S>(x.size(), "RandomHorizontalFlip");
+      if (!(rng.uniform() < p)) return;  // flips where torchvision does: not for p NaN
+      constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
+      for (index_t r = 0; r < C * H; ++r) {
+        E* row = x.data() + r * W;
+        for (index_t i = 0, j = W - 1; i < j; ++i, --j) std::swap(row[i], row[j]);
+      }
     }
   }
 };
@@ -163,6 +171,12 @@ struct RandomCrop {
   template <class S, class E>
   void apply(std::span<E> x, SampleRng& rng) const {
     static_assert(S::rank == 3, "kiln::data::RandomCrop: samples must be images [C, H, W]");
+    if constexpr (S::rank == 3) crop<S>(x, rng);  // (the assertion's error alone otherwise)
+  }
+
+ private:
+  template <class S, class E>
+  void crop(std::span<E> x, SampleRng& rng) const {
     constexpr index_t C = S::extents[0], H = S::extents[1], W = S::extents[2];
     detail::require_one_sample<S>(x.size(), "RandomCrop");
     check<E>(H, W);
@@ -183,7 +197,6 @@ struct RandomCrop {
       }
   }
 
- private:
   /// Where position i of the padded axis (0 at the first unpadded pixel) reads from, or -1 for `fill`.
   index_t source(index_t i, index_t n) const {
     if (i >= 0 && i < n) return i;

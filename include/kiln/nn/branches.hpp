@@ -27,8 +27,15 @@ struct branch_input_mismatch {
   // >>> Stopped here? Branch number BranchIndex (from 0) of your Add<...> or Concat<...> does not accept
   //     the block's input; every branch reads the same input. The template arguments name the branch,
   //     that input and what the branch expects. <<<
+  // >>> Stopped here? Branch number BranchIndex of your Add<...> or Concat<...> is not a kiln::nn layer
+  //     (or one of your own without accepts<S> and output<S>). <<<
+  static_assert(declares_shapes<Branch, Input>(),
+                "kiln::nn::Add / Concat: a branch is not a kiln::nn layer with accepts<S> and output<S> (a "
+                "Sequential<...>, a layer such as Linear<In, Out> or Identity, or one of your own: "
+                "kiln/nn/layer.hpp); see the template arguments of kiln::nn::branch_input_mismatch<branch "
+                "index, branch, input shape, ...>");
   static_assert(
-      Branch::template accepts<Input>,
+      accepts_input<Branch, Input>(),
       "kiln::nn::Add / Concat: a branch does not accept the block's input (every branch reads the same "
       "x); see the template arguments of kiln::nn::branch_input_mismatch<branch index, branch, input "
       "shape, expected shape> (in a Shape, -1 means dyn; where no one shape is expected, a tag such as "
@@ -87,7 +94,7 @@ namespace detail {
 template <std::size_t I, class B, class S>
 struct checked_branch {
   static constexpr bool ok = branch_input_mismatch<I, B, S, typename expected_input<B, S>::type>::value &&
-                             B::template accepts<S> && !failed_inside<B, S>();
+                             declares_shapes<B, S>() && accepts_input<B, S>() && !failed_inside<B, S>();
   using layer = std::conditional_t<ok, B, unchecked_layer>;
   using output = typename layer::template output<S>;
 };

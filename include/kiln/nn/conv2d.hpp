@@ -65,9 +65,16 @@ struct Conv2d {
       "positive (the sixth parameter is the dilation, as in torch.nn.Conv2d; without a bias: "
       "Conv2d<In, Out, K, Stride, Padding, 1, 1, false>)");
   static_assert(
-      Groups > 0 && In % Groups == 0 && Out % Groups == 0,
+      Groups > 0 && In % (Groups > 0 ? Groups : 1) == 0 && Out % (Groups > 0 ? Groups : 1) == 0,
       "kiln::nn::Conv2d<In, Out, K, Stride, Padding, Dilation, Groups, Bias, Mode>: the groups must divide "
       "both In and Out (as torch.nn.Conv2d's)");
+  /// Whether the arguments pass the checks above; a Sequential infers nothing past a Conv2d whose do not
+  /// (their error alone, no division by a zero stride after it).
+  static constexpr bool params_ok = In > 0 && Out > 0 && K > 0 && Stride > 0 &&
+                                    (Padding >= 0 || Padding == padding_same) && Dilation > 0 && Groups > 0 &&
+                                    In % (Groups > 0 ? Groups : 1) == 0 && Out % (Groups > 0 ? Groups : 1) == 0;
+  template <class S>
+  static constexpr bool failed = !params_ok;
   /// The kernel's extent on the input: Dilation (K - 1) + 1.
   static constexpr index_t span = Dilation * (K - 1) + 1;
   static_assert(Padding != padding_same || Stride == 1,

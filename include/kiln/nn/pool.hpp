@@ -247,6 +247,12 @@ struct Pool2d {
   static_assert(DivisorOverride >= 0,
                 "kiln::nn::AvgPool2d<K, Stride, Padding, CeilMode, CountIncludePad, DivisorOverride>: "
                 "DivisorOverride must be positive (every window's sum is divided by it), or 0 for none");
+  /// Whether the arguments pass the checks above; a Sequential infers nothing past a pool whose do not
+  /// (their error alone, no division by a zero stride after it).
+  static constexpr bool params_ok =
+      K > 0 && Stride > 0 && Padding >= 0 && 2 * Padding <= K && Dilation > 0 && DivisorOverride >= 0;
+  template <class S>
+  static constexpr bool failed = !params_ok;
   /// A window's extent on the input: Dilation (K - 1) + 1.
   static constexpr index_t span = Dilation * (K - 1) + 1;
   /// torch's rule: one window at least, counted with ceil_mode's extra stride - 1 (a window may then

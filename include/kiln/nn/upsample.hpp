@@ -265,6 +265,10 @@ struct Upsample2d {
       Mode != UpsampleMode::nearest || !AlignCorners,
       "kiln::nn::Upsample<Scale, Mode, AlignCorners>: align_corners applies to bilinear and bicubic "
       "modes only (torch refuses it for nearest)");
+  /// A Sequential infers nothing past an Upsample whose arguments fail the checks above (their error
+  /// alone, not the next layer's on a [N, C, 0, 0] image).
+  template <class S>
+  static constexpr bool failed = !(Scale > 0 && (Mode != UpsampleMode::nearest || !AlignCorners));
   // >>> Stopped here? Upsample takes [N, C, H, W] with static C, H and W. <<<
   template <class S>
   static constexpr bool accepts = (S::rank == 4) && (S::extents[1] != dyn) && (S::extents[2] != dyn) &&

@@ -73,9 +73,11 @@ Tensor<T, Out, D> view_as(const Tensor<T, S, D>& t, const std::array<index_t, R>
 template <class S, int Start, int End>
 struct flatten_dims_must_be_in_order {
   // >>> Stopped here? flatten<Start, End> names a dimension the tensor lacks, or Start after End. <<<
-  static_assert(S::rank == 0 ? (Start == 0 || Start == -1) && (End == 0 || End == -1)  // (torch: a 0-d tensor as [1])
-                             : detail::valid_dim<S::rank>(Start) && detail::valid_dim<S::rank>(End) &&
-                                   detail::normalized_dim<S::rank>(Start) <= detail::normalized_dim<S::rank>(End),
+  static constexpr bool ok =
+      S::rank == 0 ? (Start == 0 || Start == -1) && (End == 0 || End == -1)  // (torch: a 0-d tensor as [1])
+                   : detail::valid_dim<S::rank>(Start) && detail::valid_dim<S::rank>(End) &&
+                         detail::normalized_dim<S::rank>(Start) <= detail::normalized_dim<S::rank>(End);
+  static_assert(ok,
                 "kiln::flatten<Start, End>: both must be dimensions of the tensor (0 .. rank-1, or -rank .. -1) "
                 "and Start must not come after End (torch: start_dim cannot come after end_dim); see the "
                 "Shape<...> and the dimensions in kiln::flatten_dims_must_be_in_order<Shape, Start, End>");
@@ -106,7 +108,8 @@ struct unflatten_sizes_must_fit {
 template <class S, int Dim>
 struct unsqueeze_dim_must_be_in_range {
   // >>> Stopped here? unsqueeze<Dim> puts a dimension outside 0 .. rank. <<<
-  static_assert(Dim >= -static_cast<int>(S::rank) - 1 && Dim <= static_cast<int>(S::rank),
+  static constexpr bool ok = Dim >= -static_cast<int>(S::rank) - 1 && Dim <= static_cast<int>(S::rank);
+  static_assert(ok,
                 "kiln::unsqueeze<Dim>: Dim must be in 0 .. rank (or -(rank+1) .. -1, as torch's); see "
                 "kiln::unsqueeze_dim_must_be_in_range<Shape, Dim>");
   static constexpr bool value = true;
@@ -119,7 +122,8 @@ struct squeeze_extent_must_be_static {
   // >>> Stopped here? squeeze<Dim> of a dimension that is not the tensor's, or whose extent is dyn. <<<
   static_assert(dim_ok, "kiln::squeeze<Dim>: Dim must be a dimension of the tensor (0 .. rank-1, or -rank .. -1); "
                         "see kiln::squeeze_extent_must_be_static<Shape, Dim>");
-  static_assert(!dim_ok || S::extents[detail::normalized_dim<S::rank>(Dim)] != dyn,
+  static constexpr bool ok = dim_ok && S::extents[dim_ok ? detail::normalized_dim<S::rank>(Dim) : 0] != dyn;
+  static_assert(!dim_ok || ok,
                 "kiln::squeeze<Dim>: dimension Dim's extent is dyn, so the result's shape is not known when "
                 "compiling (torch drops it only when it is 1 at run time); use reshape<Shape<...>>() with the "
                 "shape you expect; see kiln::squeeze_extent_must_be_static<Shape, Dim>");
@@ -132,7 +136,9 @@ struct squeeze_extent_must_be_static {
 template <int Start = 0, int End = -1, class T, class S, class D>
 auto flatten(const Tensor<T, S, D>& x) {
   static_assert(flatten_dims_must_be_in_order<S, Start, End>::value);
-  if constexpr (S::rank == 0) {
+  if constexpr (!flatten_dims_must_be_in_order<S, Start, End>::ok) {
+    return x;  // (the error above alone)
+  } else if constexpr (S::rank == 0) {
     return x.template reshape<Shape<1>>();
   } else {
     constexpr std::size_t first = static_cast<std::size_t>(detail::normalized_dim<S::rank>(Start));
@@ -175,9 +181,13 @@ auto unflatten(const Tensor<T, S, D>& x) {
 template <int Dim, class T, class S, class D>
 auto unsqueeze(const Tensor<T, S, D>& x) {
   static_assert(unsqueeze_dim_must_be_in_range<S, Dim>::value);
-  constexpr std::size_t d = static_cast<std::size_t>(Dim < 0 ? Dim + static_cast<int>(S::rank) + 1 : Dim);
-  using Out = detail::replaced_shape_t<S, d, 0, extents_list<1>>;
-  return detail::view_as<Out>(x, detail::replaced<S::rank, d, 0>(x.extents(), std::array<index_t, 1>{1}));
+  if constexpr (!unsqueeze_dim_must_be_in_range<S, Dim>::ok) {
+    return x;  // (the error above alone)
+  } else {
+    constexpr std::size_t d = static_cast<std::size_t>(Dim < 0 ? Dim + static_cast<int>(S::rank) + 1 : Dim);
+    using Out = detail::replaced_shape_t<S, d, 0, extents_list<1>>;
+    return detail::view_as<Out>(x, detail::replaced<S::rank, d, 0>(x.extents(), std::array<index_t, 1>{1}));
+  }
 }
 
 /// torch's x.squeeze(Dim): without dimension Dim when its extent is 1, else x as it is (torch's too), a
@@ -186,9 +196,10 @@ auto unsqueeze(const Tensor<T, S, D>& x) {
 template <int Dim, class T, class S, class D>
 auto squeeze(const Tensor<T, S, D>& x) {
   static_assert(squeeze_extent_must_be_static<S, Dim>::value);
-  constexpr std::size_t d = static_cast<std::size_t>(detail::normalized_dim<S::rank>(Dim));
-  if constexpr (S::extents[d] != 1) {
-    return x;
+  constexpr bool ok = squeeze_extent_must_be_static<S, Dim>::ok;
+  constexpr std::size_t d = ok ? static_cast<std::size_t>(detail::normalized_dim<S::rank>(Dim)) : 0;
+  if constexpr (!ok || S::extents[d] != 1) {
+    return x;  // (extent not 1, as torch's; or the error above alone)
   } else {
     using Out = detail::replaced_shape_t<S, d, 1, extents_list<>>;
     return detail::view_as<Out>(x, detail::replaced<S::rank, d, 1>(x.extents(), std::array<index_t, 0>{}));
