@@ -365,16 +365,33 @@ class NoGrad {
                 "kiln::nn::NoGrad guards one model: kiln::nn::NoGrad guard(model); (torch's torch.no_grad() is "
                 "global; in kiln each model has its own switch, so name the model whose forward keeps nothing: "
                 "under DataParallel or DistributedDataParallel, the wrapper's module())");
+  static constexpr bool is_model = requires(Model& m) {
+    m.grad_enabled();
+    m.set_grad_enabled(false);
+  };
+  // >>> Stopped here? NoGrad was given something that is no model (an optimizer, a loss, a tensor). <<<
+  static_assert(std::is_same_v<Model, detail::no_model> || is_model,
+                "kiln::nn::NoGrad guards a model (a kiln::nn::Model, or a DataParallel's or "
+                "DistributedDataParallel's module()): kiln::nn::NoGrad guard(model); not an optimizer, a "
+                "loss or a tensor");
 
  public:
   NoGrad()
     requires std::is_same_v<Model, detail::no_model>;  // (declared only: the static_assert above says why)
-  explicit NoGrad(Model& m) : m_(m), was_(m.grad_enabled()) { m_.set_grad_enabled(false); }
-  ~NoGrad() { m_.set_grad_enabled(was_); }
+  explicit NoGrad(Model& m) : m_(m), was_(read(m)) { set(m_, false); }
+  ~NoGrad() { set(m_, was_); }
   NoGrad(const NoGrad&) = delete;
   NoGrad& operator=(const NoGrad&) = delete;
 
  private:
+  // (no call into what is no model: the assertion's error alone)
+  static bool read(Model& m) {
+    if constexpr (is_model) return m.grad_enabled();
+    else return true;
+  }
+  static void set(Model& m, bool on) {
+    if constexpr (is_model) m.set_grad_enabled(on);
+  }
   Model& m_;
   bool was_;
 };

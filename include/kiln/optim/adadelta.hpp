@@ -102,7 +102,8 @@ class Adadelta : public detail::ParameterArenas<M, D, W, Adadelta<M, D, W>>, pub
   }
   template <detail::trainable_model Model>
   explicit Adadelta(Model& m, AdadeltaOptions o = {})
-      : Adadelta(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+      : Adadelta(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
+          detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

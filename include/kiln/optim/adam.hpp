@@ -390,7 +390,8 @@ class Adam : public detail::AdamBase<M, D, AdamOptions, false, W> {
       : base(params, grads, o, "Adam", work) {}
   template <detail::trainable_model Model>
   explicit Adam(Model& m, AdamOptions o = {})
-      : Adam(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+      : Adam(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
+          detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).
@@ -429,7 +430,8 @@ class AdamW : public detail::AdamBase<M, D, AdamWOptions, true, W> {
       : base(params, grads, o, "AdamW", work) {}
   template <detail::trainable_model Model>
   explicit AdamW(Model& m, AdamWOptions o = {})
-      : AdamW(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+      : AdamW(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
+          detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

@@ -4,6 +4,7 @@
 #pragma once
 #include <type_traits>
 
+#include "kiln/core/type_list.hpp"
 #include "kiln/optim/working_copy.hpp"
 #include "kiln/tensor/tensor.hpp"
 
@@ -38,6 +39,16 @@ Options refuse_positional_option() {
   static_assert(!positional_option<X>,
                 "kiln::optim: an optimizer's options are named, not positional (torch's SGD(params, 0.01)): "
                 "SGD opt(model, {.lr = 0.01}), Adam opt(model, {.lr = 1e-3, .weight_decay = 1e-4})");
+  return {};
+}
+
+/// The refusal of SGD(model) without options: SGD has no default learning rate (torch's SGD(params)
+/// raises for lr too).
+template <class Model, class Options>
+Options require_lr() {
+  static_assert(kiln::detail::dependent_false<Model>,
+                "kiln::optim::SGD needs a learning rate, as torch's (it has no default): SGD opt(model, {.lr = "
+                "0.01}), with momentum SGD opt(model, {.lr = 0.01, .momentum = 0.9})");
   return {};
 }
 

@@ -123,7 +123,8 @@ class RMSprop : public detail::ParameterArenas<M, D, W, RMSprop<M, D, W>>, publi
   }
   template <detail::trainable_model Model>
   explicit RMSprop(Model& m, RMSpropOptions o = {})
-      : RMSprop(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+      : RMSprop(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
+          detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

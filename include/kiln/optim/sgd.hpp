@@ -160,7 +160,8 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
     }
   }
   template <detail::trainable_model Model>
-  SGD(Model& m, SGDOptions o) : SGD(m.parameters(), m.gradients(), o, detail::working_arena_of(m)) {
+  SGD(Model& m, SGDOptions o) : SGD(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
+          detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).
@@ -169,6 +170,8 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
       : SGD(detail::refuse_tensor_argument<X, arena_type>(), detail::refuse_tensor_argument<X, arena_type>(), o) {}
   template <detail::trainable_model Model, detail::positional_option X>
   SGD(Model& m, X) : SGD(m, detail::refuse_positional_option<X, SGDOptions>()) {}
+  template <detail::trainable_model Model>
+  explicit SGD(Model& m) : SGD(m, detail::require_lr<Model, SGDOptions>()) {}
 
   /// One pass over every parameter; with fusion off (kiln::Unfused), one pass per operation in torch's
   /// single-tensor order. Capturable: a one-thread pass first (the first-step flag on the device).
@@ -345,5 +348,7 @@ template <class T, class S, class D>
 SGD(const Tensor<T, S, D>&, SGDOptions) -> SGD<float, D>;
 template <class T, class S, class D>
 SGD(const Tensor<T, S, D>&) -> SGD<float, D>;
+template <detail::trainable_model Model>
+SGD(Model&) -> SGD<typename Model::M, typename Model::D, typename Model::T>;
 
 }  // namespace kiln::optim
