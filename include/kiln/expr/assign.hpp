@@ -78,7 +78,8 @@ void assign_expr(Tensor<T, S, D>& dst, const E& e, bool allocate) {
     detail::executor<D>::run(dst.view(), Broadcast<E, S>(e, dst.extents()));
   } else {
     static_assert(shapes_must_match<S, SE>::value);
-    if (allocate && dst.storage() == nullptr && dst.numel() == 0) dst = Tensor<T, S, D>(extents_cast<S>(e.extents()));
+    if (allocate && dst.storage() == nullptr && dst.numel() == 0)
+      dst = Tensor<T, S, D>(extents_cast<S>(e.extents()));
     if (!(extents_cast<S>(e.extents()) == dst.extents()))
       throw ShapeError("kiln::assign: shape mismatch: destination " + to_string(dst.extents()) + " (" +
                        shape_name<S>() + ") but expression " + to_string(e.extents()) + " (" + shape_name<SE>() + ")");

@@ -70,9 +70,9 @@ struct Conv2d {
       "both In and Out (as torch.nn.Conv2d's)");
   /// Whether the arguments pass the checks above; a Sequential infers nothing past a Conv2d whose do not
   /// (their error alone, no division by a zero stride after it).
-  static constexpr bool params_ok = In > 0 && Out > 0 && K > 0 && Stride > 0 &&
-                                    (Padding >= 0 || Padding == padding_same) && Dilation > 0 && Groups > 0 &&
-                                    In % (Groups > 0 ? Groups : 1) == 0 && Out % (Groups > 0 ? Groups : 1) == 0;
+  static constexpr bool params_ok =
+      In > 0 && Out > 0 && K > 0 && Stride > 0 && (Padding >= 0 || Padding == padding_same) && Dilation > 0 &&
+      Groups > 0 && In % (Groups > 0 ? Groups : 1) == 0 && Out % (Groups > 0 ? Groups : 1) == 0;
   template <class S>
   static constexpr bool failed = !params_ok;
   /// The kernel's extent on the input: Dilation (K - 1) + 1.

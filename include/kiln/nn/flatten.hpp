@@ -16,7 +16,8 @@ namespace detail {
 template <class S, int Start, int End>
 struct flatten_output {
   static constexpr std::size_t first = static_cast<std::size_t>(kiln::detail::normalized_dim<S::rank>(Start));
-  static constexpr std::size_t count = static_cast<std::size_t>(kiln::detail::normalized_dim<S::rank>(End)) - first + 1;
+  static constexpr std::size_t count =
+      static_cast<std::size_t>(kiln::detail::normalized_dim<S::rank>(End)) - first + 1;
   static constexpr index_t merged = [] {
     index_t n = 1;
     for (std::size_t d = first; d != first + count; ++d) n *= S::extents[d];
@@ -55,7 +56,8 @@ struct FlattenDims {
   }();
   /// (S itself where it is not accepted: nothing past the error is inferred from it.)
   template <class S>
-  using output = typename std::conditional_t<accepts<S>, detail::flatten_output<S, Start, End>, std::type_identity<S>>::type;
+  using output = typename std::conditional_t<accepts<S>, detail::flatten_output<S, Start, End>,
+                                             std::type_identity<S>>::type;
   /// What it takes (for the error): for torch's default (1, -1), a shape of rank 2 or more, static past the
   /// batch; a shape that has dimensions Start and End; for a Start that is the batch,
   /// flatten_keeps_the_batch (torch's Flatten(0) has no kiln layer; kiln::flatten<0> views a tensor so);
@@ -65,9 +67,11 @@ struct FlattenDims {
       Start == 1 && End == -1, static_shape_of_rank_at_least<2>,
       std::conditional_t<
           (S::rank < detail::rank_with_dim<Start> || S::rank < detail::rank_with_dim<End>),
-          any_shape_of_rank_at_least<(detail::rank_with_dim<Start> > detail::rank_with_dim<End> ? detail::rank_with_dim<Start>
-                                                                                               : detail::rank_with_dim<End>)>,
-          std::conditional_t<(S::rank >= detail::rank_with_dim<Start> && kiln::detail::normalized_dim<S::rank>(Start) == 0),
+          any_shape_of_rank_at_least<(detail::rank_with_dim<Start> > detail::rank_with_dim<End>
+                                          ? detail::rank_with_dim<Start>
+                                          : detail::rank_with_dim<End>)>,
+          std::conditional_t<(S::rank >= detail::rank_with_dim<Start> &&
+                              kiln::detail::normalized_dim<S::rank>(Start) == 0),
                              flatten_keeps_the_batch, shape_with_static_dims_in_order<Start, End>>>>;
 
   template <class S, class P>

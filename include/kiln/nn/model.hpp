@@ -386,8 +386,10 @@ class NoGrad {
  private:
   // (no call into what is no model: the assertion's error alone)
   static bool read(Model& m) {
-    if constexpr (is_model) return m.grad_enabled();
-    else return true;
+    if constexpr (is_model)
+      return m.grad_enabled();
+    else
+      return true;
   }
   static void set(Model& m, bool on) {
     if constexpr (is_model) m.set_grad_enabled(on);

@@ -77,10 +77,11 @@ struct flatten_dims_must_be_in_order {
       S::rank == 0 ? (Start == 0 || Start == -1) && (End == 0 || End == -1)  // (torch: a 0-d tensor as [1])
                    : detail::valid_dim<S::rank>(Start) && detail::valid_dim<S::rank>(End) &&
                          detail::normalized_dim<S::rank>(Start) <= detail::normalized_dim<S::rank>(End);
-  static_assert(ok,
-                "kiln::flatten<Start, End>: both must be dimensions of the tensor (0 .. rank-1, or -rank .. -1) "
-                "and Start must not come after End (torch: start_dim cannot come after end_dim); see the "
-                "Shape<...> and the dimensions in kiln::flatten_dims_must_be_in_order<Shape, Start, End>");
+  static_assert(
+      ok,
+      "kiln::flatten<Start, End>: both must be dimensions of the tensor (0 .. rank-1, or -rank .. -1) "
+      "and Start must not come after End (torch: start_dim cannot come after end_dim); see the "
+      "Shape<...> and the dimensions in kiln::flatten_dims_must_be_in_order<Shape, Start, End>");
   static constexpr bool value = true;
 };
 /// Fails to compile, naming the shape, unless Sizes can be dimension Dim's (valid, and a static extent
@@ -123,10 +124,11 @@ struct squeeze_extent_must_be_static {
   static_assert(dim_ok, "kiln::squeeze<Dim>: Dim must be a dimension of the tensor (0 .. rank-1, or -rank .. -1); "
                         "see kiln::squeeze_extent_must_be_static<Shape, Dim>");
   static constexpr bool ok = dim_ok && S::extents[dim_ok ? detail::normalized_dim<S::rank>(Dim) : 0] != dyn;
-  static_assert(!dim_ok || ok,
-                "kiln::squeeze<Dim>: dimension Dim's extent is dyn, so the result's shape is not known when "
-                "compiling (torch drops it only when it is 1 at run time); use reshape<Shape<...>>() with the "
-                "shape you expect; see kiln::squeeze_extent_must_be_static<Shape, Dim>");
+  static_assert(
+      !dim_ok || ok,
+      "kiln::squeeze<Dim>: dimension Dim's extent is dyn, so the result's shape is not known when "
+      "compiling (torch drops it only when it is 1 at run time); use reshape<Shape<...>>() with the "
+      "shape you expect; see kiln::squeeze_extent_must_be_static<Shape, Dim>");
   static constexpr bool value = true;
 };
 

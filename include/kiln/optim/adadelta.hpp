@@ -103,7 +103,7 @@ class Adadelta : public detail::ParameterArenas<M, D, W, Adadelta<M, D, W>>, pub
   template <detail::trainable_model Model>
   explicit Adadelta(Model& m, AdadeltaOptions o = {})
       : Adadelta(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
-          detail::working_arena_for<M, D, W>(m)) {
+                 detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

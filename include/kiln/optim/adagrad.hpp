@@ -98,7 +98,7 @@ class Adagrad : public detail::ParameterArenas<M, D, W, Adagrad<M, D, W>>, publi
   template <detail::trainable_model Model>
   explicit Adagrad(Model& m, AdagradOptions o = {})
       : Adagrad(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
-          detail::working_arena_for<M, D, W>(m)) {
+                detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

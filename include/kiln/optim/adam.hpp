@@ -391,7 +391,7 @@ class Adam : public detail::AdamBase<M, D, AdamOptions, false, W> {
   template <detail::trainable_model Model>
   explicit Adam(Model& m, AdamOptions o = {})
       : Adam(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
-          detail::working_arena_for<M, D, W>(m)) {
+             detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).
@@ -431,7 +431,7 @@ class AdamW : public detail::AdamBase<M, D, AdamWOptions, true, W> {
   template <detail::trainable_model Model>
   explicit AdamW(Model& m, AdamWOptions o = {})
       : AdamW(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
-          detail::working_arena_for<M, D, W>(m)) {
+              detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

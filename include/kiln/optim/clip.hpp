@@ -58,10 +58,10 @@ double total_norm(const Tensor<M, Shape<dyn>, D>& grads, double p, const std::ve
 template <class M, class D>
 void check_not_parameters(const Tensor<M, Shape<dyn>, D>& grads, const char* who) {
   if (grads.storage() && grads.storage()->model_parameters)
-    throw ValueError(std::string("kiln::optim::") + who +
-                     ": given a model's parameters (model.parameters(): its weights), which it would change; "
-                     "torch's " + who + "_(model.parameters(), ...) changes their gradients: pass the model (or "
-                     "the optimizer), " + who + "(model, ...), or model.gradients()");
+    throw ValueError(std::string("kiln::optim::") + who + ": given a model's parameters (" +
+                     "model.parameters(): its weights), which it would change; torch's " + who +
+                     "_(model.parameters(), ...) changes their gradients: pass the model (or the "
+                     "optimizer), " + who + "(model, ...), or model.gradients()");
 }
 
 template <class M, class D>

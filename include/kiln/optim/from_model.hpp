@@ -46,9 +46,10 @@ Options refuse_positional_option() {
 /// raises for lr too).
 template <class Model, class Options>
 Options require_lr() {
-  static_assert(kiln::detail::dependent_false<Model>,
-                "kiln::optim::SGD needs a learning rate, as torch's (it has no default): SGD opt(model, {.lr = "
-                "0.01}), with momentum SGD opt(model, {.lr = 0.01, .momentum = 0.9})");
+  static_assert(
+      kiln::detail::dependent_false<Model>,
+      "kiln::optim::SGD needs a learning rate, as torch's (it has no default): SGD opt(model, {.lr = "
+      "0.01}), with momentum SGD opt(model, {.lr = 0.01, .momentum = 0.9})");
   return {};
 }
 

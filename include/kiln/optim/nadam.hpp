@@ -113,7 +113,7 @@ class NAdam : public detail::ParameterArenas<M, D, W, NAdam<M, D, W>>, public de
   template <detail::trainable_model Model>
   explicit NAdam(Model& m, NAdamOptions o = {})
       : NAdam(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
-          detail::working_arena_for<M, D, W>(m)) {
+              detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

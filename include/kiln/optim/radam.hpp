@@ -115,7 +115,7 @@ class RAdam : public detail::ParameterArenas<M, D, W, RAdam<M, D, W>>, public de
   template <detail::trainable_model Model>
   explicit RAdam(Model& m, RAdamOptions o = {})
       : RAdam(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
-          detail::working_arena_for<M, D, W>(m)) {
+              detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

@@ -124,7 +124,7 @@ class RMSprop : public detail::ParameterArenas<M, D, W, RMSprop<M, D, W>>, publi
   template <detail::trainable_model Model>
   explicit RMSprop(Model& m, RMSpropOptions o = {})
       : RMSprop(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
-          detail::working_arena_for<M, D, W>(m)) {
+                detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

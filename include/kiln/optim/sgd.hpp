@@ -160,8 +160,9 @@ class SGD : public detail::ParameterArenas<M, D, W, SGD<M, D, W>> {
     }
   }
   template <detail::trainable_model Model>
-  SGD(Model& m, SGDOptions o) : SGD(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
-          detail::working_arena_for<M, D, W>(m)) {
+  SGD(Model& m, SGDOptions o)
+      : SGD(detail::parameters_for<M, D, W>(m), detail::gradients_for<M, D, W>(m), o,
+            detail::working_arena_for<M, D, W>(m)) {
     this->name_parameters(m);
   }
   /// Torch's habits, refused with one message each (from_model.hpp).

@@ -28,7 +28,8 @@ auto* working_arena_of(Model& m) {
 /// Whether an optimizer of master type M, working type W on device D steps Model (its M, D and T).
 template <class Model, class M, class D, class W>
 inline constexpr bool steps_model =
-    std::is_same_v<typename Model::M, M> && std::is_same_v<typename Model::D, D> && std::is_same_v<typename Model::T, W>;
+    std::is_same_v<typename Model::M, M> && std::is_same_v<typename Model::D, D> &&
+    std::is_same_v<typename Model::T, W>;
 
 /// m.parameters() for an optimizer of M, W on D: one error naming the rule where the model's types are
 /// others (`Adam<double, kiln::Cpu> opt(fp32_model, ...)`), in place of a failed call that lists every
@@ -41,20 +42,26 @@ Tensor<M, Shape<dyn>, D>& parameters_for(Model& m) {
                 "kiln::optim: the optimizer's element type, device or working type is not the model's (its "
                 "Policy's); leave the template arguments out, Adam opt(model, {.lr = 1e-3}), and they are "
                 "the model's");
-  if constexpr (steps_model<Model, M, D, W>) return m.parameters();
-  else return *static_cast<Tensor<M, Shape<dyn>, D>*>(nullptr);  // (not reached: compilation stopped)
+  if constexpr (steps_model<Model, M, D, W>)
+    return m.parameters();
+  else
+    return *static_cast<Tensor<M, Shape<dyn>, D>*>(nullptr);  // (not reached: compilation stopped)
 }
 /// m.gradients() for an optimizer of M, W on D (parameters_for says what is wrong otherwise).
 template <class M, class D, class W, class Model>
 Tensor<M, Shape<dyn>, D>& gradients_for(Model& m) {
-  if constexpr (steps_model<Model, M, D, W>) return m.gradients();
-  else return *static_cast<Tensor<M, Shape<dyn>, D>*>(nullptr);
+  if constexpr (steps_model<Model, M, D, W>)
+    return m.gradients();
+  else
+    return *static_cast<Tensor<M, Shape<dyn>, D>*>(nullptr);
 }
 /// working_arena_of(m) for an optimizer of M, W on D (parameters_for says what is wrong otherwise).
 template <class M, class D, class W, class Model>
 Tensor<W, Shape<dyn>, D>* working_arena_for(Model& m) {
-  if constexpr (steps_model<Model, M, D, W>) return working_arena_of(m);
-  else return nullptr;
+  if constexpr (steps_model<Model, M, D, W>)
+    return working_arena_of(m);
+  else
+    return nullptr;
 }
 
 /// The working copy's data, checked: an optimizer whose working type W differs from the master type M

@@ -261,7 +261,8 @@ class Tensor {
     if constexpr (std::is_same_v<D2, D>) {
       if constexpr (!detail::device_memory<D>::indexed)
         return *this;
-      else if (storage_ && (index < 0 ? detail::device_memory<D>::allocator(-1).device() : index) == device_index())
+      else if (storage_ &&
+               (index < 0 ? detail::device_memory<D>::allocator(-1).device() : index) == device_index())
         return *this;
     }
     Tensor<T, S, D2> t(ext_, index);

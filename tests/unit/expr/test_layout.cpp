@@ -165,7 +165,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_in_place_permute_is_refused, D, kiln::test::dev
   auto rows = x.template reshape<Shape<dyn, 4>>(Extents<Shape<dyn, 4>>(4));  // x, its rows sliced below
   BOOST_CHECK_EXCEPTION((rows.slice(0, 3) = kiln::narrow<0>(rows, 1, 3) * 2.0f), kiln::ValueError,
                         kt::message_contains({"unsupported operation"}));  // torch: x[0:3] = x[1:4] * 2
-  BOOST_CHECK_EXCEPTION((rows.slice(3, 4) = kiln::narrow<0, 1>(kiln::transpose<0, 1>(rows), 0)), kiln::ValueError,
+  BOOST_CHECK_EXCEPTION((rows.slice(3, 4) = kiln::narrow<0, 1>(kiln::transpose<0, 1>(rows), 0)),
+                        kiln::ValueError,
                         kt::message_contains({"unsupported operation"}));  // column 0 into row 3
   BOOST_TEST((x.to_vector() == before));
   x = kiln::transpose<0, 1>(x.clone());

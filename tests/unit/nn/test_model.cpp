@@ -49,20 +49,24 @@ static_assert(knn::Linear<13, 16>::accepts<Shape<dyn, 13>> && !knn::Linear<13, 1
 static_assert(knn::Flatten::accepts<Shape<dyn, 2, 3>> && !knn::Flatten::accepts<Shape<dyn>> &&
               !knn::Flatten::accepts<Shape<dyn, dyn>>);
 static_assert(std::is_same_v<knn::Flatten, knn::FlattenDims<1, -1>>, "torch's nn.Flatten() defaults");
-static_assert(std::is_same_v<knn::FlattenDims<2>::output<Shape<dyn, 3, 4, 5>>, Shape<dyn, 3, 20>> &&
-                  std::is_same_v<knn::FlattenDims<1, 2>::output<Shape<dyn, 3, 4, 5>>, Shape<dyn, 12, 5>> &&
-                  std::is_same_v<knn::FlattenDims<-2, -1>::output<Shape<dyn, dyn, 4, 5>>, Shape<dyn, dyn, 20>> &&
-                  std::is_same_v<knn::FlattenDims<2, 2>::output<Shape<dyn, dyn, 4, 5>>, Shape<dyn, dyn, 4, 5>>,
-              "torch's Flatten(start_dim, end_dim): the dimensions around those flattened kept, and may be dyn");
-static_assert(!knn::FlattenDims<0>::accepts<Shape<dyn, 3>> && !knn::FlattenDims<-3>::accepts<Shape<dyn, 3, 4>> &&
-                  !knn::FlattenDims<2, 1>::accepts<Shape<dyn, 3, 4>> && !knn::FlattenDims<3>::accepts<Shape<dyn, 3, 4>> &&
-                  !knn::FlattenDims<1, 2>::accepts<Shape<dyn, dyn, 4>>,
-              "not the batch (dimension 0); start not after end; dimensions of the shape; those flattened static");
-static_assert(std::is_same_v<knn::FlattenDims<0>::expects<Shape<dyn, 3>>, knn::flatten_keeps_the_batch> &&
-                  std::is_same_v<knn::FlattenDims<3>::expects<Shape<dyn, 3>>, knn::any_shape_of_rank_at_least<4>> &&
-                  std::is_same_v<knn::FlattenDims<2, 1>::expects<Shape<dyn, 3, 4>>,
-                                 knn::shape_with_static_dims_in_order<2, 1>> &&
-                  std::is_same_v<knn::Flatten::expects<Shape<dyn>>, knn::static_shape_of_rank_at_least<2>>);
+static_assert(
+    std::is_same_v<knn::FlattenDims<2>::output<Shape<dyn, 3, 4, 5>>, Shape<dyn, 3, 20>> &&
+        std::is_same_v<knn::FlattenDims<1, 2>::output<Shape<dyn, 3, 4, 5>>, Shape<dyn, 12, 5>> &&
+        std::is_same_v<knn::FlattenDims<-2, -1>::output<Shape<dyn, dyn, 4, 5>>, Shape<dyn, dyn, 20>> &&
+        std::is_same_v<knn::FlattenDims<2, 2>::output<Shape<dyn, dyn, 4, 5>>, Shape<dyn, dyn, 4, 5>>,
+    "torch's Flatten(start_dim, end_dim): the dimensions around those flattened kept, and may be dyn");
+static_assert(
+    !knn::FlattenDims<0>::accepts<Shape<dyn, 3>> && !knn::FlattenDims<-3>::accepts<Shape<dyn, 3, 4>> &&
+        !knn::FlattenDims<2, 1>::accepts<Shape<dyn, 3, 4>> &&
+        !knn::FlattenDims<3>::accepts<Shape<dyn, 3, 4>> &&
+        !knn::FlattenDims<1, 2>::accepts<Shape<dyn, dyn, 4>>,
+    "not the batch (dimension 0); start not after end; dimensions of the shape; those flattened static");
+static_assert(
+    std::is_same_v<knn::FlattenDims<0>::expects<Shape<dyn, 3>>, knn::flatten_keeps_the_batch> &&
+    std::is_same_v<knn::FlattenDims<3>::expects<Shape<dyn, 3>>, knn::any_shape_of_rank_at_least<4>> &&
+    std::is_same_v<knn::FlattenDims<2, 1>::expects<Shape<dyn, 3, 4>>,
+                   knn::shape_with_static_dims_in_order<2, 1>> &&
+    std::is_same_v<knn::Flatten::expects<Shape<dyn>>, knn::static_shape_of_rank_at_least<2>>);
 static_assert(knn::MaxPool2d<2>::accepts<Shape<dyn, 3, 8, 8>> && !knn::MaxPool2d<2>::accepts<Shape<dyn, dyn, 8, 8>> &&
                   !knn::AvgPool2d<2>::accepts<Shape<dyn, dyn, 8, 8>>,
               "a pool needs its channels in the type (a dyn count made [N, 0, H, W] outputs)");
@@ -124,7 +128,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(summary_names_layers_shapes_and_total, D, kiln::te
   BOOST_TEST(c.find("[4, 400]") != std::string::npos);
   BOOST_TEST(c.find("total parameters: 4010") != std::string::npos);
   // torch's repr of Flatten(2): nn.Flatten(2) prints "Flatten(start_dim=2, end_dim=-1)".
-  knn::Model<knn::Sequential<knn::FlattenDims<2>>, Shape<dyn, 16, 5, 5>, kiln::Policy<kiln::Fp32, D>> rows_of_pixels;
+  knn::Model<knn::Sequential<knn::FlattenDims<2>>, Shape<dyn, 16, 5, 5>, kiln::Policy<kiln::Fp32, D>>
+      rows_of_pixels;
   const std::string p = rows_of_pixels.summary(4);
   BOOST_TEST(p.find("Flatten(start_dim=2, end_dim=-1)") != std::string::npos);
   BOOST_TEST(p.find("[4, 16, 25]") != std::string::npos);

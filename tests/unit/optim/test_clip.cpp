@@ -125,7 +125,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(torchs_spelling_with_the_parameters_is_refused_not
   using Net = kiln::nn::Sequential<kiln::nn::Linear<3, 4>, kiln::nn::ReLU, kiln::nn::Linear<4, 2>>;
   kiln::nn::Model<Net, Shape<dyn, 3>, kiln::Policy<kiln::Fp32, D>> m(/*seed=*/3);
   const auto weights = m.parameters().to_vector();
-  const auto says = kiln::test::message_contains({"clip_grad_norm", "model's parameters", "clip_grad_norm(model, ...)"});
+  const auto says =
+      kiln::test::message_contains({"clip_grad_norm", "model's parameters", "clip_grad_norm(model, ...)"});
   BOOST_CHECK_EXCEPTION(kiln::optim::clip_grad_norm(m.parameters(), 1e-3), kiln::ValueError, says);
   BOOST_CHECK_EXCEPTION(kiln::optim::clip_grad_norm_capturable(m.parameters(), 1e-3), kiln::ValueError, says);
   BOOST_CHECK_EXCEPTION(kiln::optim::clip_grad_value(m.parameters(), 1e-3), kiln::ValueError,

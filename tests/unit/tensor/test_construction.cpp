@@ -250,7 +250,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(from_blob_wraps_memory_without_owning_it, D, kiln:
   }
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(to_another_device_copies_and_to_its_own_is_the_tensor_itself, D, kiln::test::devices) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(to_another_device_copies_and_to_its_own_is_the_tensor_itself, D,
+                              kiln::test::devices) {
   const auto values = kiln::test::random_values<double>(1023, -5, 5, 12);
   auto t = kiln::test::make_tensor<D>(values, Extents<Shape<dyn, 3>>(341));
   // torch: x.to(device) of a tensor already on that device is x itself (no copy, the same storage).
@@ -273,8 +274,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(to_another_device_copies_and_to_its_own_is_the_ten
   auto back = h.to(D{});  // the tag overload
   static_assert(std::is_same_v<decltype(back), Tensor<double, Shape<dyn, 3>, D>>);
   BOOST_TEST(kiln::test::all_equal(back.to_vector(), std::vector<double>(1023, 0.0)));
-  if constexpr (std::is_same_v<D, kiln::Cpu>) BOOST_TEST(back.shares_storage_with(h));
-  else BOOST_TEST(!back.shares_storage_with(t));
+  if constexpr (std::is_same_v<D, kiln::Cpu>)
+    BOOST_TEST(back.shares_storage_with(h));
+  else
+    BOOST_TEST(!back.shares_storage_with(t));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(assigning_a_tensor_of_other_extents_names_both_shapes, D, kiln::test::devices) {

@@ -106,7 +106,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_view_of_a_tensor_without_storage_is_not_given_on
   const auto x = kiln::test::make_tensor<D>(iota(6), Extents<Shape<dyn, 3>>(2));
   Tensor<float, Shape<dyn, 3>, D> t;
   BOOST_CHECK_THROW(kiln::flatten(t) = kiln::flatten(x), kiln::ShapeError);
-  BOOST_CHECK_THROW(t.reshape(Extents<Shape<dyn>>(0)) = kiln::eval(kiln::flatten(x) * 2.0f), kiln::ShapeError);
+  BOOST_CHECK_THROW(t.reshape(Extents<Shape<dyn>>(0)) = kiln::eval(kiln::flatten(x) * 2.0f),
+                    kiln::ShapeError);
   BOOST_CHECK_THROW(t.slice(0, 0) = x, kiln::ShapeError);
   BOOST_CHECK_THROW(kiln::flatten(t) = kiln::flatten(x) * 2.0f, kiln::ShapeError);
   BOOST_TEST(t.storage() == nullptr);

@@ -23,7 +23,8 @@ template <class E, class F>
 void strided_tensor_leaf(const E& e, F&& f) {
   using V = std::remove_const_t<std::remove_pointer_t<decltype(e.child.data)>>;
   if (e.out.numel() == 0) {
-    f(static_cast<const void*>(e.child.data), static_cast<std::size_t>(e.child.size()) * sizeof(V), std::size_t{0});
+    f(static_cast<const void*>(e.child.data), static_cast<std::size_t>(e.child.size()) * sizeof(V),
+      std::size_t{0});
     return;
   }
   index_t lo = e.offset, hi = e.offset, step = 1;
@@ -61,7 +62,8 @@ void for_each_leaf(const E& e, F&& f) {
     if constexpr (is_tensor_view<std::remove_cvref_t<decltype(e.child)>>::value)
       strided_tensor_leaf(e, f);
     else
-      for_each_leaf(e.child, [&](const void* p, std::size_t bytes, std::size_t) { f(p, bytes, std::size_t{0}); });
+      for_each_leaf(e.child,
+                    [&](const void* p, std::size_t bytes, std::size_t) { f(p, bytes, std::size_t{0}); });
   }
 }
 
