@@ -40,6 +40,13 @@ struct Shape {
     }
     return n;
   }
+  /// Product of the static extents (the dyn ones left out; 1 for none).
+  static constexpr index_t known_numel() {
+    index_t n = 1;
+    for (std::size_t i = 0; i != rank; ++i)
+      if (extents[i] != dyn) n *= extents[i];
+    return n;
+  }
 };
 
 /// Any kiln::Shape<...>.

@@ -300,6 +300,12 @@ class Tensor {
     static_assert(!(S::is_static && S2::is_static) || S::static_numel() == S2::static_numel(),
                   "kiln::Tensor::reshape<S>(): the new shape must hold as many elements as the tensor's own (both "
                   "are static here and differ: see S and S2 in the line above)");
+    // >>> Stopped here? The tensor's static number of elements does not divide into the new shape's
+    //     static extents, so no extent fits its one dyn dimension. <<<
+    static_assert(!(S::is_static && S2::rank_dynamic == 1) ||
+                      (S2::known_numel() != 0 && S::static_numel() % S2::known_numel() == 0),
+                  "kiln::Tensor::reshape<S>(): the tensor's elements (static here) do not divide into the new "
+                  "shape's static extents, so no extent fits its dyn one: see S and S2 in the line above");
     Extents<S2> e;
     if constexpr (S2::rank_dynamic == 1) {
       index_t known = 1;
