@@ -119,6 +119,16 @@ class Model {
     const kiln::detail::device_scope<D> on(params_.device_index());
     backward_through(dy, nullptr);
   }
+  /// torch's `loss.backward()` written model.backward(loss), refused with the way kiln writes it: a loss
+  /// value (rank 0) has no graph behind it; the loss's backward gives dL/dy for the model's.
+  template <class U>
+    requires(output_shape::rank != 0)
+  void backward(const Tensor<U, Shape<>, D>&) {
+    static_assert(kiln::detail::dependent_false<U>,
+                  "kiln::nn::Model::backward takes dL/dy, the gradient of the loss with respect to the model's "
+                  "output, not the loss's value: model.backward(ce.backward(logits, y)) where torch writes "
+                  "loss.backward()");
+  }
   /// The same, telling `ready` as the gradients become final (see GradientsReady): once per layer with
   /// parameters, from the last, and ready(0) at the end.
   void backward(const Tensor<T, output_shape, D>& dy, const GradientsReady& ready) {

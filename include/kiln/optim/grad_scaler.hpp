@@ -20,6 +20,7 @@
 #include "kiln/core/index.hpp"
 #include "kiln/core/nan.hpp"
 #include "kiln/core/number_text.hpp"
+#include "kiln/core/type_list.hpp"
 #include "kiln/expr/assign.hpp"
 #include "kiln/nn/loss.hpp"
 #include "kiln/optim/device_scalars.hpp"
@@ -274,6 +275,16 @@ class GradScaler {
   double scale() const {
     if (!o_.enabled) return 1.0;
     return capturable() ? state_.get(detail::ScalerState::scale) : static_cast<double>(scale_);
+  }
+  /// torch's `scaler.scale(loss).backward()`, refused with the way kiln writes it: kiln's losses take
+  /// the scale in their backward (there is no graph behind a loss value to call backward on).
+  template <class X>
+  double scale(const X&) const {
+    static_assert(kiln::detail::dependent_false<X>,
+                  "kiln::optim::GradScaler::scale() takes no argument: kiln's losses take the scale in their "
+                  "backward, model.backward(ce.backward(logits, y, scaler.loss_scale())), where torch writes "
+                  "scaler.scale(loss).backward(); then scaler.step(opt) and scaler.update()");
+    return 0.0;
   }
   /// The scale as the loss's backward takes it: `ce.backward(logits, y, scaler.loss_scale())`. The host
   /// number scale() gives, or, capturable, the scale's place on the device, read by the gradient's pass.
