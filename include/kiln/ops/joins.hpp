@@ -105,6 +105,15 @@ struct devices_agree {
 };
 template <class A, class B, class... C>
 struct devices_agree<A, B, C...> : devices_agree<common_device_t<A, B>, C...> {};
+/// Whether the devices agree (void: any), checked without common_device's error: join runs nothing past
+/// a disagreement, whose one error devices_agree gives.
+template <class A, class... Ds>
+constexpr bool same_devices() {
+  if constexpr (sizeof...(Ds) == 0)
+    return true;
+  else
+    return ((std::is_void_v<A> || std::is_void_v<Ds> || std::is_same_v<A, Ds>) && ...) && same_devices<Ds...>();
+}
 
 /// torch's promotion of two element types for a join: the same type stays; half or bfloat16 next to
 /// float or double gives that one, next to integers itself, and half next to bfloat16 float; the rest
@@ -232,10 +241,14 @@ auto join(const char* who, const X&... xs) {
     return 0;  // (the error above alone)
   } else {
     static_assert(join_shapes_must_agree<Stack, Dim, typename node_t<X>::shape_type...>::value);
-    if constexpr (!join_shapes_must_agree<Stack, Dim, typename node_t<X>::shape_type...>::ok)
+    if constexpr (!join_shapes_must_agree<Stack, Dim, typename node_t<X>::shape_type...>::ok) {
       return 0;  // (that rule's error alone)
-    else
+    } else if constexpr (!same_devices<typename node_t<X>::device...>()) {
+      (void)sizeof(devices_agree<typename node_t<X>::device...>);  // its error: different devices
+      return 0;
+    } else {
       return join_checked<Stack, Dim>(who, xs...);
+    }
   }
 }
 
