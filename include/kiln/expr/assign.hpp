@@ -59,6 +59,15 @@ constexpr bool assignable_source() {
   return valid;
 }
 
+/// Whether an expression of shape SE is broadcast into a destination of shape S of the same rank: its
+/// static shape has a 1 where S's extent is not 1.
+template <class S, class SE>
+constexpr bool broadcasts_by_shape() {
+  for (std::size_t d = 0; d != S::rank; ++d)
+    if (SE::extents[d] == 1 && S::extents[d] != 1) return true;
+  return false;
+}
+
 /// Checks e against dst (device, shape, broadcasting) and runs it: one pass.
 template <class T, class S, class D, class E>
 void assign_expr(Tensor<T, S, D>& dst, const E& e, bool allocate) {
@@ -80,10 +89,20 @@ void assign_expr(Tensor<T, S, D>& dst, const E& e, bool allocate) {
     static_assert(shapes_must_match<S, SE>::value);
     if (allocate && dst.storage() == nullptr && dst.numel() == 0)
       dst = Tensor<T, S, D>(extents_cast<S>(e.extents()));
-    if (!(extents_cast<S>(e.extents()) == dst.extents()))
+    // The expression's extents: the destination's, or, where its static shape has a 1 that the
+    // destination's has not, 1 (broadcast, as torch's copy_; decided by the static shapes, as an
+    // operator's broadcasting is: design.md).
+    const auto ee = e.extents();
+    bool fits = true;
+    for (std::size_t d = 0; d != S::rank; ++d)
+      fits = fits && (ee[d] == dst.extents()[d] || (SE::extents[d] == 1 && S::extents[d] != 1));
+    if (!fits)
       throw ShapeError("kiln::assign: shape mismatch: destination " + to_string(dst.extents()) + " (" +
-                       shape_name<S>() + ") but expression " + to_string(e.extents()) + " (" + shape_name<SE>() + ")");
-    detail::executor<D>::run(dst.view(), e);
+                       shape_name<S>() + ") but expression " + to_string(ee) + " (" + shape_name<SE>() + ")");
+    if constexpr (broadcasts_by_shape<S, SE>())
+      detail::executor<D>::run(dst.view(), Broadcast<E, S>(e, dst.extents()));
+    else
+      detail::executor<D>::run(dst.view(), e);
   }
 }
 

@@ -254,13 +254,16 @@ struct shapes_must_broadcast {
 };
 
 namespace detail {
-template <class A, class B>
+/// Broadcast: B's static 1 fits any extent of A's (a source broadcast into a destination A).
+template <class A, class B, bool Broadcast = false>
 constexpr bool static_extents_agree_impl() {
   if constexpr (A::rank != B::rank) {
     return false;
   } else {
     for (std::size_t i = 0; i != A::rank; ++i)
-      if (A::extents[i] != dyn && B::extents[i] != dyn && A::extents[i] != B::extents[i]) return false;
+      if (A::extents[i] != dyn && B::extents[i] != dyn && A::extents[i] != B::extents[i] &&
+          !(Broadcast && B::extents[i] == 1))
+        return false;
     return true;
   }
 }
@@ -271,15 +274,17 @@ constexpr bool static_extents_agree_impl() {
 template <class A, class B>
 inline constexpr bool static_extents_agree = detail::static_extents_agree_impl<A, B>();
 
-/// Fails to compile, naming both shapes, when Dst cannot receive a value of shape Src.
+/// Fails to compile, naming both shapes, when Dst cannot receive a value of shape Src: where both are
+/// static, each of Src's extents must be Dst's, or 1 (broadcast, as torch's copy_).
 template <class Dst, class Src>
 struct shapes_must_match {
-  static constexpr bool compatible() { return static_extents_agree<Dst, Src>; }
+  static constexpr bool compatible() { return detail::static_extents_agree_impl<Dst, Src, true>(); }
   // >>> Stopped here? The destination and the expression have different static shapes. <<<
   static_assert(compatible(),
-                "kiln::assign: shape mismatch: the destination's shape and the expression's shape differ; "
-                "see the two Shape<...> arguments (destination, expression) of kiln::shapes_must_match in "
-                "this message; reshape<...>() one side or fix the layer sizes");
+                "kiln::assign: shape mismatch: the destination's shape and the expression's shape differ (an "
+                "extent of the expression must be the destination's, or 1 to broadcast); see the two "
+                "Shape<...> arguments (destination, expression) of kiln::shapes_must_match in this message; "
+                "reshape<...>() one side or fix the layer sizes");
   static constexpr bool value = true;
 };
 

@@ -163,6 +163,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lower_rank_source_broadcasts_into_the_destination,
   BOOST_TEST(kt::all_close(y.to_vector(), want));
 }
 
+// torch's copy_ broadcasts a source of the destination's rank too: y[:] = column ([N, 1] into [N, F]),
+// t[32:64] = t[0:32, :, 39:40]. kiln does where the source's static shape has the 1 (as an operator's
+// broadcasting is decided, design.md); a dyn extent that is 1 at run time stays a ShapeError.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_source_of_the_same_rank_broadcasts_where_its_shape_has_a_1, D, kiln::test::devices) {
+  const auto col = kt::make_tensor<D>(std::vector<float>{1, 2, 3}, Extents<Shape<dyn, 1>>(3));
+  Tensor<float, Shape<dyn, 4>, D> y(3);
+  const auto before = kiln::passes();
+  y = col * 2.0f;
+  BOOST_TEST(kiln::passes() - before == 1u);
+  BOOST_TEST(kt::all_equal(y.to_vector(), std::vector<float>{2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6}));
+  // A static [2, 3] from a static [1, 3]; a 3-d tensor's last column into its other half (torch:
+  // t[2:4] = t[0:2, :, 3:4]).
+  Tensor<float, Shape<2, 3>, D> m;
+  m = kiln::Tensor<float, Shape<1, 3>, D>::from({7, 8, 9});
+  BOOST_TEST(kt::all_equal(m.to_vector(), std::vector<float>{7, 8, 9, 7, 8, 9}));
+  std::vector<float> tv(4 * 2 * 4);
+  for (std::size_t i = 0; i < tv.size(); ++i) tv[i] = static_cast<float>(i);
+  auto t = kt::make_tensor<D>(tv, Extents<Shape<dyn, 2, 4>>(4));
+  t.slice(2, 4) = kiln::narrow<2, 1>(t.slice(0, 2), 3);
+  const auto got = t.to_vector();
+  for (std::size_t i = 16; i < 32; ++i) BOOST_TEST(got[i] == tv[(i - 16) / 4 * 4 + 3]);
+  // Not broadcast: a dyn extent of 1, or an extent that is neither the destination's nor 1.
+  const auto dyn_col = kt::make_tensor<D>(std::vector<float>{1, 2, 3}, Extents<Shape<dyn, dyn>>(3, 1));
+  Tensor<float, Shape<dyn, dyn>, D> z(3, 4);
+  BOOST_CHECK_EXCEPTION(z = dyn_col, kiln::ShapeError, kt::message_contains({"[3, 4]", "[3, 1]"}));
+  const auto two = kt::make_tensor<D>(std::vector<float>(6, 1.0f), Extents<Shape<dyn, dyn>>(3, 2));
+  BOOST_CHECK_EXCEPTION(z = two, kiln::ShapeError, kt::message_contains({"[3, 4]", "[3, 2]"}));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(run_time_extents_that_do_not_broadcast_name_both_shapes, D,
                               kiln::test::devices) {
   Tensor<float, Shape<dyn, 4>, D> x(3), z(5);
