@@ -407,4 +407,28 @@ struct Concat {
   };
 };
 
+namespace detail {
+/// The one shape every branch yields (each a Shape or void), else void.
+template <class First, class... Others>
+struct quiet_agreement {
+  using type = std::conditional_t<(std::is_same_v<First, Others> && ...), First, void>;
+};
+/// An Add yields what each branch yields when they agree; nothing is inferred past an Add or a Concat
+/// that failed, or past a Concat without its checks (the shapes it joins).
+template <class... Branches>
+struct holds_layers<Add<Branches...>> : std::true_type {
+  template <class In>
+  using quiet = typename quiet_agreement<typename quiet_output<In, Branches>::type...>::type;
+  template <class In>
+  using after_failure = void;
+};
+template <class... Branches>
+struct holds_layers<Concat<Branches...>> : std::true_type {
+  template <class In>
+  using quiet = void;
+  template <class In>
+  using after_failure = void;
+};
+}  // namespace detail
+
 }  // namespace kiln::nn

@@ -97,4 +97,15 @@ struct Residual {
   };
 };
 
+namespace detail {
+/// A Residual yields its input's shape, whether its branch fits or not (its error is then out).
+template <class... Layers>
+struct holds_layers<Residual<Layers...>> : std::true_type {
+  template <class In>
+  using quiet = std::conditional_t<std::is_same_v<typename quiet_output<In, Layers...>::type, In>, In, void>;
+  template <class In>
+  using after_failure = In;
+};
+}  // namespace detail
+
 }  // namespace kiln::nn

@@ -161,6 +161,82 @@ struct unchecked_layer {
     Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) { return dy; }
   };
 };
+/// Stands in for the layer at the first mismatch when the rest of the network still yields a shape
+/// (Out) from what that layer expected: the network's output is then the one its author meant, so that
+/// a loss on it adds no second error (`mse(model(x), target)` after a Linear given the wrong features).
+/// Never run: a program holding it does not compile.
+template <class Out>
+struct unchecked_layer_to {
+  template <class S>
+  static constexpr bool accepts = true;
+  template <class S>
+  using output = Out;
+  template <class S, class P>
+  struct module {
+    using T = typename P::precision::storage;
+    using M = typename P::precision::master;
+    using D = typename P::device;
+    using input_shape = S;
+    using output_shape = Out;
+    static constexpr index_t parameter_count = 0;
+    void bind(M*, M*, T*, int) {}
+    void reset_parameters(Generator&) {}
+    std::vector<ParameterInfo> parameters() const { return {}; }
+    std::string name() const { return "(not checked: shape mismatch)"; }
+    Tensor<T, Out, D> forward(const Tensor<T, S, D>&, Context) { return {}; }
+    Tensor<T, S, D> backward(const Tensor<T, Out, D>&) { return {}; }
+  };
+};
+
+/// How a layer holding layers of its own (Sequential, Residual, Add, Concat) is followed without an
+/// error: `quiet<In>`, its output from In where every layer inside accepts what it is given, and
+/// `after_failure<In>`, its output where one inside did not (its error is out); void where there is
+/// none to go on from. A layer of another kind is followed by its accepts / output (quiet_output).
+template <class L>
+struct holds_layers : std::false_type {};
+
+/// The shape layers Ls yield from In where each accepts what it is given (checked without an error),
+/// else void.
+template <class In, class... Ls>
+struct quiet_output {
+  using type = In;
+};
+template <class In, class L, class... Rest>
+struct quiet_output<In, L, Rest...> {
+  static auto pick() {
+    if constexpr (std::is_void_v<In>)
+      return std::type_identity<void>{};
+    else if constexpr (holds_layers<L>::value)
+      return quiet_output<typename holds_layers<L>::template quiet<In>, Rest...>{};
+    else if constexpr (!declares_shapes<L, In>())
+      return std::type_identity<void>{};
+    else if constexpr (!L::template accepts<In>)
+      return std::type_identity<void>{};
+    else
+      return quiet_output<typename L::template output<In>, Rest...>{};
+  }
+  using type = typename decltype(pick())::type;
+};
+
+/// What the network yields past layer L, which did not accept In (or failed inside, its error out),
+/// going on from what L expected (Expected, a Shape: a Linear's features, a Conv2d's channels) or from
+/// what a block yields after its own failure; void where nothing can be inferred without a guess.
+template <class In, class L, class Expected, class... Rest>
+struct recovered_output {
+  static auto pick() {
+    if constexpr (declares_shapes<L, In>() && accepts_input<L, In>()) {  // the mismatch is inside L
+      if constexpr (holds_layers<L>::value)
+        return quiet_output<typename holds_layers<L>::template after_failure<In>, Rest...>{};
+      else
+        return std::type_identity<void>{};
+    } else if constexpr (kiln::shape<Expected> && !holds_layers<L>::value) {
+      return quiet_output<Expected, L, Rest...>{};
+    } else {
+      return std::type_identity<void>{};
+    }
+  }
+  using type = typename decltype(pick())::type;
+};
 template <class X, class>
 struct first_of {
   using type = X;
@@ -186,8 +262,10 @@ constexpr bool failed_inside() {
 }
 
 /// The input shape of every layer (`inputs`), the layers (`layers`) and the output shape, checked in
-/// order; from the first mismatch on nothing more is inferred (one error, not a cascade), and `failed`
-/// says there was one.
+/// order; from the first mismatch on nothing more is checked (one error, not a cascade), and `failed`
+/// says there was one. The output is then what the layers after it yield from what the mismatched
+/// layer expected, where they accept that without an error (`recovered`: a loss on the model's output
+/// adds no second error), else the mismatched layer's input.
 template <std::size_t I, class In, class... Ls>
 struct infer;
 template <std::size_t I, class In>
@@ -196,6 +274,7 @@ struct infer<I, In> {
   using layers = type_list<>;
   using output = In;
   static constexpr bool failed = false;
+  using recovered = void;
 };
 template <bool Ok, std::size_t I, class In, class L, class... Rest>
 struct infer_step {
@@ -204,12 +283,15 @@ struct infer_step {
   using layers = typename prepend<L, typename rest::layers>::type;
   using output = typename rest::output;
   static constexpr bool failed = rest::failed;
+  using recovered = typename rest::recovered;
 };
 template <std::size_t I, class In, class L, class... Rest>
 struct infer_step<false, I, In, L, Rest...> {
-  using inputs = type_list<In, typename first_of<In, Rest>::type...>;
-  using layers = type_list<unchecked_layer, typename first_of<unchecked_layer, Rest>::type...>;
-  using output = In;
+  using recovered = typename recovered_output<In, L, typename expected_input<L, In>::type, Rest...>::type;
+  using output = std::conditional_t<std::is_void_v<recovered>, In, recovered>;
+  using inputs = type_list<In, typename first_of<output, Rest>::type...>;
+  using stand_in = std::conditional_t<std::is_void_v<recovered>, unchecked_layer, unchecked_layer_to<output>>;
+  using layers = type_list<stand_in, typename first_of<unchecked_layer, Rest>::type...>;
   static constexpr bool failed = true;
 };
 template <std::size_t I, class In, class L, class... Rest>
@@ -571,5 +653,15 @@ struct Sequential {
     std::size_t keep_from_ = 0;       // the last forward kept nothing in the layers before this one
   };
 };
+
+namespace detail {
+template <class... Layers>
+struct holds_layers<Sequential<Layers...>> : std::true_type {
+  template <class In>
+  using quiet = typename quiet_output<In, Layers...>::type;
+  template <class In>
+  using after_failure = typename infer<0, In, Layers...>::recovered;
+};
+}  // namespace detail
 
 }  // namespace kiln::nn
