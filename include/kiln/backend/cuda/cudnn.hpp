@@ -270,9 +270,21 @@ class ConvPlan {
     return !out.empty();
   }
 
+  /// Whether cuDNN refused a call as not supported: CUDNN_STATUS_NOT_SUPPORTED or, from cuDNN 9 on, any
+  /// code of its category (CUDNN_STATUS_NOT_SUPPORTED_SHAPE, _SHARED_MEMORY_INSUFFICIENT, _PADDING, ...,
+  /// 3001-3014: cudnn_graph.h's CUDNN_STATUS_CATEGORY).
+  static bool refused(cudnnStatus_t status) {
+#ifdef CUDNN_STATUS_CATEGORY
+    return CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED;
+#else
+    return status == CUDNN_STATUS_NOT_SUPPORTED;
+#endif
+  }
+
   /// Runs `call(candidate, workspace)` with the first candidate from `at` on that runs, as PyTorch tries
   /// its candidates: a status of success from the heuristics does not promise that the kernel runs. One
-  /// that cuDNN refuses when called (CUDNN_STATUS_NOT_SUPPORTED, before anything is written) is passed
+  /// that cuDNN refuses when called (CUDNN_STATUS_NOT_SUPPORTED or another of its category, before
+  /// anything is written) is passed
   /// over from then on; one whose workspace cannot be had now (out of memory after the allocator freed
   /// its cache) is passed over for this call. Throws the last candidate's error.
   template <class Algo, class Call>
@@ -290,7 +302,7 @@ class ConvPlan {
       }
       const cudnnStatus_t status = call(c, static_cast<void*>(ws.data()));
       if (status == CUDNN_STATUS_SUCCESS) return;
-      if (status != CUDNN_STATUS_NOT_SUPPORTED || last)
+      if (!refused(status) || last)
         throw BackendError(kiln::detail::backend_message("cuDNN", call_name, __FILE__, __LINE__,
                                                          static_cast<int>(status),
                                                          cudnnGetErrorString(status)) +
