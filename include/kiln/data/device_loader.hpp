@@ -158,60 +158,68 @@ class DeviceLoader {
   /// The device batches land on.
   int device() const { return device_; }
 
-  /// An input iterator over one epoch: holds batch k (handed out) and batch k + 1 (on its way).
+  /// An input iterator over one epoch: holds batch k (handed out) and batch k + 1 (on its way). A batch
+  /// the loader could not make (or that could not be staged) throws its error when read (`*it`), in its
+  /// turn, as the loader's iterator does; `++it` goes on to the next.
   class iterator {
    public:
     using value_type = batch_type;
     using difference_type = std::ptrdiff_t;
     explicit iterator(DeviceLoader* l) : l_(l), host_(l->loader_->begin()) {
-      if (host_ != std::default_sentinel) next_ = l_->stage(*host_);
+      stage_next();
       advance();
     }
-    const batch_type& operator*() const { return *current_; }
-    const batch_type* operator->() const { return &*current_; }
+    const batch_type& operator*() const { return batch(); }
+    const batch_type* operator->() const { return &batch(); }
     iterator& operator++() {
       advance();
       return *this;
     }
     void operator++(int) { ++*this; }
-    bool operator==(std::default_sentinel_t) const { return !current_; }
+    bool operator==(std::default_sentinel_t) const { return !current_ && !error_; }
 
    private:
-    /// Hands out the staged batch and stages the one after it (its copy overlaps what the program does
-    /// with this one). A batch the loader could not make throws in its turn; stepping on after it
-    /// stages the loader's next batch (as the loader's own iterator does).
+    /// Stages the loader's batch in hand (its copy overlaps what the program does with the one before
+    /// it), or keeps its error for its turn.
+    void stage_next() {
+      if (host_ == std::default_sentinel) return;
+      try {
+        next_ = l_->stage(*host_);
+      } catch (...) {
+        next_error_ = std::current_exception();
+      }
+    }
+    /// Hands out the staged batch (or its error) and stages the one after it.
     void advance() {
       current_.reset();
-      if (error_) {
-        after_error_ = true;
-        std::rethrow_exception(std::exchange(error_, nullptr));
-      }
-      if (after_error_) {  // nothing staged: the batch after the one that failed, here and now
-        after_error_ = false;
+      error_ = nullptr;
+      if (next_) {
         try {
-          ++host_;
-          if (host_ != std::default_sentinel) next_ = l_->stage(*host_);
+          current_ = l_->finish(std::move(*next_));
         } catch (...) {
-          after_error_ = true;  // that one failed too: the next step tries the one after
-          throw;
+          error_ = std::current_exception();
         }
+        next_.reset();
+      } else if (next_error_) {
+        error_ = std::exchange(next_error_, nullptr);
+      } else {
+        return;  // the epoch's last batch was handed out
       }
-      if (!next_) return;
-      current_ = l_->finish(std::move(*next_));
-      next_.reset();
-      try {
-        ++host_;
-        if (host_ != std::default_sentinel) next_ = l_->stage(*host_);
-      } catch (...) {  // the batch in hand is handed out first, as the loader would
-        error_ = std::current_exception();
-      }
+      ++host_;
+      stage_next();
+    }
+    const batch_type& batch() const {
+      if (error_) std::rethrow_exception(error_);
+      if (!current_)
+        throw ValueError("kiln::data::DeviceLoader: an iterator past the epoch's last batch was read");
+      return *current_;
     }
     DeviceLoader* l_;
     typename Loader::iterator host_;
     std::optional<Staged> next_;
+    std::exception_ptr next_error_;  // what the batch on its way threw instead
     std::optional<batch_type> current_;
-    std::exception_ptr error_;
-    bool after_error_ = false;  // the last step threw: the next one starts from the loader's next batch
+    std::exception_ptr error_;  // what the batch in hand threw instead
   };
   iterator begin() { return iterator(this); }
   std::default_sentinel_t end() { return {}; }

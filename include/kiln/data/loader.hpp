@@ -179,8 +179,8 @@ class DataLoader {
   }
 
   class iterator;
-  /// Starts the next epoch; the epoch counter moves on only once it has started (a begin() that throws
-  /// leaves it, so a retry runs the same epoch).
+  /// Starts the next epoch: draws its order and counts it (a batch that cannot be made throws when the
+  /// loop reads it, batch 0 too; a begin() that throws, its order or its workers, leaves the count).
   iterator begin() {
     iterator it(this, epoch_);
     ++epoch_;
@@ -307,35 +307,58 @@ class DataLoader {
     std::exception_ptr fatal_;  // a worker that could not start (pinned memory on a GPU it cannot use)
   };
 
-  /// An input iterator over one epoch's batches.
+  /// An input iterator over one epoch's batches. A batch that could not be made (its read or transform
+  /// threw) throws that error when read (`*it`, `it->`), in its turn, as torch's next(it) raises; `++it`
+  /// then goes on to the next batch, and the epoch ends after its last batch, failed or not.
   class iterator {
    public:
     using value_type = batch_type;
     using difference_type = std::ptrdiff_t;
     iterator(const DataLoader* l, std::uint64_t epoch) : e_(std::make_unique<Epoch>(l, epoch)) { load(); }
-    const batch_type& operator*() const { return *current_; }
-    const batch_type* operator->() const { return &*current_; }
+    const batch_type& operator*() const { return batch(); }
+    const batch_type* operator->() const { return &batch(); }
     iterator& operator++() {
       ++k_;
       load();
       return *this;
     }
     void operator++(int) { ++*this; }
-    bool operator==(std::default_sentinel_t) const { return !current_; }
+    bool operator==(std::default_sentinel_t) const { return !e_ || k_ >= e_->batches(); }
 
    private:
     void load() {
       current_.reset();
-      if (k_ < e_->batches()) current_ = e_->take(k_);
+      error_ = nullptr;
+      if (k_ >= e_->batches()) return;
+      try {
+        current_ = e_->take(k_);
+      } catch (...) {  // thrown where the loop reads this batch
+        error_ = std::current_exception();
+      }
+    }
+    const batch_type& batch() const {
+      if (error_) std::rethrow_exception(error_);
+      if (!current_)
+        throw ValueError("kiln::data::DataLoader: an iterator past the epoch's last batch was read");
+      return *current_;
     }
     std::unique_ptr<Epoch> e_;
     index_t k_ = 0;
     std::optional<batch_type> current_;
+    std::exception_ptr error_;  // what making batch k_ threw
   };
 
  private:
-  std::vector<index_t> indices(std::uint64_t epoch) const {
+  /// The dataset's size(), refused below 0 (torch's len() of a DataLoader raises too).
+  index_t dataset_size() const {
     const index_t n = ds_->size();
+    if (n < 0)
+      throw ValueError("kiln::data::DataLoader: the dataset's size() is " + std::to_string(n) +
+                       "; it must be >= 0");
+    return n;
+  }
+  std::vector<index_t> indices(std::uint64_t epoch) const {
+    const index_t n = dataset_size();
     if constexpr (detail::is_variant<Sampler>)
       return std::visit([&](const auto& s) { return s.indices(n, epoch); }, sampler_);
     else
@@ -356,7 +379,7 @@ class DataLoader {
   /// Samples per epoch: the sampler's length(n) (len(sampler)), or the size of epoch 0's order for a
   /// sampler without one.
   index_t samples() const {
-    const index_t n = ds_->size();
+    const index_t n = dataset_size();
     const auto length = [&](const auto& s) -> index_t {
       if constexpr (requires { { s.length(n) } -> std::convertible_to<index_t>; }) return s.length(n);
       else return static_cast<index_t>(s.indices(n, 0).size());
@@ -392,7 +415,7 @@ class DataLoader {
   /// a negative num_samples or over an empty dataset without num_samples, throws here, not at the first
   /// epoch (with num_samples, at the first epoch, as torch's).
   void check_sampler(const Sampler& s) const {
-    const auto check = [n = ds_->size()](const auto& one) {
+    const auto check = [n = dataset_size()](const auto& one) {
       if constexpr (requires { one.check(); }) one.check();
       if constexpr (requires { one.length(n); }) (void)one.length(n);
     };

@@ -109,43 +109,38 @@ BOOST_AUTO_TEST_CASE(every_batch_before_a_failing_one_is_handed_out_first) {
   }
 }
 
-/// Steps through one epoch by hand, catching errors and stepping on, as a torch loop that catches the
-/// error of next(it) and goes on: the batch indices seen, and -1 for each batch that threw. (After a
-/// failed ++it the iterator holds no batch and compares equal to end(); ++it again gets the next one.)
+/// Steps through one epoch by hand, catching each batch's error and stepping on, as a torch loop that
+/// catches the error of next(it) and goes on: the batch indices seen, and -1 for each batch that threw.
+/// A failed batch throws where it is read (*it, it->) and counts as a step: the loop ends after the
+/// epoch's last batch, failed or not.
 template <class L>
 std::vector<index_t> step_through_errors(L& loader) {
   std::vector<index_t> seen;
-  auto it = loader.begin();
-  bool failed = false;
-  for (int step = 0; step < 2 * static_cast<int>(loader.size()); ++step) {
-    if (it != std::default_sentinel)
-      seen.push_back(it->index);
-    else if (!failed)
-      break;
-    failed = false;
+  for (auto it = loader.begin(); it != loader.end(); ++it) {
     try {
-      ++it;
+      seen.push_back(it->index);
     } catch (const kd::DataError&) {
       seen.push_back(-1);
-      failed = true;
     }
+    if (seen.size() > 2 * static_cast<std::size_t>(loader.size())) break;  // (an epoch that never ends)
   }
   return seen;
 }
 
 BOOST_AUTO_TEST_CASE(stepping_on_after_a_failed_batch_gets_the_next_whatever_the_worker_count) {
-  // Samples 13 and 21 cannot be read: batches 3 and 5 (of 4) throw in their turn, the others come out in
-  // order, as with torch's iterator after the error; with workers that reach the broken batches long
-  // before the reader (a slow first sample) or just in time, with a window of one batch or many, and
-  // through a DeviceLoader.
-  struct TwoBroken : SlowThenThrows {
+  // Samples 13, 21, 25 and 39 cannot be read: batches 3, 5, 6 and 9 (of 4; two in a row, and the last)
+  // throw in their turn, the others come out in order, as with torch's iterator after the error; with
+  // workers that reach the broken batches long before the reader (a slow first sample) or just in time,
+  // with a window of one batch or many, and through a DeviceLoader.
+  struct FourBroken : SlowThenThrows {
     void read(index_t i, std::span<float> x, std::span<std::int64_t> y) const {
-      if (i == 21) throw kd::DataError("throws.bin", "byte 21", "broken sample", "a readable sample");
+      if (i == 21 || i == 25 || i == 39)
+        throw kd::DataError("throws.bin", "byte " + std::to_string(i), "broken sample", "a readable sample");
       SlowThenThrows::read(i, x, y);
     }
   };
-  const TwoBroken ds;
-  const std::vector<index_t> want = {0, 1, 2, -1, 4, -1, 6, 7, 8, 9};
+  const FourBroken ds;
+  const std::vector<index_t> want = {0, 1, 2, -1, 4, -1, -1, 7, 8, -1};
   for (int workers : {0, 1, 2, 3}) {
     for (int prefetch : {1, 2, 4}) {
       if (workers == 0 && prefetch != 2) continue;
@@ -424,16 +419,55 @@ BOOST_AUTO_TEST_CASE(ranks_of_a_distributed_sampler_draw_the_augmentations_of_th
   BOOST_TEST(draws[0] != draws[1]);
 }
 
-BOOST_AUTO_TEST_CASE(an_epoch_that_cannot_start_is_not_counted) {
-  // Batch 0 cannot be made: begin() throws, and the next begin() runs the same epoch (torch's iterator is
-  // not made either), so set_epoch-less ranks stay in step.
-  const Throws ds;
-  kd::DataLoader loader(ds, {.batch_size = 40});
-  BOOST_CHECK_THROW(loader.begin(), kd::DataError);
-  BOOST_TEST(loader.epoch() == 0u);
-  kd::DataLoader fine(ds, {.batch_size = 4});
-  (void)fine.begin();
-  BOOST_TEST(fine.epoch() == 1u);
+BOOST_AUTO_TEST_CASE(an_error_in_batch_0_is_read_in_its_turn_and_the_epoch_counts) {
+  // Batch 0 cannot be made: begin() does not throw, reading batch 0 does (torch's iter(loader) is made,
+  // its first next() raises), ++it gives batch 1, and the epoch counts: a loop that catches the error
+  // and starts again runs the next epoch, in a new order when shuffled (it ran the same one forever).
+  const Throws ds;  // sample 13
+  for (int workers : {0, 2}) {
+    BOOST_TEST_CONTEXT(workers << " workers") {
+      kd::DataLoader loader(ds, {.batch_size = 20, .num_workers = workers});
+      auto it = loader.begin();
+      BOOST_TEST(loader.epoch() == 1u);
+      BOOST_TEST((it != loader.end()));
+      BOOST_CHECK_THROW((void)*it, kd::DataError);
+      BOOST_CHECK_THROW((void)it->index, kd::DataError);  // as often as it is read
+      ++it;
+      BOOST_TEST(it->index == 1);
+      ++it;
+      BOOST_TEST((it == loader.end()));
+      BOOST_CHECK_THROW((void)*it, kiln::ValueError);  // past the end: said, not undefined
+
+      kd::DataLoader shuffled(ds, {.batch_size = 4, .shuffle = true, .num_workers = workers, .seed = 3});
+      std::set<std::int64_t> first_batches;
+      for (int attempt = 0; attempt < 4; ++attempt) {
+        try {
+          for (const auto& b : shuffled) {
+            first_batches.insert(b.y.to_vector()[0]);
+            break;
+          }
+        } catch (const kd::DataError&) {
+        }
+      }
+      BOOST_TEST(shuffled.epoch() == 4u);
+      BOOST_TEST(first_batches.size() >= 3u);  // four epochs, four orders (one may start with sample 13)
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_dataset_of_negative_size_is_refused) {
+  // torch's len(loader) raises for a __len__ below 0; the loader said 0 batches, then std::length_error.
+  struct Negative : Throws {
+    index_t size() const { return -3; }
+  };
+  const Negative ds;
+  const auto refused = [](const kiln::ValueError& e) {
+    return std::string(e.what()).find("size() is -3; it must be >= 0") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, {.batch_size = 2}), kiln::ValueError, refused);
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, {.batch_size = 2, .shuffle = true}), kiln::ValueError, refused);
+  const kd::DistributedSampler rank0{.world_size = 2, .rank = 0};
+  BOOST_CHECK_EXCEPTION(kd::DataLoader(ds, rank0, {.batch_size = 2}), kiln::ValueError, refused);
 }
 
 BOOST_AUTO_TEST_CASE(options_torch_rejects_are_rejected) {

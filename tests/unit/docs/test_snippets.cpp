@@ -780,6 +780,35 @@ BOOST_AUTO_TEST_CASE(data_csv_and_split) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(data_skip_a_broken_batch) {
+  // Samples 5 and 6 cannot be read (batch 1 of 4 and, with the page's loop, nothing else): the loop
+  // skips batch 1 with its message and reads the other two, with and without workers.
+  struct Broken {
+    using sample_shape = Shape<2>;
+    using target_type = std::int64_t;
+    using target_shape = Shape<>;
+    kiln::index_t size() const { return 10; }
+    void read(kiln::index_t i, std::span<float> x, std::span<std::int64_t> y) const {
+      if (i == 5 || i == 6)
+        throw kiln::data::DataError("broken.bin", "record " + std::to_string(i), "torn", "a whole record");
+      x[0] = x[1] = static_cast<float>(i);
+      y[0] = i;
+    }
+  };
+  const Broken ds;
+  for (int workers : {0, 2}) {
+    kiln::data::DataLoader loader(ds, {.batch_size = 4, .num_workers = workers});
+    kiln::index_t seen = 0;
+    std::ostringstream said;
+    std::streambuf* cerr = std::cerr.rdbuf(said.rdbuf());
+#include "data.skip_a_broken_batch.inc"
+    std::cerr.rdbuf(cerr);
+    BOOST_TEST(seen == 6);  // batches 0 (4 samples) and 2 (2)
+    BOOST_TEST(said.str().find("skipped batch: ") == 0u);
+    BOOST_TEST(said.str().find("record 5") != std::string::npos);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(parallel_data_parallel_step) {
   const auto x = random_batch<Shape<dyn, 13>>(6, 10);
   const auto y = random_batch<Shape<dyn, 1>>(6, 11);
