@@ -431,22 +431,29 @@ class GradScaler {
   }
 
   /// The state a checkpoint keeps, as strings for safetensors metadata: `<prefix>scale`,
-  /// `<prefix>growth_tracker` and `<prefix>skipped_steps` (the scale round-trips exactly). Empty when
-  /// disabled, as torch's state_dict(). Example:
+  /// `<prefix>growth_tracker`, `<prefix>skipped_steps` and, as torch's state_dict(), the options
+  /// `<prefix>growth_factor`, `<prefix>backoff_factor` and `<prefix>growth_interval` (every number
+  /// round-trips exactly). Empty when disabled, as torch's state_dict(). Example:
   ///   auto meta = scaler.state("grad_scaler.");  // merge into save_checkpoint's metadata
   std::map<std::string, std::string> state(std::string_view prefix = {}) const {
     if (!o_.enabled) return {};
     const std::string p(prefix);
     return {{p + "scale", format(scale())},
             {p + "growth_tracker", std::to_string(growth_tracker())},
-            {p + "skipped_steps", std::to_string(skipped_steps())}};
+            {p + "skipped_steps", std::to_string(skipped_steps())},
+            {p + "growth_factor", format(o_.growth_factor)},
+            {p + "backoff_factor", format(o_.backoff_factor)},
+            {p + "growth_interval", std::to_string(o_.growth_interval)}};
   }
-  /// Restores what state(prefix) wrote; other keys are ignored. Throws kiln::ValueError naming the key
-  /// when one is missing or its value is not a number in range; nothing changes then. Disabled: does
-  /// nothing (torch's load_state_dict).
+  /// Restores what state(prefix) wrote, the options too, as torch's load_state_dict (a scaler built
+  /// with the defaults resumes a run of other options as it ran; a state saved without them, before
+  /// kiln saved them, keeps this scaler's); other keys are ignored. Throws kiln::ValueError naming the
+  /// key when one is missing or its value is not a number in range; nothing changes then. Disabled:
+  /// does nothing (torch's load_state_dict).
   void load_state(const std::map<std::string, std::string>& state, std::string_view prefix = {}) {
     if (!o_.enabled) return;
     const Saved s = parse_state(state, prefix);
+    o_ = s.options;
     scale_ = s.scale;
     tracker_ = s.tracker;
     skipped_ = s.skipped;
@@ -467,6 +474,7 @@ class GradScaler {
   struct Saved {
     float scale;
     std::int64_t tracker, skipped;
+    GradScalerOptions options;  // this scaler's, with the state's growth and backoff factors and interval
   };
   Saved parse_state(const std::map<std::string, std::string>& state, std::string_view prefix) const {
     const std::string p(prefix);
@@ -490,7 +498,19 @@ class GradScaler {
     std::int64_t tracker = 0, skipped = 0;
     if (!parse(get("growth_tracker"), tracker) || tracker < 0) throw bad("growth_tracker", "an integer >= 0");
     if (!parse(get("skipped_steps"), skipped) || skipped < 0) throw bad("skipped_steps", "an integer >= 0");
-    return {static_cast<float>(scale), tracker, skipped};
+    GradScalerOptions options = o_;
+    const auto option = [&](const char* key, auto& field, const char* want) {
+      if (state.count(p + key) && !parse(get(key), field)) throw bad(key, want);
+    };
+    option("growth_factor", options.growth_factor, "a number");
+    option("backoff_factor", options.backoff_factor, "a number");
+    option("growth_interval", options.growth_interval, "an integer");
+    try {
+      check_factors(options);
+    } catch (const ValueError& e) {
+      throw ValueError(std::string("kiln::optim::GradScaler::load_state: the state's options: ") + e.what());
+    }
+    return {static_cast<float>(scale), tracker, skipped, options};
   }
   bool capturable() const { return o_.capturable && o_.enabled; }
   /// Capturable: a new scale on the device, with inv_scale = float(1 / scale) as unscale computes it.

@@ -883,6 +883,9 @@ BOOST_AUTO_TEST_CASE(precision_scaler_state_in_a_checkpoint) {
     Scaler& saves;
     Scaler& loads;
     auto state(std::string_view prefix) const { return saves.state(prefix); }
+    void check_state(const std::map<std::string, std::string>& state, std::string_view prefix) const {
+      loads.check_state(state, prefix);
+    }
     void load_state(const std::map<std::string, std::string>& state, std::string_view prefix) {
       loads.load_state(state, prefix);
     }
@@ -898,6 +901,17 @@ BOOST_AUTO_TEST_CASE(precision_scaler_state_in_a_checkpoint) {
   BOOST_TEST(resumed.scale() == 512.0);
   BOOST_TEST(resumed.growth_tracker() == 1);
   BOOST_TEST(resumed.skipped_steps() == 1);
+  // A checkpoint without the scaler's state (a disabled scaler's, as an fp32 run's): the check refuses
+  // it, naming the file and the key (before the model is written: load_checkpoint's check).
+  Scaler off({.enabled = false}), fresh;
+  auto resume = [&, scaler = SaveOneLoadAnother{off, fresh}]() mutable {
+#include "precision.scaler_state.inc"
+  };
+  BOOST_CHECK_EXCEPTION(resume(), kiln::CheckpointError, [&](const kiln::CheckpointError& e) {
+    const std::string what = e.what();
+    return what.find("run.safetensors") != std::string::npos &&
+           what.find("grad_scaler.scale") != std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_CASE(benchmarks_counters_of_a_forward) {

@@ -371,10 +371,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(state_round_trips_through_checkpoint_metadata, D, 
   BOOST_TEST(scaler.growth_tracker() == 3);
   BOOST_TEST(scaler.skipped_steps() == 2);
   const auto plain = scaler.state();
-  BOOST_TEST(plain.size() == 3u);
+  BOOST_TEST(plain.size() == 6u);
   BOOST_TEST(plain.at("scale") == "0.75");
   BOOST_TEST(plain.at("growth_tracker") == "3");
   BOOST_TEST(plain.at("skipped_steps") == "2");
+  BOOST_TEST(plain.at("growth_factor") == "2");  // the options, as torch's state_dict()
+  BOOST_TEST(plain.at("backoff_factor") == "0.5");
+  BOOST_TEST(plain.at("growth_interval") == "10");
 
   // Through a checkpoint file, next to other metadata.
   kt::TempDir dir;
@@ -384,12 +387,36 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(state_round_trips_through_checkpoint_metadata, D, 
   kiln::save_checkpoint(dir.file("state.safetensors"), model, {}, meta);
   std::map<std::string, std::string> read;
   kiln::load_checkpoint(dir.file("state.safetensors"), model, &read);
-  GradScaler<D> resumed({.growth_interval = 10});
+  GradScaler<D> resumed;  // the defaults: the options come back from the state, as torch's load_state_dict
   resumed.load_state(read, "grad_scaler.");
   BOOST_TEST(resumed.scale() == 0.75);
   BOOST_TEST(resumed.growth_tracker() == 3);
   BOOST_TEST(resumed.skipped_steps() == 2);
+  BOOST_TEST(resumed.options().growth_interval == 10);
   BOOST_TEST((resumed.state() == plain));
+  // ... and it goes on as the saved run: seven more finite steps grow the scale at the tenth.
+  for (int k = 0; k < 7; ++k) {
+    g.fill(1.0f);
+    scaler.step(opt);
+    scaler.update();
+    resumed.step(opt);
+    resumed.update();
+  }
+  BOOST_TEST(resumed.scale() == 1.5);
+  BOOST_TEST((resumed.state() == scaler.state()));
+  GradScaler<D> odd_options({.growth_factor = 3.0, .backoff_factor = 0.125});
+  GradScaler<D> takes_them;
+  takes_them.load_state(odd_options.state());
+  BOOST_TEST(takes_them.options().growth_factor == 3.0);
+  BOOST_TEST(takes_them.options().backoff_factor == 0.125);
+  BOOST_TEST(takes_them.options().growth_interval == 2000);
+  // A state saved before kiln saved the options keeps the scaler's own.
+  auto old_state = plain;
+  for (const char* key : {"growth_factor", "backoff_factor", "growth_interval"}) old_state.erase(key);
+  GradScaler<D> keeps({.growth_interval = 7});
+  keeps.load_state(old_state);
+  BOOST_TEST(keeps.options().growth_interval == 7);
+  BOOST_TEST(keeps.scale() == 0.75);
 
   // A scale that is no short decimal reads back exactly.
   GradScaler<D> odd({.init_scale = 1.0 / 3.0});
@@ -398,6 +425,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(state_round_trips_through_checkpoint_metadata, D, 
   BOOST_TEST(copy.scale() == static_cast<double>(1.0f / 3.0f));
 
   // Bad states name the key and change nothing.
+  const auto kept = resumed.state();
   auto broken = plain;
   broken.erase("growth_tracker");
   BOOST_TEST(throws_with<kiln::ValueError>([&] { resumed.load_state(broken); }, "no 'growth_tracker'"));
@@ -413,9 +441,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(state_round_trips_through_checkpoint_metadata, D, 
   broken = plain;
   broken["skipped_steps"] = "2.5";
   BOOST_TEST(throws_with<kiln::ValueError>([&] { resumed.load_state(broken); }, "'skipped_steps' is '2.5'"));
+  broken = plain;
+  broken["growth_interval"] = "0";  // an option the constructor refuses
+  BOOST_TEST(throws_with<kiln::ValueError>([&] { resumed.load_state(broken); }, "invalid growth_interval 0"));
+  broken = plain;
+  broken["backoff_factor"] = "half";
+  BOOST_TEST(
+      throws_with<kiln::ValueError>([&] { resumed.load_state(broken); }, "'backoff_factor' is 'half'"));
   BOOST_TEST(
       throws_with<kiln::ValueError>([&] { resumed.load_state(plain, "missing."); }, "no 'missing.scale'"));
-  BOOST_TEST((resumed.state() == plain));
+  BOOST_TEST((resumed.state() == kept));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_copied_scaler_has_its_own_inf_flag, D, kt::devices) {
