@@ -25,6 +25,7 @@
 #include "kiln/core/half.hpp"
 #include "kiln/core/index.hpp"
 #include "kiln/core/nan.hpp"
+#include "kiln/core/number_text.hpp"
 #include "kiln/io/atomic_file.hpp"
 
 namespace kiln {
@@ -393,10 +394,15 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
   // The file a link names is replaced (the link stays), as write_file_atomically does; no in-place
   // fallback here: a checkpoint is replaced whole or not at all.
   const auto target = detail::atomic_target(path);
-  if (!target)
-    throw CheckpointError("kiln: " + path.string() +
-                          ": not a regular file; a checkpoint is written to a temporary file next to it and "
-                          "renamed over it");
+  if (!target) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);  // through links
+    const char* what = ec.value() == ELOOP                      ? "a loop of symbolic links"
+                       : std::filesystem::is_directory(status) ? "a directory"
+                                                               : "not a regular file (a pipe or a device?)";
+    throw CheckpointError("kiln: " + path.string() + ": " + what +
+                          "; a checkpoint is written to a temporary file next to it and renamed over it");
+  }
   try {
     detail::TempFile tmp(*target);
     tmp.write(le, 8);
@@ -647,12 +653,16 @@ namespace detail {
 /// The metadata key under which save_checkpoint lists the caller's extra entries (a JSON array of their
 /// names), so that load_checkpoint returns them instead of taking `ema.0.weight` for another model's.
 inline constexpr const char* extra_entries_key = "kiln.extra_entries";
+/// The metadata key under which save_checkpoint keeps the model's training_forwards() (the counter of its
+/// dropout masks), which load_checkpoint restores.
+inline constexpr const char* training_forwards_key = "kiln.training_forwards";
 }  // namespace detail
 
 /// Saves a model's parameters and buffers under PyTorch's state_dict names (plus optional extra entries
 /// such as optimizer state or an EMA copy of the weights, and metadata; the extras' names are listed in
-/// the metadata under "kiln.extra_entries"). Loadable by `safetensors.torch.load_file` +
-/// `load_state_dict` (strict=False where there are extras).
+/// the metadata under "kiln.extra_entries", the model's training_forwards() under
+/// "kiln.training_forwards"). Loadable by `safetensors.torch.load_file` + `load_state_dict` (strict=False
+/// where there are extras).
 template <class Model>
 void save_checkpoint(const std::filesystem::path& path, const Model& model,
                      std::map<std::string, SafetensorsEntry> extra = {},
@@ -696,6 +706,8 @@ void save_checkpoint(const std::filesystem::path& path, const Model& model,
       }
     }
   }
+  if constexpr (requires { model.training_forwards(); })
+    metadata[detail::training_forwards_key] = std::to_string(model.training_forwards());
   write_safetensors(path, extra, metadata);
 }
 
@@ -879,7 +891,20 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   } catch (const ValueError& e) {  // a value of the file's (GradScaler::check_state's, a scheduler's)
     throw CheckpointError("kiln: " + path.string() + ": " + e.what());
   }
+  std::optional<std::uint64_t> forwards;  // the dropout masks' counter, where the file keeps it
+  if constexpr (requires { model.set_training_forwards(std::uint64_t{}); }) {
+    if (const auto it = meta.find(detail::training_forwards_key); it != meta.end()) {
+      std::uint64_t n = 0;
+      if (!kiln::detail::parse_whole(it->second, n))
+        throw CheckpointError("kiln: " + path.string() + ": metadata \"" + detail::training_forwards_key +
+                              "\" must be a count of forwards (an integer >= 0), got " +
+                              detail::name_shown(it->second.substr(0, 40)));
+      forwards = n;
+    }
+  }
   if (metadata) *metadata = meta;
+  if constexpr (requires { model.set_training_forwards(std::uint64_t{}); })
+    if (forwards) model.set_training_forwards(*forwards);
   model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
   if constexpr (requires { model.named_buffers(); })
     if (!buffers.empty()) model.buffers().copy_from(std::span<const M>(buffers.data(), buffers.size()));

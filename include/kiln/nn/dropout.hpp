@@ -85,7 +85,7 @@ struct DropoutLayer {
         throw ValueError("kiln::nn::Dropout: a training forward inside a CUDA graph capture would draw the same "
                          "mask on every replay (the mask's counter is host state baked into the kernel); capture "
                          "an evaluation-mode forward, or a model without dropout");
-      ++call_;
+      call_ = ctx.step != 0 ? ctx.step : call_ + 1;  // the model's count (a checkpoint keeps it), or its own
       return apply(x);
     }
     Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) { return active_ ? apply(dy) : dy; }

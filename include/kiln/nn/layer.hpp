@@ -29,6 +29,10 @@ struct Context {
   bool training = true;
   bool grad = true;
   ReplicaGroup* replicas = nullptr;
+  /// The model's training forwards so far, this one counted (Model::training_forwards): the counter
+  /// dropout masks are drawn with, so that a checkpoint that keeps it resumes them. 0: no model counts
+  /// (a layer used alone counts its own calls).
+  std::uint64_t step = 0;
 };
 
 /// Told during a backward pass as layers finish, in reverse order: ready(offset) means the gradients at

@@ -95,6 +95,7 @@ class Model {
     // The frozen layers keep nothing for backward, which does not reach them (torch builds no graph
     // through them), unless dL/dx is wanted (set_input_requires_grad).
     kept_from_ = input_requires_grad_ ? 0 : first_trainable(frozen_layers_);
+    if (ctx_.training) ctx_.step = ++training_forwards_;
     auto y = forward_keeping_from(x, kept_from_);
     saved_rows_ = ctx_.grad ? x.size(0) : -1;
     return y;
@@ -224,6 +225,12 @@ class Model {
   /// their backward passes. The group must outlive the model's use of it.
   void set_replica_group(ReplicaGroup* group) { ctx_.replicas = group; }
   ReplicaGroup* replica_group() const { return ctx_.replicas; }
+  /// Forwards run in training mode so far: the counter the dropout layers draw their masks with (with
+  /// the seed each took from the model's). save_checkpoint keeps it ("kiln.training_forwards") and
+  /// load_checkpoint restores it, so that a resumed run draws the masks the run it resumes would have,
+  /// given a model built with the same seed (torch's resume restores its RNG state by hand).
+  std::uint64_t training_forwards() const { return training_forwards_; }
+  void set_training_forwards(std::uint64_t n) { training_forwards_ = n; }
 
   /// The master parameters. Taken non-const, the working copy (mixed precision) is refreshed from them
   /// at the next forward; change them through a reference taken earlier and call
@@ -358,6 +365,7 @@ class Model {
   std::size_t kept_from_ = 0;      // the last forward's layers before this one kept nothing (frozen)
   index_t unreached_ = 0;          // the parameters before this offset got no gradient in the last backward
   bool input_requires_grad_ = false;
+  std::uint64_t training_forwards_ = 0;  // training_forwards()
   network net_;
   Context ctx_{};
 };

@@ -287,6 +287,7 @@ class DataParallel {
     for (int r = 1; r < size(); ++r) {  // replica 0's mode on every replica (torch's replicate copies it)
       replica(r).train(replica(0).training());
       replica(r).set_grad_enabled(replica(0).grad_enabled());
+      replica(r).set_training_forwards(replica(0).training_forwards());  // (a checkpoint loads replica 0's)
     }
     check_replicas_agree();
     const index_t n = x.size(0);

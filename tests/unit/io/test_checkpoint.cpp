@@ -107,6 +107,73 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(save_then_load_round_trips_atomically, D, kiln::te
   BOOST_TEST(kiln::read_safetensors(file).size() == 6u);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_resume_draws_the_dropout_masks_the_run_would_have, D, kiln::test::devices) {
+  // 5 steps, a checkpoint, 4 more in a model built anew (the same seed) and loaded: the weights equal
+  // 9 steps of one run, bit for bit (each Dropout's mask counter was its own and restarted at 0: the
+  // resumed run drew the first steps' masks again). A checkpoint without the count (torch's) keeps the
+  // model's.
+  using Net =
+      Sequential<Linear<13, 16>, ReLU, Dropout<0.5f>, Linear<16, 32>, ReLU, Dropout<0.25f>, Linear<32, 1>>;
+  using M = kiln::nn::Model<Net, Shape<dyn, 13>, kiln::Policy<kiln::Fp32, D>>;
+  const auto dir = scratch("dropout_resume");
+  const auto file = dir / "run.safetensors";
+  kiln::Tensor<float, Shape<dyn, 13>, D> x(8);
+  kiln::Tensor<float, Shape<dyn, 1>, D> y(8);
+  {
+    std::vector<float> xs(8 * 13), ys(8);
+    for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 37) % 11) / 11.0f - 0.5f;
+    for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<float>(i % 3);
+    x.copy_from(std::span<const float>(xs));
+    y.copy_from(std::span<const float>(ys));
+  }
+  kiln::nn::MSELoss mse;
+  const auto steps = [&](M& model, kiln::optim::SGD<float, D>& opt, int n) {
+    for (int k = 0; k < n; ++k) {
+      opt.zero_grad();
+      const auto out = model(x);
+      model.backward(mse.backward(out, y));
+      opt.step();
+    }
+  };
+  M whole(3);
+  kiln::optim::SGD whole_opt(whole, {.lr = 0.05});
+  steps(whole, whole_opt, 9);
+  BOOST_TEST(whole.training_forwards() == 9u);
+
+  M first(3);
+  kiln::optim::SGD first_opt(first, {.lr = 0.05});
+  steps(first, first_opt, 5);
+  kiln::save_checkpoint(file, first);
+  M resumed(3);
+  kiln::optim::SGD resumed_opt(resumed, {.lr = 0.05});
+  std::map<std::string, std::string> meta;
+  kiln::load_checkpoint(file, resumed, &meta);
+  BOOST_TEST(meta.at("kiln.training_forwards") == "5");
+  BOOST_TEST(resumed.training_forwards() == 5u);
+  steps(resumed, resumed_opt, 4);
+  BOOST_TEST(resumed.parameters().to_vector() == whole.parameters().to_vector(),
+             boost::test_tools::per_element());
+
+  // Evaluation forwards are not counted; a file without the count (torch's) leaves the model's.
+  resumed.eval();
+  (void)resumed(x);
+  BOOST_TEST(resumed.training_forwards() == 9u);
+  auto entries = kiln::read_safetensors(file);
+  kiln::write_safetensors(dir / "torch.safetensors", entries, {{"format", "pt"}});
+  kiln::load_checkpoint(dir / "torch.safetensors", resumed);
+  BOOST_TEST(resumed.training_forwards() == 9u);
+  // A count that is not one is the file's error, before anything is written.
+  kiln::write_safetensors(dir / "bad.safetensors", entries, {{"kiln.training_forwards", "-1"}});
+  M other(4);
+  const auto before = other.parameters().to_vector();
+  BOOST_CHECK_EXCEPTION(kiln::load_checkpoint(dir / "bad.safetensors", other), kiln::CheckpointError,
+                        [](const kiln::CheckpointError& e) {
+                          return contains(e.what(), "a count of forwards");
+                        });
+  BOOST_TEST(other.parameters().to_vector() == before, boost::test_tools::per_element());
+  BOOST_TEST(other.training_forwards() == 0u);
+}
+
 // A resume (model, Adam, GradScaler) that checks every part in load_checkpoint's `check` before it writes
 // any: a checkpoint whose last-checked part is broken leaves model, optimizer, scaler and the caller's
 // metadata as they were; a whole one restores them all.
@@ -652,6 +719,16 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_through_a_link_replaces_its_file_and_keeps_the
       kiln::write_safetensors(dir / "pipe", one), kiln::CheckpointError,
       [](const kiln::CheckpointError& e) { return contains(e.what(), "pipe: not a regular file"); });
   BOOST_TEST(fs::is_fifo(fs::symlink_status(dir / "pipe")));
+  // A folder, and links that name each other, are said as what they are.
+  fs::create_directories(dir / "folder");
+  BOOST_CHECK_EXCEPTION(
+      kiln::write_safetensors(dir / "folder", one), kiln::CheckpointError,
+      [](const kiln::CheckpointError& e) { return contains(e.what(), "folder: a directory;"); });
+  fs::create_symlink(dir / "loop_b", dir / "loop_a");
+  fs::create_symlink(dir / "loop_a", dir / "loop_b");
+  BOOST_CHECK_EXCEPTION(
+      kiln::write_safetensors(dir / "loop_a", one), kiln::CheckpointError,
+      [](const kiln::CheckpointError& e) { return contains(e.what(), "loop_a: a loop of symbolic links;"); });
 }
 
 BOOST_AUTO_TEST_CASE(header_limits_null_metadata_and_the_overlap_names) {
