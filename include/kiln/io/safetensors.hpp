@@ -748,14 +748,14 @@ void convert_floating(const SafetensorsEntry& e, M* out) {
   }
 }
 
-/// Copies the entry `name` (shape `shape`) out of `entries` into `out` and removes it: a floating-point
-/// entry (F16, BF16, F32, F64) converted to M, as torch's load_state_dict copies a half or double
-/// checkpoint into a float model; an integer one (`integer`: num_batches_tracked) from I64. Returns ""
-/// or what is wrong with it (missing, of another kind of dtype, of another shape), naming it; the entry
-/// is removed either way. `what`: "parameter" or "buffer". A missing integer buffer
-/// (num_batches_tracked, which older torch checkpoints lack) reads as 0, as torch loads it.
+/// Copies the entry `name` (shape `shape`) of `entries` into `out`: a floating-point entry (F16, BF16,
+/// F32, F64) converted to M, as torch's load_state_dict copies a half or double checkpoint into a float
+/// model; an integer one (`integer`: num_batches_tracked) from I64. Returns "" or what is wrong with it
+/// (missing, of another kind of dtype, of another shape), naming it. `what`: "parameter" or "buffer". A
+/// missing integer buffer (num_batches_tracked, which older torch checkpoints lack) reads as 0, as
+/// torch loads it.
 template <class M>
-std::string take_entry(std::map<std::string, SafetensorsEntry>& entries, const std::string& name,
+std::string take_entry(const std::map<std::string, SafetensorsEntry>& entries, const std::string& name,
                        const std::vector<index_t>& shape, bool integer, const char* what, M* out) {
   const auto it = entries.find(name);
   if (it == entries.end() && integer) {  // num_batches_tracked: torch's BatchNorm loads without it as 0
@@ -774,10 +774,7 @@ std::string take_entry(std::map<std::string, SafetensorsEntry>& entries, const s
   else if (e.shape != shape)
     problem = std::string(what) + " '" + name + "' has shape " + shape_text(e.shape) + ", the model expects " +
               shape_text(shape);
-  if (!problem.empty()) {
-    entries.erase(it);  // (a name of the model: not an unexpected one)
-    return problem;
-  }
+  if (!problem.empty()) return problem;
   if (integer) {
     std::vector<std::int64_t> v(e.bytes.size() / sizeof(std::int64_t));
     if (!e.bytes.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
@@ -785,7 +782,6 @@ std::string take_entry(std::map<std::string, SafetensorsEntry>& entries, const s
   } else {
     convert_floating(e, out);
   }
-  entries.erase(it);
   return {};
 }
 }  // namespace detail
@@ -832,13 +828,17 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
     if (!problem.empty()) problems.push_back(std::move(problem));
   };
   std::vector<M> host(static_cast<std::size_t>(model.parameters().numel()));
-  for (const auto& p : model.named_parameters())
+  for (const auto& p : model.named_parameters()) {
     note(detail::take_entry(entries, p.name, p.shape, false, "parameter", host.data() + p.offset));
+    entries.erase(p.name);  // (the model's, read or wrong: not among the others)
+  }
   std::vector<M> buffers;
   if constexpr (requires { model.named_buffers(); }) {
     buffers.resize(static_cast<std::size_t>(model.buffers().numel()));
-    for (const auto& b : model.named_buffers())
+    for (const auto& b : model.named_buffers()) {
       note(detail::take_entry(entries, b.name, b.shape, b.integer, "buffer", buffers.data() + b.offset));
+      entries.erase(b.name);
+    }
   }
   std::string unexpected;
   std::vector<std::string> unexpected_names;
@@ -909,6 +909,75 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   if constexpr (requires { model.named_buffers(); })
     if (!buffers.empty()) model.buffers().copy_from(std::span<const M>(buffers.data(), buffers.size()));
   return entries;
+}
+
+/// What torch's load_state_dict returns (`_IncompatibleKeys`): the model's parameters and buffers the
+/// state dict lacked, and the state dict's names the model lacks, each in order.
+struct IncompatibleKeys {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
+/// torch's `model.load_state_dict(state_dict, strict)` over entries by state_dict name (read_safetensors's,
+/// a torch file's, or built and renamed by you): parameters and buffers (BatchNorm's running statistics;
+/// num_batches_tracked reads as 0 when absent, as torch's). strict: every one present and no other name,
+/// else a ValueError listing the missing and unexpected keys (as torch's RuntimeError). strict = false:
+/// those present are loaded, the others keep their values, and the names come back, as torch's (a
+/// pretrained backbone under a new head: erase the head's entries, then load). Either way an entry of
+/// another shape or of no floating-point dtype is an error (torch's "size mismatch"), and an error writes
+/// nothing. Half, bfloat16 and double entries are converted as load_checkpoint converts them.
+template <class Model>
+IncompatibleKeys load_state_dict(Model& model, const std::map<std::string, SafetensorsEntry>& state_dict,
+                                 bool strict = true) {
+  using M = typename Model::M;
+  IncompatibleKeys keys;
+  std::vector<std::string> problems;
+  std::set<std::string> names;
+  // The model's values where a key is missing (strict = false keeps them).
+  std::vector<M> host = model.parameters().to_vector();
+  const auto take = [&](const auto& info, bool integer, const char* what, M* out) {
+    names.insert(info.name);
+    if (!integer && !state_dict.contains(info.name)) {
+      keys.missing_keys.push_back(info.name);
+      return;
+    }
+    if (std::string problem = detail::take_entry(state_dict, info.name, info.shape, integer, what, out);
+        !problem.empty())
+      problems.push_back(std::move(problem));
+  };
+  for (const auto& p : model.named_parameters()) take(p, false, "parameter", host.data() + p.offset);
+  std::vector<M> buffers;
+  if constexpr (requires { model.named_buffers(); }) {
+    buffers = model.buffers().to_vector();
+    for (const auto& b : model.named_buffers()) take(b, b.integer, "buffer", buffers.data() + b.offset);
+  }
+  for (const auto& item : state_dict)
+    if (!names.contains(item.first)) keys.unexpected_keys.push_back(item.first);
+  const auto listed = [](const std::vector<std::string>& v) {
+    std::string text;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (i == 10) return text + ", and " + std::to_string(v.size() - 10) + " more";
+      text += (i ? ", '" : "'") + detail::name_shown(v[i]) + "'";
+    }
+    return text;
+  };
+  if (strict && !keys.missing_keys.empty()) problems.push_back("missing keys " + listed(keys.missing_keys));
+  if (strict && !keys.unexpected_keys.empty())
+    problems.push_back("unexpected keys " + listed(keys.unexpected_keys));
+  if (!problems.empty()) {
+    std::string text;
+    for (std::size_t i = 0; i < std::min<std::size_t>(problems.size(), 10); ++i)
+      text += (i ? "; " : "") + problems[i];
+    if (problems.size() > 10) text += "; and " + std::to_string(problems.size() - 10) + " more";
+    throw ValueError("kiln::load_state_dict: error(s) in loading the state dict: " + text +
+                     (strict && (!keys.missing_keys.empty() || !keys.unexpected_keys.empty())
+                          ? " (strict = false loads the keys the model has and returns the others)"
+                          : ""));
+  }
+  model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
+  if constexpr (requires { model.named_buffers(); })
+    if (!buffers.empty()) model.buffers().copy_from(std::span<const M>(buffers.data(), buffers.size()));
+  return keys;
 }
 
 }  // namespace kiln

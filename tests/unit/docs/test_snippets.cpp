@@ -456,6 +456,28 @@ BOOST_AUTO_TEST_CASE(models_unreduced_rows_with_unit_weights_are_the_mean) {
   BOOST_TEST(kiln::test::all_close(model.gradients().to_vector(), want));
 }
 
+BOOST_AUTO_TEST_CASE(models_load_state_dict_under_a_new_head) {
+  // The page's file: an MLP with Linear<32, 1> as layer 4; `model` has Linear<32, 3> there.
+  kiln::test::TempDir dir;
+  using kiln::nn::Linear, kiln::nn::ReLU, kiln::nn::Sequential;
+  kiln::nn::Model<Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 1>>, Shape<dyn, 13>>
+      trained(1);
+  kiln::nn::Model<Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 3>>, Shape<dyn, 13>>
+      model(2);
+  const auto fresh = model.parameters().to_vector();
+  in_temp_dir(dir, [&] {
+    kiln::save_checkpoint("mlp.safetensors", trained);
+#include "models.load_state_dict.inc"
+    BOOST_TEST((keys.missing_keys == std::vector<std::string>{"4.weight", "4.bias"}));
+    BOOST_TEST(keys.unexpected_keys.empty());
+  });
+  const auto loaded = model.parameters().to_vector();
+  const auto body = trained.parameters().to_vector();
+  const auto at = static_cast<std::ptrdiff_t>(model.layer_offset(4));
+  BOOST_TEST(std::equal(loaded.begin(), loaded.begin() + at, body.begin()));    // the body, trained
+  BOOST_TEST(std::equal(loaded.begin() + at, loaded.end(), fresh.begin() + at));  // the head, as it was
+}
+
 BOOST_AUTO_TEST_CASE(models_checkpoint_and_resume_round_trip) {
   kiln::test::TempDir dir;
   kiln::nn::Model<LeNetNet, Image> model(0);

@@ -174,6 +174,60 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_resume_draws_the_dropout_masks_the_run_would_hav
   BOOST_TEST(other.training_forwards() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(load_state_dict_loads_what_it_has_as_torchs_with_strict_false) {
+  // torch's model.load_state_dict(sd, strict): a pretrained MLP's body under a new head (3 outputs):
+  // strict refuses the head's missing keys and an unexpected one, writing nothing; strict = false loads
+  // the body, keeps the head, and returns the names as torch's _IncompatibleKeys. A wrong shape is an
+  // error either way (torch's size mismatch). A BatchNorm's num_batches_tracked reads as 0 when absent.
+  using Head3 = Sequential<Linear<13, 16>, ReLU, Linear<16, 32>, ReLU, Linear<32, 3>>;
+  const auto dir = scratch("load_state_dict");
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> pretrained(1);
+  kiln::save_checkpoint(dir / "mlp.safetensors", pretrained);
+  auto sd = kiln::read_safetensors(dir / "mlp.safetensors");
+  kiln::nn::Model<Head3, Shape<dyn, 13>> model(2);
+  const auto fresh = model.parameters().to_vector();
+  BOOST_CHECK_EXCEPTION(
+      kiln::load_state_dict(model, sd, false), kiln::ValueError, [](const kiln::ValueError& e) {
+        return contains(e.what(), "parameter '4.weight' has shape [1, 32], the model expects [3, 32]");
+      });
+  sd.erase("4.weight");
+  sd.erase("4.bias");
+  sd["extra.step"] = kiln::make_entry<float>(std::vector<float>{1.0f}, {1});
+  BOOST_CHECK_EXCEPTION(kiln::load_state_dict(model, sd), kiln::ValueError, [](const kiln::ValueError& e) {
+    return contains(e.what(), "missing keys '4.weight', '4.bias'; unexpected keys 'extra.step'") &&
+           contains(e.what(), "strict = false loads");
+  });
+  BOOST_TEST(model.parameters().to_vector() == fresh, boost::test_tools::per_element());
+  const kiln::IncompatibleKeys keys = kiln::load_state_dict(model, sd, false);
+  BOOST_TEST((keys.missing_keys == std::vector<std::string>{"4.weight", "4.bias"}));
+  BOOST_TEST((keys.unexpected_keys == std::vector<std::string>{"extra.step"}));
+  const auto loaded = model.parameters().to_vector();
+  const auto body = pretrained.parameters().to_vector();
+  const auto head = static_cast<std::size_t>(model.layer_offset(4));
+  BOOST_TEST(std::equal(loaded.begin(), loaded.begin() + static_cast<std::ptrdiff_t>(head), body.begin()));
+  BOOST_TEST(std::equal(loaded.begin() + static_cast<std::ptrdiff_t>(head), loaded.end(),
+                        fresh.begin() + static_cast<std::ptrdiff_t>(head)));
+  // The whole state dict, strict: nothing missing or unexpected.
+  kiln::nn::Model<Mlp, Shape<dyn, 13>> same(3);
+  const auto all = kiln::load_state_dict(same, kiln::read_safetensors(dir / "mlp.safetensors"));
+  BOOST_TEST(all.missing_keys.empty());
+  BOOST_TEST(all.unexpected_keys.empty());
+  BOOST_TEST(same.parameters().to_vector() == body, boost::test_tools::per_element());
+  // BatchNorm: the running statistics are loaded; num_batches_tracked absent reads as 0, as torch's.
+  using Bn = Sequential<Linear<4, 3>, BatchNorm1d<3>>;
+  kiln::nn::Model<Bn, Shape<dyn, 4>> with_stats(4);
+  with_stats.buffers().fill(2.0f);
+  kiln::save_checkpoint(dir / "bn.safetensors", with_stats);
+  auto bn = kiln::read_safetensors(dir / "bn.safetensors");
+  BOOST_REQUIRE(bn.erase("1.num_batches_tracked") == 1u);
+  kiln::nn::Model<Bn, Shape<dyn, 4>> into(5);
+  const auto bn_keys = kiln::load_state_dict(into, bn);
+  BOOST_TEST(bn_keys.missing_keys.empty());
+  const auto stats = into.buffers().to_vector();
+  BOOST_TEST(std::count(stats.begin(), stats.end(), 2.0f) == static_cast<std::ptrdiff_t>(stats.size() - 1));
+  BOOST_TEST(stats.back() == 0.0f);
+}
+
 // A resume (model, Adam, GradScaler) that checks every part in load_checkpoint's `check` before it writes
 // any: a checkpoint whose last-checked part is broken leaves model, optimizer, scaler and the caller's
 // metadata as they were; a whole one restores them all.
