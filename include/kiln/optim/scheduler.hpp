@@ -135,7 +135,48 @@ class LRScheduler {
       throw ValueError("kiln::optim: set_last_epoch(" + std::to_string(epoch) + "): expected a non-negative epoch");
     apply(epoch);
   }
-  /// The optimizer's lr when the scheduler was built.
+  /// What a checkpoint keeps of the schedule, as strings for its metadata (as GradScaler's and
+  /// ReduceLROnPlateau's state(prefix)): `<prefix>last_epoch`, `<prefix>base_lr` and
+  /// `<prefix>group_base_lrs` (groups 1, 2, ... joined by ','; "nan" for a group the schedule leaves at
+  /// its lr; empty without groups), every double as the shortest text that reads back to it: torch's
+  /// scheduler.state_dict() keeps last_epoch and base_lrs too (and its arguments: build the scheduler
+  /// with the same). Example:
+  ///   auto meta = sched.state("scheduler.");  // merge into save_checkpoint's metadata
+  std::map<std::string, std::string> state(std::string_view prefix = {}) const {
+    const std::string p(prefix);
+    std::string groups;
+    for (std::size_t k = 0; k < group_base_lrs_.size(); ++k)
+      groups += (k ? "," : "") + kiln::detail::shortest_text(group_base_lrs_[k]);
+    return {{p + "last_epoch", std::to_string(epoch_)},
+            {p + "base_lr", kiln::detail::shortest_text(base_lr_)},
+            {p + "group_base_lrs", groups}};
+  }
+  /// Restores what state(prefix) wrote, as torch's load_state_dict: the base lrs, then the epoch and its
+  /// lr in every group (set_last_epoch), so the scheduler may be built before or after the optimizer's
+  /// state is loaded (the base lr it found when built is replaced). Other keys are ignored. Throws
+  /// ValueError naming the key when one is missing or not a number in range (last_epoch >= 0, lrs finite
+  /// and >= 0 or nan for a group), for more groups than the optimizer has, or when the schedule refuses
+  /// the epoch; nothing changes then.
+  void load_state(const std::map<std::string, std::string>& state, std::string_view prefix = {}) {
+    const Saved s = parse_state(state, prefix);
+    auto& schedule = static_cast<Schedule&>(*this);
+    const double old_base = base_lr_;
+    std::vector<double> old_groups = group_base_lrs_;
+    try {
+      rebase(schedule, s.base_lr);
+      group_base_lrs_ = s.group_base_lrs;
+      schedule.set_last_epoch(s.last_epoch);
+    } catch (...) {
+      rebase(schedule, old_base);
+      group_base_lrs_ = std::move(old_groups);
+      throw;
+    }
+  }
+  /// load_state's checks without its writes (a resume checks every part of a checkpoint first).
+  void check_state(const std::map<std::string, std::string>& state, std::string_view prefix = {}) const {
+    (void)parse_state(state, prefix);
+  }
+  /// The optimizer's lr when the scheduler was built (or the one load_state restored).
   double base_lr() const { return base_lr_; }
   /// The lrs of the optimizer's parameter groups 1, 2, ... when the scheduler was built (torch's
   /// base_lrs[1:]); each group's lr is the schedule's from its own. A group added later gets the base
@@ -219,6 +260,50 @@ class LRScheduler {
       }
     }
     return lrs;
+  }
+
+  /// A state as load_state reads it.
+  struct Saved {
+    std::int64_t last_epoch = 0;
+    double base_lr = 0.0;
+    std::vector<double> group_base_lrs;
+  };
+  Saved parse_state(const std::map<std::string, std::string>& state, std::string_view prefix) const {
+    const std::string p(prefix);
+    const auto get = [&](const char* key) -> const std::string& {
+      const auto it = state.find(p + key);
+      if (it == state.end())
+        throw ValueError("kiln::optim: a scheduler's load_state: no '" + p + key +
+                         "' in the state; give what state(\"" + p + "\") returned");
+      return it->second;
+    };
+    const auto bad = [&](const char* key, const char* want) {
+      return ValueError("kiln::optim: a scheduler's load_state: '" + p + key + "' is '" + get(key) +
+                        "'; expected " + want);
+    };
+    const auto an_lr = [](double v) { return v >= 0.0 && !kiln::detail::is_inf_or_nan(v); };
+    Saved s;
+    if (!kiln::detail::parse_whole(get("last_epoch"), s.last_epoch) || s.last_epoch < 0)
+      throw bad("last_epoch", "an integer >= 0");
+    if (!kiln::detail::parse_whole(get("base_lr"), s.base_lr) || !an_lr(s.base_lr))
+      throw bad("base_lr", "a finite lr >= 0");
+    const std::string& groups = get("group_base_lrs");
+    const char* want = "finite lrs >= 0 (or nan) joined by ','";
+    for (std::size_t at = 0; at < groups.size();) {
+      const std::size_t comma = std::min(groups.find(',', at), groups.size());
+      double v = 0.0;
+      const bool read = kiln::detail::parse_whole(groups.substr(at, comma - at), v);
+      if (!read || !(an_lr(v) || kiln::detail::is_nan(v))) throw bad("group_base_lrs", want);
+      s.group_base_lrs.push_back(v);
+      at = comma + 1;
+      if (comma + 1 == groups.size()) throw bad("group_base_lrs", want);  // a trailing ','
+    }
+    const std::size_t later = lrs_of_later_groups(*opt_).size();
+    if (s.group_base_lrs.size() > later)
+      throw ValueError("kiln::optim: a scheduler's load_state: the state has the base lrs of " +
+                       std::to_string(s.group_base_lrs.size() + 1) + " parameter groups, the optimizer " +
+                       std::to_string(later + 1) + "; add the same groups before loading");
+    return s;
   }
 
   template <class First, class... Rest>

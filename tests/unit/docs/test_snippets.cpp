@@ -593,6 +593,45 @@ BOOST_AUTO_TEST_CASE(models_plateau_halves_the_lr_on_a_flat_validation_loss) {
 
 // The page's plateau checkpoint: a scheduler and optimizer restored from it continue as the ones that
 // saved it (the same lr and bad-epoch count after more flat epochs), and the epoch comes back.
+BOOST_AUTO_TEST_CASE(models_scheduler_state_resumes_a_schedule_built_after_the_optimizer_was_loaded) {
+  // The page's block saves `sched`'s state and loads it into another StepLR, built on an optimizer already
+  // at the decayed lr (its base lr the wrong one until the load).
+  kiln::test::TempDir dir;
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<2, 1>>;
+  kiln::nn::Model<Net, Shape<dyn, 2>> model(0);
+  kiln::optim::SGD opt(model, {.lr = 0.1}), other_opt(model, {.lr = 0.1});
+  kiln::optim::StepLR saved(opt, 2, 0.5);
+  for (int e = 0; e < 5; ++e) {
+    opt.step();
+    saved.step();
+  }
+  other_opt.set_lr(opt.lr());  // 0.025
+  kiln::optim::StepLR loaded(other_opt, 2, 0.5);
+  BOOST_TEST(loaded.base_lr() == 0.025);
+  struct SaveOneLoadAnother {
+    kiln::optim::StepLR<kiln::optim::SGD<float, kiln::Cpu>>& saves;
+    kiln::optim::StepLR<kiln::optim::SGD<float, kiln::Cpu>>& loads;
+    auto state(std::string_view prefix) const { return saves.state(prefix); }
+    void check_state(const std::map<std::string, std::string>& m, std::string_view prefix) const {
+      loads.check_state(m, prefix);
+    }
+    void load_state(const std::map<std::string, std::string>& m, std::string_view prefix) {
+      loads.load_state(m, prefix);
+    }
+  } sched{saved, loaded};
+  const int epoch = 5;
+  in_temp_dir(dir, [&] {
+#include "models.scheduler_state.inc"
+    BOOST_TEST(read.at("scheduler.last_epoch") == "5");
+  });
+  BOOST_TEST(loaded.base_lr() == 0.1);
+  BOOST_TEST(loaded.last_epoch() == 5);
+  BOOST_TEST(other_opt.lr() == opt.lr());
+  other_opt.step();
+  loaded.step();
+  BOOST_TEST(other_opt.lr() == 0.0125);  // epoch 6: 0.1 * 0.5^3
+}
+
 BOOST_AUTO_TEST_CASE(models_plateau_resume_restores_scheduler_optimizer_and_epoch) {
   kiln::test::TempDir dir;
   using Net = kiln::nn::Sequential<kiln::nn::Linear<2, 1>>;

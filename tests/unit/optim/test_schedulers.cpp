@@ -826,6 +826,113 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_lr_on_plateau_matches_pytorch, D, kiln::tes
   }
 }
 
+/// Steps a schedule 9 epochs in one run, and 4 in another whose state (state("s.")) goes to a third,
+/// built on an optimizer already at the saved lr (a resume that loaded the optimizer's state first: the
+/// base lr it finds is the decayed one); loaded, the third steps the last 5 epochs at the lrs of the
+/// first, bit for bit.
+template <class Make>
+void resumes_from_its_state(const char* name, Make make) {
+  BOOST_TEST_CONTEXT(name) {
+    OneParameter<kiln::Cpu> a, b, c;
+    auto whole = make(a.opt);
+    std::vector<double> want;
+    for (int e = 0; e < 9; ++e) {
+      a.opt.step();
+      whole.step();
+      want.push_back(a.opt.lr());
+    }
+    auto first = make(b.opt);
+    for (int e = 0; e < 4; ++e) {
+      b.opt.step();
+      first.step();
+    }
+    const auto meta = first.state("s.");
+    BOOST_TEST(meta.at("s.last_epoch") == "4");
+    c.opt.set_lr(b.opt.lr());
+    auto resumed = make(c.opt);
+    resumed.check_state(meta, "s.");
+    resumed.load_state(meta, "s.");
+    BOOST_TEST(resumed.last_epoch() == 4);
+    BOOST_TEST(resumed.base_lr() == first.base_lr());
+    BOOST_TEST(c.opt.lr() == b.opt.lr());
+    for (std::size_t e = 4; e < 9; ++e) {
+      c.opt.step();
+      resumed.step();
+      BOOST_TEST(c.opt.lr() == want[e], "epoch " << e + 1);
+    }
+  }
+}
+
+// Every epoch schedule's state as checkpoint metadata (last_epoch, base_lr, group_base_lrs: torch's
+// scheduler.state_dict() keeps last_epoch and base_lrs): a schedule built on an optimizer whose state was
+// loaded first (its lr the decayed one) and given the state back goes on as the uninterrupted one; the
+// build order no longer matters. Bad states are refused, naming the key, with nothing changed.
+BOOST_AUTO_TEST_CASE(every_epoch_schedule_resumes_from_its_state) {
+  namespace ko = kiln::optim;
+  using Opt = ko::SGD<float, kiln::Cpu>;
+  resumes_from_its_state("StepLR", [](Opt& o) { return ko::StepLR(o, 3, 0.5); });
+  resumes_from_its_state("MultiStepLR", [](Opt& o) { return ko::MultiStepLR(o, {2, 5}, 0.1); });
+  resumes_from_its_state("ExponentialLR", [](Opt& o) { return ko::ExponentialLR(o, 0.9); });
+  resumes_from_its_state("CosineAnnealingLR", [](Opt& o) { return ko::CosineAnnealingLR(o, 7, 0.001); });
+  resumes_from_its_state("CosineAnnealingWarmRestarts",
+                         [](Opt& o) { return ko::CosineAnnealingWarmRestarts(o, 2, 2); });
+  resumes_from_its_state("MultiplicativeLR", [](Opt& o) {
+    return ko::MultiplicativeLR(o, [](std::int64_t e) { return 1.0 - 0.05 * static_cast<double>(e); });
+  });
+  resumes_from_its_state("ConstantLR", [](Opt& o) { return ko::ConstantLR(o, 0.5, 6); });
+  resumes_from_its_state("LinearLR", [](Opt& o) { return ko::LinearLR(o, 0.25, 1.0, 7); });
+  resumes_from_its_state("PolynomialLR", [](Opt& o) { return ko::PolynomialLR(o, 8, 2.0); });
+  resumes_from_its_state("OneCycleLR",
+                         [](Opt& o) { return ko::OneCycleLR(o, 1.0, 12, {.cycle_momentum = false}); });
+  resumes_from_its_state("CyclicLR", [](Opt& o) {
+    return ko::CyclicLR(o, 0.01, 0.1, {.step_size_up = 3, .cycle_momentum = false});
+  });
+  resumes_from_its_state("LinearWarmup",
+                         [](Opt& o) { return ko::LinearWarmup(ko::CosineAnnealingLR(o, 6), 3); });
+  resumes_from_its_state("ChainedScheduler", [](Opt& o) {
+    return ko::ChainedScheduler(ko::ExponentialLR(o, 0.9), ko::MultiStepLR(o, {6}, 0.1));
+  });
+  resumes_from_its_state("SequentialLR", [](Opt& o) {
+    return ko::SequentialLR({3, 6}, ko::ConstantLR(o, 0.5, 2), ko::ExponentialLR(o, 0.9),
+                            ko::StepLR(o, 2, 0.5));
+  });
+
+  // Refusals, with nothing changed.
+  OneParameter<kiln::Cpu> o;
+  ko::StepLR sched(o.opt, 2, 0.5);
+  for (int e = 0; e < 3; ++e) {
+    o.opt.step();
+    sched.step();
+  }
+  const auto meta = sched.state("s.");
+  BOOST_TEST(meta.at("s.base_lr") == "0.1");
+  BOOST_TEST(meta.at("s.group_base_lrs") == "");
+  const auto refused = [&](std::map<std::string, std::string> m, const std::string& text) {
+    const auto says = [&](const kiln::ValueError& e) {
+      return std::string(e.what()).find(text) != std::string::npos;
+    };
+    BOOST_CHECK_EXCEPTION(sched.check_state(m, "s."), kiln::ValueError, says);
+    BOOST_CHECK_EXCEPTION(sched.load_state(m, "s."), kiln::ValueError, says);
+    BOOST_TEST(sched.last_epoch() == 3);
+    BOOST_TEST(sched.base_lr() == 0.1);
+    BOOST_TEST(o.opt.lr() == 0.05);
+  };
+  auto missing = meta;
+  missing.erase("s.base_lr");
+  refused(missing, "no 's.base_lr' in the state; give what state(\"s.\") returned");
+  const std::tuple<std::string, std::string, std::string> bad_values[] = {
+      {"s.last_epoch", "-1", "'s.last_epoch' is '-1'; expected an integer >= 0"},
+      {"s.base_lr", "inf", "'s.base_lr' is 'inf'; expected a finite lr >= 0"},
+      {"s.group_base_lrs", "0.01", "the state has the base lrs of 2 parameter groups, the optimizer 1"},
+      {"s.group_base_lrs", "0.01,", "expected finite lrs >= 0 (or nan) joined by ','"},
+  };
+  for (const auto& [key, value, text] : bad_values) {
+    auto changed = meta;
+    changed[key] = value;
+    refused(changed, text);
+  }
+}
+
 // ReduceLROnPlateau's state as checkpoint metadata (state(prefix), as GradScaler's): a scheduler given
 // it back continues as the one that saved it, bit for bit, through a reduction and a cooldown; "inf"
 // before the first step round-trips; parameter groups' lrs come back; a missing key, a bad number and
