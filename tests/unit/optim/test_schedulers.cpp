@@ -876,6 +876,9 @@ BOOST_AUTO_TEST_CASE(every_epoch_schedule_resumes_from_its_state) {
   resumes_from_its_state("CosineAnnealingLR", [](Opt& o) { return ko::CosineAnnealingLR(o, 7, 0.001); });
   resumes_from_its_state("CosineAnnealingWarmRestarts",
                          [](Opt& o) { return ko::CosineAnnealingWarmRestarts(o, 2, 2); });
+  resumes_from_its_state("LambdaLR", [](Opt& o) {
+    return ko::LambdaLR(o, [](std::int64_t e) { return 1.0 / (1.0 + static_cast<double>(e)); });
+  });
   resumes_from_its_state("MultiplicativeLR", [](Opt& o) {
     return ko::MultiplicativeLR(o, [](std::int64_t e) { return 1.0 - 0.05 * static_cast<double>(e); });
   });
