@@ -95,6 +95,11 @@ class DistributedDataParallel {
                         buckets_[b].parameters.front() + ")");
     ready_ = [this](index_t offset) { on_ready(offset); };
   }
+  /// Destroyed by an exception of this rank's own (a bad batch, a failed read) that the program may
+  /// catch before it returns: the job is marked failed, so that this rank's exit aborts it and the other
+  /// ranks end at once, not at their timeout in the next collective (torchrun's agent stops the others
+  /// when one worker exits with an error).
+  ~DistributedDataParallel() { group_.left_by_exception(uncaught_at_build_); }
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
@@ -202,6 +207,7 @@ class DistributedDataParallel {
     if (next_bucket_ != buckets_.size())
       throw Error("kiln::parallel::DistributedDataParallel: backward left " +
                   std::to_string(buckets_.size() - next_bucket_) + " gradient buckets unreduced");
+    ++synced_backwards_;
   }
   /// Averages the gradients over the ranks now (after backward() calls made under no_sync(), or after
   /// gradients written by hand).
@@ -209,6 +215,7 @@ class DistributedDataParallel {
     skipped_frozen_ = 0;
     for (std::size_t b = 0; b < buckets_.size(); ++b) start(b);
     group_.wait_all();
+    ++synced_backwards_;
   }
 
   /// A forward made within its scope is followed by a backward() that does not communicate (torch:
@@ -254,8 +261,20 @@ class DistributedDataParallel {
   /// Runs `write` on rank 0 only (a checkpoint), then every rank learns whether it succeeded: on
   /// success all return together (the file is whole before any rank reads it), on failure every rank
   /// throws. The same for `read` on every rank (loading a checkpoint): all succeed or all throw.
+  /// First the ranks compare how many synchronised backward passes they made: ranks that stepped apart
+  /// (a loader without a DistributedSampler) have already mixed their collectives up, and a checkpoint
+  /// of what rank 0 computed since is not written (every rank throws DistributedError naming the counts).
   template <class F>
   void on_main_rank(F&& write, const std::string& what) {
+    const auto all = group_.all_gather(static_cast<std::int64_t>(synced_backwards_), what);
+    const std::string differ = ranks_that_differ(all, all);
+    std::string stepped_apart;
+    if (!differ.empty())
+      stepped_apart = "the ranks made different numbers of synchronised backward passes: rank 0 " +
+                      std::to_string(all[0]) + ", and" + differ +
+                      "; their gradient averages did not pair up, so nothing was written (every rank must "
+                      "run as many batches: a DistributedSampler gives them that)";
+    group_.agree(stepped_apart, what);
     std::string problem;
     if (group_.is_main()) problem = attempt(write);
     group_.agree(problem, what);
@@ -358,6 +377,8 @@ class DistributedDataParallel {
   std::size_t started_early_ = 0;
   std::size_t skipped_frozen_ = 0;
   index_t frozen_ = 0;  // the frozen parameters freeze() agreed on (ddp.module().freeze alone: none)
+  std::int64_t synced_backwards_ = 0;  // backward()s that averaged, and all_reduce_gradients() calls
+  int uncaught_at_build_ = std::uncaught_exceptions();  // (~DistributedDataParallel)
   bool sync_ = true;
   bool sync_buffers_ = true;  // whether the next forward broadcasts rank 0's buffers first
   bool backward_syncs_ = true;  // whether the last forward was made outside no_sync()

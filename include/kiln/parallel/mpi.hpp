@@ -300,6 +300,18 @@ class ProcessGroup<Mpi> {
   }
   /// Whether a collective of this group failed or timed out (the job will be aborted at exit).
   bool failed() const { return failed_; }
+  /// For what trains with this group (DistributedDataParallel), destroyed while an exception made since
+  /// it was built (`before`: std::uncaught_exceptions() then) unwinds it, one of this rank's own (not an
+  /// error every rank throws together, agree()'s): the job is marked failed, so that this rank's exit
+  /// aborts it, as ~ProcessGroup does. A program that catches the error and returns would otherwise
+  /// leave the other ranks waiting in a collective for this one until their timeout.
+  void left_by_exception(int before) {
+    const int unwinding = std::uncaught_exceptions();
+    if (unwinding > before && unwinding != agreed_unwinding_) {
+      failed_ = true;
+      detail::MpiRuntime::get().failed = true;
+    }
+  }
 
  private:
   /// Under MPI_THREAD_FUNNELED (kiln's level when it initialises MPI) only the thread that initialised MPI

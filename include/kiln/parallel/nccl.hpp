@@ -91,6 +91,11 @@ class ProcessGroup<Nccl> {
   ncclComm_t communicator() const { return comm_; }
   /// The MPI group underneath (host-side collectives).
   ProcessGroup<Mpi>& host() { return mpi_; }
+  /// ProcessGroup<Mpi>::left_by_exception; the communicator is then aborted when the group goes.
+  void left_by_exception(int before) {
+    mpi_.left_by_exception(before);
+    if (mpi_.failed()) failed_ = true;
+  }
 
   void barrier(const std::string& what = "a barrier") { mpi_.barrier(what); }
   template <class E>

@@ -2,8 +2,10 @@
 # throw) and checks that the job ends with a non-zero status within LIMIT seconds (no hang), with the
 # message that says why (EXPECT, a regex over stdout + stderr). MPIEXEC=none runs PROGRAM MODE alone
 # (watchdog_exit.cpp: a process that must end itself).
-# GROUP_TIMEOUT, where given, is the group's timeout in seconds (the program's second argument).
-#   cmake -DMPIEXEC=... -DPROGRAM=... -DMODE=... -DLIMIT=... -DEXPECT=... [-DGROUP_TIMEOUT=...] -P check.cmake
+# GROUP_TIMEOUT, where given, is the group's timeout in seconds (the program's second argument); REJECT,
+# a regex the output must not match (what the failure must have prevented).
+#   cmake -DMPIEXEC=... -DPROGRAM=... -DMODE=... -DLIMIT=... -DEXPECT=... [-DGROUP_TIMEOUT=...] [-DREJECT=...]
+#         -P check.cmake
 foreach(v IN ITEMS MPIEXEC PROGRAM MODE LIMIT EXPECT)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "check.cmake: -D${v}=... is required")
@@ -28,4 +30,7 @@ if(rc EQUAL 0)
 endif()
 if(NOT out MATCHES "${EXPECT}")
   message(FATAL_ERROR "the output does not say why the job ended (expected the regex: ${EXPECT})")
+endif()
+if(DEFINED REJECT AND out MATCHES "${REJECT}")
+  message(FATAL_ERROR "the output shows what the failure must have prevented (the regex: ${REJECT})")
 endif()

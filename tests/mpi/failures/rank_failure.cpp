@@ -12,6 +12,10 @@
 // `hang_in_backward`: a net with SyncBatchNorm and a bucket per parameter; at step 3 rank 1 runs the forward
 // and stops before the backward: rank 0's SyncBatchNorm backward times out while the last layer's average
 // is in flight, and rank 0 ends after one timeout, not two (it does not wait for that average again).
+// `throw_caught`: rank 1's exception at step 3 unwinds the DistributedDataParallel and is caught in main,
+// which prints it and returns 1 while the group lives on: the job still ends at once.
+// `steps_apart`: rank 1 runs 2 steps, rank 0 3, then both write a checkpoint through on_main_rank: their
+// collectives no longer pair up, and rank 0 must not write (it printed "rank 0 wrote the checkpoint").
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -43,10 +47,11 @@ struct Batch {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "kill" && mode != "hang" && mode != "throw" && mode != "throw_after_agreed" &&
-      mode != "bad_env_on_one_rank" && mode != "different_counts" && mode != "hang_in_backward") {
+      mode != "bad_env_on_one_rank" && mode != "different_counts" && mode != "hang_in_backward" &&
+      mode != "throw_caught" && mode != "steps_apart") {
     std::fprintf(stderr,
-                 "usage: %s kill|hang|throw|throw_after_agreed|bad_env_on_one_rank|different_counts|hang_in_backward "
-                 "[group timeout in s]\n",
+                 "usage: %s kill|hang|throw|throw_after_agreed|bad_env_on_one_rank|different_counts|"
+                 "hang_in_backward|throw_caught|steps_apart [group timeout in s]\n",
                  argv[0]);
     return 2;
   }
@@ -78,6 +83,31 @@ int main(int argc, char** argv) {
                        waited, timeout_s, e.what());
           throw;
         }
+      }
+      return 0;
+    }
+    if (mode == "throw_caught" || mode == "steps_apart") {
+      try {  // the training in a scope of its own; the group outlives it
+        kiln::parallel::DistributedDataParallel<Mlp, Row, kiln::Mpi> ddp(group, 0);
+        kiln::optim::SGD opt(ddp.module(), {.lr = 0.01});
+        const Batch b;
+        knn::MSELoss mse;
+        const int steps = mode == "steps_apart" ? (group.rank() == 0 ? 3 : 2) : 100;
+        for (int step = 0; step < steps; ++step) {
+          if (mode == "throw_caught" && group.rank() == 1 && step == 3) {
+            std::printf("rank 1: failing (%s) at step 3\n", mode.c_str());
+            std::fflush(stdout);
+            throw std::runtime_error("rank 1 gave up");
+          }
+          opt.zero_grad();
+          ddp.backward(mse.backward(ddp.forward(b.x), b.y));
+          opt.step();
+        }
+        ddp.on_main_rank([] { std::printf("rank 0 wrote the checkpoint\n"), std::fflush(stdout); },
+                         "writing the checkpoint");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: error: %s\n", group.rank(), e.what());
+        return 1;  // (the group is destroyed normally)
       }
       return 0;
     }
