@@ -138,55 +138,43 @@ struct layer_input_mismatch {
 };
 
 namespace detail {
-/// Stands in for a layer from the first mismatch on: passes its input through, so that the only error a
-/// mismatch produces is layer_input_mismatch's static_assert (no cascade from inferring the rest).
-struct unchecked_layer {
-  template <class S>
-  static constexpr bool accepts = true;
-  template <class S>
-  using output = S;
-  template <class S, class P>
-  struct module {
-    using T = typename P::precision::storage;
-    using M = typename P::precision::master;
-    using D = typename P::device;
-    using input_shape = S;
-    using output_shape = S;
-    static constexpr index_t parameter_count = 0;
-    void bind(M*, M*, T*, int) {}
-    void reset_parameters(Generator&) {}
-    std::vector<ParameterInfo> parameters() const { return {}; }
-    std::string name() const { return "(not checked: shape mismatch before it)"; }
-    Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context) { return x; }
-    Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) { return dy; }
-  };
-};
-/// Stands in for the layer at the first mismatch when the rest of the network still yields a shape
-/// (Out) from what that layer expected: the network's output is then the one its author meant, so that
-/// a loss on it adds no second error (`mse(model(x), target)` after a Linear given the wrong features).
-/// Never run: a program holding it does not compile.
-template <class Out>
+/// Stands in for a layer from the first mismatch on, so that the only error a mismatch produces is
+/// layer_input_mismatch's static_assert (no cascade from checking the rest). Out = void (unchecked_layer):
+/// passes its input through. Out a shape: the mismatched layer when the rest of the network still yields
+/// a shape from what that layer expected (Out): the network's output is then the one its author meant,
+/// so that a loss on it adds no second error (`mse(model(x), target)` after a Linear given the wrong
+/// features). Never run: a program holding it does not compile.
+template <class Out = void>
 struct unchecked_layer_to {
   template <class S>
   static constexpr bool accepts = true;
   template <class S>
-  using output = Out;
+  using output = std::conditional_t<std::is_void_v<Out>, S, Out>;
   template <class S, class P>
   struct module {
     using T = typename P::precision::storage;
     using M = typename P::precision::master;
     using D = typename P::device;
     using input_shape = S;
-    using output_shape = Out;
+    using output_shape = output<S>;
     static constexpr index_t parameter_count = 0;
     void bind(M*, M*, T*, int) {}
     void reset_parameters(Generator&) {}
     std::vector<ParameterInfo> parameters() const { return {}; }
-    std::string name() const { return "(not checked: shape mismatch)"; }
-    Tensor<T, Out, D> forward(const Tensor<T, S, D>&, Context) { return {}; }
-    Tensor<T, S, D> backward(const Tensor<T, Out, D>&) { return {}; }
+    std::string name() const {
+      return std::is_void_v<Out> ? "(not checked: shape mismatch before it)" : "(not checked: shape mismatch)";
+    }
+    Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context) {
+      if constexpr (std::is_void_v<Out>) return x;
+      else return {};
+    }
+    Tensor<T, S, D> backward(const Tensor<T, output_shape, D>& dy) {
+      if constexpr (std::is_void_v<Out>) return dy;
+      else return {};
+    }
   };
 };
+using unchecked_layer = unchecked_layer_to<>;
 
 /// How a layer holding layers of its own (Sequential, Residual, Add, Concat) is followed without an
 /// error: `quiet<In>`, its output from In where every layer inside accepts what it is given, and

@@ -104,6 +104,23 @@ std::vector<double> lrs_of_later_groups(const Opt& opt) {
   return lrs;
 }
 
+/// The lrs of a saved state's group list (state(prefix)'s, joined by ','; empty: none), each finite and
+/// >= 0, or NaN where `nan` allows it (a group a schedule leaves at its lr); nullopt where one is not.
+inline std::optional<std::vector<double>> parse_lrs(const std::string& text, bool nan) {
+  std::vector<double> lrs;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    double v = 0.0;
+    const bool read = kiln::detail::parse_whole(text.substr(at, comma - at), v);
+    const bool lr = v >= 0.0 && !kiln::detail::is_inf_or_nan(v);
+    if (!read || !(lr || (nan && kiln::detail::is_nan(v))) || comma + 1 == text.size())  // (a trailing ',')
+      return std::nullopt;
+    lrs.push_back(v);
+    at = comma + 1;
+  }
+  return lrs;
+}
+
 /// What every scheduler shares, like torch's _LRScheduler: the optimizer, its lr when the scheduler was
 /// built (base_lr, torch's initial_lr), the epoch (last_epoch) and the last lr set. Schedule provides
 /// `double lr_at(std::int64_t epoch) const`; its constructor ends with `apply()` (epoch 0), as torch's
@@ -287,17 +304,9 @@ class LRScheduler {
       throw bad("last_epoch", "an integer >= 0");
     if (!kiln::detail::parse_whole(get("base_lr"), s.base_lr) || !an_lr(s.base_lr))
       throw bad("base_lr", "a finite lr >= 0");
-    const std::string& groups = get("group_base_lrs");
-    const char* want = "finite lrs >= 0 (or nan) joined by ','";
-    for (std::size_t at = 0; at < groups.size();) {
-      const std::size_t comma = std::min(groups.find(',', at), groups.size());
-      double v = 0.0;
-      const bool read = kiln::detail::parse_whole(groups.substr(at, comma - at), v);
-      if (!read || !(an_lr(v) || kiln::detail::is_nan(v))) throw bad("group_base_lrs", want);
-      s.group_base_lrs.push_back(v);
-      at = comma + 1;
-      if (comma + 1 == groups.size()) throw bad("group_base_lrs", want);  // a trailing ','
-    }
+    auto groups = parse_lrs(get("group_base_lrs"), true);
+    if (!groups) throw bad("group_base_lrs", "finite lrs >= 0 (or nan) joined by ','");
+    s.group_base_lrs = std::move(*groups);
     const std::size_t later = lrs_of_later_groups(*opt_).size();
     if (s.group_base_lrs.size() > later)
       throw ValueError("kiln::optim: a scheduler's load_state: the state has the base lrs of " +
@@ -1151,16 +1160,9 @@ class ReduceLROnPlateau {
     if (!kiln::detail::parse_whole(get("last_epoch"), s.last_epoch) || s.last_epoch < 0)
       throw bad("last_epoch", "an integer >= 0");
     if (!kiln::detail::parse_whole(get("lr"), s.lr) || !an_lr(s.lr)) throw bad("lr", "a finite lr >= 0");
-    const std::string& groups = get("group_lrs");
-    for (std::size_t at = 0; at < groups.size();) {
-      const std::size_t comma = std::min(groups.find(',', at), groups.size());
-      double v = 0.0;
-      if (!kiln::detail::parse_whole(groups.substr(at, comma - at), v) || !an_lr(v))
-        throw bad("group_lrs", "finite lrs >= 0 joined by ','");
-      s.group_lrs.push_back(v);
-      at = comma + 1;
-      if (comma + 1 == groups.size()) throw bad("group_lrs", "finite lrs >= 0 joined by ','");  // a trailing ','
-    }
+    auto groups = detail::parse_lrs(get("group_lrs"), false);
+    if (!groups) throw bad("group_lrs", "finite lrs >= 0 joined by ','");
+    s.group_lrs = std::move(*groups);
     check_group_count(s);
     return s;
   }
