@@ -162,7 +162,8 @@ struct unchecked_layer_to {
     void reset_parameters(Generator&) {}
     std::vector<ParameterInfo> parameters() const { return {}; }
     std::string name() const {
-      return std::is_void_v<Out> ? "(not checked: shape mismatch before it)" : "(not checked: shape mismatch)";
+      return std::is_void_v<Out> ? "(not checked: shape mismatch before it)"
+                                 : "(not checked: shape mismatch)";
     }
     Tensor<T, output_shape, D> forward(const Tensor<T, S, D>& x, Context) {
       if constexpr (std::is_void_v<Out>) return x;

@@ -279,11 +279,42 @@ class DataParallel {
   }
 
  private:
+  /// Runs replica r's share of a step; kiln's errors come out of it as the same type with the replica
+  /// and its rows in front (torch's "Caught ValueError in replica 2 on device 2"): the rows it was given
+  /// are not the batch the caller passed (a BatchNorm given one row of a batch of 5 over 4 replicas).
+  template <class F>
+  static void in_replica(int r, index_t off, index_t count, const Split& split, F&& f) {
+    const auto where = [&](const std::exception& e) {
+      return "kiln::parallel::DataParallel: in replica " + std::to_string(r) + " (rows " +
+             std::to_string(off) + " .. " + std::to_string(off + count - 1) + " of the batch split " +
+             split.describe() + "): " + e.what();
+    };
+    try {
+      f();
+    } catch (const ShapeError& e) {
+      throw ShapeError(where(e));
+    } catch (const ValueError& e) {
+      throw ValueError(where(e));
+    } catch (const IndexError& e) {
+      throw IndexError(where(e));
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError(where(e));
+    } catch (const BackendError& e) {
+      throw BackendError(where(e));
+    } catch (const Error& e) {
+      throw Error(where(e));
+    }
+  }
+
   template <class Y, class SY, class Loss>
   double step_on(const Tensor<T, In, Cpu>& x, const Tensor<Y, SY, Cpu>& y, const Loss& loss, double scale) {
     if (x.size(0) != y.size(0))
       throw ShapeError("kiln::parallel::DataParallel::train_step: " + std::to_string(x.size(0)) + " inputs but " +
                        std::to_string(y.size(0)) + " targets");
+    if (!replica(0).grad_enabled())
+      throw Error("kiln::parallel::DataParallel::train_step: gradients are disabled (a NoGrad over the "
+                  "model): train_step runs backward; to evaluate, run dp.module().forward(x) under NoGrad "
+                  "(torch's dp(x) under no_grad(); kiln's replicas exist to train)");
     for (int r = 1; r < size(); ++r) {  // replica 0's mode on every replica (torch's replicate copies it)
       replica(r).train(replica(0).training());
       replica(r).set_grad_enabled(replica(0).grad_enabled());
@@ -304,17 +335,20 @@ class DataParallel {
       const index_t count = split.count[static_cast<std::size_t>(r)];
       if (count == 0 && !sync_) return;  // with SyncBatchNorm an empty share still takes part
       const index_t off = split.offset[static_cast<std::size_t>(r)];
-      const auto yh = rows(y, off, count);
-      const double mine = counted_rows(loss, yh);
-      const auto xr = to_replica(rows(x, off, count), r);
-      const auto yr = to_replica(yh, r);
-      model_type& m = replica(r);
-      const auto pred = m.forward(xr);
-      // (0 / 0 = NaN when nothing in the batch counts: rows that weigh 0 then get NaN, as on one device,
-      // and ignored rows 0, which never read it)
-      const double share = summed ? 1.0 : mine / counted;
-      if (mine > 0) losses[static_cast<std::size_t>(r)] = share * static_cast<double>(loss(pred, yr).item());
-      m.backward(loss.backward(pred, yr, scale * share));
+      in_replica(r, off, count, split, [&] {
+        const auto yh = rows(y, off, count);
+        const double mine = counted_rows(loss, yh);
+        const auto xr = to_replica(rows(x, off, count), r);
+        const auto yr = to_replica(yh, r);
+        model_type& m = replica(r);
+        const auto pred = m.forward(xr);
+        // (0 / 0 = NaN when nothing in the batch counts: rows that weigh 0 then get NaN, as on one device,
+        // and ignored rows 0, which never read it)
+        const double share = summed ? 1.0 : mine / counted;
+        if (mine > 0)
+          losses[static_cast<std::size_t>(r)] = share * static_cast<double>(loss(pred, yr).item());
+        m.backward(loss.backward(pred, yr, scale * share));
+      });
     });
     all_reduce_gradients();
     if (counted == 0 && !summed) return std::numeric_limits<double>::quiet_NaN();  // torch's mean over no rows

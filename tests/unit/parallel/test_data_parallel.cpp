@@ -591,5 +591,32 @@ BOOST_AUTO_TEST_CASE(an_error_on_a_replica_thread_reaches_the_caller) {
   BOOST_CHECK_THROW((DataParallel<LeNet, Image>(0)), kiln::ValueError);
 }
 
+// A replica's error names the replica and the rows it was given, in the error's own type (torch's "Caught
+// ValueError in replica 2 on device 2"): BatchNorm1d given 1 row of a batch of 5 over 4 replicas
+// (5 = 2 + 2 + 1 + 0) raises there, as torch's does. train_step under NoGrad says to evaluate through
+// dp.module() (it said Model::backward had no activations).
+BOOST_AUTO_TEST_CASE(a_replicas_error_names_the_replica_and_its_rows) {
+  using Bn = knn::Sequential<knn::Linear<13, 4>, knn::BatchNorm1d<4>, knn::Linear<4, 1>>;
+  DataParallel<Bn, Row> dp(4, 5);
+  const knn::MSELoss loss;
+  const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(5 * 13, -1, 1, 3), Extents<Row>(5));
+  const auto y = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(5, -1, 1, 4), Extents<Shape<dyn, 1>>(5));
+  BOOST_CHECK_EXCEPTION(dp.train_step(x, y, loss), kiln::ValueError, [](const kiln::ValueError& e) {
+    const std::string what = e.what();
+    return what.find("in replica 2 (rows 4 .. 4 of the batch split 5 = 2 + 2 + 1 + 0): "
+                     "kiln::nn::BatchNorm1d") != std::string::npos;
+  });
+  const auto x6 = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(6 * 13, -1, 1, 5), Extents<Row>(6));
+  const auto y6 =
+      kt::make_tensor<kiln::Cpu>(kt::random_values<float>(6, -1, 1, 6), Extents<Shape<dyn, 1>>(6));
+  BOOST_TEST(std::isfinite(dp.train_step(x6, y6, loss)));  // 6 = 2 + 2 + 2 + 0
+  knn::NoGrad guard(dp.module());
+  BOOST_CHECK_EXCEPTION(dp.train_step(x6, y6, loss), kiln::Error, [](const kiln::Error& e) {
+    const std::string what = e.what();
+    return what.find("gradients are disabled (a NoGrad over the model)") != std::string::npos &&
+           what.find("dp.module().forward(x) under NoGrad") != std::string::npos;
+  });
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE_END()
