@@ -466,8 +466,10 @@ struct HuberLoss {
 /// torch's (p = 0 or 1 gives a finite term, and a gradient capped at 1e12), mean (or sum) over the
 /// elements; one pass each way. An input outside [0, 1] (or NaN) is a ValueError on the CPU, with
 /// torch's message and the element, found by a scan before the pass; on the GPU its term is NaN. Prefer
-/// BCEWithLogitsLoss on the logits, the stable form (torch's CUDA autocast refuses BCELoss; kiln computes
-/// it in fp32 for 16-bit operands). `unreduced` is torch's reduction='none' and `backward(pred, target,
+/// BCEWithLogitsLoss on the logits, the stable form. 16-bit probabilities (a mixed policy's Sigmoid
+/// output) are a compile error, as torch's autocast refuses BCELoss ("unsafe to autocast"): sigmoid(9)
+/// stored in fp16 or bf16 is 1, whose clamped log gives a loss of 100 and a gradient the sigmoid's
+/// backward multiplies by 0. `unreduced` is torch's reduction='none' and `backward(pred, target,
 /// dloss)` its gradient; torch's per-element `weight` goes into dloss.
 /// Example:
 ///   kiln::nn::BCELoss bce;                       // after a Sigmoid layer
@@ -520,7 +522,13 @@ struct BCELoss {
   static detail::BceTerm term() {
     // >>> Stopped here? The probabilities hold integers. <<<
     static_assert(std::is_floating_point_v<compute_t<T>>,
-                  "kiln::nn::BCELoss: probabilities and targets must be floating-point (float, double, half, bfloat16)");
+                  "kiln::nn::BCELoss: probabilities and targets must be floating-point (float or double)");
+    // >>> Stopped here? BCELoss of a mixed-precision model's probabilities. <<<
+    static_assert(!std::is_floating_point_v<compute_t<T>> || std::is_same_v<compute_t<T>, T>,
+                  "kiln::nn::BCELoss: probabilities in half or bfloat16 (a mixed policy's Sigmoid output) are "
+                  "unsafe, as torch's autocast says: a probability near 1 rounds to 1, the loss is the clamp's "
+                  "100 and the gradient through the sigmoid 0. Drop the final Sigmoid and use "
+                  "kiln::nn::BCEWithLogitsLoss on the logits (computed in fp32, stable at every logit)");
     return {};
   }
 };

@@ -667,7 +667,9 @@ class GradScaler {
       throw Error("kiln::optim::GradScaler: the scale fell to " + format(scale_) +
                   ", whose inverse is not a float32, after " + std::to_string(skipped_) +
                   " skipped steps: the gradients are inf/NaN at every scale; check the data, the loss and "
-                  "the learning rate");
+                  "the learning rate. A loss that is inf or NaN itself points to the forward: an fp16 "
+                  "activation or input past 65504 is inf whatever the scale (bf16 holds float's range; or "
+                  "scale the inputs down)");
     const M inv_scale = static_cast<M>(inv);
     kiln::detail::executor<D>::for_each(grads.numel(),
                                         detail::UnscaleAndCheck<M>{grads.data(), inv_scale, flag.data()});

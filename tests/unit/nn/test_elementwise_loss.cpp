@@ -278,13 +278,6 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bce_loss_clamps_its_logs_at_the_ends_as_torch, D, 
       return std::string(e.what()) == "kiln::nn::BCELoss: all elements of input should be between 0 and 1 "
                                       "(element 1 of input [2, 3] is 1.5)";
     });
-    // Half probabilities are read in fp32: -1e-3 (as a half) is out of range, and named as such.
-    using H = kiln::half;
-    const auto below = kiln::test::make_tensor<D>(std::vector<H>{H(0.5f), H(-1e-3f), H(0.5f)}, Extents<Pairs>(1));
-    const auto half_t = kiln::test::make_tensor<D>(std::vector<H>(3, H(1.0f)), Extents<Pairs>(1));
-    BOOST_CHECK_EXCEPTION((void)bce.backward(below, half_t), kiln::ValueError, [](const kiln::ValueError& e) {
-      return std::string(e.what()).find("(element 1 of input [1, 3] is -0.00100040436)") != std::string::npos;
-    });
     BOOST_CHECK_THROW((void)bce.backward(bad, t), kiln::ValueError);
     BOOST_CHECK_THROW((void)bce.unreduced(bad, t), kiln::ValueError);
     // A scan large enough to run on every thread still names the first bad element.
@@ -381,16 +374,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_device_loss_scale_and_16_bit_operands, D, kiln::
   BOOST_TEST(knn::L1Loss{.reduction = knn::Reduction::sum}(x16, y16).item() == 2051.0f);
   const auto bce16 = knn::BCEWithLogitsLoss{}.unreduced(x16, y16);
   static_assert(std::is_same_v<std::remove_cvref_t<decltype(bce16)>, Tensor<float, Pairs, D>>);
-  // BCELoss of half probabilities: fp32 arithmetic on the halves' values (the terms as float operands
-  // holding them give), the gradient rounded to half once.
-  const auto p16 = kiln::test::make_tensor<D>(std::vector<H>{H(0.25f), H(0.5f), H(0.875f)}, Extents<Pairs>(1));
-  const auto p32 = kiln::test::make_tensor<D>(std::vector<float>{0.25f, 0.5f, 0.875f}, Extents<Pairs>(1));
-  const auto t32 = kiln::test::make_tensor<D>(std::vector<float>{-1.0f, 0.5f, 0.5f}, Extents<Pairs>(1));
-  BOOST_TEST(knn::BCELoss{}.unreduced(p16, y16).to_vector() == knn::BCELoss{}.unreduced(p32, t32).to_vector(),
-             boost::test_tools::per_element());
-  const auto gb16 = knn::BCELoss{}.backward(p16, y16).to_vector();
-  const auto gb32 = knn::BCELoss{}.backward(p32, t32).to_vector();
-  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(static_cast<float>(gb16[i]) == static_cast<float>(H(gb32[i])));
+  // (BCELoss of half probabilities is a compile error, as torch's autocast refuses it:
+  // tests/compile_fail/bce_loss_of_half_probabilities.cpp.)
   const auto g16 = knn::HuberLoss{.reduction = knn::Reduction::sum}.backward(x16, y16);
   static_assert(std::is_same_v<std::remove_cvref_t<decltype(g16)>, Tensor<H, Pairs, D>>);
   BOOST_TEST(static_cast<float>(g16.to_vector()[0]) == 1.0f);
@@ -437,7 +422,6 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(float_targets_for_16_bit_predictions_as_autocast, 
     check_float_targets<D, L>(knn::L1Loss{}, p, t);
     check_float_targets<D, L>(knn::SmoothL1Loss{.beta = 0.25}, p, t);
     check_float_targets<D, L>(knn::HuberLoss{.delta = 0.25}, p, t);
-    check_float_targets<D, L>(knn::BCELoss{}, p, t);
     check_float_targets<D, L>(knn::BCEWithLogitsLoss{.pos_weight = {2.0}}, p, t);
     check_float_targets<D, L>(knn::KLDivLoss{.reduction = knn::KLDivReduction::batchmean}, p, t);
   };

@@ -725,6 +725,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_step_or_an_unscale_that_throws_records_no_step, 
   GradScaler<D> tiny({.growth_interval = 1});  // fallen to 2e-39, whose inverse is no float32
   tiny.load_state({{"scale", "2e-39"}, {"growth_tracker", "0"}, {"skipped_steps", "0"}});
   BOOST_TEST(throws_with<kiln::Error>([&] { tiny.unscale_(sgd); }, "whose inverse is not a float32"));
+  BOOST_TEST(throws_with<kiln::Error>([&] { tiny.unscale_(sgd); }, "an fp16 activation or input past 65504"));
   BOOST_TEST(throws_with<kiln::Error>([&] { tiny.update(); }, "no inf/NaN check since the last update()"));
   BOOST_TEST(tiny.scale() == static_cast<double>(2e-39f));
   BOOST_TEST(tiny.growth_tracker() == 0);
