@@ -525,9 +525,9 @@ struct BCELoss {
                   "kiln::nn::BCELoss: probabilities and targets must be floating-point (float or double)");
     // >>> Stopped here? BCELoss of a mixed-precision model's probabilities. <<<
     static_assert(!std::is_floating_point_v<compute_t<T>> || std::is_same_v<compute_t<T>, T>,
-                  "kiln::nn::BCELoss: probabilities in half or bfloat16 (a mixed policy's Sigmoid output) are "
-                  "unsafe, as torch's autocast says: a probability near 1 rounds to 1, the loss is the clamp's "
-                  "100 and the gradient through the sigmoid 0. Drop the final Sigmoid and use "
+                  "kiln::nn::BCELoss: probabilities in half or bfloat16 (a mixed policy's Sigmoid output) "
+                  "are unsafe, as torch's autocast says: a probability near 1 rounds to 1, the loss is the "
+                  "clamp's 100 and the gradient through the sigmoid 0. Drop the final Sigmoid and use "
                   "kiln::nn::BCEWithLogitsLoss on the logits (computed in fp32, stable at every logit)");
     return {};
   }
