@@ -297,6 +297,34 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulates_locally_and_the_last_backward_averages_
              boost::test_tools::per_element());
 }
 
+// torch's loss.backward() after a DDP forward always averages; kiln's ddp.module().backward(dy) after
+// ddp.forward(x) would not (the ranks drift apart without a word): the next ddp.forward refuses it, on
+// every rank, naming ddp.backward; under no_sync() the module's backward is a local one, as meant. The
+// refusal is once: the forward after it runs.
+BOOST_AUTO_TEST_CASE(a_ddp_forward_followed_by_the_modules_backward_is_refused) {
+  Group group({.timeout = test_timeout});
+  const SixteenRows batch;
+  const auto& [x, y, want] = batch;
+  knn::MSELoss mse;
+  Ddp<Mlp, Row> ddp(group, 6);
+  const auto mine_x = share(x, group.rank(), group.size());
+  const auto mine_y = share(y, group.rank(), group.size());
+  ddp.module().backward(mse.backward(ddp.forward(mine_x), mine_y));
+  BOOST_CHECK_EXCEPTION((void)ddp.forward(mine_x), kiln::Error, [](const kiln::Error& e) {
+    const std::string what = e.what();
+    return what.find("went back through ddp.module().backward(dy), which does not average") != std::string::npos;
+  });
+  ddp.zero_grad();
+  ddp.backward(mse.backward(ddp.forward(mine_x), mine_y));  // the forward after the refusal runs
+  BOOST_TEST(max_abs_diff(ddp.module().gradients().to_vector(), want) <= 1e-6);
+  {
+    auto guard = ddp.no_sync();
+    ddp.module().backward(mse.backward(ddp.forward(mine_x), mine_y));
+  }
+  (void)ddp.forward(mine_x);  // a local backward under no_sync(): nothing to refuse
+  BOOST_TEST(ddp.in_sync());
+}
+
 // torch prepares its reducer in forward: a forward under no_sync() makes the backward after it local
 // wherever that backward is called, a forward outside it makes it average even inside no_sync().
 BOOST_AUTO_TEST_CASE(no_sync_is_decided_by_the_forward_as_in_torch) {

@@ -231,6 +231,9 @@ class Model {
   /// given a model built with the same seed (torch's resume restores its RNG state by hand).
   std::uint64_t training_forwards() const { return training_forwards_; }
   void set_training_forwards(std::uint64_t n) { training_forwards_ = n; }
+  /// Backward passes begun so far (each uses up a forward's activations): what DistributedDataParallel
+  /// checks to see that its forward was followed by its own backward, not the module's.
+  std::uint64_t backward_count() const { return backwards_; }
 
   /// The master parameters. Taken non-const, the working copy (mixed precision) is refreshed from them
   /// at the next forward; change them through a reference taken earlier and call
@@ -317,6 +320,7 @@ class Model {
       throw ShapeError(std::string(what) + ": dy " + to_string(dy.extents()) + " for a forward of " +
                        std::to_string(saved_rows_) + " rows: dy must have the shape of the last forward's output");
     saved_rows_ = -1;
+    ++backwards_;
   }
   /// The forward pass, its layers before `keep_from` keeping nothing for backward.
   Tensor<T, output_shape, D> forward_keeping_from(const Tensor<T, In, D>& x, std::size_t keep_from) {
@@ -366,6 +370,7 @@ class Model {
   index_t unreached_ = 0;          // the parameters before this offset got no gradient in the last backward
   bool input_requires_grad_ = false;
   std::uint64_t training_forwards_ = 0;  // training_forwards()
+  std::uint64_t backwards_ = 0;          // backward_count()
   network net_;
   Context ctx_{};
 };

@@ -157,7 +157,16 @@ class DistributedDataParallel {
   /// outside no_sync(), as torch's DDP with broadcast_buffers=True: a collective, so every rank makes
   /// that forward (evaluate rank 0 alone through module(), in eval(): a training forward of a model with
   /// SyncBatchNorm is a collective even there, and would wait for the other ranks until the timeout).
+  /// A synchronised forward followed by the module's own backward (`ddp.module().backward(dy)`, which
+  /// averages nothing: the ranks' weights drift apart) is refused at the next forward, naming ddp.backward.
   Tensor<T, output_shape, D> forward(const Tensor<T, In, D>& x) {
+    if (std::exchange(awaiting_backward_, false) && model_.backward_count() != backwards_at_forward_)
+      throw Error("kiln::parallel::DistributedDataParallel::forward: the last forward's gradients went back "
+                  "through ddp.module().backward(dy), which does not average them over the ranks (their "
+                  "weights drift apart); call ddp.backward(dy), as torch's loss.backward() of a DDP forward "
+                  "always averages (or make that forward under ddp.no_sync() to accumulate locally)");
+    awaiting_backward_ = sync_ && model_.grad_enabled();
+    backwards_at_forward_ = model_.backward_count();
     if constexpr (model_type::buffer_count > 0) {
       if (sync_buffers_)
         group_.broadcast(model_.buffers().data(), model_type::buffer_count, 0, "broadcasting rank 0's buffers");
@@ -181,6 +190,7 @@ class DistributedDataParallel {
   /// reaches them, unless the forward before it was made under no_sync() (as torch, which prepares its
   /// reducer in forward): then only the local gradients accumulate.
   void backward(const Tensor<T, output_shape, D>& dy) {
+    awaiting_backward_ = false;
     if (!backward_syncs_) {
       model_.backward(dy);
       return;
@@ -378,6 +388,8 @@ class DistributedDataParallel {
   std::size_t skipped_frozen_ = 0;
   index_t frozen_ = 0;  // the frozen parameters freeze() agreed on (ddp.module().freeze alone: none)
   std::int64_t synced_backwards_ = 0;  // backward()s that averaged, and all_reduce_gradients() calls
+  bool awaiting_backward_ = false;          // the last forward was synchronised, with gradients (forward)
+  std::uint64_t backwards_at_forward_ = 0;  // the module's backward_count() then
   int uncaught_at_build_ = std::uncaught_exceptions();  // (~DistributedDataParallel)
   bool sync_ = true;
   bool sync_buffers_ = true;  // whether the next forward broadcasts rank 0's buffers first
