@@ -446,6 +446,17 @@ class DataParallel {
     const index_t n = replica(0).parameters().numel();
     if (n == 0) return;
     devices_.synchronize();  // every replica's queued optimizer step is done
+    if constexpr (std::is_same_v<D, Cpu>) {  // every parameter: one read of each arena, no copy
+      const M* first = std::as_const(replica(0)).parameters().data();
+      for (int r = 1; r < size(); ++r) {
+        const M* other = std::as_const(replica(r)).parameters().data();
+        if (std::memcmp(first, other, static_cast<std::size_t>(n) * sizeof(M)) == 0) continue;
+        index_t k = 0;
+        while (std::memcmp(first + k, other + k, sizeof(M)) == 0) ++k;
+        throw replicas_differ(r, k, other[k], first[k]);
+      }
+      return;
+    }
     const std::array<index_t, 3> at{0, n / 2, n - 1};
     const auto sample = [&](int r, std::size_t k) {  // (const: a mixed-precision working copy stays fresh)
       [[maybe_unused]] const auto on = devices_.scope(r);
@@ -458,16 +469,19 @@ class DataParallel {
       const M first = sample(0, k);
       for (int r = 1; r < size(); ++r) {
         const M other = sample(r, k);
-        if (std::memcmp(&first, &other, sizeof(M)) != 0)
-          throw Error("kiln::parallel::DataParallel::train_step: replica " + std::to_string(r) +
-                      "'s parameters differ from replica 0's (element " + std::to_string(at[k]) + ": " +
-                      std::to_string(static_cast<double>(other)) + " against " +
-                      std::to_string(static_cast<double>(first)) +
-                      "): make the optimizer with dp.make_optimizers(...), not on dp.module() alone (it steps "
-                      "replica 0 only), and call dp.broadcast_parameters() after loading weights into "
-                      "dp.module()");
+        if (std::memcmp(&first, &other, sizeof(M)) != 0) throw replicas_differ(r, at[k], other, first);
       }
     }
+  }
+  static Error replicas_differ(int r, index_t k, M other, M first) {
+    return Error("kiln::parallel::DataParallel::train_step: replica " + std::to_string(r) +
+                 "'s parameters differ from replica 0's (element " + std::to_string(k) + ": " +
+                 std::to_string(static_cast<double>(other)) + " against " +
+                 std::to_string(static_cast<double>(first)) +
+                 "): make the optimizer with dp.make_optimizers(...), not on dp.module() alone (it steps "
+                 "replica 0 only), and call dp.broadcast_parameters() after loading weights into dp.module() "
+                 "or changing them there in place (torch's DataParallel copies the module to every replica at "
+                 "each forward; kiln's replicas keep their own)");
   }
 
   /// Whether every replica holds the same parameters, bit for bit (they should, after any number of steps).

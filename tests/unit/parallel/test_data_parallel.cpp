@@ -315,6 +315,14 @@ BOOST_AUTO_TEST_CASE(replicas_that_drifted_apart_stop_the_next_train_step) {
   last.back() += 1.0f;
   dp.module().parameters().copy_from(std::span<const float>(last));  // a checkpoint loaded into module() alone
   BOOST_CHECK_EXCEPTION((void)dp.train_step(x, y, mse), kiln::Error, kt::message_contains({"broadcast_parameters"}));
+  // An in-place edit of replica 0 away from any sampled element (weight clipping on dp.module(), which
+  // torch's re-copy each forward would spread): on the CPU every parameter is compared.
+  dp.broadcast_parameters();
+  auto edited = dp.module().parameters().to_vector();
+  edited[edited.size() / 3] = 0.125f;
+  dp.module().parameters().copy_from(std::span<const float>(edited));
+  BOOST_CHECK_EXCEPTION((void)dp.train_step(x, y, mse), kiln::Error,
+                        kt::message_contains({"element " + std::to_string(edited.size() / 3), "in place"}));
 }
 
 BOOST_AUTO_TEST_CASE(batch_norm_buffers_start_every_step_from_replica_zeros) {
