@@ -479,9 +479,9 @@ class DataParallel {
                  std::to_string(static_cast<double>(other)) + " against " +
                  std::to_string(static_cast<double>(first)) +
                  "): make the optimizer with dp.make_optimizers(...), not on dp.module() alone (it steps "
-                 "replica 0 only), and call dp.broadcast_parameters() after loading weights into dp.module() "
-                 "or changing them there in place (torch's DataParallel copies the module to every replica at "
-                 "each forward; kiln's replicas keep their own)");
+                 "replica 0 only), and call dp.broadcast_parameters() after loading weights into "
+                 "dp.module() or changing them there in place (torch's DataParallel copies the module to "
+                 "every replica at each forward; kiln's replicas keep their own)");
   }
 
   /// Whether every replica holds the same parameters, bit for bit (they should, after any number of steps).
