@@ -59,12 +59,18 @@ constexpr bool assignable_source() {
   return valid;
 }
 
-/// Whether an expression of shape SE is broadcast into a destination of shape S of the same rank: its
-/// static shape has a 1 where S's extent is not 1.
+/// Whether an expression of shape SE is broadcast along dimension d into a destination of shape S of the
+/// same rank: its static shape has a 1 there and S's has not (decided by the static shapes, as an
+/// operator's broadcasting is: design.md).
+template <class S, class SE>
+constexpr bool broadcast_along(std::size_t d) {
+  return SE::extents[d] == 1 && S::extents[d] != 1;
+}
+/// Whether it is broadcast along any dimension.
 template <class S, class SE>
 constexpr bool broadcasts_by_shape() {
   for (std::size_t d = 0; d != S::rank; ++d)
-    if (SE::extents[d] == 1 && S::extents[d] != 1) return true;
+    if (broadcast_along<S, SE>(d)) return true;
   return false;
 }
 
@@ -89,13 +95,11 @@ void assign_expr(Tensor<T, S, D>& dst, const E& e, bool allocate) {
     static_assert(shapes_must_match<S, SE>::value);
     if (allocate && dst.storage() == nullptr && dst.numel() == 0)
       dst = Tensor<T, S, D>(extents_cast<S>(e.extents()));
-    // The expression's extents: the destination's, or, where its static shape has a 1 that the
-    // destination's has not, 1 (broadcast, as torch's copy_; decided by the static shapes, as an
-    // operator's broadcasting is: design.md).
+    // The expression's extents: the destination's, or 1 where it is broadcast (as torch's copy_).
     const auto ee = e.extents();
     bool fits = true;
     for (std::size_t d = 0; d != S::rank; ++d)
-      fits = fits && (ee[d] == dst.extents()[d] || (SE::extents[d] == 1 && S::extents[d] != 1));
+      fits = fits && (ee[d] == dst.extents()[d] || broadcast_along<S, SE>(d));
     if (!fits)
       throw ShapeError("kiln::assign: shape mismatch: destination " + to_string(dst.extents()) + " (" +
                        shape_name<S>() + ") but expression " + to_string(ee) + " (" + shape_name<SE>() + ")");

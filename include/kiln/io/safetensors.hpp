@@ -784,6 +784,25 @@ std::string take_entry(const std::map<std::string, SafetensorsEntry>& entries, c
   }
   return {};
 }
+
+/// The first ten of `items` joined by `sep`, and how many more there are (a load's list of problems or
+/// keys: torch's load_state_dict lists them all).
+inline std::string first_ten(const std::vector<std::string>& items, const char* sep) {
+  constexpr std::size_t shown = 10;
+  std::string text;
+  for (std::size_t i = 0; i < std::min(items.size(), shown); ++i) text += (i ? sep : "") + items[i];
+  if (items.size() > shown) text += sep + ("and " + std::to_string(items.size() - shown) + " more");
+  return text;
+}
+
+/// Writes what a load read and checked into the model: its parameters, then its buffers (where it has
+/// any), in the arenas' order.
+template <class Model, class M>
+void write_loaded(Model& model, const std::vector<M>& parameters, const std::vector<M>& buffers) {
+  model.parameters().copy_from(std::span<const M>(parameters.data(), parameters.size()));
+  if constexpr (requires { model.named_buffers(); })
+    if (!buffers.empty()) model.buffers().copy_from(std::span<const M>(buffers.data(), buffers.size()));
+}
 }  // namespace detail
 
 /// Loads parameters (and buffers: BatchNorm's running statistics) saved by save_checkpoint or by PyTorch
@@ -877,13 +896,8 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
     }
     note("unexpected parameters " + unexpected + ": the model has none of that name; " + hint);
   }
-  if (!problems.empty()) {
-    constexpr std::size_t shown = 10;
-    std::string text;
-    for (std::size_t i = 0; i < std::min(problems.size(), shown); ++i) text += (i ? "; " : "") + problems[i];
-    if (problems.size() > shown) text += "; and " + std::to_string(problems.size() - shown) + " more";
-    throw CheckpointError("kiln: " + path.string() + ": " + text);
-  }
+  if (!problems.empty())
+    throw CheckpointError("kiln: " + path.string() + ": " + detail::first_ten(problems, "; "));
   try {
     check(std::as_const(entries), std::as_const(meta));
   } catch (const CheckpointError&) {
@@ -905,9 +919,7 @@ std::map<std::string, SafetensorsEntry> load_checkpoint(const std::filesystem::p
   if (metadata) *metadata = meta;
   if constexpr (requires { model.set_training_forwards(std::uint64_t{}); })
     if (forwards) model.set_training_forwards(*forwards);
-  model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
-  if constexpr (requires { model.named_buffers(); })
-    if (!buffers.empty()) model.buffers().copy_from(std::span<const M>(buffers.data(), buffers.size()));
+  detail::write_loaded(model, host, buffers);
   return entries;
 }
 
@@ -953,30 +965,21 @@ IncompatibleKeys load_state_dict(Model& model, const std::map<std::string, Safet
   }
   for (const auto& item : state_dict)
     if (!names.contains(item.first)) keys.unexpected_keys.push_back(item.first);
-  const auto listed = [](const std::vector<std::string>& v) {
-    std::string text;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      if (i == 10) return text + ", and " + std::to_string(v.size() - 10) + " more";
-      text += (i ? ", '" : "'") + detail::name_shown(v[i]) + "'";
-    }
-    return text;
+  const auto listed = [](const std::vector<std::string>& names_of) {
+    std::vector<std::string> quoted;
+    for (const auto& n : names_of) quoted.push_back("'" + detail::name_shown(n) + "'");
+    return detail::first_ten(quoted, ", ");
   };
+  const bool incompatible = strict && (!keys.missing_keys.empty() || !keys.unexpected_keys.empty());
   if (strict && !keys.missing_keys.empty()) problems.push_back("missing keys " + listed(keys.missing_keys));
   if (strict && !keys.unexpected_keys.empty())
     problems.push_back("unexpected keys " + listed(keys.unexpected_keys));
-  if (!problems.empty()) {
-    std::string text;
-    for (std::size_t i = 0; i < std::min<std::size_t>(problems.size(), 10); ++i)
-      text += (i ? "; " : "") + problems[i];
-    if (problems.size() > 10) text += "; and " + std::to_string(problems.size() - 10) + " more";
-    throw ValueError("kiln::load_state_dict: error(s) in loading the state dict: " + text +
-                     (strict && (!keys.missing_keys.empty() || !keys.unexpected_keys.empty())
-                          ? " (strict = false loads the keys the model has and returns the others)"
-                          : ""));
-  }
-  model.parameters().copy_from(std::span<const M>(host.data(), host.size()));
-  if constexpr (requires { model.named_buffers(); })
-    if (!buffers.empty()) model.buffers().copy_from(std::span<const M>(buffers.data(), buffers.size()));
+  if (!problems.empty())
+    throw ValueError("kiln::load_state_dict: error(s) in loading the state dict: " +
+                     detail::first_ten(problems, "; ") +
+                     (incompatible ? " (strict = false loads the keys the model has and returns the others)"
+                                   : ""));
+  detail::write_loaded(model, host, buffers);
   return keys;
 }
 
