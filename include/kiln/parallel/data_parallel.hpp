@@ -301,6 +301,8 @@ class DataParallel {
       throw OutOfMemoryError(where(e));
     } catch (const BackendError& e) {
       throw BackendError(where(e));
+    } catch (const FileError& e) {
+      throw FileError(where(e));
     } catch (const Error& e) {
       throw Error(where(e));
     }
