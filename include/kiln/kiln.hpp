@@ -22,6 +22,7 @@
 #include "kiln/ops/views.hpp"
 #include "kiln/policy/policy.hpp"
 #include "kiln/tensor/allocator.hpp"
+#include "kiln/tensor/factories.hpp"
 #include "kiln/tensor/print.hpp"
 #include "kiln/tensor/shape.hpp"
 #include "kiln/tensor/storage.hpp"

@@ -294,6 +294,17 @@ elementwise_pow.json
                           exponents torch computes another way (2, 3, 0.5, -0.5, -1, -2: products,
                           sqrt, quotients) and some it does not (0, 1, 1.5, -3, 2.5)
 
+factories.json
+  torch_version   str
+  arange          [{dtype ("float32" | "float64" | "int64" | "int32" | "uint8"), start, end, step (numbers),
+                  values ([number]: float32 / float64 values, integers exact)}]   torch.arange(start, end, step,
+                  dtype=dtype): fractional bounds into integer dtypes (truncated), negative steps, empty ranges
+  linspace        [{dtype, start, end, steps (int), values}]   torch.linspace(start, end, steps, dtype=dtype):
+                  steps 0, 1, 2, odd and even, decreasing, integer dtypes (truncating, uint8 wrapping -1)
+  eye             [{n, m, values}]   torch.eye(n, m) as float32
+  torch's CPU arange and linspace use a vectorised formula (base + k step from every eighth element) next to
+  the scalar one kiln uses (start + i step), so float values agree within a few ulps, integers exactly.
+
 elementwise_division.json
   torch_version   str
   x_bits, y_bits  [int]   float32 dividends and divisors as bit patterns: 400 pairs drawn (x from N(0, 10^2),
@@ -1633,6 +1644,27 @@ def elementwise_pow_fixture():
     return {"torch_version": torch.__version__, "input_bits": bits(x), "cases": cases}
 
 
+def factories_fixture():
+    dtypes = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32,
+              "uint8": torch.uint8}
+    def values(t):
+        return f32(t.numpy()) if t.dtype == torch.float32 else t.tolist()
+    arange = [("float32", 0, 1, 0.1), ("float32", -3.7, 11.2, 0.37), ("float32", 1000.0, -1000.0, -3.3),
+              ("float32", 0.1, 100, 0.7), ("float64", -1, 1, 1 / 3), ("float64", 0, 5, 1), ("float32", 2, 2, 1),
+              ("int64", 0, 2.5, 1), ("int64", -1.5, 1, 1), ("int64", 10, -7, -3), ("int32", 0.5, 3, 1),
+              ("int32", -2.5, -0.1, 1), ("uint8", 0, 300, 100), ("int64", 0, 0, 1)]
+    linspace = [("float32", 0, 1, 11), ("float32", -3.7, 11.2, 101), ("float32", 1000.0, -1000.0, 77),
+                ("float32", 0.1, 100, 1000), ("float32", -1, 1, 3), ("float32", 2, 2, 5), ("float32", 0, 1, 0),
+                ("float32", 3, 5, 1), ("float32", 3, 5, 2), ("float64", -1, 1, 8), ("int64", 0, 10, 5),
+                ("int32", 0, 1, 7), ("uint8", -1, 7, 3), ("int64", 0.5, 9.7, 4), ("int64", 9, 0, 4)]
+    return {"torch_version": torch.__version__,
+            "arange": [{"dtype": d, "start": a, "end": b, "step": s,
+                        "values": values(torch.arange(a, b, s, dtype=dtypes[d]))} for d, a, b, s in arange],
+            "linspace": [{"dtype": d, "start": a, "end": b, "steps": n,
+                          "values": values(torch.linspace(a, b, n, dtype=dtypes[d]))} for d, a, b, n in linspace],
+            "eye": [{"n": n, "m": m, "values": f32(torch.eye(n, m).numpy())} for n, m in ((3, 3), (2, 4), (4, 1), (0, 2))]}
+
+
 def elementwise_division_fixture():
     torch.manual_seed(SEED + 9)
     special = [-math.inf, -3.0, -0.0, 0.0, 2.5, math.inf, math.nan, 1e-30, 1e30]
@@ -1781,7 +1813,7 @@ FIXTURES = {"mlp.json": lambda: mlp_fixture(), "mlp_maximize.json": lambda: mlp_
             "elementwise_losses.json": lambda: elementwise_losses_fixture(),
             "elementwise_pow.json": lambda: elementwise_pow_fixture(),
             "elementwise_division.json": lambda: elementwise_division_fixture(),
-            "init.json": lambda: init_fixture(),
+            "init.json": lambda: init_fixture(), "factories.json": lambda: factories_fixture(),
             "batchnorm.json": lambda: batchnorm_fixture()}
 
 

@@ -3,6 +3,7 @@
 // case that declares what the page leaves to the reader (`model`, `x`, `batches`, a file path, ...), and
 // the case checks what the page says it does. A page that drifts from the library breaks this build, with
 // the error at the page's line (each .inc starts with #line). GPU snippets: tests/cuda/docs.
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -111,6 +112,18 @@ boost::test_tools::assertion_result fashion_mnist_installed(boost::unit_test::te
 BOOST_AUTO_TEST_SUITE(docs)
 
 // readme.quick_start.inc is a whole program: tests/CMakeLists.txt builds it as one (kiln.docs.readme_quick_start).
+
+BOOST_AUTO_TEST_CASE(tensors_factories_make_torchs_ranges_and_draws) {
+#include "tensors.factories.inc"
+  BOOST_TEST(steps.to_vector() == (std::vector<float>{0, 0.25f, 0.5f, 0.75f}), boost::test_tools::per_element());
+  BOOST_TEST(grid.to_vector() == (std::vector<double>{-1, -0.5, 0, 0.5, 1}), boost::test_tools::per_element());
+  BOOST_TEST(id.to_vector() == (std::vector<float>{1, 0, 0, 0, 1, 0}), boost::test_tools::per_element());
+  BOOST_TEST(noise.numel() == 12);
+  const auto l = labels.to_vector();
+  BOOST_TEST(l.size() == 8u);
+  BOOST_TEST(std::all_of(l.begin(), l.end(), [](std::int64_t v) { return v >= 0 && v < 10; }));
+  BOOST_TEST(mask.to_vector() == std::vector<float>(12, 1.0f), boost::test_tools::per_element());
+}
 
 BOOST_AUTO_TEST_CASE(tensors_basics_views_share_storage_and_clones_do_not) {
 #include "tensors.basics.inc"
