@@ -53,12 +53,23 @@ auto make_binary(const X& x, const Y& y, const char* what, F f = {}) {
   }
 }
 
-/// One bound of clamp: a number bound must fit the type it is taken in (clamp(u8, 0, 300) is a
-/// ValueError, as torch's, not a bound of 44).
+/// Checks a number given next to operand X against the type torch checks it in: X's stored half or
+/// bfloat16 (torch's where(m, h, 70000.) raises: 70000 does not fit half, though kiln computes in float),
+/// else the type it is taken in (clamp(u8, 0, 300) raises; 2.5 next to int32 is float).
+template <class X, class N>
+void check_number_next_to(N v, const char* who) {
+  using Stored = result_element_t<X>;
+  if constexpr (!std::is_same_v<N, bool> && (std::is_same_v<Stored, half> || std::is_same_v<Stored, bfloat16>))
+    check_number_fits<Stored>(v, who);
+  else
+    check_number_fits<typename decltype(node_for<X>(v))::value_type>(v, who);
+}
+
+/// One bound of clamp: a number bound must fit (check_number_next_to: clamp(u8, 0, 300) is a ValueError,
+/// as torch's, not a bound of 44).
 template <class F, class X, class B>
 auto clamp_side(const X& x, const B& bound, const char* who) {
-  if constexpr (std::is_arithmetic_v<B>)
-    check_number_fits<typename decltype(node_for<X>(bound))::value_type>(bound, who);
+  if constexpr (std::is_arithmetic_v<B>) check_number_next_to<X>(bound, who);
   return make_binary<F>(x, bound, who);
 }
 
@@ -111,6 +122,8 @@ KILN_BINARY_FUNCTION(min, Minimum)
 /// torch's promotion.
 template <operand X, operand_or_number L, operand_or_number H>
 auto clamp(const X& x, const L& lo, const H& hi) {
+  // hi is checked next to x itself (a half x's `below` computes in float)
+  if constexpr (std::is_arithmetic_v<H>) detail::check_number_next_to<X>(hi, "kiln::clamp");
   auto below = detail::clamp_side<ops::ClampBelow>(x, lo, "kiln::clamp");
   return detail::clamp_side<ops::ClampAbove>(below, hi, "kiln::clamp");
 }
@@ -288,11 +301,15 @@ auto where(const C& c, const A& a, const B& b) {
       std::conditional_t<std::is_arithmetic_v<A>, std::conditional_t<std::is_arithmetic_v<B>, Numbers, B>, A>;
   auto aa = detail::node_for<Ref>(a);
   auto bb = detail::node_for<Ref>(b);
-  // A number must fit the type it is taken in (torch: where(m, u8, 300) raises; it would be 44).
-  if constexpr (std::is_arithmetic_v<A>)
-    detail::check_number_fits<typename decltype(aa)::value_type>(a, "kiln::where");
-  if constexpr (std::is_arithmetic_v<B>)
-    detail::check_number_fits<typename decltype(bb)::value_type>(b, "kiln::where");
+  // A number must fit the type torch takes it in (torch: where(m, u8, 300) raises; it would be 44).
+  if constexpr (std::is_arithmetic_v<A> && std::is_arithmetic_v<B>) {
+    detail::check_number_fits<Numbers>(a, "kiln::where");
+    detail::check_number_fits<Numbers>(b, "kiln::where");
+  } else if constexpr (std::is_arithmetic_v<A>) {
+    detail::check_number_next_to<B>(a, "kiln::where");
+  } else if constexpr (std::is_arithmetic_v<B>) {
+    detail::check_number_next_to<A>(b, "kiln::where");
+  }
   using SC = typename decltype(cc)::shape_type;
   using SA = typename decltype(aa)::shape_type;
   using SB = typename decltype(bb)::shape_type;

@@ -45,7 +45,7 @@ struct ScanLines {
       else
         acc = Product ? acc * v : acc + v;
       if constexpr (std::is_integral_v<Out>) out[i] = static_cast<Out>(acc);
-      else out[i] = from_compute<Out>(static_cast<compute_t<Out>>(acc));
+      else out[i] = from_compute<Out>(acc);  // once: half from the double, not through float
     }
   }
   Traffic traffic(index_t lines) const { return reduction_traffic<Out>(e, lines * len, lines * len); }

@@ -80,6 +80,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_number_that_does_not_fit_is_refused_not_wrapped,
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { y = kiln::where(m, u, 300); }, "kiln::where: the number 300 " + says));
   Tensor<float, Shape<3>, D> g;
   BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { g = kiln::where(m, f, 1e40); }, "does not fit float32"));
+  // Next to half or bfloat16, the number must fit the stored type, as torch checks it (kiln computes in float).
+  std::vector<kiln::half> hv;
+  for (double d : {1.0, 2.0, 3.0}) hv.push_back(kt::from_double<kiln::half>(d));
+  const auto h = kt::make_tensor<D>(hv, Extents<Shape<3>>{});
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { g = kiln::where(m, h, 70000.); },
+                                               "kiln::where: the number 70000 does not fit float16"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { g = kiln::where(m, 70000, h); }, "does not fit float16"));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { g = kiln::clamp(h, 0.0f, 70000.0f); }, "does not fit float16"));
+  const auto b = kiln::eval(kiln::cast<kiln::bfloat16>(f));
+  BOOST_TEST(kt::throws_with<kiln::ValueError>([&] { g = kiln::clamp_max(b, 1e39); }, "does not fit bfloat16"));
+  g = kiln::where(m, h, 65504.);
+  BOOST_TEST(g.to_vector() == (std::vector<float>{1.0f, 65504.0f, 3.0f}), boost::test_tools::per_element());
+  g = kiln::where(m, i, 3e9);  // a floating number next to int32 makes it float: 3e9 fits
+  BOOST_TEST(g.to_vector()[1] == 3e9f);
   // What fits is stored as torch stores it: -1 wraps to 255, 2.7 truncates, inf stays, bool is any != 0.
   u = -1;
   BOOST_TEST(u.to_vector() == (std::vector<std::uint8_t>{255, 255, 255}), boost::test_tools::per_element());

@@ -89,6 +89,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(scans_of_integers_bools_half_and_nothing, D, kiln:
   static_assert(std::is_same_v<typename decltype(h)::element_type, kiln::half>);
   const auto hd = kt::to_doubles(h.to_vector());
   BOOST_TEST((hd[0] == 0.5 && hd[1] == 1.75 && hd[2] == 60000.0 && std::isinf(hd[3])));  // 70001.75 > 65504
+  // Each prefix rounded to half once, from the double: 2049 + 2^-13 is 2050, where rounding to float first
+  // gives the tie 2049, then 2048.
+  std::vector<kiln::half> tie;
+  for (double d : {2048.0, 1.0, std::ldexp(1.0, -13)}) tie.push_back(kt::from_double<kiln::half>(d));
+  const auto t = kt::to_doubles(kiln::cumsum<0>(kt::make_tensor<D>(tie, Extents<Shape<3>>{})).to_vector());
+  BOOST_TEST(t == (std::vector<double>{2048.0, 2048.0, 2050.0}), boost::test_tools::per_element());
   const auto none = kt::make_tensor<D>(std::vector<float>{}, Extents<Shape<dyn, 3>>(0));
   BOOST_TEST(kiln::cumsum<0>(none).numel() == 0);
   BOOST_TEST(kiln::cumprod<1>(none).size(1) == 3);
