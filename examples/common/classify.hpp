@@ -149,7 +149,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
 inline int report_result(const FitResult& r, Clock::time_point t_start, const std::string& device,
                          const std::string& precision) {
   const bool ok = r.finite && r.test_accuracy > 0.2;
-  if (!ok) {  // why, before the result line (the last line printed)
+  if (!ok && !secondary_rank()) {  // why, before the result line (the last line printed); rank 0's alone
     std::fflush(stdout);
     const std::string why = r.finite
                                 ? "the test accuracy " + std::to_string(r.test_accuracy) + " is not above 0.2"

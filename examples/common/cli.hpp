@@ -106,6 +106,7 @@ CLI::Validator float_flag(Ok ok, const std::string& what, const std::string& nam
         const auto [at, ec] = std::from_chars(begin, end, v);
         if (ec != std::errc{} || at != end || !std::isfinite(v) || !ok(v))
           return "expected " + what + " that fits in a float, got '" + text + "'";
+        if (v == 0) text = "0";  // -0 is 0 (under ->transform: a checkpoint records 0, not "-0")
         return {};
       },
       name);
@@ -120,8 +121,8 @@ inline CLI::Validator non_negative_float() {
   return float_flag([](float v) { return v >= 0; }, "a number >= 0", "REAL>=0");
 }
 
-/// A file or folder flag: an empty name (`--weights ""`, a shell variable left unset) is refused, not
-/// taken as the flag left out: `--weights: expected a file name, got ''`.
+/// A file or folder flag (or another name: --target's column): an empty name (`--weights ""`, a shell
+/// variable left unset) is refused, not taken as the flag left out: `--weights: expected a file name, got ''`.
 inline CLI::Validator path_flag(const char* what = "a file name") {
   const std::string expected = std::string("expected ") + what + ", got ''";
   return CLI::Validator([expected](std::string& text) { return text.empty() ? expected : std::string(); }, "PATH");
@@ -144,7 +145,7 @@ inline void add_train_options(CLI::App& app, TrainOptions& o, std::size_t layers
       ->each([&o](const std::string&) { o.lr_given = true; });
   app.add_option("--weight-decay", o.weight_decay, "Adam's L2 penalty (torch's weight_decay)")
       ->capture_default_str()
-      ->check(non_negative_float());
+      ->transform(non_negative_float());  // (transform: --weight-decay -0 is read as 0)
   auto* step_size = app.add_option("--lr-step-size", o.lr_step_size,
                                    "multiply the lr by --lr-gamma every N epochs (torch's StepLR; default: the "
                                    "lr stays)")
@@ -216,6 +217,16 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     std::fprintf(stderr, "%s: %s\n", program, why.c_str());
     return std::string();
   };
+  // No CUDA at all first: it is the reason, whatever --parallel asks of it (NCCL, below).
+  if (o.device == "cuda" && !KILN_CUDA_COMPILER)
+    return fail("--device cuda: this build has no CUDA (configure with the cuda or cuda-native preset and nvcc)");
+  if (o.device == "cuda" && !cuda_available) {
+    std::string why = "--device cuda: no CUDA device is available";
+#if KILN_CUDA_COMPILER
+    why += " (" + kiln::cuda::unavailable_reason() + ")";
+#endif
+    return fail(why);
+  }
   if (o.parallel == "ddp" && !built_with_mpi)
     return fail("--parallel ddp: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then reconfigure)");
   if (o.parallel == "ddp" && o.device != "cpu" && cuda_available && !built_with_nccl)
@@ -223,6 +234,14 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   if (o.parallel == "dp" && o.device == "cuda" && !built_with_nccl)
     return fail("--parallel dp --device cuda needs NCCL, which this build lacks; use --device cpu");
   if (o.resume && o.checkpoint.empty()) return fail("--resume needs --checkpoint FILE");
+  if (o.resume) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(o.checkpoint, ec))
+      return fail("--resume: --checkpoint " + o.checkpoint + ": " +
+                  (std::filesystem::exists(o.checkpoint, ec) ? "not a file" : "no such file") +
+                  "; expected the training state a run of this example wrote with --checkpoint (leave --resume "
+                  "out to start from epoch 1)");
+  }
   if (o.devices != 0 && o.parallel == "single")
     return fail("--devices applies to --parallel dp or ddp; this run is --parallel single");
   if (o.parallel == "dp" && o.devices > o.batch_size)
@@ -255,7 +274,11 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   }
   for (const auto* output : {&o.checkpoint, &o.metrics}) {
     const std::string flag = output == &o.checkpoint ? "--checkpoint" : "--metrics";
-    if (same_file(*output, o.data)) return fail(flag + " " + *output + " is the --data file");
+    if (same_file(*output, o.data)) {
+      std::error_code ec;
+      return fail(flag + " " + *output + " is the --data " +
+                  (std::filesystem::is_directory(o.data, ec) ? "folder" : "file"));
+    }
     // A dataset folder's files (CIFAR-10's test_batch.bin, MNIST's) are not named here: an output
     // straight in that folder could be one of them.
     std::error_code ec;
@@ -277,15 +300,6 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     if (const auto why = cannot_write("--checkpoint", o.resume ? "" : o.checkpoint, true); !why.empty())
       return fail(why);
     if (const auto why = cannot_write("--metrics", o.metrics, false); !why.empty()) return fail(why);
-  }
-  if (o.device == "cuda" && !KILN_CUDA_COMPILER)
-    return fail("--device cuda: this build has no CUDA (configure with the cuda or cuda-native preset and nvcc)");
-  if (o.device == "cuda" && !cuda_available) {
-    std::string why = "--device cuda: no CUDA device is available";
-#if KILN_CUDA_COMPILER
-    why += " (" + kiln::cuda::unavailable_reason() + ")";
-#endif
-    return fail(why);
   }
   if (o.device == "cpu" || (o.parallel == "dp" && !built_with_nccl)) return "cpu";
 #if KILN_CUDA_COMPILER

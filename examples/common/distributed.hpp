@@ -35,6 +35,7 @@ int with_distributed(const TrainOptions& o, const std::string& device, const kil
   kiln::parallel::ProcessGroup<Backend> group({.expected_world_size = o.devices});
   if (!group.is_main() && std::freopen("/dev/null", "w", stdout) == nullptr)
     throw kiln::Error("rank " + std::to_string(group.rank()) + ": cannot silence standard output");
+  secondary_rank() = !group.is_main();
   kiln::parallel::DistributedDataParallel<Net, In, Backend, Precision, D> ddp(group, o.seed);
   kiln::optim::Adam opt(ddp.module(), adam);
   auto scaler = make_scaler(ddp.module());  // loss scaling under fp16; a pass-through otherwise

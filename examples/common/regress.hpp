@@ -30,7 +30,8 @@ namespace examples::regression {
 /// The flags a regression example adds to the shared ones: --target, the column to predict.
 inline void add_regression_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--target", o.target, "the CSV column to predict (every other column is a feature)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(path_flag("a column name"));
 }
 
 using examples::to_device;
@@ -169,7 +170,7 @@ FitResult fit(const TrainOptions& o, Model& model, Optimizer& opt, Scaler& scale
 inline int report_result(const FitResult& r, double baseline_rmse, Clock::time_point t_start,
                          const std::string& device, const std::string& precision) {
   const bool ok = r.finite && std::isfinite(r.test_rmse) && r.test_rmse < baseline_rmse;
-  if (!ok) {  // why, before the result line (the last line printed)
+  if (!ok && !secondary_rank()) {  // why, before the result line (the last line printed); rank 0's alone
     std::fflush(stdout);
     const std::string why = r.finite && std::isfinite(r.test_rmse)
                                 ? "the test RMSE " + std::to_string(r.test_rmse) +

@@ -25,6 +25,13 @@
 
 namespace examples {
 
+/// Whether this process is a --parallel ddp rank other than 0: its standard output goes to /dev/null
+/// (with_distributed), and what every rank would repeat on stderr (ok=0's reason) is left to rank 0.
+inline bool& secondary_rank() {
+  static bool secondary = false;
+  return secondary;
+}
+
 using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();

@@ -145,9 +145,17 @@ class Cifar10 {
       "data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"};
   static constexpr std::array<std::string_view, 1> test_files_{"test_batch.bin"};
 
+  /// The advice after a missing or damaged batch. scripts/get-cifar10 extracts into root/cifar-10-batches-bin,
+  /// which is read only where root holds no batch of its own: then that folder must be named.
   static std::string how_to_get(const std::string& root) {
-    return "download and extract the binary version with `scripts/get-cifar10 " + root +
-           "` (https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz)";
+    namespace fs = std::filesystem;
+    std::string how = "download and extract the binary version with `scripts/get-cifar10 " + root +
+                      "` (https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz)";
+    std::error_code ec;
+    if (fs::exists(fs::path(root) / train_files_[0], ec) || fs::exists(fs::path(root) / test_files_[0], ec))
+      how += ", then read " + (fs::path(root) / "cifar-10-batches-bin").string() + " (the batches " + root +
+             " holds itself are read before that folder)";
+    return how;
   }
   static std::string record_format() {
     return "records of " + std::to_string(record_bytes) + " bytes (1 label byte + " +
