@@ -111,7 +111,10 @@ clip.json
   order_zero      norm_type 0 (torch counts each parameter's nonzero elements, then the parameters
                   with any): {grad: tensor with some zeros, single: [ {max_norm, total_norm, clipped} ]
                   over that one parameter, model: {torch: str, grad: {name: tensor} ("2.bias" all zero),
-                  cases: [ {max_norm, norm_type, total_norm, clipped: {name: tensor}} ]}}
+                  cases: [ {max_norm, norm_type, total_norm, clipped: {name: tensor}} ],
+                  frozen_layer_0: the model with layer 0's .grad None (frozen): {grad: {name: tensor}
+                  (layer 2's, no zero), cases: [ {max_norm, norm_type (-inf, -2, 2, 0), total_norm, clipped:
+                  {name: tensor} (layer 2's)}, {clip_value: -0.5, clipped} (clip_grad_value_) ]}}}
 
 layers.json
   torch_version   str
@@ -1015,9 +1018,30 @@ def clip_order_zero_fixture(grads):
         total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)
         model_cases.append({"max_norm": max_norm, "norm_type": norm_type, "total_norm": f32([total.item()])[0],
                             "clipped": {k: tensor(p.grad) for k, p in model.named_parameters()}})
+    # Layer 0 frozen (requires_grad False: its .grad stays None and clip_grad_norm_ leaves it out): the
+    # -inf norm is the trainable gradients' smallest |g|, not a frozen zero.
+    frozen_grad = {k: torch.linspace(0.3, 1.1, g.numel()).reshape(g.shape) if k == "2.bias" else g
+                   for k, g in model_grads.items() if not k.startswith("0.")}  # (2.bias: no zero here)
+    frozen_cases = []
+    for max_norm, norm_type, clip_value in [(1.0, -math.inf, None), (1.0, -2.0, None), (1.0, 2.0, None),
+                                            (10.0, 0.0, None), (None, None, -0.5)]:
+        for k, p in model.named_parameters():
+            p.grad = frozen_grad[k].clone() if k in frozen_grad else None
+        case = {}
+        if clip_value is None:
+            total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)
+            case = {"max_norm": max_norm, "norm_type": norm_type if not math.isinf(norm_type) else "-inf",
+                    "total_norm": f32([total.item()])[0]}
+        else:
+            torch.nn.utils.clip_grad_value_(model.parameters(), clip_value)
+            case = {"clip_value": clip_value}
+        case["clipped"] = {k: tensor(p.grad) for k, p in model.named_parameters() if p.grad is not None}
+        frozen_cases.append(case)
     return {"grad": tensor(flat), "single": single,
             "model": {"torch": "Sequential(Linear(6, 5), ReLU(), Linear(5, 4))",
-                      "grad": {k: tensor(g) for k, g in model_grads.items()}, "cases": model_cases}}
+                      "grad": {k: tensor(g) for k, g in model_grads.items()}, "cases": model_cases,
+                      "frozen_layer_0": {"grad": {k: tensor(g) for k, g in frozen_grad.items()},
+                                         "cases": frozen_cases}}}
 
 
 def layer_case(name, make_module, shape, seed, scale=1.0):

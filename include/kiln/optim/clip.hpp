@@ -2,6 +2,7 @@
 /// reading the norm back, or on the device for a captured step (clip_grad_norm_capturable);
 /// clip_grad_value: clamp each gradient (torch.nn.utils.clip_grad_value_).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -166,6 +167,23 @@ Tensor<compute_t<M>, Shape<>, D> clip_on_device(Tensor<M, Shape<dyn>, D>& grads,
   return total;
 }
 
+/// The gradients a model's or an optimizer's clip sees: m.gradients() past the parameters that have none
+/// (a Model's or an optimizer's parameters_without_gradient(): frozen or unreached), as torch
+/// leaves out the parameters whose .grad is None. Their zeros would be the -inf norm's minimum, and a
+/// negative clip value or a NaN coefficient would write into them.
+template <class Model>
+auto gradients_with_grad(Model& m) {
+  auto g = m.gradients();  // a handle on the arena
+  index_t skip = 0;
+  if constexpr (requires { m.parameters_without_gradient(); }) skip = m.parameters_without_gradient();
+  return g.slice(std::min(skip, g.numel()), g.numel());
+}
+/// The parameters of `parts` past the first `skip` elements, their offsets from there (the order 0's).
+inline std::vector<nn::ParameterInfo> parts_from(std::vector<nn::ParameterInfo> parts, index_t skip) {
+  std::erase_if(parts, [&](const nn::ParameterInfo& p) { return p.offset + p.count <= skip; });
+  for (auto& p : parts) p.offset -= skip;
+  return parts;
+}
 }  // namespace detail
 
 /// Scales a gradient tensor in place so that its norm of order `norm_type` is at most `max_norm`, like
@@ -189,16 +207,19 @@ double clip_grad_norm(Tensor<M, Shape<dyn>, D>& grads, double max_norm, double n
 }
 
 /// The same for a model or an optimizer: clips `m.gradients()`, one vector holding every parameter's
-/// gradient, so the norm is the global norm of all parameters. The order 0 counts a Model's parameters
-/// that have a nonzero gradient (torch's norm of the per-parameter norms; one reduction per parameter);
-/// an optimizer's arena counts as one parameter there.
+/// gradient, so the norm is the global norm of all parameters, past those without a gradient (frozen
+/// layers, and those the last backward did not reach: torch's .grad None, left out). The order 0 counts a
+/// Model's parameters that have a nonzero gradient (torch's norm of the per-parameter norms; one
+/// reduction per parameter); an optimizer's arena counts as one parameter there.
 template <class Model>
   requires requires(Model& m) { m.gradients(); }
 double clip_grad_norm(Model& m, double max_norm, double norm_type = 2.0, bool error_if_nonfinite = false) {
+  auto grads = detail::gradients_with_grad(m);
   std::vector<nn::ParameterInfo> parts;
   if constexpr (requires { m.named_parameters(); })
-    if (norm_type == 0.0) parts = m.named_parameters();
-  return detail::clip(m.gradients(), max_norm, norm_type, error_if_nonfinite, parts);
+    if (norm_type == 0.0)
+      parts = detail::parts_from(m.named_parameters(), m.gradients().numel() - grads.numel());
+  return detail::clip(grads, max_norm, norm_type, error_if_nonfinite, parts);
 }
 
 /// clip_grad_norm without reading anything back, for a step captured in a CUDA graph
@@ -216,11 +237,13 @@ Tensor<compute_t<M>, Shape<>, D> clip_grad_norm_capturable(Tensor<M, Shape<dyn>,
   detail::check_not_parameters(grads, "clip_grad_norm");
   return detail::clip_on_device(grads, max_norm, norm_type);
 }
-/// The same for a model or an optimizer: the global norm of `m.gradients()`.
+/// The same for a model or an optimizer: the global norm of `m.gradients()` past those without a
+/// gradient (clip_grad_norm's).
 template <class Model>
   requires requires(Model& m) { m.gradients(); }
 auto clip_grad_norm_capturable(Model& m, double max_norm, double norm_type = 2.0) {
-  return detail::clip_on_device(m.gradients(), max_norm, norm_type);
+  auto grads = detail::gradients_with_grad(m);
+  return detail::clip_on_device(grads, max_norm, norm_type);
 }
 
 /// torch.nn.utils.clip_grad_value_: clamps every gradient into [-clip_value, clip_value] in one pass (a
@@ -235,11 +258,13 @@ void clip_grad_value(Tensor<M, Shape<dyn>, D>& grads, double clip_value) {
   const C v = static_cast<C>(clip_value);
   kiln::detail::executor<D>::for_each(grads.numel(), detail::ClipValue<M>{grads.data(), -v, v});
 }
-/// The same for a model or an optimizer: clamps `m.gradients()`.
+/// The same for a model or an optimizer: clamps `m.gradients()` past those without a gradient (a negative
+/// clip_value would set them).
 template <class Model>
   requires requires(Model& m) { m.gradients(); }
 void clip_grad_value(Model& m, double clip_value) {
-  clip_grad_value(m.gradients(), clip_value);
+  auto grads = detail::gradients_with_grad(m);
+  clip_grad_value(grads, clip_value);
 }
 
 }  // namespace kiln::optim

@@ -61,6 +61,9 @@ class ParameterArenas {
   /// The gradient arena a step reads (GradScaler unscales it in place).
   arena_type& gradients() { return g_; }
   const arena_type& gradients() const { return g_; }
+  /// The arena's first parameters that have no gradient (the model's frozen layers', or those its last
+  /// backward did not reach; Model::parameters_without_gradient): a step, and a clip, leave them out.
+  index_t parameters_without_gradient() const { return frozen(); }
   /// Calls of step() (or step_unless) since construction, steps a GradScaler skipped included: what a
   /// scheduler's first step() looks at to warn that it ran before the optimizer's (torch's
   /// optimizer._step_count; not saved in checkpoints).

@@ -191,6 +191,55 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_of_order_zero_counts_parameters_lik
   }
 }
 
+// Frozen layers have no gradient (torch's .grad None, which clip_grad_norm_ and clip_grad_value_ leave out):
+// the -inf and -2 norms are the trainable gradients' (a frozen zero made them 0, and nothing was clipped),
+// a negative clip value leaves the frozen zeros, and clipping through the optimizer is the same.
+BOOST_AUTO_TEST_CASE_TEMPLATE(frozen_layers_are_left_out_as_torchs_none_gradients, D, kiln::test::devices) {
+  const json& f = fixture().at("order_zero").at("model").at("frozen_layer_0");
+  using Net = kiln::nn::Sequential<kiln::nn::Linear<6, 5>, kiln::nn::ReLU, kiln::nn::Linear<5, 4>>;
+  kiln::nn::Model<Net, Shape<dyn, 6>, kiln::Policy<kiln::Fp32, D>> m(/*seed=*/1);
+  m.freeze(1);
+  kiln::optim::SGD opt(m, {.lr = 0.1});
+  const auto params = m.named_parameters();
+  for (const auto& c : f.at("cases")) {
+    for (const bool through_optimizer : {false, true}) {
+      const bool value = c.contains("clip_value");
+      if (through_optimizer && !value && norm_of(c.at("norm_type")) == 0.0) continue;  // (one arena: 1 part)
+      BOOST_TEST_CONTEXT(c.dump().substr(0, 60) << (through_optimizer ? " through the optimizer" : "")) {
+        std::vector<float> arena(static_cast<std::size_t>(m.gradients().numel()), 0.0f);
+        for (const auto& p : params)
+          if (f.at("grad").contains(p.name)) {
+            const auto v = parity::values(f.at("grad").at(p.name));
+            std::copy(v.begin(), v.end(), arena.begin() + p.offset);
+          }
+        m.gradients().copy_from(std::span<const float>(arena));
+        if (value) {
+          if (through_optimizer) kiln::optim::clip_grad_value(opt, c.at("clip_value").get<double>());
+          else kiln::optim::clip_grad_value(m, c.at("clip_value").get<double>());
+        } else {
+          const double max_norm = c.at("max_norm").get<double>(), norm_type = norm_of(c.at("norm_type"));
+          const double total = through_optimizer ? kiln::optim::clip_grad_norm(opt, max_norm, norm_type)
+                                                 : kiln::optim::clip_grad_norm(m, max_norm, norm_type);
+          const double want = c.at("total_norm").get<double>();
+          BOOST_TEST(std::abs(total - want) <= rtol * want, "norm " << total << " vs torch " << want);
+        }
+        const auto got = m.gradients().to_vector();
+        for (const auto& p : params) {
+          const auto part = std::span<const float>(got).subspan(static_cast<std::size_t>(p.offset),
+                                                                static_cast<std::size_t>(p.count));
+          if (!c.at("clipped").contains(p.name)) {  // frozen: still 0
+            BOOST_TEST(std::all_of(part.begin(), part.end(), [](float v) { return v == 0.0f; }), p.name);
+            continue;
+          }
+          const auto want = parity::values(c.at("clipped").at(p.name));
+          const auto d = parity::compare(part, std::span<const float>(want));
+          BOOST_TEST(d.max_rel <= rtol, p.name << ": " << parity::describe(d));
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(clip_grad_norm_handles_empty_and_rejects_bad_norms, D, kiln::test::devices) {
   Tensor<float, Shape<dyn>, D> empty(Extents<Shape<dyn>>(0));
   BOOST_TEST(kiln::optim::clip_grad_norm(empty, 1.0) == 0.0);
