@@ -122,7 +122,8 @@ inline CLI::Validator non_negative_float() {
 }
 
 /// A file or folder flag (or another name: --target's column): an empty name (`--weights ""`, a shell
-/// variable left unset) is refused, not taken as the flag left out: `--weights: expected a file name, got ''`.
+/// variable left unset) is refused, not taken as the flag left out:
+/// `--weights: expected a file name, got ''`.
 inline CLI::Validator path_flag(const char* what = "a file name") {
   const std::string expected = std::string("expected ") + what + ", got ''";
   return CLI::Validator([expected](std::string& text) { return text.empty() ? expected : std::string(); }, "PATH");
@@ -219,7 +220,8 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
   };
   // No CUDA at all first: it is the reason, whatever --parallel asks of it (NCCL, below).
   if (o.device == "cuda" && !KILN_CUDA_COMPILER)
-    return fail("--device cuda: this build has no CUDA (configure with the cuda or cuda-native preset and nvcc)");
+    return fail("--device cuda: this build has no CUDA (configure with the cuda or cuda-native preset and "
+                "nvcc)");
   if (o.device == "cuda" && !cuda_available) {
     std::string why = "--device cuda: no CUDA device is available";
 #if KILN_CUDA_COMPILER
@@ -239,8 +241,8 @@ inline std::string check_buildable(const char* program, const TrainOptions& o, b
     if (!std::filesystem::is_regular_file(o.checkpoint, ec))
       return fail("--resume: --checkpoint " + o.checkpoint + ": " +
                   (std::filesystem::exists(o.checkpoint, ec) ? "not a file" : "no such file") +
-                  "; expected the training state a run of this example wrote with --checkpoint (leave --resume "
-                  "out to start from epoch 1)");
+                  "; expected the training state a run of this example wrote with --checkpoint (leave "
+                  "--resume out to start from epoch 1)");
   }
   if (o.devices != 0 && o.parallel == "single")
     return fail("--devices applies to --parallel dp or ddp; this run is --parallel single");

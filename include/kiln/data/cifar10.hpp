@@ -145,8 +145,9 @@ class Cifar10 {
       "data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"};
   static constexpr std::array<std::string_view, 1> test_files_{"test_batch.bin"};
 
-  /// The advice after a missing or damaged batch. scripts/get-cifar10 extracts into root/cifar-10-batches-bin,
-  /// which is read only where root holds no batch of its own: then that folder must be named.
+  /// The advice after a missing or damaged batch. scripts/get-cifar10 extracts into
+  /// root/cifar-10-batches-bin, which is read only where root holds no batch of its own: then that folder
+  /// must be named.
   static std::string how_to_get(const std::string& root) {
     namespace fs = std::filesystem;
     std::string how = "download and extract the binary version with `scripts/get-cifar10 " + root +

@@ -249,7 +249,8 @@ BOOST_AUTO_TEST_CASE(a_missing_batch_file_is_named_with_how_to_get_it) {
                                                     "data_batch_3.bin",
                                                     "scripts/get-cifar10",
                                                     // the folder holds batches: the script's is not read
-                                                    "then read " + (files.dir / "cifar-10-batches-bin").string()}));
+                                                    "then read " +
+                                                        (files.dir / "cifar-10-batches-bin").string()}));
   fs::remove(files.file(false, 0));
   BOOST_CHECK_EXCEPTION(Cifar10(files.dir.string(), false), kiln::data::DataError,
                         names(files.file(false, 0), {"byte 0: no such file", "scripts/get-cifar10"}));
