@@ -143,6 +143,9 @@ struct Conv2d {
     static constexpr index_t Ho = output_shape::extents[2], Wo = output_shape::extents[3];
     static constexpr index_t Patch = In / Groups * K * K;  // one filter's weights: the weight is [Out, Patch]
     static constexpr index_t Fg = Out / Groups;            // filters per group
+    /// The CPU's im2col with every size a constant, where every tap reads inside the image.
+    using fixed_geometry = std::conditional_t<Stride == 1 && pad == 0 && Dilation == 1 && Groups == 1,
+                                              detail::FixedGeometry<In, H, W, K, Ho, Wo>, void>;
 
     /// PyTorch's: weight and bias U(-b, b), b = 1/sqrt((In / G) K K).
     void reset_parameters(Generator& g) { this->reset_uniform(g, Patch); }
@@ -171,7 +174,8 @@ struct Conv2d {
       const M* b = nullptr;
       if constexpr (Bias) b = bias().data();
       if constexpr (std::is_same_v<D, Cpu>) {
-        detail::conv2d_forward_cpu<E, Stride>(x.data(), weight_operand().data(), b, z.data(), y.data(), g, Out);
+        detail::conv2d_forward_cpu<E, Stride, fixed_geometry>(x.data(), weight_operand().data(), b, z.data(),
+                                                              y.data(), g, Out);
       } else {
         bool ran = false;
 #if KILN_WITH_CUDNN
@@ -206,8 +210,9 @@ struct Conv2d {
       if constexpr (std::is_same_v<D, Cpu>) {
         M* gb = nullptr;
         if constexpr (Bias) gb = bias_grad().data();
-        detail::conv2d_backward_cpu<E, Stride>(x_.data(), dy.data(), saved_.data(), weight_operand().data(),
-                                               weight_grad().data(), gb, dx.data(), g, Out);
+        detail::conv2d_backward_cpu<E, Stride, fixed_geometry>(x_.data(), dy.data(), saved_.data(),
+                                                               weight_operand().data(), weight_grad().data(),
+                                                               gb, dx.data(), g, Out);
       } else {
         bool ran = false;
 #if KILN_WITH_CUDNN

@@ -449,5 +449,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lenet_has_pytorchs_shapes_and_parameter_count_and_
   BOOST_TEST(last < 0.5 * first);  // memorises 16 random images
 }
 
+// The CPU's im2col and col2im with every size a constant (Conv2d's fixed_geometry: stride 1, no padding,
+// no dilation, one group, as LeNet's layers) give the general path's columns and sums bit for bit, in half
+// the time of LeNet's second convolution (kiln-bench).
+BOOST_AUTO_TEST_CASE(fixed_size_im2col_and_col2im_are_the_general_paths_bits) {
+  namespace knn = kiln::nn;
+  namespace kt = kiln::test;
+  using F = knn::detail::FixedGeometry<3, 9, 7, 3, 7, 5>;  // [3, 9, 7] with a 3x3 kernel: [7, 5] outputs
+  using In = kiln::Shape<kiln::dyn, 3, 9, 7>;
+  using P = kiln::Policy<kiln::Fp32, kiln::Cpu>;
+  static_assert(std::is_same_v<knn::Conv2d<3, 4, 3>::module<In, P>::fixed_geometry, F>);
+  static_assert(std::is_void_v<knn::Conv2d<3, 4, 3, 1, 1>::module<In, P>::fixed_geometry>);  // padded
+  const knn::detail::ConvGeometry g{1, 3, 9, 7, 3, 1, 0, 7, 5};
+  const auto x = kt::random_values<float>(static_cast<std::size_t>(g.image()), -1, 1, 21);
+  std::vector<float> general(static_cast<std::size_t>(g.patch() * g.pixels())), fixed(general.size(), -7.0f);
+  knn::detail::im2col_image<1>(x.data(), general.data(), g);
+  knn::detail::im2col_fixed<F>(x.data(), fixed.data());
+  BOOST_TEST(fixed == general, boost::test_tools::per_element());
+  const auto d = kt::random_values<float>(general.size(), -1, 1, 22);
+  std::vector<float> dx_general(x.size()), dx_fixed(x.size(), -7.0f);
+  knn::detail::col2im_image<1>(d.data(), dx_general.data(), g);
+  knn::detail::col2im_fixed<F>(d.data(), dx_fixed.data());
+  BOOST_TEST(dx_fixed == dx_general, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE_END()

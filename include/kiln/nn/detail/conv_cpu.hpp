@@ -30,6 +30,42 @@ inline void valid_columns(const ConvGeometry& g, index_t kj, index_t stride, ind
   lo = std::min(lo, hi);
 }
 
+/// A convolution's sizes when it compiles, where every tap reads inside the image (stride 1, no padding, no
+/// dilation, one group: LeNet's): im2col and col2im then copy rows of Wo values with no bounds work, in
+/// loops the compiler unrolls (a 40-byte memcpy call per row was half of the forward of LeNet's second
+/// convolution, 6 -> 16 with 10-value rows). Conv2d passes it; void: the sizes are only known at run time.
+template <index_t C, index_t H, index_t W, index_t K, index_t Ho, index_t Wo>
+struct FixedGeometry {
+  static constexpr index_t c = C, h = H, w = W, k = K, ho = Ho, wo = Wo;
+};
+
+/// im2col_image for a FixedGeometry F: the same columns, in the same order.
+template <class F, class T, class A>
+void im2col_fixed(const T* x, A* cols) {
+  A* out = cols;
+  for (index_t c = 0; c < F::c; ++c)
+    for (index_t ki = 0; ki < F::k; ++ki)
+      for (index_t kj = 0; kj < F::k; ++kj)
+        for (index_t oh = 0; oh < F::ho; ++oh, out += F::wo) {
+          const T* in = x + (c * F::h + oh + ki) * F::w + kj;
+          for (index_t ow = 0; ow < F::wo; ++ow) out[ow] = static_cast<A>(to_compute(in[ow]));
+        }
+}
+
+/// col2im_image for a FixedGeometry F: the same sums, added in the same order (the same bits).
+template <class F, class A>
+void col2im_fixed(const A* dcols, A* dx) {
+  for (index_t i = 0; i < F::c * F::h * F::w; ++i) dx[i] = A(0);
+  const A* d = dcols;
+  for (index_t c = 0; c < F::c; ++c)
+    for (index_t ki = 0; ki < F::k; ++ki)
+      for (index_t kj = 0; kj < F::k; ++kj)
+        for (index_t oh = 0; oh < F::ho; ++oh, d += F::wo) {
+          A* out = dx + (c * F::h + oh + ki) * F::w + kj;
+          for (index_t ow = 0; ow < F::wo; ++ow) out[ow] += d[ow];
+        }
+}
+
 /// cols[(c, ki, kj), (oh, ow)] = x[c, oh s - pad + ki d, ow s - pad + kj d] for one group of one image
 /// (x: its first channel; 0 outside): the loops carry the indices, so there is no division per row
 /// (Im2colRows divides, which is fine on a GPU and costs more than the copy on a CPU). The columns are in
@@ -205,7 +241,7 @@ class BackwardSplit {
 /// T: activations; W: the weight the GEMM reads (T's working copy); B: the bias (master type). The
 /// GEMM runs in A = compute_t<T> (fp32 arithmetic for half and bfloat16, whose result is rounded once,
 /// in the epilogue).
-template <class E, index_t Stride, class T, class W, class B>
+template <class E, index_t Stride, class Fixed = void, class T, class W, class B>
 void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const ConvGeometry& g, index_t out) {
   using A = compute_t<T>;
   constexpr bool direct = std::is_same_v<T, A>;  // the GEMM writes NCHW output itself
@@ -244,7 +280,8 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
         return cols + patch * p;
     }();
     for (index_t gi = 0; gi < g.groups; ++gi) {
-      im2col_image<Stride>(image + gi * g.group_image(), cols, one);
+      if constexpr (std::is_void_v<Fixed>) im2col_image<Stride>(image + gi * g.group_image(), cols, one);
+      else im2col_fixed<Fixed>(image, cols);
       backend::cpu::gemm<A>(false, false, fg, p, patch, 1.0f, wa + gi * fg * patch, patch, cols, p, 0.0f,
                             r + gi * fg * p, p);
     }
@@ -258,7 +295,7 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
 /// its own partial weight gradient; the partials are added in group order, so the result does not depend
 /// on the thread count. One parallel pass. T: activations; W: the weight the GEMM reads; G: the gradient
 /// arena's type (master). The GEMMs run in A = compute_t<T>.
-template <class E, index_t Stride, class T, class W, class G>
+template <class E, index_t Stride, class Fixed = void, class T, class W, class G>
 void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G* gw, G* gb, T* dx,
                          const ConvGeometry& g, index_t out) {
   using A = compute_t<T>;
@@ -315,16 +352,18 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
       const A* image = widened_image(x + n * g.image(), x_buf, g.image());
       T* dxn = dx ? dx + n * g.image() : nullptr;
       for (index_t gi = 0; gi < g.groups; ++gi) {  // convolution group gi: its filters fg, its channels C / G
-        im2col_image<Stride>(image + gi * g.group_image(), cols, one);
+        if constexpr (std::is_void_v<Fixed>) im2col_image<Stride>(image + gi * g.group_image(), cols, one);
+        else im2col_fixed<Fixed>(image, cols);
         const A* dzg = dz + gi * fg * p;
         split.accumulate(pw, gi, dzg, cols, p);
         if (dx) {
           backend::cpu::gemm<A>(true, false, patch, p, fg, 1.0f, wa + gi * fg * patch, patch, dzg, p, 0.0f,
                                 dcols, p);
-          if constexpr (narrow)
-            col2im_image<Stride>(dcols, dx_buf + gi * g.group_image(), one);
-          else
-            col2im_image<Stride>(dcols, dxn + gi * g.group_image(), one);
+          A* dxg = nullptr;  // this group's dx: in the float buffer for narrow T, else dx itself
+          if constexpr (narrow) dxg = dx_buf + gi * g.group_image();
+          else dxg = dxn + gi * g.group_image();
+          if constexpr (std::is_void_v<Fixed>) col2im_image<Stride>(dcols, dxg, one);
+          else col2im_fixed<Fixed>(dcols, dxg);
         }
       }
       if constexpr (narrow)
