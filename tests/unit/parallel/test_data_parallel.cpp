@@ -387,9 +387,14 @@ BOOST_AUTO_TEST_CASE(sync_batch_norm_replicas_fail_together_and_never_train_alon
   DataParallel<Sync, Image> dp(2, 0);
   const auto x = kt::make_tensor<kiln::Cpu>(kt::random_values<float>(4 * 64, -1, 1, 12), Extents<Image>(4));
   // Label 42 on replica 1 after both forwards' collectives: replica 0's backward collective is
-  // abandoned, and the label's error reaches the caller.
+  // abandoned, and the label's error reaches the caller, whichever thread ends first (replica 0's
+  // Abandoned came out of the replica's error context as a plain Error and won now and then: 20 tries).
   const auto bad = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 1, 2, 42}, Extents<Shape<dyn>>(4));
-  BOOST_CHECK_THROW((void)dp.train_step(x, bad, knn::CrossEntropyLoss{}), kiln::ValueError);
+  for (int t = 0; t < 20; ++t)
+    BOOST_CHECK_EXCEPTION((void)dp.train_step(x, bad, knn::CrossEntropyLoss{}), kiln::ValueError,
+                          [](const kiln::ValueError& e) {
+                            return std::string(e.what()).find("in replica 1 (rows 2 .. 3") != std::string::npos;
+                          });
   const auto y = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 1, 2, 3}, Extents<Shape<dyn>>(4));
   BOOST_TEST(std::isfinite(dp.train_step(x, y, knn::CrossEntropyLoss{})));  // the group works again
   // One replica's training forward outside a step would wait for the others forever: refused.
