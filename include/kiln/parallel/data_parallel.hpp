@@ -291,8 +291,8 @@ class DataParallel {
     };
     try {
       f();
-    } catch (const typename ThreadReplicaGroup<D>::Abandoned&) {  // as it is: the step's job drops it, for the
-      throw;                                                      // error of the replica that failed
+    } catch (const typename ThreadReplicaGroup<D>::Abandoned&) {
+      throw;  // as it is: the step's job drops it, for the error of the replica that failed
     } catch (const ShapeError& e) {
       throw ShapeError(where(e));
     } catch (const ValueError& e) {

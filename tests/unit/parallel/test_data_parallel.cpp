@@ -393,7 +393,8 @@ BOOST_AUTO_TEST_CASE(sync_batch_norm_replicas_fail_together_and_never_train_alon
   for (int t = 0; t < 20; ++t)
     BOOST_CHECK_EXCEPTION((void)dp.train_step(x, bad, knn::CrossEntropyLoss{}), kiln::ValueError,
                           [](const kiln::ValueError& e) {
-                            return std::string(e.what()).find("in replica 1 (rows 2 .. 3") != std::string::npos;
+                            const std::string what = e.what();
+                            return what.find("in replica 1 (rows 2 .. 3") != std::string::npos;
                           });
   const auto y = kt::make_tensor<kiln::Cpu>(std::vector<std::int64_t>{0, 1, 2, 3}, Extents<Shape<dyn>>(4));
   BOOST_TEST(std::isfinite(dp.train_step(x, y, knn::CrossEntropyLoss{})));  // the group works again
