@@ -59,12 +59,6 @@ Tensor<T, S, D> generated(const Extents<S>& ext, int index, F&& value) {
   }
 }
 
-/// The device a *_like tensor is made on: x's GPU (the current one when x has no storage).
-template <class T, class S, class D>
-int like_device(const Tensor<T, S, D>& x) {
-  return x.storage() ? x.device_index() : -1;
-}
-
 template <class T>
 constexpr void check_factory_element() {
   // >>> Stopped here? A range or random factory was asked for bool elements. <<<
@@ -83,13 +77,13 @@ Tensor<T, S, D> ones(const Extents<S>& ext = Extents<S>{}, int index = -1) {
 /// A tensor of x's element type, extents and device, uninitialised (torch.empty_like).
 template <class T, class S, class D>
 Tensor<T, S, D> empty_like(const Tensor<T, S, D>& x) {
-  return Tensor<T, S, D>(x.extents(), detail::like_device(x));
+  return Tensor<T, S, D>(x.extents(), detail::pass_device(x));
 }
 /// x's element type, extents and device, every element v (torch.full_like); v must fit T, as full's.
 template <class T, class S, class D, class N>
   requires std::is_arithmetic_v<N>
 Tensor<T, S, D> full_like(const Tensor<T, S, D>& x, N v) {
-  return full<T, S, D>(x.extents(), v, detail::like_device(x));
+  return full<T, S, D>(x.extents(), v, detail::pass_device(x));
 }
 /// torch.zeros_like and torch.ones_like.
 template <class T, class S, class D>
@@ -267,11 +261,11 @@ Tensor<T, S, D> randint(std::int64_t low, std::int64_t high, std::mt19937_64& g,
 /// x's element type, extents and device, drawn as rand / randn (torch.rand_like, torch.randn_like).
 template <class T, class S, class D>
 Tensor<T, S, D> rand_like(const Tensor<T, S, D>& x, std::mt19937_64& g) {
-  return rand<T, S, D>(x.extents(), g, detail::like_device(x));
+  return rand<T, S, D>(x.extents(), g, detail::pass_device(x));
 }
 template <class T, class S, class D>
 Tensor<T, S, D> randn_like(const Tensor<T, S, D>& x, std::mt19937_64& g) {
-  return randn<T, S, D>(x.extents(), g, detail::like_device(x));
+  return randn<T, S, D>(x.extents(), g, detail::pass_device(x));
 }
 
 }  // namespace kiln
