@@ -362,4 +362,37 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(keepdim_of_an_empty_operand, D, kiln::test::device
   BOOST_CHECK_THROW(kiln::max<0>(x, kiln::keepdim), kiln::ValueError);
 }
 
+// The CPU's floating sums and means add in eight interleaved lanes in an order fixed by the code
+// (core/lane_sums.hpp, backend/cpu/executor.hpp): a full reduction (blocks in parallel), one over the last
+// axis (rows in parallel) and one over the first (columns) give the same bits on any thread count, each
+// the float nearest a double sum.
+BOOST_AUTO_TEST_CASE(cpu_sums_are_the_same_bits_on_any_thread_count) {
+  constexpr kiln::index_t rows = 300, cols = 1001;  // past the parallel threshold; rows not a multiple of 8
+  const auto v = kt::random_values<float>(rows * cols, -1, 1, 91);
+  const auto x = kt::make_tensor<kiln::Cpu>(v, Extents<Shape<dyn, cols>>{rows});
+  std::vector<std::vector<float>> first;
+  for (const int threads : {1, 2, 3}) {
+    BOOST_TEST_CONTEXT(threads << " threads") {
+      const kiln::backend::cpu::ScopedThreads scope(threads);
+      const std::vector<std::vector<float>> got{
+          kiln::sum(x).to_vector(),     kiln::mean(x).to_vector(),     kiln::sum<1>(x).to_vector(),
+          kiln::mean<-1>(x).to_vector(), kiln::sum<0>(x).to_vector(), kiln::sum(x * x).to_vector()};
+      if (first.empty()) first = got;
+      for (std::size_t k = 0; k < got.size(); ++k)
+        BOOST_TEST(got[k] == first[k], boost::test_tools::per_element());
+    }
+  }
+  double total = 0;
+  for (kiln::index_t r = 0; r < rows; ++r) {
+    double row = 0;
+    for (kiln::index_t c = 0; c < cols; ++c)
+      row += static_cast<double>(v[static_cast<std::size_t>(r * cols + c)]);
+    total += row;
+    // rounded once: within half a float ulp (2^-24 relative) of the double sum
+    const float got = first[2][static_cast<std::size_t>(r)];
+    BOOST_TEST(std::abs(got - row) <= std::abs(row) * 6e-8 + 1e-12, "row " << r);
+  }
+  BOOST_TEST(std::abs(first[0][0] - total) <= std::abs(total) * 1e-7);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

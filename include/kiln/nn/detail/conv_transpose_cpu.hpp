@@ -120,11 +120,8 @@ void conv_transpose2d_backward_cpu(const T* x, const T* dy, const T* saved, cons
       } else {
         dz = dy + n * y_image;
       }
-      for (index_t f = 0; f < out; ++f) {
-        double s = 0;
-        for (index_t q = 0; q < plane; ++q) s += static_cast<double>(dz[f * plane + q]);
-        pb[f] += s;
-      }
+      for (index_t f = 0; f < out; ++f)
+        pb[f] += kiln::detail::lane_sum<double>(dz, f * plane, (f + 1) * plane);
       const A* image = widened_image(x + n * x_image, x_buf, x_image);
       T* dxn = dx ? dx + n * x_image : nullptr;
       for (index_t gi = 0; gi < g.groups; ++gi) {  // group gi: its In / G input channels, its Out / G outputs

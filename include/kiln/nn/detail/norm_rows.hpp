@@ -10,6 +10,7 @@
 #include "kiln/backend/cpu/threads.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
+#include "kiln/core/lane_sums.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/functors.hpp"
@@ -38,21 +39,7 @@ struct NormRows {
   }
 };
 
-/// a += Σ A(l), b += Σ B(l) over l in [first, last), f(l, a_lane, b_lane) adding one element's terms:
-/// in double, in 8 interleaved partial sums added pairwise at the end: independent chains the compiler
-/// keeps in vector registers (a single sum waits for each add before the next: 3x slower on a LayerNorm
-/// row). The same order on every device.
-template <class F>
-KILN_HOST_DEVICE KILN_FORCEINLINE void lane_sums(index_t first, index_t last, double& a, double& b, F&& f) {
-  constexpr index_t W = 8;
-  double pa[W] = {0, 0, 0, 0, 0, 0, 0, 0}, pb[W] = {0, 0, 0, 0, 0, 0, 0, 0};
-  index_t l = first;
-  for (; l + W <= last; l += W)
-    for (index_t j = 0; j < W; ++j) f(l + j, pa[j], pb[j]);
-  for (index_t j = 0; j < W && l + j < last; ++j) f(l + j, pa[j], pb[j]);  // the last < W
-  a += ((pa[0] + pa[1]) + (pa[2] + pa[3])) + ((pa[4] + pa[5]) + (pa[6] + pa[7]));
-  b += ((pb[0] + pb[1]) + (pb[2] + pb[3])) + ((pb[4] + pb[5]) + (pb[6] + pb[7]));
-}
+using kiln::detail::lane_sums;
 
 /// Row r's mean and 1 / sqrt(var + eps) with the biased variance, in double (two passes), to stats[2r]
 /// and stats[2r + 1].

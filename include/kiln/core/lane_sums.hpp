@@ -1,0 +1,42 @@
+/// Sums in eight interleaved lanes: the floating-point sums of the CPU reductions and the normalisation
+/// layers. One running sum waits for each add before the next (the adder's latency, 4 cycles, per
+/// element); eight independent ones keep the adder busy and the compiler keeps them in vector registers.
+/// The order is fixed by this code (element l in lane (l - first) % 8, the lanes added pairwise at the
+/// end), so a sum is the same whatever the thread count, the vector width or the device.
+#pragma once
+#include "kiln/core/config.hpp"
+#include "kiln/core/index.hpp"
+
+namespace kiln::detail {
+
+/// The number of interleaved lanes.
+inline constexpr index_t sum_lanes = 8;
+
+/// a += Σ A(l), b += Σ B(l) over l in [first, last), f(l, a_lane, b_lane) adding one element's terms to
+/// its lane's two partial sums, in double (a mean and a sum of squares in one pass, or two sums).
+template <class F>
+KILN_HOST_DEVICE KILN_FORCEINLINE void lane_sums(index_t first, index_t last, double& a, double& b, F&& f) {
+  constexpr index_t W = sum_lanes;
+  double pa[W] = {0, 0, 0, 0, 0, 0, 0, 0}, pb[W] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t l = first;
+  for (; l + W <= last; l += W)
+    for (index_t j = 0; j < W; ++j) f(l + j, pa[j], pb[j]);
+  for (index_t j = 0; j < W && l + j < last; ++j) f(l + j, pa[j], pb[j]);  // the last < W
+  a += ((pa[0] + pa[1]) + (pa[2] + pa[3])) + ((pa[4] + pa[5]) + (pa[6] + pa[7]));
+  b += ((pb[0] + pb[1]) + (pb[2] + pb[3])) + ((pb[4] + pb[5]) + (pb[6] + pb[7]));
+}
+
+/// Σ static_cast<A>(x[l]) over l in [first, last), for a floating A (x: a pointer or an expression), in
+/// the lanes and order of lane_sums; 0 for an empty range.
+template <class A, class X>
+KILN_HOST_DEVICE KILN_FORCEINLINE A lane_sum(const X& x, index_t first, index_t last) {
+  constexpr index_t W = sum_lanes;
+  A p[W] = {A(0), A(0), A(0), A(0), A(0), A(0), A(0), A(0)};
+  index_t l = first;
+  for (; l + W <= last; l += W)
+    for (index_t j = 0; j < W; ++j) p[j] += static_cast<A>(x[l + j]);
+  for (index_t j = 0; j < W && l + j < last; ++j) p[j] += static_cast<A>(x[l + j]);
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+}  // namespace kiln::detail
