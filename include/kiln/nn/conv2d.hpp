@@ -143,9 +143,9 @@ struct Conv2d {
     static constexpr index_t Ho = output_shape::extents[2], Wo = output_shape::extents[3];
     static constexpr index_t Patch = In / Groups * K * K;  // one filter's weights: the weight is [Out, Patch]
     static constexpr index_t Fg = Out / Groups;            // filters per group
-    /// The CPU's im2col with every size a constant, where every tap reads inside the image.
-    using fixed_geometry = std::conditional_t<Stride == 1 && pad == 0 && Dilation == 1 && Groups == 1,
-                                              detail::FixedGeometry<In, H, W, K, Ho, Wo>, void>;
+    /// The CPU's im2col with every size a constant (no dilation, one group).
+    using fixed_geometry = std::conditional_t<Dilation == 1 && Groups == 1,
+                                              detail::FixedGeometry<In, H, W, K, Ho, Wo, Stride, pad>, void>;
 
     /// PyTorch's: weight and bias U(-b, b), b = 1/sqrt((In / G) K K).
     void reset_parameters(Generator& g) { this->reset_uniform(g, Patch); }

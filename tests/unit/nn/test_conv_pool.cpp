@@ -452,25 +452,53 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lenet_has_pytorchs_shapes_and_parameter_count_and_
 // The CPU's im2col and col2im with every size a constant (Conv2d's fixed_geometry: stride 1, no padding,
 // no dilation, one group, as LeNet's layers) give the general path's columns and sums bit for bit, in half
 // the time of LeNet's second convolution (kiln-bench).
-BOOST_AUTO_TEST_CASE(fixed_size_im2col_and_col2im_are_the_general_paths_bits) {
+namespace fixed_im2col {
+/// im2col and col2im with every size a constant give the general path's bits for F.
+template <class F>
+void check_against_the_general_path() {
   namespace knn = kiln::nn;
   namespace kt = kiln::test;
-  using F = knn::detail::FixedGeometry<3, 9, 7, 3, 7, 5>;  // [3, 9, 7] with a 3x3 kernel: [7, 5] outputs
+  BOOST_TEST_CONTEXT("K " << F::k << ", stride " << F::stride << ", padding " << F::pad) {
+    const knn::detail::ConvGeometry g{1, F::c, F::h, F::w, F::k, F::stride, F::pad, F::ho, F::wo};
+    const auto x = kt::random_values<float>(static_cast<std::size_t>(g.image()), -1, 1, 21);
+    std::vector<float> general(static_cast<std::size_t>(g.patch() * g.pixels()));
+    std::vector<float> fixed(general.size(), -7.0f);
+    knn::detail::im2col_image<F::stride>(x.data(), general.data(), g);
+    knn::detail::im2col_fixed<F>(x.data(), fixed.data());
+    BOOST_TEST(fixed == general, boost::test_tools::per_element());
+    const auto d = kt::random_values<float>(general.size(), -1, 1, 22);
+    std::vector<float> dx_general(x.size()), dx_fixed(x.size(), -7.0f);
+    knn::detail::col2im_image<F::stride>(d.data(), dx_general.data(), g);
+    knn::detail::col2im_fixed<F>(d.data(), dx_fixed.data());
+    BOOST_TEST(dx_fixed == dx_general, boost::test_tools::per_element());
+  }
+}
+}  // namespace fixed_im2col
+
+// Conv2d without dilation or groups runs the CPU's im2col and col2im with every size a constant: the same
+// columns and the same sums in the same order as the general path, with and without padding and stride
+// (taps that read only padding on some rows; a padding wider than a tap's reach; a stride that skips the
+// last column).
+BOOST_AUTO_TEST_CASE(fixed_size_im2col_and_col2im_are_the_general_paths_bits) {
+  namespace knn = kiln::nn;
+  using knn::detail::FixedGeometry;
   using In = kiln::Shape<kiln::dyn, 3, 9, 7>;
   using P = kiln::Policy<kiln::Fp32, kiln::Cpu>;
-  static_assert(std::is_same_v<knn::Conv2d<3, 4, 3>::module<In, P>::fixed_geometry, F>);
-  static_assert(std::is_void_v<knn::Conv2d<3, 4, 3, 1, 1>::module<In, P>::fixed_geometry>);  // padded
-  const knn::detail::ConvGeometry g{1, 3, 9, 7, 3, 1, 0, 7, 5};
-  const auto x = kt::random_values<float>(static_cast<std::size_t>(g.image()), -1, 1, 21);
-  std::vector<float> general(static_cast<std::size_t>(g.patch() * g.pixels())), fixed(general.size(), -7.0f);
-  knn::detail::im2col_image<1>(x.data(), general.data(), g);
-  knn::detail::im2col_fixed<F>(x.data(), fixed.data());
-  BOOST_TEST(fixed == general, boost::test_tools::per_element());
-  const auto d = kt::random_values<float>(general.size(), -1, 1, 22);
-  std::vector<float> dx_general(x.size()), dx_fixed(x.size(), -7.0f);
-  knn::detail::col2im_image<1>(d.data(), dx_general.data(), g);
-  knn::detail::col2im_fixed<F>(d.data(), dx_fixed.data());
-  BOOST_TEST(dx_fixed == dx_general, boost::test_tools::per_element());
+  // [3, 9, 7] with a 3x3 kernel: [7, 5] outputs; padding 1: [9, 7]; stride 2 and padding 1: [5, 4]
+  static_assert(std::is_same_v<knn::Conv2d<3, 4, 3>::module<In, P>::fixed_geometry,
+                               FixedGeometry<3, 9, 7, 3, 7, 5>>);
+  static_assert(std::is_same_v<knn::Conv2d<3, 4, 3, 1, 1>::module<In, P>::fixed_geometry,
+                               FixedGeometry<3, 9, 7, 3, 9, 7, 1, 1>>);
+  static_assert(std::is_same_v<knn::Conv2d<3, 4, 3, 2, 1>::module<In, P>::fixed_geometry,
+                               FixedGeometry<3, 9, 7, 3, 5, 4, 2, 1>>);
+  static_assert(std::is_void_v<knn::Conv2d<3, 4, 3, 1, 1, 2>::module<In, P>::fixed_geometry>);     // dilated
+  static_assert(std::is_void_v<knn::Conv2d<3, 3, 3, 1, 1, 1, 3>::module<In, P>::fixed_geometry>);  // groups
+  fixed_im2col::check_against_the_general_path<FixedGeometry<3, 9, 7, 3, 7, 5>>();
+  fixed_im2col::check_against_the_general_path<FixedGeometry<3, 9, 7, 3, 9, 7, 1, 1>>();
+  fixed_im2col::check_against_the_general_path<FixedGeometry<3, 9, 7, 3, 5, 4, 2, 1>>();
+  fixed_im2col::check_against_the_general_path<FixedGeometry<2, 8, 8, 3, 2, 2, 3, 0>>();   // 6, 7 unread
+  fixed_im2col::check_against_the_general_path<FixedGeometry<1, 6, 5, 5, 6, 5, 1, 2>>();   // fashion's conv1
+  fixed_im2col::check_against_the_general_path<FixedGeometry<2, 4, 5, 2, 5, 5, 2, 3>>();   // padding rows
 }
 
 BOOST_AUTO_TEST_SUITE_END()
