@@ -117,10 +117,18 @@ struct ColumnsToNchw {
     T* zp = z ? z + i * p : nullptr;
     T* dst = y + i * p;
     const compute_t<T> b = bias ? static_cast<compute_t<T>>(to_compute(bias[ff])) : compute_t<T>(0);
-    for (index_t q = 0; q < p; ++q) {
-      const compute_t<T> v = to_compute(src[q]) + b;
-      if (zp) zp[q] = from_compute<T>(v);
-      dst[q] = from_compute<T>(E::forward(v));
+    // `omp simd`: g++ -O2 (README.md's line) does not vectorise these loops by itself (src may be dst or
+    // zp, element for element, which the simd loop allows).
+    if (zp) {
+      KILN_PRAGMA_OMP(simd)
+      for (index_t q = 0; q < p; ++q) {
+        const compute_t<T> v = to_compute(src[q]) + b;
+        zp[q] = from_compute<T>(v);
+        dst[q] = from_compute<T>(E::forward(v));
+      }
+    } else {
+      KILN_PRAGMA_OMP(simd)
+      for (index_t q = 0; q < p; ++q) dst[q] = from_compute<T>(E::forward(to_compute(src[q]) + b));
     }
   }
   /// The GEMM's result read, the bias read, y (and z) written; the add and the activation.
@@ -145,11 +153,14 @@ struct NchwToColumns {
     const T* src = dy + i * p;
     O* dst = dyt + ff * np + n * p;
     if constexpr (E::identity && std::is_same_v<T, O>) {
+      KILN_PRAGMA_OMP(simd)
       for (index_t q = 0; q < p; ++q) dst[q] = src[q];
     } else if constexpr (E::identity) {
+      KILN_PRAGMA_OMP(simd)
       for (index_t q = 0; q < p; ++q) dst[q] = from_compute<O>(to_compute(src[q]));
     } else {
       const T* s = saved + i * p;
+      KILN_PRAGMA_OMP(simd)
       for (index_t q = 0; q < p; ++q) dst[q] = from_compute<O>(E::backward(to_compute(src[q]), to_compute(s[q])));
     }
   }
