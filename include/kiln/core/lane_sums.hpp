@@ -13,11 +13,12 @@ namespace kiln::detail {
 inline constexpr index_t sum_lanes = 8;
 
 /// a += Σ A(l), b += Σ B(l) over l in [first, last), f(l, a_lane, b_lane) adding one element's terms to
-/// its lane's two partial sums, in double (a mean and a sum of squares in one pass, or two sums).
-template <class F>
-KILN_HOST_DEVICE KILN_FORCEINLINE void lane_sums(index_t first, index_t last, double& a, double& b, F&& f) {
+/// its lane's two partial sums, in A (double: a mean and a sum of squares in one pass, or two sums).
+template <class A = double, class F>
+KILN_HOST_DEVICE KILN_FORCEINLINE void lane_sums(index_t first, index_t last, A& a, A& b, F&& f) {
   constexpr index_t W = sum_lanes;
-  double pa[W] = {0, 0, 0, 0, 0, 0, 0, 0}, pb[W] = {0, 0, 0, 0, 0, 0, 0, 0};
+  A pa[W] = {A(0), A(0), A(0), A(0), A(0), A(0), A(0), A(0)};
+  A pb[W] = {A(0), A(0), A(0), A(0), A(0), A(0), A(0), A(0)};
   index_t l = first;
   for (; l + W <= last; l += W)
     for (index_t j = 0; j < W; ++j) f(l + j, pa[j], pb[j]);
@@ -26,17 +27,13 @@ KILN_HOST_DEVICE KILN_FORCEINLINE void lane_sums(index_t first, index_t last, do
   b += ((pb[0] + pb[1]) + (pb[2] + pb[3])) + ((pb[4] + pb[5]) + (pb[6] + pb[7]));
 }
 
-/// Σ static_cast<A>(x[l]) over l in [first, last), for a floating A (x: a pointer or an expression), in
-/// the lanes and order of lane_sums; 0 for an empty range.
+/// Σ static_cast<A>(x[l]) over l in [first, last), for a floating A (x: a pointer or an expression): the
+/// first of lane_sums' two sums; 0 for an empty range.
 template <class A, class X>
 KILN_HOST_DEVICE KILN_FORCEINLINE A lane_sum(const X& x, index_t first, index_t last) {
-  constexpr index_t W = sum_lanes;
-  A p[W] = {A(0), A(0), A(0), A(0), A(0), A(0), A(0), A(0)};
-  index_t l = first;
-  for (; l + W <= last; l += W)
-    for (index_t j = 0; j < W; ++j) p[j] += static_cast<A>(x[l + j]);
-  for (index_t j = 0; j < W && l + j < last; ++j) p[j] += static_cast<A>(x[l + j]);
-  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+  A a(0), unused(0);
+  lane_sums<A>(first, last, a, unused, [&x](index_t l, A& pa, A&) { pa += static_cast<A>(x[l]); });
+  return a;
 }
 
 }  // namespace kiln::detail
