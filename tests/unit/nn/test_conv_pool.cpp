@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
 #include <kiln/backend/cpu/threads.hpp>
 #include <kiln/nn/nn.hpp>
 #include <string>
@@ -499,6 +500,44 @@ BOOST_AUTO_TEST_CASE(fixed_size_im2col_and_col2im_are_the_general_paths_bits) {
   fixed_im2col::check_against_the_general_path<FixedGeometry<2, 8, 8, 3, 2, 2, 3, 0>>();   // 6, 7 unread
   fixed_im2col::check_against_the_general_path<FixedGeometry<1, 6, 5, 5, 6, 5, 1, 2>>();   // fashion's conv1
   fixed_im2col::check_against_the_general_path<FixedGeometry<2, 4, 5, 2, 5, 5, 2, 3>>();   // padding rows
+}
+
+// A backward pass's partial weight gradients (each convolution group's block transposed) added in tiles:
+// per weight the adds of one weight at a time, gw + partial 0 + partial 1 + ..., the same bits.
+BOOST_AUTO_TEST_CASE(partial_weight_gradients_add_in_group_order) {
+  using kiln::index_t;
+  struct Case {
+    index_t rows, conv_groups, patch, groups;
+  };
+  const auto u = [](index_t i) { return static_cast<std::size_t>(i); };
+  // one filter per group; LeNet's conv1 (6 x 75); two convolution groups; a group block of several tiles
+  // with a short last one; filters wider than a tile (fg 600)
+  for (const Case c : {Case{1, 1, 9, 3}, Case{6, 1, 75, 32}, Case{8, 2, 27, 5}, Case{16, 1, 144, 32},
+                       Case{1200, 2, 3, 4}}) {
+    const index_t count = c.rows * c.patch, fg = c.rows / c.conv_groups;
+    // magnitudes from 1 to 10^4: the order of the adds shows in the bits
+    std::vector<float> partial = kiln::test::random_values<float>(u(count * c.groups), -1, 1, 41);
+    for (std::size_t i = 0; i < partial.size(); ++i) partial[i] *= std::pow(10.0f, static_cast<float>(i % 5));
+    const std::vector<float> gw = kiln::test::random_values<float>(u(count), -1, 1, 42);
+    std::vector<float> expected = gw;
+    for (index_t r = 0; r < c.rows; ++r)
+      for (index_t k = 0; k < c.patch; ++k) {
+        const index_t at = (r / fg) * fg * c.patch + k * fg + r % fg;
+        float acc = expected[u(r * c.patch + k)];
+        for (index_t grp = 0; grp < c.groups; ++grp) acc += partial[u(grp * count + at)];
+        expected[u(r * c.patch + k)] = acc;
+      }
+    for (const int threads : {1, 2}) {
+      const kiln::backend::cpu::ScopedThreads scoped(threads);
+      std::vector<float> got = gw;
+      kiln::nn::detail::add_partials(got.data(), partial.data(), c.rows, fg, c.patch,
+                                     static_cast<float*>(nullptr), nullptr, 0, c.groups);
+      BOOST_TEST_CONTEXT("rows " << c.rows << ", groups of " << fg << ", patch " << c.patch << ", " << threads
+                                 << " threads") {
+        BOOST_TEST(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -188,22 +188,41 @@ const A* gemm_weight(const W* w, index_t count, Tensor<A, Shape<dyn>, Cpu>& wide
 }
 
 /// gw += Σ_grp partial[grp] and, when gb is not null, gb[f] += Σ_grp bias[grp out + f]: a backward pass's
-/// per-group partial sums added in group order (the same sums whatever the thread count), the weights
-/// spread over the threads. A partial holds each convolution group's [rows / G, patch] block of the
-/// weight gradient transposed, as [patch, rows / G] (see BackwardSplit::accumulate).
+/// per-group partial sums added in group order (the same sums whatever the thread count). A partial
+/// holds each convolution group's [rows / G, patch] block of the weight gradient transposed, as
+/// [patch, rows / G] (see BackwardSplit::accumulate). The sums run over tiles of that layout, each read
+/// contiguously from every partial into a tile of accumulators (gw's values gathered first, scattered
+/// back at the end): per weight the same adds in the same order as one weight at a time, which read
+/// each partial with a stride of rows / G and took 5% of a ResNet-20 training step.
 template <class A, class G>
 void add_partials(G* gw, const A* partial, index_t rows, index_t fg, index_t patch, G* gb, const double* bias,
                   index_t out, index_t groups) {
-  const index_t count = rows * patch;
+  using C = compute_t<G>;
+  constexpr index_t tile = 512;
+  const index_t count = rows * patch, block = fg * patch;  // block: one convolution group's
+  const index_t per_block = (block + tile - 1) / tile, tiles = (rows / fg) * per_block;
   const bool parallel_sum = backend::cpu::threads() > 1 && groups > 1 && count * groups >= 65536;
   (void)parallel_sum;
   KILN_PRAGMA_OMP(parallel for schedule(static) if(parallel_sum))
-  for (index_t i = 0; i < count; ++i) {
-    const index_t r = i / patch, k = i - r * patch;
-    const index_t at = (r / fg) * fg * patch + k * fg + r % fg;  // (r, k) in its group's transposed block
-    compute_t<G> acc = to_compute(gw[i]);
-    for (index_t grp = 0; grp < groups; ++grp) acc += static_cast<compute_t<G>>(partial[grp * count + at]);
-    gw[i] = from_compute<G>(acc);
+  for (index_t t = 0; t < tiles; ++t) {
+    const index_t gi = t / per_block, first = (t % per_block) * tile, len = std::min(tile, block - first);
+    const index_t at = gi * block + first;  // the tile's first element in a partial
+    C acc[tile];
+    // element j of the tile is tap k, filter gi fg + r of the group: gw[(gi fg + r) patch + k]
+    const auto each_weight = [&](auto&& f) {
+      index_t k = first / fg, r = first - k * fg;
+      for (index_t j = 0; j < len; ++j) {
+        f(j, (gi * fg + r) * patch + k);
+        if (++r == fg) r = 0, ++k;
+      }
+    };
+    each_weight([&](index_t j, index_t i) { acc[j] = to_compute(gw[i]); });
+    for (index_t grp = 0; grp < groups; ++grp) {
+      const A* pg = partial + grp * count + at;
+      KILN_PRAGMA_OMP(simd)
+      for (index_t j = 0; j < len; ++j) acc[j] += static_cast<C>(pg[j]);
+    }
+    each_weight([&](index_t j, index_t i) { gw[i] = from_compute<G>(acc[j]); });
   }
   if (gb)
     for (index_t f = 0; f < out; ++f) {
