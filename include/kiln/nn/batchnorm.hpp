@@ -13,6 +13,7 @@
 #include "kiln/core/real.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/nn/detail/norm_rows.hpp"
+#include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/replica_group.hpp"
 #include "kiln/ops/functors.hpp"
@@ -71,19 +72,50 @@ struct ChannelChunks {
   /// The order is fixed, so the sums are the same on every run.
   template <class F>
   KILN_HOST_DEVICE KILN_FORCEINLINE void sum(index_t c, index_t k, double& a, double& b, F&& f) const {
+    sum_staged(c, k, a, b, NoStage{}, f);
+  }
+  /// sum()'s stage: nothing, and no pieces.
+  struct NoStage {
+    KILN_HOST_DEVICE KILN_FORCEINLINE void operator()(index_t, index_t) const {}
+  };
+  /// The most elements one stage of sum_staged holds (a multiple of the lanes).
+  static constexpr index_t stage_tile = 256;
+  /// sum(), with stage(first, last) called before f reads the elements [first, last): a run's pieces of
+  /// at most stage_tile elements (one element at a time when interleaved). Per-element work done in a
+  /// stage's own loop (a fused activation's derivative, into a buffer that f reads) vectorises where,
+  /// inside f, it would not. The sums and their order are sum()'s: the lanes carry across the pieces.
+  template <class Stage, class F>
+  KILN_HOST_DEVICE KILN_FORCEINLINE void sum_staged(index_t c, index_t k, double& a, double& b, Stage&& stage,
+                                                    F&& f) const {
     const index_t m = size(k);
     if (interleaved) {
-      for (index_t t = 0; t < m; ++t) f(at(c, k, t), a, b);
+      for (index_t t = 0; t < m; ++t) {
+        const index_t e = at(c, k, t);
+        stage(e, e + 1);
+        f(e, a, b);
+      }
       return;
     }
     for (index_t j = k * block(), end = k * block() + m; j < end;) {
       const index_t n = j / length, l = j - n * length;
       const index_t run = length - l < end - j ? length - l : end - j;
       const index_t base = (n * channels + c) * length + l;
-      if (run < 8)
+      if (run < kiln::detail::sum_lanes) {
+        stage(base, base + run);
         for (index_t t = 0; t < run; ++t) f(base + t, a, b);
-      else
-        lane_sums(base, base + run, a, b, f);
+      } else {
+        kiln::detail::LaneSums<double> lanes;
+        if constexpr (std::is_same_v<std::remove_cvref_t<Stage>, NoStage>) {
+          lanes.add(base, base + run, f);
+        } else {
+          for (index_t first = base; first < base + run; first += stage_tile) {
+            const index_t last = base + run - first < stage_tile ? base + run : first + stage_tile;
+            stage(first, last);
+            lanes.add(first, last, f);
+          }
+        }
+        lanes.finish(a, b);
+      }
       j += run;
     }
   }
@@ -230,14 +262,18 @@ struct BatchNormRunningStats {
   }
 };
 
-/// y = (x - mean_c) · invstd_c · weight_c + bias_c over [N, C, L] (weight and bias null: 1 and 0), in
-/// double and rounded once: one call per element (a GPU), or per [n, c] plane of L elements (`planes`:
-/// the CPU, a vector loop with the channel's constants). The first call also counts the batch in
-/// num_batches_tracked (tracked non-null): a pass after the merge that reads it.
-template <class T, class M>
+/// y = E((x - mean_c) · invstd_c · weight_c + bias_c) over [N, C, L] (weight and bias null: 1 and 0), the
+/// normalised value in double, rounded to T, then E (an activation run as its epilogue, nn/epilogue.hpp;
+/// Identity: none) in T's compute type, rounded again: the bits of BatchNorm then the activation's layer.
+/// z (non-null) keeps the normalised value (the activation's input, for a derivative that needs it).
+/// One call per element (a GPU), or per [n, c] plane of L elements (`planes`: the CPU, a vector loop with
+/// the channel's constants). The first call also counts the batch in num_batches_tracked (tracked
+/// non-null): a pass after the merge that reads it.
+template <class T, class M, class E = epilogue::Identity>
 struct BatchNormApply {
   const T* x;
   T* y;
+  T* z;
   const double* stats;
   const M* weight;
   const M* bias;
@@ -250,15 +286,34 @@ struct BatchNormApply {
     double scale = stats[channels + c], shift = 0;
     if (weight) scale *= static_cast<double>(weight[c]), shift = static_cast<double>(bias[c]);
     const index_t o = planes ? i * length : i, n = planes ? length : 1;
-    for (index_t l = 0; l < n; ++l)
-      y[o + l] = from_compute<T>(
+    const auto normalised = [&](index_t l) {
+      return from_compute<T>(
           static_cast<compute_t<T>>((static_cast<double>(to_compute(x[o + l])) - mean) * scale + shift));
+    };
+    // omp simd: g++ -O2 (README.md's line) does not vectorise these loops on its own; with an activation
+    // its select then stays a branch, taken at random (a BatchNorm-ReLU pass took 3x as long)
+    if constexpr (E::identity) {
+      KILN_PRAGMA_OMP(simd)
+      for (index_t l = 0; l < n; ++l) y[o + l] = normalised(l);
+    } else if (z) {
+      KILN_PRAGMA_OMP(simd)
+      for (index_t l = 0; l < n; ++l) {
+        const T v = normalised(l);
+        z[o + l] = v;
+        y[o + l] = from_compute<T>(E::forward(to_compute(v)));
+      }
+    } else {
+      KILN_PRAGMA_OMP(simd)
+      for (index_t l = 0; l < n; ++l) y[o + l] = from_compute<T>(E::forward(to_compute(normalised(l))));
+    }
     if (tracked && i == 0) *tracked = *tracked + M(1);
   }
-  /// x read, y written; a subtract, a multiply and an add per element (n calls: elements, or planes).
+  /// x read, y (and z) written; a subtract, a multiply and an add per element, and the activation
+  /// (n calls: elements, or planes).
   Traffic traffic(index_t n) const {
     const index_t elements = planes ? n * length : n;
-    return {2 * kiln::detail::bytes_of<T>(elements), 3 * static_cast<std::uint64_t>(elements)};
+    return {(z ? 3 : 2) * kiln::detail::bytes_of<T>(elements),
+            (E::identity ? 3 : 4) * static_cast<std::uint64_t>(elements)};
   }
 };
 
@@ -270,10 +325,26 @@ struct BatchNormCountBatch {
   Traffic traffic(index_t) const { return {2 * sizeof(M), 1}; }
 };
 
-/// Per (channel c, chunk k): Σ dy and Σ dy (x - mean_c) over the chunk, in double, to part[2i], part[2i + 1].
-template <class T>
+/// dL/dz at flat index at for BatchNorm's output z: dy itself (E Identity), or through the fused
+/// activation E's derivative from its saved value, rounded to T as the activation's own backward pass
+/// rounds it.
+template <class E, class T>
+KILN_HOST_DEVICE KILN_FORCEINLINE T grad_through(const T* dy, const T* saved, index_t at) {
+  if constexpr (E::identity) {
+    (void)saved;
+    return dy[at];
+  } else {
+    return from_compute<T>(E::backward(to_compute(dy[at]), to_compute(saved[at])));
+  }
+}
+
+/// Per (channel c, chunk k): Σ dz and Σ dz (x - mean_c) over the chunk, in double, to part[2i] and
+/// part[2i + 1], dz = dy, or dy through the fused activation E (grad_through; saved: E's output or input),
+/// a piece of a run at a time into a buffer (a loop of its own, which vectorises).
+template <class T, class E = epilogue::Identity>
 struct BatchNormGradChunks {
   const T* dy;
+  const T* saved;
   const T* x;
   const double* stats;
   double* part;
@@ -282,16 +353,40 @@ struct BatchNormGradChunks {
     const index_t c = cc.channel_of(i), k = cc.chunk_of(i);
     const double mean = stats[c];
     double s = 0, sx = 0;
-    cc.sum(c, k, s, sx, [&](index_t at, double& a, double& b) {
-      const double g = static_cast<double>(to_compute(dy[at]));
+    const auto add = [&](double g, index_t at, double& a, double& b) {
       a += g;
       b += g * (static_cast<double>(to_compute(x[at])) - mean);
-    });
+    };
+    const auto dz_at = [&](index_t at) {
+      return static_cast<double>(to_compute(grad_through<E>(dy, saved, at)));
+    };
+    if (E::identity || KILN_DEVICE_PASS || cc.interleaved) {  // (a GPU thread's few elements: one at a time)
+      cc.sum(c, k, s, sx, [&](index_t at, double& a, double& b) { add(dz_at(at), at, a, b); });
+    } else {  // E's derivative a piece of a run at a time, in a loop of its own
+      T dz[ChannelChunks::stage_tile];
+      index_t from = 0;
+      const auto stage = [&](index_t first, index_t last) {
+        from = first;
+        KILN_PRAGMA_OMP(simd)
+        for (index_t l = first; l < last; ++l) dz[l - first] = grad_through<E>(dy, saved, l);
+      };
+      cc.sum_staged(c, k, s, sx, stage, [&](index_t at, double& a, double& b) {
+        add(static_cast<double>(to_compute(dz[at - from])), at, a, b);
+      });
+    }
     part[2 * i] = s;
     part[2 * i + 1] = sx;
   }
-  /// dy and x read, the partials written; a subtract, multiply and two adds per element.
-  Traffic traffic(index_t n) const { return cc.template chunk_traffic<T>(n); }
+  /// dy and x (and the saved value) read, the partials written; a subtract, multiply and two adds per
+  /// element (and the derivative).
+  Traffic traffic(index_t n) const {
+    Traffic t = cc.template chunk_traffic<T>(n);
+    if constexpr (!E::identity) {
+      t.bytes += kiln::detail::bytes_of<T>(cc.count * cc.channels);
+      t.ops += static_cast<std::uint64_t>(cc.count * cc.channels);
+    }
+    return t;
+  }
 };
 
 /// Per channel c: the chunks' sums added; weight_grad += Σ dy x̂, bias_grad += Σ dy (when affine), and
@@ -330,10 +425,12 @@ struct BatchNormGradMerge {
 /// dx = weight_c · invstd_c · (dy - mean(dy)_c - (x - mean_c) · coef_c) under batch statistics
 /// (training; the means are coef times coef_scale: 1, or 1 / the global count for SyncBatchNorm's
 /// summed coefficients), dx = weight_c · invstd_c · dy under running ones (evaluation: constants); per
-/// element or per plane (as BatchNormApply), in double and rounded once.
-template <class T, class M>
+/// element or per plane (as BatchNormApply), in double and rounded once; dy through the fused activation
+/// E first (grad_through).
+template <class T, class M, class E = epilogue::Identity>
 struct BatchNormGradInput {
   const T* dy;
+  const T* saved;
   const T* x;
   T* dx;
   const double* stats;
@@ -351,16 +448,22 @@ struct BatchNormGradInput {
                  k = coef ? coef[channels + c] * coef_scale : 0.0;
     const index_t o = planes ? i * length : i, n = planes ? length : 1;
     const auto at = [](const T* p, index_t j) { return static_cast<double>(to_compute(p[j])); };
+    const auto g = [&](index_t j) {
+      return static_cast<double>(to_compute(grad_through<E>(dy, saved, j)));
+    };
     if (coef) {
+      KILN_PRAGMA_OMP(simd)
       for (index_t l = 0; l < n; ++l)
-        dx[o + l] = from_compute<T>(static_cast<C>((at(dy, o + l) - mean_dy - (at(x, o + l) - mean) * k) * scale));
+        dx[o + l] = from_compute<T>(static_cast<C>((g(o + l) - mean_dy - (at(x, o + l) - mean) * k) * scale));
     } else {
-      for (index_t l = 0; l < n; ++l) dx[o + l] = from_compute<T>(static_cast<C>(at(dy, o + l) * scale));
+      KILN_PRAGMA_OMP(simd)
+      for (index_t l = 0; l < n; ++l) dx[o + l] = from_compute<T>(static_cast<C>(g(o + l) * scale));
     }
   }
   Traffic traffic(index_t n) const {
-    const index_t elements = planes ? n * length : n;
-    return {(coef ? 3 : 2) * kiln::detail::bytes_of<T>(elements), (coef ? 5 : 1) * static_cast<std::uint64_t>(elements)};
+    const index_t elements = planes ? n * length : n, reads = (coef ? 3 : 2) + (E::identity ? 0 : 1);
+    return {reads * kiln::detail::bytes_of<T>(elements),
+            ((coef ? 5 : 1) + (E::identity ? 0 : 1)) * static_cast<std::uint64_t>(elements)};
   }
 };
 
@@ -444,10 +547,29 @@ struct BatchNormLayer {
     /// Training (or no running statistics): normalised by the batch's mean and biased variance per
     /// channel, the running statistics moved towards them; evaluation: by the running statistics.
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+      return forward_fused<epilogue::Identity>(x, ctx);
+    }
+    /// weight_grad += Σ dy x̂, bias_grad += Σ dy; dx through the batch's statistics (training) or
+    /// the running ones (evaluation); dx is empty when input_grad is false.
+    /// SyncBatchNorm after a synchronised forward: the replicas add their sums of dy and dy x̂ before dx
+    /// subtracts their means over the global batch (torch's; skipped, on every replica, when input_grad is
+    /// false); weight_grad and bias_grad stay this replica's own (DistributedDataParallel averages them).
+    Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
+      return backward_fused<epilogue::Identity>(dy, input_grad);
+    }
+
+    /// y = E(BatchNorm(x)): the activation after it in a Sequential runs in its normalising pass, and
+    /// its derivative in the two backward passes (nn/epilogue.hpp): the activation's own two passes
+    /// over the batch are saved, the bits the same.
+    static constexpr bool fuses_epilogue = true;
+    template <class E>
+    Tensor<T, S, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
       check_channels(x);
       group_ = nullptr;
+      saved_ = Tensor<T, S, D>();
       if constexpr (Sync)
-        if (ctx.training && ctx.replicas != nullptr && ctx.replicas->size() > 1) return forward_synced(x, ctx);
+        if (ctx.training && ctx.replicas != nullptr && ctx.replicas->size() > 1)
+          return forward_synced<E>(x, ctx);
       const index_t length = spatial(x), count = x.size(0) * length;
       const bool batch = ctx.training || !Track;
       if (batch && count == 1)
@@ -462,6 +584,8 @@ struct BatchNormLayer {
         x_ = Tensor<T, S, D>(), batch_ = batch;
         return y;
       }
+      Tensor<T, S, D> z =
+          keeps_input<E>(ctx) ? Tensor<T, S, D>(x.extents(), x.device_index()) : Tensor<T, S, D>();
       if (batch) {
         const ChannelChunks cc = chunks_of(x);
         Tensor<double, Shape<dyn>, D> part(Extents<Shape<dyn>>(2 * C * cc.chunks), x.device_index());
@@ -473,19 +597,17 @@ struct BatchNormLayer {
       } else {
         kiln::detail::executor<D>::for_each(C, BatchNormRunningStats<M>{b_, stats.data(), C, static_cast<double>(Eps)});
       }
-      normalise(x, y, stats, running);
+      normalise<E>(x, y, z, stats, running);
       x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
       stats_ = ctx.grad ? std::move(stats) : Stats();
       batch_ = batch;
+      keep_activation<E>(ctx, y, z);
       return y;
     }
 
-    /// weight_grad += Σ dy x̂, bias_grad += Σ dy; dx through the batch's statistics (training) or
-    /// the running ones (evaluation); dx is empty when input_grad is false.
-    /// SyncBatchNorm after a synchronised forward: the replicas add their sums of dy and dy x̂ before dx
-    /// subtracts their means over the global batch (torch's; skipped, on every replica, when input_grad is
-    /// false); weight_grad and bias_grad stay this replica's own (DistributedDataParallel averages them).
-    Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
+    /// backward() through E's derivative first (from the value forward_fused<E> kept).
+    template <class E>
+    Tensor<T, S, D> backward_fused(const Tensor<T, S, D>& dy, bool input_grad = true) {
       if (!x_.empty()) detail::check_backward_rows(Named::kind, dy.size(0), x_.size(0));  // (more would read past x_)
       if (dy.numel() == 0) {
         if (group_ != nullptr && input_grad) {  // the others wait for this replica's (zero) sums
@@ -496,16 +618,19 @@ struct BatchNormLayer {
         group_ = nullptr;
         return input_grad ? Tensor<T, S, D>(dy.extents(), dy.device_index()) : Tensor<T, S, D>();
       }
-      if (x_.empty())
+      if (x_.empty() || (!E::identity && saved_.empty()))
         throw Error("kiln::nn::" + std::string(Named::kind) + "::backward: no saved input; run forward with "
                     "gradients enabled first");
+      const T* saved = E::identity ? nullptr : saved_.data();
       const index_t length = spatial(dy);
       Tensor<double, Shape<dyn>, D> coef;
       if (Affine || batch_) {
         const ChannelChunks cc = chunks_of(dy);
         Tensor<double, Shape<dyn>, D> part(Extents<Shape<dyn>>(2 * C * cc.chunks), dy.device_index());
         kiln::detail::executor<D>::for_each(
-            C * cc.chunks, BatchNormGradChunks<T>{dy.data(), x_.data(), stats_.data(), part.data(), cc}, cc.block());
+            C * cc.chunks,
+            BatchNormGradChunks<T, E>{dy.data(), saved, x_.data(), stats_.data(), part.data(), cc},
+            cc.block());
         coef = Tensor<double, Shape<dyn>, D>(Extents<Shape<dyn>>(2 * C), dy.device_index());
         kiln::detail::executor<D>::for_each(
             C, BatchNormGradMerge<M>{part.data(), stats_.data(), coef.data(), Affine ? g_ : nullptr,
@@ -519,11 +644,13 @@ struct BatchNormLayer {
         constexpr bool planes = std::is_same_v<D, Cpu>;
         kiln::detail::executor<D>::for_each(
             planes ? dy.size(0) * C : dy.numel(),
-            BatchNormGradInput<T, M>{dy.data(), x_.data(), dx.data(), stats_.data(), batch_ ? coef.data() : nullptr,
-                                     Affine ? p_ : nullptr, C, length, planes, group_ ? 1.0 / global_count_ : 1.0},
+            BatchNormGradInput<T, M, E>{dy.data(), saved, x_.data(), dx.data(), stats_.data(),
+                                        batch_ ? coef.data() : nullptr, Affine ? p_ : nullptr, C, length,
+                                        planes, group_ ? 1.0 / global_count_ : 1.0},
             planes ? length : 1);
       }
       x_ = Tensor<T, S, D>();
+      saved_ = Tensor<T, S, D>();
       stats_ = Tensor<double, Shape<dyn>, D>();
       group_ = nullptr;
       return dx;
@@ -543,6 +670,7 @@ struct BatchNormLayer {
     /// rank order into the global batch's statistics (the same on every replica, running statistics
     /// included), and x normalised by them. A replica with an empty batch still takes part; when every
     /// replica's is empty, only num_batches_tracked moves (as an empty batch alone).
+    template <class E>
     Tensor<T, S, D> forward_synced(const Tensor<T, S, D>& x, Context ctx) {
       ReplicaGroup& group = *ctx.replicas;
       const index_t length = spatial(x), count = x.size(0) * length;
@@ -577,8 +705,9 @@ struct BatchNormLayer {
             C, BatchNormGatheredMerge<M>{gathered.data(), stats.data(), running, C, replicas, static_cast<double>(Eps),
                                          momentum_factor},
             replicas);
+      Tensor<T, S, D> z = keeps_input<E>(ctx) ? Tensor<T, S, D>(x.extents(), device) : Tensor<T, S, D>();
       if (count > 0 && total > 0) {
-        normalise(x, y, stats, running);
+        normalise<E>(x, y, z, stats, running);
       } else if (running) {  // nothing here to normalise: the batch is counted all the same
         kiln::detail::executor<D>::for_each(1, BatchNormCountBatch<M>{running + 2 * C});
       }
@@ -587,20 +716,34 @@ struct BatchNormLayer {
       batch_ = true;
       group_ = ctx.grad && total > 0 ? &group : nullptr;
       global_count_ = total;
+      keep_activation<E>(ctx, y, z);
       return y;
     }
     /// The running statistics' update factor as the merges take it (< 0: the cumulative average).
     static constexpr double momentum_factor = Momentum == cumulative_average ? -1.0 : static_cast<double>(Momentum);
-    /// y = x normalised by `stats`, counting the batch in num_batches_tracked when running is non-null:
-    /// per element on a GPU, per [n, c] plane on the CPU.
-    void normalise(const Tensor<T, S, D>& x, Tensor<T, S, D>& y, const Tensor<double, Shape<dyn>, D>& stats, M* running) {
+    /// y = E(x normalised by `stats`), z (when not empty) the normalised x, counting the batch in
+    /// num_batches_tracked when running is non-null: per element on a GPU, per [n, c] plane on the CPU.
+    template <class E>
+    void normalise(const Tensor<T, S, D>& x, Tensor<T, S, D>& y, Tensor<T, S, D>& z,
+                   const Tensor<double, Shape<dyn>, D>& stats, M* running) {
       constexpr bool planes = std::is_same_v<D, Cpu>;
       const index_t length = spatial(x);
       kiln::detail::executor<D>::for_each(
           planes ? x.size(0) * C : x.numel(),
-          BatchNormApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr, Affine ? p_ + C : nullptr,
-                               running ? running + 2 * C : nullptr, C, length, planes},
+          BatchNormApply<T, M, E>{x.data(), y.data(), z.empty() ? nullptr : z.data(), stats.data(),
+                                  Affine ? p_ : nullptr, Affine ? p_ + C : nullptr,
+                                  running ? running + 2 * C : nullptr, C, length, planes},
           planes ? length : 1);
+    }
+    /// Whether forward_fused<E> keeps the normalised value apart from y: for a backward of an activation
+    /// whose derivative needs its input.
+    template <class E>
+    static bool keeps_input(Context ctx) { return !E::identity && !E::saves_output && ctx.grad; }
+    /// The value E's derivative reads in backward_fused<E> (training only): y, or the normalised z.
+    template <class E>
+    void keep_activation(Context ctx, const Tensor<T, S, D>& y, const Tensor<T, S, D>& z) {
+      if constexpr (!E::identity)
+        if (ctx.grad) saved_ = Tensor<T, S, D>(E::saves_output ? y : z);  // shares y's or z's storage
     }
     /// "kiln::nn::SyncBatchNorm<16>": who speaks in the synchronised passes' messages.
     /// Built once (each synchronised pass hands them to the collectives).
@@ -643,6 +786,7 @@ struct BatchNormLayer {
     M* b_ = nullptr;
     int device_ = 0;
     Tensor<T, S, D> x_;                          // saved input (training only)
+    Tensor<T, S, D> saved_;                      // a fused activation's output or input (training only)
     Tensor<double, Shape<dyn>, D> stats_;        // the mean and 1 / sqrt(var + eps) it was normalised by
     bool batch_ = true;                          // whether those were the batch's statistics
     ReplicaGroup* group_ = nullptr;              // SyncBatchNorm: the replicas the saved statistics span

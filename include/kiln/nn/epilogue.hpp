@@ -5,9 +5,12 @@
 /// activation: ReLU, Sigmoid, Tanh, GELU, GELUTanh, SiLU, LeakyReLU, ELU, ReLU6, Hardtanh, Hardsigmoid, Hardswish,
 /// Softplus, Mish, SELU, CELU, Softsign, LogSigmoid) runs as one layer: GEMM, then one pass that adds the
 /// bias and applies the activation; backward is one pass that applies the activation's derivative and reduces
-/// the bias gradient, then the GEMMs. The activation's module stays in the graph (summary, indices and
-/// state_dict names do not change) but does no work.
+/// the bias gradient, then the GEMMs. A BatchNorm (1d, 2d, Sync) followed by one runs it in its normalising
+/// pass, and its derivative in the two backward passes that read dy. The activation's module stays in the
+/// graph (summary, indices and state_dict names do not change) but does no work.
 #pragma once
+#include <bit>
+#include <cstdint>
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
@@ -32,6 +35,19 @@ struct Identity {
   KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A) { return dy; }
 };
 
+/// dy where keep, else +0: dy's bits masked, without a branch. The same as `keep ? dy : A(0)`, which g++
+/// turns into a branch when a conversion follows (a BatchNorm's backward widens dz to double: the
+/// conversion may trap, so it is not hoisted out of the branch) and then does not vectorise.
+template <class A>
+KILN_HOST_DEVICE KILN_FORCEINLINE A keep_or_zero(bool keep, A dy) {
+  if constexpr (std::is_same_v<A, float>)
+    return std::bit_cast<float>(std::bit_cast<std::uint32_t>(dy) & (keep ? 0xffffffffu : 0u));
+  else if constexpr (std::is_same_v<A, double>)
+    return std::bit_cast<double>(std::bit_cast<std::uint64_t>(dy) & (keep ? ~0ull : 0ull));
+  else
+    return keep ? dy : A(0);
+}
+
 /// max(z, 0) (NaN passes through); the gradient at 0 is 0 and at NaN dy, as PyTorch's.
 struct Relu {
   static constexpr bool saves_output = true;
@@ -39,7 +55,7 @@ struct Relu {
   template <class A>
   KILN_HOST_DEVICE KILN_FORCEINLINE static A forward(A z) { return ops::Relu{}(z); }
   template <class A>
-  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) { return y <= A(0) ? A(0) : dy; }
+  KILN_HOST_DEVICE KILN_FORCEINLINE static A backward(A dy, A y) { return keep_or_zero(!(y <= A(0)), dy); }
 };
 
 struct Sigmoid {
@@ -300,7 +316,7 @@ struct LogSigmoid {
 
 namespace kiln::nn {
 
-/// The epilogue a layer spec L stands for when it follows a Linear, Conv2d or ConvTranspose2d: its
+/// The epilogue a layer spec L stands for when it follows a layer that fuses_epilogue: its
 /// fused_epilogue (every pointwise activation's, nn/activation.hpp; the activation itself, not a spec
 /// derived from it with a module of its own); void: L is not fused.
 template <class L>
@@ -313,7 +329,7 @@ struct epilogue_of<L> {
   using type = typename L::fused_epilogue;
 };
 
-/// Whether the module type Mod fuses an epilogue into its GEMM (it has forward_fused / backward_fused).
+/// Whether the module type Mod runs the activation after it (it has forward_fused / backward_fused).
 template <class Mod>
 concept fuses_epilogue = requires { Mod::fuses_epilogue; } && Mod::fuses_epilogue;
 

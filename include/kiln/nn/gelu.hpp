@@ -16,7 +16,8 @@ struct GELU : detail::PointwiseActivation<epilogue::Gelu, GELU> {
 };
 
 /// The tanh approximation, torch.nn.GELU(approximate='tanh') (GPT-2's and BERT's "gelu_new"): torch's
-/// formula and derivative (epilogue::GeluTanh). Fused after a Linear, Conv2d or ConvTranspose2d as GELU.
+/// formula and derivative (epilogue::GeluTanh). Fused after a Linear, Conv2d, ConvTranspose2d or BatchNorm
+/// as GELU.
 struct GELUTanh : detail::PointwiseActivation<epilogue::GeluTanh, GELUTanh> {
   static std::string repr() { return "GELU(approximate='tanh')"; }
 };

@@ -513,9 +513,9 @@ struct Sequential {
     /// The epilogue layer I stands for (nn/epilogue.hpp), or void.
     template <std::size_t I>
     using epilogue_at = typename epilogue_of<typename detail::type_at<I, typename info::layers>::type>::type;
-    /// Whether layer I runs the activation at I + 1 as its epilogue (Linear, Conv2d or ConvTranspose2d, then
-    /// an activation with an epilogue_of: every pointwise activation, nn/activation.hpp): one pass after
-    /// the GEMM instead of two, in both directions.
+    /// Whether layer I runs the activation at I + 1 as its epilogue (Linear, Conv2d, ConvTranspose2d or a
+    /// BatchNorm, then an activation with an epilogue_of: every pointwise activation, nn/activation.hpp):
+    /// the activation's own passes saved, in both directions.
     template <std::size_t I>
     static constexpr bool fused_with_next = [] {
       if constexpr (I + 1 >= n) return false;

@@ -370,14 +370,13 @@ BOOST_AUTO_TEST_CASE(per_element_and_per_plane_passes_agree) {
       const float* w = affine ? weight.data() : nullptr;
       const float* b = affine ? weight.data() + 2 : nullptr;
       const double* k = batch ? coef.data() : nullptr;
-      kiln::detail::executor<kiln::Cpu>::for_each(
-          total, kd::BatchNormApply<float, float>{x.data(), y_e.data(), stats.data(), w, b, nullptr, c, l, false});
-      kiln::detail::executor<kiln::Cpu>::for_each(
-          n * c, kd::BatchNormApply<float, float>{x.data(), y_p.data(), stats.data(), w, b, nullptr, c, l, true});
-      kiln::detail::executor<kiln::Cpu>::for_each(
-          total, kd::BatchNormGradInput<float, float>{dy.data(), x.data(), dx_e.data(), stats.data(), k, w, c, l, false});
-      kiln::detail::executor<kiln::Cpu>::for_each(
-          n * c, kd::BatchNormGradInput<float, float>{dy.data(), x.data(), dx_p.data(), stats.data(), k, w, c, l, true});
+      using Apply = kd::BatchNormApply<float, float>;
+      using GradInput = kd::BatchNormGradInput<float, float>;
+      using run = kiln::detail::executor<kiln::Cpu>;
+      run::for_each(total, Apply{x.data(), y_e.data(), nullptr, stats.data(), w, b, nullptr, c, l, false});
+      run::for_each(n * c, Apply{x.data(), y_p.data(), nullptr, stats.data(), w, b, nullptr, c, l, true});
+      run::for_each(total, GradInput{dy.data(), nullptr, x.data(), dx_e.data(), stats.data(), k, w, c, l, false});
+      run::for_each(n * c, GradInput{dy.data(), nullptr, x.data(), dx_p.data(), stats.data(), k, w, c, l, true});
       BOOST_TEST_CONTEXT("affine " << affine << ", batch statistics " << batch) {
         BOOST_TEST(y_e == y_p, boost::test_tools::per_element());
         BOOST_TEST(dx_e == dx_p, boost::test_tools::per_element());
@@ -512,6 +511,88 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mixed_precision_normalises_in_fp32, D, kiln::test:
   // half and bf16 activations, fp32 weights and statistics: within the storage type's rounding of fp32.
   check_mixed_against_fp32<D, kiln::MixedFp16>(4e-3f);   // 8 steps of half's 2^-11
   check_mixed_against_fp32<D, kiln::MixedBf16>(3.2e-2f);  // 8 steps of bf16's 2^-8
+}
+
+/// The bytes of a tensor's values (bf16 and half compare bit for bit).
+template <class X>
+std::vector<unsigned char> bits_of(const X& x) {
+  const auto v = x.to_vector();
+  std::vector<unsigned char> b(v.size() * sizeof(v[0]));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+/// Net's BatchNorm (layer 0) runs the activation after it (layer 1) in its own passes: against the same
+/// model with fusion off (kiln::Unfused: two layers), from the same drawn parameters, the same bits for
+/// the output, dL/dx, the parameter gradients and the running statistics, over two training steps and an
+/// evaluation forward and backward; the fused step runs two passes fewer (the activation's own).
+template <class Net, class In, class Prec, class D>
+void check_fused_with_activation(const Extents<In>& ext, std::uint32_t seed) {
+  using H = typename Prec::storage;
+  using Model = knn::Model<Net, In, kiln::Policy<Prec, D>>;
+  static_assert(Model::network::template fused_with_next<0>);
+  Model fused(seed), plain(seed);
+  const std::string name = fused.net().template layer<0>().name();
+  const auto params = kt::random_values<float>(static_cast<std::size_t>(Model::parameter_count), -1.5, 1.5, seed);
+  fused.parameters().copy_from(std::span<const float>(params));
+  plain.parameters().copy_from(std::span<const float>(params));
+  const auto n = static_cast<std::size_t>(ext.numel());
+  for (int step = 0; step < 3; ++step) {
+    const bool training = step < 2;
+    fused.train(training), plain.train(training);
+    const auto drawn = [&](double lo, double hi, std::uint32_t at) {
+      return kt::make_tensor<D>(kt::rounded_to<H>(kt::random_values<float>(n, lo, hi, at)).second, ext);
+    };
+    const auto x = drawn(-2, 2, seed + step), dy = drawn(-1, 1, seed + 9 + step);
+    fused.zero_grad(), plain.zero_grad();
+    auto before = kiln::passes();
+    const auto y = fused.forward(x);
+    const auto dx = fused.backward_input(dy);
+    const auto fused_passes = kiln::passes() - before;
+    std::uint64_t plain_passes = 0;
+    {
+      kiln::Unfused off;
+      before = kiln::passes();
+      const auto y_plain = plain.forward(x);
+      const auto dx_plain = plain.backward_input(dy);
+      plain_passes = kiln::passes() - before;
+      BOOST_TEST_CONTEXT(name << ", step " << step) {
+        BOOST_TEST((bits_of(y) == bits_of(y_plain)));
+        BOOST_TEST((bits_of(dx) == bits_of(dx_plain)));
+      }
+    }
+    BOOST_TEST_CONTEXT(name << ", step " << step) {
+      BOOST_TEST(fused.gradients().to_vector() == plain.gradients().to_vector(), boost::test_tools::per_element());
+      BOOST_TEST(fused.buffers().to_vector() == plain.buffers().to_vector(), boost::test_tools::per_element());
+      BOOST_TEST(plain_passes == fused_passes + 2);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_activation_after_batch_norm_runs_in_its_passes, D, kiln::test::devices) {
+  using Img = Shape<dyn, 3, 5, 6>;
+  using Flat = Shape<dyn, 4>;
+  // ReLU's derivative reads the output, GELU's and SiLU's the normalised input (kept apart)
+  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::ReLU>, Img, kiln::Fp32, D>(Extents<Img>(4), 90);
+  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::GELU>, Img, kiln::Fp32, D>(Extents<Img>(4), 91);
+  check_fused_with_activation<knn::Sequential<knn::BatchNorm1d<4>, knn::SiLU>, Flat, kiln::Fp32, D>(Extents<Flat>(7),
+                                                                                                     92);
+  // without affine parameters or running statistics (evaluation then normalises by the batch's)
+  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3, 1e-5f, 0.1f, false, false>, knn::Tanh>, Img,
+                              kiln::Fp32, D>(Extents<Img>(4), 93);
+  // bf16 and half activations: rounded to the storage type between the normalisation and the activation
+  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::GELU>, Img, kiln::MixedBf16, D>(
+      Extents<Img>(4), 94);
+  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::Sigmoid>, Img, kiln::MixedFp16, D>(
+      Extents<Img>(4), 95);
+  // the summary marks the activation, and a BatchNorm runs it in a double-precision gradient check too
+  knn::Model<knn::Sequential<knn::Conv2d<3, 4, 3>, knn::BatchNorm2d<4>, knn::ReLU>, Img> model;
+  const std::string s = model.summary(2);
+  BOOST_TEST(s.find("ReLU() [fused into 1]") != std::string::npos, s);
+  kt::check_model_gradients<knn::Sequential<knn::BatchNorm2d<3>, knn::GELU>, Img, D>(Extents<Img>(2), -2, 2, 0, 96,
+                                                                                     true);
+  kt::check_model_gradients<knn::Sequential<knn::BatchNorm1d<4>, knn::ReLU>, Flat, D>(Extents<Flat>(6), -2, 2, 0, 97,
+                                                                                      true);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
