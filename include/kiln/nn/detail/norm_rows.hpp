@@ -131,18 +131,23 @@ struct NormRowApply {
     const index_t o = r * L, p = rows.first_param(r), last = by_rows ? L : first + 1;
     const auto centred = [&](index_t l) { return static_cast<double>(to_compute(x[o + l])) - mean; };
     const auto store = [&](index_t l, double v) { y[o + l] = from_compute<T>(static_cast<compute_t<T>>(v)); };
+    // omp simd: g++ -O2 (README.md's line) does not vectorise these loops on its own
     if (rows.spatial == 1 && weight) {  // LayerNorm: a weight and bias per element
+      KILN_PRAGMA_OMP(simd)
       for (index_t l = first; l < last; ++l)
         store(l, centred(l) * (rstd * static_cast<double>(weight[p + l])) + static_cast<double>(bias[p + l]));
     } else if (rows.spatial == 1) {
+      KILN_PRAGMA_OMP(simd)
       for (index_t l = first; l < last; ++l) store(l, centred(l) * rstd);
     } else {  // GroupNorm: one per run of a channel's positions
       rows.runs(first, last, [&](index_t k, index_t begin, index_t end) {
         if (weight) {
           const double scale = rstd * static_cast<double>(weight[p + k]),
                        shift = static_cast<double>(bias[p + k]);
+          KILN_PRAGMA_OMP(simd)
           for (index_t l = begin; l < end; ++l) store(l, centred(l) * scale + shift);
         } else {
+          KILN_PRAGMA_OMP(simd)
           for (index_t l = begin; l < end; ++l) store(l, centred(l) * rstd);
         }
       });
@@ -200,13 +205,16 @@ struct NormRowGradInput {
       const double xhat = (static_cast<double>(to_compute(x[o + l])) - mean) * rstd;
       dx[o + l] = from_compute<T>(static_cast<compute_t<T>>((g - mean_g - xhat * mean_gx) * rstd));
     };
-    if (rows.spatial == 1 && w) {
+    if (rows.spatial == 1 && w) {  // (omp simd: as NormRowApply's loops)
+      KILN_PRAGMA_OMP(simd)
       for (index_t l = first; l < last; ++l) grad(l, static_cast<double>(w[l]));
     } else if (rows.spatial == 1) {
+      KILN_PRAGMA_OMP(simd)
       for (index_t l = first; l < last; ++l) grad(l, 1.0);
     } else {
       rows.runs(first, last, [&](index_t k, index_t begin, index_t end) {
         const double wk = w ? static_cast<double>(w[k]) : 1.0;
+        KILN_PRAGMA_OMP(simd)
         for (index_t l = begin; l < end; ++l) grad(l, wk);
       });
     }
@@ -277,6 +285,7 @@ struct NormRowGradParamChunks {
       if (k0 >= k1) continue;
       const double mean = stats[2 * r], rstd = stats[2 * r + 1];
       if (rows.spatial == 1) {
+        KILN_PRAGMA_OMP(simd)
         for (index_t l = k0; l < k1; ++l) {
           const double d = static_cast<double>(to_compute(dy[o + l]));
           pw[first + l] += d * (static_cast<double>(to_compute(x[o + l])) - mean) * rstd;
