@@ -12,6 +12,7 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/core/real.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/nn/detail/conv_functors.hpp"
 #include "kiln/nn/detail/norm_rows.hpp"
 #include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
@@ -605,9 +606,24 @@ struct BatchNormLayer {
       return y;
     }
 
-    /// backward() through E's derivative first (from the value forward_fused<E> kept).
+    /// backward() through E's derivative first (from the value forward_fused<E> kept): inside both
+    /// passes for a derivative of the output (ReLU, Sigmoid, Tanh: a few operations); once, into dz, for
+    /// one of the input (GELU, SiLU: erf, exp), which twice made BatchNorm2d + GELU forward and backward
+    /// 31 ms where the two layers take 19 ([128, 16, 32, 32], 2 threads).
     template <class E>
     Tensor<T, S, D> backward_fused(const Tensor<T, S, D>& dy, bool input_grad = true) {
+      if constexpr (!E::identity && !E::saves_output) {
+        if (dy.numel() != 0) {
+          if (saved_.empty())
+            throw Error("kiln::nn::" + std::string(Named::kind) + "::backward: no saved input; run forward "
+                        "with gradients enabled first");
+          Tensor<T, S, D> dz(dy.extents(), dy.device_index());
+          kiln::detail::executor<D>::for_each(dz.numel(),
+                                              EpilogueGrad<T, E>{dy.data(), saved_.data(), dz.data()});
+          saved_ = Tensor<T, S, D>();
+          return backward_fused<epilogue::Identity>(dz, input_grad);
+        }
+      }
       if (!x_.empty()) detail::check_backward_rows(Named::kind, dy.size(0), x_.size(0));  // (more would read past x_)
       if (dy.numel() == 0) {
         if (group_ != nullptr && input_grad) {  // the others wait for this replica's (zero) sums
