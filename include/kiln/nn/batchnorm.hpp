@@ -291,21 +291,32 @@ struct BatchNormApply {
       return from_compute<T>(
           static_cast<compute_t<T>>((static_cast<double>(to_compute(x[o + l])) - mean) * scale + shift));
     };
+    const auto activate = [&](T v) { return from_compute<T>(E::forward(to_compute(v))); };
     // omp simd: g++ -O2 (README.md's line) does not vectorise these loops on its own; with an activation
     // its select then stays a branch, taken at random (a BatchNorm-ReLU pass took 3x as long)
     if constexpr (E::identity) {
       KILN_PRAGMA_OMP(simd)
       for (index_t l = 0; l < n; ++l) y[o + l] = normalised(l);
-    } else if (z) {
-      KILN_PRAGMA_OMP(simd)
+    } else if (KILN_DEVICE_PASS || n == 1) {  // (a GPU thread's element, or BatchNorm1d's over [N, C])
       for (index_t l = 0; l < n; ++l) {
         const T v = normalised(l);
-        z[o + l] = v;
-        y[o + l] = from_compute<T>(E::forward(to_compute(v)));
+        if (z) z[o + l] = v;
+        y[o + l] = activate(v);
       }
     } else {
-      KILN_PRAGMA_OMP(simd)
-      for (index_t l = 0; l < n; ++l) y[o + l] = from_compute<T>(E::forward(to_compute(normalised(l))));
+#if !KILN_DEVICE_PASS
+      // A plane: the normalised values first, a piece at a time, then the activation in a loop of its
+      // own (an activation that calls the library, erf or exp, would keep the normalising scalar).
+      T staged[ChannelChunks::stage_tile];
+      for (index_t first = 0; first < n; first += ChannelChunks::stage_tile) {
+        const index_t m = n - first < ChannelChunks::stage_tile ? n - first : ChannelChunks::stage_tile;
+        T* v = z ? z + o + first : staged;
+        KILN_PRAGMA_OMP(simd)
+        for (index_t l = 0; l < m; ++l) v[l] = normalised(first + l);
+        KILN_PRAGMA_OMP(simd)
+        for (index_t l = 0; l < m; ++l) y[o + first + l] = activate(v[l]);
+      }
+#endif
     }
     if (tracked && i == 0) *tracked = *tracked + M(1);
   }

@@ -581,6 +581,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_activation_after_batch_norm_runs_in_its_passes,
   check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::GELU>, Img, kiln::Fp32, D>(Extents<Img>(4), 91);
   check_fused_with_activation<knn::Sequential<knn::BatchNorm1d<4>, knn::SiLU>, Flat, kiln::Fp32, D>(Extents<Flat>(7),
                                                                                                      92);
+  // planes longer than the CPU's pieces of 256 (normalised, then activated, a piece at a time), and not
+  // a multiple of them
+  using Wide = Shape<dyn, 2, 17, 19>;
+  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<2>, knn::ReLU>, Wide, kiln::Fp32, D>(
+      Extents<Wide>(3), 98);
+  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<2>, knn::SiLU>, Wide, kiln::Fp32, D>(
+      Extents<Wide>(3), 99);
   // without affine parameters or running statistics (evaluation then normalises by the batch's)
   check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3, 1e-5f, 0.1f, false, false>, knn::Tanh>, Img,
                               kiln::Fp32, D>(Extents<Img>(4), 93);
