@@ -6,7 +6,8 @@
 /// Softplus, Mish, SELU, CELU, Softsign, LogSigmoid) runs as one layer: GEMM, then one pass that adds the
 /// bias and applies the activation; backward is one pass that applies the activation's derivative and reduces
 /// the bias gradient, then the GEMMs. A BatchNorm (1d, 2d, Sync) followed by one runs it in its normalising
-/// pass, and its derivative in the two backward passes that read dy. The activation's module stays in the
+/// pass, and its derivative in the two backward passes that read dy; a GroupNorm, LayerNorm or InstanceNorm
+/// in its normalising pass, its derivative once into dz. The activation's module stays in the
 /// graph (summary, indices and state_dict names do not change) but does no work.
 #pragma once
 #include <bit>

@@ -21,6 +21,7 @@
 #include <kiln/nn/nn.hpp>
 #include <kiln/optim/optim.hpp>
 
+#include "support/fused_activation.hpp"
 #include "support/gradcheck.hpp"
 #include "support/model_gradcheck.hpp"
 #include "support/parity.hpp"
@@ -513,89 +514,33 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mixed_precision_normalises_in_fp32, D, kiln::test:
   check_mixed_against_fp32<D, kiln::MixedBf16>(3.2e-2f);  // 8 steps of bf16's 2^-8
 }
 
-/// The bytes of a tensor's values (bf16 and half compare bit for bit).
-template <class X>
-std::vector<unsigned char> bits_of(const X& x) {
-  const auto v = x.to_vector();
-  std::vector<unsigned char> b(v.size() * sizeof(v[0]));
-  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-/// Net's BatchNorm (layer 0) runs the activation after it (layer 1) in its own passes: against the same
-/// model with fusion off (kiln::Unfused: two layers), from the same drawn parameters, the same bits for
-/// the output, dL/dx, the parameter gradients and the running statistics, over two training steps and an
-/// evaluation forward and backward; the fused step runs one or two passes fewer (the activation's own).
-template <class Net, class In, class Prec, class D>
-void check_fused_with_activation(const Extents<In>& ext, std::uint32_t seed) {
-  using H = typename Prec::storage;
-  using Model = knn::Model<Net, In, kiln::Policy<Prec, D>>;
-  static_assert(Model::network::template fused_with_next<0>);
-  using Activation = typename Model::network::template epilogue_at<1>;
-  Model fused(seed), plain(seed);
-  const std::string name = fused.net().template layer<0>().name();
-  const auto params = kt::random_values<float>(static_cast<std::size_t>(Model::parameter_count), -1.5, 1.5, seed);
-  fused.parameters().copy_from(std::span<const float>(params));
-  plain.parameters().copy_from(std::span<const float>(params));
-  const auto n = static_cast<std::size_t>(ext.numel());
-  for (int step = 0; step < 3; ++step) {
-    const bool training = step < 2;
-    fused.train(training), plain.train(training);
-    const auto drawn = [&](double lo, double hi, std::uint32_t at) {
-      return kt::make_tensor<D>(kt::rounded_to<H>(kt::random_values<float>(n, lo, hi, at)).second, ext);
-    };
-    const auto x = drawn(-2, 2, seed + step), dy = drawn(-1, 1, seed + 9 + step);
-    fused.zero_grad(), plain.zero_grad();
-    auto before = kiln::passes();
-    const auto y = fused.forward(x);
-    const auto dx = fused.backward_input(dy);
-    const auto fused_passes = kiln::passes() - before;
-    std::uint64_t plain_passes = 0;
-    {
-      kiln::Unfused off;
-      before = kiln::passes();
-      const auto y_plain = plain.forward(x);
-      const auto dx_plain = plain.backward_input(dy);
-      plain_passes = kiln::passes() - before;
-      BOOST_TEST_CONTEXT(name << ", step " << step) {
-        BOOST_TEST((bits_of(y) == bits_of(y_plain)));
-        BOOST_TEST((bits_of(dx) == bits_of(dx_plain)));
-      }
-    }
-    BOOST_TEST_CONTEXT(name << ", step " << step) {
-      BOOST_TEST(fused.gradients().to_vector() == plain.gradients().to_vector(), boost::test_tools::per_element());
-      BOOST_TEST(fused.buffers().to_vector() == plain.buffers().to_vector(), boost::test_tools::per_element());
-      // the activation's forward pass saved; its backward too where the derivative reads the output
-      // (GELU's and SiLU's, of the input, run once into dz: in both of BatchNorm's passes they cost more)
-      const std::uint64_t saved_passes = Activation::saves_output ? 2 : 1;
-      BOOST_TEST(plain_passes == fused_passes + saved_passes);
-    }
-  }
-}
-
 BOOST_AUTO_TEST_CASE_TEMPLATE(an_activation_after_batch_norm_runs_in_its_passes, D, kiln::test::devices) {
   using Img = Shape<dyn, 3, 5, 6>;
   using Flat = Shape<dyn, 4>;
+  using knn::Sequential, knn::BatchNorm2d, kiln::Fp32;
+  constexpr bool in_passes = true;  // a derivative of the output in BatchNorm's two backward passes
   // ReLU's derivative reads the output, GELU's and SiLU's the normalised input (kept apart)
-  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::ReLU>, Img, kiln::Fp32, D>(Extents<Img>(4), 90);
-  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::GELU>, Img, kiln::Fp32, D>(Extents<Img>(4), 91);
-  check_fused_with_activation<knn::Sequential<knn::BatchNorm1d<4>, knn::SiLU>, Flat, kiln::Fp32, D>(Extents<Flat>(7),
-                                                                                                     92);
+  kt::check_fused_with_activation<Sequential<BatchNorm2d<3>, knn::ReLU>, Img, Fp32, D>(Extents<Img>(4), 90,
+                                                                                      in_passes);
+  kt::check_fused_with_activation<Sequential<BatchNorm2d<3>, knn::GELU>, Img, Fp32, D>(Extents<Img>(4), 91,
+                                                                                      in_passes);
+  kt::check_fused_with_activation<Sequential<knn::BatchNorm1d<4>, knn::SiLU>, Flat, Fp32, D>(Extents<Flat>(7), 92,
+                                                                                            in_passes);
   // planes longer than the CPU's pieces of 256 (normalised, then activated, a piece at a time), and not
   // a multiple of them
   using Wide = Shape<dyn, 2, 17, 19>;
-  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<2>, knn::ReLU>, Wide, kiln::Fp32, D>(
-      Extents<Wide>(3), 98);
-  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<2>, knn::SiLU>, Wide, kiln::Fp32, D>(
-      Extents<Wide>(3), 99);
+  kt::check_fused_with_activation<Sequential<BatchNorm2d<2>, knn::ReLU>, Wide, Fp32, D>(Extents<Wide>(3), 98,
+                                                                                       in_passes);
+  kt::check_fused_with_activation<Sequential<BatchNorm2d<2>, knn::SiLU>, Wide, Fp32, D>(Extents<Wide>(3), 99,
+                                                                                       in_passes);
   // without affine parameters or running statistics (evaluation then normalises by the batch's)
-  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3, 1e-5f, 0.1f, false, false>, knn::Tanh>, Img,
-                              kiln::Fp32, D>(Extents<Img>(4), 93);
+  kt::check_fused_with_activation<Sequential<BatchNorm2d<3, 1e-5f, 0.1f, false, false>, knn::Tanh>, Img, Fp32, D>(
+      Extents<Img>(4), 93, in_passes);
   // bf16 and half activations: rounded to the storage type between the normalisation and the activation
-  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::GELU>, Img, kiln::MixedBf16, D>(
-      Extents<Img>(4), 94);
-  check_fused_with_activation<knn::Sequential<knn::BatchNorm2d<3>, knn::Sigmoid>, Img, kiln::MixedFp16, D>(
-      Extents<Img>(4), 95);
+  kt::check_fused_with_activation<Sequential<BatchNorm2d<3>, knn::GELU>, Img, kiln::MixedBf16, D>(
+      Extents<Img>(4), 94, in_passes);
+  kt::check_fused_with_activation<Sequential<BatchNorm2d<3>, knn::Sigmoid>, Img, kiln::MixedFp16, D>(
+      Extents<Img>(4), 95, in_passes);
   // the summary marks the activation, and a BatchNorm runs it in a double-precision gradient check too
   knn::Model<knn::Sequential<knn::Conv2d<3, 4, 3>, knn::BatchNorm2d<4>, knn::ReLU>, Img> model;
   const std::string s = model.summary(2);

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/fused_activation.hpp"
 #include "support/model_gradcheck.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
@@ -330,8 +331,20 @@ void check_gpu_layout_on_the_cpu(const Extents<In>& ext, kiln::index_t block, st
   std::vector<float> y(static_cast<std::size_t>(n)), dx(y.size());
   Ex::for_each(count,
                kd::NormRowStats<float>{x.data(), stats.data(), rows.length, static_cast<double>(1e-5f)});
-  Ex::for_each(n, kd::NormRowApply<float, float>{x.data(), y.data(), stats.data(), w, w ? w + A : nullptr, rows, false,
-                                                 static_cast<double>(1e-5f)});  // the layer's eps, a float
+  Ex::for_each(n, kd::NormRowApply<float, float>{x.data(), y.data(), nullptr, stats.data(), w, w ? w + A : nullptr,
+                                                 rows, false, static_cast<double>(1e-5f)});  // the layer's eps, a float
+  {  // an activation after it (SiLU, the normalised values kept apart): per element as per row
+    std::vector<float> ya(y.size()), za(y.size()), ya_rows(y.size()), za_rows(y.size());
+    std::vector<double> stats_rows(stats.size());
+    using Apply = kd::NormRowApply<float, float, knn::epilogue::Silu>;
+    Ex::for_each(n, Apply{x.data(), ya.data(), za.data(), stats.data(), w, w ? w + A : nullptr, rows, false,
+                      static_cast<double>(1e-5f)});
+    Ex::for_each(count, Apply{x.data(), ya_rows.data(), za_rows.data(), stats_rows.data(), w, w ? w + A : nullptr,
+                              rows, true, static_cast<double>(1e-5f)});
+    BOOST_TEST(za == y, boost::test_tools::per_element());
+    BOOST_TEST(za_rows == y, boost::test_tools::per_element());
+    BOOST_TEST(ya == ya_rows, boost::test_tools::per_element());
+  }
   Ex::for_each(count,
                kd::NormRowGradMeans<float, float>{dy.data(), x.data(), stats.data(), w, coef.data(), rows});
   Ex::for_each(n, kd::NormRowGradInput<float, float>{dy.data(), x.data(), dx.data(), stats.data(),
@@ -451,6 +464,38 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(mixed_precision_normalises_in_fp32, D, kiln::test:
   check_mixed_against_fp32<knn::GroupNorm<3, 3>, D, kiln::MixedFp16>(4e-3f);   // a group per channel
   check_mixed_against_fp32<knn::LayerNorm<8>, D, kiln::MixedFp16>(4e-3f);      // a weight per element
   check_mixed_against_fp32<knn::LayerNorm<8>, D, kiln::MixedBf16>(3.2e-2f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_activation_after_them_runs_in_their_normalising_pass, D, kiln::test::devices) {
+  using Img = Shape<dyn, 4, 5, 6>;
+  using Rows = Shape<dyn, 3, 10>;
+  using knn::Sequential, knn::GroupNorm, knn::LayerNorm, kiln::Fp32;
+  constexpr bool in_passes = false;  // the derivative once into dz, as the activation's own backward
+  // ReLU's derivative reads the output, SiLU's and GELU's the normalised input (kept apart)
+  kt::check_fused_with_activation<Sequential<GroupNorm<2, 4>, knn::ReLU>, Img, Fp32, D>(Extents<Img>(3), 80,
+                                                                                       in_passes);
+  kt::check_fused_with_activation<Sequential<GroupNorm<2, 4>, knn::SiLU>, Img, Fp32, D>(Extents<Img>(3), 81,
+                                                                                       in_passes);
+  kt::check_fused_with_activation<Sequential<LayerNorm<10>, knn::GELU>, Rows, Fp32, D>(Extents<Rows>(2), 82,
+                                                                                      in_passes);
+  kt::check_fused_with_activation<Sequential<knn::LayerNormOver<Shape<4, 5, 6>>, knn::Tanh>, Img, Fp32, D>(
+      Extents<Img>(2), 83, in_passes);
+  // without affine parameters; InstanceNorm (GroupNorm's rows, one channel each)
+  kt::check_fused_with_activation<Sequential<LayerNorm<10, 1e-5f, false>, knn::Sigmoid>, Rows, Fp32, D>(
+      Extents<Rows>(2), 84, in_passes);
+  kt::check_fused_with_activation<Sequential<knn::InstanceNorm2d<4>, knn::ReLU>, Img, Fp32, D>(Extents<Img>(3), 85,
+                                                                                             in_passes);
+  // bf16 and half activations: rounded to the storage type between the normalisation and the activation
+  kt::check_fused_with_activation<Sequential<GroupNorm<2, 4>, knn::GELU>, Img, kiln::MixedBf16, D>(
+      Extents<Img>(3), 86, in_passes);
+  kt::check_fused_with_activation<Sequential<LayerNorm<10>, knn::Sigmoid>, Rows, kiln::MixedFp16, D>(
+      Extents<Rows>(2), 87, in_passes);
+  // the summary marks the activation, and they run it in a double-precision gradient check too
+  knn::Model<Sequential<knn::Conv2d<4, 4, 3, 1, 1>, GroupNorm<2, 4>, knn::SiLU>, Img> model;
+  const std::string s = model.summary(2);
+  BOOST_TEST(s.find("SiLU() [fused into 1]") != std::string::npos, s);
+  kt::check_model_gradients<Sequential<GroupNorm<2, 4>, knn::GELU>, Img, D>(Extents<Img>(2), -2, 2, 0, 88, true);
+  kt::check_model_gradients<Sequential<LayerNorm<10>, knn::ReLU>, Rows, D>(Extents<Rows>(2), -2, 2, 0, 89, true);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

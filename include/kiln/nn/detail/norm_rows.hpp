@@ -12,6 +12,8 @@
 #include "kiln/core/errors.hpp"
 #include "kiln/core/lane_sums.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/nn/detail/conv_functors.hpp"
+#include "kiln/nn/epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops/functors.hpp"
 #include "kiln/tensor/tensor.hpp"
@@ -113,11 +115,15 @@ struct NormRowStats {
 
 /// y = (x - mean_r) · rstd_r · weight + bias (weight and bias null: 1 and 0), in double, then stored
 /// (through compute_t for 16-bit storage): one call per element after NormRowStats (a GPU), or per row (`by_rows`: the CPU), which first
-/// computes the row's statistics into `stats` itself (the row is in cache for the second pass).
-template <class T, class M>
+/// computes the row's statistics into `stats` itself (the row is in cache for the second pass). With
+/// an activation E after it (nn/epilogue.hpp), y = E(that value, rounded to T), as the two layers round;
+/// z, where not null, keeps the normalised value (E's derivative needs it: GELU, SiLU). On the CPU the
+/// row's normalised values are stored first (into z, else y), then activated in a loop of their own.
+template <class T, class M, class E = epilogue::Identity>
 struct NormRowApply {
   const T* x;
   T* y;
+  T* z;
   double* stats;
   const M* weight;
   const M* bias;
@@ -130,7 +136,10 @@ struct NormRowApply {
     const double mean = stats[2 * r], rstd = stats[2 * r + 1];
     const index_t o = r * L, p = rows.first_param(r), last = by_rows ? L : first + 1;
     const auto centred = [&](index_t l) { return static_cast<double>(to_compute(x[o + l])) - mean; };
-    const auto store = [&](index_t l, double v) { y[o + l] = from_compute<T>(static_cast<compute_t<T>>(v)); };
+    T* const out = z ? z : y;  // the normalised values (then y = E(them))
+    const auto store = [&](index_t l, double v) {
+      out[o + l] = from_compute<T>(static_cast<compute_t<T>>(v));
+    };
     // omp simd: g++ -O2 (README.md's line) does not vectorise these loops on its own
     if (rows.spatial == 1 && weight) {  // LayerNorm: a weight and bias per element
       KILN_PRAGMA_OMP(simd)
@@ -152,13 +161,20 @@ struct NormRowApply {
         }
       });
     }
+    if constexpr (!E::identity) {
+      KILN_PRAGMA_OMP(simd)
+      for (index_t l = first; l < last; ++l) y[o + l] = from_compute<T>(E::forward(to_compute(out[o + l])));
+    }
   }
-  /// x read (three times per row, statistics included), y written; seven operations per element.
+  /// x read (three times per row, statistics included), y written (and z); seven operations per element
+  /// (and the activation).
   Traffic traffic(index_t n) const {
     const index_t elements = by_rows ? n * rows.length : n;
     return {(by_rows ? 4 : 2) * kiln::detail::bytes_of<T>(elements) +
+                (z ? kiln::detail::bytes_of<T>(elements) : 0) +
                 kiln::detail::bytes_of<double>(by_rows ? 2 * n : 0),
-            (by_rows ? 7 : 3) * static_cast<std::uint64_t>(elements)};
+            (by_rows ? 7 : 3) * static_cast<std::uint64_t>(elements) +
+                (E::identity ? 0 : static_cast<std::uint64_t>(elements))};
   }
 };
 
@@ -410,9 +426,26 @@ class NormRowsModule {
 
   /// Each row normalised by its own mean and biased variance, the same in training and evaluation.
   Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
+    return forward_fused<epilogue::Identity>(x, ctx);
+  }
+  /// weight_grad += Σ dy x̂, bias_grad += Σ dy; dx = rstd (g - mean(g) - x̂ mean(g x̂)) per row with
+  /// g = dy · weight (empty when input_grad is false).
+  Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
+    return backward_fused<epilogue::Identity>(dy, input_grad);
+  }
+
+  /// y = E(the normalised x): the activation after it in a Sequential runs in its normalising pass
+  /// (nn/epilogue.hpp), which saves the activation's own forward pass over the input; backward takes
+  /// its derivative once, into dz, as the activation would. The bits are the two layers'.
+  static constexpr bool fuses_epilogue = true;
+  template <class E>
+  Tensor<T, S, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
     const NormRows rows = Spec::rows_of(x);  // checks x's run-time extents
     const index_t count = x.numel() / rows.length;
     Tensor<T, S, D> y(x.extents(), x.device_index());
+    // E's derivative of its input (GELU, SiLU) needs the normalised value, kept apart
+    const bool keep_z = !E::identity && !E::saves_output && ctx.grad;
+    Tensor<T, S, D> z = keep_z ? Tensor<T, S, D>(x.extents(), x.device_index()) : Tensor<T, S, D>();
     Tensor<double, Shape<dyn>, D> stats(Extents<Shape<dyn>>(2 * count), x.device_index());
     if (count > 0) {
       if constexpr (!by_rows)
@@ -421,20 +454,33 @@ class NormRowsModule {
             rows.length);
       kiln::detail::executor<D>::for_each(
           by_rows ? count : x.numel(),
-          NormRowApply<T, M>{x.data(), y.data(), stats.data(), Affine ? p_ : nullptr,
-                             Affine ? p_ + A : nullptr, rows, by_rows, static_cast<double>(Eps)},
+          NormRowApply<T, M, E>{x.data(), y.data(), z.empty() ? nullptr : z.data(), stats.data(),
+                                Affine ? p_ : nullptr, Affine ? p_ + A : nullptr, rows, by_rows,
+                                static_cast<double>(Eps)},
           by_rows ? 3 * rows.length : 1);
     }
     x_ = ctx.grad ? Tensor<T, S, D>(x) : Tensor<T, S, D>();
     stats_ = ctx.grad ? std::move(stats) : Tensor<double, Shape<dyn>, D>();
+    activation_ = !E::identity && ctx.grad ? Tensor<T, S, D>(E::saves_output ? y : z) : Tensor<T, S, D>();
     saved_ = ctx.grad;
     rows_ = rows;
     return y;
   }
-
-  /// weight_grad += Σ dy x̂, bias_grad += Σ dy; dx = rstd (g - mean(g) - x̂ mean(g x̂)) per row with
-  /// g = dy · weight (empty when input_grad is false).
-  Tensor<T, S, D> backward(const Tensor<T, S, D>& dy, bool input_grad = true) {
+  /// backward() of dz = E'(dy, the value forward_fused<E> kept), taken in a pass of its own first.
+  template <class E>
+  Tensor<T, S, D> backward_fused(const Tensor<T, S, D>& dy, bool input_grad = true) {
+    if constexpr (!E::identity) {
+      if (saved_ && dy.extents() == x_.extents() && dy.numel() != 0) {  // (else backward says what is wrong)
+        if (activation_.empty())
+          throw Error("kiln::nn::" + name() + "::backward: the forward pass ran no activation to take back");
+        Tensor<T, S, D> dz(dy.extents(), dy.device_index());
+        kiln::detail::executor<D>::for_each(dz.numel(),
+                                            EpilogueGrad<T, E>{dy.data(), activation_.data(), dz.data()});
+        activation_ = Tensor<T, S, D>();
+        return backward_fused<epilogue::Identity>(dz, input_grad);
+      }
+    }
+    activation_ = Tensor<T, S, D>();
     if (!saved_)
       throw Error("kiln::nn::" + name() +
                   "::backward: no saved input; run forward with gradients enabled first");
@@ -497,6 +543,7 @@ class NormRowsModule {
   static constexpr bool by_rows = std::is_same_v<D, Cpu>;
 
   Tensor<T, S, D> x_;                    // saved input (with gradients only)
+  Tensor<T, S, D> activation_;           // what a fused activation's derivative reads (its output or input)
   Tensor<double, Shape<dyn>, D> stats_;  // each row's mean and 1 / sqrt(var + eps)
   bool saved_ = false;                   // whether x_ and stats_ are this forward's (x_ may be empty)
   NormRows rows_{1, 1, 1, 1};            // the saved input's layout
