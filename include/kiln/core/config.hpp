@@ -25,6 +25,11 @@
 #ifndef KILN_WITH_CUDA
 #define KILN_WITH_CUDA 0
 #endif
+// KILN_WITH_LIBMVEC: glibc's vector math library is linked (set by the kiln::openmp target where it
+// has it: core/vector_math.hpp).
+#ifndef KILN_WITH_LIBMVEC
+#define KILN_WITH_LIBMVEC 0
+#endif
 // KILN_WITH_BLAS: a CBLAS is linked (set by the kiln::blas target).
 #ifndef KILN_WITH_BLAS
 #define KILN_WITH_BLAS 0

@@ -310,11 +310,12 @@ struct BatchNormApply {
       T staged[ChannelChunks::stage_tile];
       for (index_t first = 0; first < n; first += ChannelChunks::stage_tile) {
         const index_t m = n - first < ChannelChunks::stage_tile ? n - first : ChannelChunks::stage_tile;
-        T* v = z ? z + o + first : staged;
+        T* const v = z ? z + o + first : staged;
+        T* const out = y + o + first;
         KILN_PRAGMA_OMP(simd)
         for (index_t l = 0; l < m; ++l) v[l] = normalised(first + l);
         KILN_PRAGMA_OMP(simd)
-        for (index_t l = 0; l < m; ++l) y[o + first + l] = activate(v[l]);
+        for (index_t l = 0; l < m; ++l) out[l] = activate(v[l]);
       }
 #endif
     }

@@ -6,6 +6,7 @@
 
 #include "kiln/core/config.hpp"
 #include "kiln/core/nan.hpp"
+#include "kiln/core/vector_math.hpp"
 
 namespace kiln::ops {
 
@@ -42,7 +43,11 @@ KILN_HOST_DEVICE KILN_FORCEINLINE float exp_(float x) { return ::expf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double exp_(double x) { return ::exp(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float log_(float x) { return ::logf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double log_(double x) { return ::log(x); }
+#if KILN_VECTOR_MATH
+KILN_HOST_DEVICE KILN_FORCEINLINE float tanh_(float x) { return kiln_tanhf(x); }
+#else
 KILN_HOST_DEVICE KILN_FORCEINLINE float tanh_(float x) { return ::tanhf(x); }
+#endif
 KILN_HOST_DEVICE KILN_FORCEINLINE double tanh_(double x) { return ::tanh(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float sqrt_(float x) { return ::sqrtf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double sqrt_(double x) { return ::sqrt(x); }
@@ -50,9 +55,19 @@ KILN_HOST_DEVICE KILN_FORCEINLINE float abs_(float x) { return ::fabsf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double abs_(double x) { return ::fabs(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float pow_(float x, float y) { return ::powf(x, y); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double pow_(double x, double y) { return ::pow(x, y); }
+// (erf, tanh and log1p in float: in host code libmvec's where linked, the same bits in a vector loop and
+// alone, core/vector_math.hpp)
+#if KILN_VECTOR_MATH
+KILN_HOST_DEVICE KILN_FORCEINLINE float erf_(float x) { return kiln_erff(x); }
+#else
 KILN_HOST_DEVICE KILN_FORCEINLINE float erf_(float x) { return ::erff(x); }
+#endif
 KILN_HOST_DEVICE KILN_FORCEINLINE double erf_(double x) { return ::erf(x); }
+#if KILN_VECTOR_MATH
+KILN_HOST_DEVICE KILN_FORCEINLINE float log1p_(float x) { return kiln_log1pf(x); }
+#else
 KILN_HOST_DEVICE KILN_FORCEINLINE float log1p_(float x) { return ::log1pf(x); }
+#endif
 KILN_HOST_DEVICE KILN_FORCEINLINE double log1p_(double x) { return ::log1p(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float expm1_(float x) { return ::expm1f(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double expm1_(double x) { return ::expm1(x); }

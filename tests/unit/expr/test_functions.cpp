@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iomanip>
+#include <kiln/backend/cpu/threads.hpp>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -167,6 +168,62 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(functions_match_float64_in_double, D, kiln::test::
 }
 BOOST_AUTO_TEST_CASE_TEMPLATE(functions_on_half_storage_compute_in_float, D, kiln::test::devices) {
   check_functions<D, kiln::half>();
+}
+
+/// f's value of each of 1031 inputs in [lo, hi), computed alone (`one`), against the executor's loop
+/// (`build`, times 2: a chain) on slices at offsets 0..4, on 1 and 2 threads, and against a simd loop of
+/// its own (vectorised at the tests' -O1 too), bit for bit; each within 2 ulp of float64's (`exact`).
+template <class One, class Build, class Exact>
+void check_one_value_per_input(const char* what, double lo, double hi, One one, Build build, Exact exact) {
+  BOOST_TEST_CONTEXT(what) {
+    const auto xv = kt::random_values<float>(1031, lo, hi, 21);
+    std::vector<float> alone(xv.size());
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+      alone[i] = one(xv[i]);
+      const double e = exact(static_cast<double>(xv[i]));
+      const auto ef = std::abs(static_cast<float>(e));
+      const double ulp = std::nextafter(ef, std::numeric_limits<float>::infinity()) - ef;
+      BOOST_TEST(std::abs(alone[i] - e) <= 2 * ulp, what << "(" << xv[i] << ") = " << alone[i] << ", float64 " << e);
+    }
+    for (int threads : {1, 2}) {
+      const kiln::backend::cpu::ScopedThreads scope(threads);
+      for (std::size_t offset = 0; offset < 5; ++offset) {
+        const std::vector<float> part(xv.begin() + static_cast<std::ptrdiff_t>(offset), xv.end());
+        const auto x = kt::make_tensor<kiln::Cpu>(part, Extents<Shape<dyn>>(static_cast<kiln::index_t>(part.size())));
+        Tensor<float, Shape<dyn>, kiln::Cpu> y(x.extents());
+        y = build(x) * 2.0f;
+        const auto got = y.to_vector();
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != alone[offset + i] * 2.0f;
+        BOOST_TEST(differ == 0u, differ << " of " << got.size() << " differ at offset " << offset << ", " << threads
+                                       << " threads");
+      }
+    }
+    std::vector<float> looped(xv.size() - 3);
+    const float* in = xv.data() + 3;
+    float* out = looped.data();
+    const auto n = static_cast<kiln::index_t>(looped.size());
+    KILN_PRAGMA_OMP(simd)
+    for (kiln::index_t i = 0; i < n; ++i) out[i] = one(in[i]);
+    BOOST_TEST(looped == std::vector<float>(alone.begin() + 3, alone.end()), boost::test_tools::per_element());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(vector_math_gives_an_input_one_value_in_a_vector_loop_and_alone) {
+  // core/vector_math.hpp: with libmvec, erf, tanh and log1p run four lanes a call in vectorised loops,
+  // and the scalar is a lane of the same function. An element's value must not depend on where a loop
+  // puts it (a vector's lane, the remainder, another thread's share).
+  BOOST_TEST_MESSAGE("erf, tanh, log1p: " << (KILN_VECTOR_MATH ? "libmvec's, four lanes a call" : "libm's"));
+  namespace ko = kiln::ops::detail;
+  check_one_value_per_input(
+      "erf", -4, 4, [](float v) { return ko::erf_(v); }, [](const auto& x) { return kiln::erf(x); },
+      [](double v) { return std::erf(v); });
+  check_one_value_per_input(
+      "tanh", -6, 6, [](float v) { return ko::tanh_(v); }, [](const auto& x) { return kiln::tanh(x); },
+      [](double v) { return std::tanh(v); });
+  check_one_value_per_input(
+      "log1p", -0.9, 50, [](float v) { return ko::log1p_(v); }, [](const auto& x) { return kiln::log1p(x); },
+      [](double v) { return std::log1p(v); });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(pow_by_a_number_matches_torch_bit_for_bit, D, kiln::test::devices) {

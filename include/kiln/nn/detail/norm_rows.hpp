@@ -161,9 +161,11 @@ struct NormRowApply {
         }
       });
     }
-    if constexpr (!E::identity) {
+    if constexpr (!E::identity) {  // (the row's pointers in locals: through the members, g++ does not vectorise)
+      const T* const v = out + o;
+      T* const row = y + o;
       KILN_PRAGMA_OMP(simd)
-      for (index_t l = first; l < last; ++l) y[o + l] = from_compute<T>(E::forward(to_compute(out[o + l])));
+      for (index_t l = first; l < last; ++l) row[l] = from_compute<T>(E::forward(to_compute(v[l])));
     }
   }
   /// x read (three times per row, statistics included), y written (and z); seven operations per element
