@@ -161,7 +161,7 @@ struct NormRowApply {
         }
       });
     }
-    if constexpr (!E::identity) {  // (the row's pointers in locals: through the members, g++ does not vectorise)
+    if constexpr (!E::identity) {  // (the row's pointers in locals: through the members, no vector loop)
       const T* const v = out + o;
       T* const row = y + o;
       KILN_PRAGMA_OMP(simd)
