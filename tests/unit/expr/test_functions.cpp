@@ -172,7 +172,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(functions_on_half_storage_compute_in_float, D, kil
 
 /// f's value of each of 1031 inputs in [lo, hi), computed alone (`one`), against the executor's loop
 /// (`build`, times 2: a chain) on slices at offsets 0..4, on 1 and 2 threads, and against a simd loop of
-/// its own (vectorised at the tests' -O1 too), bit for bit; each within 2 ulp of float64's (`exact`).
+/// its own (vectorised at the tests' -O1 too), bit for bit; each within 3 ulp of float64's (`exact`:
+/// libmvec's bound is 4; a scan of every 64th float found erf 1.9, tanh 1.0, log1p 2.0 at worst).
 template <class One, class Build, class Exact>
 void check_one_value_per_input(const char* what, double lo, double hi, One one, Build build, Exact exact) {
   BOOST_TEST_CONTEXT(what) {
@@ -183,7 +184,7 @@ void check_one_value_per_input(const char* what, double lo, double hi, One one, 
       const double e = exact(static_cast<double>(xv[i]));
       const auto ef = std::abs(static_cast<float>(e));
       const double ulp = std::nextafter(ef, std::numeric_limits<float>::infinity()) - ef;
-      BOOST_TEST(std::abs(alone[i] - e) <= 2 * ulp, what << "(" << xv[i] << ") = " << alone[i] << ", float64 " << e);
+      BOOST_TEST(std::abs(alone[i] - e) <= 3 * ulp, what << "(" << xv[i] << ") = " << alone[i] << ", float64 " << e);
     }
     for (int threads : {1, 2}) {
       const kiln::backend::cpu::ScopedThreads scope(threads);
