@@ -1,7 +1,8 @@
 /// Activations: ReLU, Sigmoid, Tanh, SiLU, LeakyReLU, ELU, ReLU6, Hardtanh, Hardsigmoid, Hardswish,
 /// Softplus, Mish, SELU, CELU, Softsign, LogSigmoid (and GELU, gelu.hpp) — elementwise,
 /// shape-preserving, no parameters; each runs its epilogue (nn/epilogue.hpp) on its own, or inside the
-/// Linear, Conv2d, ConvTranspose2d or BatchNorm before it.
+/// Linear, Conv2d, ConvTranspose2d or normalisation (BatchNorm, GroupNorm, LayerNorm, InstanceNorm)
+/// before it.
 #pragma once
 #include <string>
 #include <vector>
@@ -32,13 +33,13 @@ struct EpilogueDerivative {
 
 /// An activation layer that runs epilogue E (nn/epilogue.hpp) on its own: one pass forward, one
 /// backward, keeping E's output or input as its derivative needs. After a Linear, Conv2d, ConvTranspose2d
-/// or BatchNorm in a Sequential it runs inside that layer's passes instead (epilogue_of). Named::repr() is
-/// its name.
+/// or normalisation in a Sequential it runs inside that layer's passes instead (epilogue_of).
+/// Named::repr() is its name.
 /// Shapes: any -> the same.
 template <class E, class Named>
 struct PointwiseActivation {
-  /// What a Linear, Conv2d, ConvTranspose2d or BatchNorm before it in a Sequential runs (epilogue_of), for
-  /// fused_layer itself.
+  /// What a Linear, Conv2d, ConvTranspose2d or normalisation before it in a Sequential runs
+  /// (epilogue_of), for fused_layer itself.
   using fused_epilogue = E;
   using fused_layer = Named;
   template <class S>

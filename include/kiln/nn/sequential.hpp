@@ -514,8 +514,9 @@ struct Sequential {
     template <std::size_t I>
     using epilogue_at = typename epilogue_of<typename detail::type_at<I, typename info::layers>::type>::type;
     /// Whether layer I runs the activation at I + 1 as its epilogue (Linear, Conv2d, ConvTranspose2d or a
-    /// BatchNorm, then an activation with an epilogue_of: every pointwise activation, nn/activation.hpp):
-    /// the activation's own passes saved, in both directions.
+    /// normalisation, then an activation with an epilogue_of: every pointwise activation,
+    /// nn/activation.hpp): the activation's own passes saved (a GroupNorm, LayerNorm or InstanceNorm
+    /// saves its forward pass only).
     template <std::size_t I>
     static constexpr bool fused_with_next = [] {
       if constexpr (I + 1 >= n) return false;
