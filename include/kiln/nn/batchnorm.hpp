@@ -304,20 +304,18 @@ struct BatchNormApply {
         y[o + l] = activate(v);
       }
     } else {
-#if !KILN_DEVICE_PASS
-      // A plane: the normalised values first, a piece at a time, then the activation in a loop of its
-      // own (an activation that calls the library, erf or exp, would keep the normalising scalar).
-      T staged[ChannelChunks::stage_tile];
+      // A plane: the normalised values first (into z, else y), a piece at a time, then the activation in
+      // a loop of its own (an activation that calls the library, erf or exp, would keep the normalising
+      // scalar).
       for (index_t first = 0; first < n; first += ChannelChunks::stage_tile) {
         const index_t m = n - first < ChannelChunks::stage_tile ? n - first : ChannelChunks::stage_tile;
-        T* const v = z ? z + o + first : staged;
         T* const out = y + o + first;
+        T* const v = z ? z + o + first : out;
         KILN_PRAGMA_OMP(simd)
         for (index_t l = 0; l < m; ++l) v[l] = normalised(first + l);
         KILN_PRAGMA_OMP(simd)
         for (index_t l = 0; l < m; ++l) out[l] = activate(v[l]);
       }
-#endif
     }
     if (tracked && i == 0) *tracked = *tracked + M(1);
   }
