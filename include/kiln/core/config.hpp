@@ -30,6 +30,11 @@
 #ifndef KILN_WITH_LIBMVEC
 #define KILN_WITH_LIBMVEC 0
 #endif
+// KILN_WITH_SLEEF: the SLEEF vector math library is linked (set by the kiln::openmp target where it has
+// it: core/vector_math.hpp).
+#ifndef KILN_WITH_SLEEF
+#define KILN_WITH_SLEEF 0
+#endif
 // KILN_WITH_BLAS: a CBLAS is linked (set by the kiln::blas target).
 #ifndef KILN_WITH_BLAS
 #define KILN_WITH_BLAS 0

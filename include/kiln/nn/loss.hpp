@@ -262,6 +262,24 @@ struct RowLse {
   /// softmax of logit x: exp(log_p(x)), as autograd's log_softmax backward computes it.
   KILN_HOST_DEVICE KILN_FORCEINLINE V p(V x) const { return ops::detail::exp_(log_p(x)); }
 };
+/// f(j, g(j)) for j in [0, c) in order, g an exp of something. With a vector exp (core/vector_math.hpp:
+/// one at a time it costs twice libm's), g runs over a piece of 64 first, in a loop of its own that -O3
+/// vectorises: cross entropy over [512, 8192] took 45 ms forward and backward, 34.5 so. Elsewhere (a GPU,
+/// libm's exp: 10 % slower staged) one j at a time.
+template <class G, class F>
+KILN_HOST_DEVICE KILN_FORCEINLINE void map_in_pieces(index_t c, G&& g, F&& f) {
+  index_t j = 0;
+#if KILN_VECTOR_EXP
+  constexpr index_t piece = 64;
+  using V = decltype(g(index_t{0}));
+  for (; j + piece <= c; j += piece) {
+    V v[piece];
+    for (index_t k = 0; k < piece; ++k) v[k] = g(j + k);
+    for (index_t k = 0; k < piece; ++k) f(j + k, v[k]);
+  }
+#endif
+  for (; j < c; ++j) f(j, g(j));
+}
 /// Row n of the logits: m = max, log Σ exp(x - m) (stable for large logits).
 template <class T>
 KILN_HOST_DEVICE KILN_FORCEINLINE RowLse<compute_t<T>> row_logsumexp(const T* x, index_t c) {
@@ -272,7 +290,8 @@ KILN_HOST_DEVICE KILN_FORCEINLINE RowLse<compute_t<T>> row_logsumexp(const T* x,
     m = (v > m || kiln::detail::is_nan(v)) ? v : m;
   }
   V s = 0;
-  for (index_t j = 0; j < c; ++j) s += ops::detail::exp_(to_compute(x[j]) - m);
+  map_in_pieces(
+      c, [&](index_t j) { return ops::detail::exp_(to_compute(x[j]) - m); }, [&](index_t, V e) { s += e; });
   return {m, ops::detail::log_(s)};
 }
 /// How row n's label counts: ignored (== ignore_index: no loss, no gradient), outside [0, C) (NaN), or
@@ -368,18 +387,17 @@ struct CrossEntropyGrad {
       return;
     }
     const V scale = upstream ? factor.get() * upstream[n] : factor.get();
+    const auto p = [&](index_t j) { return lse.p(to_compute(row[j])); };
     if (!w) {
-      for (index_t j = 0; j < c; ++j) {
-        const V p = lse.p(to_compute(row[j]));
-        dx[n * c + j] = from_compute<T>(scale * (p - smoothed_target(j, k, eps, c)));
-      }
+      map_in_pieces(c, p, [&](index_t j, V pj) {
+        dx[n * c + j] = from_compute<T>(scale * (pj - smoothed_target(j, k, eps, c)));
+      });
       return;
     }
     const V s = eps != V(0) ? (V(1) - eps) * w[k] + eps * wsum / static_cast<V>(c) : w[k];
-    for (index_t j = 0; j < c; ++j) {
-      const V p = lse.p(to_compute(row[j]));
-      dx[n * c + j] = from_compute<T>(scale * (s * p - smoothed_target(j, k, eps, c, w)));
-    }
+    map_in_pieces(c, p, [&](index_t j, V pj) {
+      dx[n * c + j] = from_compute<T>(scale * (s * pj - smoothed_target(j, k, eps, c, w)));
+    });
   }
   /// The logits, labels (and upstream gradients) read, the gradient written; the log-sum-exp, then a
   /// subtract, an exp, the one-hot subtract and the scale per logit.

@@ -39,7 +39,13 @@ KILN_HOST_DEVICE KILN_FORCEINLINE R wrap_mul(R a, R b) {
 }
 
 // Float and double overloads of the C math functions (host and device under nvcc).
+// (exp, erf, tanh and log1p in float: in host code SLEEF's or libmvec's where linked, the same bits in a
+// vector loop and alone, core/vector_math.hpp)
+#if KILN_VECTOR_EXP
+KILN_HOST_DEVICE KILN_FORCEINLINE float exp_(float x) { return kiln_expf(x); }
+#else
 KILN_HOST_DEVICE KILN_FORCEINLINE float exp_(float x) { return ::expf(x); }
+#endif
 KILN_HOST_DEVICE KILN_FORCEINLINE double exp_(double x) { return ::exp(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float log_(float x) { return ::logf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double log_(double x) { return ::log(x); }
@@ -55,8 +61,6 @@ KILN_HOST_DEVICE KILN_FORCEINLINE float abs_(float x) { return ::fabsf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double abs_(double x) { return ::fabs(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float pow_(float x, float y) { return ::powf(x, y); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double pow_(double x, double y) { return ::pow(x, y); }
-// (erf, tanh and log1p in float: in host code libmvec's where linked, the same bits in a vector loop and
-// alone, core/vector_math.hpp)
 #if KILN_VECTOR_MATH
 KILN_HOST_DEVICE KILN_FORCEINLINE float erf_(float x) { return kiln_erff(x); }
 #else

@@ -1,6 +1,6 @@
 // Reductions (sum mean max min argmax) against float64: full reductions on odd sizes, and over every
 // axis of rank-3 tensors with odd extents; a fused argument costs no extra pass; keepdim keeps the axis;
-// an int64 sum wraps as torch's.
+// an int64 sum wraps as torch's; a tree reduces to the bits of the tensor it makes.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -393,6 +393,32 @@ BOOST_AUTO_TEST_CASE(cpu_sums_are_the_same_bits_on_any_thread_count) {
     BOOST_TEST(std::abs(got - row) <= std::abs(row) * 6e-8 + 1e-12, "row " << r);
   }
   BOOST_TEST(std::abs(first[0][0] - total) <= std::abs(total) * 1e-7);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_tree_is_reduced_to_the_bits_of_the_tensor_it_makes, D, kiln::test::devices) {
+  // Along the last axis the CPU reads a tree with a broadcast row by row (expr/detail/row.hpp), and a
+  // tree that calls exp, erf, tanh or log1p 64 elements at a time into a vector loop (core/lane_sums.hpp,
+  // Stage): the same sums, in the same lanes, as over the tensor the tree makes. Rows of 10 (under a
+  // piece of 64), 67, 200 and 1031; exp(x - max) and tanh(x) * m as a softmax and a layer compute them.
+  for (kiln::index_t len : {10, 67, 200, 1031}) {
+    BOOST_TEST_CONTEXT("rows of " << len) {
+      const auto x = kt::make_tensor<D>(kt::random_values<float>(static_cast<std::size_t>(5 * len), -8, 8, 17),
+                                        Extents<Shape<dyn, dyn>>(5, len));
+      const auto m = kiln::max<1>(x, kiln::keepdim);
+      const auto e = kiln::eval(kiln::exp(x - m));
+      BOOST_TEST(kiln::sum<1>(kiln::exp(x - m)).to_vector() == kiln::sum<1>(e).to_vector(),
+                 boost::test_tools::per_element());
+      BOOST_TEST(kiln::sum<1>(kiln::exp(x)).to_vector() == kiln::sum<1>(kiln::eval(kiln::exp(x))).to_vector(),
+                 boost::test_tools::per_element());
+      const auto t = kiln::eval(kiln::tanh(x) * m);
+      BOOST_TEST(kiln::mean<1>(kiln::tanh(x) * m).to_vector() == kiln::mean<1>(t).to_vector(),
+                 boost::test_tools::per_element());
+      BOOST_TEST(kiln::max<1>(x - m).to_vector() == kiln::max<1>(kiln::eval(x - m)).to_vector(),
+                 boost::test_tools::per_element());
+      BOOST_TEST(kiln::argmax<1>(kiln::exp(x - m)).to_vector() == kiln::argmax<1>(e).to_vector(),
+                 boost::test_tools::per_element());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
