@@ -60,12 +60,12 @@ KILN_VECTOR_FUNCTION(log1pf, _ZGVbN4v_log1pf)
 
 #if KILN_VECTOR_FUNCTIONS && KILN_WITH_SLEEF
 #define KILN_VECTOR_EXP 1
-// As <sleef.h> declares it with GCC (a const return type), so that a program may include both.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wignored-qualifiers"
-extern "C" const __m128 Sleef_expf4_u10sse2(__m128);
-#pragma GCC diagnostic pop
-KILN_VECTOR_FUNCTION(expf, Sleef_expf4_u10sse2)
+// SLEEF's function under a name of kiln's (<sleef.h> declares it with a const return type, which nvcc
+// warns about, and a program may include both).
+namespace kiln::detail {
+__m128 sleef_expf4(__m128) __asm__("Sleef_expf4_u10sse2");
+}
+KILN_VECTOR_FUNCTION(expf, kiln::detail::sleef_expf4)
 #else
 #define KILN_VECTOR_EXP 0
 #endif
