@@ -70,11 +70,11 @@ struct LaneSums {
 
 /// Σ static_cast<A>(x[l]) over l in [first, last), for a floating A (x: a pointer or an expression), in
 /// the lanes and order of lane_sums; 0 for an empty range. Without `omp simd` on the lanes: over rows of
-/// 10 it made a sum 2.6x slower at -O2. Stage (for an expression that computes): 64 elements at a time
-/// are evaluated first, in a loop of their own under `omp simd`, so that their arithmetic runs in vector
-/// registers and a vector function (exp: core/vector_math.hpp) four lanes a call. The sums along the rows
-/// of exp([2048, 1024]) took 5.1 ms so, one element a call, and take 1.5; a plain load staged takes 50 %
-/// longer (0.22 -> 0.33 ms without exp).
+/// 10 it made a sum 2.6x slower at -O2. Stage (a tree that calls a vector function: calls_vector_math,
+/// backend/cpu/executor.hpp): pieces of 64 elements, then of 8, are evaluated first, in a loop of their
+/// own under `omp simd`, so that the function runs four lanes a call (core/vector_math.hpp): the sums
+/// along the rows of exp([2048, 1024]) took 5.1 ms one element a call, and take 1.5. Staged, a plain
+/// load takes 50 % longer and x * x 35 %: only such trees are.
 template <class A, bool Stage = false, class X>
 KILN_HOST_DEVICE KILN_FORCEINLINE A lane_sum(const X& x, index_t first, index_t last) {
   constexpr index_t W = sum_lanes;
