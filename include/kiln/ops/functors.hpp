@@ -39,8 +39,8 @@ KILN_HOST_DEVICE KILN_FORCEINLINE R wrap_mul(R a, R b) {
 }
 
 // Float and double overloads of the C math functions (host and device under nvcc).
-// (exp, erf, tanh and log1p in float: in host code SLEEF's or libmvec's where linked, the same bits in a
-// vector loop and alone, core/vector_math.hpp)
+// (exp, erf, tanh, log1p and expm1 in float: in host code SLEEF's or libmvec's where linked, the same bits
+// in a vector loop and alone, core/vector_math.hpp)
 #if KILN_VECTOR_EXP
 KILN_HOST_DEVICE KILN_FORCEINLINE float exp_(float x) { return kiln_expf(x); }
 #else
@@ -73,7 +73,11 @@ KILN_HOST_DEVICE KILN_FORCEINLINE float log1p_(float x) { return kiln_log1pf(x);
 KILN_HOST_DEVICE KILN_FORCEINLINE float log1p_(float x) { return ::log1pf(x); }
 #endif
 KILN_HOST_DEVICE KILN_FORCEINLINE double log1p_(double x) { return ::log1p(x); }
+#if KILN_VECTOR_MATH
+KILN_HOST_DEVICE KILN_FORCEINLINE float expm1_(float x) { return kiln_expm1f(x); }
+#else
 KILN_HOST_DEVICE KILN_FORCEINLINE float expm1_(float x) { return ::expm1f(x); }
+#endif
 KILN_HOST_DEVICE KILN_FORCEINLINE double expm1_(double x) { return ::expm1(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE float sin_(float x) { return ::sinf(x); }
 KILN_HOST_DEVICE KILN_FORCEINLINE double sin_(double x) { return ::sin(x); }

@@ -173,8 +173,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(functions_on_half_storage_compute_in_float, D, kil
 /// f's value of each of 1031 inputs in [lo, hi), computed alone (`one`), against the executor's loop
 /// (`build`, times 2: a chain) on slices at offsets 0..4, on 1 and 2 threads, and against a simd loop of
 /// its own (vectorised at the tests' -O1 too), bit for bit; each within 3 ulp of float64's (`exact`:
-/// libmvec's bound is 4; a scan of every 64th float found erf 1.9, tanh 1.0, log1p 2.0 at worst; SLEEF's
-/// exp 0.95 over every 61st).
+/// libmvec's bound is 4; a scan of every 64th float found erf 1.9, tanh 1.0, log1p 2.0 at worst, of
+/// every 61st expm1 1.8; SLEEF's exp 0.95 over every 61st).
 template <class One, class Build, class Exact>
 void check_one_value_per_input(const char* what, double lo, double hi, One one, Build build, Exact exact) {
   BOOST_TEST_CONTEXT(what) {
@@ -212,10 +212,10 @@ void check_one_value_per_input(const char* what, double lo, double hi, One one, 
 }
 
 BOOST_AUTO_TEST_CASE(vector_math_gives_an_input_one_value_in_a_vector_loop_and_alone) {
-  // core/vector_math.hpp: with libmvec, erf, tanh and log1p run four lanes a call in vectorised loops,
-  // with SLEEF exp, and the scalar is a lane of the same function. An element's value must not depend
-  // on where a loop puts it (a vector's lane, the remainder, another thread's share).
-  BOOST_TEST_MESSAGE("erf, tanh, log1p: " << (KILN_VECTOR_MATH ? "libmvec's, four lanes a call" : "libm's"));
+  // core/vector_math.hpp: with libmvec, erf, tanh, log1p and expm1 run four lanes a call in vectorised
+  // loops, with SLEEF exp, and the scalar is a lane of the same function. An element's value must not
+  // depend on where a loop puts it (a vector's lane, the remainder, another thread's share).
+  BOOST_TEST_MESSAGE("erf, tanh, log1p, expm1: " << (KILN_VECTOR_MATH ? "libmvec's, four lanes a call" : "libm's"));
   BOOST_TEST_MESSAGE("exp: " << (KILN_VECTOR_EXP ? "SLEEF's, four lanes a call" : "libm's"));
   namespace ko = kiln::ops::detail;
   check_one_value_per_input(
@@ -230,6 +230,9 @@ BOOST_AUTO_TEST_CASE(vector_math_gives_an_input_one_value_in_a_vector_loop_and_a
   check_one_value_per_input(
       "log1p", -0.9, 50, [](float v) { return ko::log1p_(v); }, [](const auto& x) { return kiln::log1p(x); },
       [](double v) { return std::log1p(v); });
+  check_one_value_per_input(
+      "expm1", -20, 20, [](float v) { return ko::expm1_(v); }, [](const auto& x) { return kiln::expm1(x); },
+      [](double v) { return std::expm1(v); });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(pow_by_a_number_matches_torch_bit_for_bit, D, kiln::test::devices) {

@@ -91,14 +91,15 @@ struct Reducer {
 
 namespace kiln::detail {
 
-/// Whether a tree calls exp, erf, tanh or log1p, which run four elements a call in a vector loop where a
+/// Whether a tree calls exp, erf, tanh, log1p or expm1, which run four elements a call in a vector loop where a
 /// vector math library is linked (core/vector_math.hpp): a sum of such a tree evaluates its elements in
 /// one (lane_sum's Stage; a cheap tree, x * x, is 35 % slower so).
 template <class F>
 inline constexpr bool vector_math_functor =
     (KILN_VECTOR_EXP && (std::is_same_v<F, ops::Exp> || std::is_same_v<F, ops::Sigmoid>)) ||
     (KILN_VECTOR_MATH &&
-     (std::is_same_v<F, ops::Tanh> || std::is_same_v<F, ops::Log1p> || std::is_same_v<F, ops::Erf>));
+     (std::is_same_v<F, ops::Tanh> || std::is_same_v<F, ops::Log1p> || std::is_same_v<F, ops::Erf> ||
+      std::is_same_v<F, ops::Expm1>));
 template <class E>
 struct calls_vector_math : std::false_type {};
 template <class F, class A>
