@@ -14,6 +14,7 @@
 #include "kiln/core/nan.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/core/fusion.hpp"
+#include "kiln/core/lane_sums.hpp"
 #include "kiln/expr/executor.hpp"
 #include "kiln/expr/reduce.hpp"
 #include "kiln/ops/functors.hpp"
@@ -264,8 +265,8 @@ struct RowLse {
 };
 /// f(j, g(j)) for j in [0, c) in order, g an exp of something. With a vector exp (core/vector_math.hpp:
 /// one at a time it costs twice libm's), g runs over a piece of 64 first, in a loop of its own that -O3
-/// vectorises: cross entropy over [512, 8192] took 45 ms forward and backward, 29 so. Elsewhere (a GPU,
-/// libm's exp: 10 % slower staged) one j at a time.
+/// vectorises (cross entropy's gradient). Elsewhere (a GPU, libm's exp: 10 % slower staged) one j at a
+/// time.
 template <class G, class F>
 KILN_HOST_DEVICE KILN_FORCEINLINE void map_in_pieces(index_t c, G&& g, F&& f) {
   index_t j = 0;
@@ -280,18 +281,28 @@ KILN_HOST_DEVICE KILN_FORCEINLINE void map_in_pieces(index_t c, G&& g, F&& f) {
 #endif
   for (; j < c; ++j) f(j, g(j));
 }
-/// Row n of the logits: m = max, log Σ exp(x - m) (stable for large logits).
+/// A row's logits in the compute type, for lane_extreme (core/lane_sums.hpp).
+template <class T>
+struct ComputeValues {
+  const T* x;
+  KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> operator[](index_t j) const { return to_compute(x[j]); }
+};
+/// exp(x[j] - m), j's term of a row's Σ exp(x - m).
+template <class T>
+struct ShiftedExp {
+  const T* x;
+  compute_t<T> m;
+  KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> operator[](index_t j) const {
+    return ops::detail::exp_(to_compute(x[j]) - m);
+  }
+};
+/// Row n of the logits: m = max, log Σ exp(x - m) (stable for large logits); the sum in lane_sum's eight
+/// lanes (core/lane_sums.hpp), the exps evaluated four a call first where exp is a vector function.
 template <class T>
 KILN_HOST_DEVICE KILN_FORCEINLINE RowLse<compute_t<T>> row_logsumexp(const T* x, index_t c) {
   using V = compute_t<T>;
-  V m = -static_cast<V>(INFINITY);
-  for (index_t j = 0; j < c; ++j) {
-    const V v = to_compute(x[j]);
-    m = (v > m || kiln::detail::is_nan(v)) ? v : m;
-  }
-  V s = 0;
-  map_in_pieces(
-      c, [&](index_t j) { return ops::detail::exp_(to_compute(x[j]) - m); }, [&](index_t, V e) { s += e; });
+  const V m = kiln::detail::lane_extreme<false, V>(ComputeValues<T>{x}, 0, c);
+  const V s = kiln::detail::lane_sum<V, KILN_VECTOR_EXP>(ShiftedExp<T>{x, m}, 0, c);
   return {m, ops::detail::log_(s)};
 }
 /// How row n's label counts: ignored (== ignore_index: no loss, no gradient), outside [0, C) (NaN), or
@@ -1116,7 +1127,10 @@ struct CrossEntropyLoss {
     const auto den = static_cast<compute_t<T>>(how == Reduction::mean ? static_cast<double>(n) : 1.0);
     Tensor<compute_t<T>, Shape<dyn>, D> out(Extents<Shape<dyn>>(n), device);
     kiln::detail::executor<D>::for_each(
-        n, detail::SoftCrossEntropyRows<T, U>{logits.data(), target.data(), out.data(), c, den, eps<T>(), w.data()});
+        n,
+        detail::SoftCrossEntropyRows<T, U>{logits.data(), target.data(), out.data(), c, den, eps<T>(),
+                                           w.data()},
+        c);
     return out;
   }
   /// dL/dlogits for probability targets and `how` (sum for the unreduced rows), times `upstream[n]`.
@@ -1132,14 +1146,19 @@ struct CrossEntropyLoss {
     Tensor<T, S, D> dx(logits.extents(), device);
     if (!fusion_enabled()) {
       Tensor<compute_t<T>, S, D> lsm(logits.extents(), device), g(logits.extents(), device);
-      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
+      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c}, c);
       kiln::detail::executor<D>::for_each(
-          n, detail::SoftNllGradRows<T, U>{target.data(), g.data(), c, per_row, eps<T>(), upstream, w.data()});
-      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
+          n, detail::SoftNllGradRows<T, U>{target.data(), g.data(), c, per_row, eps<T>(), upstream, w.data()},
+          c);
+      kiln::detail::executor<D>::for_each(
+          n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c}, c);
       return dx;
     }
-    kiln::detail::executor<D>::for_each(n, detail::SoftCrossEntropyGrad<T, U>{logits.data(), target.data(), dx.data(),
-                                                                             c, per_row, eps<T>(), upstream, w.data()});
+    kiln::detail::executor<D>::for_each(
+        n,
+        detail::SoftCrossEntropyGrad<T, U>{logits.data(), target.data(), dx.data(), c, per_row, eps<T>(),
+                                           upstream, w.data()},
+        c);
     return dx;
   }
 
@@ -1152,14 +1171,16 @@ struct CrossEntropyLoss {
     const auto den = count(logits, labels, how);
     Tensor<compute_t<T>, SL, D> out(labels.extents(), device);
     kiln::detail::executor<D>::for_each(
-        logits.size(0), detail::CrossEntropyRows<T>{logits.data(), labels.data(), out.data(), logits.size(1),
-                                                    ignore_index, den.den, eps<T>(), den.weights.data()});
+        logits.size(0),
+        detail::CrossEntropyRows<T>{logits.data(), labels.data(), out.data(), logits.size(1), ignore_index,
+                                    den.den, eps<T>(), den.weights.data()},
+        logits.size(1));
     return out;
   }
   /// dL/dlogits for `how` (sum for the unreduced rows), times `upstream[n]` per row where given.
   template <class T, class S, class SL, class D>
-  Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels, LossScale scale,
-                           Reduction how, const compute_t<T>* upstream) const {
+  Tensor<T, S, D> gradient(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
+                           LossScale scale, Reduction how, const compute_t<T>* upstream) const {
     const int device = kiln::detail::pass_device(logits);
     const kiln::detail::device_scope<D> on(device);
     const auto den = count(logits, labels, how);
@@ -1169,24 +1190,29 @@ struct CrossEntropyLoss {
     if (!fusion_enabled()) {
       // log_softmax and nll_loss's gradient in the compute type (fp32 for 16-bit logits, as autocast).
       Tensor<compute_t<T>, S, D> lsm(logits.extents(), device), g(logits.extents(), device);
-      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c});
+      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxRows<T>{logits.data(), lsm.data(), c}, c);
       kiln::detail::executor<D>::for_each(
-          n, detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row, eps<T>(), upstream,
-                                    den.weights.data()});
-      kiln::detail::executor<D>::for_each(n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c});
+          n,
+          detail::NllGradRows<T>{labels.data(), g.data(), c, ignore_index, per_row, eps<T>(), upstream,
+                                 den.weights.data()},
+          c);
+      kiln::detail::executor<D>::for_each(
+          n, detail::LogSoftmaxGradRows<T>{lsm.data(), g.data(), dx.data(), c}, c);
       return dx;
     }
     kiln::detail::executor<D>::for_each(
-        n, detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, ignore_index, per_row, eps<T>(),
-                                       upstream, den.weights.data(), den.weights.sum});
+        n,
+        detail::CrossEntropyGrad<T>{logits.data(), labels.data(), dx.data(), c, ignore_index, per_row,
+                                    eps<T>(), upstream, den.weights.data(), den.weights.sum},
+        c);
     return dx;
   }
 
   /// Checks the shapes, label_smoothing, the weights and the labels (in that order), and counts what the
   /// reduction `how` divides by.
   template <class T, class S, class SL, class D>
-  detail::LabelCount<compute_t<T>, D> count(const Tensor<T, S, D>& logits, const Tensor<std::int64_t, SL, D>& labels,
-                                            Reduction how) const {
+  detail::LabelCount<compute_t<T>, D> count(const Tensor<T, S, D>& logits,
+                                            const Tensor<std::int64_t, SL, D>& labels, Reduction how) const {
     detail::check_label_rows("kiln::nn::CrossEntropyLoss", "logits", logits, labels);
     check_smoothing();
     return detail::count_labels("kiln::nn::CrossEntropyLoss", logits, labels, ignore_index, how, weight);
@@ -1328,7 +1354,8 @@ struct NLLLoss {
     const auto per_row = detail::GradFactor<compute_t<T>>::make(scale, 1.0, den.den);
     kiln::detail::executor<D>::for_each(
         logp.size(0), detail::NllGradRows<T, T>{labels.data(), dx.data(), logp.size(1), ignore_index, per_row,
-                                                compute_t<T>(0), upstream, den.weights.data()});
+                                                compute_t<T>(0), upstream, den.weights.data()},
+        logp.size(1));
     return dx;
   }
 };

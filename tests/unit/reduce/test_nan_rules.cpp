@@ -1,5 +1,7 @@
 // The rules at the edges: max/min propagate NaN, argmax returns the first NaN's index and the first of
 // tied maxima (also across the blocks of a parallel reduction), empty inputs throw or give NaN.
+#include <algorithm>
+#include <bit>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -45,6 +47,54 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(max_and_min_propagate_nan, D, kiln::test::devices)
   BOOST_TEST(kt::all_equal(kiln::min<0>(x).to_vector(), std::vector<double>{1, nan, 3}));
   BOOST_TEST(kt::all_equal(kiln::max<1>(x).to_vector(), std::vector<double>{3, nan, 9}));
   BOOST_TEST(kt::all_equal(kiln::min<1>(x).to_vector(), std::vector<double>{1, nan, 7}));
+}
+
+BOOST_AUTO_TEST_CASE(max_and_min_in_lanes_give_one_running_max_s_value) {
+  // core/lane_sums.hpp's lane_extreme (the CPU's float max and min, and cross entropy's row maxima):
+  // eight running maxima, then the lanes'. Against one running max over every length from 1 to 40 and
+  // 1031, the extreme at each position (every lane, the remainder), with -inf and +inf, and NaNs with
+  // payloads: the first NaN comes back, bits and all.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan1 = std::bit_cast<float>(0x7fc00001u), nan2 = std::bit_cast<float>(0xffc00002u);
+  const auto one_running = [](const std::vector<float>& v, bool min) {
+    float m = min ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+    for (float x : v) {
+      if (std::isnan(m)) break;
+      if (std::isnan(x) || (min ? x < m : x > m)) m = x;
+    }
+    return m;
+  };
+  const auto same_bits = [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); };
+  int checked = 0;
+  for (std::size_t n = 1; n <= 1031; n = n < 40 ? n + 1 : n == 40 ? 1031 : 1032) {
+    for (std::size_t at = 0; at < n; at += n < 40 ? 1 : 97) {
+      for (int what = 0; what < 4; ++what) {  // an extreme, an infinity, a NaN, two NaNs
+        auto v = kt::random_values<float>(n, -1, 1, static_cast<std::uint32_t>(n * 7 + at));
+        if (what == 0) v[at] = 5.0f, v[n - 1 - at] = -5.0f;
+        if (what == 1) v[at] = inf, v[n - 1 - at] = -inf;
+        if (what >= 2) v[at] = nan1;
+        if (what == 3) v[n - 1 - at] = nan2;
+        for (bool min : {false, true}) {
+          const float want = one_running(v, min);
+          const float got = min ? kiln::detail::lane_extreme<true, float>(v.data(), 0, static_cast<kiln::index_t>(n))
+                                : kiln::detail::lane_extreme<false, float>(v.data(), 0, static_cast<kiln::index_t>(n));
+          BOOST_TEST(same_bits(got, want), (min ? "min" : "max") << " of " << n << ", " << what << " at " << at
+                                                                 << ": " << got << ", one running max " << want);
+          ++checked;
+        }
+      }
+    }
+  }
+  BOOST_TEST(checked > 3000);
+  // An empty range: the identity (-inf for a max), as a running max starts.
+  const float empty = kiln::detail::lane_extreme<false, float>(static_cast<const float*>(nullptr), 0, 0);
+  BOOST_TEST(empty == -inf);
+  // Through the reduction, over rows of 13 (a lane's worth and a remainder), in double.
+  const std::vector<double> rows = kt::random_values<double>(13 * 5, -3, 3, 83);
+  const auto r = kt::make_tensor<kiln::Cpu>(rows, Extents<Shape<dyn, 13>>(5));
+  const auto mx = kiln::max<1>(r).to_vector();
+  for (std::size_t i = 0; i < 5; ++i)
+    BOOST_TEST(mx[i] == *std::max_element(rows.begin() + 13 * i, rows.begin() + 13 * (i + 1)));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(nan_first_then_numbers_still_gives_nan, D, kiln::test::devices) {

@@ -195,13 +195,18 @@ struct executor<Cpu> {
   /// adds in eight interleaved lanes (core/lane_sums.hpp): a full fp32 sum of 2^22 elements, accumulated
   /// in double, took 2.2 ms on one thread in one running sum and takes 1.2 ms; a sum over each 1024-long
   /// row of [2048, 1024], 4.2 -> 0.7 ms. Not the one-sum order, as torch's CPU sums are not either (they
-  /// add in vector lanes and pairs). Integer sums (exact in any order) and the rest run in one pass.
+  /// add in vector lanes and pairs). A floating max or min takes eight lanes too (lane_extreme: the
+  /// same value, the first NaN); integer sums (exact in any order) and the rest run in one pass.
   template <class R, class E>
   static R reduce_range(const E& e, index_t begin, index_t end, index_t origin) {
     R r{};
     if constexpr ((R::kind == ReduceKind::sum || R::kind == ReduceKind::mean) &&
                   std::is_floating_point_v<typename R::Acc>) {
       r.acc = lane_sum<typename R::Acc, calls_vector_math<E>::value>(e, begin, end);
+      r.started = end > begin;
+    } else if constexpr ((R::kind == ReduceKind::max || R::kind == ReduceKind::min) &&
+                         std::is_floating_point_v<typename R::Acc>) {
+      r.acc = lane_extreme<R::kind == ReduceKind::min, typename R::Acc>(e, begin, end);
       r.started = end > begin;
     } else {
       for (index_t k = begin; k < end; ++k) r.add(e[k], k - origin);
