@@ -34,7 +34,8 @@ struct SoftmaxLayer {
     }
 
     /// y = exp(x - max) / Σ exp(x - max) along Dim, or its log, as kiln::softmax / log_softmax compute
-    /// it: the max and the sum kept as extent 1 and broadcast back. Three passes (max, exp-sum, output).
+    /// it: the max and the sum kept as extent 1 and broadcast back, three passes (max, exp-sum, output);
+    /// on the CPU along the last axis one, a row at a time (kiln::detail::SoftmaxRows, the same bits).
     Tensor<T, S, D> forward(const Tensor<T, S, D>& x, Context ctx) {
       if (x.numel() == 0) {  // no rows, or no features (Shape<dyn, dyn>): an empty output, as torch's
         Tensor<T, S, D> y(x.extents(), x.device_index());
@@ -46,13 +47,20 @@ struct SoftmaxLayer {
       y_ = ctx.grad ? y : Tensor<T, S, D>();
       return y;
     }
-    /// Softmax: dx = y (dy - Σ dy y); LogSoftmax: dx = dy - exp(y) Σ dy; the sums along Dim.
+    /// Softmax: dx = y (dy - Σ dy y); LogSoftmax: dx = dy - exp(y) Σ dy; the sums along Dim (two passes;
+    /// on the CPU along the last axis one, kiln::detail::SoftmaxGradRows, the same bits).
     Tensor<T, S, D> backward(const Tensor<T, S, D>& dy) {
       if (y_.empty() && dy.numel() != 0)
         throw Error("kiln::nn::" + name() + "::backward: no saved output; run forward with gradients first");
       if (!y_.empty()) detail::check_backward_rows(Log ? "LogSoftmax" : "Softmax", dy.size(0), y_.size(0));
       Tensor<T, S, D> dx(dy.extents(), dy.device_index());
-      if constexpr (Log) {
+      if constexpr (kiln::detail::softmax_by_rows<Dim, Tensor<T, S, D>, Tensor<T, S, D>>) {
+        if (dy.numel() != 0) {
+          const index_t c = dy.extents()[S::rank - 1];
+          kiln::detail::executor<Cpu>::for_each(
+              dy.numel() / c, kiln::detail::SoftmaxGradRows<Log, T>{y_.data(), dy.data(), dx.data(), c}, c);
+        }
+      } else if constexpr (Log) {
         const auto g = sum<Dim>(dy, keepdim);
         dx = dy - exp(y_) * g;
       } else {

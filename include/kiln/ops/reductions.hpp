@@ -373,12 +373,108 @@ auto all(const X& x, KeepDim) {
 }
 
 namespace detail {
-/// dst = softmax (Log: log_softmax) of x along Dim, x not empty: the max and the exponentials' sum kept as
-/// extent 1, then one pass into dst (made on x's device if it has no storage). The Softmax<Dim> and
+/// Softmax (Log: log_softmax) of rows of c floats or doubles on the CPU, a row a call: its max
+/// (lane_extreme) and Σ exp(x - max) (lane_sum, in double for float) as kiln::max and kiln::sum take them,
+/// then the row, so the same bits as the three passes of softmax_into, with the row in the cache between
+/// its steps; softmax keeps each exp(x - max) in y and divides it there (one exp an element, not two).
+template <bool Log, class T>
+struct SoftmaxRows {
+  const T* x;
+  T* y;
+  index_t c;
+  struct Shifted {
+    const T* x;
+    T m;
+    T operator[](index_t j) const { return ops::detail::exp_(x[j] - m); }
+  };
+  void operator()(index_t r) const {
+    using A = backend::cpu::accumulator_t<T>;
+    const T* xr = x + r * c;
+    T* yr = y + r * c;
+    const T m = lane_extreme<false, T>(xr, 0, c);
+    if constexpr (Log) {
+      const T ls = ops::detail::log_(static_cast<T>(lane_sum<A, KILN_VECTOR_EXP>(Shifted{xr, m}, 0, c)));
+      KILN_PRAGMA_OMP(simd)
+      for (index_t j = 0; j < c; ++j) yr[j] = xr[j] - m - ls;
+    } else {
+      KILN_PRAGMA_OMP(simd)
+      for (index_t j = 0; j < c; ++j) yr[j] = ops::detail::exp_(xr[j] - m);
+      const T s = static_cast<T>(lane_sum<A>(static_cast<const T*>(yr), 0, c));
+      KILN_PRAGMA_OMP(simd)
+      for (index_t j = 0; j < c; ++j) yr[j] = yr[j] / s;
+    }
+  }
+  /// x read, y written (and, for softmax, read and written again); a max, a subtract, an exp and an add
+  /// per element, then a subtract or a divide.
+  Traffic traffic(index_t rows) const {
+    return {static_cast<std::uint64_t>(rows * c) * sizeof(T) * (Log ? 2 : 4),
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(5 * c + 1)};
+  }
+};
+/// Their gradients, a row a call, as the Softmax and LogSoftmax layers' two passes compute them (the same
+/// bits): softmax dx = y (dy - Σ dy y), log_softmax dx = dy - exp(y) Σ dy.
+template <bool Log, class T>
+struct SoftmaxGradRows {
+  const T* y;
+  const T* dy;
+  T* dx;
+  index_t c;
+  struct Product {
+    const T* a;
+    const T* b;
+    T operator[](index_t j) const { return a[j] * b[j]; }
+  };
+  void operator()(index_t r) const {
+    using A = backend::cpu::accumulator_t<T>;
+    const T* yr = y + r * c;
+    const T* dyr = dy + r * c;
+    T* dxr = dx + r * c;
+    if constexpr (Log) {
+      const T g = static_cast<T>(lane_sum<A>(dyr, 0, c));
+      KILN_PRAGMA_OMP(simd)
+      for (index_t j = 0; j < c; ++j) dxr[j] = dyr[j] - ops::detail::exp_(yr[j]) * g;
+    } else {
+      const T g = static_cast<T>(lane_sum<A>(Product{dyr, yr}, 0, c));
+      KILN_PRAGMA_OMP(simd)
+      for (index_t j = 0; j < c; ++j) dxr[j] = yr[j] * (dyr[j] - g);
+    }
+  }
+  /// y and dy read twice, dx written; a multiply and an add, then a subtract and a multiply (an exp) per
+  /// element.
+  Traffic traffic(index_t rows) const {
+    return {static_cast<std::uint64_t>(rows * c) * sizeof(T) * 5,
+            static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(4 * c + 1)};
+  }
+};
+/// Whether softmax along Dim of X into Dst runs as SoftmaxRows: a CPU tensor of float or double into one
+/// of its type, along its last axis.
+template <int Dim, class Dst, class X>
+constexpr bool rows_of_softmax() {
+  if constexpr (tensor<X>) {
+    using T = typename X::element_type;  // (value_type is the compute type: float for half)
+    constexpr int rank = static_cast<int>(X::shape_type::rank);
+    return std::is_same_v<device_of_t<X>, Cpu> && std::is_floating_point_v<T> &&
+           std::is_same_v<typename Dst::element_type, T> && (Dim == rank - 1 || Dim == -1);
+  } else {
+    return false;
+  }
+}
+template <int Dim, class Dst, class X>
+inline constexpr bool softmax_by_rows = rows_of_softmax<Dim, Dst, X>();
+
+/// dst (x's extents, on its device) = softmax (Log: log_softmax) of x along Dim, x not empty: the max
+/// and the exponentials' sum kept as extent 1, then one pass into dst; a CPU tensor of float or double
+/// along its last axis a row at a time instead (SoftmaxRows, the same bits). The Softmax<Dim> and
 /// LogSoftmax<Dim> layers write their output with it.
 template <bool Log, int Dim, class Dst, class X>
 void softmax_into(Dst& dst, const X& x) {
   static_assert(floating_operand<X>());
+  if constexpr (softmax_by_rows<Dim, Dst, X>) {
+    using T = typename X::element_type;
+    const index_t c = x.extents()[X::shape_type::rank - 1], rows = x.numel() / c;
+    executor<Cpu>::for_each(rows, SoftmaxRows<Log, T>{x.data(), dst.data(), c}, c);
+    return;
+  }
   const auto m = kiln::max<Dim>(x, keepdim);
   const auto s = kiln::sum<Dim>(kiln::exp(x - m), keepdim);
   if constexpr (Log)
@@ -402,7 +498,8 @@ auto softmax_along(const X& x) {
 
 /// torch.softmax(x, Dim) and torch.log_softmax(x, Dim) of a tensor or an expression, as the Softmax<Dim>
 /// and LogSoftmax<Dim> layers compute them: m = max along Dim, e^(x - m) / Σ e^(x - m), or
-/// x - m - log Σ e^(x - m) (three passes). The result has x's element type for a tensor (half stays half,
+/// x - m - log Σ e^(x - m) (three passes; one, a row at a time, for a CPU tensor of float or double along
+/// its last axis: the same bits). The result has x's element type for a tensor (half stays half,
 /// as torch's; an expression's as eval gives it); an empty x gives an empty result. Floating operands.
 template <int Dim, operand X>
 auto softmax(const X& x) {

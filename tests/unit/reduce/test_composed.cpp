@@ -317,6 +317,60 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_and_log_softmax_functions, D, kiln::test::
   BOOST_TEST(kiln::log_softmax<1>(none).size(0) == 2);
 }
 
+// A CPU tensor of float or double along its last axis runs a row at a time (SoftmaxRows, SoftmaxGradRows:
+// ops/reductions.hpp); an expression operand, or another axis, the three passes. The same bits, rows of
+// 1 to 20 logits and 1030 (the lanes, their remainder, pieces of 64), NaN and ±inf rows included; the
+// Softmax and LogSoftmax layers' gradients against their two passes written out.
+template <class T>
+void check_softmax_rows(kiln::index_t c) {
+  BOOST_TEST_CONTEXT("C = " << c << ", " << (sizeof(T) == 4 ? "float" : "double")) {
+    using S = Shape<dyn, dyn>;
+    const kiln::index_t n = 5;
+    auto xv = kt::random_values<T>(static_cast<std::size_t>(n * c), -30, 30, static_cast<std::uint32_t>(c));
+    auto dyv = kt::random_values<T>(static_cast<std::size_t>(n * c), -1, 1, static_cast<std::uint32_t>(c + 1));
+    xv[static_cast<std::size_t>(c / 2)] = std::numeric_limits<T>::quiet_NaN();           // row 0
+    xv[static_cast<std::size_t>(c + c - 1)] = std::numeric_limits<T>::infinity();         // row 1
+    xv[static_cast<std::size_t>(2 * c)] = -std::numeric_limits<T>::infinity();            // row 2
+    const auto x = kt::make_tensor<kiln::Cpu>(xv, Extents<S>(n, c));
+    const auto dy = kt::make_tensor<kiln::Cpu>(dyv, Extents<S>(n, c));
+    const auto same = [](const std::vector<T>& a, const std::vector<T>& b) {
+      bool ok = a.size() == b.size();
+      for (std::size_t i = 0; ok && i < a.size(); ++i) ok = (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i];
+      return ok;
+    };
+    const auto p = kiln::softmax<1>(x), lp = kiln::log_softmax<-1>(x);
+    BOOST_TEST(same(p.to_vector(), kiln::softmax<1>(x * T(1)).to_vector()));
+    BOOST_TEST(same(lp.to_vector(), kiln::log_softmax<1>(x * T(1)).to_vector()));
+    using P = kiln::Policy<std::conditional_t<sizeof(T) == 4, kiln::Fp32, kt::Fp64>, kiln::Cpu>;
+    kiln::nn::Model<kiln::nn::Sequential<kiln::nn::Softmax<1>>, S, P> sm(0);
+    kiln::nn::Model<kiln::nn::Sequential<kiln::nn::LogSoftmax<-1>>, S, P> lsm(0);
+    const auto y = sm.forward(x), ly = lsm.forward(x);
+    BOOST_TEST(same(y.to_vector(), p.to_vector()));
+    BOOST_TEST(same(ly.to_vector(), lp.to_vector()));
+    Tensor<T, S, kiln::Cpu> want(x.extents());
+    want = y * (dy - kiln::sum<1>(dy * y, kiln::keepdim));
+    BOOST_TEST(same(sm.backward_input(dy).to_vector(), want.to_vector()));
+    want = dy - kiln::exp(ly) * kiln::sum<1>(dy, kiln::keepdim);
+    BOOST_TEST(same(lsm.backward_input(dy).to_vector(), want.to_vector()));
+    // And the values: row 3 against float64 (x - max rounds to a float: its error grows with |x - max|).
+    double m = -1e300, sum = 0;
+    for (kiln::index_t j = 0; j < c; ++j) m = std::max(m, static_cast<double>(xv[static_cast<std::size_t>(3 * c + j)]));
+    for (kiln::index_t j = 0; j < c; ++j) sum += std::exp(xv[static_cast<std::size_t>(3 * c + j)] - m);
+    const auto pv = p.to_vector();
+    for (kiln::index_t j = 0; j < c; ++j) {
+      const double want_j = std::exp(xv[static_cast<std::size_t>(3 * c + j)] - m) / sum;
+      BOOST_TEST(std::abs(pv[static_cast<std::size_t>(3 * c + j)] - want_j) <= 1e-5 * want_j + 1e-38);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(softmax_by_rows_gives_the_bits_of_its_three_passes) {
+  for (kiln::index_t c = 1; c <= 20; ++c) check_softmax_rows<float>(c);
+  check_softmax_rows<float>(1030);
+  check_softmax_rows<double>(13);
+  check_softmax_rows<double>(1030);
+}
+
 // torch.linalg.vector_norm against (Σ |x|^ord)^(1/ord) in float64 over everything, one axis and two (keepdim),
 // for the orders torch computes another way (2, 1, inf, -inf, 0) and others (3, 0.5, -1); torch 1.13's
 // edges: NaN with ord inf is NaN and with ord 0 counts, a zero makes a negative order 0, a negative order
