@@ -91,9 +91,9 @@ struct Reducer {
 
 namespace kiln::detail {
 
-/// Whether a tree calls exp, erf, tanh, log1p or expm1, which run four elements a call in a vector loop where a
-/// vector math library is linked (core/vector_math.hpp): a sum of such a tree evaluates its elements in
-/// one (lane_sum's Stage; a cheap tree, x * x, is 35 % slower so).
+/// Whether a tree calls exp, erf, tanh, log1p or expm1, which run four elements a call in a vector loop
+/// where a vector math library is linked (core/vector_math.hpp): a sum of such a tree evaluates its
+/// elements in one (lane_sum's Stage; a cheap tree, x * x, is 35 % slower so).
 template <class F>
 inline constexpr bool vector_math_functor =
     (KILN_VECTOR_EXP && (std::is_same_v<F, ops::Exp> || std::is_same_v<F, ops::Sigmoid>)) ||
