@@ -1,6 +1,7 @@
 /// MaxPool2d and AvgPool2d over K x K windows (stride defaults to K; ceil_mode, MaxPool2d's dilation,
 /// AvgPool2d's count_include_pad and divisor_override), as torch.nn's.
 #pragma once
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -50,6 +51,21 @@ constexpr index_t pool_extent(index_t n) {
   return CeilMode && (o - 1) * Stride >= n + Padding ? o - 1 : o;
 }
 
+/// The shortest row of windows whose max pool gradient the CPU gathers in `omp simd` loops: shorter rows
+/// are scattered (rows of 5 and 7 windows, LeNet's second pool and a 14 x 14 one, took twice as long
+/// gathered).
+inline constexpr index_t gather_row = 8;
+/// mask (all ones or 0) ? a : b, a float's through its bits: g++ 12 vectorises no float select in a
+/// loop with 16-bit loads or stores ("unsupported data-type float"), half's and bfloat16's.
+template <class V>
+KILN_HOST_DEVICE KILN_FORCEINLINE V select_by_mask(std::uint32_t mask, V a, V b) {
+  if constexpr (std::is_same_v<V, float>)
+    return std::bit_cast<float>((std::bit_cast<std::uint32_t>(a) & mask) |
+                                (std::bit_cast<std::uint32_t>(b) & ~mask));
+  else
+    return mask ? a : b;
+}
+
 /// The max of x over window (oh, ow) of one plane, its taps Dilation apart, and the winner's tap ki K + kj
 /// (-1: none; padding is
 /// -inf; ties keep the first; NaN propagates, the last NaN winning, as torch's CPU and CUDA kernels
@@ -92,7 +108,10 @@ struct MaxPoolForward {
   }
   Traffic traffic(index_t) const { return g.traffic<T, T, I>(idx != nullptr); }
 };
-/// The same, one call per (n, c) plane: no division per element (CPU).
+/// The same, one call per (n, c) plane: no division per element (CPU). Where every window lies inside
+/// the plane (Bounded = false: LeNet's and ResNet's pools), a row of windows is one `omp simd` loop of
+/// selects, the taps unrolled (the branches of window_max kept a 2 x 2 pool scalar: 0.9 ns an input
+/// element, 16 % of LeNet's training step); the same maxima and winners as window_max.
 template <class T, index_t K, index_t Stride, index_t Padding, index_t Dilation, bool Bounded>
 struct MaxPoolForwardPlanes {
   using I = window_index_t<K>;
@@ -103,19 +122,68 @@ struct MaxPoolForwardPlanes {
   KILN_HOST_DEVICE void operator()(index_t plane) const {
     const T* xp = x + plane * g.h * g.w;
     const index_t o = plane * g.ho * g.wo;
+    if constexpr (!Bounded) {
+      if (idx)
+        inside<true>(xp, o);
+      else
+        inside<false>(xp, o);
+    } else {
+      for (index_t oh = 0; oh < g.ho; ++oh)
+        for (index_t ow = 0; ow < g.wo; ++ow) {
+          index_t arg;
+          y[o + oh * g.wo + ow] =
+              from_compute<T>(window_max<K, Stride, Padding, Dilation, Bounded>(xp, oh, ow, g, arg));
+          if (idx) idx[o + oh * g.wo + ow] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
+        }
+    }
+  }
+  /// Every window inside the plane: its first tap is the first best, then a tap wins where it is larger
+  /// or NaN (ties keep the first, the last NaN wins), as window_max. A row of windows runs in pieces:
+  /// the maxima and winners of a piece into local arrays of 32-bit lanes, then stored (a loop that mixes
+  /// the one-byte winners with float lanes vectorises 16 windows at a time, more than a row of LeNet's).
+  template <bool Keep>
+  KILN_HOST_DEVICE KILN_FORCEINLINE void inside(const T* xp, index_t o) const {
+    using V = compute_t<T>;
+    constexpr index_t piece = 64;
+    const index_t w = g.w;
     for (index_t oh = 0; oh < g.ho; ++oh)
-      for (index_t ow = 0; ow < g.wo; ++ow) {
-        index_t arg;
-        y[o + oh * g.wo + ow] =
-            from_compute<T>(window_max<K, Stride, Padding, Dilation, Bounded>(xp, oh, ow, g, arg));
-        if (idx) idx[o + oh * g.wo + ow] = arg < 0 ? no_winner<I> : static_cast<I>(arg);
+      for (index_t first = 0; first < g.wo; first += piece) {
+        const index_t m = g.wo - first < piece ? g.wo - first : piece;
+        const T* row = xp + oh * Stride * w + first * Stride;
+        V best[piece];
+        std::uint32_t arg[piece];
+        KILN_PRAGMA_OMP(simd)
+        for (index_t j = 0; j < m; ++j) {
+          const T* at = row + j * Stride;
+          V b = to_compute(at[0]);
+          std::uint32_t a = 0;
+          KILN_UNROLL
+          for (index_t t = 1; t < K * K; ++t) {
+            const V v = to_compute(at[t / K * Dilation * w + t % K * Dilation]);
+            const std::uint32_t take = 0u - static_cast<std::uint32_t>((v > b) | kiln::detail::is_nan(v));
+            b = select_by_mask(take, v, b);
+            a = (static_cast<std::uint32_t>(t) & take) | (a & ~take);
+          }
+          best[j] = b;
+          arg[j] = a;
+        }
+        T* yr = y + o + oh * g.wo + first;
+        KILN_PRAGMA_OMP(simd)
+        for (index_t j = 0; j < m; ++j) yr[j] = from_compute<T>(best[j]);
+        if constexpr (Keep) {
+          I* ir = idx + o + oh * g.wo + first;
+          KILN_PRAGMA_OMP(simd)
+          for (index_t j = 0; j < m; ++j) ir[j] = static_cast<I>(arg[j]);
+        }
       }
   }
   Traffic traffic(index_t) const { return g.traffic<T, T, I>(idx != nullptr); }
 };
 /// dx = dy scattered to the winners, one call per plane (one thread owns a plane, so overlapping windows
-/// add without a race) (CPU).
-template <class T, index_t K, index_t Stride, index_t Padding, index_t Dilation>
+/// add without a race) (CPU). Tiled (windows side by side, K apart, inside the plane: LeNet's and
+/// ResNet's 2 x 2 pools): each input is one window's tap, so dx is written once, a gather (dy where the
+/// tap won, 0 elsewhere) in `omp simd` loops; the same values as the scatter (0 + dy at a winner).
+template <class T, index_t K, index_t Stride, index_t Padding, index_t Dilation, bool Tiled = false>
 struct MaxPoolBackwardPlanes {
   using I = window_index_t<K>;
   const T* dy;
@@ -124,8 +192,17 @@ struct MaxPoolBackwardPlanes {
   PoolGeometry g;
   KILN_HOST_DEVICE void operator()(index_t plane) const {
     T* dxp = dx + plane * g.h * g.w;
-    for (index_t i = 0; i < g.h * g.w; ++i) dxp[i] = T(0);
     const index_t o = plane * g.ho * g.wo;
+    const T zero = from_compute<T>(compute_t<T>(0));
+    if constexpr (Tiled) {
+      static_assert(Stride == K && Dilation == 1 && Padding == 0,
+                    "MaxPoolBackwardPlanes: tiled windows only");
+      if (g.wo >= gather_row) {
+        gather(dxp, o, zero);
+        return;
+      }
+    }
+    for (index_t i = 0; i < g.h * g.w; ++i) dxp[i] = zero;
     for (index_t oh = 0; oh < g.ho; ++oh)
       for (index_t ow = 0; ow < g.wo; ++ow) {
         const index_t j = o + oh * g.wo + ow;
@@ -135,6 +212,43 @@ struct MaxPoolBackwardPlanes {
             (oh * Stride - Padding + a / K * Dilation) * g.w + ow * Stride - Padding + a % K * Dilation;
         dxp[at] = from_compute<T>(to_compute(dxp[at]) + to_compute(dy[j]));
       }
+  }
+  /// The tiled case: a row of windows in pieces, its gradients and winners first read into 32-bit lanes
+  /// (as MaxPoolForwardPlanes::inside), then each of its K input rows written; the columns and rows that
+  /// no window covers are 0.
+  KILN_HOST_DEVICE KILN_FORCEINLINE void gather(T* dxp, index_t o, T zero) const {
+    using V = compute_t<T>;
+    constexpr index_t piece = 64;
+    const index_t w = g.w;
+    for (index_t oh = 0; oh < g.ho; ++oh) {
+      for (index_t first = 0; first < g.wo; first += piece) {
+        const index_t m = g.wo - first < piece ? g.wo - first : piece;
+        V d[piece];
+        std::uint32_t a[piece];
+        const T* dyr = dy + o + oh * g.wo + first;
+        const I* ir = idx + o + oh * g.wo + first;
+        KILN_PRAGMA_OMP(simd)
+        for (index_t j = 0; j < m; ++j) d[j] = V(0) + to_compute(dyr[j]);
+        KILN_PRAGMA_OMP(simd)
+        for (index_t j = 0; j < m; ++j) a[j] = ir[j];
+        KILN_UNROLL
+        for (index_t ki = 0; ki < K; ++ki) {
+          T* row = dxp + (oh * K + ki) * w + first * K;
+          KILN_PRAGMA_OMP(simd)
+          for (index_t j = 0; j < m; ++j) {
+            KILN_UNROLL
+            for (index_t kj = 0; kj < K; ++kj) {
+              const std::uint32_t won =
+                  0u - static_cast<std::uint32_t>(a[j] == static_cast<std::uint32_t>(ki * K + kj));
+              row[j * K + kj] = from_compute<T>(select_by_mask(won, d[j], V(0)));
+            }
+          }
+        }
+      }
+      for (index_t ki = 0; ki < K; ++ki)
+        for (index_t iw = g.wo * K; iw < w; ++iw) dxp[(oh * K + ki) * w + iw] = zero;
+    }
+    for (index_t i = g.ho * K * w; i < g.h * w; ++i) dxp[i] = zero;
   }
   Traffic traffic(index_t) const { return g.traffic<T, T, I>(true); }
 };
@@ -320,10 +434,10 @@ struct Pool2d {
       const auto g = geometry(dy.size(0));
       if constexpr (Max) {
         if constexpr (std::is_same_v<D, Cpu>)
-          kiln::detail::executor<D>::for_each(
-              g.nc,
-              MaxPoolBackwardPlanes<T, K, Stride, Padding, Dilation>{dy.data(), idx_.data(), dx.data(), g},
-              g.h * g.w);
+          kiln::detail::executor<D>::for_each(g.nc,
+                                              MaxPoolBackwardPlanes<T, K, Stride, Padding, Dilation, tiled>{
+                                                  dy.data(), idx_.data(), dx.data(), g},
+                                              g.h * g.w);
         else
           kiln::detail::executor<D>::for_each(dx.numel(), MaxPoolBackward<T, K>{dy.data(), idx_.data(), dx.data(), g});
         idx_ = index_tensor();
@@ -341,6 +455,8 @@ struct Pool2d {
     /// Some window reaches past the plane: into the padding, or (ceil mode) past the last row or column.
     static constexpr bool bounded = Padding > 0 || (ho - 1) * Stride - Padding + span > h ||
                                     (wo - 1) * Stride - Padding + span > w;
+    /// The windows lie side by side inside the plane, each input in one (MaxPoolBackwardPlanes' gather).
+    static constexpr bool tiled = !bounded && Stride == K && Dilation == 1;
     /// Some window reaches past the trailing padding (ceil mode): torch's count_include_pad leaves that out.
     static constexpr bool past_padding = (ho - 1) * Stride + K > h + 2 * Padding ||
                                          (wo - 1) * Stride + K > w + 2 * Padding;

@@ -9,6 +9,7 @@
 #include <kiln/backend/cpu/threads.hpp>
 #include <kiln/nn/nn.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/gradcheck.hpp"
@@ -500,6 +501,61 @@ BOOST_AUTO_TEST_CASE(fixed_size_im2col_and_col2im_are_the_general_paths_bits) {
   fixed_im2col::check_against_the_general_path<FixedGeometry<2, 8, 8, 3, 2, 2, 3, 0>>();   // 6, 7 unread
   fixed_im2col::check_against_the_general_path<FixedGeometry<1, 6, 5, 5, 6, 5, 1, 2>>();   // fashion's conv1
   fixed_im2col::check_against_the_general_path<FixedGeometry<2, 4, 5, 2, 5, 5, 2, 3>>();   // padding rows
+}
+
+namespace vector_pool {
+/// The max pool's vector paths on the CPU (rows of windows in `omp simd` loops; the gradient gathered)
+/// against its one-window-at-a-time paths (window_max with bounds, the scatter), bit for bit: maxima,
+/// winners and gradients, over planes with ties, NaNs (two in some windows), signed zeros and infinities,
+/// rows of 2 to 75 windows (pieces of 64), and a last row and column that no window covers.
+template <class T, kiln::index_t K>
+void check(kiln::index_t planes, kiln::index_t h, kiln::index_t w) {
+  namespace knn = kiln::nn::detail;
+  using I = knn::window_index_t<K>;
+  const kiln::index_t ho = h / K, wo = w / K;
+  const knn::PoolGeometry g{planes, h, w, K, K, 0, ho, wo};
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.0f, 1.0f, -2.5f};
+  std::vector<T> x(static_cast<std::size_t>(planes * h * w)), dy(static_cast<std::size_t>(planes * ho * wo));
+  std::uint32_t r = 12345;
+  const auto next = [&r] { return r = r * 1664525u + 1013904223u; };
+  for (auto& v : x) {
+    const std::uint32_t u = next();
+    const float step = static_cast<float>(static_cast<int>((u >> 8) % 17) - 8) * 0.25f;  // ties
+    v = kiln::from_compute<T>(u % 4 == 0 ? specials[(u >> 8) % 8] : step);
+  }
+  for (auto& v : dy) {
+    const std::uint32_t u = next();
+    v = kiln::from_compute<T>(u % 8 == 0 ? specials[(u >> 8) % 8] : static_cast<float>(u >> 20) / 512.0f - 1.0f);
+  }
+  std::vector<T> y_vec(dy.size()), y_one(dy.size());
+  std::vector<I> i_vec(dy.size()), i_one(dy.size());
+  knn::MaxPoolForwardPlanes<T, K, K, 0, 1, false> vec{x.data(), y_vec.data(), i_vec.data(), g};
+  knn::MaxPoolForwardPlanes<T, K, K, 0, 1, true> one{x.data(), y_one.data(), i_one.data(), g};
+  std::vector<T> y_inference(dy.size());
+  knn::MaxPoolForwardPlanes<T, K, K, 0, 1, false> inference{x.data(), y_inference.data(), nullptr, g};
+  for (kiln::index_t p = 0; p < planes; ++p) vec(p), one(p), inference(p);
+  BOOST_TEST(std::memcmp(y_vec.data(), y_one.data(), y_vec.size() * sizeof(T)) == 0);
+  BOOST_TEST(std::memcmp(y_inference.data(), y_one.data(), y_vec.size() * sizeof(T)) == 0);
+  BOOST_TEST(i_vec == i_one, boost::test_tools::per_element());
+  std::vector<T> dx_gather(x.size(), kiln::from_compute<T>(7.0f)), dx_scatter(x.size(), kiln::from_compute<T>(7.0f));
+  knn::MaxPoolBackwardPlanes<T, K, K, 0, 1, true> gather{dy.data(), i_one.data(), dx_gather.data(), g};
+  knn::MaxPoolBackwardPlanes<T, K, K, 0, 1, false> scatter{dy.data(), i_one.data(), dx_scatter.data(), g};
+  for (kiln::index_t p = 0; p < planes; ++p) gather(p), scatter(p);
+  BOOST_TEST(std::memcmp(dx_gather.data(), dx_scatter.data(), dx_gather.size() * sizeof(T)) == 0);
+  std::size_t nan_windows = 0;  // (the data has what the test is about)
+  for (const T v : y_one) nan_windows += std::isnan(static_cast<double>(kiln::to_compute(v))) ? 1 : 0;
+  BOOST_TEST(nan_windows > 0u);
+  BOOST_TEST(nan_windows < y_one.size());
+}
+}  // namespace vector_pool
+
+using pool_elements = std::tuple<float, double, kiln::half, kiln::bfloat16>;
+BOOST_AUTO_TEST_CASE_TEMPLATE(max_pool_rows_of_windows_are_one_window_at_a_time_bits, T, pool_elements) {
+  vector_pool::check<T, 2>(3, 11, 151);  // rows of 75 windows (two pieces); row 10 and column 150 uncovered
+  vector_pool::check<T, 2>(5, 28, 28);   // LeNet's first pool: rows of 14
+  vector_pool::check<T, 2>(4, 10, 10);   // its second: rows of 5, scattered
+  vector_pool::check<T, 3>(2, 14, 31);   // 3 x 3 windows, rows of 10, one row and column uncovered
+  vector_pool::check<T, 2>(2, 4, 16);    // rows of 8
 }
 
 // A backward pass's partial weight gradients (each convolution group's block transposed) added in tiles:
