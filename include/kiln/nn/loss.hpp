@@ -287,22 +287,13 @@ struct ComputeValues {
   const T* x;
   KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> operator[](index_t j) const { return to_compute(x[j]); }
 };
-/// exp(x[j] - m), j's term of a row's Σ exp(x - m).
-template <class T>
-struct ShiftedExp {
-  const T* x;
-  compute_t<T> m;
-  KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> operator[](index_t j) const {
-    return ops::detail::exp_(to_compute(x[j]) - m);
-  }
-};
 /// Row n of the logits: m = max, log Σ exp(x - m) (stable for large logits); the sum in lane_sum's eight
 /// lanes (core/lane_sums.hpp), the exps evaluated four a call first where exp is a vector function.
 template <class T>
 KILN_HOST_DEVICE KILN_FORCEINLINE RowLse<compute_t<T>> row_logsumexp(const T* x, index_t c) {
   using V = compute_t<T>;
   const V m = kiln::detail::lane_extreme<false, V>(ComputeValues<T>{x}, 0, c);
-  const V s = kiln::detail::lane_sum<V, KILN_VECTOR_EXP>(ShiftedExp<T>{x, m}, 0, c);
+  const V s = kiln::detail::lane_sum<V, KILN_VECTOR_EXP>(ops::detail::ShiftedExp<T>{x, m}, 0, c);
   return {m, ops::detail::log_(s)};
 }
 /// How row n's label counts: ignored (== ignore_index: no loss, no gradient), outside [0, C) (NaN), or

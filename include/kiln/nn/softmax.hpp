@@ -54,7 +54,7 @@ struct SoftmaxLayer {
         throw Error("kiln::nn::" + name() + "::backward: no saved output; run forward with gradients first");
       if (!y_.empty()) detail::check_backward_rows(Log ? "LogSoftmax" : "Softmax", dy.size(0), y_.size(0));
       Tensor<T, S, D> dx(dy.extents(), dy.device_index());
-      if constexpr (kiln::detail::softmax_by_rows<Dim, Tensor<T, S, D>, Tensor<T, S, D>>) {
+      if constexpr (kiln::detail::rows_of_softmax<Dim, Tensor<T, S, D>, Tensor<T, S, D>>()) {
         if (dy.numel() != 0) {
           const index_t c = dy.extents()[S::rank - 1];
           kiln::detail::executor<Cpu>::for_each(

@@ -5,6 +5,8 @@
 #include <type_traits>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/half.hpp"
+#include "kiln/core/index.hpp"
 #include "kiln/core/nan.hpp"
 #include "kiln/core/vector_math.hpp"
 
@@ -135,6 +137,16 @@ using number_type_t = std::conditional_t<
 /// (torch's default dtype: int / int is a true division).
 template <class A>
 using real_t = std::conditional_t<std::is_floating_point_v<A>, A, float>;
+/// exp(x[j] - m), term j of a row's Σ exp(x - m) in the compute type (a log-sum-exp's sum, as softmax's
+/// and cross entropy's rows hand it to lane_sum, core/lane_sums.hpp).
+template <class T>
+struct ShiftedExp {
+  const T* x;
+  compute_t<T> m;
+  KILN_HOST_DEVICE KILN_FORCEINLINE compute_t<T> operator[](index_t j) const {
+    return exp_(to_compute(x[j]) - m);
+  }
+};
 /// a^b in type R: the C library's pow for floating R, ipow_ for integers.
 template <class R, class A, class B>
 KILN_HOST_DEVICE KILN_FORCEINLINE R pow_in(A a, B b) {

@@ -382,18 +382,14 @@ struct SoftmaxRows {
   const T* x;
   T* y;
   index_t c;
-  struct Shifted {
-    const T* x;
-    T m;
-    T operator[](index_t j) const { return ops::detail::exp_(x[j] - m); }
-  };
   void operator()(index_t r) const {
     using A = backend::cpu::accumulator_t<T>;
     const T* xr = x + r * c;
     T* yr = y + r * c;
     const T m = lane_extreme<false, T>(xr, 0, c);
     if constexpr (Log) {
-      const T ls = ops::detail::log_(static_cast<T>(lane_sum<A, KILN_VECTOR_EXP>(Shifted{xr, m}, 0, c)));
+      const A s = lane_sum<A, KILN_VECTOR_EXP>(ops::detail::ShiftedExp<T>{xr, m}, 0, c);
+      const T ls = ops::detail::log_(static_cast<T>(s));
       KILN_PRAGMA_OMP(simd)
       for (index_t j = 0; j < c; ++j) yr[j] = xr[j] - m - ls;
     } else {
@@ -422,7 +418,7 @@ struct SoftmaxGradRows {
   struct Product {
     const T* a;
     const T* b;
-    T operator[](index_t j) const { return a[j] * b[j]; }
+    KILN_HOST_DEVICE KILN_FORCEINLINE T operator[](index_t j) const { return a[j] * b[j]; }
   };
   void operator()(index_t r) const {
     using A = backend::cpu::accumulator_t<T>;
@@ -459,8 +455,6 @@ constexpr bool rows_of_softmax() {
     return false;
   }
 }
-template <int Dim, class Dst, class X>
-inline constexpr bool softmax_by_rows = rows_of_softmax<Dim, Dst, X>();
 
 /// dst (x's extents, on its device) = softmax (Log: log_softmax) of x along Dim, x not empty: the max
 /// and the exponentials' sum kept as extent 1, then one pass into dst; a CPU tensor of float or double
@@ -469,7 +463,7 @@ inline constexpr bool softmax_by_rows = rows_of_softmax<Dim, Dst, X>();
 template <bool Log, int Dim, class Dst, class X>
 void softmax_into(Dst& dst, const X& x) {
   static_assert(floating_operand<X>());
-  if constexpr (softmax_by_rows<Dim, Dst, X>) {
+  if constexpr (rows_of_softmax<Dim, Dst, X>()) {
     using T = typename X::element_type;
     const index_t c = x.extents()[X::shape_type::rank - 1], rows = x.numel() / c;
     executor<Cpu>::for_each(rows, SoftmaxRows<Log, T>{x.data(), dst.data(), c}, c);
