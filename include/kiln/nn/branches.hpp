@@ -12,6 +12,7 @@
 #include "kiln/core/config.hpp"
 #include "kiln/core/counters.hpp"
 #include "kiln/expr/executor.hpp"
+#include "kiln/nn/detail/sum_epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/sequential.hpp"
 #include "kiln/ops/elementwise.hpp"
@@ -306,11 +307,28 @@ struct Add {
       return this->backward_sum(repeat(dy, std::index_sequence_for<Branches...>{}), input_grad);
     }
 
+    /// y = E(Σ f_i(x)): in a Sequential the activation after the block (ResNet's ReLU after the sum)
+    /// runs in the pass that adds the branches (nn/detail/sum_epilogue.hpp), its own pass saved.
+    static constexpr bool fuses_epilogue = true;
+    template <class E>
+    Tensor<T, output_shape, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
+      auto outs = this->forward_all(x, ctx);
+      return std::apply(
+          [&](const auto&... o) { return detail::sum_epilogue<E>(activation_, ctx.grad, o...); }, outs);
+    }
+    /// E's derivative in one pass (from the value forward_fused<E> kept), then backward().
+    template <class E>
+    Tensor<T, S, D> backward_fused(const Tensor<T, output_shape, D>& dy, bool input_grad = true) {
+      return backward(detail::epilogue_backward<E>(dy, activation_, "Add"), input_grad);
+    }
+
    private:
     template <std::size_t... I>
     static auto repeat(const Tensor<T, output_shape, D>& dy, std::index_sequence<I...>) {
       return std::tuple<decltype((void)I, dy)...>{((void)I, dy)...};
     }
+
+    Tensor<T, output_shape, D> activation_;  // what a fused activation's derivative reads (forward_fused)
   };
 };
 

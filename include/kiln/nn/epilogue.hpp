@@ -7,8 +7,9 @@
 /// bias and applies the activation; backward is one pass that applies the activation's derivative and reduces
 /// the bias gradient, then the GEMMs. A BatchNorm (1d, 2d, Sync) followed by one runs it in its normalising
 /// pass, and its derivative in the two backward passes that read dy; a GroupNorm, LayerNorm or InstanceNorm
-/// in its normalising pass, its derivative once into dz. The activation's module stays in the
-/// graph (summary, indices and state_dict names do not change) but does no work.
+/// in its normalising pass, its derivative once into dz; an Add or a Residual in the pass of its sum
+/// (nn/detail/sum_epilogue.hpp). The activation's module stays in the graph (summary, indices and
+/// state_dict names do not change) but does no work.
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -436,6 +437,20 @@ struct WideBiasEpilogue {
     return {kiln::detail::bytes_of<A>(n) + kiln::detail::bytes_of<T>(n) * (z ? 2 : 1) +
                 (bias ? kiln::detail::bytes_of<B>(cols) : 0),
             static_cast<std::uint64_t>(n) * ((bias ? 1 : 0) + (E::identity ? 0 : 1))};
+  }
+};
+
+/// dz = E'(dy, saved) elementwise.
+template <class T, class E>
+struct EpilogueGrad {
+  const T* dy;
+  const T* saved;
+  T* dz;
+  KILN_HOST_DEVICE void operator()(index_t i) const {
+    dz[i] = from_compute<T>(E::backward(to_compute(dy[i]), to_compute(saved[i])));
+  }
+  Traffic traffic(index_t n) const {
+    return {3 * kiln::detail::bytes_of<T>(n), static_cast<std::uint64_t>(n)};
   }
 };
 

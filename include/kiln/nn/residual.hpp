@@ -4,6 +4,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/nn/detail/sum_epilogue.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/sequential.hpp"
 #include "kiln/ops/elementwise.hpp"
@@ -89,11 +90,25 @@ struct Residual {
       dx = dy + dfx;
       return dx;
     }
+    /// y = E(x + f(x)): in a Sequential the activation after the block runs in the pass of the sum
+    /// (nn/detail/sum_epilogue.hpp), its own pass saved.
+    static constexpr bool fuses_epilogue = true;
+    template <class E>
+    Tensor<T, S, D> forward_fused(const Tensor<T, S, D>& x, Context ctx) {
+      const auto fx = inner_.forward(x, ctx);
+      return detail::sum_epilogue<E>(activation_, ctx.grad, x, fx);
+    }
+    /// E's derivative in one pass (from the value forward_fused<E> kept), then backward().
+    template <class E>
+    Tensor<T, S, D> backward_fused(const Tensor<T, S, D>& dy, bool input_grad = true) {
+      return backward(detail::epilogue_backward<E>(dy, activation_, "Residual"), input_grad);
+    }
     /// The branch (its layers: branch().template layer<I>()).
     inner_type& branch_module() { return inner_; }
 
    private:
     inner_type inner_;
+    Tensor<T, S, D> activation_;  // what a fused activation's derivative reads (forward_fused)
   };
 };
 

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/fused_activation.hpp"
 #include "support/model_gradcheck.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
@@ -65,6 +66,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(add_backward_matches_numeric, D, kiln::test::devic
                             Shape<dyn, 4>, D>(Extents<Shape<dyn, 4>>(3), -2, 2, 0, 72);
   kt::check_model_gradients<knn::Sequential<Features>, Shape<dyn, 5>, D>(Extents<Shape<dyn, 5>>(2), -2, 2, 0,
                                                                          73);
+  // The activation after the block runs in its sum: one whose derivative reads the sum (GELU).
+  kt::check_model_gradients<knn::Sequential<knn::Linear<4, 5>, Features, knn::GELU, knn::Linear<5, 2>>,
+                            Shape<dyn, 4>, D>(Extents<Shape<dyn, 4>>(3), -2, 2, 0, 74);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(add_runs_the_activation_after_it_in_its_sum, D, kiln::test::devices) {
+  // ResNet's block and the ReLU after it: the ReLU in the pass that adds the branches, the same bits as
+  // the two layers with fusion off (16-bit storage: the sum rounded, then the activation, as torch's add
+  // and relu under autocast), the activation's forward in no pass of its own. (Fusion off also splits
+  // a three-term sum and a branch's own pairs: the passes are counted against the block alone.)
+  static_assert(knn::Sequential<DownBlock, knn::ReLU>::module<Shape<dyn, 2, 6, 6>, kiln::Policy<>>::fused_with_next<0>);
+  using Img = Shape<dyn, 4, 6, 5>;
+  using Basic = knn::Add<knn::Sequential<knn::Conv2d<4, 4, 3, 1, 1, 1, 1, false>, knn::BatchNorm2d<4>>, knn::Identity>;
+  kt::check_fused_with_activation<knn::Sequential<Basic, knn::ReLU>, Img, kiln::Fp32, D>(Extents<Img>(3), 75, false,
+                                                                                         false);
+  kt::check_fused_with_activation<knn::Sequential<Basic, knn::ReLU>, Img, kiln::MixedBf16, D>(Extents<Img>(3), 76,
+                                                                                              false, false);
+  kt::check_activation_runs_in_the_sum<Basic, knn::ReLU, Img, D>(Extents<Img>(3));
+  // Three branches and activations whose derivative reads the sum, in half and in fp32.
+  using Three = knn::Add<knn::Identity, knn::Linear<5, 5>, knn::Linear<5, 5, false>>;
+  using Rows = Shape<dyn, 5>;
+  kt::check_fused_with_activation<knn::Sequential<Three, knn::GELU>, Rows, kiln::MixedFp16, D>(Extents<Rows>(7), 77,
+                                                                                               false, false);
+  kt::check_fused_with_activation<knn::Sequential<Three, knn::SiLU>, Rows, kiln::Fp32, D>(Extents<Rows>(7), 78, false,
+                                                                                          false);
+  kt::check_activation_runs_in_the_sum<Three, knn::GELU, Rows, D>(Extents<Rows>(7));
+  knn::Model<knn::Sequential<DownBlock, knn::ReLU>, Shape<dyn, 2, 6, 6>> model;
+  const std::string s = model.summary(2);
+  BOOST_TEST(s.find("ReLU() [fused into 0]") != std::string::npos, s);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_first_block_skips_its_input_gradient_alone, D, kiln::test::devices) {
@@ -249,6 +279,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_empty_batch_and_a_dy_of_other_rows, D, kiln::te
   (void)pair.forward(kt::make_tensor<D>(kt::random_values<float>(6, -1, 1, 82), Extents<Shape<dyn, 3>>(2)));
   const auto big = kt::make_tensor<D>(kt::random_values<float>(18, -1, 1, 83), Extents<Shape<dyn, 6>>(3));
   BOOST_CHECK_THROW((void)pair.net().template layer<0>().backward(big), kiln::ShapeError);
+  // The same for an Add running the ReLU after it, and an empty batch through it.
+  Fp32Model<knn::Sequential<knn::Add<knn::Identity, knn::Linear<3, 3>>, knn::ReLU>, Shape<dyn, 3>, D> block(0);
+  BOOST_TEST(block.forward(x).size(0) == 0);
+  BOOST_TEST(block.backward_input(kt::make_tensor<D>(std::vector<float>{}, none)).size(0) == 0);
+  (void)block.forward(kt::make_tensor<D>(kt::random_values<float>(6, -1, 1, 84), Extents<Shape<dyn, 3>>(2)));
+  const auto three = kt::make_tensor<D>(kt::random_values<float>(9, -1, 1, 85), Extents<Shape<dyn, 3>>(3));
+  BOOST_CHECK_THROW((void)block.backward_input(three), kiln::ShapeError);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "support/fused_activation.hpp"
 #include "support/model_gradcheck.hpp"
 #include "support/policies.hpp"
 #include "support/reference.hpp"
@@ -30,6 +31,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(residual_backward_matches_numeric, D, kiln::test::
   using ConvBlock =
       knn::Residual<knn::Conv2d<2, 2, 3, 1, 1>, knn::Tanh, knn::Conv2d<2, 2, 3, 1, 1, 1, 1, false>>;
   kt::check_model_gradients<knn::Sequential<ConvBlock, ConvBlock>, In, D>(Extents<In>(2), -2, 2, 0, 62);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(residual_runs_the_activation_after_it_in_its_sum, D, kiln::test::devices) {
+  // y = E(x + f(x)) in one pass: the bits of the two layers with fusion off, one pass fewer a step (the
+  // activation's forward); one whose derivative reads the sum (SiLU) passes the finite differences too.
+  using Block = knn::Residual<knn::Linear<5, 5>, knn::Linear<5, 5, false>>;
+  using Rows = Shape<dyn, 5>;
+  kt::check_fused_with_activation<knn::Sequential<Block, knn::ReLU>, Rows, kiln::Fp32, D>(Extents<Rows>(6), 64, false);
+  kt::check_fused_with_activation<knn::Sequential<Block, knn::ReLU>, Rows, kiln::MixedFp16, D>(Extents<Rows>(6), 65,
+                                                                                               false);
+  kt::check_fused_with_activation<knn::Sequential<Block, knn::GELU>, Rows, kiln::MixedBf16, D>(Extents<Rows>(6), 66,
+                                                                                               false);
+  kt::check_activation_runs_in_the_sum<Block, knn::ReLU, Rows, D>(Extents<Rows>(6));
+  kt::check_model_gradients<knn::Sequential<Block, knn::SiLU, knn::Linear<5, 2>>, Rows, D>(Extents<Rows>(3), -2, 2, 0,
+                                                                                           67);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(residual_forward_is_x_plus_the_branch, D, kiln::test::devices) {

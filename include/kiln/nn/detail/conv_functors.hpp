@@ -219,16 +219,4 @@ struct WideChannelBiasEpilogue {
   }
 };
 
-/// dz = E'(dy, saved) elementwise.
-template <class T, class E>
-struct EpilogueGrad {
-  const T* dy;
-  const T* saved;
-  T* dz;
-  KILN_HOST_DEVICE void operator()(index_t i) const {
-    dz[i] = from_compute<T>(E::backward(to_compute(dy[i]), to_compute(saved[i])));
-  }
-  Traffic traffic(index_t n) const { return {3 * kiln::detail::bytes_of<T>(n), static_cast<std::uint64_t>(n)}; }
-};
-
 }  // namespace kiln::nn::detail
