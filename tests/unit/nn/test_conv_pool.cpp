@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <kiln/backend/cpu/blas_kernels.hpp>
 #include <kiln/backend/cpu/threads.hpp>
 #include <kiln/nn/nn.hpp>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -94,6 +97,40 @@ std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<
 
 BOOST_AUTO_TEST_SUITE(nn)
 BOOST_AUTO_TEST_SUITE(conv_and_pool)
+
+/// Layer in fp32 against the same layer in double from the same parameters and inputs: the output, dL/dx
+/// and the parameter gradients (sums of 144 products and of 2048).
+template <class Layer, class In, class D>
+void check_float_against_double(kiln::index_t batch, std::uint32_t seed) {
+  using Net = kiln::nn::Sequential<Layer>;
+  kiln::nn::Model<Net, In, kiln::Policy<kiln::Fp32, D>> f(seed);
+  kiln::nn::Model<Net, In, kiln::Policy<Fp64Conv, D>> d(seed);
+  const auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const auto p = widen(f.parameters().to_vector());
+  d.parameters().copy_from(std::span<const double>(p));
+  const kiln::Extents<In> in(batch);
+  const auto xs = kiln::test::random_values<float>(static_cast<std::size_t>(in.numel()), -1.0, 1.0, seed);
+  const auto yf = f.forward(kiln::test::make_tensor<D>(xs, in));
+  const auto yd = d.forward(kiln::test::make_tensor<D>(widen(xs), in));
+  const auto dys = kiln::test::random_values<float>(static_cast<std::size_t>(yf.numel()), -1.0, 1.0, seed + 1);
+  f.zero_grad(), d.zero_grad();
+  const auto dxf = f.backward_input(kiln::test::make_tensor<D>(dys, yf.extents()));
+  const auto dxd = d.backward_input(kiln::test::make_tensor<D>(widen(dys), yd.extents()));
+  BOOST_TEST(kiln::test::all_close(yf.to_vector(), yd.to_vector(), 1e-4, 1e-4));
+  BOOST_TEST(kiln::test::all_close(dxf.to_vector(), dxd.to_vector(), 1e-4, 1e-4));
+  BOOST_TEST(kiln::test::all_close(f.gradients().to_vector(), d.gradients().to_vector(), 1e-4, 1e-3));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(float_convolutions_of_resnet_size_match_double, D, kiln::test::devices) {
+  // A ResNet-20 convolution: on the CPU its per-image GEMMs ([16, 144] x [144, 1024] forward, [144, 16] x
+  // [16, 1024] for dx) run in blocks of columns where OpenBLAS has its small-matrix kernels
+  // (backend::cpu::small_gemm_columns); a transposed convolution's the other way round.
+  BOOST_TEST_MESSAGE("columns per GEMM call: " << kiln::backend::cpu::small_gemm_columns(16, 1024, 144));
+  using In = Shape<dyn, 16, 32, 32>;
+  check_float_against_double<kiln::nn::Conv2d<16, 16, 3, 1, 1, 1, 1, false>, In, D>(2, 91);
+  check_float_against_double<kiln::nn::Conv2d<16, 32, 3, 2, 1>, In, D>(2, 92);
+  check_float_against_double<kiln::nn::ConvTranspose2d<16, 16, 3, 1, 1>, In, D>(2, 93);
+}
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_forward_matches_direct_convolution, D, kiln::test::devices) {
   using In = Shape<dyn, 3, 9, 7>;

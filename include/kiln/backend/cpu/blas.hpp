@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kiln/backend/cpu/blas_kernels.hpp"
 #include "kiln/core/config.hpp"
 #include "kiln/core/errors.hpp"
 #include "kiln/core/half.hpp"
@@ -147,6 +148,24 @@ void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, double al
                 "kiln::matmul on the CPU needs a CBLAS: link your target to kiln::blas (OpenBLAS); without CMake, "
                 "compile with -DKILN_WITH_BLAS=1 and link -lopenblas");
 #endif
+}
+
+/// gemm with B not transposed, in calls of `columns` columns of B and C each (the last one shorter): the
+/// same product, which an fp32 convolution's per-image GEMMs run in OpenBLAS's small-matrix kernels
+/// where it has them (small_gemm_columns, the default for float; one call otherwise).
+template <class T>
+void gemm_in_column_blocks(bool trans_a, index_t m, index_t n, index_t k, double alpha, const T* a,
+                           index_t lda, const T* b, index_t ldb, double beta, T* c, index_t ldc,
+                           index_t columns = 0) {
+  if (columns <= 0) {
+    if constexpr (std::is_same_v<T, float>)
+      columns = small_gemm_columns(m, n, k);
+    else
+      columns = n;
+  }
+  if (columns >= n) return gemm<T>(trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  for (index_t j = 0; j < n; j += columns)
+    gemm<T>(trans_a, false, m, std::min(columns, n - j), k, alpha, a, lda, b + j, ldb, beta, c + j, ldc);
 }
 
 }  // namespace kiln::backend::cpu

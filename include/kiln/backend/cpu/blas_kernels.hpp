@@ -5,11 +5,13 @@
 /// AVX-512 that it does not know, where OPENBLAS_CORETYPE=SkylakeX runs a 1024^3 SGEMM at 153 GFLOP/s
 /// against 19 on one thread (7.9x; LeNet's 128 x 120 x 400, 6x).
 #pragma once
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "kiln/core/config.hpp"
+#include "kiln/core/index.hpp"
 
 #if KILN_WITH_BLAS
 #include <cblas.h>
@@ -30,7 +32,43 @@ inline std::string better_coretype(std::string_view core, bool coretype_set, boo
     if (core == o) return avx512 ? "SkylakeX" : "Haswell";
   return {};
 }
+/// Whether OpenBLAS core `core` runs fp32 GEMMs of m n k <= 100^3 through its small-matrix kernels
+/// (SMALL_MATRIX_OPT, which skip packing): the AVX-512 cores SkylakeX, Cooperlake and SapphireRapids.
+inline bool small_matrix_core(std::string_view core) {
+  constexpr std::string_view cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
+  std::string lower(core);
+  for (char& ch : lower) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  for (const std::string_view c : cores)
+    if (lower == c) return true;
+  return false;
+}
+/// The columns of C per call (small_gemm_columns) given whether the BLAS has the small-matrix kernels.
+constexpr index_t small_gemm_columns(index_t m, index_t n, index_t k, bool small_kernels) {
+  constexpr index_t reach = 1000000;  // OpenBLAS 0.3.21's sgemm_small_kernel_permit: m n k <= 100^3
+  if (!small_kernels || m <= 0 || k <= 0 || m * n * k <= reach) return n;
+  index_t columns = reach / (m * k);
+  columns = columns >= 64 ? columns / 64 * 64 : columns / 16 * 16;  // whole vectors of the kernel's tiles
+  return columns < 16 ? n : std::min(columns, n);
+}
 }  // namespace detail
+
+/// The columns of C per GEMM call for a product [m, k] x [k, n] whose n is long (a convolution's
+/// per-image GEMMs, n its output pixels): n (one call), or where OpenBLAS has its small-matrix kernels
+/// (small_matrix_core) blocks of columns that keep each call within their reach, a multiple of 64 (or
+/// of 16 under 64). On this project's AVX-512 machine (Cooperlake kernels, one thread) a ResNet-20
+/// convolution's [16, 144] x [144, 1024] ran at 48 GFLOP/s in one call and 114 in blocks of 384;
+/// [32, 288] x [288, 256] 94 -> 117, [64, 576] x [576, 64] 95 -> 111, the input-gradient products
+/// ([144, 16] x [16, 1024], ...) 55-97 -> 101-116. Haswell's kernels (AVX2, no small-matrix path) ran
+/// the first at 84 in one call and lose a little in blocks: there it stays one call.
+inline index_t small_gemm_columns(index_t m, index_t n, index_t k) {
+#if KILN_WITH_BLAS && defined(OPENBLAS_VERSION)
+  static const bool small_kernels = detail::small_matrix_core(openblas_get_corename());
+  return detail::small_gemm_columns(m, n, k, small_kernels);
+#else
+  (void)m, (void)k;
+  return n;
+#endif
+}
 
 /// The CPU BLAS kiln's GEMMs call: "OpenBLAS 0.3.21, Cooperlake kernels" (its version and
 /// openblas_get_corename()), "a CBLAS" (another library), or "none (no KILN_WITH_BLAS)".

@@ -337,8 +337,8 @@ void conv2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T* y, const
     for (index_t gi = 0; gi < g.groups; ++gi) {
       if constexpr (std::is_void_v<Fixed>) im2col_image<Stride>(image + gi * g.group_image(), cols, one);
       else im2col_fixed<Fixed>(image, cols);
-      backend::cpu::gemm<A>(false, false, fg, p, patch, 1.0f, wa + gi * fg * patch, patch, cols, p, 0.0f,
-                            r + gi * fg * p, p);
+      backend::cpu::gemm_in_column_blocks<A>(false, fg, p, patch, 1.0f, wa + gi * fg * patch, patch, cols, p,
+                                             0.0f, r + gi * fg * p, p);
     }
     const ColumnsToNchw<T, B, E, std::remove_pointer_t<decltype(r)>> epilogue{r, bias, zn, yn, out, p, p};
     for (index_t f = 0; f < out; ++f) epilogue(f);
@@ -408,8 +408,8 @@ void conv2d_backward_cpu(const T* x, const T* dy, const T* saved, const W* w, G*
         const A* dzg = dz + gi * fg * p;
         split.accumulate(pw, gi, dzg, cols, p);
         if (dx) {
-          backend::cpu::gemm<A>(true, false, patch, p, fg, 1.0f, wa + gi * fg * patch, patch, dzg, p, 0.0f,
-                                dcols, p);
+          backend::cpu::gemm_in_column_blocks<A>(true, patch, p, fg, 1.0f, wa + gi * fg * patch, patch, dzg,
+                                                 p, 0.0f, dcols, p);
           A* dxg = nullptr;  // this group's dx: in the float buffer for narrow T, else dx itself
           if constexpr (narrow) dxg = dx_buf + gi * g.group_image();
           else dxg = dxn + gi * g.group_image();

@@ -57,8 +57,8 @@ void conv_transpose2d_forward_cpu(const T* x, const W* w, const B* bias, T* z, T
         return sums;
     }();
     for (index_t gi = 0; gi < g.groups; ++gi) {
-      backend::cpu::gemm<A>(true, false, patch, p, fg, 1.0f, wa + gi * fg * patch, patch, image + gi * fg * p,
-                            p, 0.0f, dcols, p);
+      backend::cpu::gemm_in_column_blocks<A>(true, patch, p, fg, 1.0f, wa + gi * fg * patch, patch,
+                                             image + gi * fg * p, p, 0.0f, dcols, p);
       col2im_image<Stride>(dcols, r + gi * g.group_image(), one);
     }
     const ColumnsToNchw<T, B, E, std::remove_pointer_t<decltype(r)>> epilogue{r,   bias,  zn,   yn,
@@ -134,8 +134,8 @@ void conv_transpose2d_backward_cpu(const T* x, const T* dy, const T* saved, cons
             else
               return dxn + gi * fg * p;
           }();
-          backend::cpu::gemm<A>(false, false, fg, p, patch, 1.0f, wa + gi * fg * patch, patch, cols, p, 0.0f,
-                                dst, p);
+          backend::cpu::gemm_in_column_blocks<A>(false, fg, p, patch, 1.0f, wa + gi * fg * patch, patch, cols,
+                                                 p, 0.0f, dst, p);
         }
       }
       if constexpr (narrow)
